@@ -1,0 +1,6 @@
+//! Wire types and codecs, and nothing else: no tokio, no SQL, no I/O.
+//!
+//! This crate is an API boundary. Every byte the sidecar exchanges with the
+//! outside world is described here: the Actor Runtime Socket v1 frames
+//! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
+//! line-delimited JSON-RPC spoken with ACP adapters (`acp`).

@@ -1,0 +1,284 @@
+//! The `Database` handle: values, statements, result rows and the one error
+//! enum every backend maps its failures into.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+/// A value bound to or read from SQLite. Mirrors SQLite's five storage classes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl SqlValue {
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            SqlValue::Integer(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            SqlValue::Text(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_blob(&self) -> Option<&[u8]> {
+        match self {
+            SqlValue::Blob(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, SqlValue::Null)
+    }
+
+    /// Bytes this value occupies when materialized; used for result limits.
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            SqlValue::Null => 1,
+            SqlValue::Integer(_) | SqlValue::Real(_) => 8,
+            SqlValue::Text(s) => s.len(),
+            SqlValue::Blob(b) => b.len(),
+        }
+    }
+}
+
+impl From<i64> for SqlValue {
+    fn from(v: i64) -> Self {
+        SqlValue::Integer(v)
+    }
+}
+impl From<u32> for SqlValue {
+    fn from(v: u32) -> Self {
+        SqlValue::Integer(i64::from(v))
+    }
+}
+impl From<i32> for SqlValue {
+    fn from(v: i32) -> Self {
+        SqlValue::Integer(i64::from(v))
+    }
+}
+impl From<bool> for SqlValue {
+    fn from(v: bool) -> Self {
+        SqlValue::Integer(i64::from(v))
+    }
+}
+impl From<f64> for SqlValue {
+    fn from(v: f64) -> Self {
+        SqlValue::Real(v)
+    }
+}
+impl From<String> for SqlValue {
+    fn from(v: String) -> Self {
+        SqlValue::Text(v)
+    }
+}
+impl From<&str> for SqlValue {
+    fn from(v: &str) -> Self {
+        SqlValue::Text(v.to_owned())
+    }
+}
+impl From<&String> for SqlValue {
+    fn from(v: &String) -> Self {
+        SqlValue::Text(v.clone())
+    }
+}
+impl From<Vec<u8>> for SqlValue {
+    fn from(v: Vec<u8>) -> Self {
+        SqlValue::Blob(v)
+    }
+}
+impl From<&[u8]> for SqlValue {
+    fn from(v: &[u8]) -> Self {
+        SqlValue::Blob(v.to_vec())
+    }
+}
+impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(SqlValue::Null, Into::into)
+    }
+}
+
+/// One statement of a transaction: SQL, its positional parameters, and an
+/// optional expected change count. A mismatch rolls the whole transaction back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Statement {
+    pub sql: String,
+    pub params: Vec<SqlValue>,
+    pub expected_changes: Option<u64>,
+}
+
+impl Statement {
+    pub fn new(sql: impl Into<String>, params: Vec<SqlValue>) -> Self {
+        Statement {
+            sql: sql.into(),
+            params,
+            expected_changes: None,
+        }
+    }
+
+    /// Fails the transaction (and rolls it back) unless exactly `n` rows change.
+    pub fn expect_changes(mut self, n: u64) -> Self {
+        self.expected_changes = Some(n);
+        self
+    }
+}
+
+/// The result of one statement: column names, rows, and the change count.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rows {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<SqlValue>>,
+    pub changes: u64,
+    pub last_insert_rowid: Option<i64>,
+}
+
+impl Rows {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The first row's first column, if any.
+    pub fn scalar(&self) -> Option<&SqlValue> {
+        self.rows.first().and_then(|r| r.first())
+    }
+
+    pub fn scalar_i64(&self) -> Option<i64> {
+        self.scalar().and_then(SqlValue::as_i64)
+    }
+}
+
+/// Which backend a handle talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatabaseKind {
+    SqliteFile,
+    ActorUds,
+}
+
+impl DatabaseKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatabaseKind::SqliteFile => "sqlite_file",
+            DatabaseKind::ActorUds => "actor_uds",
+        }
+    }
+}
+
+impl fmt::Display for DatabaseKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every way a database call can fail, on either backend. `code()` is stable.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum DbError {
+    /// SQLite rejected a statement. `code` is SQLite's extended result code
+    /// (-1 for failures that are not SQLite's own).
+    #[error("sqlite error {code} at statement {statement_index}: {message}")]
+    Sql {
+        code: i32,
+        statement_index: u32,
+        message: String,
+    },
+    #[error("statement {statement_index} changed {actual} rows, expected {expected}")]
+    ExpectedChanges {
+        statement_index: u32,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("result exceeds limits.sqlite.maxResultBytes ({limit} bytes)")]
+    ResultLimit { limit: u64 },
+    #[error("queue full: {limit} (capacity {capacity})")]
+    QueueFull { limit: String, capacity: u32 },
+    #[error("transaction lease expired after {timeout_ms} ms: {message}")]
+    LeaseExpired { timeout_ms: u64, message: String },
+    #[error("invalid lease key: {0}")]
+    InvalidLeaseKey(String),
+    #[error("the database endpoint is closed")]
+    EndpointClosed,
+    #[error("the response did not fit the socket's frame limit")]
+    ResponseTooLarge,
+    #[error("the server sent GoAway: {0}")]
+    GoAway(String),
+    #[error("cannot connect to the database: {0}")]
+    Connect(String),
+    #[error("database connection lost: {0}")]
+    ConnectionLost(String),
+    #[error("database protocol violation: {0}")]
+    Protocol(String),
+    #[error("foreign keys could not be enabled")]
+    ForeignKeysDisabled,
+    #[error("the database handle is closed")]
+    Closed,
+}
+
+/// SQLite's primary result code for constraint violations.
+const SQLITE_CONSTRAINT: i32 = 19;
+
+impl DbError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            DbError::Sql { .. } => "sqlite_error",
+            DbError::ExpectedChanges { .. } => "expected_changes_mismatch",
+            DbError::ResultLimit { .. } => "sqlite_result_limit",
+            DbError::QueueFull { .. } => "sqlite_queue_full",
+            DbError::LeaseExpired { .. } => "sqlite_lease_expired",
+            DbError::InvalidLeaseKey(_) => "sqlite_invalid_lease_key",
+            DbError::EndpointClosed => "sqlite_endpoint_closed",
+            DbError::ResponseTooLarge => "sqlite_response_too_large",
+            DbError::GoAway(_) => "sqlite_go_away",
+            DbError::Connect(_) => "sqlite_connect_failed",
+            DbError::ConnectionLost(_) => "sqlite_connection_lost",
+            DbError::Protocol(_) => "sqlite_protocol_error",
+            DbError::ForeignKeysDisabled => "sqlite_foreign_keys_disabled",
+            DbError::Closed => "session_storage_unavailable",
+        }
+    }
+
+    /// True when SQLite refused a statement because of a constraint
+    /// (UNIQUE, PRIMARY KEY, CHECK, NOT NULL, FOREIGN KEY).
+    pub fn is_constraint(&self) -> bool {
+        matches!(self, DbError::Sql { code, .. } if code & 0xff == SQLITE_CONSTRAINT)
+    }
+
+    /// The statement index this error is attributed to, when there is one.
+    pub fn statement_index(&self) -> Option<u32> {
+        match self {
+            DbError::Sql {
+                statement_index, ..
+            }
+            | DbError::ExpectedChanges {
+                statement_index, ..
+            } => Some(*statement_index),
+            _ => None,
+        }
+    }
+}
+
+/// The one database handle of a VM. Both backends implement it; every store
+/// receives the same `Arc<dyn Database>`.
+#[async_trait]
+pub trait Database: Send + Sync + 'static {
+    fn kind(&self) -> DatabaseKind;
+
+    /// Runs one statement outside any explicit transaction.
+    async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError>;
+
+    /// Runs the statements atomically (`BEGIN IMMEDIATE … COMMIT`, or a lease on
+    /// the actor socket). Any error or expected-change mismatch rolls back all of
+    /// them. Returns one `Rows` per statement, in order.
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError>;
+}
+
+pub type SharedDatabase = Arc<dyn Database>;

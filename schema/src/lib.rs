@@ -1,0 +1,16 @@
+//! The storage contract every durable part of the sidecar is written against.
+//!
+//! One [`Database`] handle is resolved per VM and injected into every store. It
+//! offers exactly two operations: a single [`Database::query`] and an atomic
+//! [`Database::transaction`] of [`Statement`]s, each of which may carry an
+//! expected change count (compare-and-set). That narrow shape is what lets the
+//! local-file backend and the actor runtime socket backend serve the same
+//! stores. This crate also owns all DDL: the migration runner and the three
+//! independent ladders (`agentos_fs_*`, `agentos_core_*`, `agentos_actor_*`).
+
+mod db;
+pub mod ladders;
+mod migrate;
+
+pub use db::{Database, DatabaseKind, DbError, Rows, SharedDatabase, SqlValue, Statement};
+pub use migrate::{migrate, migrate_all, Migration, MigrationError, MigrationOutcome, Owner};

@@ -1,0 +1,336 @@
+//! The VM config: one database descriptor, the host socket, the agent registry
+//! and the limits. Parsed strictly (unknown fields are rejected) and validated
+//! once, with errors that name the offending field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a config was refused. The message always starts with the field path.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        "invalid_config"
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DatabaseDescriptor {
+    SqliteFile { path: PathBuf },
+    ActorUds { path: PathBuf },
+}
+
+impl DatabaseDescriptor {
+    pub fn path(&self) -> &Path {
+        match self {
+            DatabaseDescriptor::SqliteFile { path } | DatabaseDescriptor::ActorUds { path } => path,
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DatabaseDescriptor::SqliteFile { .. } => "sqlite_file",
+            DatabaseDescriptor::ActorUds { .. } => "actor_uds",
+        }
+    }
+}
+
+/// One entry of the agent registry: how to launch an ACP adapter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    pub database: DatabaseDescriptor,
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentSpec>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    #[serde(default)]
+    pub sqlite: SqliteLimits,
+    #[serde(default)]
+    pub host: HostLimits,
+    #[serde(default)]
+    pub acp: AcpLimits,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SqliteLimits {
+    /// Largest materialized result of one statement (`sqlite_result_limit`).
+    pub max_result_bytes: u64,
+    /// Requests in flight on the actor socket at once.
+    pub max_in_flight_requests: u32,
+    /// Bytes of encoded requests waiting to be written to the actor socket.
+    pub max_queued_request_bytes: u64,
+    /// Jobs waiting for the local-file executor thread.
+    pub max_queued_jobs: u32,
+}
+
+impl Default for SqliteLimits {
+    fn default() -> Self {
+        SqliteLimits {
+            max_result_bytes: 128 * MIB,
+            max_in_flight_requests: 64,
+            max_queued_request_bytes: 64 * MIB,
+            max_queued_jobs: 4096,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct HostLimits {
+    pub max_frame_bytes: u64,
+    pub max_connections: u32,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            max_frame_bytes: 80 * MIB,
+            max_connections: 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct AcpLimits {
+    pub max_read_line_bytes: u64,
+    pub max_completed_message_bytes: u64,
+    pub max_turn_output_bytes: u64,
+    pub max_prompt_bytes: u64,
+    pub max_prompt_blocks: u64,
+    pub max_fallback_continuation_bytes: u64,
+    pub max_session_history_bytes: u64,
+    pub max_session_history_events: u64,
+    pub max_history_page_entries: u64,
+    pub max_session_list_entries: u64,
+    pub max_sessions_per_vm: u64,
+    pub max_prompts_per_session: u64,
+    pub max_prompts_per_vm: u64,
+    pub max_pending_permissions_per_session: u64,
+    pub max_pending_permissions_per_vm: u64,
+    pub max_permission_outcomes_per_session: u64,
+    pub max_permission_outcomes_per_vm: u64,
+}
+
+impl Default for AcpLimits {
+    fn default() -> Self {
+        AcpLimits {
+            max_read_line_bytes: 16 * MIB,
+            max_completed_message_bytes: 64 * MIB,
+            max_turn_output_bytes: 256 * MIB,
+            max_prompt_bytes: 64 * MIB,
+            max_prompt_blocks: 16_384,
+            max_fallback_continuation_bytes: 4 * MIB,
+            max_session_history_bytes: 1024 * MIB,
+            max_session_history_events: 1_000_000,
+            max_history_page_entries: 10_000,
+            max_session_list_entries: 10_000,
+            max_sessions_per_vm: 10_000,
+            max_prompts_per_session: 100_000,
+            max_prompts_per_vm: 1_000_000,
+            max_pending_permissions_per_session: 1_000,
+            max_pending_permissions_per_vm: 10_000,
+            max_permission_outcomes_per_session: 10_000,
+            max_permission_outcomes_per_vm: 100_000,
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a config document.
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = serde_json::from_str(text).map_err(|e| {
+            // serde_json reports "unknown field `x`" and friends; keep its words.
+            ConfigError::new("config", e.to_string())
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The embedded default: a SQLite file and a socket under `dir`, and one
+    /// bundled `echo` agent (the fake agent, a sibling of this binary).
+    pub fn embedded_default(dir: &Path, fake_agent: &Path) -> Config {
+        let mut agents = BTreeMap::new();
+        agents.insert(
+            "echo".to_owned(),
+            AgentSpec {
+                command: fake_agent.display().to_string(),
+                args: vec![],
+                env: BTreeMap::new(),
+            },
+        );
+        Config {
+            database: DatabaseDescriptor::SqliteFile {
+                path: dir.join("vm.sqlite"),
+            },
+            socket: Some(dir.join("sidecar.sock")),
+            agents,
+            limits: Limits::default(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_path("database.path", self.database.path())?;
+        if let Some(socket) = &self.socket {
+            validate_path("socket", socket)?;
+        }
+        for (id, agent) in &self.agents {
+            if id.is_empty() || id.len() > 256 {
+                return Err(ConfigError::new(
+                    format!("agents.{id}"),
+                    "agent ids must be 1..=256 bytes",
+                ));
+            }
+            if agent.command.is_empty() {
+                return Err(ConfigError::new(
+                    format!("agents.{id}.command"),
+                    "must not be empty",
+                ));
+            }
+        }
+        let positive: [(&str, u64); 6] = [
+            (
+                "limits.sqlite.maxResultBytes",
+                self.limits.sqlite.max_result_bytes,
+            ),
+            (
+                "limits.sqlite.maxInFlightRequests",
+                u64::from(self.limits.sqlite.max_in_flight_requests),
+            ),
+            (
+                "limits.sqlite.maxQueuedRequestBytes",
+                self.limits.sqlite.max_queued_request_bytes,
+            ),
+            (
+                "limits.sqlite.maxQueuedJobs",
+                u64::from(self.limits.sqlite.max_queued_jobs),
+            ),
+            (
+                "limits.host.maxFrameBytes",
+                self.limits.host.max_frame_bytes,
+            ),
+            (
+                "limits.host.maxConnections",
+                u64::from(self.limits.host.max_connections),
+            ),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::new(field, "must be greater than 0"));
+            }
+        }
+        if self.limits.host.max_frame_bytes > u64::from(u32::MAX) {
+            return Err(ConfigError::new(
+                "limits.host.maxFrameBytes",
+                "must fit a u32 frame length",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn validate_path(field: &str, path: &Path) -> Result<(), ConfigError> {
+    let text = path.as_os_str().as_encoded_bytes();
+    if text.is_empty() {
+        return Err(ConfigError::new(field, "must not be empty"));
+    }
+    if text.contains(&0) {
+        return Err(ConfigError::new(field, "must not contain NUL"));
+    }
+    if !path.is_absolute() {
+        return Err(ConfigError::new(field, "must be absolute"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_both_descriptors() {
+        for kind in ["sqlite_file", "actor_uds"] {
+            let text = format!(r#"{{"database":{{"type":"{kind}","path":"/tmp/x"}}}}"#);
+            let config = Config::from_json(&text).expect("valid");
+            assert_eq!(config.database.type_name(), kind);
+        }
+    }
+
+    #[test]
+    fn relative_path_names_the_field() {
+        let err =
+            Config::from_json(r#"{"database":{"type":"sqlite_file","path":"rel/x"}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "database.path: must be absolute");
+    }
+
+    #[test]
+    fn empty_and_nul_paths_are_rejected() {
+        let err =
+            Config::from_json(r#"{"database":{"type":"sqlite_file","path":""}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "database.path: must not be empty");
+        let err = Config::from_json(r#"{"database":{"type":"sqlite_file","path":"/a\u0000b"}}"#)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "database.path: must not contain NUL");
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = Config::from_json(r#"{"database":{"type":"actor_uds","path":"/s","token":"t"}}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+        let err = Config::from_json(r#"{"database":{"type":"sqlite_file","path":"/s"},"x":1}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+        let err = Config::from_json(r#"{"database":{"type":"postgres","path":"/s"}}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown variant"), "{err}");
+    }
+
+    #[test]
+    fn limits_are_camel_case_with_defaults() {
+        let config = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "limits":{"acp":{"maxPromptBlocks":7},"sqlite":{"maxResultBytes":10}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(config.limits.acp.max_prompt_blocks, 7);
+        assert_eq!(config.limits.acp.max_prompt_bytes, 64 * MIB);
+        assert_eq!(config.limits.sqlite.max_result_bytes, 10);
+        assert_eq!(config.limits.host.max_frame_bytes, 80 * MIB);
+    }
+}

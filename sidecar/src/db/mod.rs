@@ -1,0 +1,33 @@
+//! The two database backends behind the one `Database` handle, and the
+//! function that resolves a config descriptor into that handle exactly once.
+
+pub mod sqlite_file;
+
+use std::sync::Arc;
+
+use agentos_schema::{DbError, SharedDatabase};
+
+use crate::config::{DatabaseDescriptor, SqliteLimits};
+
+/// Resolves the descriptor into the VM's one handle.
+pub async fn open(
+    descriptor: &DatabaseDescriptor,
+    limits: &SqliteLimits,
+) -> Result<SharedDatabase, DbError> {
+    match descriptor {
+        DatabaseDescriptor::SqliteFile { path } => {
+            let path = path.clone();
+            let limits = limits.clone();
+            let db = tokio::task::spawn_blocking(move || {
+                sqlite_file::SqliteFileDatabase::open(&path, &limits)
+            })
+            .await
+            .map_err(|e| DbError::Connect(e.to_string()))??;
+            Ok(Arc::new(db))
+        }
+        DatabaseDescriptor::ActorUds { path } => Err(DbError::Connect(format!(
+            "{}: the actor_uds backend is not built yet",
+            path.display()
+        ))),
+    }
+}

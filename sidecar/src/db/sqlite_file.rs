@@ -1,0 +1,275 @@
+//! The `sqlite_file` backend: one rusqlite connection owned by one dedicated
+//! thread, fed through a bounded queue.
+//!
+//! Async callers never touch SQLite themselves: they enqueue a job and await a
+//! oneshot reply, so no tokio worker ever blocks on disk. A full queue is a
+//! typed `QueueFull` error rather than unbounded memory. Every transaction is
+//! `BEGIN IMMEDIATE … COMMIT`; any failure or expected-change mismatch rolls
+//! back everything.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::thread;
+
+use agentos_schema::{Database, DatabaseKind, DbError, Rows, SqlValue, Statement};
+use async_trait::async_trait;
+use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::config::SqliteLimits;
+
+const STATEMENT_CACHE: usize = 512;
+
+enum Job {
+    Query {
+        sql: String,
+        params: Vec<SqlValue>,
+        reply: oneshot::Sender<Result<Rows, DbError>>,
+    },
+    Transaction {
+        statements: Vec<Statement>,
+        reply: oneshot::Sender<Result<Vec<Rows>, DbError>>,
+    },
+}
+
+/// The local-file database handle.
+pub struct SqliteFileDatabase {
+    jobs: SyncSender<Job>,
+    capacity: u32,
+    path: PathBuf,
+}
+
+impl SqliteFileDatabase {
+    /// Opens (creating if needed) the file, applies the connection settings and
+    /// starts the executor thread.
+    pub fn open(path: &Path, limits: &SqliteLimits) -> Result<SqliteFileDatabase, DbError> {
+        let conn = open_connection(path)?;
+        let capacity = limits.max_queued_jobs.max(1);
+        let (jobs, rx) = mpsc::sync_channel::<Job>(capacity as usize);
+        let max_result_bytes = limits.max_result_bytes;
+        thread::Builder::new()
+            .name("agentos-sqlite".into())
+            .spawn(move || executor(conn, rx, max_result_bytes))
+            .map_err(|e| DbError::Connect(format!("cannot start the executor thread: {e}")))?;
+        Ok(SqliteFileDatabase {
+            jobs,
+            capacity,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn submit(&self, job: Job) -> Result<(), DbError> {
+        self.jobs.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => DbError::QueueFull {
+                limit: "sqliteWorkerQueue".into(),
+                capacity: self.capacity,
+            },
+            TrySendError::Disconnected(_) => DbError::Closed,
+        })
+    }
+}
+
+#[async_trait]
+impl Database for SqliteFileDatabase {
+    fn kind(&self) -> DatabaseKind {
+        DatabaseKind::SqliteFile
+    }
+
+    async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Query {
+            sql: sql.to_owned(),
+            params,
+            reply,
+        })?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Transaction { statements, reply })?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+}
+
+/// Opens a connection with the settings every backend's file must have.
+pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
+    let conn =
+        Connection::open(path).map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(sql_error(0))?;
+    // WAL with synchronous=NORMAL: a commit survives a process crash (the WAL
+    // is written before COMMIT returns); fsync happens at checkpoints.
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(sql_error(0))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sql_error(0))?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(sql_error(0))?;
+    let on: i64 = conn
+        .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+        .map_err(sql_error(0))?;
+    if on != 1 {
+        return Err(DbError::ForeignKeysDisabled);
+    }
+    Ok(conn)
+}
+
+fn executor(mut conn: Connection, jobs: mpsc::Receiver<Job>, max_result_bytes: u64) {
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Query { sql, params, reply } => {
+                let result = run_statement(&conn, 0, &sql, &params, max_result_bytes);
+                let _ = reply.send(result);
+            }
+            Job::Transaction { statements, reply } => {
+                let result = run_transaction(&mut conn, &statements, max_result_bytes);
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+/// Runs `statements` in one `BEGIN IMMEDIATE` transaction on `conn`. Shared
+/// with the reference actor socket server, which serves the same file shape.
+pub fn run_transaction(
+    conn: &mut Connection,
+    statements: &[Statement],
+    max_result_bytes: u64,
+) -> Result<Vec<Rows>, DbError> {
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(sql_error(0))?;
+    let mut results = Vec::with_capacity(statements.len());
+    for (index, statement) in statements.iter().enumerate() {
+        let index = index as u32;
+        let outcome = run_statement(
+            conn,
+            index,
+            &statement.sql,
+            &statement.params,
+            max_result_bytes,
+        )
+        .and_then(|rows| match statement.expected_changes {
+            Some(expected) if expected != rows.changes => Err(DbError::ExpectedChanges {
+                statement_index: index,
+                expected,
+                actual: rows.changes,
+            }),
+            _ => Ok(rows),
+        });
+        match outcome {
+            Ok(rows) => results.push(rows),
+            Err(error) => {
+                rollback(conn);
+                return Err(error);
+            }
+        }
+    }
+    if let Err(e) = conn.execute_batch("COMMIT") {
+        rollback(conn);
+        return Err(sql_error(statements.len() as u32)(e));
+    }
+    Ok(results)
+}
+
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit() {
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed");
+        }
+    }
+}
+
+/// Runs one statement, materializing its rows within the result limit.
+pub fn run_statement(
+    conn: &Connection,
+    index: u32,
+    sql: &str,
+    params: &[SqlValue],
+    max_result_bytes: u64,
+) -> Result<Rows, DbError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(sql_error(index))?;
+    for (i, param) in params.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, Param(param))
+            .map_err(sql_error(index))?;
+    }
+    let before = conn.total_changes();
+    let columns: Vec<String> = stmt
+        .column_names()
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect();
+    let width = columns.len();
+    let mut out = Vec::new();
+    let mut bytes: u64 = 0;
+    {
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(sql_error(index))? {
+            let mut values = Vec::with_capacity(width);
+            for c in 0..width {
+                let value = from_value_ref(row.get_ref(c).map_err(sql_error(index))?);
+                bytes += value.approx_bytes() as u64;
+                values.push(value);
+            }
+            if bytes > max_result_bytes {
+                return Err(DbError::ResultLimit {
+                    limit: max_result_bytes,
+                });
+            }
+            out.push(values);
+        }
+    }
+    let changes = conn.total_changes().saturating_sub(before);
+    Ok(Rows {
+        columns,
+        rows: out,
+        changes,
+        last_insert_rowid: Some(conn.last_insert_rowid()),
+    })
+}
+
+/// Binds a parameter by reference: large texts and blobs are never copied.
+struct Param<'a>(&'a SqlValue);
+
+impl ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self.0 {
+            SqlValue::Null => ValueRef::Null,
+            SqlValue::Integer(i) => ValueRef::Integer(*i),
+            SqlValue::Real(f) => ValueRef::Real(*f),
+            SqlValue::Text(s) => ValueRef::Text(s.as_bytes()),
+            SqlValue::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+pub fn from_value_ref(v: ValueRef<'_>) -> SqlValue {
+    match v {
+        ValueRef::Null => SqlValue::Null,
+        ValueRef::Integer(i) => SqlValue::Integer(i),
+        ValueRef::Real(f) => SqlValue::Real(f),
+        ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
+    }
+}
+
+/// Maps a rusqlite error to `DbError::Sql` with SQLite's extended code.
+pub fn sql_error(index: u32) -> impl Fn(rusqlite::Error) -> DbError {
+    move |e| {
+        let code = match &e {
+            rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
+            _ => -1,
+        };
+        DbError::Sql {
+            code,
+            statement_index: index,
+            message: e.to_string(),
+        }
+    }
+}

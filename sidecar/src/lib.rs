@@ -1,0 +1,5 @@
+//! The sidecar: composition of config, the one database handle, the domain
+//! services and the front doors. `main.rs` only parses the command line.
+
+pub mod config;
+pub mod db;

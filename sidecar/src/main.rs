@@ -1,0 +1,4 @@
+//! `agentos-sidecar`: the command line. Parsing only; everything else lives in
+//! the library.
+
+fn main() {}
