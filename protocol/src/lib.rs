@@ -4,3 +4,7 @@
 //! outside world is described here: the Actor Runtime Socket v1 frames
 //! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
 //! line-delimited JSON-RPC spoken with ACP adapters (`acp`).
+
+pub mod acp;
+pub mod ars;
+pub mod host;

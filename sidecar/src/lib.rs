@@ -2,4 +2,8 @@
 //! services and the front doors. `main.rs` only parses the command line.
 
 pub mod config;
+pub mod ctl;
 pub mod db;
+pub mod host;
+pub mod sessions;
+pub mod vfs;

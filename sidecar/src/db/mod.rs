@@ -1,7 +1,10 @@
 //! The two database backends behind the one `Database` handle, and the
 //! function that resolves a config descriptor into that handle exactly once.
 
+pub mod actor_uds;
+pub mod ars_server;
 pub mod sqlite_file;
+pub mod testing;
 
 use std::sync::Arc;
 

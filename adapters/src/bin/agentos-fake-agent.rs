@@ -1,0 +1,3 @@
+//! A scripted ACP agent for tests and for the embedded default `echo` agent.
+
+fn main() {}

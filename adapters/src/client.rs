@@ -1,0 +1,1 @@
+//! The ACP client connection to one adapter process.

@@ -1,0 +1,1 @@
+//! Actor Runtime Socket v1 frames: ClientHello/ServerHello, Request/Response, GoAway.

@@ -1,0 +1,1 @@
+//! The operator CLI (`agentos-sidecar ctl`): a host-protocol client.

@@ -1,0 +1,1 @@
+//! The actor_uds backend: an Actor Runtime Socket v1 client.

@@ -1,0 +1,1 @@
+//! A reference Actor Runtime Socket v1 server over a real SQLite file.

@@ -1,0 +1,1 @@
+//! Test support: the same store tests run on both backends.

@@ -1,0 +1,1 @@
+//! The host front door: length-delimited JSON-RPC on a Unix socket.

@@ -1,0 +1,1 @@
+//! Durable ACP sessions: the store, the turn engine, permissions and restoration.

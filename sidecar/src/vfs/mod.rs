@@ -1,0 +1,1 @@
+//! The VFS: a POSIX-like file system stored as rows in the shared database.
