@@ -1,0 +1,156 @@
+//! The live-chunk buffer of a turn.
+//!
+//! `agent_message_chunk` and `agent_thought_chunk` updates are published live
+//! as ephemeral updates and buffered here; they get no sequence. The buffer is
+//! flushed to durable events when the chunk kind or `messageId` changes or any
+//! other update arrives, and its final contents become durable only when the
+//! turn succeeds. On flush, adjacent chunks merge only when they differ in
+//! nothing but `content.text`.
+
+use serde_json::{Map, Value};
+
+/// The chunk kinds that are buffered rather than stored one by one.
+pub fn is_chunk(update: &Value) -> bool {
+    matches!(
+        update.get("sessionUpdate").and_then(Value::as_str),
+        Some("agent_message_chunk" | "agent_thought_chunk")
+    )
+}
+
+fn chunk_key(update: &Value) -> (Option<&str>, Option<&str>) {
+    (
+        update.get("sessionUpdate").and_then(Value::as_str),
+        update.get("messageId").and_then(Value::as_str),
+    )
+}
+
+#[derive(Debug, Default)]
+pub struct ChunkBuffer {
+    items: Vec<Value>,
+    bytes: usize,
+}
+
+impl ChunkBuffer {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Bytes of text currently buffered.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether `update` continues the buffered message (same kind and id).
+    pub fn continues(&self, update: &Value) -> bool {
+        self.items
+            .last()
+            .is_none_or(|last| chunk_key(last) == chunk_key(update))
+    }
+
+    pub fn push(&mut self, update: Value) {
+        self.bytes += update
+            .pointer("/content/text")
+            .and_then(Value::as_str)
+            .map_or(0, str::len);
+        self.items.push(update);
+    }
+
+    /// Empties the buffer, returning its chunks merged for storage.
+    pub fn take(&mut self) -> Vec<Value> {
+        self.bytes = 0;
+        coalesce(std::mem::take(&mut self.items))
+    }
+
+    /// Drops the buffer: the turn did not succeed.
+    pub fn discard(&mut self) {
+        self.items.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Everything of a chunk except `content.text`, for the merge test.
+fn without_text(update: &Map<String, Value>) -> Option<(Map<String, Value>, Map<String, Value>)> {
+    let content = update.get("content")?.as_object()?;
+    if content.get("type")?.as_str()? != "text" || !content.get("text")?.is_string() {
+        return None;
+    }
+    let mut rest = update.clone();
+    rest.remove("content");
+    let mut content = content.clone();
+    content.remove("text");
+    Some((rest, content))
+}
+
+/// Merges adjacent text chunks that differ in nothing but `content.text`.
+pub fn coalesce(items: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(items.len().min(4));
+    for item in items {
+        let merged = match (out.last_mut(), item.as_object()) {
+            (Some(Value::Object(prev)), Some(next)) => {
+                match (without_text(prev), without_text(next)) {
+                    (Some(a), Some(b)) if a == b => {
+                        let addition = next
+                            .get("content")
+                            .and_then(|c| c.get("text"))
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        if let Some(Value::String(text)) = prev
+                            .get_mut("content")
+                            .and_then(|c| c.get_mut("text"))
+                        {
+                            text.push_str(&addition);
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if !merged {
+            out.push(item);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chunk(text: &str) -> Value {
+        json!({"sessionUpdate":"agent_message_chunk","messageId":"m","content":{"type":"text","text":text}})
+    }
+
+    #[test]
+    fn merges_text_only_differences() {
+        let out = coalesce(vec![chunk("a"), chunk("b"), chunk("c")]);
+        assert_eq!(out, vec![chunk("abc")]);
+    }
+
+    #[test]
+    fn keeps_chunks_that_differ_elsewhere() {
+        let mut with_meta = chunk("b");
+        with_meta["_meta"] = json!({"x": 1});
+        let image = json!({"sessionUpdate":"agent_message_chunk","messageId":"m","content":{"type":"image","data":"AA==","mimeType":"image/png"}});
+        let out = coalesce(vec![chunk("a"), with_meta.clone(), chunk("c"), image.clone(), chunk("d")]);
+        assert_eq!(out, vec![chunk("a"), with_meta, chunk("c"), image, chunk("d")]);
+    }
+
+    #[test]
+    fn continuation_follows_kind_and_message_id() {
+        let mut buf = ChunkBuffer::default();
+        assert!(buf.continues(&chunk("x")));
+        buf.push(chunk("x"));
+        assert!(buf.continues(&chunk("y")));
+        let thought = json!({"sessionUpdate":"agent_thought_chunk","messageId":"m","content":{"type":"text","text":"t"}});
+        assert!(!buf.continues(&thought));
+        let other_id = json!({"sessionUpdate":"agent_message_chunk","messageId":"n","content":{"type":"text","text":"t"}});
+        assert!(!buf.continues(&other_id));
+        assert_eq!(buf.bytes(), 1);
+        assert_eq!(buf.take(), vec![chunk("x")]);
+        assert!(buf.is_empty());
+    }
+}
