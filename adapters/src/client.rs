@@ -233,14 +233,12 @@ impl InitializeResult {
     /// `agentCapabilities.sessionCapabilities.resume` is an object (or the
     /// legacy `true`).
     pub fn supports_resume(&self) -> bool {
-        match self
-            .agent_capabilities
-            .get("sessionCapabilities")
-            .and_then(|caps| caps.get("resume"))
-        {
-            Some(Value::Object(_)) | Some(Value::Bool(true)) => true,
-            _ => false,
-        }
+        matches!(
+            self.agent_capabilities
+                .get("sessionCapabilities")
+                .and_then(|caps| caps.get("resume")),
+            Some(Value::Object(_)) | Some(Value::Bool(true))
+        )
     }
 }
 
@@ -280,7 +278,9 @@ pub struct AdapterConnection {
 fn lock(pending: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
     // A panic while holding this lock leaves the map itself consistent, so
     // poisoning carries no meaning here.
-    pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pending
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl AdapterConnection {
@@ -541,11 +541,7 @@ async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<Wri
     }
 }
 
-async fn wait_loop(
-    mut child: Child,
-    kill: Arc<Notify>,
-    exit: watch::Sender<Option<ExitStatus>>,
-) {
+async fn wait_loop(mut child: Child, kill: Arc<Notify>, exit: watch::Sender<Option<ExitStatus>>) {
     let status = tokio::select! {
         status = child.wait() => status,
         _ = kill.notified() => {
@@ -575,7 +571,9 @@ async fn wait_loop(
 enum LineRead {
     /// A complete line is in the buffer; `truncated` when bytes beyond the
     /// limit were dropped.
-    Line { truncated: bool },
+    Line {
+        truncated: bool,
+    },
     Eof,
 }
 
@@ -727,7 +725,10 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
     }
     let (code, signal) = split_status(status);
     tracing::debug!(?code, ?signal, "adapter exited");
-    let _ = state.events.send(AdapterEvent::Exited { code, signal }).await;
+    let _ = state
+        .events
+        .send(AdapterEvent::Exited { code, signal })
+        .await;
 }
 
 /// Sends an event, waiting for room. Once the receiver is gone, requests are
@@ -786,8 +787,9 @@ mod tests {
         let mut reader = BufReader::with_capacity(8, input);
         let mut buf = Vec::new();
         let mut out = Vec::new();
-        while let LineRead::Line { truncated } =
-            read_line_limited(&mut reader, &mut buf, limit).await.unwrap()
+        while let LineRead::Line { truncated } = read_line_limited(&mut reader, &mut buf, limit)
+            .await
+            .unwrap()
         {
             out.push((buf.clone(), truncated));
         }

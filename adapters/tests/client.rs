@@ -146,8 +146,14 @@ async fn initialize_reports_capabilities_and_agent_info() {
 async fn echo_and_config_options() {
     let (conn, mut events) = start(&[]).await;
     let session = new_session(&conn).await;
-    let (result, updates, _) =
-        run_prompt(&conn, &mut events, &session, "echo hello there", no_requests).await;
+    let (result, updates, _) = run_prompt(
+        &conn,
+        &mut events,
+        &session,
+        "echo hello there",
+        no_requests,
+    )
+    .await;
     assert_eq!(result.unwrap()["stopReason"], "end_turn");
     assert_eq!(texts(&updates), vec!["hello there"]);
 
@@ -190,8 +196,12 @@ async fn permission_round_trip() {
     let (conn, mut events) = start(&[]).await;
     let session = new_session(&conn).await;
     for (option, status) in [("allow", "completed"), ("reject", "failed")] {
-        let (result, updates, _) =
-            run_prompt(&conn, &mut events, &session, "permission", |method, params| {
+        let (result, updates, _) = run_prompt(
+            &conn,
+            &mut events,
+            &session,
+            "permission",
+            |method, params| {
                 assert_eq!(method, "session/request_permission");
                 // Choose by kind, never by position.
                 let kind = if option == "allow" {
@@ -206,8 +216,9 @@ async fn permission_round_trip() {
                     .find(|o| o["kind"] == kind)
                     .unwrap();
                 Ok(json!({"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}))
-            })
-            .await;
+            },
+        )
+        .await;
         assert_eq!(result.unwrap()["stopReason"], "end_turn");
         assert_eq!(updates[0]["sessionUpdate"], "tool_call");
         assert_eq!(updates[1]["status"], status);
@@ -452,7 +463,9 @@ async fn stderr_is_surfaced() {
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert!(stderr.iter().any(|l| l.contains("unknown flag --no-such-flag")));
+    assert!(stderr
+        .iter()
+        .any(|l| l.contains("unknown flag --no-such-flag")));
     let error = conn.initialize(Value::Null, json!({})).await.unwrap_err();
     assert_eq!(error, AdapterError::Exited);
 }

@@ -91,7 +91,10 @@ async fn allow_path_matches_the_reference_transcript() {
             updates.push(params["update"].clone());
         }
     }
-    assert_eq!(result.expect("prompt answered"), json!({"stopReason": "end_turn"}));
+    assert_eq!(
+        result.expect("prompt answered"),
+        json!({"stopReason": "end_turn"})
+    );
     assert_eq!(permission_requests, 1);
 
     let expected = vec![
@@ -125,7 +128,9 @@ async fn unknown_session_and_unsupported_methods_are_typed() {
     let (conn, _events) = AdapterConnection::spawn(&example_agent(), AdapterOptions::default())
         .await
         .expect("node starts the example agent");
-    conn.initialize(Value::Null, json!({})).await.expect("initialize");
+    conn.initialize(Value::Null, json!({}))
+        .await
+        .expect("initialize");
     let unknown = conn
         .request(
             "session/prompt",
@@ -135,7 +140,10 @@ async fn unknown_session_and_unsupported_methods_are_typed() {
         .unwrap_err();
     assert!(unknown.is_unknown_session(), "{unknown:?}");
     let load = conn
-        .request("session/load", json!({"sessionId": "nope", "cwd": "/tmp", "mcpServers": []}))
+        .request(
+            "session/load",
+            json!({"sessionId": "nope", "cwd": "/tmp", "mcpServers": []}),
+        )
         .await
         .unwrap_err();
     assert_eq!(load.code(), "adapter_rpc_error");

@@ -283,8 +283,7 @@ mod tests {
     const INITIALIZE_RESULT: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":false}}}"#;
     const UPDATE: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I'll help you with that. Let me start by reading some files to understand the current situation."}}}}"#;
     const PERMISSION: &str = r#"{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","toolCall":{"toolCallId":"call_2","title":"Modifying critical configuration file","kind":"edit","status":"pending","locations":[{"path":"/home/user/project/config.json"}],"rawInput":{"path":"/home/user/project/config.json","content":"{\"database\": {\"host\": \"new-host\"}}"}},"options":[{"kind":"allow_once","name":"Allow this change","optionId":"allow"},{"kind":"reject_once","name":"Skip this change","optionId":"reject"}]}}"#;
-    const PERMISSION_ANSWER: &str =
-        r#"{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
+    const PERMISSION_ANSWER: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
     const METHOD_NOT_FOUND: &str = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"\"Method not found\": session/load","data":{"method":"session/load"}}}"#;
     const PARSE_ERROR: &str =
         r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
@@ -350,7 +349,10 @@ mod tests {
             panic!("expected a response, got {message:?}");
         };
         assert_eq!(id, json!(0));
-        assert_eq!(result.unwrap()["agentCapabilities"]["loadSession"], json!(false));
+        assert_eq!(
+            result.unwrap()["agentCapabilities"]["loadSession"],
+            json!(false)
+        );
 
         let AcpMessage::Response { id, result } = decode_line(METHOD_NOT_FOUND.as_bytes()).unwrap()
         else {
@@ -407,10 +409,7 @@ mod tests {
             decode_line(br#"{"jsonrpc":"2.0","method":7}"#),
             Err(AcpDecodeError::InvalidMessage(_))
         ));
-        assert_eq!(
-            decode_line(b"nope").unwrap_err().code(),
-            "acp_invalid_json"
-        );
+        assert_eq!(decode_line(b"nope").unwrap_err().code(), "acp_invalid_json");
     }
 
     #[test]
@@ -429,10 +428,7 @@ mod tests {
         let actual: Value = serde_json::from_str(answer.trim_end()).unwrap();
         assert_eq!(actual, expected);
         assert!(answer.starts_with("{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":"));
-        let cancel = encode_notification(
-            methods::SESSION_CANCEL,
-            &json!({"sessionId": "06c2"}),
-        );
+        let cancel = encode_notification(methods::SESSION_CANCEL, &json!({"sessionId": "06c2"}));
         assert_eq!(
             cancel,
             "{\"jsonrpc\":\"2.0\",\"method\":\"session/cancel\",\"params\":{\"sessionId\":\"06c2\"}}\n"

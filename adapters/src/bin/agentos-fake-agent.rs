@@ -51,8 +51,8 @@
 //! - `inspect`: a chunk holding the JSON of the whole prompt array.
 
 use std::collections::HashMap;
-use std::fs::{self, OpenOptions};
 use std::fmt::Write as _;
+use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,7 +147,9 @@ struct Agent {
 }
 
 fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Agent {
@@ -347,7 +349,8 @@ impl Agent {
 
     fn log_prompt(&self, session_id: &str, prompt: &Value) {
         if let Some(log) = &self.prompt_log {
-            let line = json!({"pid": std::process::id(), "sessionId": session_id, "prompt": prompt});
+            let line =
+                json!({"pid": std::process::id(), "sessionId": session_id, "prompt": prompt});
             let _ = writeln!(relock(log), "{line}");
         }
     }
@@ -360,7 +363,10 @@ impl Agent {
             Err(error) => return self.respond(&id, Err(error)),
         };
         let Some(prompt) = params.get("prompt").and_then(Value::as_array).cloned() else {
-            return self.respond(&id, Err(RpcError::invalid_params("prompt must be an array")));
+            return self.respond(
+                &id,
+                Err(RpcError::invalid_params("prompt must be an array")),
+            );
         };
         let cancel = match relock(&self.sessions).get(&session_id) {
             Some(session) => session.cancel.clone(),
