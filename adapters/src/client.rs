@@ -1,1 +1,866 @@
 //! The ACP client connection to one adapter process.
+//!
+//! The adapter is a child process speaking newline-delimited JSON-RPC on its
+//! stdio. One writer task serializes every outgoing line; one reader task
+//! classifies incoming lines, resolves our pending requests and forwards
+//! everything else to the caller as [`AdapterEvent`]s in arrival order; a
+//! stderr task turns diagnostic output into events and logs; a wait task owns
+//! the child and records its exit status. Bad lines become events, never a
+//! crash: the stream resynchronises at the next newline.
+//!
+//! The event channel is bounded and the reader waits when it is full rather
+//! than dropping events. A caller that awaits a response while not draining
+//! events can therefore stall its own response; drain events concurrently.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agentos_protocol::acp::{self, methods, AcpDecodeError, AcpMessage};
+pub use agentos_protocol::acp::{error_codes, RpcError};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+/// 16 MiB, the longest stdout line accepted from an adapter.
+pub const DEFAULT_MAX_READ_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// How long `initialize` may take before the adapter is declared unusable.
+pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default capacity of the event channel.
+pub const DEFAULT_EVENT_BUFFER: usize = 1024;
+/// Longest stderr line kept in an event; the rest of the line is dropped.
+pub const MAX_STDERR_LINE_BYTES: usize = 4096;
+/// How long `shutdown` waits for a graceful exit after closing stdin.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long the reader keeps draining stdout after the process has exited,
+/// in case a grandchild inherited the pipe and keeps it open.
+const EXIT_DRAIN_GRACE: Duration = Duration::from_secs(2);
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// How to start an adapter process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdapterCommand {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+}
+
+impl AdapterCommand {
+    pub fn new(program: impl Into<String>) -> Self {
+        AdapterCommand {
+            program: program.into(),
+            ..AdapterCommand::default()
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+}
+
+/// Limits of one connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterOptions {
+    pub max_read_line_bytes: usize,
+    pub initialize_timeout: Duration,
+    pub event_buffer: usize,
+}
+
+impl Default for AdapterOptions {
+    fn default() -> Self {
+        AdapterOptions {
+            max_read_line_bytes: DEFAULT_MAX_READ_LINE_BYTES,
+            initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
+            event_buffer: DEFAULT_EVENT_BUFFER,
+        }
+    }
+}
+
+/// The id of a request the agent sent us, kept verbatim so the answer echoes
+/// it exactly (agents may use numbers, strings or null).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IncomingRequestId(Value);
+
+impl IncomingRequestId {
+    pub fn new(id: Value) -> Self {
+        IncomingRequestId(id)
+    }
+
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+}
+
+impl Hash for IncomingRequestId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Equal Values print identically, so hashing the canonical JSON keeps
+        // Hash consistent with Eq.
+        self.0.to_string().hash(state);
+    }
+}
+
+/// Something the agent sent that the caller must handle, in arrival order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AdapterEvent {
+    /// For example `session/update`.
+    Notification { method: String, params: Value },
+    /// For example `session/request_permission`, `fs/read_text_file` or an
+    /// unknown method; the caller answers with [`AdapterConnection::respond`].
+    Request {
+        id: IncomingRequestId,
+        method: String,
+        params: Value,
+    },
+    /// One stderr line (lossy UTF-8, truncated to [`MAX_STDERR_LINE_BYTES`]).
+    Stderr(String),
+    /// An invalid JSON line or an oversize line; the stream continues.
+    ProtocolError(AdapterError),
+    /// The process ended. Always the last event.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+/// The adapter layer's errors.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AdapterError {
+    #[error("cannot start adapter: {0}")]
+    Spawn(String),
+    #[error("adapter i/o failed: {0}")]
+    Io(String),
+    #[error("adapter answered with an error: {0}")]
+    Rpc(RpcError),
+    #[error("adapter did not answer {method} in time")]
+    Timeout { method: String },
+    #[error("adapter process exited before answering")]
+    Exited,
+    #[error("adapter wrote a line longer than {limit} bytes")]
+    LineTooLong { limit: usize },
+    #[error("adapter wrote invalid JSON-RPC: {0}")]
+    InvalidJson(String),
+    #[error("adapter speaks ACP protocol version {0}, this client speaks only 1")]
+    UnsupportedProtocolVersion(u64),
+    #[error("adapter connection is closed")]
+    Closed,
+}
+
+impl AdapterError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AdapterError::Spawn(_) => "adapter_spawn_failed",
+            AdapterError::Io(_) => "adapter_io",
+            AdapterError::Rpc(_) => "adapter_rpc_error",
+            AdapterError::Timeout { .. } => "adapter_timeout",
+            AdapterError::Exited => "adapter_exited",
+            AdapterError::LineTooLong { .. } => "adapter_line_too_long",
+            AdapterError::InvalidJson(_) => "adapter_invalid_json",
+            AdapterError::UnsupportedProtocolVersion(_) => "acp_protocol_error",
+            AdapterError::Closed => "adapter_closed",
+        }
+    }
+
+    /// Whether the agent said it does not know the session: the standard
+    /// -32002, or the reference SDK's generic -32603 whose `data.details`
+    /// says "... not found".
+    pub fn is_unknown_session(&self) -> bool {
+        let AdapterError::Rpc(error) = self else {
+            return false;
+        };
+        match error.code {
+            error_codes::RESOURCE_NOT_FOUND => true,
+            error_codes::INTERNAL_ERROR => error
+                .data
+                .as_ref()
+                .and_then(|data| data.get("details"))
+                .and_then(Value::as_str)
+                .is_some_and(|details| details.to_ascii_lowercase().contains("not found")),
+            _ => false,
+        }
+    }
+}
+
+impl From<AcpDecodeError> for AdapterError {
+    fn from(error: AcpDecodeError) -> Self {
+        AdapterError::InvalidJson(error.to_string())
+    }
+}
+
+/// The agent's answer to `initialize`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InitializeResult {
+    pub protocol_version: u64,
+    pub agent_capabilities: Value,
+    pub agent_info: Option<Value>,
+    pub auth_methods: Value,
+    pub raw: Value,
+}
+
+impl InitializeResult {
+    fn from_raw(raw: Value) -> Result<Self, AdapterError> {
+        let protocol_version = raw
+            .get("protocolVersion")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| {
+                AdapterError::InvalidJson(
+                    "initialize result has no integer protocolVersion".to_owned(),
+                )
+            })?;
+        Ok(InitializeResult {
+            protocol_version,
+            agent_capabilities: raw
+                .get("agentCapabilities")
+                .cloned()
+                .unwrap_or_else(|| json!({})),
+            agent_info: raw.get("agentInfo").filter(|v| !v.is_null()).cloned(),
+            auth_methods: raw.get("authMethods").cloned().unwrap_or_else(|| json!([])),
+            raw,
+        })
+    }
+
+    /// `agentCapabilities.loadSession` is true; anything else means no.
+    pub fn supports_load(&self) -> bool {
+        self.agent_capabilities.get("loadSession") == Some(&Value::Bool(true))
+    }
+
+    /// `agentCapabilities.sessionCapabilities.resume` is an object (or the
+    /// legacy `true`).
+    pub fn supports_resume(&self) -> bool {
+        matches!(
+            self.agent_capabilities
+                .get("sessionCapabilities")
+                .and_then(|caps| caps.get("resume")),
+            Some(Value::Object(_)) | Some(Value::Bool(true))
+        )
+    }
+}
+
+type PendingReply = oneshot::Sender<Result<Value, AdapterError>>;
+
+/// Our in-flight requests. `closed` is set under the same lock when the
+/// process is gone, so a request registered afterwards fails at once instead
+/// of waiting for an answer that can never come.
+#[derive(Default)]
+struct Pending {
+    waiting: HashMap<u64, PendingReply>,
+    closed: bool,
+}
+
+enum WriterCommand {
+    Line(String),
+    Close,
+}
+
+struct Shared {
+    writer: mpsc::UnboundedSender<WriterCommand>,
+    pending: Arc<Mutex<Pending>>,
+    next_id: AtomicU64,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    kill: Arc<Notify>,
+    stdin_closed: AtomicBool,
+    pid: Option<u32>,
+    initialize_timeout: Duration,
+}
+
+/// A live connection to one adapter process. Clones share the connection.
+#[derive(Clone)]
+pub struct AdapterConnection {
+    shared: Arc<Shared>,
+}
+
+fn lock(pending: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
+    // A panic while holding this lock leaves the map itself consistent, so
+    // poisoning carries no meaning here.
+    pending
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl AdapterConnection {
+    /// Starts the adapter and the tasks that serve it. The receiver yields
+    /// the agent's notifications, requests, stderr lines and exit.
+    pub async fn spawn(
+        cmd: &AdapterCommand,
+        options: AdapterOptions,
+    ) -> Result<(AdapterConnection, mpsc::Receiver<AdapterEvent>), AdapterError> {
+        let mut command = Command::new(&cmd.program);
+        command
+            .args(&cmd.args)
+            .envs(&cmd.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(cwd) = &cmd.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| AdapterError::Spawn(format!("{}: {e}", cmd.program)))?;
+        let pid = child.id();
+        let (stdin, stdout, stderr) =
+            match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+                (Some(stdin), Some(stdout), Some(stderr)) => (stdin, stdout, stderr),
+                _ => {
+                    // Unreachable with piped stdio, but never leave the child behind.
+                    let _ = child.start_kill();
+                    return Err(AdapterError::Spawn(format!(
+                        "{}: stdio pipes were not created",
+                        cmd.program
+                    )));
+                }
+            };
+
+        let (events_tx, events_rx) = mpsc::channel(options.event_buffer.max(1));
+        let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let kill = Arc::new(Notify::new());
+        let pending = Arc::new(Mutex::new(Pending::default()));
+
+        tokio::spawn(write_loop(stdin, writer_rx));
+        tokio::spawn(wait_loop(child, kill.clone(), exit_tx));
+        let stderr_task = tokio::spawn(stderr_loop(
+            BufReader::with_capacity(READ_BUFFER_BYTES, stderr),
+            events_tx.clone(),
+        ));
+        tokio::spawn(read_loop(ReadLoop {
+            stdout: BufReader::with_capacity(READ_BUFFER_BYTES, stdout),
+            max_line: options.max_read_line_bytes,
+            events: events_tx,
+            pending: pending.clone(),
+            // Weak, so that dropping every connection handle still closes
+            // the adapter's stdin.
+            writer: writer_tx.downgrade(),
+            exit: exit_rx.clone(),
+            stderr_task,
+        }));
+
+        let shared = Shared {
+            writer: writer_tx,
+            pending,
+            next_id: AtomicU64::new(0),
+            exit: exit_rx,
+            kill,
+            stdin_closed: AtomicBool::new(false),
+            pid,
+            initialize_timeout: options.initialize_timeout,
+        };
+        Ok((
+            AdapterConnection {
+                shared: Arc::new(shared),
+            },
+            events_rx,
+        ))
+    }
+
+    /// Sends a request and waits for its answer, however long it takes.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, AdapterError> {
+        let (id, reply) = self.send_request(method, &params)?;
+        let guard = PendingGuard {
+            pending: &self.shared.pending,
+            id,
+        };
+        let answer = reply.await.unwrap_or(Err(AdapterError::Exited));
+        drop(guard);
+        answer
+    }
+
+    /// Like [`request`](Self::request) but gives up after `timeout`; a late
+    /// answer is then logged and ignored.
+    pub async fn request_timeout(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, AdapterError> {
+        match tokio::time::timeout(timeout, self.request(method, params)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(AdapterError::Timeout {
+                method: method.to_owned(),
+            }),
+        }
+    }
+
+    fn send_request(
+        &self,
+        method: &str,
+        params: &Value,
+    ) -> Result<(u64, oneshot::Receiver<Result<Value, AdapterError>>), AdapterError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = lock(&self.shared.pending);
+            if pending.closed {
+                return Err(AdapterError::Exited);
+            }
+            pending.waiting.insert(id, tx);
+        }
+        let line = acp::encode_request_u64(id, method, params);
+        if let Err(error) = self.send_line(line) {
+            lock(&self.shared.pending).waiting.remove(&id);
+            return Err(error);
+        }
+        Ok((id, rx))
+    }
+
+    fn send_line(&self, line: String) -> Result<(), AdapterError> {
+        if self.shared.stdin_closed.load(Ordering::Acquire) {
+            return Err(AdapterError::Closed);
+        }
+        if self.shared.exit.borrow().is_some() {
+            return Err(AdapterError::Exited);
+        }
+        self.shared
+            .writer
+            .send(WriterCommand::Line(line))
+            .map_err(|_| AdapterError::Closed)
+    }
+
+    /// Sends a notification (for example `session/cancel`).
+    pub fn notify(&self, method: &str, params: Value) -> Result<(), AdapterError> {
+        self.send_line(acp::encode_notification(method, &params))
+    }
+
+    /// Answers a request the agent sent, echoing its id.
+    pub fn respond(
+        &self,
+        id: &IncomingRequestId,
+        result: Result<Value, RpcError>,
+    ) -> Result<(), AdapterError> {
+        self.send_line(acp::encode_response(&id.0, &result))
+    }
+
+    /// Negotiates protocol version 1 and reads the agent's capabilities.
+    /// `client_info` may be `Value::Null` to leave it out.
+    pub async fn initialize(
+        &self,
+        client_info: Value,
+        client_capabilities: Value,
+    ) -> Result<InitializeResult, AdapterError> {
+        let mut params = json!({
+            "protocolVersion": acp::PROTOCOL_VERSION,
+            "clientCapabilities": client_capabilities,
+        });
+        if !client_info.is_null() {
+            params["clientInfo"] = client_info;
+        }
+        let raw = self
+            .request_timeout(methods::INITIALIZE, params, self.shared.initialize_timeout)
+            .await?;
+        let result = InitializeResult::from_raw(raw)?;
+        if result.protocol_version != acp::PROTOCOL_VERSION {
+            return Err(AdapterError::UnsupportedProtocolVersion(
+                result.protocol_version,
+            ));
+        }
+        Ok(result)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.shared.pid
+    }
+
+    /// Closes stdin, waits up to about 2 s for the process to exit, then
+    /// kills it. Safe to call more than once and from several tasks.
+    pub async fn shutdown(&self) {
+        if !self.shared.stdin_closed.swap(true, Ordering::AcqRel) {
+            let _ = self.shared.writer.send(WriterCommand::Close);
+        }
+        let mut exit = self.shared.exit.clone();
+        let exited = matches!(
+            tokio::time::timeout(SHUTDOWN_GRACE, exit.wait_for(Option::is_some)).await,
+            Ok(Ok(_))
+        );
+        if !exited {
+            self.shared.kill.notify_one();
+            let _ = exit.wait_for(Option::is_some).await;
+        }
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.exit.borrow().is_none()
+    }
+}
+
+/// Removes an abandoned request (its caller timed out or was dropped) from
+/// the pending map, so a late answer is recognised as unmatched.
+struct PendingGuard<'a> {
+    pending: &'a Mutex<Pending>,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        lock(self.pending).waiting.remove(&self.id);
+    }
+}
+
+async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<WriterCommand>) {
+    let mut out = BufWriter::new(stdin);
+    let mut broken = false;
+    while let Some(command) = commands.recv().await {
+        let mut close = false;
+        let mut next = Some(command);
+        // Batch whatever is already queued into one flush.
+        while let Some(command) = next.take() {
+            match command {
+                WriterCommand::Line(line) => {
+                    if !broken {
+                        if let Err(error) = out.write_all(line.as_bytes()).await {
+                            tracing::debug!(%error, "adapter stdin write failed");
+                            broken = true;
+                        }
+                    }
+                }
+                WriterCommand::Close => {
+                    close = true;
+                    break;
+                }
+            }
+            next = commands.try_recv().ok();
+        }
+        if !broken {
+            if let Err(error) = out.flush().await {
+                tracing::debug!(%error, "adapter stdin flush failed");
+                broken = true;
+            }
+        }
+        if close {
+            break;
+        }
+    }
+    if !broken {
+        let _ = out.shutdown().await;
+    }
+}
+
+async fn wait_loop(mut child: Child, kill: Arc<Notify>, exit: watch::Sender<Option<ExitStatus>>) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = kill.notified() => {
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    };
+    match status {
+        Ok(status) => {
+            let _ = exit.send(Some(status));
+        }
+        Err(error) => {
+            tracing::warn!(%error, "waiting for the adapter process failed");
+            let _ = child.start_kill();
+            // Report an exit anyway so no caller waits forever; the status
+            // is synthesised as a plain failure.
+            #[cfg(unix)]
+            {
+                use std::os::unix::process::ExitStatusExt;
+                let _ = exit.send(Some(ExitStatus::from_raw(1 << 8)));
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum LineRead {
+    /// A complete line is in the buffer; `truncated` when bytes beyond the
+    /// limit were dropped.
+    Line {
+        truncated: bool,
+    },
+    Eof,
+}
+
+/// Reads one line into `buf` (without the newline and a trailing `\r`),
+/// keeping at most `limit` bytes and discarding the rest of an overlong line
+/// so the next call starts at the next line.
+async fn read_line_limited<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<LineRead> {
+    buf.clear();
+    let mut truncated = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            if buf.is_empty() && !truncated {
+                return Ok(LineRead::Eof);
+            }
+            break;
+        }
+        let (chunk, consumed, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(at) => (&available[..at], at + 1, true),
+            None => (available, available.len(), false),
+        };
+        let room = limit.saturating_sub(buf.len());
+        if chunk.len() > room {
+            truncated = true;
+        }
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        reader.consume(consumed);
+        if done {
+            break;
+        }
+    }
+    if !truncated && buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    Ok(LineRead::Line { truncated })
+}
+
+async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: mpsc::Sender<AdapterEvent>) {
+    let mut buf = Vec::with_capacity(256);
+    loop {
+        match read_line_limited(&mut reader, &mut buf, MAX_STDERR_LINE_BYTES).await {
+            Ok(LineRead::Line { .. }) => {
+                let line = String::from_utf8_lossy(&buf).into_owned();
+                tracing::debug!(target: "agentos_adapters::stderr", "{line}");
+                // A dropped receiver only means nobody listens any more.
+                let _ = events.send(AdapterEvent::Stderr(line)).await;
+            }
+            Ok(LineRead::Eof) => return,
+            Err(error) => {
+                tracing::debug!(%error, "adapter stderr read failed");
+                return;
+            }
+        }
+    }
+}
+
+struct ReadLoop<R> {
+    stdout: R,
+    max_line: usize,
+    events: mpsc::Sender<AdapterEvent>,
+    pending: Arc<Mutex<Pending>>,
+    writer: mpsc::WeakUnboundedSender<WriterCommand>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    stderr_task: tokio::task::JoinHandle<()>,
+}
+
+async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
+    let mut buf = Vec::with_capacity(4096);
+    let mut exit_watch = state.exit.clone();
+    let drain_deadline = async {
+        let _ = exit_watch.wait_for(Option::is_some).await;
+        tokio::time::sleep(EXIT_DRAIN_GRACE).await;
+    };
+    tokio::pin!(drain_deadline);
+    let mut listening = true;
+    loop {
+        let read = tokio::select! {
+            read = read_line_limited(&mut state.stdout, &mut buf, state.max_line) => read,
+            _ = &mut drain_deadline => {
+                tracing::debug!("adapter exited but its stdout stayed open; stop reading");
+                break;
+            }
+        };
+        match read {
+            Ok(LineRead::Eof) => break,
+            Err(error) => {
+                tracing::debug!(%error, "adapter stdout read failed");
+                break;
+            }
+            Ok(LineRead::Line { truncated: true }) => {
+                let error = AdapterError::LineTooLong {
+                    limit: state.max_line,
+                };
+                tracing::warn!(limit = state.max_line, "adapter wrote an oversize line");
+                listening = deliver(&state, listening, AdapterEvent::ProtocolError(error)).await;
+            }
+            Ok(LineRead::Line { truncated: false }) => {
+                if buf.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                match acp::decode_line(&buf) {
+                    Ok(AcpMessage::Response { id, result }) => resolve(&state.pending, id, result),
+                    Ok(AcpMessage::Notification { method, params }) => {
+                        let event = AdapterEvent::Notification { method, params };
+                        listening = deliver(&state, listening, event).await;
+                    }
+                    Ok(AcpMessage::Request { id, method, params }) => {
+                        let event = AdapterEvent::Request {
+                            id: IncomingRequestId(id),
+                            method,
+                            params,
+                        };
+                        listening = deliver(&state, listening, event).await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "adapter wrote an invalid line");
+                        let event = AdapterEvent::ProtocolError(error.into());
+                        listening = deliver(&state, listening, event).await;
+                    }
+                }
+            }
+        }
+    }
+
+    // stderr usually ends together with stdout; bound the wait in case a
+    // grandchild keeps it open.
+    let _ = tokio::time::timeout(EXIT_DRAIN_GRACE, &mut state.stderr_task).await;
+    state.stderr_task.abort();
+
+    let status = {
+        let mut exit = state.exit.clone();
+        let status = match exit.wait_for(Option::is_some).await {
+            Ok(status) => *status,
+            Err(_) => None,
+        };
+        status
+    };
+    let waiting = {
+        let mut pending = lock(&state.pending);
+        pending.closed = true;
+        std::mem::take(&mut pending.waiting)
+    };
+    for (_, reply) in waiting {
+        let _ = reply.send(Err(AdapterError::Exited));
+    }
+    let (code, signal) = split_status(status);
+    tracing::debug!(?code, ?signal, "adapter exited");
+    let _ = state
+        .events
+        .send(AdapterEvent::Exited { code, signal })
+        .await;
+}
+
+/// Sends an event, waiting for room. Once the receiver is gone, requests are
+/// answered with "method not found" so the agent is not left waiting.
+async fn deliver<R>(state: &ReadLoop<R>, listening: bool, event: AdapterEvent) -> bool {
+    if listening {
+        match state.events.send(event).await {
+            Ok(()) => return true,
+            Err(mpsc::error::SendError(event)) => return reject_unheard(state, event),
+        }
+    }
+    reject_unheard(state, event)
+}
+
+fn reject_unheard<R>(state: &ReadLoop<R>, event: AdapterEvent) -> bool {
+    if let AdapterEvent::Request { id, method, .. } = event {
+        if let Some(writer) = state.writer.upgrade() {
+            let line = acp::encode_response(&id.0, &Err(RpcError::method_not_found(&method)));
+            let _ = writer.send(WriterCommand::Line(line));
+        }
+    }
+    false
+}
+
+fn resolve(pending: &Mutex<Pending>, id: Value, result: Result<Value, RpcError>) {
+    let reply = id
+        .as_u64()
+        .and_then(|key| lock(pending).waiting.remove(&key));
+    match reply {
+        Some(reply) => {
+            let _ = reply.send(result.map_err(AdapterError::Rpc));
+        }
+        None => tracing::debug!(%id, "ignoring a response that matches no pending request"),
+    }
+}
+
+fn split_status(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
+    let Some(status) = status else {
+        return (None, None);
+    };
+    #[cfg(unix)]
+    let signal = {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal()
+    };
+    #[cfg(not(unix))]
+    let signal = None;
+    (status.code(), signal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8], limit: usize) -> Vec<(Vec<u8>, bool)> {
+        let mut reader = BufReader::with_capacity(8, input);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        while let LineRead::Line { truncated } = read_line_limited(&mut reader, &mut buf, limit)
+            .await
+            .unwrap()
+        {
+            out.push((buf.clone(), truncated));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn splits_lines_across_buffer_refills() {
+        let got = lines(b"first line\r\nsecond\n\nlast-no-newline", 64).await;
+        assert_eq!(
+            got,
+            vec![
+                (b"first line".to_vec(), false),
+                (b"second".to_vec(), false),
+                (b"".to_vec(), false),
+                (b"last-no-newline".to_vec(), false),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn oversize_line_is_cut_and_the_next_line_survives() {
+        let got = lines(b"0123456789abcdef\nok\n", 10).await;
+        assert_eq!(
+            got,
+            vec![(b"0123456789".to_vec(), true), (b"ok".to_vec(), false)]
+        );
+        let got = lines(b"0123456789\n", 10).await;
+        assert_eq!(got, vec![(b"0123456789".to_vec(), false)]);
+    }
+
+    #[test]
+    fn unknown_session_detection() {
+        let not_found = AdapterError::Rpc(RpcError::resource_not_found("Resource not found"));
+        assert!(not_found.is_unknown_session());
+        let sdk_style = AdapterError::Rpc(
+            RpcError::internal("Internal error")
+                .with_data(json!({"details": "Session nope not found"})),
+        );
+        assert!(sdk_style.is_unknown_session());
+        let generic = AdapterError::Rpc(
+            RpcError::internal("Internal error").with_data(json!({"details": "disk on fire"})),
+        );
+        assert!(!generic.is_unknown_session());
+        assert!(!AdapterError::Exited.is_unknown_session());
+    }
+
+    #[test]
+    fn capability_gating() {
+        let result = |caps: Value| {
+            InitializeResult::from_raw(json!({"protocolVersion": 1, "agentCapabilities": caps}))
+                .unwrap()
+        };
+        assert!(!result(json!({"loadSession": false})).supports_load());
+        assert!(!result(json!({"loadSession": "yes"})).supports_load());
+        assert!(result(json!({"loadSession": true})).supports_load());
+        assert!(result(json!({"sessionCapabilities": {"resume": {}}})).supports_resume());
+        assert!(result(json!({"sessionCapabilities": {"resume": true}})).supports_resume());
+        assert!(!result(json!({"sessionCapabilities": {}})).supports_resume());
+        assert!(!result(json!({})).supports_resume());
+        assert!(InitializeResult::from_raw(json!({"agentCapabilities": {}})).is_err());
+    }
+
+    #[test]
+    fn incoming_ids_hash_like_they_compare() {
+        use std::collections::HashSet;
+        let mut set = HashSet::new();
+        set.insert(IncomingRequestId::new(json!(0)));
+        set.insert(IncomingRequestId::new(json!("0")));
+        set.insert(IncomingRequestId::new(Value::Null));
+        set.insert(IncomingRequestId::new(json!(0)));
+        assert_eq!(set.len(), 3);
+    }
+}

@@ -3,3 +3,8 @@
 //! agent back to the caller. Knows nothing of SQLite.
 
 pub mod client;
+
+pub use client::{
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
+    IncomingRequestId, InitializeResult, RpcError,
+};

@@ -1,1 +1,456 @@
 //! ACP JSON-RPC 2.0 line messages exchanged with adapter processes.
+//!
+//! ACP over stdio is newline-delimited JSON-RPC: one UTF-8 JSON object per
+//! line, never an embedded newline. This module classifies one received line
+//! into a request, a notification or a response (by shape, because each
+//! direction has its own id space), encodes outgoing messages, and names the
+//! methods and standard error codes the sidecar uses. It does no I/O.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// The only ACP major version this client speaks.
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// The `jsonrpc` member every message carries.
+pub const JSONRPC_VERSION: &str = "2.0";
+
+/// Method names of the stable v1 protocol.
+pub mod methods {
+    pub const INITIALIZE: &str = "initialize";
+    pub const AUTHENTICATE: &str = "authenticate";
+    pub const SESSION_NEW: &str = "session/new";
+    pub const SESSION_LOAD: &str = "session/load";
+    pub const SESSION_RESUME: &str = "session/resume";
+    pub const SESSION_LIST: &str = "session/list";
+    pub const SESSION_CLOSE: &str = "session/close";
+    pub const SESSION_PROMPT: &str = "session/prompt";
+    pub const SESSION_CANCEL: &str = "session/cancel";
+    pub const SESSION_SET_MODE: &str = "session/set_mode";
+    pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
+    pub const SESSION_UPDATE: &str = "session/update";
+    pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
+    pub const FS_READ_TEXT_FILE: &str = "fs/read_text_file";
+    pub const FS_WRITE_TEXT_FILE: &str = "fs/write_text_file";
+    pub const TERMINAL_CREATE: &str = "terminal/create";
+    pub const TERMINAL_OUTPUT: &str = "terminal/output";
+    pub const TERMINAL_WAIT_FOR_EXIT: &str = "terminal/wait_for_exit";
+    pub const TERMINAL_KILL: &str = "terminal/kill";
+    pub const TERMINAL_RELEASE: &str = "terminal/release";
+    pub const CANCEL_REQUEST: &str = "$/cancel_request";
+}
+
+/// Standard JSON-RPC error codes plus the ACP additions.
+pub mod error_codes {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const REQUEST_CANCELLED: i64 = -32800;
+    pub const AUTH_REQUIRED: i64 = -32000;
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+}
+
+/// A JSON-RPC error object, as received from or sent to an agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// The answer to a request whose method the receiver does not implement;
+    /// the method name goes in `data` the way the reference SDK does it.
+    pub fn method_not_found(method: &str) -> Self {
+        RpcError::new(error_codes::METHOD_NOT_FOUND, "Method not found")
+            .with_data(serde_json::json!({ "method": method }))
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError::new(error_codes::INVALID_PARAMS, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        RpcError::new(error_codes::INTERNAL_ERROR, message)
+    }
+
+    pub fn parse_error(message: impl Into<String>) -> Self {
+        RpcError::new(error_codes::PARSE_ERROR, message)
+    }
+
+    pub fn resource_not_found(message: impl Into<String>) -> Self {
+        RpcError::new(error_codes::RESOURCE_NOT_FOUND, message)
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// One received line, classified by shape.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AcpMessage {
+    /// Has `method` and `id`: the peer expects an answer carrying this id.
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// Has `method` and no `id`.
+    Notification { method: String, params: Value },
+    /// Has no `method`: the answer to one of the receiver's own requests.
+    Response {
+        id: Value,
+        result: Result<Value, RpcError>,
+    },
+}
+
+/// Why a line is not an ACP message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AcpDecodeError {
+    #[error("invalid JSON: {0}")]
+    InvalidJson(String),
+    #[error("not a JSON-RPC message: {0}")]
+    InvalidMessage(String),
+}
+
+impl AcpDecodeError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AcpDecodeError::InvalidJson(_) => "acp_invalid_json",
+            AcpDecodeError::InvalidMessage(_) => "acp_invalid_message",
+        }
+    }
+}
+
+/// `Some(value)` whenever the member is present, so that `"id": null` (a
+/// valid id) stays distinguishable from a missing id.
+fn present<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(de).map(Some)
+}
+
+#[derive(Deserialize)]
+struct RawMessage {
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<RpcError>,
+}
+
+/// Classifies one line (without its newline). Unknown members are ignored so
+/// that extensions do not break the stream.
+pub fn decode_line(line: &[u8]) -> Result<AcpMessage, AcpDecodeError> {
+    let raw: RawMessage = match serde_json::from_slice(line) {
+        Ok(raw) => raw,
+        Err(e) if e.is_data() => return Err(AcpDecodeError::InvalidMessage(e.to_string())),
+        Err(e) => return Err(AcpDecodeError::InvalidJson(e.to_string())),
+    };
+    let params = raw.params.unwrap_or(Value::Null);
+    match (raw.method, raw.id) {
+        (Some(method), Some(id)) => Ok(AcpMessage::Request { id, method, params }),
+        (Some(method), None) => Ok(AcpMessage::Notification { method, params }),
+        (None, Some(id)) => {
+            let result = match (raw.result, raw.error) {
+                (_, Some(error)) => Err(error),
+                (Some(result), None) => Ok(result),
+                (None, None) => {
+                    return Err(AcpDecodeError::InvalidMessage(
+                        "response has neither result nor error".to_owned(),
+                    ))
+                }
+            };
+            Ok(AcpMessage::Response { id, result })
+        }
+        (None, None) => Err(AcpDecodeError::InvalidMessage(
+            "message has neither method nor id".to_owned(),
+        )),
+    }
+}
+
+#[derive(Serialize)]
+struct OutRequest<'a, I: Serialize> {
+    jsonrpc: &'static str,
+    id: I,
+    method: &'a str,
+    params: &'a Value,
+}
+
+#[derive(Serialize)]
+struct OutNotification<'a> {
+    jsonrpc: &'static str,
+    method: &'a str,
+    params: &'a Value,
+}
+
+#[derive(Serialize)]
+struct OutResult<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    result: &'a Value,
+}
+
+#[derive(Serialize)]
+struct OutError<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    error: &'a RpcError,
+}
+
+fn to_line<T: Serialize>(message: &T) -> String {
+    // Compact serde_json output escapes control characters inside strings, so
+    // the line can never contain a raw newline. Serializing these shapes
+    // cannot fail: every key is a string and every value is already JSON.
+    let mut line = serde_json::to_string(message).unwrap_or_default();
+    line.push('\n');
+    line
+}
+
+/// A request line (with its trailing newline).
+pub fn encode_request(id: &Value, method: &str, params: &Value) -> String {
+    to_line(&OutRequest {
+        jsonrpc: JSONRPC_VERSION,
+        id,
+        method,
+        params,
+    })
+}
+
+/// A request line with a numeric id, the kind this client allocates.
+pub fn encode_request_u64(id: u64, method: &str, params: &Value) -> String {
+    to_line(&OutRequest {
+        jsonrpc: JSONRPC_VERSION,
+        id,
+        method,
+        params,
+    })
+}
+
+/// A notification line (with its trailing newline).
+pub fn encode_notification(method: &str, params: &Value) -> String {
+    to_line(&OutNotification {
+        jsonrpc: JSONRPC_VERSION,
+        method,
+        params,
+    })
+}
+
+/// A response line echoing the peer's request id verbatim.
+pub fn encode_response(id: &Value, result: &Result<Value, RpcError>) -> String {
+    match result {
+        Ok(result) => to_line(&OutResult {
+            jsonrpc: JSONRPC_VERSION,
+            id,
+            result,
+        }),
+        Err(error) => to_line(&OutError {
+            jsonrpc: JSONRPC_VERSION,
+            id,
+            error,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true},"clientInfo":{"name":"sidecar-probe","version":"0.0.1"}}}"#;
+    const INITIALIZE_RESULT: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":false}}}"#;
+    const UPDATE: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I'll help you with that. Let me start by reading some files to understand the current situation."}}}}"#;
+    const PERMISSION: &str = r#"{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","toolCall":{"toolCallId":"call_2","title":"Modifying critical configuration file","kind":"edit","status":"pending","locations":[{"path":"/home/user/project/config.json"}],"rawInput":{"path":"/home/user/project/config.json","content":"{\"database\": {\"host\": \"new-host\"}}"}},"options":[{"kind":"allow_once","name":"Allow this change","optionId":"allow"},{"kind":"reject_once","name":"Skip this change","optionId":"reject"}]}}"#;
+    const PERMISSION_ANSWER: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
+    const METHOD_NOT_FOUND: &str = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"\"Method not found\": session/load","data":{"method":"session/load"}}}"#;
+    const PARSE_ERROR: &str =
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+
+    #[test]
+    fn request_from_transcript() {
+        let message = decode_line(INITIALIZE.as_bytes()).unwrap();
+        let AcpMessage::Request { id, method, params } = message else {
+            panic!("expected a request, got {message:?}");
+        };
+        assert_eq!(id, json!(0));
+        assert_eq!(method, methods::INITIALIZE);
+        assert_eq!(params["protocolVersion"], json!(1));
+    }
+
+    #[test]
+    fn agent_request_keeps_its_own_id() {
+        let message = decode_line(PERMISSION.as_bytes()).unwrap();
+        let AcpMessage::Request { id, method, params } = message else {
+            panic!("expected a request, got {message:?}");
+        };
+        assert_eq!(id, json!(0));
+        assert_eq!(method, methods::SESSION_REQUEST_PERMISSION);
+        assert_eq!(params["options"][1]["kind"], json!("reject_once"));
+    }
+
+    #[test]
+    fn string_and_null_ids_are_requests() {
+        let line = br#"{"jsonrpc":"2.0","id":"abc","method":"_x/y"}"#;
+        let message = decode_line(line).unwrap();
+        assert_eq!(
+            message,
+            AcpMessage::Request {
+                id: json!("abc"),
+                method: "_x/y".into(),
+                params: Value::Null
+            }
+        );
+        let line = br#"{"jsonrpc":"2.0","id":null,"method":"_x/y","params":{}}"#;
+        let AcpMessage::Request { id, .. } = decode_line(line).unwrap() else {
+            panic!("null id must still make a request");
+        };
+        assert_eq!(id, Value::Null);
+    }
+
+    #[test]
+    fn notification_from_transcript() {
+        let message = decode_line(UPDATE.as_bytes()).unwrap();
+        let AcpMessage::Notification { method, params } = message else {
+            panic!("expected a notification, got {message:?}");
+        };
+        assert_eq!(method, methods::SESSION_UPDATE);
+        assert_eq!(
+            params["update"]["sessionUpdate"],
+            json!("agent_message_chunk")
+        );
+    }
+
+    #[test]
+    fn responses_with_result_and_error() {
+        let message = decode_line(INITIALIZE_RESULT.as_bytes()).unwrap();
+        let AcpMessage::Response { id, result } = message else {
+            panic!("expected a response, got {message:?}");
+        };
+        assert_eq!(id, json!(0));
+        assert_eq!(
+            result.unwrap()["agentCapabilities"]["loadSession"],
+            json!(false)
+        );
+
+        let AcpMessage::Response { id, result } = decode_line(METHOD_NOT_FOUND.as_bytes()).unwrap()
+        else {
+            panic!("expected a response");
+        };
+        assert_eq!(id, json!(3));
+        let error = result.unwrap_err();
+        assert_eq!(error.code, error_codes::METHOD_NOT_FOUND);
+        assert_eq!(error.data, Some(json!({"method": "session/load"})));
+
+        let AcpMessage::Response { id, result } = decode_line(PARSE_ERROR.as_bytes()).unwrap()
+        else {
+            panic!("expected a response");
+        };
+        assert_eq!(id, Value::Null);
+        assert_eq!(result.unwrap_err().code, error_codes::PARSE_ERROR);
+    }
+
+    #[test]
+    fn null_result_is_a_result() {
+        let line = br#"{"jsonrpc":"2.0","id":4,"result":null}"#;
+        assert_eq!(
+            decode_line(line).unwrap(),
+            AcpMessage::Response {
+                id: json!(4),
+                result: Ok(Value::Null)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_typed_errors() {
+        assert!(matches!(
+            decode_line(b"not json"),
+            Err(AcpDecodeError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            decode_line(b"{\"id\":1"),
+            Err(AcpDecodeError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            decode_line(b"[1,2]"),
+            Err(AcpDecodeError::InvalidMessage(_))
+        ));
+        assert!(matches!(
+            decode_line(br#"{"jsonrpc":"2.0"}"#),
+            Err(AcpDecodeError::InvalidMessage(_))
+        ));
+        assert!(matches!(
+            decode_line(br#"{"jsonrpc":"2.0","id":1}"#),
+            Err(AcpDecodeError::InvalidMessage(_))
+        ));
+        assert!(matches!(
+            decode_line(br#"{"jsonrpc":"2.0","method":7}"#),
+            Err(AcpDecodeError::InvalidMessage(_))
+        ));
+        assert_eq!(decode_line(b"nope").unwrap_err().code(), "acp_invalid_json");
+    }
+
+    #[test]
+    fn encodes_exact_transcript_lines() {
+        let params = json!({"cwd": "/tmp", "mcpServers": []});
+        assert_eq!(
+            encode_request_u64(1, methods::SESSION_NEW, &params),
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/new\",\"params\":{\"cwd\":\"/tmp\",\"mcpServers\":[]}}\n"
+        );
+        let answer = encode_response(
+            &json!(0),
+            &Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow"}})),
+        );
+        // Key order inside `result` follows serde_json's map, so compare values.
+        let expected: Value = serde_json::from_str(PERMISSION_ANSWER).unwrap();
+        let actual: Value = serde_json::from_str(answer.trim_end()).unwrap();
+        assert_eq!(actual, expected);
+        assert!(answer.starts_with("{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":"));
+        let cancel = encode_notification(methods::SESSION_CANCEL, &json!({"sessionId": "06c2"}));
+        assert_eq!(
+            cancel,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"session/cancel\",\"params\":{\"sessionId\":\"06c2\"}}\n"
+        );
+    }
+
+    #[test]
+    fn encoded_errors_round_trip_and_never_embed_newlines() {
+        let error = RpcError::method_not_found("_sidecar/ping");
+        let line = encode_response(&json!("req-1"), &Err(error.clone()));
+        assert_eq!(line.matches('\n').count(), 1);
+        assert!(line.ends_with('\n'));
+        let decoded = decode_line(line.trim_end().as_bytes()).unwrap();
+        assert_eq!(
+            decoded,
+            AcpMessage::Response {
+                id: json!("req-1"),
+                result: Err(error)
+            }
+        );
+        let text = json!({"text": "a\nb\r\nc"});
+        let line = encode_notification(methods::SESSION_UPDATE, &text);
+        assert_eq!(line.matches('\n').count(), 1);
+    }
+}
