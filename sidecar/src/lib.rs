@@ -7,3 +7,4 @@ pub mod db;
 pub mod host;
 pub mod sessions;
 pub mod vfs;
+pub mod vm;

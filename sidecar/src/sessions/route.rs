@@ -162,7 +162,7 @@ fn error_json(code: &str, message: &str) -> Value {
 
 /// Builds the continuation text from session updates, newest first, within
 /// `max_bytes`; `None` when there is nothing to continue from.
-pub(crate) fn build_continuation(updates_newest_first: &[String], max_bytes: u64) -> Option<String> {
+pub fn build_continuation(updates_newest_first: &[String], max_bytes: u64) -> Option<String> {
     let mut used = CONTINUATION_HEADER.len() as u64 + 1;
     let mut taken = Vec::new();
     for line in updates_newest_first {
@@ -645,10 +645,10 @@ impl Route {
             blocks.push(json!({"type": "text", "text": preamble}));
         }
         blocks.extend(request.content);
-        let _awake = self
-            .shared
+        let shared = self.shared.clone();
+        let _awake = shared
             .keep_awake
-            .hold(&self.shared.notices, &self.session_id, &request.prompt_id);
+            .hold(&shared.notices, &self.session_id, &request.prompt_id);
         let mut turn = Turn {
             prompt_id: request.prompt_id.clone(),
             buffer: ChunkBuffer::default(),
