@@ -287,9 +287,7 @@ impl Drop for Lease {
         let key = std::mem::take(&mut self.key);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = conn
-                    .call(&conn.slots, None, rollback_payload(&key))
-                    .await;
+                let _ = conn.call(&conn.slots, None, rollback_payload(&key)).await;
             });
         }
     }
@@ -535,7 +533,9 @@ impl Connection {
                 capacity: u32::try_from(self.max_queued_bytes).unwrap_or(u32::MAX),
             });
         }
-        state.pending.insert(request_id, Pending { reply, _slot: slot });
+        state
+            .pending
+            .insert(request_id, Pending { reply, _slot: slot });
         drop(state);
         if self.out.send(bytes).is_err() {
             self.shared
@@ -581,7 +581,12 @@ async fn handshake(path: &Path) -> Result<(UnixStream, u32, BytesMut), DbError> 
     }
 }
 
-async fn read_loop(mut rd: OwnedReadHalf, mut buf: BytesMut, max_frame_bytes: u32, shared: Arc<Shared>) {
+async fn read_loop(
+    mut rd: OwnedReadHalf,
+    mut buf: BytesMut,
+    max_frame_bytes: u32,
+    shared: Arc<Shared>,
+) {
     // Responses are bounded by the server's limit, which the hello announced.
     let decoder = FrameDecoder::new(max_frame_bytes.max(ars::DEFAULT_MAX_FRAME_BYTES));
     let error = loop {

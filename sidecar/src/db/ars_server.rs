@@ -195,7 +195,11 @@ impl Shared {
     }
 }
 
-async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut connections = Vec::new();
     loop {
         tokio::select! {
@@ -390,13 +394,14 @@ fn check_lease_rules(request: &ars::Request, used_keys: &mut HashSet<String>) ->
                 None
             }
         }
-        RequestPayload::SqliteQuery(_) | RequestPayload::SqliteExec(_) => match &request.lease_key
-        {
-            Some(key) if !used_keys.contains(key) => {
-                Some("no lease with this key was begun on this connection".into())
+        RequestPayload::SqliteQuery(_) | RequestPayload::SqliteExec(_) => {
+            match &request.lease_key {
+                Some(key) if !used_keys.contains(key) => {
+                    Some("no lease with this key was begun on this connection".into())
+                }
+                _ => None,
             }
-            _ => None,
-        },
+        }
     }
 }
 
