@@ -1,1 +1,654 @@
 //! The actor_uds backend: an Actor Runtime Socket v1 client.
+//!
+//! One connection at a time, with a reader task and a writer task; requests
+//! are pipelined under fresh request ids and matched to their responses in
+//! whatever order those arrive. In-flight requests are bounded by
+//! `limits.sqlite.maxInFlightRequests` (callers wait for a slot) and encoded
+//! bytes waiting for the socket by `maxQueuedRequestBytes` (the excess is a
+//! typed `QueueFull` error, never unbounded memory). A transaction is one
+//! lease with a fresh UUID key, pinned to the connection that began it; it
+//! reserves all the slots it needs before it begins, so lease-less reads the
+//! server defers behind it can never starve it of slots. There is no pool,
+//! mux, writer scheduler or retry layer: the socket's owner owns isolation.
+//! A dead connection fails its pending requests with `ConnectionLost`; the
+//! next call connects again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentos_protocol::ars::{
+    self, ArsError, ClientFrame, FrameDecoder, Request, RequestPayload, ResponsePayload,
+    ServerFrame, ServerHello, SqliteBegin, SqliteCommit, SqliteQuery, SqliteQueryOk,
+    SqliteRollback,
+};
+use agentos_schema::{Database, DatabaseKind, DbError, Rows, SqlValue, Statement};
+use async_trait::async_trait;
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::config::SqliteLimits;
+
+/// Connect plus hello must finish within this.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The actor socket database handle.
+pub struct ActorUdsDatabase {
+    path: PathBuf,
+    limits: SqliteLimits,
+    current: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+/// Connects, says hello, and turns foreign keys on (verifying they are on).
+pub async fn connect(path: &Path, limits: &SqliteLimits) -> Result<ActorUdsDatabase, DbError> {
+    let connection = Connection::open(path, limits).await?;
+    let db = ActorUdsDatabase {
+        path: path.to_owned(),
+        limits: limits.clone(),
+        current: tokio::sync::Mutex::new(Some(connection.clone())),
+    };
+    db.query("PRAGMA foreign_keys = ON", vec![]).await?;
+    let on = db.query("PRAGMA foreign_keys", vec![]).await?;
+    if on.scalar_i64() != Some(1) {
+        return Err(DbError::ForeignKeysDisabled);
+    }
+    Ok(db)
+}
+
+impl ActorUdsDatabase {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The live connection, or a new one when the last has died.
+    async fn connection(&self) -> Result<Arc<Connection>, DbError> {
+        let mut current = self.current.lock().await;
+        if let Some(conn) = current.as_ref() {
+            if conn.is_alive() {
+                return Ok(conn.clone());
+            }
+        }
+        *current = None;
+        let conn = Connection::open(&self.path, &self.limits).await?;
+        // A fresh server connection starts with the server's own settings.
+        conn.call(
+            &conn.slots,
+            None,
+            query_payload("PRAGMA foreign_keys = ON", vec![]),
+        )
+        .await
+        .and_then(|r| expect_query(r, 0))?;
+        *current = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn rows_of(&self, ok: SqliteQueryOk) -> Result<Rows, DbError> {
+        let mut bytes: u64 = 0;
+        let rows: Vec<Vec<SqlValue>> = ok
+            .rows
+            .into_iter()
+            .map(|row| {
+                row.into_iter()
+                    .map(|v| {
+                        let v = from_wire(v);
+                        bytes += v.approx_bytes() as u64;
+                        v
+                    })
+                    .collect()
+            })
+            .collect();
+        if bytes > self.limits.max_result_bytes {
+            return Err(DbError::ResultLimit {
+                limit: self.limits.max_result_bytes,
+            });
+        }
+        Ok(Rows {
+            columns: ok.columns,
+            rows,
+            changes: u64::try_from(ok.changes).unwrap_or(0),
+            last_insert_rowid: ok.last_insert_row_id,
+        })
+    }
+}
+
+#[async_trait]
+impl Database for ActorUdsDatabase {
+    fn kind(&self) -> DatabaseKind {
+        DatabaseKind::ActorUds
+    }
+
+    async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        let conn = self.connection().await?;
+        let response = conn
+            .call(&conn.slots, None, query_payload(sql, params))
+            .await?;
+        self.rows_of(expect_query(response, 0)?)
+    }
+
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
+        let conn = self.connection().await?;
+        let needed = (statements.len() + 2).min(conn.max_in_flight as usize) as u32;
+        // Reserve every slot this transaction will hold at once, so concurrent
+        // callers can never each hold part of what the other needs.
+        let reserved = conn
+            .slots
+            .clone()
+            .acquire_many_owned(needed)
+            .await
+            .map_err(|_| conn.death())?;
+        let slots = Arc::new(Semaphore::new(needed as usize));
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut lease = Lease {
+            conn: conn.clone(),
+            key: key.clone(),
+            open: true,
+            slots: slots.clone(),
+        };
+
+        let begin = conn
+            .send(
+                &slots,
+                None,
+                RequestPayload::SqliteBegin(SqliteBegin {
+                    lease_key: key.clone(),
+                    timeout_ms: None,
+                }),
+            )
+            .await?;
+        let mut expectations = Vec::with_capacity(statements.len());
+        let mut replies = Vec::with_capacity(statements.len());
+        let mut send_error = None;
+        for statement in statements {
+            expectations.push(statement.expected_changes);
+            match conn
+                .send(
+                    &slots,
+                    Some(key.clone()),
+                    query_payload_owned(statement.sql, statement.params),
+                )
+                .await
+            {
+                Ok(reply) => replies.push(reply),
+                Err(e) => {
+                    send_error = Some(e);
+                    break;
+                }
+            }
+        }
+
+        match receive(begin).await {
+            Ok(ResponsePayload::SqliteBeginOk) => {}
+            Ok(other) => {
+                lease.open = false;
+                return Err(error_of(other, 0));
+            }
+            Err(e) => {
+                lease.open = false;
+                return Err(e);
+            }
+        }
+        if let Some(error) = send_error {
+            lease.rollback().await;
+            return Err(error);
+        }
+        let mut results = Vec::with_capacity(replies.len());
+        for (index, (reply, expected)) in replies.into_iter().zip(expectations).enumerate() {
+            let index = index as u32;
+            let outcome = receive(reply)
+                .await
+                .and_then(|r| expect_query(r, index))
+                .and_then(|ok| self.rows_of(ok))
+                .and_then(|rows| match expected {
+                    Some(expected) if expected != rows.changes => Err(DbError::ExpectedChanges {
+                        statement_index: index,
+                        expected,
+                        actual: rows.changes,
+                    }),
+                    _ => Ok(rows),
+                });
+            match outcome {
+                Ok(rows) => results.push(rows),
+                Err(error) => {
+                    lease.rollback().await;
+                    return Err(error);
+                }
+            }
+        }
+        let commit = conn
+            .call(
+                &slots,
+                None,
+                RequestPayload::SqliteCommit(SqliteCommit {
+                    lease_key: key.clone(),
+                }),
+            )
+            .await;
+        match commit {
+            Ok(ResponsePayload::SqliteCommitOk) => {
+                lease.open = false;
+                drop(reserved);
+                Ok(results)
+            }
+            Ok(other) => {
+                lease.rollback().await;
+                Err(error_of(other, results.len() as u32))
+            }
+            Err(e) => {
+                lease.rollback().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// An open lease. Dropped while still open (the caller's future was
+/// cancelled), it sends a rollback in the background rather than holding the
+/// server's writer until the deadline.
+struct Lease {
+    conn: Arc<Connection>,
+    key: String,
+    open: bool,
+    slots: Arc<Semaphore>,
+}
+
+impl Lease {
+    async fn rollback(&mut self) {
+        self.open = false;
+        let result = self
+            .conn
+            .call(&self.slots, None, rollback_payload(&self.key))
+            .await;
+        match result {
+            Ok(ResponsePayload::SqliteRollbackOk) => {}
+            // The server already ended the lease (a failed commit, a deadline):
+            // nothing is left to roll back.
+            Ok(ResponsePayload::InvalidLeaseKey(_) | ResponsePayload::LeaseExpired(_)) => {}
+            Ok(other) => tracing::error!(
+                error = %error_of(other, 0),
+                "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed"
+            ),
+            Err(e) => tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed"),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        let conn = self.conn.clone();
+        let key = std::mem::take(&mut self.key);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = conn.call(&conn.slots, None, rollback_payload(&key)).await;
+            });
+        }
+    }
+}
+
+fn rollback_payload(key: &str) -> RequestPayload {
+    RequestPayload::SqliteRollback(SqliteRollback {
+        lease_key: key.to_owned(),
+    })
+}
+
+fn query_payload(sql: &str, params: Vec<SqlValue>) -> RequestPayload {
+    query_payload_owned(sql.to_owned(), params)
+}
+
+fn query_payload_owned(sql: String, params: Vec<SqlValue>) -> RequestPayload {
+    RequestPayload::SqliteQuery(SqliteQuery {
+        sql,
+        params: params.into_iter().map(to_wire).collect(),
+    })
+}
+
+async fn receive(reply: Reply) -> Result<ResponsePayload, DbError> {
+    reply
+        .await
+        .map_err(|_| DbError::ConnectionLost("the connection closed".into()))?
+}
+
+fn expect_query(response: ResponsePayload, index: u32) -> Result<SqliteQueryOk, DbError> {
+    match response {
+        ResponsePayload::SqliteQueryOk(ok) => Ok(ok),
+        other => Err(error_of(other, index)),
+    }
+}
+
+/// Maps a non-success response to the handle's error.
+pub fn error_of(response: ResponsePayload, statement_index: u32) -> DbError {
+    match response {
+        ResponsePayload::SqlError(e) => DbError::Sql {
+            code: e.code,
+            statement_index,
+            message: e.message,
+        },
+        ResponsePayload::EndpointClosed => DbError::EndpointClosed,
+        ResponsePayload::QueueFull(q) => DbError::QueueFull {
+            limit: q.limit,
+            capacity: q.capacity,
+        },
+        ResponsePayload::InvalidLeaseKey(e) => DbError::InvalidLeaseKey(e.message),
+        ResponsePayload::LeaseExpired(e) => DbError::LeaseExpired {
+            timeout_ms: e.timeout_ms,
+            message: e.message,
+        },
+        ResponsePayload::ResponseTooLarge => DbError::ResponseTooLarge,
+        other => DbError::Protocol(format!("unexpected response {other:?}")),
+    }
+}
+
+fn to_wire(value: SqlValue) -> ars::SqlValue {
+    match value {
+        SqlValue::Null => ars::SqlValue::SqlNull,
+        SqlValue::Integer(v) => ars::SqlValue::SqlInteger(v),
+        SqlValue::Real(v) => ars::SqlValue::SqlReal(v),
+        SqlValue::Text(v) => ars::SqlValue::SqlText(v),
+        SqlValue::Blob(v) => ars::SqlValue::SqlBlob(v),
+    }
+}
+
+fn from_wire(value: ars::SqlValue) -> SqlValue {
+    match value {
+        ars::SqlValue::SqlNull => SqlValue::Null,
+        ars::SqlValue::SqlInteger(v) => SqlValue::Integer(v),
+        ars::SqlValue::SqlReal(v) => SqlValue::Real(v),
+        ars::SqlValue::SqlText(v) => SqlValue::Text(v),
+        ars::SqlValue::SqlBlob(v) => SqlValue::Blob(v),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One connection: the pending map, the reader and the writer.
+
+type Reply = oneshot::Receiver<Result<ResponsePayload, DbError>>;
+
+struct Pending {
+    reply: oneshot::Sender<Result<ResponsePayload, DbError>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<u32, Pending>,
+    /// Set once; every later call fails with it.
+    dead: Option<DbError>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    slots: Arc<Semaphore>,
+    queued_bytes: AtomicU64,
+}
+
+impl Shared {
+    /// Marks the connection dead and fails everything pending with `error`.
+    fn kill(&self, error: DbError) {
+        let pending = match self.state.lock() {
+            Ok(mut state) => {
+                if state.dead.is_none() {
+                    state.dead = Some(error.clone());
+                }
+                std::mem::take(&mut state.pending)
+            }
+            Err(_) => return,
+        };
+        self.slots.close();
+        for (_, p) in pending {
+            let _ = p.reply.send(Err(error.clone()));
+        }
+    }
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    next_id: AtomicU32,
+    max_in_flight: u32,
+    max_queued_bytes: u64,
+    max_frame_bytes: u32,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Connection {
+    async fn open(path: &Path, limits: &SqliteLimits) -> Result<Arc<Connection>, DbError> {
+        let (stream, max_frame_bytes, buf) = tokio::time::timeout(CONNECT_TIMEOUT, handshake(path))
+            .await
+            .map_err(|_| {
+                DbError::Connect(format!(
+                    "{}: no hello within {} s",
+                    path.display(),
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            })??;
+        let max_in_flight = limits.max_in_flight_requests.max(1);
+        let slots = Arc::new(Semaphore::new(max_in_flight as usize));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            slots: slots.clone(),
+            queued_bytes: AtomicU64::new(0),
+        });
+        let (rd, wr) = stream.into_split();
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(read_loop(rd, buf, max_frame_bytes, shared.clone()));
+        let writer = tokio::spawn(write_loop(wr, out_rx, shared.clone()));
+        Ok(Arc::new(Connection {
+            shared,
+            slots,
+            out,
+            next_id: AtomicU32::new(1),
+            max_in_flight,
+            max_queued_bytes: limits.max_queued_request_bytes,
+            max_frame_bytes,
+            tasks: [reader, writer],
+        }))
+    }
+
+    fn is_alive(&self) -> bool {
+        self.shared
+            .state
+            .lock()
+            .map(|s| s.dead.is_none())
+            .unwrap_or(false)
+    }
+
+    fn death(&self) -> DbError {
+        self.shared
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.dead.clone())
+            .unwrap_or_else(|| DbError::ConnectionLost("the connection closed".into()))
+    }
+
+    async fn call(
+        &self,
+        slots: &Arc<Semaphore>,
+        lease_key: Option<String>,
+        payload: RequestPayload,
+    ) -> Result<ResponsePayload, DbError> {
+        receive(self.send(slots, lease_key, payload).await?).await
+    }
+
+    /// Queues one request and returns where its response will arrive. Waits
+    /// for an in-flight slot from `slots`; never waits for queued bytes.
+    async fn send(
+        &self,
+        slots: &Arc<Semaphore>,
+        lease_key: Option<String>,
+        payload: RequestPayload,
+    ) -> Result<Reply, DbError> {
+        let slot = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.death())?;
+        let (reply, rx) = oneshot::channel();
+        let mut state = self
+            .shared
+            .state
+            .lock()
+            .map_err(|_| DbError::ConnectionLost("connection state poisoned".into()))?;
+        if let Some(dead) = &state.dead {
+            return Err(dead.clone());
+        }
+        let mut request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        while state.pending.contains_key(&request_id) {
+            request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        }
+        let frame = ClientFrame::Request(Request {
+            request_id,
+            lease_key,
+            payload,
+        });
+        let bytes = ars::client_frame(&frame, self.max_frame_bytes).map_err(|e| match e {
+            ArsError::FrameTooLarge { len, max } => DbError::Protocol(format!(
+                "a request of {len} bytes exceeds the socket's maxFrameBytes {max}"
+            )),
+            other => DbError::Protocol(other.to_string()),
+        })?;
+        let len = bytes.len() as u64;
+        let before = self.shared.queued_bytes.fetch_add(len, Ordering::AcqRel);
+        if before + len > self.max_queued_bytes {
+            self.shared.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            return Err(DbError::QueueFull {
+                limit: "maxQueuedRequestBytes".into(),
+                capacity: u32::try_from(self.max_queued_bytes).unwrap_or(u32::MAX),
+            });
+        }
+        state
+            .pending
+            .insert(request_id, Pending { reply, _slot: slot });
+        drop(state);
+        if self.out.send(bytes).is_err() {
+            self.shared
+                .kill(DbError::ConnectionLost("the writer stopped".into()));
+        }
+        Ok(rx)
+    }
+}
+
+async fn handshake(path: &Path) -> Result<(UnixStream, u32, BytesMut), DbError> {
+    let connect_error = |e: String| DbError::Connect(format!("{}: {e}", path.display()));
+    let mut stream = UnixStream::connect(path)
+        .await
+        .map_err(|e| connect_error(e.to_string()))?;
+    let hello = ars::client_hello_frame().map_err(|e| connect_error(e.to_string()))?;
+    stream
+        .write_all(&hello)
+        .await
+        .map_err(|e| connect_error(e.to_string()))?;
+    let decoder = FrameDecoder::new(ars::DEFAULT_MAX_FRAME_BYTES);
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let payload = loop {
+        match decoder.decode(&mut buf) {
+            Ok(Some(payload)) => break payload,
+            Ok(None) => {}
+            Err(e) => return Err(connect_error(e.to_string())),
+        }
+        let n = stream
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| connect_error(e.to_string()))?;
+        if n == 0 {
+            return Err(connect_error("the server closed during the hello".into()));
+        }
+    };
+    match ars::decode_server_hello(payload) {
+        Ok(ServerHello::HelloOk(ok)) => Ok((stream, ok.max_frame_bytes, buf)),
+        Ok(ServerHello::HelloRejectUnsupportedVersion) => Err(connect_error(format!(
+            "the server does not support protocol version {}",
+            ars::VERSION
+        ))),
+        Err(e) => Err(connect_error(format!("bad hello: {e}"))),
+    }
+}
+
+async fn read_loop(
+    mut rd: OwnedReadHalf,
+    mut buf: BytesMut,
+    max_frame_bytes: u32,
+    shared: Arc<Shared>,
+) {
+    // Responses are bounded by the server's limit, which the hello announced.
+    let decoder = FrameDecoder::new(max_frame_bytes.max(ars::DEFAULT_MAX_FRAME_BYTES));
+    let error = loop {
+        let payload = match decoder.decode(&mut buf) {
+            Ok(Some(payload)) => payload,
+            Ok(None) => match rd.read_buf(&mut buf).await {
+                Ok(0) => break DbError::ConnectionLost("the server closed the socket".into()),
+                Ok(_) => continue,
+                Err(e) => break DbError::ConnectionLost(e.to_string()),
+            },
+            Err(e) => break DbError::Protocol(e.to_string()),
+        };
+        match ars::decode_server_frame(payload) {
+            Ok(ServerFrame::Response(response)) => {
+                let pending = match shared.state.lock() {
+                    Ok(mut state) => state.pending.remove(&response.request_id),
+                    Err(_) => break DbError::ConnectionLost("connection state poisoned".into()),
+                };
+                match pending {
+                    Some(p) => {
+                        let _ = p.reply.send(Ok(response.payload));
+                    }
+                    None => {
+                        break DbError::Protocol(format!(
+                            "response for unknown request id {}",
+                            response.request_id
+                        ))
+                    }
+                }
+            }
+            Ok(ServerFrame::GoAway(go_away)) => {
+                break DbError::GoAway(format!("{:?}", go_away.reason))
+            }
+            Err(e) => break DbError::Protocol(e.to_string()),
+        }
+    };
+    shared.kill(error);
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    shared: Arc<Shared>,
+) {
+    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        // Coalesce everything already queued into one write.
+        batch.extend_from_slice(&first);
+        while batch.len() < 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(next) => batch.extend_from_slice(&next),
+                Err(_) => break,
+            }
+        }
+        let written = wr.write_all(&batch).await;
+        shared
+            .queued_bytes
+            .fetch_sub(batch.len() as u64, Ordering::AcqRel);
+        batch.clear();
+        if let Err(e) = written {
+            shared.kill(DbError::ConnectionLost(e.to_string()));
+            break;
+        }
+    }
+}

@@ -1,1 +1,864 @@
 //! A reference Actor Runtime Socket v1 server over a real SQLite file.
+//!
+//! It exists so every store test runs against the actor_uds client as well as
+//! the local file, and so hosts can try the sidecar without an actor runtime
+//! (`agentos-sidecar ars-serve --db FILE --socket PATH`). It follows the
+//! reference server's rules: per-connection leases with a deadline, one
+//! writer at a time (SQLite has one), bounded queues answered with QueueFull,
+//! and GoAway for anything malformed, after which only that connection closes.
+//!
+//! All SQLite work happens on one dedicated thread that owns the connection
+//! and the transaction coordinator; connection tasks only parse, validate the
+//! lease rules that need no database state, and write responses.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use agentos_protocol::ars::{
+    self, ArsError, ClientFrame, FrameDecoder, GoAway, GoAwayReason, HelloOk, InvalidLeaseKey,
+    LeaseExpired, QueueFull, RequestPayload, Response, ResponsePayload, ServerFrame, ServerHello,
+    SqlError, SqliteQueryOk,
+};
+use agentos_schema::{DbError, SqlValue};
+use bytes::{Bytes, BytesMut};
+use rusqlite::Connection;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc as tmpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::sqlite_file::{open_connection, run_statement, sql_error};
+
+/// Tunables of the reference server; the defaults are the reference runtime's.
+#[derive(Clone, Debug)]
+pub struct ArsServerOptions {
+    pub max_frame_bytes: u32,
+    /// How long a lease may stay open before it is rolled back.
+    pub lease_timeout: Duration,
+    /// Begins allowed to wait for the writer (`transactionCoordinatorQueue`).
+    pub coordinator_queue_capacity: u32,
+    /// Requests accepted but not yet answered (`sqliteWorkerQueue`).
+    pub worker_queue_capacity: u32,
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ArsServerOptions {
+    fn default() -> Self {
+        ArsServerOptions {
+            max_frame_bytes: ars::DEFAULT_MAX_FRAME_BYTES,
+            lease_timeout: Duration::from_secs(60),
+            coordinator_queue_capacity: 1024,
+            worker_queue_capacity: 8192,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArsServerError {
+    #[error("cannot bind the socket {path}: {message}")]
+    Bind { path: String, message: String },
+    #[error("cannot open the database: {0}")]
+    Database(#[from] DbError),
+    #[error("server i/o failed: {0}")]
+    Io(String),
+}
+
+impl ArsServerError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ArsServerError::Bind { .. } => "ars_server_bind_failed",
+            ArsServerError::Database(_) => "ars_server_database_failed",
+            ArsServerError::Io(_) => "ars_server_io_failed",
+        }
+    }
+}
+
+/// A running server. Dropping it does not stop it; call [`shutdown`].
+///
+/// [`shutdown`]: ArsServerHandle::shutdown
+pub struct ArsServerHandle {
+    socket_path: PathBuf,
+    shutdown: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+}
+
+impl ArsServerHandle {
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+
+    /// Stops accepting, closes every connection (rolling back their leases)
+    /// and removes the socket file.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.accept.await;
+        let _ = std::fs::remove_file(&self.socket_path);
+    }
+}
+
+/// Binds `socket_path` and serves `db_path`. The socket's directory is created
+/// with mode 0700 when missing (an existing directory is left as it is, since
+/// it may be shared); the socket itself is made 0600.
+pub async fn bind(
+    db_path: &Path,
+    socket_path: &Path,
+    options: ArsServerOptions,
+) -> Result<ArsServerHandle, ArsServerError> {
+    let bind_error = |message: String| ArsServerError::Bind {
+        path: socket_path.display().to_string(),
+        message,
+    };
+    if let Some(dir) = socket_path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| bind_error(format!("cannot create its directory: {e}")))?;
+        }
+    }
+    if socket_path.exists() {
+        if UnixStream::connect(socket_path).await.is_ok() {
+            return Err(bind_error("another server is listening there".into()));
+        }
+        std::fs::remove_file(socket_path)
+            .map_err(|e| bind_error(format!("cannot remove the stale socket: {e}")))?;
+    }
+    let db_path = db_path.to_owned();
+    let conn = tokio::task::spawn_blocking(move || open_connection(&db_path))
+        .await
+        .map_err(|e| ArsServerError::Io(e.to_string()))??;
+    let listener = UnixListener::bind(socket_path).map_err(|e| bind_error(e.to_string()))?;
+    std::fs::set_permissions(socket_path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| bind_error(format!("cannot make the socket 0600: {e}")))?;
+
+    let (jobs, rx) = mpsc::channel::<Job>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let worker = Worker::new(conn, rx, options.clone(), queued.clone());
+    thread::Builder::new()
+        .name("agentos-ars-sqlite".into())
+        .spawn(move || worker.run())
+        .map_err(|e| ArsServerError::Io(format!("cannot start the SQLite thread: {e}")))?;
+    let shared = Arc::new(Shared {
+        jobs: Mutex::new(jobs),
+        queued,
+        options,
+        next_conn: AtomicU64::new(1),
+    });
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let accept = tokio::spawn(accept_loop(listener, shared, shutdown_rx));
+    Ok(ArsServerHandle {
+        socket_path: socket_path.to_owned(),
+        shutdown,
+        accept,
+    })
+}
+
+/// The `ars-serve` subcommand: serve until SIGINT or SIGTERM.
+pub async fn run_cli(db: &Path, socket: &Path) -> Result<(), ArsServerError> {
+    let handle = bind(db, socket, ArsServerOptions::default()).await?;
+    eprintln!(
+        "serving {} on {} (Actor Runtime Socket v1)",
+        db.display(),
+        handle.socket_path().display()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ArsServerError::Io(e.to_string()))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    handle.shutdown().await;
+    Ok(())
+}
+
+struct Shared {
+    jobs: Mutex<mpsc::Sender<Job>>,
+    queued: Arc<AtomicUsize>,
+    options: ArsServerOptions,
+    next_conn: AtomicU64,
+}
+
+impl Shared {
+    fn send(&self, job: Job) -> bool {
+        match self.jobs.lock() {
+            Ok(jobs) => jobs.send(job).is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = Vec::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+                    connections.retain(|task: &JoinHandle<()>| !task.is_finished());
+                    connections.push(tokio::spawn(serve_connection(
+                        stream,
+                        id,
+                        shared.clone(),
+                        shutdown.clone(),
+                    )));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "ars server: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    for task in connections {
+        let _ = task.await;
+    }
+}
+
+/// What a connection's writer task sends.
+enum Outgoing {
+    Response(u32, ResponsePayload),
+    GoAway(GoAwayReason),
+    /// The reader is done; stop once everything before this is written.
+    Close,
+}
+
+type Outbox = tmpsc::UnboundedSender<Outgoing>;
+
+enum ReadOutcome {
+    Frame(Bytes),
+    Eof,
+    TooLarge,
+}
+
+async fn read_frame(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    decoder: &FrameDecoder,
+) -> std::io::Result<ReadOutcome> {
+    loop {
+        match decoder.decode(buf) {
+            Ok(Some(payload)) => return Ok(ReadOutcome::Frame(payload)),
+            Ok(None) => {}
+            Err(_) => return Ok(ReadOutcome::TooLarge),
+        }
+        if rd.read_buf(buf).await? == 0 {
+            return Ok(ReadOutcome::Eof);
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: UnixStream,
+    conn_id: u64,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut rd, mut wr) = stream.into_split();
+    let decoder = FrameDecoder::new(shared.options.max_frame_bytes);
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+
+    let hello = tokio::time::timeout(
+        shared.options.handshake_timeout,
+        read_frame(&mut rd, &mut buf, &decoder),
+    )
+    .await;
+    let reply = match hello {
+        Ok(Ok(ReadOutcome::Frame(payload))) => match ars::decode_client_hello(payload) {
+            Ok(_) => ServerHello::HelloOk(HelloOk {
+                max_frame_bytes: shared.options.max_frame_bytes,
+            }),
+            Err(ArsError::UnsupportedVersion { .. }) => ServerHello::HelloRejectUnsupportedVersion,
+            Err(_) => return,
+        },
+        _ => return,
+    };
+    let Ok(frame) = ars::server_hello_frame(&reply) else {
+        return;
+    };
+    if wr.write_all(&frame).await.is_err() || !matches!(reply, ServerHello::HelloOk(_)) {
+        let _ = wr.shutdown().await;
+        return;
+    }
+
+    let in_flight: Arc<Mutex<HashSet<u32>>> = Arc::default();
+    let (out, out_rx) = tmpsc::unbounded_channel();
+    let writer = tokio::spawn(write_loop(
+        wr,
+        out_rx,
+        in_flight.clone(),
+        shared.options.max_frame_bytes,
+    ));
+    let mut used_keys: HashSet<String> = HashSet::new();
+    loop {
+        let outcome = tokio::select! {
+            _ = shutdown.changed() => break,
+            outcome = read_frame(&mut rd, &mut buf, &decoder) => outcome,
+        };
+        let payload = match outcome {
+            Ok(ReadOutcome::Frame(payload)) => payload,
+            Ok(ReadOutcome::TooLarge) => {
+                let _ = out.send(Outgoing::GoAway(GoAwayReason::FrameTooLarge));
+                break;
+            }
+            Ok(ReadOutcome::Eof) | Err(_) => break,
+        };
+        let request = match ars::decode_client_frame(payload) {
+            Ok(ClientFrame::Request(request)) => request,
+            Err(_) => {
+                let _ = out.send(Outgoing::GoAway(GoAwayReason::MalformedFrame));
+                break;
+            }
+        };
+        let fresh = match in_flight.lock() {
+            Ok(mut ids) => ids.insert(request.request_id),
+            Err(_) => false,
+        };
+        if !fresh {
+            let _ = out.send(Outgoing::GoAway(GoAwayReason::MalformedFrame));
+            break;
+        }
+        if let Some(rejection) = check_lease_rules(&request, &mut used_keys) {
+            let _ = out.send(Outgoing::Response(
+                request.request_id,
+                ResponsePayload::InvalidLeaseKey(InvalidLeaseKey { message: rejection }),
+            ));
+            continue;
+        }
+        let capacity = shared.options.worker_queue_capacity;
+        if shared.queued.fetch_add(1, Ordering::AcqRel) >= capacity as usize {
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            let _ = out.send(Outgoing::Response(
+                request.request_id,
+                ResponsePayload::QueueFull(QueueFull {
+                    limit: "sqliteWorkerQueue".into(),
+                    capacity,
+                }),
+            ));
+            continue;
+        }
+        let job = Job::Request(Req {
+            conn: conn_id,
+            request_id: request.request_id,
+            lease: request.lease_key,
+            payload: request.payload,
+            out: out.clone(),
+        });
+        if !shared.send(job) {
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            let _ = out.send(Outgoing::Response(
+                request.request_id,
+                ResponsePayload::EndpointClosed,
+            ));
+        }
+    }
+    shared.send(Job::Closed { conn: conn_id });
+    let _ = out.send(Outgoing::Close);
+    drop(out);
+    let _ = writer.await;
+}
+
+/// The lease rules that depend only on this connection's history.
+fn check_lease_rules(request: &ars::Request, used_keys: &mut HashSet<String>) -> Option<String> {
+    match &request.payload {
+        RequestPayload::SqliteBegin(begin) => {
+            if request.lease_key.is_some() {
+                Some("SqliteBegin must not carry Request.leaseKey".into())
+            } else if begin.lease_key.is_empty() {
+                Some("the lease key is empty".into())
+            } else if !used_keys.insert(begin.lease_key.clone()) {
+                Some("the lease key was already used on this connection".into())
+            } else {
+                None
+            }
+        }
+        RequestPayload::SqliteCommit(ars::SqliteCommit { lease_key })
+        | RequestPayload::SqliteRollback(ars::SqliteRollback { lease_key }) => {
+            if request.lease_key.is_some() {
+                Some("SqliteCommit and SqliteRollback must not carry Request.leaseKey".into())
+            } else if !used_keys.contains(lease_key) {
+                Some("no lease with this key was begun on this connection".into())
+            } else {
+                None
+            }
+        }
+        RequestPayload::SqliteQuery(_) | RequestPayload::SqliteExec(_) => {
+            match &request.lease_key {
+                Some(key) if !used_keys.contains(key) => {
+                    Some("no lease with this key was begun on this connection".into())
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: tmpsc::UnboundedReceiver<Outgoing>,
+    in_flight: Arc<Mutex<HashSet<u32>>>,
+    max_frame_bytes: u32,
+) {
+    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    'outer: while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        let mut stop = false;
+        // Coalesce whatever is already queued into one write.
+        while let Some(message) = next.take() {
+            match message {
+                Outgoing::Response(id, payload) => {
+                    if let Ok(mut ids) = in_flight.lock() {
+                        ids.remove(&id);
+                    }
+                    let frame = ServerFrame::Response(Response {
+                        request_id: id,
+                        payload,
+                    });
+                    let bytes = match ars::server_frame(&frame, max_frame_bytes) {
+                        Ok(bytes) => bytes,
+                        Err(_) => {
+                            let too_large = ServerFrame::Response(Response {
+                                request_id: id,
+                                payload: ResponsePayload::ResponseTooLarge,
+                            });
+                            match ars::server_frame(&too_large, max_frame_bytes) {
+                                Ok(bytes) => bytes,
+                                Err(_) => break 'outer,
+                            }
+                        }
+                    };
+                    batch.extend_from_slice(&bytes);
+                }
+                Outgoing::GoAway(reason) => {
+                    let frame = ServerFrame::GoAway(GoAway { reason });
+                    if let Ok(bytes) = ars::server_frame(&frame, max_frame_bytes) {
+                        batch.extend_from_slice(&bytes);
+                    }
+                    stop = true;
+                    break;
+                }
+                Outgoing::Close => {
+                    stop = true;
+                    break;
+                }
+            }
+            if batch.len() < 1024 * 1024 {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            if wr.write_all(&batch).await.is_err() {
+                break;
+            }
+            batch.clear();
+        }
+        if stop {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// The SQLite thread: coordinator and executor in one.
+
+struct Req {
+    conn: u64,
+    request_id: u32,
+    lease: Option<String>,
+    payload: RequestPayload,
+    out: Outbox,
+}
+
+enum Job {
+    Request(Req),
+    Closed { conn: u64 },
+}
+
+type LeaseId = (u64, String);
+
+enum LeaseState {
+    Waiting,
+    Active,
+    Expired { timeout_ms: u64 },
+}
+
+struct ActiveLease {
+    id: LeaseId,
+    deadline: Instant,
+    timeout_ms: u64,
+}
+
+struct Worker {
+    db: Connection,
+    rx: mpsc::Receiver<Job>,
+    options: ArsServerOptions,
+    queued: Arc<AtomicUsize>,
+    active: Option<ActiveLease>,
+    states: HashMap<LeaseId, LeaseState>,
+    /// Begins waiting for the writer, each with its requested timeout.
+    waiting: VecDeque<(Req, u64)>,
+    /// Requests for leases that have not begun yet, in arrival order.
+    parked: HashMap<LeaseId, VecDeque<Req>>,
+    /// Lease-less requests that arrived while a transaction held the writer.
+    deferred: VecDeque<Req>,
+    /// Work that is ready to run before anything new is received.
+    ready: VecDeque<Req>,
+}
+
+impl Worker {
+    fn new(
+        db: Connection,
+        rx: mpsc::Receiver<Job>,
+        options: ArsServerOptions,
+        queued: Arc<AtomicUsize>,
+    ) -> Self {
+        Worker {
+            db,
+            rx,
+            options,
+            queued,
+            active: None,
+            states: HashMap::new(),
+            waiting: VecDeque::new(),
+            parked: HashMap::new(),
+            deferred: VecDeque::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            if let Some(req) = self.ready.pop_front() {
+                self.handle(req);
+                continue;
+            }
+            let job = match &self.active {
+                Some(active) => {
+                    let wait = active.deadline.saturating_duration_since(Instant::now());
+                    match self.rx.recv_timeout(wait) {
+                        Ok(job) => job,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.expire_active();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                None => match self.rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
+            };
+            match job {
+                Job::Request(req) => self.handle(req),
+                Job::Closed { conn } => self.close_connection(conn),
+            }
+        }
+        self.rollback_if_open();
+    }
+
+    fn respond(&self, req: Req, payload: ResponsePayload) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        let _ = req.out.send(Outgoing::Response(req.request_id, payload));
+    }
+
+    fn drop_request(&self, _req: Req) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn handle(&mut self, req: Req) {
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|a| Instant::now() >= a.deadline)
+        {
+            self.expire_active();
+        }
+        match &req.payload {
+            RequestPayload::SqliteBegin(begin) => {
+                let id = (req.conn, begin.lease_key.clone());
+                let timeout_ms = begin
+                    .timeout_ms
+                    .unwrap_or(self.options.lease_timeout.as_millis() as u64);
+                if self.active.is_none() {
+                    self.start(req, id, timeout_ms);
+                } else if self.waiting.len() >= self.options.coordinator_queue_capacity as usize {
+                    let capacity = self.options.coordinator_queue_capacity;
+                    self.respond(
+                        req,
+                        ResponsePayload::QueueFull(QueueFull {
+                            limit: "transactionCoordinatorQueue".into(),
+                            capacity,
+                        }),
+                    );
+                } else {
+                    self.states.insert(id, LeaseState::Waiting);
+                    self.waiting.push_back((req, timeout_ms));
+                }
+            }
+            RequestPayload::SqliteCommit(ars::SqliteCommit { lease_key })
+            | RequestPayload::SqliteRollback(ars::SqliteRollback { lease_key }) => {
+                let id = (req.conn, lease_key.clone());
+                let commit = matches!(req.payload, RequestPayload::SqliteCommit(_));
+                self.finish(req, id, commit);
+            }
+            RequestPayload::SqliteQuery(_) | RequestPayload::SqliteExec(_) => {
+                match req.lease.clone() {
+                    None if self.active.is_some() => self.deferred.push_back(req),
+                    None => self.execute(req),
+                    Some(key) => {
+                        let id = (req.conn, key);
+                        match self.states.get(&id) {
+                            Some(LeaseState::Active) => self.execute(req),
+                            Some(LeaseState::Waiting) => {
+                                self.parked.entry(id).or_default().push_back(req)
+                            }
+                            Some(LeaseState::Expired { timeout_ms }) => {
+                                let timeout_ms = *timeout_ms;
+                                self.respond(req, expired(timeout_ms));
+                            }
+                            None => self.respond(req, not_active()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes the writer for lease `id` and releases its parked requests.
+    fn start(&mut self, req: Req, id: LeaseId, timeout_ms: u64) {
+        match self.db.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {
+                self.active = Some(ActiveLease {
+                    id: id.clone(),
+                    deadline: Instant::now() + Duration::from_millis(timeout_ms),
+                    timeout_ms,
+                });
+                self.states.insert(id.clone(), LeaseState::Active);
+                self.respond(req, ResponsePayload::SqliteBeginOk);
+                if let Some(parked) = self.parked.remove(&id) {
+                    for (offset, parked_req) in parked.into_iter().enumerate() {
+                        self.ready.insert(offset, parked_req);
+                    }
+                }
+            }
+            Err(e) => {
+                self.states.remove(&id);
+                let parked = self.parked.remove(&id).unwrap_or_default();
+                self.respond(req, db_error_payload(sql_error(0)(e)));
+                for parked_req in parked {
+                    self.respond(parked_req, not_active());
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, req: Req, id: LeaseId, commit: bool) {
+        match self.states.get(&id) {
+            Some(LeaseState::Active) => {}
+            Some(LeaseState::Waiting) => {
+                self.parked.entry(id).or_default().push_back(req);
+                return;
+            }
+            Some(LeaseState::Expired { timeout_ms }) => {
+                let timeout_ms = *timeout_ms;
+                self.states.remove(&id);
+                self.respond(req, expired(timeout_ms));
+                return;
+            }
+            None => {
+                self.respond(req, not_active());
+                return;
+            }
+        }
+        let payload = if commit {
+            match self.db.execute_batch("COMMIT") {
+                Ok(()) => ResponsePayload::SqliteCommitOk,
+                Err(e) => {
+                    self.rollback_if_open();
+                    db_error_payload(sql_error(0)(e))
+                }
+            }
+        } else {
+            self.rollback_if_open();
+            ResponsePayload::SqliteRollbackOk
+        };
+        self.states.remove(&id);
+        self.active = None;
+        self.respond(req, payload);
+        self.promote();
+    }
+
+    fn expire_active(&mut self) {
+        if let Some(active) = self.active.take() {
+            self.rollback_if_open();
+            self.states.insert(
+                active.id,
+                LeaseState::Expired {
+                    timeout_ms: active.timeout_ms,
+                },
+            );
+            self.promote();
+        }
+    }
+
+    /// Runs what waited for the writer: lease-less requests first, then the
+    /// next Begin in line.
+    fn promote(&mut self) {
+        while let Some(req) = self.deferred.pop_front() {
+            self.execute(req);
+        }
+        while self.active.is_none() {
+            let Some((req, timeout_ms)) = self.waiting.pop_front() else {
+                break;
+            };
+            let id = match &req.payload {
+                RequestPayload::SqliteBegin(begin) => (req.conn, begin.lease_key.clone()),
+                _ => {
+                    self.respond(req, not_active());
+                    continue;
+                }
+            };
+            self.start(req, id, timeout_ms);
+        }
+    }
+
+    fn close_connection(&mut self, conn: u64) {
+        if self.active.as_ref().is_some_and(|a| a.id.0 == conn) {
+            self.rollback_if_open();
+            self.active = None;
+        }
+        self.states.retain(|id, _| id.0 != conn);
+        for (id, parked) in std::mem::take(&mut self.parked) {
+            if id.0 == conn {
+                parked.into_iter().for_each(|r| self.drop_request(r));
+            } else {
+                self.parked.insert(id, parked);
+            }
+        }
+        for (req, timeout_ms) in std::mem::take(&mut self.waiting) {
+            if req.conn == conn {
+                self.drop_request(req);
+            } else {
+                self.waiting.push_back((req, timeout_ms));
+            }
+        }
+        for req in std::mem::take(&mut self.deferred) {
+            if req.conn == conn {
+                self.drop_request(req);
+            } else {
+                self.deferred.push_back(req);
+            }
+        }
+        self.promote();
+    }
+
+    fn rollback_if_open(&self) {
+        if !self.db.is_autocommit() {
+            if let Err(e) = self.db.execute_batch("ROLLBACK") {
+                tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed");
+            }
+        }
+    }
+
+    fn execute(&mut self, req: Req) {
+        let payload = match &req.payload {
+            RequestPayload::SqliteExec(exec) => match self.db.execute_batch(&exec.script) {
+                Ok(()) => ResponsePayload::SqliteExecOk,
+                Err(e) => db_error_payload(sql_error(0)(e)),
+            },
+            RequestPayload::SqliteQuery(query) => {
+                let params: Vec<SqlValue> = query.params.iter().map(from_wire).collect();
+                match run_statement(
+                    &self.db,
+                    0,
+                    &query.sql,
+                    &params,
+                    u64::from(self.options.max_frame_bytes),
+                ) {
+                    Ok(rows) => ResponsePayload::SqliteQueryOk(SqliteQueryOk {
+                        columns: rows.columns,
+                        rows: rows
+                            .rows
+                            .into_iter()
+                            .map(|row| row.into_iter().map(to_wire).collect())
+                            .collect(),
+                        changes: i64::try_from(rows.changes).unwrap_or(i64::MAX),
+                        last_insert_row_id: rows.last_insert_rowid,
+                    }),
+                    Err(e) => db_error_payload(e),
+                }
+            }
+            _ => not_active(),
+        };
+        self.respond(req, payload);
+    }
+}
+
+fn expired(timeout_ms: u64) -> ResponsePayload {
+    ResponsePayload::LeaseExpired(LeaseExpired {
+        timeout_ms,
+        message: "the lease deadline passed and its transaction was rolled back".into(),
+    })
+}
+
+fn not_active() -> ResponsePayload {
+    ResponsePayload::InvalidLeaseKey(InvalidLeaseKey {
+        message: "the lease is not active".into(),
+    })
+}
+
+fn db_error_payload(error: DbError) -> ResponsePayload {
+    match error {
+        DbError::Sql {
+            code,
+            statement_index,
+            message,
+        } => ResponsePayload::SqlError(SqlError {
+            code,
+            statement_index,
+            message,
+        }),
+        DbError::ResultLimit { .. } => ResponsePayload::ResponseTooLarge,
+        other => ResponsePayload::SqlError(SqlError {
+            code: -1,
+            statement_index: 0,
+            message: other.to_string(),
+        }),
+    }
+}
+
+/// Converts a wire value to the handle's value.
+pub fn from_wire(value: &ars::SqlValue) -> SqlValue {
+    match value {
+        ars::SqlValue::SqlNull => SqlValue::Null,
+        ars::SqlValue::SqlInteger(v) => SqlValue::Integer(*v),
+        ars::SqlValue::SqlReal(v) => SqlValue::Real(*v),
+        ars::SqlValue::SqlText(v) => SqlValue::Text(v.clone()),
+        ars::SqlValue::SqlBlob(v) => SqlValue::Blob(v.clone()),
+    }
+}
+
+/// Converts the handle's value to a wire value.
+pub fn to_wire(value: SqlValue) -> ars::SqlValue {
+    match value {
+        SqlValue::Null => ars::SqlValue::SqlNull,
+        SqlValue::Integer(v) => ars::SqlValue::SqlInteger(v),
+        SqlValue::Real(v) => ars::SqlValue::SqlReal(v),
+        SqlValue::Text(v) => ars::SqlValue::SqlText(v),
+        SqlValue::Blob(v) => ars::SqlValue::SqlBlob(v),
+    }
+}

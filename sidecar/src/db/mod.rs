@@ -28,9 +28,8 @@ pub async fn open(
             .map_err(|e| DbError::Connect(e.to_string()))??;
             Ok(Arc::new(db))
         }
-        DatabaseDescriptor::ActorUds { path } => Err(DbError::Connect(format!(
-            "{}: the actor_uds backend is not built yet",
-            path.display()
-        ))),
+        DatabaseDescriptor::ActorUds { path } => {
+            Ok(Arc::new(actor_uds::connect(path, limits).await?))
+        }
     }
 }

@@ -1,0 +1,349 @@
+//! Storage and migration behaviour, asserted on both backends: the local
+//! SQLite file and the actor socket through the reference server.
+
+use agentos_schema::{
+    migrate, Database, DbError, Migration, MigrationError, Owner, SqlValue, Statement,
+};
+use agentos_sidecar::db::testing::{all_backends, CountingDatabase};
+
+const TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, body TEXT NOT NULL) STRICT";
+
+async fn count(db: &dyn agentos_schema::Database, table: &str) -> i64 {
+    db.query(&format!("SELECT COUNT(*) FROM {table}"), vec![])
+        .await
+        .expect("count")
+        .scalar_i64()
+        .expect("integer")
+}
+
+#[tokio::test]
+async fn commit_and_rollback() {
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        db.query(TABLE, vec![]).await.expect("create");
+        let results = db
+            .transaction(vec![
+                Statement::new(
+                    "INSERT INTO t (id, body) VALUES (?1, ?2)",
+                    vec![1.into(), "a".into()],
+                ),
+                Statement::new(
+                    "INSERT INTO t (id, body) VALUES (?1, ?2)",
+                    vec![2.into(), "b".into()],
+                ),
+                Statement::new("SELECT body FROM t ORDER BY id", vec![]),
+            ])
+            .await
+            .expect("commit");
+        assert_eq!(results.len(), 3, "{}", b.name);
+        assert_eq!(results[0].changes, 1, "{}", b.name);
+        assert_eq!(results[2].rows.len(), 2, "{}", b.name);
+        // A failing statement rolls back the ones before it.
+        let err = db
+            .transaction(vec![
+                Statement::new("INSERT INTO t (id, body) VALUES (3, 'c')", vec![]),
+                Statement::new("INSERT INTO t (id, body) VALUES (1, 'dup')", vec![]),
+            ])
+            .await
+            .expect_err("duplicate key");
+        assert!(err.is_constraint(), "{}: {err:?}", b.name);
+        assert_eq!(err.statement_index(), Some(1), "{}", b.name);
+        assert_eq!(count(db, "t").await, 2, "{}", b.name);
+        // The handle is still usable afterwards.
+        db.transaction(vec![Statement::new(
+            "INSERT INTO t (id, body) VALUES (3, 'c')",
+            vec![],
+        )])
+        .await
+        .expect("later transaction");
+        assert_eq!(count(db, "t").await, 3, "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn expected_change_mismatch_rolls_back_everything() {
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        db.query(TABLE, vec![]).await.expect("create");
+        db.query("INSERT INTO t (id, body) VALUES (1, 'a')", vec![])
+            .await
+            .expect("seed");
+        let err = db
+            .transaction(vec![
+                Statement::new("INSERT INTO t (id, body) VALUES (2, 'b')", vec![])
+                    .expect_changes(1),
+                Statement::new("UPDATE t SET body = 'x' WHERE id = 1", vec![]),
+                Statement::new("UPDATE t SET body = 'y' WHERE id = 99", vec![]).expect_changes(1),
+                Statement::new("INSERT INTO t (id, body) VALUES (4, 'd')", vec![]),
+            ])
+            .await
+            .expect_err("mismatch");
+        assert_eq!(
+            err,
+            DbError::ExpectedChanges {
+                statement_index: 2,
+                expected: 1,
+                actual: 0
+            },
+            "{}",
+            b.name
+        );
+        let rows = db
+            .query("SELECT id, body FROM t", vec![])
+            .await
+            .expect("read");
+        assert_eq!(
+            rows.rows,
+            vec![vec![SqlValue::Integer(1), SqlValue::Text("a".into())]],
+            "{}",
+            b.name
+        );
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn strict_rejects_a_wrong_type() {
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        db.query("CREATE TABLE n (v INTEGER NOT NULL) STRICT", vec![])
+            .await
+            .expect("create");
+        let err = db
+            .query(
+                "INSERT INTO n (v) VALUES (?1)",
+                vec![SqlValue::Text("not a number".into())],
+            )
+            .await
+            .expect_err("strict");
+        assert!(err.is_constraint(), "{}: {err:?}", b.name);
+        assert_eq!(count(db, "n").await, 0, "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn values_round_trip() {
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        let values = vec![
+            SqlValue::Null,
+            SqlValue::Integer(i64::MIN),
+            SqlValue::Real(-2.5),
+            SqlValue::Text("héllo".into()),
+            SqlValue::Blob(vec![0, 255, 7]),
+        ];
+        let rows = db
+            .query("SELECT ?1, ?2, ?3, ?4, ?5", values.clone())
+            .await
+            .expect("select");
+        assert_eq!(rows.rows, vec![values], "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+const V1: Migration = Migration {
+    version: 1,
+    statements: &["CREATE TABLE agentos_core_items (id INTEGER PRIMARY KEY) STRICT"],
+};
+const V2: Migration = Migration {
+    version: 2,
+    statements: &["CREATE INDEX agentos_core_items_id ON agentos_core_items (id)"],
+};
+
+async fn schema_names(db: &dyn agentos_schema::Database) -> Vec<String> {
+    db.query("SELECT name FROM sqlite_master ORDER BY name", vec![])
+        .await
+        .expect("schema")
+        .rows
+        .into_iter()
+        .filter_map(|r| {
+            r.into_iter()
+                .next()
+                .and_then(|v| v.as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn future_version_fails_closed_and_changes_nothing() {
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        migrate(db, Owner::Core, &[V1]).await.expect("v1");
+        db.query(
+            "UPDATE agentos_core_schema_version SET schema_version = 5",
+            vec![],
+        )
+        .await
+        .expect("bump");
+        let before = schema_names(db).await;
+        let err = migrate(db, Owner::Core, &[V1, V2])
+            .await
+            .expect_err("future");
+        assert_eq!(
+            err,
+            MigrationError::FutureSchema {
+                owner: "core",
+                stored: 5,
+                supported: 2
+            },
+            "{}",
+            b.name
+        );
+        assert_eq!(schema_names(db).await, before, "{}", b.name);
+        let stored = db
+            .query(
+                "SELECT schema_version FROM agentos_core_schema_version",
+                vec![],
+            )
+            .await
+            .expect("version");
+        assert_eq!(stored.scalar_i64(), Some(5), "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn ladder_gap_is_rejected() {
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        let err = migrate(db, Owner::Core, &[V2]).await.expect_err("gap");
+        assert_eq!(err.code(), "invalid_migration_ladder", "{}", b.name);
+        assert!(schema_names(db).await.is_empty(), "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn failing_migration_leaves_schema_and_version_untouched() {
+    const BROKEN: Migration = Migration {
+        version: 2,
+        statements: &[
+            "CREATE TABLE agentos_core_more (id INTEGER PRIMARY KEY) STRICT",
+            "CREATE INDEX agentos_core_bad ON agentos_core_missing (id)",
+        ],
+    };
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        migrate(db, Owner::Core, &[V1]).await.expect("v1");
+        let before = schema_names(db).await;
+        let err = migrate(db, Owner::Core, &[V1, BROKEN])
+            .await
+            .expect_err("broken");
+        assert_eq!(err.code(), "migration_failed", "{}", b.name);
+        assert_eq!(schema_names(db).await, before, "{}", b.name);
+        let stored = agentos_schema_stored(db).await;
+        assert_eq!(stored, 1, "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+async fn agentos_schema_stored(db: &dyn agentos_schema::Database) -> i64 {
+    db.query(
+        "SELECT schema_version FROM agentos_core_schema_version",
+        vec![],
+    )
+    .await
+    .expect("version")
+    .scalar_i64()
+    .expect("integer")
+}
+
+#[tokio::test]
+async fn owners_advance_independently() {
+    const FS1: Migration = Migration {
+        version: 1,
+        statements: &["CREATE TABLE agentos_fs_things (id INTEGER PRIMARY KEY) STRICT"],
+    };
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        let core = migrate(db, Owner::Core, &[V1, V2]).await.expect("core");
+        assert_eq!((core.from, core.to), (0, 2), "{}", b.name);
+        let fs = migrate(db, Owner::Filesystem, &[FS1]).await.expect("fs");
+        assert_eq!((fs.from, fs.to), (0, 1), "{}", b.name);
+        // Re-running is a no-op for each, and neither sees the other's version.
+        let again = migrate(db, Owner::Core, &[V1, V2])
+            .await
+            .expect("core again");
+        assert_eq!((again.from, again.to), (2, 2), "{}", b.name);
+        let actor = migrate(db, Owner::Actor, &[]).await.expect("actor");
+        assert_eq!((actor.from, actor.to), (0, 0), "{}", b.name);
+        let fs_version = db
+            .query(
+                "SELECT schema_version FROM agentos_fs_schema_version",
+                vec![],
+            )
+            .await
+            .expect("fs version");
+        assert_eq!(fs_version.scalar_i64(), Some(1), "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn shipped_ladders_migrate_on_both_backends() {
+    for b in all_backends().await {
+        let outcomes = agentos_schema::migrate_all(b.db.as_ref())
+            .await
+            .expect("migrate_all");
+        assert_eq!(outcomes.len(), 3, "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn counting_database_records_calls() {
+    for b in all_backends().await {
+        let counting = CountingDatabase::new(b.db.clone());
+        counting.query(TABLE, vec![]).await.expect("create");
+        counting
+            .transaction(vec![
+                Statement::new("INSERT INTO t (id, body) VALUES (1, 'a')", vec![]),
+                Statement::new("SELECT COUNT(*) FROM t", vec![]),
+            ])
+            .await
+            .expect("tx");
+        let counts = counting.take();
+        assert_eq!(
+            (counts.queries, counts.transactions, counts.statements),
+            (1, 1, 2),
+            "{}",
+            b.name
+        );
+        assert!(counts.any_sql_contains("count("), "{}", b.name);
+        assert_eq!(counting.counts().sql.len(), 0, "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn concurrent_transactions_serialize_correctly() {
+    for b in all_backends().await {
+        b.db.query(TABLE, vec![]).await.expect("create");
+        let mut tasks = Vec::new();
+        for worker in 0..8i64 {
+            let db = b.db.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20i64 {
+                    let id = worker * 1000 + i;
+                    db.transaction(vec![
+                        Statement::new(
+                            "INSERT INTO t (id, body) VALUES (?1, 'x')",
+                            vec![id.into()],
+                        ),
+                        Statement::new("SELECT COUNT(*) FROM t", vec![]),
+                    ])
+                    .await
+                    .expect("tx");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("join");
+        }
+        assert_eq!(count(b.db.as_ref(), "t").await, 160, "{}", b.name);
+        b.shutdown().await;
+    }
+}
