@@ -168,7 +168,10 @@ impl ErrorObject {
     }
 
     pub fn parse_error(detail: impl Into<String>) -> Self {
-        Self::new(codes::PARSE_ERROR, format!("Parse error: {}", detail.into()))
+        Self::new(
+            codes::PARSE_ERROR,
+            format!("Parse error: {}", detail.into()),
+        )
     }
 
     pub fn invalid_request(detail: impl Into<String>) -> Self {
@@ -236,7 +239,10 @@ pub enum Inbound {
     },
     /// The frame could not be used; answer with `error` to `id` (null when
     /// no id could be read).
-    Invalid { id: Value, error: ErrorObject },
+    Invalid {
+        id: Value,
+        error: ErrorObject,
+    },
 }
 
 /// Decodes one frame's payload into a message, classifying every fault with
@@ -664,15 +670,21 @@ mod tests {
     #[test]
     fn classifies_faults() {
         let bad = decode_message(b"{not json");
-        assert!(matches!(bad, Inbound::Invalid { ref error, .. } if error.code == codes::PARSE_ERROR));
+        assert!(
+            matches!(bad, Inbound::Invalid { ref error, .. } if error.code == codes::PARSE_ERROR)
+        );
         let batch = decode_message(br#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#);
-        assert!(matches!(batch, Inbound::Invalid { ref error, .. } if error.code == codes::INVALID_REQUEST));
+        assert!(
+            matches!(batch, Inbound::Invalid { ref error, .. } if error.code == codes::INVALID_REQUEST)
+        );
         let no_version = decode_message(br#"{"id":4,"method":"x"}"#);
         assert!(
             matches!(no_version, Inbound::Invalid { ref id, ref error } if error.code == codes::INVALID_REQUEST && id == &json!(4))
         );
         let bad_method = decode_message(br#"{"jsonrpc":"2.0","id":1,"method":7}"#);
-        assert!(matches!(bad_method, Inbound::Invalid { ref error, .. } if error.code == codes::INVALID_REQUEST));
+        assert!(
+            matches!(bad_method, Inbound::Invalid { ref error, .. } if error.code == codes::INVALID_REQUEST)
+        );
         let ok = decode_message(br#"{"jsonrpc":"2.0","id":"a","method":"m","params":{"x":1}}"#);
         assert_eq!(
             ok,

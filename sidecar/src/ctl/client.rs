@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agentos_protocol::host::{decode_message, encode_frame, encode_request, ErrorObject, FrameDecoder, Inbound};
+use agentos_protocol::host::{
+    decode_message, encode_frame, encode_request, ErrorObject, FrameDecoder, Inbound,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::OwnedWriteHalf;
@@ -61,14 +63,16 @@ impl HostClient {
         path: &Path,
     ) -> Result<(HostClient, mpsc::UnboundedReceiver<Notification>), ClientError> {
         let display = path.display().to_string();
-        let stream = UnixStream::connect(path).await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ClientError::NoSocket(display.clone()),
-            std::io::ErrorKind::ConnectionRefused => ClientError::Refused(display.clone()),
-            _ => ClientError::Connect {
-                path: display.clone(),
-                message: e.to_string(),
-            },
-        })?;
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => ClientError::NoSocket(display.clone()),
+                std::io::ErrorKind::ConnectionRefused => ClientError::Refused(display.clone()),
+                _ => ClientError::Connect {
+                    path: display.clone(),
+                    message: e.to_string(),
+                },
+            })?;
         let (mut reader, writer) = stream.into_split();
         let pending: Pending = Arc::default();
         let (notes_tx, notes_rx) = mpsc::unbounded_channel();
@@ -97,7 +101,8 @@ impl HostClient {
                         }
                         Inbound::Invalid { id, error } => {
                             // An error answer without a usable id.
-                            let _ = notes_tx.send(("$/error".into(), json!({"id": id, "error": error})));
+                            let _ = notes_tx
+                                .send(("$/error".into(), json!({"id": id, "error": error})));
                         }
                         Inbound::Request { .. } => {}
                     }
@@ -120,7 +125,10 @@ impl HostClient {
     /// Sends raw bytes (tests use this for malformed input).
     pub async fn send_raw(&self, bytes: &[u8]) -> Result<(), ClientError> {
         let mut writer = self.writer.lock().await;
-        writer.write_all(bytes).await.map_err(|_| ClientError::Closed)
+        writer
+            .write_all(bytes)
+            .await
+            .map_err(|_| ClientError::Closed)
     }
 
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, ClientError> {

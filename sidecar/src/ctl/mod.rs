@@ -122,7 +122,9 @@ fn session_line(s: &Value) -> String {
         "{:<24} {:<12} {:<8} seq={:<6} updated {}",
         str_of(s, "sessionId"),
         str_of(s, "agent"),
-        s.pointer("/state/status").and_then(Value::as_str).unwrap_or("-"),
+        s.pointer("/state/status")
+            .and_then(Value::as_str)
+            .unwrap_or("-"),
         s.get("latestSequence").and_then(Value::as_u64).unwrap_or(0),
         str_of(s, "updatedAt"),
     )
@@ -179,11 +181,20 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
                         "{k:<20} {} / {}{}",
                         u["used"],
                         u["limit"],
-                        if u["nearLimit"] == json!(true) { "  (above 80%)" } else { "" }
+                        if u["nearLimit"] == json!(true) {
+                            "  (above 80%)"
+                        } else {
+                            ""
+                        }
                     )
                 };
                 [
-                    format!("database             {}", v.pointer("/database/type").and_then(Value::as_str).unwrap_or("-")),
+                    format!(
+                        "database             {}",
+                        v.pointer("/database/type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("-")
+                    ),
                     line("sessions"),
                     line("prompts"),
                     line("pendingPermissions"),
@@ -228,8 +239,12 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
                 print(j, &v, session_line);
             }
             SessionsCommand::Get { session } => {
-                let v = client.call("sessions/get", json!({ "sessionId": session })).await?;
-                print(j, &v, |v| serde_json::to_string_pretty(&v["session"]).unwrap_or_default());
+                let v = client
+                    .call("sessions/get", json!({ "sessionId": session }))
+                    .await?;
+                print(j, &v, |v| {
+                    serde_json::to_string_pretty(&v["session"]).unwrap_or_default()
+                });
             }
             SessionsCommand::Delete { session } => {
                 let v = client

@@ -18,8 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use agentos_protocol::host::{
-    encode_frame, encode_notification, encode_response, methods, ErrorObject, FrameDecoder,
-    Inbound,
+    encode_frame, encode_notification, encode_response, methods, ErrorObject, FrameDecoder, Inbound,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -243,7 +242,11 @@ async fn serve_connection(stream: UnixStream, vm: Arc<Vm>, max_frame_bytes: u64)
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(connection, skipped = n, "host connection lagged behind lifecycle notices");
+                    tracing::warn!(
+                        connection,
+                        skipped = n,
+                        "host connection lagged behind lifecycle notices"
+                    );
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             }

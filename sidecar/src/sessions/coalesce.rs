@@ -95,9 +95,8 @@ pub fn coalesce(items: Vec<Value>) -> Vec<Value> {
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned();
-                        if let Some(Value::String(text)) = prev
-                            .get_mut("content")
-                            .and_then(|c| c.get_mut("text"))
+                        if let Some(Value::String(text)) =
+                            prev.get_mut("content").and_then(|c| c.get_mut("text"))
                         {
                             text.push_str(&addition);
                         }
@@ -135,8 +134,17 @@ mod tests {
         let mut with_meta = chunk("b");
         with_meta["_meta"] = json!({"x": 1});
         let image = json!({"sessionUpdate":"agent_message_chunk","messageId":"m","content":{"type":"image","data":"AA==","mimeType":"image/png"}});
-        let out = coalesce(vec![chunk("a"), with_meta.clone(), chunk("c"), image.clone(), chunk("d")]);
-        assert_eq!(out, vec![chunk("a"), with_meta, chunk("c"), image, chunk("d")]);
+        let out = coalesce(vec![
+            chunk("a"),
+            with_meta.clone(),
+            chunk("c"),
+            image.clone(),
+            chunk("d"),
+        ]);
+        assert_eq!(
+            out,
+            vec![chunk("a"), with_meta, chunk("c"), image, chunk("d")]
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@ pub enum SessionError {
     #[error("session {0} not found")]
     NotFound(String),
     #[error("session {session_id} exists with different {field}")]
-    Conflict { session_id: String, field: &'static str },
+    Conflict {
+        session_id: String,
+        field: &'static str,
+    },
     #[error("agent {0} is not in the agent registry")]
     AgentNotFound(String),
     #[error("session {0} already has an active prompt")]

@@ -174,7 +174,11 @@ impl Hub {
         Self::drop_subscriptions(channel, dropped, "overflow");
     }
 
-    fn drop_subscriptions(channel: &mut SessionChannel, dropped: Vec<Arc<Subscription>>, reason: &str) {
+    fn drop_subscriptions(
+        channel: &mut SessionChannel,
+        dropped: Vec<Arc<Subscription>>,
+        reason: &str,
+    ) {
         for sub in dropped {
             channel.subscriptions.retain(|s| !Arc::ptr_eq(s, &sub));
             sub.sink

@@ -172,14 +172,24 @@ impl Shared {
         let mut warned = lock(&self.warned);
         if used >= threshold && limit > 0 {
             if warned.insert(key.to_owned()) {
-                tracing::warn!(used, limit, config_path = setting, "usage crossed 80% of a configured limit");
+                tracing::warn!(
+                    used,
+                    limit,
+                    config_path = setting,
+                    "usage crossed 80% of a configured limit"
+                );
             }
         } else {
             warned.remove(key);
         }
     }
 
-    pub(crate) fn warn_history(&self, session_id: &str, _before: &HistoryCounters, after: &HistoryCounters) {
+    pub(crate) fn warn_history(
+        &self,
+        session_id: &str,
+        _before: &HistoryCounters,
+        after: &HistoryCounters,
+    ) {
         self.warn_keyed(
             &format!("history-events:{session_id}"),
             "limits.acp.maxSessionHistoryEvents",
@@ -195,7 +205,10 @@ impl Shared {
     }
 
     /// Hard limits on pending `ask` permissions.
-    pub(crate) async fn admit_pending_permission(&self, session_pending: u64) -> Result<(), SessionError> {
+    pub(crate) async fn admit_pending_permission(
+        &self,
+        session_pending: u64,
+    ) -> Result<(), SessionError> {
         let per_session = self.limits.max_pending_permissions_per_session;
         if session_pending >= per_session {
             return Err(SessionError::Limit {
@@ -215,8 +228,16 @@ impl Shared {
                 limit: per_vm,
             });
         }
-        self.warn_near_limit("limits.acp.maxPendingPermissionsPerSession", session_pending + 1, per_session);
-        self.warn_near_limit("limits.acp.maxPendingPermissionsPerVm", vm_pending + 1, per_vm);
+        self.warn_near_limit(
+            "limits.acp.maxPendingPermissionsPerSession",
+            session_pending + 1,
+            per_session,
+        );
+        self.warn_near_limit(
+            "limits.acp.maxPendingPermissionsPerVm",
+            vm_pending + 1,
+            per_vm,
+        );
         Ok(())
     }
 
@@ -321,7 +342,10 @@ impl Sessions {
     }
 
     pub fn live_routes(&self) -> usize {
-        lock(&self.shared.routes).values().filter(|r| r.is_alive()).count()
+        lock(&self.shared.routes)
+            .values()
+            .filter(|r| r.is_alive())
+            .count()
     }
 
     /// Crash recovery at start.
@@ -377,7 +401,9 @@ impl Sessions {
         for dir in &dirs {
             check_absolute("additionalDirectories", dir)?;
         }
-        let policy = params.permission_policy.unwrap_or(PermissionPolicy::AllowAll);
+        let policy = params
+            .permission_policy
+            .unwrap_or(PermissionPolicy::AllowAll);
         let new = NewSession {
             session_id: session_id.clone(),
             agent: params.agent.clone(),
@@ -443,7 +469,8 @@ impl Sessions {
         };
         let (rows, more) = self.shared.store.list_sessions(cursor, limit).await?;
         let next = if more {
-            rows.last().map(|r| encode_cursor(r.updated_at_ms, &r.session_id))
+            rows.last()
+                .map(|r| encode_cursor(r.updated_at_ms, &r.session_id))
         } else {
             None
         };
@@ -557,7 +584,9 @@ impl Sessions {
                 limit: limits.max_prompt_blocks,
             });
         }
-        let bytes = serde_json::to_vec(&content).map(|v| v.len() as u64).unwrap_or(0);
+        let bytes = serde_json::to_vec(&content)
+            .map(|v| v.len() as u64)
+            .unwrap_or(0);
         if bytes > limits.max_prompt_bytes {
             return Err(SessionError::Limit {
                 code: "acp_prompt_bytes_limit",
@@ -632,7 +661,12 @@ impl Sessions {
         key: &str,
         hash: &[u8],
     ) -> Result<Option<Result<Value, SessionError>>, SessionError> {
-        let Some(prior) = self.shared.store.find_prompt_by_key(session_id, key).await? else {
+        let Some(prior) = self
+            .shared
+            .store
+            .find_prompt_by_key(session_id, key)
+            .await?
+        else {
             return Ok(None);
         };
         if prior.input_hash != hash {
@@ -660,7 +694,12 @@ impl Sessions {
             return Ok("no_active_prompt");
         };
         let (reply, answer) = oneshot::channel();
-        if route.commands.send(Command::Cancel { reply }).await.is_err() {
+        if route
+            .commands
+            .send(Command::Cancel { reply })
+            .await
+            .is_err()
+        {
             return Ok("no_active_prompt");
         }
         Ok(answer.await.unwrap_or("no_active_prompt"))
@@ -776,7 +815,10 @@ impl Sessions {
         tokio::spawn(async move {
             let mut cursor = after;
             while cursor < upto {
-                let page = match store.events_between(&session, cursor, upto, REPLAY_PAGE).await {
+                let page = match store
+                    .events_between(&session, cursor, upto, REPLAY_PAGE)
+                    .await
+                {
                     Ok(page) => page,
                     Err(e) => {
                         tracing::warn!(session = %session, error = %e, "subscription replay failed");
@@ -858,9 +900,7 @@ impl Sessions {
     pub async fn status(&self) -> Result<Value, SessionError> {
         let [sessions, prompts, pending, outcomes] = self.shared.store.vm_counters().await?;
         let l = &self.shared.limits;
-        let usage = |used: u64, limit: u64, setting: &str| {
-            json!({"used": used, "limit": limit, "setting": setting, "nearLimit": limit > 0 && used * 5 >= limit * 4})
-        };
+        let usage = |used: u64, limit: u64, setting: &str| json!({"used": used, "limit": limit, "setting": setting, "nearLimit": limit > 0 && used * 5 >= limit * 4});
         Ok(json!({
             "sessions": usage(sessions, l.max_sessions_per_vm, "limits.acp.maxSessionsPerVm"),
             "prompts": usage(prompts, l.max_prompts_per_vm, "limits.acp.maxPromptsPerVm"),

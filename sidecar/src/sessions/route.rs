@@ -221,10 +221,13 @@ impl Route {
                 return Err(e);
             }
         };
-        let policy = PermissionPolicy::parse(&row.permission_policy).unwrap_or(PermissionPolicy::Ask);
+        let policy =
+            PermissionPolicy::parse(&row.permission_policy).unwrap_or(PermissionPolicy::Ask);
         let mut roots = vec![row.cwd.clone()];
         roots.extend(row.additional_directories.iter().cloned());
-        shared.hub.set_published(&row.session_id, row.latest_sequence);
+        shared
+            .hub
+            .set_published(&row.session_id, row.latest_sequence);
         let (tx, rx) = mpsc::channel(64);
         let route = Route {
             shared,
@@ -441,9 +444,11 @@ impl Route {
                     return Ok(());
                 };
                 if is_chunk(&update) {
-                    self.shared
-                        .hub
-                        .publish_ephemeral(&self.session_id, self.counters.latest_sequence, update);
+                    self.shared.hub.publish_ephemeral(
+                        &self.session_id,
+                        self.counters.latest_sequence,
+                        update,
+                    );
                 } else {
                     let event = NewEvent::update(Actor::Agent, &update);
                     self.commit(vec![event], vec![]).await?;
@@ -492,7 +497,11 @@ impl Route {
             return None;
         }
         let update = params.get_mut("update").map(Value::take)?;
-        if update.get("sessionUpdate").and_then(Value::as_str).is_none() {
+        if update
+            .get("sessionUpdate")
+            .and_then(Value::as_str)
+            .is_none()
+        {
             tracing::warn!(session = %self.session_id, "dropping a session/update without sessionUpdate");
             return None;
         }
@@ -503,7 +512,10 @@ impl Route {
     async fn serve_request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         match (method, &self.shared.fs) {
             ("fs/read_text_file", Some(fs)) => {
-                let path = params.get("path").and_then(Value::as_str).unwrap_or_default();
+                let path = params
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let line = params.get("line").and_then(Value::as_u64);
                 let limit = params.get("limit").and_then(Value::as_u64);
                 fs.read_text_file(&self.roots, path, line, limit)
@@ -511,7 +523,10 @@ impl Route {
                     .map(|content| json!({ "content": content }))
             }
             ("fs/write_text_file", Some(fs)) => {
-                let path = params.get("path").and_then(Value::as_str).unwrap_or_default();
+                let path = params
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let Some(content) = params.get("content").and_then(Value::as_str) else {
                     return Err(RpcError::invalid_params("content must be a string"));
                 };
@@ -852,7 +867,10 @@ impl Route {
                     .filter_map(|o| {
                         Some((
                             o.get("optionId")?.as_str()?.to_owned(),
-                            o.get("kind").and_then(Value::as_str).unwrap_or("").to_owned(),
+                            o.get("kind")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_owned(),
                         ))
                     })
                     .collect()
@@ -865,14 +883,23 @@ impl Route {
         };
         if let Some(kinds) = auto {
             self.flush(turn).await?;
-            let outcome = match options.iter().find(|(_, kind)| kinds.contains(&kind.as_str())) {
-                Some((option_id, _)) => json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
+            let outcome = match options
+                .iter()
+                .find(|(_, kind)| kinds.contains(&kind.as_str()))
+            {
+                Some((option_id, _)) => {
+                    json!({"outcome": {"outcome": "selected", "optionId": option_id}})
+                }
                 None => json!({"outcome": {"outcome": "cancelled"}}),
             };
             let _ = self.conn.respond(&id, Ok(outcome));
             return Ok(());
         }
-        if let Err(e) = self.shared.admit_pending_permission(turn.permissions.len() as u64).await {
+        if let Err(e) = self
+            .shared
+            .admit_pending_permission(turn.permissions.len() as u64)
+            .await
+        {
             self.flush(turn).await?;
             let _ = self.conn.respond(
                 &id,
@@ -1000,7 +1027,9 @@ impl Route {
 
     /// Why an answer to a request that is not pending here is refused.
     async fn late_permission_reason(&self, request_id: &str) -> Result<&'static str, SessionError> {
-        self.shared.late_permission_reason(&self.session_id, request_id).await
+        self.shared
+            .late_permission_reason(&self.session_id, request_id)
+            .await
     }
 
     async fn cancel(&mut self, turn: &mut Turn) -> &'static str {
@@ -1051,12 +1080,16 @@ impl Route {
             },
             TurnEnd::Answered(Err(e)) => Err(match (turn.failure.take(), &e) {
                 (Some(f), _) => f,
-                (None, AdapterError::Exited | AdapterError::Closed) => {
-                    ("adapter_exited".into(), "the adapter exited during the turn".into())
-                }
+                (None, AdapterError::Exited | AdapterError::Closed) => (
+                    "adapter_exited".into(),
+                    "the adapter exited during the turn".into(),
+                ),
                 (None, AdapterError::Rpc(rpc)) => (
                     "prompt_failed".into(),
-                    format!("the agent answered with error {}: {}", rpc.code, rpc.message),
+                    format!(
+                        "the agent answered with error {}: {}",
+                        rpc.code, rpc.message
+                    ),
                 ),
                 (None, other) => (other.code().to_owned(), other.to_string()),
             }),
@@ -1067,12 +1100,16 @@ impl Route {
             TurnEnd::Stopped(reason, reply) => {
                 stop = Some((reason, reply));
                 Err(match reason {
-                    StopReason::Delete => ("session_deleted".into(), "the session was deleted".into()),
+                    StopReason::Delete => {
+                        ("session_deleted".into(), "the session was deleted".into())
+                    }
                     StopReason::Unload => (
                         "prompt_interrupted".into(),
                         "the session was unloaded during the turn".into(),
                     ),
-                    StopReason::VmShutdown => ("vm_shutdown".into(), "the sidecar is shutting down".into()),
+                    StopReason::VmShutdown => {
+                        ("vm_shutdown".into(), "the sidecar is shutting down".into())
+                    }
                 })
             }
         };
@@ -1160,8 +1197,13 @@ impl Route {
         (reply, stop)
     }
 
-    async fn set_config_option(&mut self, config_id: String, value: Value) -> Result<Value, SessionError> {
-        let params = json!({"sessionId": self.acp_session_id, "configId": config_id, "value": value});
+    async fn set_config_option(
+        &mut self,
+        config_id: String,
+        value: Value,
+    ) -> Result<Value, SessionError> {
+        let params =
+            json!({"sessionId": self.acp_session_id, "configId": config_id, "value": value});
         let conn = self.conn.clone();
         let answer = conn.request("session/set_config_option", params);
         tokio::pin!(answer);
@@ -1185,7 +1227,11 @@ impl Route {
                 code: "acp_protocol_error",
                 message: "session/set_config_option returned no configOptions".into(),
             })?;
-        let revision = self.shared.store.set_config_options(&self.session_id, &options).await?;
+        let revision = self
+            .shared
+            .store
+            .set_config_options(&self.session_id, &options)
+            .await?;
         Ok(json!({"revision": revision, "options": options}))
     }
 }

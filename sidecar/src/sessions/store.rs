@@ -300,7 +300,9 @@ impl SessionStore {
         let rows = self
             .db
             .query(
-                &format!("SELECT {SESSION_COLUMNS} FROM agentos_core_sessions WHERE session_id = ?1"),
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM agentos_core_sessions WHERE session_id = ?1"
+                ),
                 vec![session_id.into()],
             )
             .await?;
@@ -374,7 +376,11 @@ impl SessionStore {
                              WHERE updated_at_ms < ?1 OR (updated_at_ms = ?1 AND session_id > ?2) \
                              ORDER BY updated_at_ms DESC, session_id ASC LIMIT ?3"
                         ),
-                        vec![updated.into(), id.into(), SqlValue::Integer(limit as i64 + 1)],
+                        vec![
+                            updated.into(),
+                            id.into(),
+                            SqlValue::Integer(limit as i64 + 1),
+                        ],
                     )
                     .await?
             }
@@ -721,10 +727,7 @@ impl SessionStore {
                 overflow,
             )
         } else {
-            (
-                overflow,
-                last.map_or(bound <= latest, |l| l < latest),
-            )
+            (overflow, last.map_or(bound <= latest, |l| l < latest))
         };
         Ok(HistoryPage {
             events,
@@ -861,23 +864,21 @@ impl SessionStore {
         last_output_sequence: u64,
         now: i64,
     ) -> Vec<Statement> {
-        let mut statements = vec![
-            Statement::new(
-                "UPDATE agentos_core_prompts SET state = ?3, result_json = ?4, error_json = ?5, \
+        let mut statements = vec![Statement::new(
+            "UPDATE agentos_core_prompts SET state = ?3, result_json = ?4, error_json = ?5, \
                    last_output_sequence = ?6, updated_at_ms = ?7, completed_at_ms = ?7 \
                  WHERE session_id = ?1 AND prompt_id = ?2 AND state = 'accepted'",
-                vec![
-                    session_id.into(),
-                    prompt_id.into(),
-                    state.into(),
-                    result.map(Value::to_string).into(),
-                    error.map(Value::to_string).into(),
-                    SqlValue::Integer(last_output_sequence as i64),
-                    now.into(),
-                ],
-            )
-            .expect_changes(1),
-        ];
+            vec![
+                session_id.into(),
+                prompt_id.into(),
+                state.into(),
+                result.map(Value::to_string).into(),
+                error.map(Value::to_string).into(),
+                SqlValue::Integer(last_output_sequence as i64),
+                now.into(),
+            ],
+        )
+        .expect_changes(1)];
         statements.extend(Self::terminate_prompt_permissions(
             session_id,
             prompt_id,
