@@ -150,11 +150,51 @@ pub(crate) struct Shared {
     routes: Mutex<HashMap<String, RouteHandle>>,
     starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     generation: AtomicU64,
+    /// VM-wide retained prompt records and permission outcomes, kept in
+    /// memory so admission checks need no read; re-read after pruning.
+    vm_prompt_count: AtomicU64,
+    vm_outcome_count: AtomicU64,
     /// Settings currently above 80 %, so each crossing warns once.
     warned: Mutex<HashSet<String>>,
 }
 
 impl Shared {
+    pub(crate) fn vm_prompts(&self) -> u64 {
+        self.vm_prompt_count.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn vm_outcomes(&self) -> u64 {
+        self.vm_outcome_count.load(Ordering::SeqCst)
+    }
+
+    /// Re-reads the VM counters into memory.
+    pub(crate) async fn refresh_vm_counts(&self) -> Result<(), SessionError> {
+        let [_, prompts, _, outcomes] = self.store.vm_counters().await?;
+        self.vm_prompt_count.store(prompts, Ordering::SeqCst);
+        self.vm_outcome_count.store(outcomes, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// One prompt record was added; `pruned` says whether others went.
+    pub(crate) async fn prompts_changed(&self, pruned: bool) {
+        self.vm_prompt_count.fetch_add(1, Ordering::SeqCst);
+        if pruned {
+            if let Err(e) = self.refresh_vm_counts().await {
+                tracing::warn!(error = %e, "could not re-read VM counters");
+            }
+        }
+    }
+
+    /// One outcome was added; `pruned` says whether others went.
+    pub(crate) async fn outcomes_changed(&self, pruned: bool) {
+        self.vm_outcome_count.fetch_add(1, Ordering::SeqCst);
+        if pruned {
+            if let Err(e) = self.refresh_vm_counts().await {
+                tracing::warn!(error = %e, "could not re-read VM counters");
+            }
+        }
+    }
+
     pub(crate) fn route_ended(&self, session_id: &str, generation: u64) {
         let mut routes = lock(&self.routes);
         if routes.get(session_id).map(|r| r.generation) == Some(generation) {
@@ -312,6 +352,8 @@ impl Sessions {
                 routes: Mutex::new(HashMap::new()),
                 starting: Mutex::new(HashMap::new()),
                 generation: AtomicU64::new(1),
+                vm_prompt_count: AtomicU64::new(0),
+                vm_outcome_count: AtomicU64::new(0),
                 warned: Mutex::new(HashSet::new()),
             }),
         }
@@ -350,7 +392,9 @@ impl Sessions {
 
     /// Crash recovery at start.
     pub async fn bootstrap(&self) -> Result<Reconciliation, SessionError> {
-        Ok(self.shared.store.reconcile().await?)
+        let reconciliation = self.shared.store.reconcile().await?;
+        self.shared.refresh_vm_counts().await?;
+        Ok(reconciliation)
     }
 
     async fn row(&self, session_id: &str) -> Result<SessionRow, SessionError> {
@@ -543,6 +587,7 @@ impl Sessions {
             return Err(SessionError::NotFound(session_id.to_owned()));
         }
         self.shared.hub.close_session(session_id, "session_deleted");
+        self.shared.refresh_vm_counts().await?;
         Ok(())
     }
 

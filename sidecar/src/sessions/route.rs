@@ -105,6 +105,15 @@ impl RouteHandle {
     }
 }
 
+/// What a retention step removed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pruned {
+    /// Records of this route's own session.
+    own: u64,
+    /// Whether anything was removed at all.
+    any: bool,
+}
+
 struct PendingPermission {
     adapter_id: IncomingRequestId,
     option_ids: Vec<String>,
@@ -147,6 +156,10 @@ pub(crate) struct Route {
     preamble: Option<String>,
     generation: u64,
     exited: bool,
+    /// Retained prompt records and permission outcomes of this session; the
+    /// route is their only writer.
+    prompt_count: u64,
+    outcome_count: u64,
 }
 
 fn adapter_error(e: &AdapterError) -> SessionError {
@@ -241,6 +254,8 @@ impl Route {
             preamble,
             generation,
             exited: false,
+            prompt_count: row.prompt_count,
+            outcome_count: row.outcome_count,
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {
@@ -624,14 +639,21 @@ impl Route {
                 })
                 .collect()
         };
-        let mut accept = SessionStore::accept_prompt_statements(
+        let (mut accept, pruned) = match self.prompt_retention().await {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return None;
+            }
+        };
+        accept.extend(SessionStore::accept_prompt_statements(
             &self.session_id,
             &request.prompt_id,
             request.idempotency_key.as_deref(),
             &request.input_hash,
             first_input,
             now,
-        );
+        ));
         if self.preamble.is_some() {
             accept.push(Statement::new(
                 "UPDATE agentos_core_sessions SET pending_preamble = NULL WHERE session_id = ?1",
@@ -655,6 +677,8 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
+        self.prompt_count = self.prompt_count + 1 - pruned.own;
+        self.shared.prompts_changed(pruned.any).await;
         let mut blocks = Vec::with_capacity(request.content.len() + 1);
         if let Some(preamble) = self.preamble.take() {
             blocks.push(json!({"type": "text", "text": preamble}));
@@ -988,15 +1012,26 @@ impl Route {
             },
             payload_json: response_json.clone(),
         };
-        let extra = SessionStore::resolve_permission_statements(
+        let (mut extra, pruned) = match self.outcome_retention().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(session = %self.session_id, error = %e, "outcome retention read failed; keeping old outcomes");
+                (Vec::new(), Pruned::default())
+            }
+        };
+        extra.extend(SessionStore::resolve_permission_statements(
             &self.session_id,
             request_id,
             reason,
             accepted.then_some(response_json.as_str()),
             self.counters.latest_sequence + 1,
             clock_ms(),
-        );
+        ));
         let result = self.commit(vec![event], extra).await;
+        if result.is_ok() {
+            self.outcome_count = self.outcome_count + 1 - pruned.own;
+            self.shared.outcomes_changed(pruned.any).await;
+        }
         // The agent is answered whatever the store said: it must not hang.
         let _ = self.conn.respond(&pending.adapter_id, Ok(outcome));
         if let Ok(stored) = &result {
@@ -1030,6 +1065,112 @@ impl Route {
         self.shared
             .late_permission_reason(&self.session_id, request_id)
             .await
+    }
+
+    /// Picks the oldest terminal prompt records to drop so one more prompt
+    /// fits both bounds; a bound that cannot be met is a hard error.
+    async fn prompt_retention(&self) -> Result<(Vec<Statement>, Pruned), SessionError> {
+        let limits = &self.shared.limits;
+        let store = &self.shared.store;
+        let per_session = limits.max_prompts_per_session;
+        let per_vm = limits.max_prompts_per_vm;
+        let vm_now = self.shared.vm_prompts();
+        self.shared.warn_near_limit(
+            "limits.acp.maxPromptsPerSession",
+            self.prompt_count + 1,
+            per_session,
+        );
+        self.shared
+            .warn_near_limit("limits.acp.maxPromptsPerVm", vm_now + 1, per_vm);
+        let session_excess = (self.prompt_count + 1).saturating_sub(per_session);
+        let vm_excess = (vm_now + 1).saturating_sub(per_vm);
+        if session_excess == 0 && vm_excess == 0 {
+            return Ok((Vec::new(), Pruned::default()));
+        }
+        let mut victims = Vec::new();
+        if session_excess > 0 {
+            victims = store
+                .oldest_terminal_prompts(Some(&self.session_id), session_excess)
+                .await?;
+            if (victims.len() as u64) < session_excess {
+                return Err(SessionError::Limit {
+                    code: "acp_prompts_per_session_limit",
+                    setting: "limits.acp.maxPromptsPerSession",
+                    used: self.prompt_count,
+                    limit: per_session,
+                });
+            }
+        }
+        if vm_excess > victims.len() as u64 {
+            let more = store
+                .oldest_terminal_prompts(None, vm_excess + victims.len() as u64)
+                .await?;
+            for victim in more {
+                if victims.len() as u64 >= vm_excess {
+                    break;
+                }
+                if !victims.contains(&victim) {
+                    victims.push(victim);
+                }
+            }
+            if (victims.len() as u64) < vm_excess {
+                return Err(SessionError::Limit {
+                    code: "acp_prompts_per_vm_limit",
+                    setting: "limits.acp.maxPromptsPerVm",
+                    used: vm_now,
+                    limit: per_vm,
+                });
+            }
+        }
+        let own = victims
+            .iter()
+            .filter(|(s, _)| *s == self.session_id)
+            .count() as u64;
+        Ok((
+            SessionStore::delete_prompts_statements(&victims),
+            Pruned { own, any: true },
+        ))
+    }
+
+    /// Picks the oldest permission outcomes to drop so one more fits.
+    async fn outcome_retention(&self) -> Result<(Vec<Statement>, Pruned), SessionError> {
+        let limits = &self.shared.limits;
+        let store = &self.shared.store;
+        let per_session = limits.max_permission_outcomes_per_session;
+        let per_vm = limits.max_permission_outcomes_per_vm;
+        let vm_now = self.shared.vm_outcomes();
+        let session_excess = (self.outcome_count + 1).saturating_sub(per_session);
+        let vm_excess = (vm_now + 1).saturating_sub(per_vm);
+        if session_excess == 0 && vm_excess == 0 {
+            return Ok((Vec::new(), Pruned::default()));
+        }
+        let mut victims = Vec::new();
+        if session_excess > 0 {
+            victims = store
+                .oldest_outcomes(Some(&self.session_id), session_excess)
+                .await?;
+        }
+        if vm_excess > victims.len() as u64 {
+            let more = store
+                .oldest_outcomes(None, vm_excess + victims.len() as u64)
+                .await?;
+            for victim in more {
+                if victims.len() as u64 >= vm_excess {
+                    break;
+                }
+                if !victims.contains(&victim) {
+                    victims.push(victim);
+                }
+            }
+        }
+        let own = victims
+            .iter()
+            .filter(|(s, _)| *s == self.session_id)
+            .count() as u64;
+        Ok((
+            SessionStore::delete_outcomes_statements(&victims),
+            Pruned { own, any: true },
+        ))
     }
 
     async fn cancel(&mut self, turn: &mut Turn) -> &'static str {

@@ -174,6 +174,13 @@ pub struct SessionStore {
     db: SharedDatabase,
 }
 
+fn pairs(rows: &Rows) -> Vec<(String, String)> {
+    rows.rows
+        .iter()
+        .filter_map(|r| Some((text(&r[0])?, text(&r[1])?)))
+        .collect()
+}
+
 fn text(v: &SqlValue) -> Option<String> {
     v.as_str().map(str::to_owned)
 }
@@ -850,9 +857,9 @@ impl SessionStore {
         ]
     }
 
-    /// Statements ending a prompt: its terminal state, the session back to
-    /// idle (or failed with `session_error`), and its still-pending
-    /// permissions terminal with `prompt_cancelled`.
+    /// Statements ending a prompt: its terminal state and the session back
+    /// to idle (or failed with `session_error`). The route ends the prompt's
+    /// pending permissions first, with the events that say so.
     #[allow(clippy::too_many_arguments)]
     pub fn finish_prompt_statements(
         session_id: &str,
@@ -879,12 +886,6 @@ impl SessionStore {
             ],
         )
         .expect_changes(1)];
-        statements.extend(Self::terminate_prompt_permissions(
-            session_id,
-            prompt_id,
-            "prompt_cancelled",
-            now,
-        ));
         statements.push(match session_error {
             None => Statement::new(
                 "UPDATE agentos_core_sessions SET state = 'idle', state_prompt_id = NULL, \
@@ -903,51 +904,119 @@ impl SessionStore {
         statements
     }
 
-    /// Statements making every pending permission of a prompt terminal with
-    /// `reason`, with tombstones and counters. No events: the caller appends
-    /// the `permission_response` events it publishes.
-    pub fn terminate_prompt_permissions(
-        session_id: &str,
-        prompt_id: &str,
-        reason: &str,
-        now: i64,
-    ) -> Vec<Statement> {
-        let pending = "SELECT request_id FROM agentos_core_permission_records \
-                       WHERE session_id = ?1 AND prompt_id = ?2 AND state = 'pending'";
-        vec![
-            Statement::new(
-                format!(
-                    "UPDATE agentos_core_vm_counters SET \
-                       pending_permission_count = pending_permission_count - (SELECT count(*) FROM ({pending})), \
-                       outcome_count = outcome_count + (SELECT count(*) FROM ({pending})) \
-                     WHERE singleton = 1"
-                ),
-                vec![session_id.into(), prompt_id.into()],
-            ),
-            Statement::new(
-                format!(
-                    "UPDATE agentos_core_sessions SET \
-                       pending_permission_count = pending_permission_count - (SELECT count(*) FROM ({pending})), \
-                       outcome_count = outcome_count + (SELECT count(*) FROM ({pending})) \
-                     WHERE session_id = ?1"
-                ),
-                vec![session_id.into(), prompt_id.into()],
-            ),
-            Statement::new(
-                format!(
-                    "INSERT INTO agentos_core_permission_outcomes (session_id, request_id, terminal_reason, terminal_at_ms) \
-                     SELECT ?1, request_id, ?3, ?4 FROM ({pending}) WHERE true \
-                     ON CONFLICT (session_id, request_id) DO UPDATE SET terminal_reason = excluded.terminal_reason"
-                ),
-                vec![session_id.into(), prompt_id.into(), reason.into(), now.into()],
-            ),
-            Statement::new(
-                "UPDATE agentos_core_permission_records SET state = 'terminal', terminal_reason = ?3, \
-                   updated_at_ms = ?4 \
-                 WHERE session_id = ?1 AND prompt_id = ?2 AND state = 'pending'",
-                vec![session_id.into(), prompt_id.into(), reason.into(), now.into()],
-            ),
-        ]
+    /// The oldest terminal prompts (of one session, or VM-wide), oldest first:
+    /// the records retention drops to admit new prompts.
+    pub async fn oldest_terminal_prompts(
+        &self,
+        session_id: Option<&str>,
+        n: u64,
+    ) -> Result<Vec<(String, String)>, DbError> {
+        let rows = match session_id {
+            Some(id) => {
+                self.db
+                    .query(
+                        "SELECT session_id, prompt_id FROM agentos_core_prompts \
+                         WHERE session_id = ?1 AND state <> 'accepted' \
+                         ORDER BY completed_at_ms, prompt_id LIMIT ?2",
+                        vec![id.into(), SqlValue::Integer(n as i64)],
+                    )
+                    .await?
+            }
+            None => {
+                self.db
+                    .query(
+                        "SELECT session_id, prompt_id FROM agentos_core_prompts \
+                         WHERE state <> 'accepted' \
+                         ORDER BY completed_at_ms, session_id, prompt_id LIMIT ?1",
+                        vec![SqlValue::Integer(n as i64)],
+                    )
+                    .await?
+            }
+        };
+        Ok(pairs(&rows))
+    }
+
+    /// Statements dropping terminal prompt records. Counters move by what is
+    /// actually there, so two writers pruning the same record stay exact.
+    pub fn delete_prompts_statements(victims: &[(String, String)]) -> Vec<Statement> {
+        let mut statements = Vec::with_capacity(victims.len() * 3);
+        for (session_id, prompt_id) in victims {
+            let exists = "(SELECT count(*) FROM agentos_core_prompts \
+                 WHERE session_id = ?1 AND prompt_id = ?2 AND state <> 'accepted')";
+            let params = vec![session_id.as_str().into(), prompt_id.as_str().into()];
+            statements.push(Statement::new(
+                format!("UPDATE agentos_core_vm_counters SET prompt_count = prompt_count - {exists} WHERE singleton = 1"),
+                params.clone(),
+            ));
+            statements.push(Statement::new(
+                format!("UPDATE agentos_core_sessions SET prompt_count = prompt_count - {exists} WHERE session_id = ?1"),
+                params.clone(),
+            ));
+            statements.push(Statement::new(
+                "DELETE FROM agentos_core_prompts \
+                 WHERE session_id = ?1 AND prompt_id = ?2 AND state <> 'accepted'",
+                params,
+            ));
+        }
+        statements
+    }
+
+    /// The oldest permission outcomes (of one session, or VM-wide).
+    pub async fn oldest_outcomes(
+        &self,
+        session_id: Option<&str>,
+        n: u64,
+    ) -> Result<Vec<(String, String)>, DbError> {
+        let rows = match session_id {
+            Some(id) => {
+                self.db
+                    .query(
+                        "SELECT session_id, request_id FROM agentos_core_permission_outcomes \
+                         WHERE session_id = ?1 ORDER BY terminal_at_ms, request_id LIMIT ?2",
+                        vec![id.into(), SqlValue::Integer(n as i64)],
+                    )
+                    .await?
+            }
+            None => {
+                self.db
+                    .query(
+                        "SELECT session_id, request_id FROM agentos_core_permission_outcomes \
+                         ORDER BY terminal_at_ms, session_id, request_id LIMIT ?1",
+                        vec![SqlValue::Integer(n as i64)],
+                    )
+                    .await?
+            }
+        };
+        Ok(pairs(&rows))
+    }
+
+    /// Statements dropping outcome tombstones and their terminal records: a
+    /// late answer then gets `request_not_found`.
+    pub fn delete_outcomes_statements(victims: &[(String, String)]) -> Vec<Statement> {
+        let mut statements = Vec::with_capacity(victims.len() * 4);
+        for (session_id, request_id) in victims {
+            let exists = "(SELECT count(*) FROM agentos_core_permission_outcomes \
+                 WHERE session_id = ?1 AND request_id = ?2)";
+            let params = vec![session_id.as_str().into(), request_id.as_str().into()];
+            statements.push(Statement::new(
+                format!("UPDATE agentos_core_vm_counters SET outcome_count = outcome_count - {exists} WHERE singleton = 1"),
+                params.clone(),
+            ));
+            statements.push(Statement::new(
+                format!("UPDATE agentos_core_sessions SET outcome_count = outcome_count - {exists} WHERE session_id = ?1"),
+                params.clone(),
+            ));
+            statements.push(Statement::new(
+                "DELETE FROM agentos_core_permission_outcomes WHERE session_id = ?1 AND request_id = ?2",
+                params.clone(),
+            ));
+            statements.push(Statement::new(
+                "DELETE FROM agentos_core_permission_records \
+                 WHERE session_id = ?1 AND request_id = ?2 AND state <> 'pending'",
+                params,
+            ));
+        }
+        statements
     }
 
     // -- permissions --------------------------------------------------------

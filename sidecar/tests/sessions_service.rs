@@ -1,0 +1,615 @@
+//! The session service against real adapters (the fake agent binary) on both
+//! database backends: the restore ladder in every capability mode, crash
+//! recovery at bootstrap, history/prompt/outcome retention, hard limits, and
+//! the statement counts that keep appends and pages O(1).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
+use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
+use agentos_sidecar::config::{AcpLimits, AgentSpec};
+use agentos_sidecar::db::testing::{all_backends, CountingDatabase};
+use agentos_sidecar::sessions::{SessionError, SessionStore, Sessions};
+use serde_json::{json, Value};
+
+fn fake_agent() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join("agentos-fake-agent");
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace binaries first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+struct Env {
+    sessions: Sessions,
+    state: tempfile::TempDir,
+}
+
+fn agents(state: &Path) -> BTreeMap<String, AgentSpec> {
+    let bin = fake_agent().display().to_string();
+    let log = state.join("prompts.log").display().to_string();
+    let spec = |args: &[&str]| AgentSpec {
+        command: bin.clone(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: BTreeMap::from([("AGENTOS_FAKE_AGENT_LOG".to_owned(), log.clone())]),
+    };
+    let dir = state.join("agent-state").display().to_string();
+    BTreeMap::from([
+        ("echo".to_owned(), spec(&[])),
+        (
+            "resumer".to_owned(),
+            spec(&["--resume", "--state-dir", &dir]),
+        ),
+        (
+            "loader".to_owned(),
+            spec(&["--load-session", "--state-dir", &dir]),
+        ),
+        (
+            "broken".to_owned(),
+            spec(&["--load-session", "--restore-error", "--state-dir", &dir]),
+        ),
+    ])
+}
+
+async fn env_with(db: SharedDatabase, limits: AcpLimits) -> Env {
+    migrate_all(&*db).await.expect("migrate");
+    let state = tempfile::tempdir().expect("state dir");
+    let sessions = Sessions::new(SessionStore::new(db), agents(state.path()), limits, None);
+    sessions.bootstrap().await.expect("bootstrap");
+    Env { sessions, state }
+}
+
+fn open(id: &str, agent: &str) -> OpenSessionParams {
+    OpenSessionParams {
+        session_id: Some(id.into()),
+        agent: agent.into(),
+        ..Default::default()
+    }
+}
+
+fn user() -> Actor {
+    Actor::User {
+        account: None,
+        signer: None,
+    }
+}
+
+fn text(t: &str) -> Vec<Value> {
+    vec![json!({"type": "text", "text": t})]
+}
+
+async fn prompt(env: &Env, sid: &str, t: &str) -> Result<Value, SessionError> {
+    env.sessions.prompt(sid, text(t), None, user()).await
+}
+
+async fn history(env: &Env, sid: &str) -> Vec<Value> {
+    let page = env
+        .sessions
+        .history(sid, None, Some(0), Some(10_000))
+        .await
+        .expect("history");
+    page.events.iter().map(|e| e.to_public()).collect()
+}
+
+fn prompt_log(env: &Env) -> Vec<Value> {
+    std::fs::read_to_string(env.state.path().join("prompts.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("log line"))
+        .collect()
+}
+
+fn inspected_blocks(result: &Value) -> Vec<Value> {
+    let text = result["message"]["content"][0]["text"]
+        .as_str()
+        .expect("inspect text");
+    serde_json::from_str(text).expect("inspect json")
+}
+
+#[tokio::test]
+async fn resume_and_load_restore_natively_without_duplicating_history() {
+    for backend in all_backends().await {
+        for agent in ["resumer", "loader"] {
+            let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+            let sid = format!("native-{agent}");
+            env.sessions.open(open(&sid, agent)).await.expect("open");
+            prompt(&env, &sid, "echo first").await.expect("first");
+            env.sessions.unload(&sid).await.expect("unload");
+            let second = prompt(&env, &sid, "echo second").await.expect("second");
+            assert_eq!(second["stopReason"], "end_turn", "{}", backend.name);
+            let events = history(&env, &sid).await;
+            let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+            assert_eq!(
+                types,
+                [
+                    "user_message_chunk",
+                    "agent_message_chunk",
+                    "user_message_chunk",
+                    "agent_message_chunk"
+                ],
+                "{} {agent}: replay must not be imported",
+                backend.name
+            );
+            let log = prompt_log(&env);
+            assert_eq!(log.len(), 2);
+            assert_eq!(
+                log[0]["sessionId"], log[1]["sessionId"],
+                "{} {agent}: the adapter session must be the restored one",
+                backend.name
+            );
+            assert_ne!(log[0]["pid"], log[1]["pid"], "a new process was started");
+            // The restored turn has no continuation block.
+            assert_eq!(log[1]["prompt"].as_array().unwrap().len(), 1);
+            env.sessions.shutdown().await;
+        }
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn without_native_restore_a_continuation_is_prepended_once() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("cont", "echo")).await.expect("open");
+        prompt(&env, "cont", "echo remember the walrus")
+            .await
+            .expect("first");
+        env.sessions.unload("cont").await.expect("unload");
+        let inspected = prompt(&env, "cont", "inspect").await.expect("inspect");
+        let blocks = inspected_blocks(&inspected);
+        assert_eq!(blocks.len(), 2, "{}: preamble + prompt", backend.name);
+        let preamble = blocks[0]["text"].as_str().unwrap();
+        assert!(preamble.starts_with("[agentos continuation]"));
+        assert!(preamble.contains("must not") || preamble.contains("Do not repeat"));
+        assert!(preamble.contains("remember the walrus"));
+        // Oldest first: the user chunk precedes the agent chunk.
+        let user_at = preamble.find("user_message_chunk").unwrap();
+        let agent_at = preamble.find("agent_message_chunk").unwrap();
+        assert!(user_at < agent_at);
+        assert_eq!(blocks[1]["text"], "inspect");
+        let again = prompt(&env, "cont", "inspect").await.expect("again");
+        assert_eq!(
+            inspected_blocks(&again).len(),
+            1,
+            "the continuation is sent once"
+        );
+        let log = prompt_log(&env);
+        assert_ne!(
+            log[0]["sessionId"], log[1]["sessionId"],
+            "session/new was used"
+        );
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn unknown_session_falls_back_and_other_errors_fail_the_restore() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions
+            .open(open("gone", "loader"))
+            .await
+            .expect("open");
+        prompt(&env, "gone", "echo before").await.expect("first");
+        env.sessions.unload("gone").await.expect("unload");
+        // The agent forgets every session: load answers -32002.
+        std::fs::remove_dir_all(env.state.path().join("agent-state")).expect("forget");
+        let inspected = prompt(&env, "gone", "inspect").await.expect("fallback");
+        let blocks = inspected_blocks(&inspected);
+        assert_eq!(blocks.len(), 2, "{}", backend.name);
+        assert!(blocks[0]["text"].as_str().unwrap().contains("echo before"));
+
+        env.sessions
+            .open(open("bad", "broken"))
+            .await
+            .expect("open");
+        prompt(&env, "bad", "echo one")
+            .await
+            .expect("first turn needs no restore");
+        env.sessions.unload("bad").await.expect("unload");
+        let err = prompt(&env, "bad", "echo two").await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            "session_restore_failed",
+            "{}: {err}",
+            backend.name
+        );
+        // History is intact and the public id never changed.
+        assert_eq!(history(&env, "bad").await.len(), 2);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+/// Writes the rows a crash mid-turn leaves behind: a running session, an
+/// accepted prompt with a key, a pending permission, and drifted counters.
+async fn simulate_crash(db: &SharedDatabase, sid: &str) {
+    db.transaction(vec![
+        Statement::new(
+            "UPDATE agentos_core_sessions SET state = 'waiting', state_prompt_id = 'p1', \
+             state_started_at_ms = 1, retained_event_count = 999, prompt_count = prompt_count + 1, \
+             pending_permission_count = 1 WHERE session_id = ?1",
+            vec![sid.into()],
+        ),
+        Statement::new(
+            "INSERT INTO agentos_core_prompts (session_id, prompt_id, idempotency_key, input_hash, \
+             state, created_at_ms, updated_at_ms) VALUES (?1, 'p1', 'key-1', ?2, 'accepted', 1, 1)",
+            vec![
+                sid.into(),
+                SqlValue::Blob(agentos_sidecar::sessions::input_hash(&text("echo lost"))),
+            ],
+        ),
+        Statement::new(
+            "INSERT INTO agentos_core_permission_records (session_id, request_id, prompt_id, state, \
+             request_json, request_sequence, created_at_ms, updated_at_ms) \
+             VALUES (?1, 'r1', 'p1', 'pending', '{}', 1, 1, 1)",
+            vec![sid.into()],
+        ),
+        Statement::new(
+            "UPDATE agentos_core_vm_counters SET prompt_count = prompt_count + 1, \
+             pending_permission_count = pending_permission_count + 1",
+            vec![],
+        ),
+    ])
+    .await
+    .expect("crash rows");
+}
+
+#[tokio::test]
+async fn bootstrap_recovers_interrupted_turns_without_resending() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions
+            .open(open("crashed", "echo"))
+            .await
+            .expect("open");
+        prompt(&env, "crashed", "echo kept").await.expect("turn");
+        env.sessions.shutdown().await;
+        simulate_crash(&backend.db, "crashed").await;
+
+        let state = env.state;
+        let sessions = Sessions::new(
+            SessionStore::new(backend.db.clone()),
+            agents(state.path()),
+            AcpLimits::default(),
+            None,
+        );
+        let recovered = sessions.bootstrap().await.expect("bootstrap");
+        assert_eq!(recovered.prompts_failed, 1, "{}", backend.name);
+        assert_eq!(recovered.permissions_terminated, 1);
+        assert_eq!(recovered.sessions_failed, 1);
+        assert!(recovered.counters_repaired >= 1);
+
+        let info = sessions.get("crashed").await.expect("get");
+        assert_eq!(info["state"]["status"], "failed");
+        assert_eq!(info["retainedEvents"], 2, "counters repaired from rows");
+        // The same key returns the stored uncertain-delivery error.
+        let err = sessions
+            .prompt("crashed", text("echo lost"), Some("key-1".into()), user())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "prompt_delivery_uncertain");
+        match &err {
+            SessionError::PromptFailed { error } => assert_eq!(error["retryable"], true),
+            other => panic!("unexpected {other:?}"),
+        }
+        let late = sessions
+            .respond_permission("crashed", "r1", "allow")
+            .await
+            .expect("respond");
+        assert_eq!(late.reason, Some("vm_shutdown"));
+        // Failed but usable; nothing was resent.
+        let ok = sessions
+            .prompt("crashed", text("echo again"), None, user())
+            .await
+            .expect("usable");
+        assert_eq!(ok["stopReason"], "end_turn");
+        let log: Vec<String> = std::fs::read_to_string(state.path().join("prompts.log"))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(log.len(), 2, "only the two real prompts reached an adapter");
+        assert!(!log.iter().any(|l| l.contains("echo lost")));
+        let counters = sessions.store().vm_counters().await.unwrap();
+        assert_eq!(counters, [1, 3, 0, 1]);
+        sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
+    for backend in all_backends().await {
+        let limits = AcpLimits {
+            max_session_history_events: 10,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        env.sessions.open(open("h", "echo")).await.expect("open");
+        for i in 0..4 {
+            prompt(&env, "h", "tools")
+                .await
+                .unwrap_or_else(|e| panic!("turn {i}: {e}"));
+        }
+        let info = env.sessions.get("h").await.unwrap();
+        // Five events a turn: user chunk, tool_call, two updates, agent chunk.
+        assert_eq!(info["latestSequence"], 20, "{}", backend.name);
+        assert_eq!(info["retainedEvents"], 10);
+        let oldest = info["oldestRetainedSequence"].as_u64().unwrap();
+        assert_eq!(oldest, 11);
+        let err = env
+            .sessions
+            .history("h", None, Some(0), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "history_cursor_expired");
+        assert!(matches!(
+            err,
+            SessionError::HistoryCursorExpired { earliest: 11 }
+        ));
+        let page = env
+            .sessions
+            .history("h", None, Some(oldest - 1), Some(100))
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = page.events.iter().map(|e| e.sequence).collect();
+        assert_eq!(seqs, (11..=20).collect::<Vec<_>>());
+        assert!(!page.has_more_before);
+        // A single batch larger than the whole budget fails atomically.
+        let blocks: Vec<Value> = (0..11)
+            .map(|i| json!({"type":"text","text": format!("b{i}")}))
+            .collect();
+        let err = env
+            .sessions
+            .prompt("h", blocks, None, user())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "acp_history_events_limit");
+        assert_eq!(err.setting(), Some("limits.acp.maxSessionHistoryEvents"));
+        let after = env.sessions.get("h").await.unwrap();
+        assert_eq!(after["latestSequence"], 20, "nothing was committed");
+        assert_eq!(after["state"]["status"], "idle");
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
+    for backend in all_backends().await {
+        let limits = AcpLimits {
+            max_prompts_per_session: 3,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        env.sessions.open(open("p", "echo")).await.expect("open");
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let r = env
+                .sessions
+                .prompt(
+                    "p",
+                    text(&format!("echo {i}")),
+                    Some(format!("k{i}")),
+                    user(),
+                )
+                .await
+                .expect("prompt");
+            ids.push(r["promptId"].as_str().unwrap().to_owned());
+        }
+        let rows = backend
+            .db
+            .query(
+                "SELECT count(*) FROM agentos_core_prompts WHERE session_id = 'p'",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.scalar_i64(), Some(3), "{}", backend.name);
+        assert_eq!(env.sessions.store().vm_counters().await.unwrap()[1], 3);
+        // A retained key replays; a pruned one runs again as a new prompt.
+        let kept = env
+            .sessions
+            .prompt("p", text("echo 4"), Some("k4".into()), user())
+            .await
+            .unwrap();
+        assert_eq!(kept["promptId"], ids[4]);
+        let forgotten = env
+            .sessions
+            .prompt("p", text("echo 0"), Some("k0".into()), user())
+            .await
+            .unwrap();
+        assert_ne!(forgotten["promptId"], ids[0]);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn permission_outcomes_are_bounded_and_late_answers_typed() {
+    for backend in all_backends().await {
+        let limits = AcpLimits {
+            max_permission_outcomes_per_session: 2,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        let mut params = open("perm", "echo");
+        params.permission_policy = Some(PermissionPolicy::Ask);
+        env.sessions.open(params).await.expect("open");
+        let mut request_ids = Vec::new();
+        for _ in 0..3 {
+            let sessions = env.sessions.clone();
+            let turn = tokio::spawn(async move {
+                sessions
+                    .prompt("perm", text("permission"), None, user())
+                    .await
+            });
+            let request_id = loop {
+                let info = env.sessions.get("perm").await.unwrap();
+                if let Some(id) = info["state"]["requests"][0].as_str() {
+                    break id.to_owned();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            };
+            let bad = env
+                .sessions
+                .respond_permission("perm", &request_id, "nope")
+                .await;
+            assert_eq!(bad.unwrap_err().code(), "invalid_permission_option");
+            let ok = env
+                .sessions
+                .respond_permission("perm", &request_id, "allow")
+                .await
+                .unwrap();
+            assert!(ok.accepted);
+            let result = turn.await.unwrap().expect("turn");
+            assert_eq!(result["message"]["content"][0]["text"], "chose allow");
+            request_ids.push(request_id);
+        }
+        let counters = env.sessions.store().vm_counters().await.unwrap();
+        assert_eq!(counters[3], 2, "{}: outcomes bounded", backend.name);
+        let first = env
+            .sessions
+            .respond_permission("perm", &request_ids[0], "allow")
+            .await
+            .unwrap();
+        assert_eq!(first.reason, Some("request_not_found"));
+        let last = env
+            .sessions
+            .respond_permission("perm", &request_ids[2], "allow")
+            .await
+            .unwrap();
+        assert_eq!(last.reason, Some("already_resolved"));
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn hard_limits_name_their_setting() {
+    for backend in all_backends().await {
+        let limits = AcpLimits {
+            max_sessions_per_vm: 2,
+            max_prompt_blocks: 2,
+            max_prompt_bytes: 200,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        env.sessions.open(open("a", "echo")).await.unwrap();
+        env.sessions.open(open("b", "echo")).await.unwrap();
+        let err = env.sessions.open(open("c", "echo")).await.unwrap_err();
+        assert_eq!(err.code(), "acp_sessions_limit", "{}", backend.name);
+        assert_eq!(err.setting(), Some("limits.acp.maxSessionsPerVm"));
+        // Reopening an existing session is not a new admission.
+        env.sessions.open(open("a", "echo")).await.unwrap();
+        let three: Vec<Value> = (0..3).map(|_| json!({"type":"text","text":"x"})).collect();
+        let err = env
+            .sessions
+            .prompt("a", three, None, user())
+            .await
+            .unwrap_err();
+        assert_eq!(err.setting(), Some("limits.acp.maxPromptBlocks"));
+        let err = env
+            .sessions
+            .prompt("a", text(&"y".repeat(300)), None, user())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "acp_prompt_bytes_limit");
+        let status = env.sessions.status().await.unwrap();
+        assert_eq!(status["sessions"]["used"], 2);
+        assert_eq!(status["sessions"]["nearLimit"], true);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn appends_near_the_limit_cost_one_transaction_and_one_read() {
+    for backend in all_backends().await {
+        let counting = CountingDatabase::new(backend.db.clone());
+        let db: SharedDatabase = counting.clone();
+        let limits = AcpLimits {
+            max_session_history_events: 20,
+            ..AcpLimits::default()
+        };
+        let env = env_with(db, limits).await;
+        env.sessions.open(open("c", "echo")).await.unwrap();
+        for _ in 0..12 {
+            prompt(&env, "c", "echo fill").await.unwrap();
+        }
+        let info = env.sessions.get("c").await.unwrap();
+        assert_eq!(info["retainedEvents"], 20, "{}: at the limit", backend.name);
+        counting.take();
+        prompt(&env, "c", "echo at the limit").await.unwrap();
+        let counts = counting.take();
+        // One session read for validation; per append (accept, terminal
+        // commit): one retention read and one transaction.
+        assert_eq!(counts.transactions, 2, "{}: {counts:?}", backend.name);
+        assert_eq!(counts.queries, 3, "{}: {counts:?}", backend.name);
+        for sql in &counts.sql {
+            let upper = sql.to_ascii_uppercase();
+            assert!(
+                !upper.contains("COUNT(") && !upper.contains("SUM("),
+                "{}: scan in the append path: {sql}",
+                backend.name
+            );
+        }
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_ten_thousand_session_page_is_at_most_two_queries() {
+    for backend in all_backends().await {
+        let counting = CountingDatabase::new(backend.db.clone());
+        let db: SharedDatabase = counting.clone();
+        let env = env_with(db, AcpLimits::default()).await;
+        let sessions = Arc::new(env.sessions.clone());
+        let mut tasks = Vec::new();
+        for chunk in 0..10 {
+            let sessions = sessions.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..1000 {
+                    sessions
+                        .open(open(&format!("s{chunk}-{i:04}"), "echo"))
+                        .await
+                        .expect("open");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        counting.take();
+        let page = env
+            .sessions
+            .list(ListSessionsParams {
+                cursor: None,
+                limit: Some(10_000),
+            })
+            .await
+            .unwrap();
+        let counts = counting.take();
+        assert_eq!(
+            page["sessions"].as_array().unwrap().len(),
+            10_000,
+            "{}",
+            backend.name
+        );
+        assert!(
+            counts.queries + counts.transactions <= 2,
+            "{}: {counts:?}",
+            backend.name
+        );
+        backend.shutdown().await;
+    }
+}
