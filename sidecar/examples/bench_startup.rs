@@ -1,0 +1,103 @@
+//! Start-up time on a large database: builds (once) a sqlite_file database
+//! holding 10,000 sessions and 1,000,000 events with consistent counters, then
+//! times `Vm::open` (open, migrate, bootstrap recovery) several times.
+//!
+//! Run with `scripts/bench-startup` (release build).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use agentos_sidecar::config::{Config, DatabaseDescriptor, Limits};
+use agentos_sidecar::vm::Vm;
+
+const SESSIONS: usize = 10_000;
+const EVENTS_PER_SESSION: usize = 100;
+
+fn build(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "OFF")?;
+    let tx = conn.unchecked_transaction()?;
+    {
+        let mut session = tx.prepare(
+            "INSERT INTO agentos_core_sessions (session_id, agent, cwd, permission_policy, \
+             latest_sequence, oldest_retained_sequence, retained_event_count, retained_event_bytes, \
+             created_at_ms, updated_at_ms) VALUES (?1, 'echo', '/home/agentos', 'allow_all', ?2, 1, ?2, ?3, ?4, ?4)",
+        )?;
+        let mut event = tx.prepare(
+            "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, acp_protocol_version, \
+             event_kind, payload_json, payload_bytes, actor_kind) VALUES (?1, ?2, ?3, 1, 'session_update', ?4, ?5, 'agent')",
+        )?;
+        for s in 0..SESSIONS {
+            let id = format!("session-{s:05}");
+            let mut bytes = 0usize;
+            for e in 1..=EVENTS_PER_SESSION {
+                let payload = format!(
+                    "{{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t{e}\",\"status\":\"completed\",\"content\":[{{\"type\":\"content\",\"content\":{{\"type\":\"text\",\"text\":\"result {s} {e} lorem ipsum dolor sit amet\"}}}}]}}"
+                );
+                bytes += payload.len();
+                event.execute(rusqlite::params![id, e as i64, 1_700_000_000_000i64, payload, payload.len() as i64])?;
+            }
+            session.execute(rusqlite::params![id, EVENTS_PER_SESSION as i64, bytes as i64, 1_700_000_000_000i64 + s as i64])?;
+        }
+        tx.execute(
+            "UPDATE agentos_core_vm_counters SET session_count = ?1 WHERE singleton = 1",
+            [SESSIONS as i64],
+        )?;
+    }
+    tx.commit()?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+    Ok(())
+}
+
+fn config(path: &Path) -> Config {
+    Config {
+        database: DatabaseDescriptor::SqliteFile {
+            path: path.to_owned(),
+        },
+        socket: None,
+        agents: BTreeMap::new(),
+        limits: Limits::default(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::env::var_os("BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("agentos-bench-startup"));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("large.sqlite");
+    if !path.exists() {
+        eprintln!("building {SESSIONS} sessions x {EVENTS_PER_SESSION} events in {} ...", path.display());
+        // Migrate through the real runner first so the schema is the shipped one.
+        drop(Vm::open(config(&path)).await?);
+        let t = Instant::now();
+        build(&path)?;
+        eprintln!("built in {:.1} s", t.elapsed().as_secs_f64());
+    }
+    let size = std::fs::metadata(&path)?.len();
+    println!(
+        "database: {SESSIONS} sessions, {} events, {:.0} MiB",
+        SESSIONS * EVENTS_PER_SESSION,
+        size as f64 / 1048576.0
+    );
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let vm = Vm::open(config(&path)).await?;
+        let ready = t.elapsed();
+        assert_eq!(vm.sessions.status().await?["sessions"]["used"], SESSIONS);
+        times.push(ready.as_secs_f64() * 1000.0);
+        drop(vm);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "ready (open + migrate + recovery): min {:.0} ms, median {:.0} ms, max {:.0} ms (goal < 1000 ms)",
+        times[0],
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+    Ok(())
+}
