@@ -1,0 +1,29 @@
+//! Fuzz target: arbitrary bytes through the host protocol's frame decoder and
+//! message classifier. Every input must end as frames, a typed frame error or
+//! a classified message (request, notification, response or an invalid
+//! message with its JSON-RPC error); nothing may panic, and every error
+//! answer must encode.
+
+#![no_main]
+
+use agentos_protocol::host::{decode_message, encode_response, FrameDecoder, Inbound};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    // As a byte stream, fed in two uneven pieces.
+    let mut decoder = FrameDecoder::new(1 << 16);
+    let split = data.first().map_or(0, |b| usize::from(*b)).min(data.len());
+    decoder.push(&data[..split]);
+    decoder.push(&data[split..]);
+    while let Ok(Some(frame)) = decoder.next_frame() {
+        classify(&frame);
+    }
+    // As one frame's payload.
+    classify(data);
+});
+
+fn classify(payload: &[u8]) {
+    if let Inbound::Invalid { id, error } = decode_message(payload) {
+        assert!(!encode_response(&id, Err(&error)).is_empty());
+    }
+}
