@@ -37,9 +37,20 @@ fn build(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
                     "{{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t{e}\",\"status\":\"completed\",\"content\":[{{\"type\":\"content\",\"content\":{{\"type\":\"text\",\"text\":\"result {s} {e} lorem ipsum dolor sit amet\"}}}}]}}"
                 );
                 bytes += payload.len();
-                event.execute(rusqlite::params![id, e as i64, 1_700_000_000_000i64, payload, payload.len() as i64])?;
+                event.execute(rusqlite::params![
+                    id,
+                    e as i64,
+                    1_700_000_000_000i64,
+                    payload,
+                    payload.len() as i64
+                ])?;
             }
-            session.execute(rusqlite::params![id, EVENTS_PER_SESSION as i64, bytes as i64, 1_700_000_000_000i64 + s as i64])?;
+            session.execute(rusqlite::params![
+                id,
+                EVENTS_PER_SESSION as i64,
+                bytes as i64,
+                1_700_000_000_000i64 + s as i64
+            ])?;
         }
         tx.execute(
             "UPDATE agentos_core_vm_counters SET session_count = ?1 WHERE singleton = 1",
@@ -70,7 +81,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("large.sqlite");
     if !path.exists() {
-        eprintln!("building {SESSIONS} sessions x {EVENTS_PER_SESSION} events in {} ...", path.display());
+        eprintln!(
+            "building {SESSIONS} sessions x {EVENTS_PER_SESSION} events in {} ...",
+            path.display()
+        );
         // Migrate through the real runner first so the schema is the shipped one.
         drop(Vm::open(config(&path)).await?);
         let t = Instant::now();

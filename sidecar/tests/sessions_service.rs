@@ -613,3 +613,42 @@ async fn a_ten_thousand_session_page_is_at_most_two_queries() {
         backend.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn config_choices_survive_a_restore() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("cfg", "echo")).await.unwrap();
+        // Read-only calls answer from storage without an adapter.
+        let before = env.sessions.get_config("cfg").await.unwrap();
+        assert_eq!(before["options"], json!([]));
+        assert_eq!(env.sessions.live_routes(), 0);
+        let set = env
+            .sessions
+            .set_config_option("cfg", "mode", json!("careful"))
+            .await
+            .expect("set");
+        assert_eq!(
+            set["options"][0]["currentValue"], "careful",
+            "{}",
+            backend.name
+        );
+        let err = env
+            .sessions
+            .set_config_option("cfg", "mode", json!({"not": "scalar"}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "invalid_argument");
+        env.sessions.unload("cfg").await.unwrap();
+        // The fresh adapter starts at "fast"; the stored choice is replayed.
+        prompt(&env, "cfg", "echo hi").await.unwrap();
+        let after = env.sessions.get_config("cfg").await.unwrap();
+        assert_eq!(after["options"][0]["currentValue"], "careful");
+        let caps = env.sessions.capabilities("cfg").await.unwrap();
+        assert!(caps["capabilities"].is_object());
+        let info = env.sessions.agent_info("cfg").await.unwrap();
+        assert_eq!(info["agentInfo"]["name"], "agentos-fake-agent");
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}

@@ -11,6 +11,7 @@ use agentos_protocol::host::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
+use tokio::sync::oneshot;
 
 use super::ConnectionSink;
 use crate::sessions::{SessionError, Sink};
@@ -56,11 +57,14 @@ fn session(e: SessionError) -> ErrorObject {
     error_object(&e)
 }
 
+/// Runs one method. `after_reply` receives a signal to fire once the answer
+/// has been queued (subscriptions start delivering only then).
 pub(crate) async fn dispatch(
     vm: &Arc<Vm>,
     sink: &Arc<ConnectionSink>,
     method: &str,
     raw: Value,
+    after_reply: &mut Option<oneshot::Sender<()>>,
 ) -> Result<Value, ErrorObject> {
     let sessions = &vm.sessions;
     match method {
@@ -159,8 +163,10 @@ pub(crate) async fn dispatch(
         methods::SESSIONS_SUBSCRIBE => {
             let p: SubscribeParams = params(raw)?;
             let sink: Arc<dyn Sink> = sink.clone();
+            let (start, started) = oneshot::channel();
+            *after_reply = Some(start);
             sessions
-                .subscribe(&p.session_id, p.after, sink)
+                .subscribe(&p.session_id, p.after, sink, started)
                 .await
                 .map(|id| json!({ "subscriptionId": id }))
                 .map_err(session)

@@ -292,8 +292,13 @@ fn handle_frame(vm: &Arc<Vm>, sink: &Arc<ConnectionSink>, payload: &[u8]) {
             let vm = vm.clone();
             let sink = sink.clone();
             tokio::spawn(async move {
-                let result = dispatch::dispatch(&vm, &sink, &method, params).await;
+                let mut after_reply = None;
+                let result =
+                    dispatch::dispatch(&vm, &sink, &method, params, &mut after_reply).await;
                 sink.outbox.respond(&id, result);
+                if let Some(start) = after_reply {
+                    let _ = start.send(());
+                }
             });
         }
         // The host sends no notifications we act on; responses to us are

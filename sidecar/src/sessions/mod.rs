@@ -836,11 +836,15 @@ impl Sessions {
     /// Subscribes `sink` to a session: replay after `after` (default: the
     /// latest committed event, i.e. live only), then live, no gap, no
     /// duplicate.
+    ///
+    /// Nothing is delivered until `start` fires, so a front door can answer
+    /// the subscribe call before the first event reaches the same client.
     pub async fn subscribe(
         &self,
         session_id: &str,
         after: Option<u64>,
         sink: Arc<dyn Sink>,
+        start: oneshot::Receiver<()>,
     ) -> Result<String, SessionError> {
         let row = self.row(session_id).await?;
         let after = after.unwrap_or(row.latest_sequence);
@@ -858,6 +862,10 @@ impl Sessions {
         let hub = self.shared.hub.clone();
         let session = session_id.to_owned();
         tokio::spawn(async move {
+            if start.await.is_err() {
+                hub.unsubscribe(&sub.id);
+                return;
+            }
             let mut cursor = after;
             while cursor < upto {
                 let page = match store
