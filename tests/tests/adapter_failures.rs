@@ -15,7 +15,11 @@ fn options() -> Options {
     }
 }
 
-async fn prompt_err(sc: &Sidecar, session: &str, text: &str) -> agentos_protocol::host::ErrorObject {
+async fn prompt_err(
+    sc: &Sidecar,
+    session: &str,
+    text: &str,
+) -> agentos_protocol::host::ErrorObject {
     match sc.prompt(session, text).await {
         Ok(v) => panic!("{text} unexpectedly succeeded: {v}"),
         Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
@@ -40,7 +44,10 @@ async fn exit_mid_turn_then_restore(backend: Backend) {
         let h = sc.history(agent).await;
         let texts: Vec<&str> = h.iter().map(text_of).collect();
         assert!(texts.contains(&"first"), "{agent}: {texts:?}");
-        assert!(!texts.contains(&"about to exit"), "{agent}: partial text stored");
+        assert!(
+            !texts.contains(&"about to exit"),
+            "{agent}: partial text stored"
+        );
         assert_eq!(texts.last(), Some(&"again"), "{agent}");
     }
 }
@@ -73,7 +80,14 @@ async fn protocol_errors_fail_the_turn_only(backend: Backend) {
         .collect();
     assert_eq!(
         user,
-        ["echo kept", "garbage", "echo between", "oversize 200000", "bad_stop", "echo last"]
+        [
+            "echo kept",
+            "garbage",
+            "echo between",
+            "oversize 200000",
+            "bad_stop",
+            "echo last"
+        ]
     );
 }
 
@@ -92,7 +106,9 @@ async fn an_agent_that_cannot_start(backend: Backend) {
         "nothing is stored for a prompt that never started"
     );
     sc.open("s2", "echo").await;
-    sc.prompt("s2", "echo fine").await.expect("other sessions work");
+    sc.prompt("s2", "echo fine")
+        .await
+        .expect("other sessions work");
 }
 
 both_backends!(

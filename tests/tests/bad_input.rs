@@ -130,7 +130,10 @@ async fn an_oversize_frame_ends_only_its_connection() {
     raw.send(big.as_bytes()).await;
     if let Some(answer) = raw.recv().await {
         assert!(answer["error"]["code"].is_i64(), "{answer}");
-        assert_eq!(answer["error"]["data"]["setting"], "limits.host.maxFrameBytes");
+        assert_eq!(
+            answer["error"]["data"]["setting"],
+            "limits.host.maxFrameBytes"
+        );
     }
     raw.expect_closed().await;
     assert!(sc.is_running());

@@ -151,7 +151,8 @@ async fn reject_path_matches_the_transcript() {
 async fn cancel_after_the_first_chunk() {
     let mut sc = Sidecar::start(Backend::SqliteFile).await;
     sc.open_with_policy("ex", "example", "ask").await;
-    sc.ok("sessions/subscribe", json!({"sessionId": "ex"})).await;
+    sc.ok("sessions/subscribe", json!({"sessionId": "ex"}))
+        .await;
     let client = sc.client.clone();
     let turn = tokio::spawn(async move {
         client

@@ -12,7 +12,10 @@ use tokio::task::JoinHandle;
 /// Starts a `permission` turn on `s1` and waits for its request id.
 async fn start_permission_turn(
     sc: &mut Sidecar,
-) -> (JoinHandle<Result<Value, agentos_sidecar::ctl::ClientError>>, String) {
+) -> (
+    JoinHandle<Result<Value, agentos_sidecar::ctl::ClientError>>,
+    String,
+) {
     sc.open_with_policy("s1", "echo", "ask").await;
     sc.ok("sessions/subscribe", json!({"sessionId": "s1", "after": 0}))
         .await;

@@ -41,7 +41,10 @@ async fn open_is_idempotent_and_conflicts_are_typed(backend: Backend) {
         .await;
     assert_eq!(a["createdAt"], b["createdAt"]);
     let e = sc
-        .err("sessions/open", json!({"sessionId": "s1", "agent": "loader"}))
+        .err(
+            "sessions/open",
+            json!({"sessionId": "s1", "agent": "loader"}),
+        )
         .await;
     assert_eq!((e.code, data_code(&e)), (-32000, "session_conflict"));
     let e = sc
@@ -52,10 +55,17 @@ async fn open_is_idempotent_and_conflicts_are_typed(backend: Backend) {
         .await;
     assert_eq!((e.code, data_code(&e)), (-32000, "session_conflict"));
     let e = sc
-        .err("sessions/open", json!({"sessionId": "s2", "agent": "nobody"}))
+        .err(
+            "sessions/open",
+            json!({"sessionId": "s2", "agent": "nobody"}),
+        )
         .await;
     assert_eq!(data_code(&e), "agent_not_found");
-    assert_eq!(sc.live_adapters().await, 0, "open must not start an adapter");
+    assert_eq!(
+        sc.live_adapters().await,
+        0,
+        "open must not start an adapter"
+    );
 }
 
 async fn get_list_delete_and_unload(backend: Backend) {
@@ -94,7 +104,10 @@ async fn get_list_delete_and_unload(backend: Backend) {
     sc.ok("sessions/unload", json!({"sessionId": "s1"})).await;
     assert_eq!(sc.live_adapters().await, 0);
     let history = sc.history("s1").await;
-    assert_eq!(kinds(&history), ["user_message_chunk", "agent_message_chunk"]);
+    assert_eq!(
+        kinds(&history),
+        ["user_message_chunk", "agent_message_chunk"]
+    );
     assert_eq!(text_of(&history[1]), "kept");
 
     let before = sc.ok("vm/status", json!({})).await;
@@ -186,7 +199,11 @@ async fn thought_tools_and_plan_are_stored(backend: Backend) {
     let h = sc.history("s1").await;
     assert_eq!(
         kinds(&h),
-        ["user_message_chunk", "agent_thought_chunk", "agent_message_chunk"]
+        [
+            "user_message_chunk",
+            "agent_thought_chunk",
+            "agent_message_chunk"
+        ]
     );
     assert_eq!(text_of(&h[1]), "pondering");
     assert_eq!(text_of(&h[2]), "pondering");
@@ -328,7 +345,9 @@ async fn history_cursors(backend: Backend) {
     .await;
     sc.open("s1", "echo").await;
     for i in 0..15 {
-        sc.prompt("s1", &format!("echo n{i}")).await.expect("prompt");
+        sc.prompt("s1", &format!("echo n{i}"))
+            .await
+            .expect("prompt");
     }
     let e = sc
         .err(

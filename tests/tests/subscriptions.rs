@@ -63,7 +63,10 @@ async fn subscribe_mid_flood_has_no_gap_and_no_duplicate(backend: Backend) {
         if latest > 200 {
             break latest;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the flood never committed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the flood never committed"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     };
     let after = latest / 2;
@@ -81,8 +84,7 @@ async fn subscribe_mid_flood_has_no_gap_and_no_duplicate(backend: Backend) {
         .expect("join")
         .expect("the flood succeeds");
     assert_eq!(result["stopReason"], "end_turn");
-    let last = sc.ok("sessions/get", json!({"sessionId": "s1"})).await["session"]
-        ["latestSequence"]
+    let last = sc.ok("sessions/get", json!({"sessionId": "s1"})).await["session"]["latestSequence"]
         .as_u64()
         .expect("seq");
     assert_eq!(last, 20_001, "one user chunk and 20000 updates");
