@@ -419,10 +419,11 @@ impl SessionStore {
                 Statement::new(
                     "UPDATE agentos_core_vm_counters SET \
                        session_count = session_count - 1, \
-                       prompt_count = prompt_count - s.prompt_count, \
-                       pending_permission_count = pending_permission_count - s.pending_permission_count, \
-                       outcome_count = outcome_count - s.outcome_count \
-                     FROM (SELECT prompt_count, pending_permission_count, outcome_count \
+                       prompt_count = prompt_count - s.prompts, \
+                       pending_permission_count = pending_permission_count - s.pending, \
+                       outcome_count = outcome_count - s.outcomes \
+                     FROM (SELECT prompt_count AS prompts, pending_permission_count AS pending, \
+                                  outcome_count AS outcomes \
                            FROM agentos_core_sessions WHERE session_id = ?1) AS s \
                      WHERE singleton = 1",
                     vec![id.clone()],

@@ -1,0 +1,326 @@
+//! Session benchmark, run by `scripts/bench-sessions` against the release
+//! binaries: (1) end-to-end durable events per second (one `flood 100000`
+//! turn, committed and delivered to a subscriber) beside raw SQLite inserts
+//! of similar rows; (2) dispatch overhead p50/p99 (an echo turn through the
+//! sidecar minus the same turn driven directly over the adapter client);
+//! (3) 1,000 sessions doing echo turns concurrently: turns/s and the
+//! sidecar's peak RSS.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agentos_adapters::{AdapterCommand, AdapterConnection, AdapterOptions};
+use agentos_sidecar::ctl::HostClient;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const FLOOD: u64 = 100_000;
+const DISPATCH_TURNS: usize = 500;
+const SESSIONS: usize = 1_000;
+const TURNS_PER_SESSION: usize = 5;
+const CONNECTIONS: usize = 16;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn bin_dir() -> Result<PathBuf, Error> {
+    let exe = std::env::current_exe()?;
+    // target/<profile>/examples/bench_sessions
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?;
+    Ok(dir.to_path_buf())
+}
+
+fn binary(name: &str) -> Result<PathBuf, Error> {
+    let path = bin_dir()?.join(name);
+    if !path.exists() {
+        return Err(format!(
+            "{} is missing: run `cargo build --release --bins` first",
+            path.display()
+        )
+        .into());
+    }
+    Ok(path)
+}
+
+struct Running {
+    child: tokio::process::Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_sidecar() -> Result<Running, Error> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("sidecar.sock");
+    let fake = binary("agentos-fake-agent")?;
+    let config = json!({
+        "database": {"type": "sqlite_file", "path": dir.path().join("vm.sqlite")},
+        "socket": socket,
+        "agents": {"echo": {"command": fake}},
+    });
+    let mut child = tokio::process::Command::new(binary("agentos-sidecar")?)
+        .args(["serve", "--config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(config.to_string().as_bytes()).await?;
+    }
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = lines.next_line().await?.ok_or("the sidecar exited")?;
+    let ready: Value = serde_json::from_str(&ready)?;
+    if ready["event"] != "ready" {
+        return Err(format!("unexpected first line {ready}").into());
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Running {
+        child,
+        socket,
+        _dir: dir,
+    })
+}
+
+fn text(t: &str) -> Value {
+    json!([{"type": "text", "text": t}])
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// (1a) End to end: prompt sent → subscriber holds the last durable event.
+async fn end_to_end_events_per_second() -> Result<f64, Error> {
+    let sc = start_sidecar().await?;
+    let (client, _notes) = HostClient::connect(&sc.socket).await?;
+    client
+        .call(
+            "sessions/open",
+            json!({"sessionId": "flood", "agent": "echo"}),
+        )
+        .await?;
+    // Start the adapter first so the measurement is the flood itself.
+    client
+        .call(
+            "sessions/prompt",
+            json!({"sessionId": "flood", "content": text("echo warm")}),
+        )
+        .await?;
+    let (sub, mut notes) = HostClient::connect(&sc.socket).await?;
+    sub.call("sessions/subscribe", json!({"sessionId": "flood"}))
+        .await?;
+    let target = 2 + 1 + FLOOD; // two warm-up events, the user chunk, the flood
+    let start = Instant::now();
+    let prompt = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(
+                    "sessions/prompt",
+                    json!({"sessionId": "flood", "content": text(&format!("flood {FLOOD}"))}),
+                )
+                .await
+        })
+    };
+    let mut last = 0;
+    while last < target {
+        let (method, params) = notes.recv().await.ok_or("subscriber closed")?;
+        if method == "sessions/event" {
+            last = params["event"]["sequence"].as_u64().unwrap_or(0);
+        }
+    }
+    let elapsed = start.elapsed();
+    prompt.await??;
+    Ok(FLOOD as f64 / elapsed.as_secs_f64())
+}
+
+/// (1b) Raw SQLite: 100-row transactions of ~200-byte rows.
+fn raw_sqlite_rows_per_second() -> Result<f64, Error> {
+    let dir = tempfile::tempdir()?;
+    let conn = rusqlite::Connection::open(dir.path().join("raw.sqlite"))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.execute_batch(
+        "CREATE TABLE events (session_id TEXT NOT NULL, sequence INTEGER NOT NULL, \
+         ts INTEGER NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL, \
+         PRIMARY KEY (session_id, sequence))",
+    )?;
+    let filler = "f".repeat(160);
+    let start = Instant::now();
+    let mut seq = 0u64;
+    while seq < FLOOD {
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO events (session_id, sequence, ts, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for _ in 0..100 {
+                seq += 1;
+                let payload = format!(
+                    r#"{{"sessionUpdate":"tool_call_update","toolCallId":"flood","text":"{seq:08} {filler}"}}"#
+                );
+                stmt.execute(rusqlite::params![
+                    "flood",
+                    seq,
+                    0,
+                    "session_update",
+                    payload
+                ])?;
+            }
+        }
+        tx.commit()?;
+    }
+    Ok(FLOOD as f64 / start.elapsed().as_secs_f64())
+}
+
+/// (2) Round trips of echo turns through the sidecar and directly.
+async fn dispatch_overhead() -> Result<(Vec<Duration>, Vec<Duration>), Error> {
+    let sc = start_sidecar().await?;
+    let (client, _notes) = HostClient::connect(&sc.socket).await?;
+    client
+        .call("sessions/open", json!({"sessionId": "d", "agent": "echo"}))
+        .await?;
+    let turn = |i: usize| json!({"sessionId": "d", "content": text(&format!("echo {i}"))});
+    client.call("sessions/prompt", turn(0)).await?;
+    let mut via_sidecar = Vec::with_capacity(DISPATCH_TURNS);
+    for i in 0..DISPATCH_TURNS {
+        let t = Instant::now();
+        client.call("sessions/prompt", turn(i)).await?;
+        via_sidecar.push(t.elapsed());
+    }
+
+    let command = AdapterCommand::new(binary("agentos-fake-agent")?.display().to_string());
+    let (conn, mut events) = AdapterConnection::spawn(&command, AdapterOptions::default()).await?;
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    conn.initialize(json!({"name": "bench", "version": "0"}), json!({}))
+        .await?;
+    let session = conn
+        .request("session/new", json!({"cwd": "/", "mcpServers": []}))
+        .await?;
+    let sid = session["sessionId"].clone();
+    let mut direct = Vec::with_capacity(DISPATCH_TURNS);
+    for i in 0..=DISPATCH_TURNS {
+        let t = Instant::now();
+        conn.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": text(&format!("echo {i}"))}),
+        )
+        .await?;
+        if i > 0 {
+            direct.push(t.elapsed());
+        }
+    }
+    conn.shutdown().await;
+    via_sidecar.sort();
+    direct.sort();
+    Ok((via_sidecar, direct))
+}
+
+/// (3) Many sessions at once: turns per second and the sidecar's peak RSS.
+async fn many_sessions() -> Result<(f64, u64), Error> {
+    let sc = start_sidecar().await?;
+    let pid = sc.child.id().ok_or("the sidecar exited")?;
+    let mut clients = Vec::new();
+    for _ in 0..CONNECTIONS {
+        clients.push(HostClient::connect(&sc.socket).await?);
+    }
+    // Open every session and start its adapter with one warm-up turn.
+    let mut warm = tokio::task::JoinSet::new();
+    for i in 0..SESSIONS {
+        let client = clients[i % CONNECTIONS].0.clone();
+        warm.spawn(async move {
+            let id = format!("m{i}");
+            client
+                .call("sessions/open", json!({"sessionId": id, "agent": "echo"}))
+                .await?;
+            client
+                .call(
+                    "sessions/prompt",
+                    json!({"sessionId": id, "content": text("echo warm")}),
+                )
+                .await?;
+            Ok::<(), Error>(())
+        });
+    }
+    while let Some(r) = warm.join_next().await {
+        r??;
+    }
+    let start = Instant::now();
+    let mut turns = tokio::task::JoinSet::new();
+    for i in 0..SESSIONS {
+        let client = clients[i % CONNECTIONS].0.clone();
+        turns.spawn(async move {
+            let id = format!("m{i}");
+            for t in 0..TURNS_PER_SESSION {
+                client
+                    .call(
+                        "sessions/prompt",
+                        json!({"sessionId": id, "content": text(&format!("echo {t}"))}),
+                    )
+                    .await?;
+            }
+            Ok::<(), Error>(())
+        });
+    }
+    while let Some(r) = turns.join_next().await {
+        r??;
+    }
+    let rate = (SESSIONS * TURNS_PER_SESSION) as f64 / start.elapsed().as_secs_f64();
+    let rss = peak_rss_kib(pid).ok_or("cannot read VmHWM")?;
+    Ok((rate, rss))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let e2e = end_to_end_events_per_second().await?;
+    let raw = raw_sqlite_rows_per_second()?;
+    println!("(1) durable events/s end to end (flood {FLOOD}, to a subscriber): {e2e:.0}");
+    println!("    raw SQLite inserts/s (100-row transactions, WAL, NORMAL):      {raw:.0}");
+    println!("    ratio: {:.2} (goal >= 0.5)", e2e / raw);
+
+    let (via, direct) = dispatch_overhead().await?;
+    let (v50, v99) = (percentile(&via, 0.5), percentile(&via, 0.99));
+    let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
+    println!("(2) echo turn round trip over {DISPATCH_TURNS} turns:");
+    println!(
+        "    through the sidecar p50 {:.3} ms p99 {:.3} ms; direct p50 {:.3} ms p99 {:.3} ms",
+        ms(v50),
+        ms(v99),
+        ms(d50),
+        ms(d99)
+    );
+    println!(
+        "    dispatch overhead p50 {:.3} ms p99 {:.3} ms",
+        ms(v50.saturating_sub(d50)),
+        ms(v99.saturating_sub(d99))
+    );
+
+    let (rate, rss) = many_sessions().await?;
+    println!(
+        "(3) {SESSIONS} sessions x {TURNS_PER_SESSION} echo turns concurrently: {rate:.0} turns/s; sidecar peak RSS {:.1} MiB",
+        rss as f64 / 1024.0
+    );
+    Ok(())
+}

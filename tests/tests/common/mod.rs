@@ -1,0 +1,393 @@
+//! Shared harness for the end-to-end tests: starts the real `agentos-sidecar`
+//! binary (and, for the `actor_uds` backend, a real `ars-serve` child first)
+//! with a config on standard input, waits for its ready line, connects a host
+//! client and kills every child process on drop.
+//!
+//! The binaries are found next to the test executable's `deps` directory.
+//! They are built by `cargo test --workspace` (cargo builds every bin target
+//! of a package whose integration tests run, and the sidecar and adapter
+//! packages have some). When only this package is tested, build the bins
+//! first: `cargo build --bins && cargo test -p agentos-tests`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use agentos_sidecar::ctl::{ClientError, HostClient, Notification};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Generous bound for anything that should happen; only to avoid hangs.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The two database backends every storage test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    SqliteFile,
+    ActorUds,
+}
+
+impl Backend {
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Backend::SqliteFile => "sqlite_file",
+            Backend::ActorUds => "actor_uds",
+        }
+    }
+}
+
+/// Defines `mod $name { sqlite_file, actor_uds }`, two tests that call the
+/// async fn `$name(Backend)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite_file() {
+                super::$name($crate::common::Backend::SqliteFile).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn actor_uds() {
+                super::$name($crate::common::Backend::ActorUds).await
+            }
+        }
+    )+};
+}
+
+/// The workspace root (this package lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests package sits inside the workspace")
+        .to_path_buf()
+}
+
+/// A workspace binary next to the test executable: `target/<profile>/name`.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    let deps = exe.parent().expect("the test executable lives in deps/");
+    let dir = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().expect("deps/ has a parent").to_path_buf()
+    } else {
+        deps.to_path_buf()
+    };
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace binaries first with \
+         `cargo build --bins` (or run `cargo test --workspace`)",
+        path.display()
+    );
+    path
+}
+
+/// The example agent shipped with the published ACP SDK (installed by
+/// `scripts/install-peers`).
+pub fn example_agent_script() -> PathBuf {
+    workspace_root().join(".peers/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js")
+}
+
+/// Knobs for one sidecar.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Merged into the config's `limits` (per section).
+    pub limits: Value,
+    /// Extra agents, merged into the registry.
+    pub agents: Value,
+}
+
+/// One running sidecar and its first client connection.
+pub struct Sidecar {
+    pub backend: Backend,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub client: HostClient,
+    pub notes: UnboundedReceiver<Notification>,
+    child: Child,
+    ars: Option<Child>,
+}
+
+fn merge(base: &mut Value, extra: &Value) {
+    match (base, extra) {
+        (Value::Object(b), Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (_, Value::Null) => {}
+        (b, e) => *b = e.clone(),
+    }
+}
+
+async fn wait_for_socket(path: &Path) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never accepted a connection",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Sidecar {
+    pub async fn start(backend: Backend) -> Sidecar {
+        Self::start_with(backend, Options::default()).await
+    }
+
+    pub async fn start_with(backend: Backend, options: Options) -> Sidecar {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let sidecar = binary("agentos-sidecar");
+        let fake = binary("agentos-fake-agent").display().to_string();
+        let db_file = root.join("vm.sqlite");
+        let mut ars = None;
+        let database = match backend {
+            Backend::SqliteFile => json!({"type": "sqlite_file", "path": db_file}),
+            Backend::ActorUds => {
+                let ars_socket = root.join("ars.sock");
+                let child = Command::new(&sidecar)
+                    .arg("ars-serve")
+                    .arg("--db")
+                    .arg(&db_file)
+                    .arg("--socket")
+                    .arg(&ars_socket)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::from(
+                        std::fs::File::create(root.join("ars.stderr")).expect("stderr file"),
+                    ))
+                    .kill_on_drop(true)
+                    .spawn()
+                    .expect("start ars-serve");
+                ars = Some(child);
+                wait_for_socket(&ars_socket).await;
+                json!({"type": "actor_uds", "path": ars_socket})
+            }
+        };
+        let state = root.join("agent-state");
+        let log = root.join("prompts.log");
+        let mut agents = json!({
+            "echo": {"command": fake, "env": {"AGENTOS_FAKE_AGENT_LOG": log}},
+            "loader": {"command": fake, "args": ["--load-session", "--state-dir", state],
+                       "env": {"AGENTOS_FAKE_AGENT_LOG": log}},
+            "resumer": {"command": fake, "args": ["--resume", "--state-dir", state],
+                        "env": {"AGENTOS_FAKE_AGENT_LOG": log}},
+            "example": {"command": "node", "args": [example_agent_script()]},
+        });
+        merge(&mut agents, &options.agents);
+        let mut limits = json!({});
+        merge(&mut limits, &options.limits);
+        let socket = root.join("sidecar.sock");
+        let config = json!({
+            "database": database,
+            "socket": socket,
+            "agents": agents,
+            "limits": limits,
+        });
+        let mut child = Command::new(&sidecar)
+            .arg("serve")
+            .arg("--config")
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(
+                std::fs::File::create(root.join("sidecar.stderr")).expect("stderr file"),
+            ))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the sidecar");
+        {
+            use tokio::io::AsyncWriteExt;
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            stdin
+                .write_all(config.to_string().as_bytes())
+                .await
+                .expect("write the config");
+            // Dropping stdin closes it: the sidecar reads to the end.
+        }
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("the sidecar printed no ready line in time")
+            .expect("read the sidecar's stdout");
+        let Some(line) = line else {
+            let stderr = std::fs::read_to_string(root.join("sidecar.stderr")).unwrap_or_default();
+            panic!("the sidecar exited before it was ready: {stderr}");
+        };
+        let ready: Value = serde_json::from_str(&line).expect("the ready line is JSON");
+        assert_eq!(ready["event"], "ready");
+        assert_eq!(ready["socket"], json!(socket));
+        // Keep draining stdout so the sidecar never blocks on it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let (client, notes) = HostClient::connect(&socket).await.expect("connect");
+        Sidecar {
+            backend,
+            dir,
+            socket,
+            client,
+            notes,
+            child,
+            ars,
+        }
+    }
+
+    /// A second, independent connection.
+    pub async fn connect(&self) -> (HostClient, UnboundedReceiver<Notification>) {
+        HostClient::connect(&self.socket).await.expect("connect")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the sidecar is running")
+    }
+
+    /// True while the sidecar process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The prompts the fake agents received (one JSON object each).
+    pub fn delivered_prompts(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("prompts.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("prompt log line"))
+            .collect()
+    }
+
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        tokio::time::timeout(PATIENCE, self.client.call(method, params))
+            .await
+            .unwrap_or_else(|_| panic!("{method} did not answer in time"))
+    }
+
+    /// A call that must succeed.
+    pub async fn ok(&self, method: &str, params: Value) -> Value {
+        match self.call(method, params.clone()).await {
+            Ok(v) => v,
+            Err(e) => panic!("{method} {params} failed: {e} [{}] {e:?}", e.code()),
+        }
+    }
+
+    /// A call that must fail; returns the error object.
+    pub async fn err(&self, method: &str, params: Value) -> agentos_protocol::host::ErrorObject {
+        match self.call(method, params.clone()).await {
+            Ok(v) => panic!("{method} {params} unexpectedly succeeded: {v}"),
+            Err(ClientError::Rpc(e)) => e,
+            Err(e) => panic!("{method} {params} failed without an RPC error: {e}"),
+        }
+    }
+
+    pub async fn open(&self, session: &str, agent: &str) -> Value {
+        self.ok(
+            "sessions/open",
+            json!({"sessionId": session, "agent": agent}),
+        )
+        .await
+    }
+
+    pub async fn open_with_policy(&self, session: &str, agent: &str, policy: &str) -> Value {
+        self.ok(
+            "sessions/open",
+            json!({"sessionId": session, "agent": agent, "permissionPolicy": policy}),
+        )
+        .await
+    }
+
+    pub async fn prompt(&self, session: &str, text: &str) -> Result<Value, ClientError> {
+        self.call(
+            "sessions/prompt",
+            json!({"sessionId": session, "content": [{"type": "text", "text": text}]}),
+        )
+        .await
+    }
+
+    /// Every event of a session, oldest first.
+    pub async fn history(&self, session: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .ok(
+                    "sessions/history",
+                    json!({"sessionId": session, "after": after, "limit": 1000}),
+                )
+                .await;
+            let events = page["events"].as_array().expect("events").clone();
+            if let Some(last) = events.last() {
+                after = last["sequence"].as_u64().expect("sequence");
+            }
+            out.extend(events);
+            if !page["hasMoreAfter"].as_bool().expect("hasMoreAfter") {
+                return out;
+            }
+        }
+    }
+
+    /// The next notification matching `pred` (others are dropped).
+    pub async fn next_note(&mut self, pred: impl Fn(&str, &Value) -> bool) -> (String, Value) {
+        next_note(&mut self.notes, pred).await
+    }
+
+    pub async fn live_adapters(&self) -> u64 {
+        self.ok("vm/status", json!({})).await["liveAdapters"]
+            .as_u64()
+            .expect("liveAdapters")
+    }
+}
+
+/// The next notification on `rx` matching `pred`.
+pub async fn next_note(
+    rx: &mut UnboundedReceiver<Notification>,
+    pred: impl Fn(&str, &Value) -> bool,
+) -> (String, Value) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let note = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("no matching notification in time")
+            .expect("the connection closed");
+        if pred(&note.0, &note.1) {
+            return note;
+        }
+    }
+}
+
+/// `data.code` of an application error.
+pub fn data_code(e: &agentos_protocol::host::ErrorObject) -> &str {
+    e.data_code().unwrap_or("<none>")
+}
+
+/// Compact `(type, text)` view of events for readable assertions.
+pub fn kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().expect("type").to_owned())
+        .collect()
+}
+
+pub fn text_of(event: &Value) -> &str {
+    event["content"]["text"].as_str().unwrap_or("")
+}
+
+/// Polls `f` until it returns true (state that settles asynchronously).
+pub async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
