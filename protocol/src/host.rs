@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -490,7 +491,8 @@ pub struct StoredEvent {
     pub outcome_status: Option<String>,
     pub terminal_reason: Option<String>,
     pub actor: Actor,
-    pub payload: Value,
+    /// The exact native ACP payload, as stored.
+    pub payload_json: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -579,59 +581,149 @@ pub fn rfc3339_ms(ms: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
 }
 
+/// The top-level members of a JSON object, borrowed from its text in
+/// order. `None` when the text is not an object or a key needs unescaping.
+fn object_members(text: &str) -> Option<Vec<(&str, &RawValue)>> {
+    struct Members<'a>(Vec<(&'a str, &'a RawValue)>);
+    impl<'de> Deserialize<'de> for Members<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Members<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Self::Value, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some((k, v)) = map.next_entry::<&'de str, &'de RawValue>()? {
+                        out.push((k, v));
+                    }
+                    Ok(Members(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    serde_json::from_str::<Members<'_>>(text).ok().map(|m| m.0)
+}
+
+fn push_json_str(out: &mut String, s: &str) {
+    match serde_json::to_string(s) {
+        Ok(quoted) => out.push_str(&quoted),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
 impl StoredEvent {
+    /// The native payload, parsed.
+    pub fn payload(&self) -> Value {
+        serde_json::from_str(&self.payload_json).unwrap_or(Value::Null)
+    }
+
     /// The public shape: `{sessionId, sequence, timestamp, type, actor,
     /// …native fields}`. A session update's `sessionUpdate` becomes `type`;
-    /// permission requests and responses are flattened beside their
-    /// public `requestId`.
-    pub fn to_public(&self) -> Value {
-        let mut out = Map::new();
-        out.insert("sessionId".into(), json!(self.session_id));
-        out.insert("sequence".into(), json!(self.sequence));
-        out.insert("timestamp".into(), json!(rfc3339_ms(self.timestamp_ms)));
+    /// permission requests and responses are flattened beside their public
+    /// `requestId`. Rendered straight from the stored text: the native
+    /// members are copied, never re-parsed into values.
+    pub fn public_json(&self) -> String {
+        let mut out = String::with_capacity(self.payload_json.len() + 192);
+        out.push_str("{\"sessionId\":");
+        push_json_str(&mut out, &self.session_id);
+        out.push_str(",\"sequence\":");
+        out.push_str(&self.sequence.to_string());
+        out.push_str(",\"timestamp\":\"");
+        out.push_str(&rfc3339_ms(self.timestamp_ms));
+        out.push_str("\",\"actor\":");
+        out.push_str(&self.actor.to_json().to_string());
+        let members = object_members(&self.payload_json);
+        let skip: &[&str];
         match self.kind {
             EventKind::SessionUpdate => {
-                let mut native = match &self.payload {
-                    Value::Object(m) => m.clone(),
-                    other => {
-                        let mut m = Map::new();
-                        m.insert("update".into(), other.clone());
-                        m
-                    }
-                };
-                let ty = native
-                    .remove("sessionUpdate")
-                    .unwrap_or_else(|| json!("unknown"));
-                out.insert("type".into(), ty);
-                out.extend(native);
+                let ty = members
+                    .as_ref()
+                    .and_then(|m| m.iter().find(|(k, _)| *k == "sessionUpdate"))
+                    .map_or("\"unknown\"", |(_, v)| v.get());
+                out.push_str(",\"type\":");
+                out.push_str(ty);
+                skip = &[
+                    "sessionUpdate",
+                    "sessionId",
+                    "sequence",
+                    "timestamp",
+                    "actor",
+                    "type",
+                ];
             }
             EventKind::PermissionRequest => {
-                out.insert("type".into(), json!("permission_request"));
-                out.insert("requestId".into(), json!(self.correlation_id));
-                if let Value::Object(m) = &self.payload {
-                    for (k, v) in m {
-                        if k != "sessionId" {
-                            out.insert(k.clone(), v.clone());
-                        }
-                    }
-                }
+                out.push_str(",\"type\":\"permission_request\",\"requestId\":");
+                push_json_str(&mut out, self.correlation_id.as_deref().unwrap_or_default());
+                skip = &[
+                    "sessionId",
+                    "sequence",
+                    "timestamp",
+                    "actor",
+                    "type",
+                    "requestId",
+                ];
             }
             EventKind::PermissionResponse => {
-                out.insert("type".into(), json!("permission_response"));
-                out.insert("requestId".into(), json!(self.correlation_id));
-                out.insert("status".into(), json!(self.outcome_status));
+                out.push_str(",\"type\":\"permission_response\",\"requestId\":");
+                push_json_str(&mut out, self.correlation_id.as_deref().unwrap_or_default());
+                out.push_str(",\"status\":");
+                push_json_str(&mut out, self.outcome_status.as_deref().unwrap_or_default());
                 if let Some(reason) = &self.terminal_reason {
-                    out.insert("reason".into(), json!(reason));
+                    out.push_str(",\"reason\":");
+                    push_json_str(&mut out, reason);
                 }
-                if let Value::Object(m) = &self.payload {
-                    for (k, v) in m {
-                        out.entry(k.clone()).or_insert_with(|| v.clone());
+                skip = &[
+                    "sessionId",
+                    "sequence",
+                    "timestamp",
+                    "actor",
+                    "type",
+                    "requestId",
+                    "status",
+                    "reason",
+                ];
+            }
+        }
+        match members {
+            Some(members) => {
+                for (key, value) in members {
+                    if skip.contains(&key) {
+                        continue;
+                    }
+                    out.push(',');
+                    push_json_str(&mut out, key);
+                    out.push(':');
+                    out.push_str(value.get());
+                }
+            }
+            // Not an object (or an escaped key): the slow, exact path.
+            None => {
+                if let Value::Object(map) = self.payload() {
+                    for (key, value) in map {
+                        if skip.contains(&key.as_str()) {
+                            continue;
+                        }
+                        out.push(',');
+                        push_json_str(&mut out, &key);
+                        out.push(':');
+                        out.push_str(&value.to_string());
                     }
                 }
             }
         }
-        out.insert("actor".into(), self.actor.to_json());
-        Value::Object(out)
+        out.push('}');
+        out
+    }
+
+    /// The public shape as a value.
+    pub fn to_public(&self) -> Value {
+        serde_json::from_str(&self.public_json()).unwrap_or(Value::Null)
     }
 }
 
@@ -715,12 +807,53 @@ mod tests {
             outcome_status: None,
             terminal_reason: None,
             actor: Actor::Agent,
-            payload: json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}),
+            payload_json:
+                json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}})
+                    .to_string(),
         };
         let p = ev.to_public();
         assert_eq!(p["type"], "agent_message_chunk");
         assert_eq!(p["content"]["text"], "hi");
         assert_eq!(p["sequence"], 3);
         assert!(p.get("sessionUpdate").is_none());
+        assert_eq!(p["actor"]["kind"], "agent");
+    }
+
+    #[test]
+    fn permission_events_are_flattened_beside_their_request_id() {
+        let request = StoredEvent {
+            session_id: "s".into(),
+            sequence: 4,
+            timestamp_ms: 0,
+            kind: EventKind::PermissionRequest,
+            correlation_id: Some("r-1".into()),
+            outcome_status: None,
+            terminal_reason: None,
+            actor: Actor::Agent,
+            payload_json: r#"{"sessionId":"s","toolCall":{"toolCallId":"c"},"options":[]}"#.into(),
+        };
+        let p = request.to_public();
+        assert_eq!(p["type"], "permission_request");
+        assert_eq!(p["requestId"], "r-1");
+        assert_eq!(p["toolCall"]["toolCallId"], "c");
+        let response = StoredEvent {
+            kind: EventKind::PermissionResponse,
+            outcome_status: Some("not_pending".into()),
+            terminal_reason: Some("prompt_cancelled".into()),
+            actor: Actor::System,
+            payload_json: r#"{"outcome":{"outcome":"cancelled"}}"#.into(),
+            ..request
+        };
+        let p = response.to_public();
+        assert_eq!(p["status"], "not_pending");
+        assert_eq!(p["reason"], "prompt_cancelled");
+        assert_eq!(p["outcome"]["outcome"], "cancelled");
+        // A payload that is not an object still renders valid JSON.
+        let odd = StoredEvent {
+            kind: EventKind::SessionUpdate,
+            payload_json: "[1,2]".into(),
+            ..response
+        };
+        assert_eq!(odd.to_public()["type"], "unknown");
     }
 }

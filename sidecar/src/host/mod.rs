@@ -157,10 +157,18 @@ impl Sink for ConnectionSink {
             return Err(SinkRefusal::Overflow);
         }
         let ok = match item {
-            Item::Durable(event) => self.outbox.notify(
-                methods::EVENT,
-                &json!({"subscriptionId": subscription_id, "event": event.to_public()}),
-            ),
+            Item::Durable(_, public) => {
+                // Spliced, not re-serialized: the event is already JSON.
+                let mut payload = String::with_capacity(public.len() + 96);
+                payload.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"");
+                payload.push_str(methods::EVENT);
+                payload.push_str("\",\"params\":{\"subscriptionId\":");
+                payload.push_str(&json!(subscription_id).to_string());
+                payload.push_str(",\"event\":");
+                payload.push_str(public);
+                payload.push_str("}}");
+                self.outbox.send(payload.into_bytes())
+            }
             Item::Ephemeral {
                 session_id,
                 after_sequence,

@@ -18,12 +18,21 @@ use serde_json::Value;
 /// What a subscriber receives.
 #[derive(Clone, Debug)]
 pub enum Item {
-    Durable(Arc<StoredEvent>),
+    /// A committed event and its public JSON, rendered once for every
+    /// subscriber.
+    Durable(Arc<StoredEvent>, Arc<str>),
     Ephemeral {
         session_id: Arc<str>,
         after_sequence: u64,
         update: Arc<Value>,
     },
+}
+
+impl Item {
+    pub fn durable(event: StoredEvent) -> Item {
+        let public: Arc<str> = Arc::from(event.public_json());
+        Item::Durable(Arc::new(event), public)
+    }
 }
 
 /// Why a sink refused an item.
@@ -77,7 +86,7 @@ impl Subscription {
             }
             SubState::Live { last_sent } => {
                 let wanted = match item {
-                    Item::Durable(e) => e.sequence > *last_sent,
+                    Item::Durable(e, _) => e.sequence > *last_sent,
                     Item::Ephemeral { after_sequence, .. } => *after_sequence >= *last_sent,
                 };
                 if !wanted {
@@ -85,7 +94,7 @@ impl Subscription {
                 }
                 match self.sink.deliver(&self.id, item) {
                     Ok(()) => {
-                        if let Item::Durable(e) = item {
+                        if let Item::Durable(e, _) = item {
                             *last_sent = e.sequence;
                         }
                         true
@@ -141,7 +150,10 @@ impl Hub {
         let mut dropped = Vec::new();
         for event in events {
             channel.last_published = channel.last_published.max(event.sequence);
-            let item = Item::Durable(Arc::new(event));
+            if channel.subscriptions.is_empty() {
+                continue;
+            }
+            let item = Item::durable(event);
             for sub in &channel.subscriptions {
                 if !sub.offer(&item) {
                     dropped.push(sub.clone());
@@ -223,7 +235,7 @@ impl Hub {
         let mut last = last_sent;
         for item in &buffer {
             let wanted = match item {
-                Item::Durable(e) => e.sequence > last,
+                Item::Durable(e, _) => e.sequence > last,
                 Item::Ephemeral { after_sequence, .. } => *after_sequence >= last,
             };
             if !wanted {
@@ -236,7 +248,7 @@ impl Hub {
                 }
                 return false;
             }
-            if let Item::Durable(e) = item {
+            if let Item::Durable(e, _) = item {
                 last = e.sequence;
             }
         }

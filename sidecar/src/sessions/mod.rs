@@ -884,7 +884,7 @@ impl Sessions {
                     break;
                 };
                 for event in page {
-                    let item = Item::Durable(Arc::new(event));
+                    let item = Item::durable(event);
                     if sink.deliver(&sub.id, &item).is_err() {
                         hub.unsubscribe(&sub.id);
                         sink.ended(&sub.id, &session, "overflow", cursor);

@@ -28,7 +28,7 @@ use super::store::{clock_ms, HistoryCounters, NewEvent, SessionRow, SessionStore
 use super::{Notice, SessionError, Shared};
 
 /// Updates committed in one transaction at most.
-const MAX_BATCH_EVENTS: usize = 8192;
+const MAX_BATCH_EVENTS: usize = 4096;
 /// Payload bytes committed in one transaction at most.
 const MAX_BATCH_BYTES: u64 = 16 << 20;
 /// Session updates considered for a continuation.
@@ -221,6 +221,9 @@ impl Route {
         };
         let options = AdapterOptions {
             max_read_line_bytes: shared.limits.max_read_line_bytes as usize,
+            // Room for one full group commit to accumulate while the previous
+            // one is being written.
+            event_buffer: MAX_BATCH_EVENTS,
             ..AdapterOptions::default()
         };
         let (conn, mut events) = AdapterConnection::spawn(&command, options)
@@ -602,9 +605,9 @@ impl Route {
             &self.session_id,
             self.counters.latest_sequence,
         ));
-        let results = self.shared.store.db().transaction(statements).await?;
+        let mut results = self.shared.store.db().transaction(statements).await?;
         let stored = results
-            .last()
+            .pop()
             .map(SessionStore::decode_events)
             .unwrap_or_default();
         let before = self.counters;

@@ -249,30 +249,38 @@ fn decode_session(r: &[SqlValue]) -> SessionRow {
     }
 }
 
-fn decode_event(r: &[SqlValue]) -> StoredEvent {
+fn take_text(v: &mut SqlValue) -> Option<String> {
+    match std::mem::replace(v, SqlValue::Null) {
+        SqlValue::Text(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// Decodes an event row, moving its strings out of the row.
+fn decode_event(mut r: Vec<SqlValue>) -> StoredEvent {
+    if r.len() < 11 {
+        r.resize(11, SqlValue::Null);
+    }
     let actor = match r[8].as_str() {
         Some("user") => Actor::User {
-            account: text(&r[9]),
-            signer: text(&r[10]),
+            account: take_text(&mut r[9]),
+            signer: take_text(&mut r[10]),
         },
         Some("agent") => Actor::Agent,
         _ => Actor::System,
     };
     StoredEvent {
-        session_id: text(&r[0]).unwrap_or_default(),
+        session_id: take_text(&mut r[0]).unwrap_or_default(),
         sequence: uint(&r[1]),
         timestamp_ms: int(&r[2]),
         kind: r[3]
             .as_str()
             .and_then(EventKind::parse)
             .unwrap_or(EventKind::SessionUpdate),
-        correlation_id: text(&r[4]),
-        payload: r[5]
-            .as_str()
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or(Value::Null),
-        outcome_status: text(&r[6]),
-        terminal_reason: text(&r[7]),
+        correlation_id: take_text(&mut r[4]),
+        payload_json: take_text(&mut r[5]).unwrap_or_else(|| "null".into()),
+        outcome_status: take_text(&mut r[6]),
+        terminal_reason: take_text(&mut r[7]),
         actor,
     }
 }
@@ -622,8 +630,8 @@ impl SessionStore {
         )
     }
 
-    pub fn decode_events(rows: &Rows) -> Vec<StoredEvent> {
-        rows.rows.iter().map(|r| decode_event(r)).collect()
+    pub fn decode_events(rows: Rows) -> Vec<StoredEvent> {
+        rows.rows.into_iter().map(decode_event).collect()
     }
 
     /// The retention read: finds the oldest events to drop so that `incoming`
@@ -717,7 +725,7 @@ impl SessionStore {
                 ],
             )
             .await?;
-        let mut events: Vec<StoredEvent> = rows.rows.iter().map(|r| decode_event(r)).collect();
+        let mut events: Vec<StoredEvent> = rows.rows.into_iter().map(decode_event).collect();
         let overflow = events.len() as u64 > limit;
         events.truncate(limit as usize);
         if after.is_none() {
@@ -769,7 +777,7 @@ impl SessionStore {
                 ],
             )
             .await?;
-        Ok(rows.rows.iter().map(|r| decode_event(r)).collect())
+        Ok(rows.rows.into_iter().map(decode_event).collect())
     }
 
     /// The newest `limit` session updates, newest first, for continuations.
