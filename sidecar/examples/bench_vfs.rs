@@ -197,7 +197,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("sequential read MB/s", v.read_mbs, h.read_mbs),
         ("random 4 KiB reads/s", v.random_reads, h.random_reads),
         ("small-file creates/s (all)", v.creates, h.creates),
-        ("creates/s, first 1k files", v.creates_at_1k, h.creates_at_1k),
+        (
+            "creates/s, first 1k files",
+            v.creates_at_1k,
+            h.creates_at_1k,
+        ),
         (
             "creates/s, last 1k (of all files)",
             v.creates_at_100k,
@@ -205,7 +209,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     for (name, vv, hv) in rows {
-        println!("{name:<34} {vv:>14.1} {hv:>14.1} {:>10.3}", vv / hv.max(1e-9));
+        println!(
+            "{name:<34} {vv:>14.1} {hv:>14.1} {:>10.3}",
+            vv / hv.max(1e-9)
+        );
     }
     println!(
         "vfs create-rate ratio last-1k / first-1k: {:.3} (1.0 = O(1) in tree size)",

@@ -51,10 +51,7 @@ async fn block_rows(db: &SharedDatabase) -> (i64, i64) {
         .await
         .expect("count");
     let row = &rows.rows[0];
-    (
-        row[0].as_i64().expect("int"),
-        row[1].as_i64().expect("int"),
-    )
+    (row[0].as_i64().expect("int"), row[1].as_i64().expect("int"))
 }
 
 #[tokio::test]
@@ -62,7 +59,11 @@ async fn files_directories_and_errnos() {
     for (name, db, _dir) in backends().await {
         let vfs = open(&db, FsLimits::default(), VfsPolicy::default()).await;
         let root = vfs.stat("/").await.expect("root");
-        assert_eq!((root.ino, root.kind, root.nlink), (1, FileKind::Dir, 2), "{name}");
+        assert_eq!(
+            (root.ino, root.kind, root.nlink),
+            (1, FileKind::Dir, 2),
+            "{name}"
+        );
 
         vfs.mkdir("/a", 0o755).await.expect("mkdir");
         assert_eq!(code(vfs.mkdir("/a", 0o755).await), "EEXIST");
@@ -70,7 +71,10 @@ async fn files_directories_and_errnos() {
         assert_eq!(vfs.stat("/").await.expect("root").nlink, 3);
 
         let st = vfs.create("/a/f", 0o600).await.expect("create");
-        assert_eq!((st.kind, st.mode, st.size, st.nlink), (FileKind::File, 0o600, 0, 1));
+        assert_eq!(
+            (st.kind, st.mode, st.size, st.nlink),
+            (FileKind::File, 0o600, 0, 1)
+        );
         assert_eq!(code(vfs.create("/a/f", 0o600).await), "EEXIST");
         assert_eq!(code(vfs.create("/a/f/g", 0o600).await), "ENOTDIR");
         assert_eq!(code(vfs.stat("/a/nope").await), "ENOENT");
@@ -88,7 +92,9 @@ async fn files_directories_and_errnos() {
         assert_eq!(code(vfs.stat(&deep).await), "ENAMETOOLONG");
 
         vfs.write("/a/f", 0, b"hello").await.expect("write");
-        vfs.write("/a/f", 7, b"world").await.expect("write past end");
+        vfs.write("/a/f", 7, b"world")
+            .await
+            .expect("write past end");
         assert_eq!(vfs.read_all("/a/f").await.expect("read"), b"hello\0\0world");
         assert_eq!(vfs.read("/a/f", 3, 4).await.expect("range"), b"lo\0\0");
         assert_eq!(vfs.read("/a/f", 100, 4).await.expect("past end"), b"");
@@ -103,7 +109,10 @@ async fn files_directories_and_errnos() {
             .utimes("/a/f", Some(1_000_000_000), Some(2_000_000_000))
             .await
             .expect("utimes");
-        assert_eq!((st.atime_ns, st.mtime_ns, st.mtime_ms), (1_000_000_000, 2_000_000_000, 2_000));
+        assert_eq!(
+            (st.atime_ns, st.mtime_ns, st.mtime_ms),
+            (1_000_000_000, 2_000_000_000, 2_000)
+        );
 
         vfs.unlink("/a/f").await.expect("unlink");
         assert_eq!(code(vfs.unlink("/a/f").await), "ENOENT");
@@ -141,7 +150,9 @@ async fn mkdir_p_and_paged_readdir() {
         assert_eq!(code(vfs.mkdir_p("/p/file", 0o755).await), "EEXIST");
 
         for i in 0..25 {
-            vfs.create(&format!("/p/q/f{i:02}"), 0o644).await.expect("create");
+            vfs.create(&format!("/p/q/f{i:02}"), 0o644)
+                .await
+                .expect("create");
         }
         let mut names = Vec::new();
         let mut cursor: Option<String> = None;
@@ -193,7 +204,9 @@ async fn rename_replaces_atomically_and_checks_kinds() {
         assert_eq!(code(vfs.stat("/d").await), "ENOENT");
         vfs.mkdir("/e/child", 0o755).await.expect("child");
         vfs.mkdir("/other", 0o755).await.expect("other");
-        vfs.rename("/e/child", "/other/child").await.expect("move dir");
+        vfs.rename("/e/child", "/other/child")
+            .await
+            .expect("move dir");
         assert_eq!(vfs.stat("/e").await.expect("e").nlink, 2);
         assert_eq!(vfs.stat("/other").await.expect("o").nlink, 3);
         // The lookup cache must follow renames.
@@ -213,7 +226,10 @@ async fn hard_links_share_the_inode() {
         vfs.write_file("/f", &data).await.expect("f");
         let st = vfs.link("/f", "/g").await.expect("link");
         assert_eq!(st.nlink, 2);
-        assert_eq!(vfs.stat("/g").await.expect("g").ino, vfs.stat("/f").await.expect("f").ino);
+        assert_eq!(
+            vfs.stat("/g").await.expect("g").ino,
+            vfs.stat("/f").await.expect("f").ino
+        );
         assert_eq!(code(vfs.link("/f", "/g").await), "EEXIST");
         vfs.mkdir("/dir", 0o755).await.expect("dir");
         assert_eq!(code(vfs.link("/dir", "/dir2").await), "EPERM");
@@ -239,9 +255,13 @@ async fn symlinks_resolve_and_loops_end_in_eloop() {
         let vfs = open(&db, FsLimits::default(), VfsPolicy::default()).await;
         vfs.mkdir_p("/x/y", 0o755).await.expect("dirs");
         vfs.write_file("/x/y/file", b"data").await.expect("file");
-        vfs.symlink("y/file", "/x/rel").await.expect("relative link");
+        vfs.symlink("y/file", "/x/rel")
+            .await
+            .expect("relative link");
         vfs.symlink("/x/y", "/abs").await.expect("absolute link");
-        vfs.symlink("../../../../x/y/file", "/x/y/up").await.expect("up link");
+        vfs.symlink("../../../../x/y/file", "/x/y/up")
+            .await
+            .expect("up link");
         assert_eq!(vfs.read_all("/x/rel").await.expect("rel"), b"data");
         assert_eq!(vfs.read_all("/abs/file").await.expect("abs"), b"data");
         assert_eq!(vfs.read_all("/x/y/up").await.expect("clamped"), b"data");
@@ -259,9 +279,13 @@ async fn symlinks_resolve_and_loops_end_in_eloop() {
         assert_eq!(code(vfs.stat("/self").await), "ELOOP");
 
         // Writing through a dangling link creates its target.
-        vfs.symlink("/x/created", "/dangling").await.expect("dangling");
+        vfs.symlink("/x/created", "/dangling")
+            .await
+            .expect("dangling");
         assert_eq!(code(vfs.stat("/dangling").await), "ENOENT");
-        vfs.write_text_file("/dangling", "made").await.expect("write through");
+        vfs.write_text_file("/dangling", "made")
+            .await
+            .expect("write through");
         assert_eq!(vfs.read_all("/x/created").await.expect("target"), b"made");
         vfs.unlink("/dangling").await.expect("unlink link");
         assert!(vfs.exists("/x/created").await.expect("exists"));
@@ -278,15 +302,26 @@ async fn dotdot_never_escapes_a_root() {
         vfs.write_file("/work/proj/a.txt", b"a").await.expect("a");
         assert_eq!(vfs.read_all("/../../secret").await.expect("clamped"), b"s");
         let session = vfs.scoped(&["/work/proj".to_owned()]).expect("scope");
-        assert_eq!(session.read_all("/work/proj/./a.txt").await.expect("a"), b"a");
-        assert_eq!(code(session.read_all("/work/proj/../../secret").await), "EACCES");
+        assert_eq!(
+            session.read_all("/work/proj/./a.txt").await.expect("a"),
+            b"a"
+        );
+        assert_eq!(
+            code(session.read_all("/work/proj/../../secret").await),
+            "EACCES"
+        );
         assert_eq!(code(session.write_file("/work/x", b"").await), "EACCES");
         assert_eq!(code(session.stat("/").await), "EACCES");
         // A symlink inside the root that points out of it is refused.
-        vfs.symlink("/secret", "/work/proj/leak").await.expect("leak");
+        vfs.symlink("/secret", "/work/proj/leak")
+            .await
+            .expect("leak");
         assert_eq!(code(session.read_all("/work/proj/leak").await), "EACCES");
         vfs.symlink("../..", "/work/proj/up").await.expect("up");
-        assert_eq!(code(session.read_all("/work/proj/up/secret").await), "EACCES");
+        assert_eq!(
+            code(session.read_all("/work/proj/up/secret").await),
+            "EACCES"
+        );
         assert_eq!(code(session.remove("/work/proj", true).await), "EPERM");
         // A view can only narrow.
         assert_eq!(code(session.scoped(&["/work".to_owned()])), "EACCES");
@@ -294,8 +329,14 @@ async fn dotdot_never_escapes_a_root() {
             .scoped(&["/work/proj".to_owned(), "/tmp".to_owned()])
             .expect("two roots");
         vfs.mkdir("/tmp", 0o755).await.expect("tmp");
-        assert_eq!(code(two.rename("/work/proj/a.txt", "/tmp/a.txt").await), "EXDEV");
-        assert_eq!(code(two.link("/work/proj/a.txt", "/tmp/a.txt").await), "EXDEV");
+        assert_eq!(
+            code(two.rename("/work/proj/a.txt", "/tmp/a.txt").await),
+            "EXDEV"
+        );
+        assert_eq!(
+            code(two.link("/work/proj/a.txt", "/tmp/a.txt").await),
+            "EXDEV"
+        );
     }
 }
 
@@ -318,7 +359,9 @@ async fn read_only_subtrees_refuse_mutations() {
         assert_eq!(code(vfs.rename("/ro/sub/f", "/f").await), "EROFS");
         assert_eq!(code(vfs.remove("/ro", true).await), "EROFS");
         assert_eq!(code(vfs.truncate("/ro/sub/f", 0).await), "EROFS");
-        vfs.write_file("/ro/other", b"ok").await.expect("outside the subtree");
+        vfs.write_file("/ro/other", b"ok")
+            .await
+            .expect("outside the subtree");
         assert_eq!(vfs.read_all("/ro/sub/f").await.expect("intact"), b"keep");
     }
 }
@@ -336,15 +379,24 @@ async fn limits_fail_with_the_setting_and_leave_state_intact() {
         let vfs = open(&db, limits, VfsPolicy::default()).await;
         vfs.write_file("/a", &[1u8; 50]).await.expect("a");
         let err = vfs.write_file("/big", &[0u8; 61]).await.unwrap_err();
-        assert_eq!((err.code(), err.setting()), ("EFBIG", Some("limits.fs.maxFileBytes")));
+        assert_eq!(
+            (err.code(), err.setting()),
+            ("EFBIG", Some("limits.fs.maxFileBytes"))
+        );
         assert_eq!(code(vfs.truncate("/a", 61).await), "EFBIG");
         vfs.write_file("/b", &[2u8; 40]).await.expect("b");
         let err = vfs.write("/b", 40, &[3u8; 20]).await.unwrap_err();
-        assert_eq!((err.code(), err.setting()), ("ENOSPC", Some("limits.fs.maxTotalBytes")));
+        assert_eq!(
+            (err.code(), err.setting()),
+            ("ENOSPC", Some("limits.fs.maxTotalBytes"))
+        );
         assert_eq!(vfs.read_all("/b").await.expect("b"), vec![2u8; 40]);
         vfs.mkdir("/d", 0o755).await.expect("4th inode");
         let err = vfs.create("/c", 0o644).await.unwrap_err();
-        assert_eq!((err.code(), err.setting()), ("ENOSPC", Some("limits.fs.maxInodes")));
+        assert_eq!(
+            (err.code(), err.setting()),
+            ("ENOSPC", Some("limits.fs.maxInodes"))
+        );
         assert_eq!(code(vfs.stat("/c").await), "ENOENT");
         let usage = vfs.usage().await.expect("usage");
         assert_eq!((usage.total_bytes, usage.inode_count), (90, 4));
@@ -418,18 +470,56 @@ async fn text_helpers_follow_acp_semantics() {
         vfs.write_text_file("/s/t.txt", "one\ntwo\nthree\nfour")
             .await
             .expect("write");
-        assert_eq!(vfs.read_text_file("/s/t.txt", None, None).await.expect("all"), "one\ntwo\nthree\nfour");
-        assert_eq!(vfs.read_text_file("/s/t.txt", Some(2), Some(2)).await.expect("mid"), "two\nthree\n");
-        assert_eq!(vfs.read_text_file("/s/t.txt", Some(4), None).await.expect("tail"), "four");
-        assert_eq!(vfs.read_text_file("/s/t.txt", Some(9), None).await.expect("past"), "");
-        assert_eq!(code(vfs.read_text_file("/s/t.txt", Some(0), None).await), "EINVAL");
-        vfs.write_text_file("/s/t.txt", "replaced").await.expect("replace");
-        assert_eq!(vfs.read_text_file("/s/t.txt", None, None).await.expect("all"), "replaced");
-        vfs.write_file("/s/bin", &[0xff, 0xfe]).await.expect("binary");
-        assert_eq!(code(vfs.read_text_file("/s/bin", None, None).await), "EINVAL");
+        assert_eq!(
+            vfs.read_text_file("/s/t.txt", None, None)
+                .await
+                .expect("all"),
+            "one\ntwo\nthree\nfour"
+        );
+        assert_eq!(
+            vfs.read_text_file("/s/t.txt", Some(2), Some(2))
+                .await
+                .expect("mid"),
+            "two\nthree\n"
+        );
+        assert_eq!(
+            vfs.read_text_file("/s/t.txt", Some(4), None)
+                .await
+                .expect("tail"),
+            "four"
+        );
+        assert_eq!(
+            vfs.read_text_file("/s/t.txt", Some(9), None)
+                .await
+                .expect("past"),
+            ""
+        );
+        assert_eq!(
+            code(vfs.read_text_file("/s/t.txt", Some(0), None).await),
+            "EINVAL"
+        );
+        vfs.write_text_file("/s/t.txt", "replaced")
+            .await
+            .expect("replace");
+        assert_eq!(
+            vfs.read_text_file("/s/t.txt", None, None)
+                .await
+                .expect("all"),
+            "replaced"
+        );
+        vfs.write_file("/s/bin", &[0xff, 0xfe])
+            .await
+            .expect("binary");
+        assert_eq!(
+            code(vfs.read_text_file("/s/bin", None, None).await),
+            "EINVAL"
+        );
         assert_eq!(code(vfs.write_text_file("/nodir/x", "x").await), "ENOENT");
         let session = vfs.scoped(&["/s".to_owned()]).expect("scope");
-        assert_eq!(code(session.write_text_file("/elsewhere", "x").await), "EACCES");
+        assert_eq!(
+            code(session.write_text_file("/elsewhere", "x").await),
+            "EACCES"
+        );
     }
 }
 
@@ -444,7 +534,10 @@ async fn state_survives_reopen() {
         let again = open(&db, small_limits(), VfsPolicy::default()).await;
         assert_eq!(again.read_all("/keep/f").await.expect("f"), vec![7u8; 100]);
         let created = again.create("/keep/new", 0o644).await.expect("new");
-        assert!(created.ino > ino, "inode numbers are never reused after reopen");
+        assert!(
+            created.ino > ino,
+            "inode numbers are never reused after reopen"
+        );
     }
 }
 

@@ -282,12 +282,25 @@ impl Model {
         match op {
             Op::Create(p) => {
                 let (parent, name) = self.creation(p)?;
-                self.add(parent, name, Node::File { data: vec![], nlink: 1 });
+                self.add(
+                    parent,
+                    name,
+                    Node::File {
+                        data: vec![],
+                        nlink: 1,
+                    },
+                );
                 Ok(Out::Unit)
             }
             Op::Mkdir(p) => {
                 let (parent, name) = self.creation(p)?;
-                self.add(parent, name, Node::Dir { entries: BTreeMap::new() });
+                self.add(
+                    parent,
+                    name,
+                    Node::Dir {
+                        entries: BTreeMap::new(),
+                    },
+                );
                 Ok(Out::Unit)
             }
             Op::WriteFile(p, d) => {
@@ -302,7 +315,14 @@ impl Model {
                     }
                     None => {
                         let name = w.name.clone().expect("name");
-                        self.add(w.parent(), name, Node::File { data: d.clone(), nlink: 1 });
+                        self.add(
+                            w.parent(),
+                            name,
+                            Node::File {
+                                data: d.clone(),
+                                nlink: 1,
+                            },
+                        );
                         Ok(Out::Unit)
                     }
                 }
@@ -338,7 +358,8 @@ impl Model {
                 if self.is_dir(ino) {
                     return Err("EISDIR");
                 }
-                self.entries_mut(w.parent()).remove(w.name.as_deref().expect("name"));
+                self.entries_mut(w.parent())
+                    .remove(w.name.as_deref().expect("name"));
                 self.drop_link(ino);
                 Ok(Out::Unit)
             }
@@ -349,14 +370,16 @@ impl Model {
                     if !recursive {
                         return Err("ENOTDIR");
                     }
-                    self.entries_mut(w.parent()).remove(w.name.as_deref().expect("name"));
+                    self.entries_mut(w.parent())
+                        .remove(w.name.as_deref().expect("name"));
                     self.drop_link(ino);
                     return Ok(Out::Unit);
                 }
                 if !recursive && !self.entries(ino).is_empty() {
                     return Err("ENOTEMPTY");
                 }
-                self.entries_mut(w.parent()).remove(w.name.as_deref().expect("name"));
+                self.entries_mut(w.parent())
+                    .remove(w.name.as_deref().expect("name"));
                 self.remove_tree(ino);
                 Ok(Out::Unit)
             }

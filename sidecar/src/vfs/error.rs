@@ -82,9 +82,7 @@ impl FsError {
     /// The limit setting to raise, for limit errors.
     pub fn setting(&self) -> Option<&'static str> {
         match self {
-            FsError::FileTooBig { setting, .. } | FsError::NoSpace { setting, .. } => {
-                Some(setting)
-            }
+            FsError::FileTooBig { setting, .. } | FsError::NoSpace { setting, .. } => Some(setting),
             _ => None,
         }
     }

@@ -34,10 +34,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 
 pub use self::error::FsError;
-pub use self::policy::VfsPolicy;
-pub use self::store::{Kind, Usage};
 use self::path::{components, is_within, join, PATH_MAX};
+pub use self::policy::VfsPolicy;
 use self::store::{Entry, Fail, InodeRow, Tx, TxError, ROOT_INO};
+pub use self::store::{Kind, Usage};
 use crate::config::FsLimits;
 
 /// Symlinks followed while resolving one path before ELOOP (Linux's MAXSYMLINKS).
@@ -385,9 +385,9 @@ impl Vfs {
     async fn existing(&self, path: &str, follow: bool) -> Result<(Walk, Entry), FsError> {
         let walk = self.walk(path, follow).await?;
         self.policy.check_read(&walk.path())?;
-        let entry = walk.target().ok_or_else(|| FsError::NotFound {
-            path: walk.path(),
-        })?;
+        let entry = walk
+            .target()
+            .ok_or_else(|| FsError::NotFound { path: walk.path() })?;
         Ok((walk, entry))
     }
 
@@ -460,7 +460,12 @@ impl Vfs {
             let high = u128::from(used) * 5 >= u128::from(limit) * 4;
             if high {
                 if !flag.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(used, limit, setting, "file system usage reached 80% of its limit");
+                    tracing::warn!(
+                        used,
+                        limit,
+                        setting,
+                        "file system usage reached 80% of its limit"
+                    );
                 }
             } else {
                 flag.store(false, Ordering::Relaxed);
@@ -802,9 +807,10 @@ impl Vfs {
                 let tail = size % chunk;
                 if tail != 0 {
                     let index = size / chunk;
-                    if let Some((_, mut bytes)) = store::chunk_range(self.db(), row.ino, index, index)
-                        .await?
-                        .pop()
+                    if let Some((_, mut bytes)) =
+                        store::chunk_range(self.db(), row.ino, index, index)
+                            .await?
+                            .pop()
                     {
                         if bytes.len() as u64 > tail {
                             bytes.truncate(tail as usize);

@@ -81,8 +81,7 @@ fn int(row: &[SqlValue], i: usize) -> Result<i64, FsError> {
 }
 
 fn uint(row: &[SqlValue], i: usize) -> Result<u64, FsError> {
-    u64::try_from(int(row, i)?)
-        .map_err(|_| FsError::corrupt("", format!("column {i} is negative")))
+    u64::try_from(int(row, i)?).map_err(|_| FsError::corrupt("", format!("column {i} is negative")))
 }
 
 fn opt_text(row: &[SqlValue], i: usize) -> Result<Option<String>, FsError> {
@@ -222,12 +221,7 @@ pub async fn read_chunked(
                 "SELECT substr(b.content, ?3, ?4) FROM agentos_fs_file_chunks c \
                  JOIN agentos_fs_blocks b ON b.block_key = c.block_key \
                  WHERE c.ino = ?1 AND c.chunk_index = ?2",
-                vec![
-                    ino.into(),
-                    i64_of(first),
-                    i64_of(within + 1),
-                    i64_of(len),
-                ],
+                vec![ino.into(), i64_of(first), i64_of(within + 1), i64_of(len)],
             )
             .await?;
         if let Some(row) = rows.rows.first() {
@@ -342,7 +336,10 @@ pub async fn children(db: &dyn Database, parent: i64) -> Result<Vec<(String, Ent
 
 pub async fn max_ino(db: &dyn Database) -> Result<i64, FsError> {
     let rows = db
-        .query("SELECT coalesce(max(ino), 1) FROM agentos_fs_inodes", vec![])
+        .query(
+            "SELECT coalesce(max(ino), 1) FROM agentos_fs_inodes",
+            vec![],
+        )
         .await?;
     rows.scalar_i64()
         .ok_or_else(|| FsError::corrupt("/", "max(ino) is not an integer"))
