@@ -551,8 +551,7 @@ async fn bad_limits_are_refused_by_name() {
         };
         let err = Vfs::open(db.clone(), limits, VfsPolicy::default())
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert_eq!(err.code(), "invalid_config");
         assert!(err.to_string().contains("limits.fs.inlineThresholdBytes"));
     }
