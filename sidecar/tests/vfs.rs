@@ -556,3 +556,119 @@ async fn bad_limits_are_refused_by_name() {
         assert!(err.to_string().contains("limits.fs.inlineThresholdBytes"));
     }
 }
+
+#[tokio::test]
+async fn import_and_export_round_trip_a_host_tree() {
+    use std::os::unix::fs::PermissionsExt;
+    for (_name, db, dir) in backends().await {
+        let vfs = open(&db, small_limits(), VfsPolicy::default()).await;
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("sub/deeper")).expect("host dirs");
+        std::fs::write(src.join("a.txt"), b"alpha").expect("a");
+        let big: Vec<u8> = (0..1000u32).map(|i| (i % 13) as u8).collect();
+        std::fs::write(src.join("sub/big.bin"), &big).expect("big");
+        std::fs::write(src.join("sub/deeper/x"), b"").expect("x");
+        std::fs::set_permissions(src.join("a.txt"), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
+        std::os::unix::fs::symlink("sub/big.bin", src.join("link")).expect("symlink");
+
+        let report = vfs.import_tree(&src, "/imported").await.expect("import");
+        assert_eq!((report.files, report.symlinks, report.bytes), (3, 1, 1005));
+        assert_eq!(
+            vfs.read_all("/imported/sub/big.bin").await.expect("big"),
+            big
+        );
+        assert_eq!(vfs.read_all("/imported/link").await.expect("via link"), big);
+        assert_eq!(vfs.stat("/imported/a.txt").await.expect("a").mode, 0o600);
+
+        let out = dir.path().join("out");
+        let report = vfs.export_tree("/imported", &out).await.expect("export");
+        assert_eq!((report.files, report.symlinks), (3, 1));
+        assert_eq!(std::fs::read(out.join("sub/big.bin")).expect("big"), big);
+        assert_eq!(std::fs::read(out.join("a.txt")).expect("a"), b"alpha");
+        assert_eq!(
+            std::fs::read_link(out.join("link")).expect("link"),
+            std::path::PathBuf::from("sub/big.bin")
+        );
+        let mode = std::fs::metadata(out.join("a.txt"))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(
+            code(vfs.export_tree("/imported/a.txt", &out).await),
+            "ENOTDIR"
+        );
+        let missing = dir.path().join("missing");
+        assert_eq!(code(vfs.import_tree(&missing, "/m").await), "EIO");
+    }
+}
+
+#[tokio::test]
+async fn hostile_arguments_get_typed_errors_and_leave_data_intact() {
+    for (_name, db, _dir) in backends().await {
+        let vfs = open(&db, small_limits(), VfsPolicy::default()).await;
+        vfs.write_file("/keep", b"precious").await.expect("keep");
+        assert_eq!(code(vfs.write("/keep", u64::MAX, b"x").await), "EINVAL");
+        assert_eq!(
+            code(vfs.write("/keep", u64::MAX - 100, b"x").await),
+            "EFBIG"
+        );
+        assert_eq!(code(vfs.truncate("/keep", u64::MAX).await), "EFBIG");
+        assert_eq!(code(vfs.write_file("/bad\0name", b"x").await), "EINVAL");
+        assert_eq!(code(vfs.symlink("a\0b", "/l").await), "EINVAL");
+        let huge = "/".repeat(5000);
+        assert_eq!(code(vfs.stat(&huge).await), "ENAMETOOLONG");
+        assert_eq!(code(vfs.readdir("/", None, 1_000_000).await), "EINVAL");
+        assert_eq!(
+            vfs.read("/keep", u64::MAX, u64::MAX).await.expect("empty"),
+            b""
+        );
+        assert_eq!(vfs.read_all("/keep").await.expect("intact"), b"precious");
+        let usage = vfs.usage().await.expect("usage");
+        assert_eq!((usage.total_bytes, usage.inode_count), (8, 2));
+    }
+}
+
+#[tokio::test]
+async fn concurrent_mutations_stay_consistent() {
+    for (_name, db, _dir) in backends().await {
+        let vfs = open(&db, small_limits(), VfsPolicy::default()).await;
+        vfs.mkdir("/c", 0o755).await.expect("dir");
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let vfs = vfs.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..25 {
+                    let p = format!("/c/t{t}-{i}");
+                    vfs.write_file(&p, &[t as u8; 20]).await.expect("write");
+                    if i % 3 == 0 {
+                        vfs.rename(&p, &format!("/c/r{t}-{i}"))
+                            .await
+                            .expect("rename");
+                    }
+                    if i % 5 == 0 {
+                        vfs.remove(&format!("/c/r{t}-{i}"), false).await.ok();
+                        vfs.remove(&p, false).await.ok();
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let entries = vfs.readdir_all("/c").await.expect("list");
+        let usage = vfs.usage().await.expect("usage");
+        assert_eq!(usage.inode_count, entries.len() as u64 + 2);
+        assert_eq!(usage.total_bytes, entries.len() as u64 * 20);
+        for e in entries {
+            assert_eq!(
+                vfs.read_all(&format!("/c/{}", e.name))
+                    .await
+                    .expect("read")
+                    .len(),
+                20
+            );
+        }
+    }
+}

@@ -49,6 +49,8 @@ pub enum FsError {
     Conflict { path: String },
     #[error("EIO: {path}: {message}")]
     Corrupt { path: String, message: String },
+    #[error("EIO: host file system: {path}: {message}")]
+    Host { path: String, message: String },
     #[error("EIO: database: {0}")]
     Db(DbError),
     #[error("invalid_config: {0}")]
@@ -74,7 +76,7 @@ impl FsError {
             FsError::FileTooBig { .. } => "EFBIG",
             FsError::NoSpace { .. } => "ENOSPC",
             FsError::Conflict { .. } => "EAGAIN",
-            FsError::Corrupt { .. } | FsError::Db(_) => "EIO",
+            FsError::Corrupt { .. } | FsError::Host { .. } | FsError::Db(_) => "EIO",
             FsError::Config(_) => "invalid_config",
         }
     }

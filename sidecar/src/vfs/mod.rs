@@ -23,6 +23,7 @@ pub mod error;
 pub mod path;
 pub mod policy;
 pub mod store;
+pub mod transfer;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -38,6 +39,7 @@ use self::path::{components, is_within, join, PATH_MAX};
 pub use self::policy::VfsPolicy;
 use self::store::{Entry, Fail, InodeRow, Tx, TxError, ROOT_INO};
 pub use self::store::{Kind, Usage};
+pub use self::transfer::TreeReport;
 use crate::config::FsLimits;
 
 /// Symlinks followed while resolving one path before ELOOP (Linux's MAXSYMLINKS).
