@@ -839,42 +839,61 @@ impl Vfs {
         let now = now_ns();
         let limits = &self.inner.limits;
         let mut tx = Tx::new();
-        let (ino, generation) = match walk.target() {
+        let inline = size <= limits.inline_threshold_bytes;
+        let chunk = if inline { 0 } else { limits.chunk_bytes };
+        let put_chunks = |tx: &mut Tx, ino: i64| {
+            if !inline {
+                for (index, piece) in data.chunks(chunk as usize).enumerate() {
+                    tx.put_chunk(ino, index as u64, piece.to_vec());
+                }
+            }
+        };
+        // The resulting row is computed here rather than read back: the
+        // transaction either commits exactly these values or fails.
+        let row = match walk.target() {
             Some(entry) if entry.kind == Kind::Dir => {
                 return Err(FsError::IsDir { path: resolved })
             }
             Some(entry) => {
-                let row = self.row(entry.ino, &resolved).await?;
+                let mut row = self.row(entry.ino, &resolved).await?;
                 tx.add_bytes(signed(size) - signed(row.size), limits.max_total_bytes);
                 if !row.inline {
                     tx.drop_chunks_from(row.ino, 0);
                 }
-                (row.ino, Some(row.generation))
+                put_chunks(&mut tx, row.ino);
+                tx.set_file(
+                    row.ino,
+                    row.generation,
+                    size,
+                    inline.then(|| data.to_vec()),
+                    chunk,
+                    now,
+                );
+                row.size = size;
+                row.inline = inline;
+                row.chunk_bytes = chunk;
+                row.mtime_ns = now;
+                row.ctime_ns = now;
+                row.generation += 1;
+                row
             }
             None => {
                 let name = walk.name.clone().unwrap_or_default();
-                let row = self.new_row(Kind::File, DEFAULT_FILE_MODE, now);
+                let mut row = self.new_row(Kind::File, DEFAULT_FILE_MODE, now);
+                row.size = size;
+                row.inline = inline;
+                row.chunk_bytes = chunk;
                 tx.add_inodes(1, limits.max_inodes);
                 tx.add_bytes(signed(size), limits.max_total_bytes);
-                tx.insert_inode(&row, Some(&[]));
+                tx.insert_inode(&row, inline.then_some(data));
                 tx.insert_dentry(walk.parent(), &name, row.ino);
                 tx.touch_dir(walk.parent(), now, 0);
-                (row.ino, None)
+                put_chunks(&mut tx, row.ino);
+                row
             }
         };
-        // A new inode is inserted at generation 0 and the set below moves it on.
-        let generation = generation.unwrap_or(0);
-        if size <= limits.inline_threshold_bytes {
-            tx.set_file(ino, generation, size, Some(data.to_vec()), 0, now);
-        } else {
-            let chunk = limits.chunk_bytes;
-            for (index, piece) in data.chunks(chunk as usize).enumerate() {
-                tx.put_chunk(ino, index as u64, piece.to_vec());
-            }
-            tx.set_file(ino, generation, size, None, chunk, now);
-        }
         self.commit(tx, &resolved).await?;
-        Ok(Stat::from_row(&self.row(ino, &resolved).await?))
+        Ok(Stat::from_row(&row))
     }
 
     // ---- namespace --------------------------------------------------------
