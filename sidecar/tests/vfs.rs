@@ -672,3 +672,60 @@ async fn concurrent_mutations_stay_consistent() {
         }
     }
 }
+
+/// Collects formatted log lines so the test can count warnings.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn eighty_percent_warns_once_per_crossing() {
+    for (_name, db, _dir) in backends().await {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let limits = FsLimits {
+            max_inodes: 10,
+            ..FsLimits::default()
+        };
+        let vfs = open(&db, limits, VfsPolicy::default()).await;
+        let warnings = || {
+            let text = String::from_utf8_lossy(&captured.0.lock().expect("buf")).into_owned();
+            text.lines()
+                .filter(|l| l.contains("80%") && l.contains("limits.fs.maxInodes"))
+                .count()
+        };
+        for i in 0..8 {
+            vfs.create(&format!("/f{i}"), 0o644).await.expect("create");
+        }
+        assert_eq!(warnings(), 1, "9 of 10 inodes crosses 80% once");
+        vfs.create("/f8", 0o644).await.expect("10th inode");
+        assert_eq!(warnings(), 1, "no repeat while above");
+        for i in 0..5 {
+            vfs.unlink(&format!("/f{i}")).await.expect("unlink");
+        }
+        for i in 0..4 {
+            vfs.create(&format!("/g{i}"), 0o644).await.expect("create");
+        }
+        assert_eq!(warnings(), 2, "a second crossing warns again");
+    }
+}

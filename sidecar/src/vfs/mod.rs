@@ -15,6 +15,13 @@
 //! inode, so only removing or renaming a name invalidates it; a lookup that
 //! raced with such a change never fills the cache (generation check).
 //!
+//! Limits (`limits.fs`): `maxTotalBytes` counts the logical sizes of regular
+//! files (a sparse gap counts; shared blocks count once per file),
+//! `maxInodes` counts inodes of every kind including the root, and
+//! `maxFileBytes` bounds one file. Both counters live in one row updated in the
+//! mutation's transaction with a guarded `UPDATE`, so a limit check costs O(1)
+//! and a refused mutation changes nothing. Crossing 80 % logs one warning.
+//!
 //! A `Vfs` carries a `VfsPolicy`: the roots it may touch (EACCES outside) and
 //! read-only subtrees (EROFS). `scoped` narrows it for one session; checks
 //! apply to paths after symlink resolution.
