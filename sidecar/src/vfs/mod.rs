@@ -412,32 +412,46 @@ impl Vfs {
         self.inner.next_ino.fetch_add(1, Ordering::Relaxed)
     }
 
-    async fn commit(&self, tx: Tx, path: &str) -> Result<Usage, FsError> {
+    async fn commit(&self, tx: Tx, path: &str) -> Result<Option<Usage>, FsError> {
         let frees = tx.frees_blocks;
+        let (inodes, _) = tx.usage_delta;
         let limits = &self.inner.limits;
-        let usage = tx.commit(self.db()).await.map_err(|e| match e {
-            TxError::Db(e) => FsError::Db(e),
-            TxError::Failed(fail) => {
+        let usage = match tx.commit(self.db()).await {
+            Ok(usage) => usage,
+            Err(TxError::Db(e)) => return Err(FsError::Db(e)),
+            Err(TxError::Failed(fail)) => {
                 let path = path.to_owned();
-                match fail {
+                return Err(match fail {
                     Fail::Conflict => FsError::Conflict { path },
                     Fail::Exists => FsError::Exists { path },
                     Fail::ParentGone => FsError::NotFound { path },
                     Fail::NotEmpty => FsError::NotEmpty { path },
-                    Fail::NoSpaceBytes => FsError::NoSpace {
-                        path,
-                        limit: limits.max_total_bytes,
-                        setting: "limits.fs.maxTotalBytes",
-                    },
-                    Fail::NoSpaceInodes => FsError::NoSpace {
-                        path,
-                        limit: limits.max_inodes,
-                        setting: "limits.fs.maxInodes",
-                    },
-                }
+                    Fail::NoSpace => {
+                        // Which bound was hit: re-read the counters (rare path).
+                        let now = store::usage(self.db()).await?;
+                        let inodes_full = inodes > 0
+                            && u128::from(now.inode_count) + inodes as u128
+                                > u128::from(limits.max_inodes);
+                        if inodes_full {
+                            FsError::NoSpace {
+                                path,
+                                limit: limits.max_inodes,
+                                setting: "limits.fs.maxInodes",
+                            }
+                        } else {
+                            FsError::NoSpace {
+                                path,
+                                limit: limits.max_total_bytes,
+                                setting: "limits.fs.maxTotalBytes",
+                            }
+                        }
+                    }
+                });
             }
-        })?;
-        self.check_warnings(usage);
+        };
+        if let Some(usage) = usage {
+            self.check_warnings(usage);
+        }
         if frees {
             // Bounded: whatever is left goes with later mutations or an
             // explicit `collect_garbage`.
@@ -681,9 +695,9 @@ impl Vfs {
         let now = now_ns();
         let row = self.new_row(Kind::File, mode, now);
         let mut tx = Tx::new();
-        tx.add_inodes(1, self.inner.limits.max_inodes);
-        tx.insert_inode(&row, Some(&[]));
         tx.insert_dentry(walk.parent(), &name, row.ino);
+        tx.add_usage(1, 0, self.inner.limits.max_inodes, 0);
+        tx.insert_inode(&row, Some(&[]));
         tx.touch_dir(walk.parent(), now, 0);
         self.commit(tx, &walk.path()).await?;
         Ok(Stat::from_row(&row))
@@ -712,8 +726,10 @@ impl Vfs {
         self.check_size(&resolved, new_size)?;
         let now = now_ns();
         let mut tx = Tx::new();
-        tx.add_bytes(
+        tx.add_usage(
+            0,
             signed(new_size) - signed(row.size),
+            0,
             self.inner.limits.max_total_bytes,
         );
         let threshold = self.inner.limits.inline_threshold_bytes;
@@ -789,8 +805,10 @@ impl Vfs {
         self.check_size(&resolved, size)?;
         let now = now_ns();
         let mut tx = Tx::new();
-        tx.add_bytes(
+        tx.add_usage(
+            0,
             signed(size) - signed(row.size),
+            0,
             self.inner.limits.max_total_bytes,
         );
         let threshold = self.inner.limits.inline_threshold_bytes;
@@ -863,7 +881,12 @@ impl Vfs {
             }
             Some(entry) => {
                 let mut row = self.row(entry.ino, &resolved).await?;
-                tx.add_bytes(signed(size) - signed(row.size), limits.max_total_bytes);
+                tx.add_usage(
+                    0,
+                    signed(size) - signed(row.size),
+                    0,
+                    limits.max_total_bytes,
+                );
                 if !row.inline {
                     tx.drop_chunks_from(row.ino, 0);
                 }
@@ -890,10 +913,9 @@ impl Vfs {
                 row.size = size;
                 row.inline = inline;
                 row.chunk_bytes = chunk;
-                tx.add_inodes(1, limits.max_inodes);
-                tx.add_bytes(signed(size), limits.max_total_bytes);
-                tx.insert_inode(&row, inline.then_some(data));
                 tx.insert_dentry(walk.parent(), &name, row.ino);
+                tx.add_usage(1, signed(size), limits.max_inodes, limits.max_total_bytes);
+                tx.insert_inode(&row, inline.then_some(data));
                 tx.touch_dir(walk.parent(), now, 0);
                 put_chunks(&mut tx, row.ino);
                 row
@@ -912,9 +934,9 @@ impl Vfs {
         let now = now_ns();
         let row = self.new_row(Kind::Dir, mode, now);
         let mut tx = Tx::new();
-        tx.add_inodes(1, self.inner.limits.max_inodes);
-        tx.insert_inode(&row, None);
         tx.insert_dentry(walk.parent(), &name, row.ino);
+        tx.add_usage(1, 0, self.inner.limits.max_inodes, 0);
+        tx.insert_inode(&row, None);
         tx.touch_dir(walk.parent(), now, 1);
         self.commit(tx, &walk.path()).await?;
         Ok(Stat::from_row(&row))
@@ -956,7 +978,7 @@ impl Vfs {
         let now = now_ns();
         let mut tx = Tx::new();
         let count = (parts.len() - missing_from) as i64;
-        tx.add_inodes(count, self.inner.limits.max_inodes);
+        tx.add_usage(count, 0, self.inner.limits.max_inodes, 0);
         let mut parent = walk.parent();
         let mut last_row = None;
         tx.touch_dir(parent, now, 1);
@@ -993,9 +1015,9 @@ impl Vfs {
         row.symlink_target = Some(target.to_owned());
         row.inline = false;
         let mut tx = Tx::new();
-        tx.add_inodes(1, self.inner.limits.max_inodes);
-        tx.insert_inode(&row, None);
         tx.insert_dentry(walk.parent(), &name, row.ino);
+        tx.add_usage(1, 0, self.inner.limits.max_inodes, 0);
+        tx.insert_inode(&row, None);
         tx.touch_dir(walk.parent(), now, 0);
         self.commit(tx, &walk.path()).await?;
         Ok(Stat::from_row(&row))

@@ -392,8 +392,8 @@ pub enum Fail {
     /// The parent directory went away.
     ParentGone,
     NotEmpty,
-    NoSpaceBytes,
-    NoSpaceInodes,
+    /// A usage limit would be passed (the caller tells which).
+    NoSpace,
 }
 
 #[derive(Debug)]
@@ -411,6 +411,10 @@ pub struct Tx {
     fails: Vec<(Fail, Fail)>,
     /// At least one block's refcount may have dropped to zero.
     pub frees_blocks: bool,
+    /// Growth requested through `add_usage`: (inodes, bytes).
+    pub usage_delta: (i64, i64),
+    /// The last statement that returns the usage counters.
+    usage_at: Option<usize>,
 }
 
 impl Tx {
@@ -435,28 +439,22 @@ impl Tx {
         );
     }
 
-    /// Adds `delta` inodes, refusing to pass `max`.
-    pub fn add_inodes(&mut self, delta: i64, max: u64) {
-        self.exact(
-            "UPDATE agentos_fs_usage SET inode_count = inode_count + ?1 \
-             WHERE singleton = 1 AND (?1 <= 0 OR inode_count + ?1 <= ?2)",
-            vec![delta.into(), i64_of(max)],
-            1,
-            Fail::NoSpaceInodes,
-        );
-    }
-
-    /// Adds `delta` file bytes, refusing to pass `max` when growing.
-    pub fn add_bytes(&mut self, delta: i64, max: u64) {
-        if delta == 0 {
+    /// Adds `inodes` inodes and `bytes` file bytes, refusing to pass either
+    /// maximum when growing. Returns the new counters.
+    pub fn add_usage(&mut self, inodes: i64, bytes: i64, max_inodes: u64, max_bytes: u64) {
+        if inodes == 0 && bytes == 0 {
             return;
         }
+        self.usage_delta = (self.usage_delta.0 + inodes, self.usage_delta.1 + bytes);
+        self.usage_at = Some(self.statements.len());
         self.exact(
-            "UPDATE agentos_fs_usage SET total_bytes = total_bytes + ?1 \
-             WHERE singleton = 1 AND (?1 <= 0 OR total_bytes + ?1 <= ?2)",
-            vec![delta.into(), i64_of(max)],
+            "UPDATE agentos_fs_usage SET inode_count = inode_count + ?1, \
+             total_bytes = total_bytes + ?2 WHERE singleton = 1 \
+             AND (?1 <= 0 OR inode_count + ?1 <= ?3) AND (?2 <= 0 OR total_bytes + ?2 <= ?4) \
+             RETURNING total_bytes, inode_count",
+            vec![inodes.into(), bytes.into(), i64_of(max_inodes), i64_of(max_bytes)],
             1,
-            Fail::NoSpaceBytes,
+            Fail::NoSpace,
         );
     }
 
@@ -574,9 +572,10 @@ impl Tx {
                                           WHERE ino = ?1 AND nlink = 0 AND kind = 'file'), \
              inode_count = inode_count - (SELECT count(*) FROM agentos_fs_inodes \
                                           WHERE ino = ?1 AND nlink = 0) \
-             WHERE singleton = 1",
+             WHERE singleton = 1 RETURNING total_bytes, inode_count",
             vec![ino.into()],
         );
+        self.usage_at = Some(self.statements.len() - 1);
         self.plain(
             "UPDATE agentos_fs_blocks SET refcount = refcount - \
              (SELECT count(*) FROM agentos_fs_file_chunks c \
@@ -607,9 +606,11 @@ impl Tx {
             Fail::NotEmpty,
         );
         self.plain(
-            "UPDATE agentos_fs_usage SET inode_count = inode_count - 1 WHERE singleton = 1",
+            "UPDATE agentos_fs_usage SET inode_count = inode_count - 1 WHERE singleton = 1 \
+             RETURNING total_bytes, inode_count",
             vec![],
         );
+        self.usage_at = Some(self.statements.len() - 1);
     }
 
     /// Sets a file's size and storage, guarded by the generation it was read at.
@@ -704,15 +705,22 @@ impl Tx {
         self.frees_blocks = true;
     }
 
-    /// Commits; returns the usage counters as committed.
-    pub async fn commit(mut self, db: &dyn Database) -> Result<Usage, TxError> {
-        self.plain(USAGE_SELECT, vec![]);
+    /// Commits; returns the usage counters as committed when the transaction
+    /// changed them.
+    pub async fn commit(mut self, db: &dyn Database) -> Result<Option<Usage>, TxError> {
         let fails = std::mem::take(&mut self.fails);
         match db.transaction(self.statements).await {
-            Ok(results) => results
-                .last()
-                .ok_or_else(|| TxError::Db(DbError::Protocol("no results".into())))
-                .and_then(|r| usage_from(r).map_err(|_| TxError::Failed(Fail::Conflict))),
+            Ok(results) => match self.usage_at {
+                None => Ok(None),
+                Some(at) => results
+                    .get(at)
+                    .ok_or_else(|| TxError::Db(DbError::Protocol("missing results".into())))
+                    .and_then(|r| {
+                        usage_from(r)
+                            .map(Some)
+                            .map_err(|_| TxError::Db(DbError::Protocol("bad usage row".into())))
+                    }),
+            },
             Err(error) => {
                 let index = error.statement_index().map(|i| i as usize);
                 let tagged = index.and_then(|i| fails.get(i));
