@@ -529,18 +529,53 @@ impl Vfs {
         }
     }
 
-    /// Resolves the parent of a name about to be created; the name must not exist.
+    /// Resolves the parent of a name about to be created. Whether the name
+    /// exists is left to the transaction (its dentry insert fails with EEXIST),
+    /// which saves a lookup round trip per creation.
     async fn creation_point(&self, path: &str) -> Result<(Walk, String), FsError> {
-        let walk = self.walk(path, false).await?;
-        let resolved = walk.path();
-        self.policy.check_write(&resolved)?;
-        match (&walk.name, &walk.entry) {
-            (Some(name), None) => {
-                let name = name.clone();
-                Ok((walk, name))
-            }
-            _ => Err(FsError::Exists { path: resolved }),
+        let mut parts = components(path)?;
+        let Some(name) = parts.pop() else {
+            return Err(FsError::Exists {
+                path: "/".to_owned(),
+            });
+        };
+        let parent = self.walk(&join(&parts), true).await?;
+        let Some(entry) = parent.target() else {
+            return Err(FsError::NotFound {
+                path: parent.path(),
+            });
+        };
+        if entry.kind != Kind::Dir {
+            return Err(FsError::NotDir {
+                path: parent.path(),
+            });
         }
+        let mut dirs = parent.dirs;
+        if let Some(parent_name) = parent.name {
+            dirs.push((entry.ino, parent_name));
+        }
+        let walk = Walk {
+            dirs,
+            name: Some(name.clone()),
+            entry: None,
+        };
+        self.policy.check_write(&walk.path())?;
+        Ok((walk, name))
+    }
+
+    /// Records a name this process just committed.
+    fn remember(&self, parent: i64, name: &str, entry: Entry) {
+        let mut cache = self.lock_cache();
+        if cache.map.len() >= LOOKUP_CACHE_ENTRIES {
+            cache.map.clear();
+        }
+        cache.map.insert((parent, name.to_owned()), entry);
+    }
+
+    fn is_cached(&self, parent: i64, name: &str) -> bool {
+        self.lock_cache()
+            .map
+            .contains_key(&(parent, name.to_owned()))
     }
 
     fn check_mode(path: &str, mode: u32) -> Result<u32, FsError> {
@@ -700,6 +735,15 @@ impl Vfs {
         tx.insert_inode(&row, Some(&[]));
         tx.touch_dir(walk.parent(), now, 0);
         self.commit(tx, &walk.path()).await?;
+        self.remember(
+            walk.parent(),
+            &name,
+            Entry {
+                ino: row.ino,
+                kind: Kind::File,
+                target: None,
+            },
+        );
         Ok(Stat::from_row(&row))
     }
 
@@ -856,6 +900,18 @@ impl Vfs {
     /// symlink, creating its target if missing).
     pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<Stat, FsError> {
         let _write = self.inner.lock.write().await;
+        // Most writes of a new path create it: try that in one transaction
+        // and fall back to full resolution when the name turns out to exist.
+        match self.creation_point(path).await {
+            Ok((walk, name)) if !self.is_cached(walk.parent(), &name) => {
+                match self.write_new_file(&walk, &name, data).await {
+                    Err(FsError::Exists { .. }) => {}
+                    other => return other,
+                }
+            }
+            Ok(_) | Err(FsError::Exists { .. }) => {}
+            Err(e) => return Err(e),
+        }
         let walk = self.walk(path, true).await?;
         let resolved = walk.path();
         self.policy.check_write(&resolved)?;
@@ -909,19 +965,46 @@ impl Vfs {
             }
             None => {
                 let name = walk.name.clone().unwrap_or_default();
-                let mut row = self.new_row(Kind::File, DEFAULT_FILE_MODE, now);
-                row.size = size;
-                row.inline = inline;
-                row.chunk_bytes = chunk;
-                tx.insert_dentry(walk.parent(), &name, row.ino);
-                tx.add_usage(1, signed(size), limits.max_inodes, limits.max_total_bytes);
-                tx.insert_inode(&row, inline.then_some(data));
-                tx.touch_dir(walk.parent(), now, 0);
-                put_chunks(&mut tx, row.ino);
-                row
+                return self.write_new_file(&walk, &name, data).await;
             }
         };
         self.commit(tx, &resolved).await?;
+        Ok(Stat::from_row(&row))
+    }
+
+    /// Creates `name` in the walk's parent holding `data`; EEXIST if it exists.
+    async fn write_new_file(&self, walk: &Walk, name: &str, data: &[u8]) -> Result<Stat, FsError> {
+        let resolved = walk.path();
+        let size = data.len() as u64;
+        self.check_size(&resolved, size)?;
+        let limits = &self.inner.limits;
+        let inline = size <= limits.inline_threshold_bytes;
+        let chunk = if inline { 0 } else { limits.chunk_bytes };
+        let now = now_ns();
+        let mut row = self.new_row(Kind::File, DEFAULT_FILE_MODE, now);
+        row.size = size;
+        row.inline = inline;
+        row.chunk_bytes = chunk;
+        let mut tx = Tx::new();
+        tx.insert_dentry(walk.parent(), name, row.ino);
+        tx.add_usage(1, signed(size), limits.max_inodes, limits.max_total_bytes);
+        tx.insert_inode(&row, inline.then_some(data));
+        tx.touch_dir(walk.parent(), now, 0);
+        if !inline {
+            for (index, piece) in data.chunks(chunk as usize).enumerate() {
+                tx.put_chunk(row.ino, index as u64, piece.to_vec());
+            }
+        }
+        self.commit(tx, &resolved).await?;
+        self.remember(
+            walk.parent(),
+            name,
+            Entry {
+                ino: row.ino,
+                kind: Kind::File,
+                target: None,
+            },
+        );
         Ok(Stat::from_row(&row))
     }
 
@@ -939,6 +1022,15 @@ impl Vfs {
         tx.insert_inode(&row, None);
         tx.touch_dir(walk.parent(), now, 1);
         self.commit(tx, &walk.path()).await?;
+        self.remember(
+            walk.parent(),
+            &name,
+            Entry {
+                ino: row.ino,
+                kind: Kind::Dir,
+                target: None,
+            },
+        );
         Ok(Stat::from_row(&row))
     }
 
@@ -1020,6 +1112,15 @@ impl Vfs {
         tx.insert_inode(&row, None);
         tx.touch_dir(walk.parent(), now, 0);
         self.commit(tx, &walk.path()).await?;
+        self.remember(
+            walk.parent(),
+            &name,
+            Entry {
+                ino: row.ino,
+                kind: Kind::Symlink,
+                target: row.symlink_target.clone(),
+            },
+        );
         Ok(Stat::from_row(&row))
     }
 
@@ -1045,6 +1146,7 @@ impl Vfs {
         tx.insert_dentry(walk.parent(), &name, entry.ino);
         tx.touch_dir(walk.parent(), now, 0);
         self.commit(tx, &dst_path).await?;
+        self.remember(walk.parent(), &name, entry.clone());
         Ok(Stat::from_row(&self.row(entry.ino, &dst_path).await?))
     }
 

@@ -452,7 +452,12 @@ impl Tx {
              total_bytes = total_bytes + ?2 WHERE singleton = 1 \
              AND (?1 <= 0 OR inode_count + ?1 <= ?3) AND (?2 <= 0 OR total_bytes + ?2 <= ?4) \
              RETURNING total_bytes, inode_count",
-            vec![inodes.into(), bytes.into(), i64_of(max_inodes), i64_of(max_bytes)],
+            vec![
+                inodes.into(),
+                bytes.into(),
+                i64_of(max_inodes),
+                i64_of(max_bytes),
+            ],
             1,
             Fail::NoSpace,
         );
