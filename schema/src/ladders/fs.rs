@@ -54,7 +54,6 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
             ino INTEGER NOT NULL CHECK (ino >= 2),
             PRIMARY KEY (parent_ino, name)
         ) STRICT, WITHOUT ROWID",
-        "CREATE INDEX agentos_fs_dentries_by_ino ON agentos_fs_dentries (ino)",
         "CREATE TABLE agentos_fs_file_chunks (
             ino INTEGER NOT NULL,
             chunk_index INTEGER NOT NULL CHECK (chunk_index >= 0),
