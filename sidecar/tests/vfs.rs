@@ -359,6 +359,8 @@ async fn read_only_subtrees_refuse_mutations() {
         assert_eq!(code(vfs.rename("/ro/sub/f", "/f").await), "EROFS");
         assert_eq!(code(vfs.remove("/ro", true).await), "EROFS");
         assert_eq!(code(vfs.truncate("/ro/sub/f", 0).await), "EROFS");
+        assert_eq!(code(vfs.link("/ro/sub/f", "/f2").await), "EROFS");
+        assert_eq!(code(vfs.mkdir_p("/ro/sub/deeper/x", 0o755).await), "EROFS");
         vfs.write_file("/ro/other", b"ok")
             .await
             .expect("outside the subtree");

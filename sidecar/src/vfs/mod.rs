@@ -1129,6 +1129,8 @@ impl Vfs {
         let _write = self.inner.lock.write().await;
         let (src_walk, entry) = self.existing(existing, false).await?;
         let src_path = src_walk.path();
+        // A new link changes the source inode (nlink, ctime).
+        self.policy.check_write(&src_path)?;
         if entry.kind == Kind::Dir {
             return Err(FsError::NotPermitted {
                 path: src_path,
