@@ -297,44 +297,44 @@ async fn symlinks_resolve_and_loops_end_in_eloop() {
 async fn dotdot_never_escapes_a_root() {
     for (_name, db, _dir) in backends().await {
         let vfs = open(&db, FsLimits::default(), VfsPolicy::default()).await;
-        vfs.mkdir_p("/work/proj", 0o755).await.expect("dirs");
+        vfs.mkdir_p("/srv/proj", 0o755).await.expect("dirs");
         vfs.write_file("/secret", b"s").await.expect("secret");
-        vfs.write_file("/work/proj/a.txt", b"a").await.expect("a");
+        vfs.write_file("/srv/proj/a.txt", b"a").await.expect("a");
         assert_eq!(vfs.read_all("/../../secret").await.expect("clamped"), b"s");
-        let session = vfs.scoped(&["/work/proj".to_owned()]).expect("scope");
+        let session = vfs.scoped(&["/srv/proj".to_owned()]).expect("scope");
         assert_eq!(
-            session.read_all("/work/proj/./a.txt").await.expect("a"),
+            session.read_all("/srv/proj/./a.txt").await.expect("a"),
             b"a"
         );
         assert_eq!(
-            code(session.read_all("/work/proj/../../secret").await),
+            code(session.read_all("/srv/proj/../../secret").await),
             "EACCES"
         );
-        assert_eq!(code(session.write_file("/work/x", b"").await), "EACCES");
+        assert_eq!(code(session.write_file("/srv/x", b"").await), "EACCES");
         assert_eq!(code(session.stat("/").await), "EACCES");
         // A symlink inside the root that points out of it is refused.
-        vfs.symlink("/secret", "/work/proj/leak")
+        vfs.symlink("/secret", "/srv/proj/leak")
             .await
             .expect("leak");
-        assert_eq!(code(session.read_all("/work/proj/leak").await), "EACCES");
-        vfs.symlink("../..", "/work/proj/up").await.expect("up");
+        assert_eq!(code(session.read_all("/srv/proj/leak").await), "EACCES");
+        vfs.symlink("../..", "/srv/proj/up").await.expect("up");
         assert_eq!(
-            code(session.read_all("/work/proj/up/secret").await),
+            code(session.read_all("/srv/proj/up/secret").await),
             "EACCES"
         );
-        assert_eq!(code(session.remove("/work/proj", true).await), "EPERM");
+        assert_eq!(code(session.remove("/srv/proj", true).await), "EPERM");
         // A view can only narrow.
-        assert_eq!(code(session.scoped(&["/work".to_owned()])), "EACCES");
+        assert_eq!(code(session.scoped(&["/srv".to_owned()])), "EACCES");
         let two = vfs
-            .scoped(&["/work/proj".to_owned(), "/tmp".to_owned()])
+            .scoped(&["/srv/proj".to_owned(), "/tmp".to_owned()])
             .expect("two roots");
         vfs.mkdir("/tmp", 0o755).await.expect("tmp");
         assert_eq!(
-            code(two.rename("/work/proj/a.txt", "/tmp/a.txt").await),
+            code(two.rename("/srv/proj/a.txt", "/tmp/a.txt").await),
             "EXDEV"
         );
         assert_eq!(
-            code(two.link("/work/proj/a.txt", "/tmp/a.txt").await),
+            code(two.link("/srv/proj/a.txt", "/tmp/a.txt").await),
             "EXDEV"
         );
     }

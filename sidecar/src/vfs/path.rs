@@ -97,9 +97,9 @@ mod tests {
 
     #[test]
     fn within_respects_component_boundaries() {
-        assert!(is_within("/work/a", "/work"));
-        assert!(is_within("/work", "/work"));
-        assert!(!is_within("/workshop", "/work"));
+        assert!(is_within("/srv/a", "/srv"));
+        assert!(is_within("/srv", "/srv"));
+        assert!(!is_within("/srvshop", "/srv"));
         assert!(is_within("/anything", "/"));
     }
 }
