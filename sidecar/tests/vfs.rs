@@ -432,6 +432,33 @@ async fn chunked_files_share_blocks_and_collect_them() {
         assert_eq!(vfs.read_all("/c").await.expect("read"), expect);
         vfs.truncate("/c", 5).await.expect("to inline");
         assert_eq!(vfs.read_all("/c").await.expect("read"), &expect[..5]);
+        // A chunk larger than one storage part (64 KiB) reads back by range.
+        let large = FsLimits {
+            chunk_bytes: 256 * 1024,
+            inline_threshold_bytes: 1024,
+            ..FsLimits::default()
+        };
+        let wide = open(&db, large, VfsPolicy::default()).await;
+        let big: Vec<u8> = (0..600_000u32).map(|i| (i % 253) as u8).collect();
+        wide.write_file("/wide", &big).await.expect("wide");
+        for (off, len) in [
+            (0u64, 10u64),
+            (65_530, 20),
+            (262_100, 200),
+            (599_990, 50),
+            (100, 400_000),
+        ] {
+            let end = (off + len).min(big.len() as u64) as usize;
+            let got = wide.read("/wide", off, len).await.expect("range");
+            assert_eq!(got, &big[off as usize..end], "range {off}+{len}");
+        }
+        wide.write("/wide", 65_000, &[1u8; 2_000])
+            .await
+            .expect("patch");
+        let mut patched = big.clone();
+        patched[65_000..67_000].fill(1);
+        assert_eq!(wide.read_all("/wide").await.expect("all"), patched);
+        wide.remove("/wide", false).await.expect("rm wide");
         // Identical content is stored once.
         vfs.write_file("/same1", &[5u8; 64]).await.expect("s1");
         vfs.write_file("/same2", &[5u8; 64]).await.expect("s2");

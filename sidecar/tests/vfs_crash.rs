@@ -138,6 +138,12 @@ async fn assert_consistent(db: &SharedDatabase) {
              (SELECT 1 FROM agentos_fs_blocks b WHERE b.block_key = c.block_key)",
         ),
         (
+            "every referenced block holds all its bytes",
+            "SELECT count(*) FROM agentos_fs_blocks b WHERE refcount > 0 AND size <> \
+             (SELECT coalesce(sum(length(content)), 0) FROM agentos_fs_block_parts p \
+              WHERE p.block_key = b.block_key)",
+        ),
+        (
             "every entry names an inode",
             "SELECT count(*) FROM agentos_fs_dentries d WHERE NOT EXISTS \
              (SELECT 1 FROM agentos_fs_inodes i WHERE i.ino = d.ino)",

@@ -14,7 +14,9 @@
 //!   short one, read as zeros (sparse files).
 //! - `agentos_fs_blocks`: chunk contents keyed by their BLAKE3 hex digest and
 //!   reference-counted; rows at refcount 0 are collected in bounded batches
-//!   through the partial index.
+//!   through the partial index. The bytes live in `agentos_fs_block_parts`,
+//!   64 KiB per row, because SQLite materialises a whole blob to take a
+//!   `substr` of it: a 4 KiB read then loads one part, not a whole chunk.
 //! - `agentos_fs_usage`: the singleton counters checked by the limits, updated in
 //!   the same transaction as every mutation so a limit check is O(1).
 //!
@@ -62,8 +64,14 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
         ) STRICT, WITHOUT ROWID",
         "CREATE TABLE agentos_fs_blocks (
             block_key TEXT PRIMARY KEY CHECK (length(block_key) = 64),
-            content BLOB NOT NULL,
+            size INTEGER NOT NULL CHECK (size >= 0),
             refcount INTEGER NOT NULL CHECK (refcount >= 0)
+        ) STRICT",
+        "CREATE TABLE agentos_fs_block_parts (
+            block_key TEXT NOT NULL,
+            part_index INTEGER NOT NULL CHECK (part_index >= 0),
+            content BLOB NOT NULL,
+            PRIMARY KEY (block_key, part_index)
         ) STRICT",
         "CREATE INDEX agentos_fs_blocks_unreferenced ON agentos_fs_blocks (block_key)
             WHERE refcount = 0",

@@ -21,6 +21,10 @@ pub const ROOT_INO: i64 = 1;
 /// result limit.
 const READ_BATCH_BYTES: u64 = 32 * 1024 * 1024;
 
+/// Bytes per `agentos_fs_block_parts` row: a ranged read loads only the parts
+/// it overlaps, since SQLite materialises a whole blob even for `substr`.
+pub const PART_BYTES: u64 = 64 * 1024;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     File,
@@ -215,19 +219,27 @@ pub async fn read_chunked(
     let first = offset / chunk;
     let last = (end - 1) / chunk;
     if first == last {
+        // Only the parts the range overlaps are loaded.
         let within = offset - first * chunk;
+        let first_part = within / PART_BYTES;
+        let last_part = (within + len - 1) / PART_BYTES;
         let rows = db
             .query(
-                "SELECT substr(b.content, ?3, ?4) FROM agentos_fs_file_chunks c \
-                 JOIN agentos_fs_blocks b ON b.block_key = c.block_key \
-                 WHERE c.ino = ?1 AND c.chunk_index = ?2",
-                vec![ino.into(), i64_of(first), i64_of(within + 1), i64_of(len)],
+                "SELECT p.part_index, p.content FROM agentos_fs_file_chunks c \
+                 JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
+                 WHERE c.ino = ?1 AND c.chunk_index = ?2 AND p.part_index BETWEEN ?3 AND ?4",
+                vec![
+                    ino.into(),
+                    i64_of(first),
+                    i64_of(first_part),
+                    i64_of(last_part),
+                ],
             )
             .await?;
-        if let Some(row) = rows.rows.first() {
-            let bytes = blob(row, 0)?;
-            let n = bytes.len().min(out.len());
-            out[..n].copy_from_slice(&bytes[..n]);
+        for row in &rows.rows {
+            let part_start = uint(row, 0)? * PART_BYTES;
+            let bytes = blob(row, 1)?;
+            copy_overlap(&mut out, within, &bytes, part_start);
         }
         return Ok(out);
     }
@@ -261,16 +273,36 @@ pub async fn chunk_range(
 ) -> Result<Vec<(u64, Vec<u8>)>, FsError> {
     let rows = db
         .query(
-            "SELECT c.chunk_index, b.content FROM agentos_fs_file_chunks c \
-             JOIN agentos_fs_blocks b ON b.block_key = c.block_key \
-             WHERE c.ino = ?1 AND c.chunk_index BETWEEN ?2 AND ?3 ORDER BY c.chunk_index",
+            "SELECT c.chunk_index, p.content FROM agentos_fs_file_chunks c \
+             JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
+             WHERE c.ino = ?1 AND c.chunk_index BETWEEN ?2 AND ?3 \
+             ORDER BY c.chunk_index, p.part_index",
             vec![ino.into(), i64_of(from), i64_of(to)],
         )
         .await?;
-    rows.rows
-        .iter()
-        .map(|row| Ok((uint(row, 0)?, blob(row, 1)?)))
-        .collect()
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for row in &rows.rows {
+        let index = uint(row, 0)?;
+        let bytes = blob(row, 1)?;
+        match out.last_mut() {
+            Some((last, content)) if *last == index => content.extend_from_slice(&bytes),
+            _ => out.push((index, bytes)),
+        }
+    }
+    Ok(out)
+}
+
+/// Copies the overlap of `src` (at absolute position `src_start`) into `out`
+/// (at absolute position `out_start`).
+fn copy_overlap(out: &mut [u8], out_start: u64, src: &[u8], src_start: u64) {
+    let from = out_start.max(src_start);
+    let to = (out_start + out.len() as u64).min(src_start + src.len() as u64);
+    if from >= to {
+        return;
+    }
+    let src = &src[(from - src_start) as usize..(to - src_start) as usize];
+    let dst = (from - out_start) as usize;
+    out[dst..dst + src.len()].copy_from_slice(src);
 }
 
 /// One page of a directory, names after `after`, in byte order of the name.
@@ -374,13 +406,23 @@ pub async fn usage(db: &dyn Database) -> Result<Usage, FsError> {
 /// Deletes up to `batch` unreferenced blocks; returns how many went.
 pub async fn collect_garbage(db: &dyn Database, batch: u32) -> Result<u64, FsError> {
     let rows = db
-        .transaction(vec![Statement::new(
-            "DELETE FROM agentos_fs_blocks WHERE refcount = 0 AND block_key IN \
-             (SELECT block_key FROM agentos_fs_blocks WHERE refcount = 0 LIMIT ?1)",
-            vec![batch.into()],
-        )])
+        .transaction(vec![
+            Statement::new(
+                "DELETE FROM agentos_fs_block_parts WHERE block_key IN \
+                 (SELECT block_key FROM agentos_fs_blocks WHERE refcount = 0 LIMIT ?1)",
+                vec![batch.into()],
+            ),
+            // Only blocks whose parts are gone, so a block is never left half-deleted.
+            Statement::new(
+                "DELETE FROM agentos_fs_blocks WHERE refcount = 0 AND block_key IN \
+                 (SELECT b.block_key FROM agentos_fs_blocks b WHERE b.refcount = 0 \
+                  AND NOT EXISTS (SELECT 1 FROM agentos_fs_block_parts p \
+                                  WHERE p.block_key = b.block_key) LIMIT ?1)",
+                vec![batch.into()],
+            ),
+        ])
         .await?;
-    Ok(rows.first().map_or(0, |r| r.changes))
+    Ok(rows.get(1).map_or(0, |r| r.changes))
 }
 
 /// What a failed statement of a `Tx` means.
@@ -681,10 +723,27 @@ impl Tx {
             vec![ino.into(), i64_of(index)],
         );
         self.plain(
-            "INSERT INTO agentos_fs_blocks (block_key, content, refcount) VALUES (?1, ?2, 1) \
+            "INSERT INTO agentos_fs_blocks (block_key, size, refcount) VALUES (?1, ?2, 1) \
              ON CONFLICT (block_key) DO UPDATE SET refcount = refcount + 1",
-            vec![key.clone().into(), content.into()],
+            vec![key.clone().into(), i64_of(content.len() as u64)],
         );
+        // All parts in one statement; an existing block keeps its parts.
+        let parts: Vec<&[u8]> = content.chunks(PART_BYTES as usize).collect();
+        if !parts.is_empty() {
+            let mut sql = String::from(
+                "INSERT INTO agentos_fs_block_parts (block_key, part_index, content) VALUES ",
+            );
+            let mut params: Vec<SqlValue> = vec![key.clone().into()];
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("(?1, {i}, ?{})", i + 2));
+                params.push(part.to_vec().into());
+            }
+            sql.push_str(" ON CONFLICT (block_key, part_index) DO NOTHING");
+            self.plain(&sql, params);
+        }
         self.plain(
             "INSERT INTO agentos_fs_file_chunks (ino, chunk_index, block_key) VALUES (?1, ?2, ?3) \
              ON CONFLICT (ino, chunk_index) DO UPDATE SET block_key = excluded.block_key",
