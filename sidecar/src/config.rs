@@ -82,6 +82,8 @@ pub struct Limits {
     pub host: HostLimits,
     #[serde(default)]
     pub acp: AcpLimits,
+    #[serde(default)]
+    pub fs: FsLimits,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -172,6 +174,76 @@ impl Default for AcpLimits {
     }
 }
 
+/// `limits.fs`: the VFS's bounds and storage granularity.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct FsLimits {
+    /// Sum of the sizes of all regular files.
+    pub max_total_bytes: u64,
+    /// Inodes of every kind, the root included.
+    pub max_inodes: u64,
+    /// Largest size of one regular file.
+    pub max_file_bytes: u64,
+    /// Size of the content-addressed chunks of files above the inline threshold.
+    pub chunk_bytes: u64,
+    /// Files up to this size keep their bytes in the inode row.
+    pub inline_threshold_bytes: u64,
+}
+
+impl Default for FsLimits {
+    fn default() -> Self {
+        FsLimits {
+            max_total_bytes: 8 * 1024 * MIB,
+            max_inodes: 1_000_000,
+            max_file_bytes: 1024 * MIB,
+            chunk_bytes: 512 * 1024,
+            inline_threshold_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Largest chunk: a chunk is one SQLite blob and one statement parameter.
+pub const MAX_FS_CHUNK_BYTES: u64 = 16 * MIB;
+
+impl FsLimits {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("limits.fs.maxTotalBytes", self.max_total_bytes),
+            ("limits.fs.maxInodes", self.max_inodes),
+            ("limits.fs.maxFileBytes", self.max_file_bytes),
+            ("limits.fs.chunkBytes", self.chunk_bytes),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::new(field, "must be greater than 0"));
+            }
+        }
+        let signed = [
+            ("limits.fs.maxTotalBytes", self.max_total_bytes),
+            ("limits.fs.maxInodes", self.max_inodes),
+            ("limits.fs.maxFileBytes", self.max_file_bytes),
+        ];
+        for (field, value) in signed {
+            if value > i64::MAX as u64 {
+                return Err(ConfigError::new(field, "must fit a signed 64-bit integer"));
+            }
+        }
+        if self.chunk_bytes > MAX_FS_CHUNK_BYTES {
+            return Err(ConfigError::new(
+                "limits.fs.chunkBytes",
+                format!("must be at most {MAX_FS_CHUNK_BYTES}"),
+            ));
+        }
+        if self.inline_threshold_bytes > self.chunk_bytes {
+            return Err(ConfigError::new(
+                "limits.fs.inlineThresholdBytes",
+                "must not exceed limits.fs.chunkBytes",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Parses and validates a config document.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
@@ -255,6 +327,7 @@ impl Config {
                 return Err(ConfigError::new(field, "must be greater than 0"));
             }
         }
+        self.limits.fs.validate()?;
         if self.limits.host.max_frame_bytes > u64::from(u32::MAX) {
             return Err(ConfigError::new(
                 "limits.host.maxFrameBytes",
@@ -332,5 +405,34 @@ mod tests {
         assert_eq!(config.limits.acp.max_prompt_bytes, 64 * MIB);
         assert_eq!(config.limits.sqlite.max_result_bytes, 10);
         assert_eq!(config.limits.host.max_frame_bytes, 80 * MIB);
+        assert_eq!(config.limits.fs.chunk_bytes, 512 * 1024);
+    }
+
+    #[test]
+    fn fs_limits_are_validated_by_name() {
+        let config = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "limits":{"fs":{"chunkBytes":4096,"inlineThresholdBytes":1024}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(config.limits.fs.chunk_bytes, 4096);
+        assert_eq!(config.limits.fs.max_inodes, 1_000_000);
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "limits":{"fs":{"chunkBytes":0}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "limits.fs.chunkBytes");
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "limits":{"fs":{"chunkBytes":1024,"inlineThresholdBytes":2048}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "limits.fs.inlineThresholdBytes");
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},"limits":{"fs":{"maxInode":1}}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
     }
 }
