@@ -477,6 +477,69 @@ pub struct SetConfigOptionParams {
     pub value: Value,
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsPathParams {
+    pub path: String,
+}
+
+/// `fs/read`: a byte range, returned base64-encoded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsReadParams {
+    pub path: String,
+    #[serde(default)]
+    pub offset: Option<u64>,
+    #[serde(default)]
+    pub length: Option<u64>,
+}
+
+/// `fs/write`: base64 `data`; without `offset` the file is created or
+/// replaced whole, with it the bytes land at that offset of an existing file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsWriteParams {
+    pub path: String,
+    pub data: String,
+    #[serde(default)]
+    pub offset: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsReaddirParams {
+    pub path: String,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsMkdirParams {
+    pub path: String,
+    #[serde(default)]
+    pub parents: bool,
+    #[serde(default)]
+    pub mode: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsRenameParams {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsRemoveParams {
+    pub path: String,
+    #[serde(default)]
+    pub recursive: bool,
+}
+
 // ---------------------------------------------------------------------------
 // Public events
 

@@ -70,6 +70,7 @@ fn config(path: &Path) -> Config {
         socket: None,
         agents: BTreeMap::new(),
         limits: Limits::default(),
+        filesystem: Default::default(),
     }
 }
 

@@ -71,6 +71,10 @@ pub struct Config {
     pub agents: BTreeMap<String, AgentSpec>,
     #[serde(default)]
     pub limits: Limits,
+    /// The VM's file-system policy: the roots sessions may touch and the
+    /// read-only subtrees.
+    #[serde(default)]
+    pub filesystem: crate::vfs::VfsPolicy,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -274,6 +278,7 @@ impl Config {
             socket: Some(dir.join("sidecar.sock")),
             agents,
             limits: Limits::default(),
+            filesystem: crate::vfs::VfsPolicy::default(),
         }
     }
 

@@ -9,6 +9,8 @@ use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedD
 use crate::config::{Config, ConfigError};
 use crate::host::{HostError, HostServer};
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
+use crate::vfs::acp::AcpFs;
+use crate::vfs::{FsError, Vfs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
@@ -22,6 +24,8 @@ pub enum VmError {
     Sessions(#[from] SessionError),
     #[error(transparent)]
     Host(#[from] HostError),
+    #[error("file system: {0}")]
+    Fs(#[from] FsError),
     #[error("{0}")]
     Io(String),
 }
@@ -34,6 +38,7 @@ impl VmError {
             VmError::Migration(e) => e.code(),
             VmError::Sessions(e) => e.code(),
             VmError::Host(e) => e.code(),
+            VmError::Fs(e) => e.code(),
             VmError::Io(_) => "io_error",
         }
     }
@@ -45,6 +50,7 @@ pub struct Vm {
     pub db: SharedDatabase,
     pub database_kind: DatabaseKind,
     pub sessions: Sessions,
+    pub vfs: Vfs,
     pub started: Instant,
     pub recovered: Reconciliation,
 }
@@ -57,11 +63,12 @@ impl Vm {
         let started = Instant::now();
         let db = crate::db::open(&config.database, &config.limits.sqlite).await?;
         migrate_all(&*db).await?;
+        let vfs = Vfs::open(db.clone(), config.limits.fs.clone(), config.filesystem.clone()).await?;
         let sessions = Sessions::new(
             SessionStore::new(db.clone()),
             config.agents.clone(),
             config.limits.acp.clone(),
-            None,
+            Some(Arc::new(AcpFs::new(vfs.clone()))),
         );
         let recovered = sessions.bootstrap().await?;
         if recovered != Reconciliation::default() {
@@ -72,6 +79,7 @@ impl Vm {
             db,
             config,
             sessions,
+            vfs,
             started,
             recovered,
         }))

@@ -26,6 +26,7 @@
 //! read-only subtrees (EROFS). `scoped` narrows it for one session; checks
 //! apply to paths after symlink resolution.
 
+pub mod acp;
 pub mod error;
 pub mod path;
 pub mod policy;

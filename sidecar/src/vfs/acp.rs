@@ -1,0 +1,65 @@
+//! The VFS as ACP `fs/*` for adapters: each request is served through a view
+//! narrowed to the session's cwd and additional directories, and a refused or
+//! failed path is a JSON-RPC error for that request, never a crash.
+
+use agentos_adapters::RpcError;
+use async_trait::async_trait;
+use serde_json::json;
+
+use super::{FsError, Vfs};
+use crate::sessions::FsBridge;
+
+/// ACP's "resource not found".
+const RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// Serves `fs/read_text_file` and `fs/write_text_file` from the VFS.
+pub struct AcpFs {
+    vfs: Vfs,
+}
+
+impl AcpFs {
+    pub fn new(vfs: Vfs) -> AcpFs {
+        AcpFs { vfs }
+    }
+}
+
+fn rpc_error(e: &FsError) -> RpcError {
+    let code = match e {
+        FsError::NotFound { .. } => RESOURCE_NOT_FOUND,
+        FsError::Corrupt { .. } | FsError::Host { .. } | FsError::Db(_) => -32603,
+        _ => -32602,
+    };
+    RpcError {
+        code,
+        message: e.to_string(),
+        data: Some(json!({"code": e.code(), "setting": e.setting()})),
+    }
+}
+
+#[async_trait]
+impl FsBridge for AcpFs {
+    async fn read_text_file(
+        &self,
+        roots: &[String],
+        path: &str,
+        line: Option<u64>,
+        limit: Option<u64>,
+    ) -> Result<String, RpcError> {
+        let view = self.vfs.scoped(roots).map_err(|e| rpc_error(&e))?;
+        view.read_text_file(path, line, limit)
+            .await
+            .map_err(|e| rpc_error(&e))
+    }
+
+    async fn write_text_file(
+        &self,
+        roots: &[String],
+        path: &str,
+        content: &str,
+    ) -> Result<(), RpcError> {
+        let view = self.vfs.scoped(roots).map_err(|e| rpc_error(&e))?;
+        view.write_text_file(path, content)
+            .await
+            .map_err(|e| rpc_error(&e))
+    }
+}
