@@ -69,9 +69,28 @@ impl Raw {
     }
 }
 
-/// Runs 1- or 100-row transactions through the handle for `run`; `next_id`
+/// Runs 1- or 100-row transactions through the handle for `run` in a spawned
+/// task, as the sidecar's sessions call it (never from `block_on`); `next_id`
 /// carries the key sequence across rounds so every insert stays fresh.
 async fn handle(
+    db: &Arc<dyn Database>,
+    next_id: &mut i64,
+    rows_per_tx: usize,
+    run: Duration,
+) -> Result<f64, String> {
+    let (db, start_id) = (db.clone(), *next_id);
+    let (rate, end_id) = tokio::spawn(async move {
+        let mut id = start_id;
+        let rate = transactions(db.as_ref(), &mut id, rows_per_tx, run).await;
+        (rate, id)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    *next_id = end_id;
+    rate
+}
+
+async fn transactions(
     db: &dyn Database,
     next_id: &mut i64,
     rows_per_tx: usize,
@@ -202,11 +221,10 @@ async fn run() -> Result<(), String> {
                 raw_rates.push(raw.run(rows_per_tx, options.round)?);
             }
             if let Some(db) = &file {
-                file_rates
-                    .push(handle(db.as_ref(), &mut file_id, rows_per_tx, options.round).await?);
+                file_rates.push(handle(db, &mut file_id, rows_per_tx, options.round).await?);
             }
             if let Some(db) = &uds {
-                uds_rates.push(handle(db.as_ref(), &mut uds_id, rows_per_tx, options.round).await?);
+                uds_rates.push(handle(db, &mut uds_id, rows_per_tx, options.round).await?);
             }
         }
         drop(uds);
