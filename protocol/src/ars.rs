@@ -410,6 +410,37 @@ fn frame_of<V: Versioned>(value: &V::Latest, max: u32) -> Result<Vec<u8>, ArsErr
     Ok(out)
 }
 
+/// Appends one length-prefixed frame of `value` to `out` in a single pass:
+/// the body is sealed after a placeholder prefix that is patched afterwards,
+/// so batches of frames share one reused buffer and skip the counting pass.
+/// A frame over `max` leaves `out` as it was.
+fn frame_into<V: Versioned>(
+    value: &V::Latest,
+    max: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), ArsError> {
+    let start = out.len();
+    out.put_u32(0);
+    if let Err(e) = V::seal(value, VERSION, out) {
+        out.truncate(start);
+        return Err(ArsError::Encode(e.to_string()));
+    }
+    let len = out.len() - start - FRAME_HEADER_LEN;
+    match u32::try_from(len) {
+        Ok(len32) if len32 <= max => {
+            out[start..start + FRAME_HEADER_LEN].copy_from_slice(&len32.to_be_bytes());
+            Ok(())
+        }
+        _ => {
+            out.truncate(start);
+            Err(ArsError::FrameTooLarge {
+                len: len as u64,
+                max,
+            })
+        }
+    }
+}
+
 pub fn client_hello_frame() -> Result<Vec<u8>, ArsError> {
     frame_of::<VersionedClientHello>(&ClientHello, DEFAULT_MAX_FRAME_BYTES)
 }
@@ -426,6 +457,18 @@ pub fn client_frame(frame: &ClientFrame, max: u32) -> Result<Vec<u8>, ArsError> 
 /// A complete server frame; refuses payloads longer than `max`.
 pub fn server_frame(frame: &ServerFrame, max: u32) -> Result<Vec<u8>, ArsError> {
     frame_of::<VersionedServerFrame>(frame, max)
+}
+
+/// Appends a request frame to `out`, byte for byte what [`client_frame`]
+/// returns; refuses payloads longer than the peer's `max`.
+pub fn client_frame_into(frame: &ClientFrame, max: u32, out: &mut Vec<u8>) -> Result<(), ArsError> {
+    frame_into::<VersionedClientFrame>(frame, max, out)
+}
+
+/// Appends a server frame to `out`, byte for byte what [`server_frame`]
+/// returns; refuses payloads longer than `max`.
+pub fn server_frame_into(frame: &ServerFrame, max: u32, out: &mut Vec<u8>) -> Result<(), ArsError> {
+    frame_into::<VersionedServerFrame>(frame, max, out)
 }
 
 /// Wraps an already encoded payload in its length prefix.
@@ -616,6 +659,37 @@ mod tests {
         );
         // Trailing bytes after a complete hello are not a hello.
         assert!(decode_client_hello(Bytes::from_static(&[1, 0, 0])).is_err());
+    }
+
+    #[test]
+    fn frames_into_a_shared_buffer_match_single_frames() {
+        let request = ClientFrame::Request(Request {
+            request_id: 9,
+            lease_key: Some("key".into()),
+            payload: RequestPayload::SqliteQuery(SqliteQuery {
+                sql: "INSERT INTO t VALUES (?1)".into(),
+                params: vec![SqlValue::SqlText("x".repeat(300))],
+            }),
+        });
+        let response = ServerFrame::Response(Response {
+            request_id: 9,
+            payload: ResponsePayload::SqliteCommitOk,
+        });
+        let mut out = vec![0xaa];
+        client_frame_into(&request, 1024, &mut out).unwrap();
+        server_frame_into(&response, 1024, &mut out).unwrap();
+        let mut expected = vec![0xaa];
+        expected.extend(client_frame(&request, 1024).unwrap());
+        expected.extend(server_frame(&response, 1024).unwrap());
+        assert_eq!(out, expected);
+        // A frame over the limit is refused and leaves the buffer untouched.
+        assert_eq!(
+            client_frame_into(&request, 16, &mut out)
+                .unwrap_err()
+                .code(),
+            "ars_frame_too_large"
+        );
+        assert_eq!(out, expected);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Storage throughput: rows/s for 1-row and 100-row transactions of ~200-byte
 //! JSON payloads on raw rusqlite (the ceiling), the handle on sqlite_file, and
 //! the handle on actor_uds through the reference server, with each ratio to
-//! raw. Run through `scripts/bench-storage` (release build).
+//! raw. Run through `scripts/bench-storage` (release build); flags such as
+//! `--only uds --rows 100 --secs 5` narrow a run down for profiling.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,8 +16,6 @@ use agentos_sidecar::db::{actor_uds, sqlite_file};
 const CREATE: &str =
     "CREATE TABLE IF NOT EXISTS bench (id INTEGER PRIMARY KEY, body TEXT NOT NULL) STRICT";
 const INSERT: &str = "INSERT INTO bench (id, body) VALUES (?1, ?2)";
-/// Each measurement runs for about this long.
-const RUN: Duration = Duration::from_secs(3);
 
 fn payload(i: i64) -> String {
     let body = format!(
@@ -27,41 +26,88 @@ fn payload(i: i64) -> String {
     body
 }
 
-fn raw(path: &Path, rows_per_tx: usize) -> Result<f64, String> {
-    let conn = sqlite_file::open_connection(path).map_err(|e| e.to_string())?;
-    conn.execute_batch(CREATE).map_err(|e| e.to_string())?;
-    let mut id: i64 = 0;
-    let mut rows = 0u64;
-    let start = Instant::now();
-    while start.elapsed() < RUN {
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| e.to_string())?;
-        {
-            let mut stmt = conn.prepare_cached(INSERT).map_err(|e| e.to_string())?;
-            for _ in 0..rows_per_tx {
-                id += 1;
-                stmt.execute(rusqlite::params![id, payload(id)])
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-        conn.execute_batch("COMMIT").map_err(|e| e.to_string())?;
-        rows += rows_per_tx as u64;
-    }
-    Ok(rows as f64 / start.elapsed().as_secs_f64())
+/// The raw ceiling, doing the same SQL work the handle does for each
+/// transaction: `BEGIN IMMEDIATE`, then per statement a cached-statement
+/// lookup by its SQL text, bind, step and an expected-change check, then
+/// `COMMIT`. Hoisting one prepared statement out of the loop would be faster
+/// but is only possible because raw code knows every statement is the same;
+/// the handle receives a list of independent statements.
+struct Raw {
+    conn: rusqlite::Connection,
+    id: i64,
 }
 
-async fn handle(db: Arc<dyn Database>, rows_per_tx: usize) -> Result<f64, String> {
-    db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
-    let mut id: i64 = 0;
+impl Raw {
+    fn open(path: &Path) -> Result<Raw, String> {
+        let conn = sqlite_file::open_connection(path).map_err(|e| e.to_string())?;
+        conn.execute_batch(CREATE).map_err(|e| e.to_string())?;
+        Ok(Raw { conn, id: 0 })
+    }
+
+    fn run(&mut self, rows_per_tx: usize, run: Duration) -> Result<f64, String> {
+        let conn = &self.conn;
+        let mut rows = 0u64;
+        let start = Instant::now();
+        while start.elapsed() < run {
+            conn.execute_batch("BEGIN IMMEDIATE")
+                .map_err(|e| e.to_string())?;
+            for _ in 0..rows_per_tx {
+                self.id += 1;
+                let body = payload(self.id);
+                let mut stmt = conn.prepare_cached(INSERT).map_err(|e| e.to_string())?;
+                let changes = stmt
+                    .execute(rusqlite::params![self.id, body])
+                    .map_err(|e| e.to_string())?;
+                if changes != 1 {
+                    return Err(format!("raw insert changed {changes} rows"));
+                }
+            }
+            conn.execute_batch("COMMIT").map_err(|e| e.to_string())?;
+            rows += rows_per_tx as u64;
+        }
+        Ok(rows as f64 / start.elapsed().as_secs_f64())
+    }
+}
+
+/// Runs 1- or 100-row transactions through the handle for `run` in a spawned
+/// task, as the sidecar's sessions call it (never from `block_on`); `next_id`
+/// carries the key sequence across rounds so every insert stays fresh.
+async fn handle(
+    db: &Arc<dyn Database>,
+    next_id: &mut i64,
+    rows_per_tx: usize,
+    run: Duration,
+) -> Result<f64, String> {
+    let (db, start_id) = (db.clone(), *next_id);
+    let (rate, end_id) = tokio::spawn(async move {
+        let mut id = start_id;
+        let rate = transactions(db.as_ref(), &mut id, rows_per_tx, run).await;
+        (rate, id)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    *next_id = end_id;
+    rate
+}
+
+async fn transactions(
+    db: &dyn Database,
+    next_id: &mut i64,
+    rows_per_tx: usize,
+    run: Duration,
+) -> Result<f64, String> {
     let mut rows = 0u64;
     let start = Instant::now();
-    while start.elapsed() < RUN {
+    while start.elapsed() < run {
         let statements = (0..rows_per_tx)
             .map(|_| {
-                id += 1;
+                *next_id += 1;
                 Statement::new(
                     INSERT,
-                    vec![SqlValue::Integer(id), SqlValue::Text(payload(id))],
+                    vec![
+                        SqlValue::Integer(*next_id),
+                        SqlValue::Text(payload(*next_id)),
+                    ],
                 )
                 .expect_changes(1)
             })
@@ -74,39 +120,120 @@ async fn handle(db: Arc<dyn Database>, rows_per_tx: usize) -> Result<f64, String
     Ok(rows as f64 / start.elapsed().as_secs_f64())
 }
 
+/// What to measure; `--only raw|file|uds`, `--rows N`, `--rounds N` and
+/// `--secs S` (per round and target) narrow a run down for profiling.
+struct Options {
+    only: Option<String>,
+    sizes: Vec<usize>,
+    rounds: usize,
+    round: Duration,
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        only: None,
+        sizes: vec![1, 100],
+        rounds: 3,
+        round: Duration::from_secs(1),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+        match flag.as_str() {
+            "--only" => options.only = Some(value),
+            "--rows" => options.sizes = vec![value.parse().map_err(|e| bad(&e))?],
+            "--rounds" => options.rounds = value.parse::<usize>().map_err(|e| bad(&e))?.max(1),
+            "--secs" => {
+                options.round = Duration::from_secs_f64(value.parse().map_err(|e| bad(&e))?)
+            }
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(options)
+}
+
+fn median(mut rates: Vec<f64>) -> f64 {
+    if rates.is_empty() {
+        return f64::NAN;
+    }
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
 async fn run() -> Result<(), String> {
+    let options = options()?;
+    let wants = |name: &str| options.only.as_deref().is_none_or(|only| only == name);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let limits = SqliteLimits::default();
+    // The machine is shared, so the targets take turns round by round and each
+    // figure is the median of its rounds: a burst of outside load then skews
+    // one round of every target rather than all rounds of one.
     println!(
-        "storage benchmark: ~200-byte JSON rows, each figure over {} s",
-        RUN.as_secs()
+        "storage benchmark: ~200-byte JSON rows, median of {} interleaved rounds of {:.1} s",
+        options.rounds,
+        options.round.as_secs_f64()
     );
     println!(
         "{:<10} {:>14} {:>16} {:>8} {:>16} {:>8}",
         "rows/tx", "raw rows/s", "sqlite_file", "ratio", "actor_uds", "ratio"
     );
-    for rows_per_tx in [1usize, 100] {
-        let raw_rate = raw(
-            &dir.path().join(format!("raw-{rows_per_tx}.sqlite")),
-            rows_per_tx,
-        )?;
+    for &rows_per_tx in &options.sizes {
+        let mut raw = match wants("raw") {
+            true => Some(Raw::open(
+                &dir.path().join(format!("raw-{rows_per_tx}.sqlite")),
+            )?),
+            false => None,
+        };
+        let file: Option<Arc<dyn Database>> = match wants("file") {
+            true => {
+                let path = dir.path().join(format!("file-{rows_per_tx}.sqlite"));
+                let db = sqlite_file::SqliteFileDatabase::open(&path, &limits)
+                    .map_err(|e| e.to_string())?;
+                db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+                Some(Arc::new(db))
+            }
+            false => None,
+        };
+        let mut server = None;
+        let uds: Option<Arc<dyn Database>> = match wants("uds") {
+            true => {
+                let served = dir.path().join(format!("uds-{rows_per_tx}.sqlite"));
+                let socket = dir.path().join(format!("s{rows_per_tx}.sock"));
+                server = Some(
+                    ars_server::bind(&served, &socket, ArsServerOptions::default())
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+                let db = actor_uds::connect(&socket, &limits)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+                Some(Arc::new(db))
+            }
+            false => None,
+        };
 
-        let file = dir.path().join(format!("file-{rows_per_tx}.sqlite"));
-        let db =
-            sqlite_file::SqliteFileDatabase::open(&file, &limits).map_err(|e| e.to_string())?;
-        let file_rate = handle(Arc::new(db), rows_per_tx).await?;
+        let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
+        let (mut file_id, mut uds_id) = (0i64, 0i64);
+        for _ in 0..options.rounds {
+            if let Some(raw) = raw.as_mut() {
+                raw_rates.push(raw.run(rows_per_tx, options.round)?);
+            }
+            if let Some(db) = &file {
+                file_rates.push(handle(db, &mut file_id, rows_per_tx, options.round).await?);
+            }
+            if let Some(db) = &uds {
+                uds_rates.push(handle(db, &mut uds_id, rows_per_tx, options.round).await?);
+            }
+        }
+        drop(uds);
+        if let Some(server) = server {
+            server.shutdown().await;
+        }
 
-        let served = dir.path().join(format!("uds-{rows_per_tx}.sqlite"));
-        let socket = dir.path().join(format!("s{rows_per_tx}.sock"));
-        let server = ars_server::bind(&served, &socket, ArsServerOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let db = actor_uds::connect(&socket, &limits)
-            .await
-            .map_err(|e| e.to_string())?;
-        let uds_rate = handle(Arc::new(db), rows_per_tx).await?;
-        server.shutdown().await;
-
+        let (raw_rate, file_rate, uds_rate) =
+            (median(raw_rates), median(file_rates), median(uds_rates));
         println!(
             "{:<10} {:>14.0} {:>16.0} {:>7.2}x {:>16.0} {:>7.2}x",
             rows_per_tx,

@@ -38,6 +38,9 @@ use crate::config::SqliteLimits;
 /// Connect plus hello must finish within this.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How much the reader asks the socket for at once.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// The actor socket database handle.
 pub struct ActorUdsDatabase {
     path: PathBuf,
@@ -151,36 +154,29 @@ impl Database for ActorUdsDatabase {
             slots: slots.clone(),
         };
 
-        let begin = conn
-            .send(
-                &slots,
-                None,
-                RequestPayload::SqliteBegin(SqliteBegin {
-                    lease_key: key.clone(),
-                    timeout_ms: None,
-                }),
-            )
-            .await?;
-        let mut expectations = Vec::with_capacity(statements.len());
-        let mut replies = Vec::with_capacity(statements.len());
+        let expectations: Vec<Option<u64>> =
+            statements.iter().map(|s| s.expected_changes).collect();
+        let mut outgoing = std::iter::once(Outgoing::Begin(key.clone()))
+            .chain(statements.into_iter().map(Outgoing::Statement))
+            .peekable();
+        // Begin and the statements go out in as few writes as the slots allow:
+        // each batch takes every free slot, so the server sees them together.
+        let mut replies = Vec::with_capacity(expectations.len() + 1);
         let mut send_error = None;
-        for statement in statements {
-            expectations.push(statement.expected_changes);
-            match conn
-                .send(
-                    &slots,
-                    Some(key.clone()),
-                    query_payload_owned(statement.sql, statement.params),
-                )
+        while outgoing.peek().is_some() {
+            if let Err(e) = conn
+                .send_batch(&slots, &key, &mut outgoing, &mut replies)
                 .await
             {
-                Ok(reply) => replies.push(reply),
-                Err(e) => {
-                    send_error = Some(e);
-                    break;
-                }
+                send_error = Some(e);
+                break;
             }
         }
+        let mut replies = replies.into_iter();
+        let Some(begin) = replies.next() else {
+            lease.open = false;
+            return Err(send_error.unwrap_or_else(|| conn.death()));
+        };
 
         match receive(begin).await {
             Ok(ResponsePayload::SqliteBeginOk) => {}
@@ -198,7 +194,7 @@ impl Database for ActorUdsDatabase {
             return Err(error);
         }
         let mut results = Vec::with_capacity(replies.len());
-        for (index, (reply, expected)) in replies.into_iter().zip(expectations).enumerate() {
+        for (index, (reply, expected)) in replies.zip(expectations).enumerate() {
             let index = index as u32;
             let outcome = receive(reply)
                 .await
@@ -297,6 +293,12 @@ fn rollback_payload(key: &str) -> RequestPayload {
     RequestPayload::SqliteRollback(SqliteRollback {
         lease_key: key.to_owned(),
     })
+}
+
+/// One request of a transaction, before it is encoded.
+enum Outgoing {
+    Begin(String),
+    Statement(Statement),
 }
 
 fn query_payload(sql: &str, params: Vec<SqlValue>) -> RequestPayload {
@@ -500,8 +502,93 @@ impl Connection {
             .acquire_owned()
             .await
             .map_err(|_| self.death())?;
-        let (reply, rx) = oneshot::channel();
-        let mut state = self
+        let mut out = Vec::new();
+        let mut frame = ClientFrame::Request(Request {
+            request_id: 0,
+            lease_key,
+            payload,
+        });
+        let mut state = self.lock_state()?;
+        let (reply, len) = self.encode(&mut state, &mut frame, slot, &mut out)?;
+        drop(state);
+        self.enqueue(out, len);
+        Ok(reply)
+    }
+
+    /// Queues the next requests of a transaction as one write: waits for one
+    /// in-flight slot, then takes as many more as are free right now. Replies
+    /// are appended to `replies` in request order. When one request cannot be
+    /// queued, those before it still go out and the error is returned.
+    async fn send_batch(
+        &self,
+        slots: &Arc<Semaphore>,
+        lease_key: &str,
+        outgoing: &mut std::iter::Peekable<impl Iterator<Item = Outgoing>>,
+        replies: &mut Vec<Reply>,
+    ) -> Result<(), DbError> {
+        let mut permits = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.death())?;
+        let extra = slots.available_permits();
+        if extra > 0 {
+            if let Ok(more) = slots.clone().try_acquire_many_owned(extra as u32) {
+                permits.merge(more);
+            }
+        }
+        // The statements' lease key moves from one request to the next rather
+        // than being cloned for each.
+        let mut key = Some(lease_key.to_owned());
+        let mut out = Vec::new();
+        let mut queued = 0;
+        let mut result = Ok(());
+        let mut state = self.lock_state()?;
+        while let Some(slot) = permits.split(1) {
+            let Some(next) = outgoing.next() else { break };
+            let mut frame = ClientFrame::Request(match next {
+                Outgoing::Begin(lease_key) => Request {
+                    request_id: 0,
+                    lease_key: None,
+                    payload: RequestPayload::SqliteBegin(SqliteBegin {
+                        lease_key,
+                        timeout_ms: None,
+                    }),
+                },
+                Outgoing::Statement(statement) => Request {
+                    request_id: 0,
+                    lease_key: key.take(),
+                    payload: query_payload_owned(statement.sql, statement.params),
+                },
+            });
+            let encoded = self.encode(&mut state, &mut frame, slot, &mut out);
+            let ClientFrame::Request(request) = &mut frame;
+            if request.lease_key.is_some() {
+                key = request.lease_key.take();
+            }
+            match encoded {
+                Ok((reply, len)) => {
+                    replies.push(reply);
+                    queued += len;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if outgoing.peek().is_none() {
+                break;
+            }
+        }
+        drop(state);
+        if !out.is_empty() {
+            self.enqueue(out, queued);
+        }
+        result
+    }
+
+    fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, State>, DbError> {
+        let state = self
             .shared
             .state
             .lock()
@@ -509,39 +596,56 @@ impl Connection {
         if let Some(dead) = &state.dead {
             return Err(dead.clone());
         }
+        Ok(state)
+    }
+
+    /// Gives `request` a fresh id, appends its frame to `out` and registers
+    /// where its response goes. Returns that and the frame's length, already
+    /// counted against `maxQueuedRequestBytes`.
+    fn encode(
+        &self,
+        state: &mut State,
+        frame: &mut ClientFrame,
+        slot: OwnedSemaphorePermit,
+        out: &mut Vec<u8>,
+    ) -> Result<(Reply, u64), DbError> {
         let mut request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         while state.pending.contains_key(&request_id) {
             request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         }
-        let frame = ClientFrame::Request(Request {
-            request_id,
-            lease_key,
-            payload,
-        });
-        let bytes = ars::client_frame(&frame, self.max_frame_bytes).map_err(|e| match e {
+        let ClientFrame::Request(request) = &mut *frame;
+        request.request_id = request_id;
+        let start = out.len();
+        ars::client_frame_into(frame, self.max_frame_bytes, out).map_err(|e| match e {
             ArsError::FrameTooLarge { len, max } => DbError::Protocol(format!(
                 "a request of {len} bytes exceeds the socket's maxFrameBytes {max}"
             )),
             other => DbError::Protocol(other.to_string()),
         })?;
-        let len = bytes.len() as u64;
+        let len = (out.len() - start) as u64;
         let before = self.shared.queued_bytes.fetch_add(len, Ordering::AcqRel);
         if before + len > self.max_queued_bytes {
             self.shared.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            out.truncate(start);
             return Err(DbError::QueueFull {
                 limit: "maxQueuedRequestBytes".into(),
                 capacity: u32::try_from(self.max_queued_bytes).unwrap_or(u32::MAX),
             });
         }
+        let (reply, rx) = oneshot::channel();
         state
             .pending
             .insert(request_id, Pending { reply, _slot: slot });
-        drop(state);
-        if self.out.send(bytes).is_err() {
+        Ok((rx, len))
+    }
+
+    /// Hands encoded frames of `len` bytes (already counted) to the writer.
+    fn enqueue(&self, frames: Vec<u8>, len: u64) {
+        debug_assert_eq!(frames.len() as u64, len);
+        if self.out.send(frames).is_err() {
             self.shared
                 .kill(DbError::ConnectionLost("the writer stopped".into()));
         }
-        Ok(rx)
     }
 }
 
@@ -556,7 +660,7 @@ async fn handshake(path: &Path) -> Result<(UnixStream, u32, BytesMut), DbError> 
         .await
         .map_err(|e| connect_error(e.to_string()))?;
     let decoder = FrameDecoder::new(ars::DEFAULT_MAX_FRAME_BYTES);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let payload = loop {
         match decoder.decode(&mut buf) {
             Ok(Some(payload)) => break payload,
@@ -589,38 +693,69 @@ async fn read_loop(
 ) {
     // Responses are bounded by the server's limit, which the hello announced.
     let decoder = FrameDecoder::new(max_frame_bytes.max(ars::DEFAULT_MAX_FRAME_BYTES));
-    let error = loop {
-        let payload = match decoder.decode(&mut buf) {
-            Ok(Some(payload)) => payload,
-            Ok(None) => match rd.read_buf(&mut buf).await {
-                Ok(0) => break DbError::ConnectionLost("the server closed the socket".into()),
-                Ok(_) => continue,
-                Err(e) => break DbError::ConnectionLost(e.to_string()),
-            },
-            Err(e) => break DbError::Protocol(e.to_string()),
-        };
-        match ars::decode_server_frame(payload) {
-            Ok(ServerFrame::Response(response)) => {
-                let pending = match shared.state.lock() {
-                    Ok(mut state) => state.pending.remove(&response.request_id),
-                    Err(_) => break DbError::ConnectionLost("connection state poisoned".into()),
-                };
-                match pending {
-                    Some(p) => {
-                        let _ = p.reply.send(Ok(response.payload));
-                    }
-                    None => {
-                        break DbError::Protocol(format!(
-                            "response for unknown request id {}",
-                            response.request_id
-                        ))
-                    }
+    let mut responses = Vec::new();
+    let error = 'read: loop {
+        // Decode everything one read brought in, then settle it all under one
+        // lock of the pending map.
+        let mut failure = None;
+        loop {
+            let payload = match decoder.decode(&mut buf) {
+                Ok(Some(payload)) => payload,
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(DbError::Protocol(e.to_string()));
+                    break;
+                }
+            };
+            match ars::decode_server_frame(payload) {
+                Ok(ServerFrame::Response(response)) => responses.push(response),
+                Ok(ServerFrame::GoAway(go_away)) => {
+                    failure = Some(DbError::GoAway(format!("{:?}", go_away.reason)));
+                    break;
+                }
+                Err(e) => {
+                    failure = Some(DbError::Protocol(e.to_string()));
+                    break;
                 }
             }
-            Ok(ServerFrame::GoAway(go_away)) => {
-                break DbError::GoAway(format!("{:?}", go_away.reason))
+        }
+        if !responses.is_empty() {
+            let mut settled = Vec::with_capacity(responses.len());
+            match shared.state.lock() {
+                Ok(mut state) => {
+                    for response in responses.drain(..) {
+                        match state.pending.remove(&response.request_id) {
+                            Some(p) => settled.push((p, response.payload)),
+                            None => {
+                                failure = Some(DbError::Protocol(format!(
+                                    "response for unknown request id {}",
+                                    response.request_id
+                                )));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(_) => {
+                    failure = Some(DbError::ConnectionLost("connection state poisoned".into()))
+                }
             }
-            Err(e) => break DbError::Protocol(e.to_string()),
+            // Replies are sent outside the lock: each may wake a caller.
+            for (pending, payload) in settled {
+                let _ = pending.reply.send(Ok(payload));
+            }
+            responses.clear();
+        }
+        if let Some(error) = failure {
+            break error;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => break 'read DbError::ConnectionLost("the server closed the socket".into()),
+            Ok(_) => {}
+            Err(e) => break 'read DbError::ConnectionLost(e.to_string()),
         }
     };
     shared.kill(error);

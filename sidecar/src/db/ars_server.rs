@@ -187,10 +187,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn send(&self, job: Job) -> bool {
+    /// Hands `job` to the SQLite thread, or gives it back if that is gone.
+    fn send(&self, job: Job) -> Result<(), Job> {
         match self.jobs.lock() {
-            Ok(jobs) => jobs.send(job).is_ok(),
-            Err(_) => false,
+            Ok(jobs) => jobs.send(job).map_err(|e| e.0),
+            Err(_) => Err(job),
         }
     }
 }
@@ -227,9 +228,17 @@ async fn accept_loop(
     }
 }
 
+/// How much a connection asks the socket for at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A write is flushed once this much is coalesced, even if more is queued.
+const WRITE_BATCH: usize = 1024 * 1024;
+
 /// What a connection's writer task sends.
 enum Outgoing {
     Response(u32, ResponsePayload),
+    /// Responses the SQLite thread produced in one pass, in order.
+    Responses(Vec<(u32, ResponsePayload)>),
     GoAway(GoAwayReason),
     /// The reader is done; stop once everything before this is written.
     Close,
@@ -268,7 +277,7 @@ async fn serve_connection(
 ) {
     let (mut rd, mut wr) = stream.into_split();
     let decoder = FrameDecoder::new(shared.options.max_frame_bytes);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
 
     let hello = tokio::time::timeout(
         shared.options.handshake_timeout,
@@ -302,69 +311,92 @@ async fn serve_connection(
         shared.options.max_frame_bytes,
     ));
     let mut used_keys: HashSet<String> = HashSet::new();
-    loop {
-        let outcome = tokio::select! {
-            _ = shutdown.changed() => break,
-            outcome = read_frame(&mut rd, &mut buf, &decoder) => outcome,
-        };
-        let payload = match outcome {
-            Ok(ReadOutcome::Frame(payload)) => payload,
-            Ok(ReadOutcome::TooLarge) => {
-                let _ = out.send(Outgoing::GoAway(GoAwayReason::FrameTooLarge));
+    let mut accepted: Vec<Req> = Vec::new();
+    'serve: loop {
+        // Take every complete frame the last read brought in and hand the
+        // accepted ones to the SQLite thread as one job: one wake-up per read
+        // rather than per request.
+        let mut go_away = None;
+        loop {
+            let payload = match decoder.decode(&mut buf) {
+                Ok(Some(payload)) => payload,
+                Ok(None) => break,
+                Err(_) => {
+                    go_away = Some(GoAwayReason::FrameTooLarge);
+                    break;
+                }
+            };
+            let request = match ars::decode_client_frame(payload) {
+                Ok(ClientFrame::Request(request)) => request,
+                Err(_) => {
+                    go_away = Some(GoAwayReason::MalformedFrame);
+                    break;
+                }
+            };
+            let fresh = match in_flight.lock() {
+                Ok(mut ids) => ids.insert(request.request_id),
+                Err(_) => false,
+            };
+            if !fresh {
+                go_away = Some(GoAwayReason::MalformedFrame);
                 break;
             }
-            Ok(ReadOutcome::Eof) | Err(_) => break,
-        };
-        let request = match ars::decode_client_frame(payload) {
-            Ok(ClientFrame::Request(request)) => request,
-            Err(_) => {
-                let _ = out.send(Outgoing::GoAway(GoAwayReason::MalformedFrame));
-                break;
+            if let Some(rejection) = check_lease_rules(&request, &mut used_keys) {
+                let _ = out.send(Outgoing::Response(
+                    request.request_id,
+                    ResponsePayload::InvalidLeaseKey(InvalidLeaseKey { message: rejection }),
+                ));
+                continue;
             }
-        };
-        let fresh = match in_flight.lock() {
-            Ok(mut ids) => ids.insert(request.request_id),
-            Err(_) => false,
-        };
-        if !fresh {
-            let _ = out.send(Outgoing::GoAway(GoAwayReason::MalformedFrame));
+            let capacity = shared.options.worker_queue_capacity;
+            if shared.queued.fetch_add(1, Ordering::AcqRel) >= capacity as usize {
+                shared.queued.fetch_sub(1, Ordering::AcqRel);
+                let _ = out.send(Outgoing::Response(
+                    request.request_id,
+                    ResponsePayload::QueueFull(QueueFull {
+                        limit: "sqliteWorkerQueue".into(),
+                        capacity,
+                    }),
+                ));
+                continue;
+            }
+            accepted.push(Req {
+                conn: conn_id,
+                request_id: request.request_id,
+                lease: request.lease_key,
+                payload: request.payload,
+                out: out.clone(),
+            });
+        }
+        if !accepted.is_empty() {
+            let requests = std::mem::take(&mut accepted);
+            if let Err(Job::Requests(refused)) = shared.send(Job::Requests(requests)) {
+                for req in refused {
+                    shared.queued.fetch_sub(1, Ordering::AcqRel);
+                    let _ = out.send(Outgoing::Response(
+                        req.request_id,
+                        ResponsePayload::EndpointClosed,
+                    ));
+                }
+            }
+        }
+        if let Some(reason) = go_away {
+            let _ = out.send(Outgoing::GoAway(reason));
             break;
         }
-        if let Some(rejection) = check_lease_rules(&request, &mut used_keys) {
-            let _ = out.send(Outgoing::Response(
-                request.request_id,
-                ResponsePayload::InvalidLeaseKey(InvalidLeaseKey { message: rejection }),
-            ));
-            continue;
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
         }
-        let capacity = shared.options.worker_queue_capacity;
-        if shared.queued.fetch_add(1, Ordering::AcqRel) >= capacity as usize {
-            shared.queued.fetch_sub(1, Ordering::AcqRel);
-            let _ = out.send(Outgoing::Response(
-                request.request_id,
-                ResponsePayload::QueueFull(QueueFull {
-                    limit: "sqliteWorkerQueue".into(),
-                    capacity,
-                }),
-            ));
-            continue;
-        }
-        let job = Job::Request(Req {
-            conn: conn_id,
-            request_id: request.request_id,
-            lease: request.lease_key,
-            payload: request.payload,
-            out: out.clone(),
-        });
-        if !shared.send(job) {
-            shared.queued.fetch_sub(1, Ordering::AcqRel);
-            let _ = out.send(Outgoing::Response(
-                request.request_id,
-                ResponsePayload::EndpointClosed,
-            ));
+        let read = tokio::select! {
+            _ = shutdown.changed() => break,
+            read = rd.read_buf(&mut buf) => read,
+        };
+        match read {
+            Ok(0) | Err(_) => break 'serve,
+            Ok(_) => {}
         }
     }
-    shared.send(Job::Closed { conn: conn_id });
+    let _ = shared.send(Job::Closed { conn: conn_id });
     let _ = out.send(Outgoing::Close);
     drop(out);
     let _ = writer.await;
@@ -412,40 +444,21 @@ async fn write_loop(
     max_frame_bytes: u32,
 ) {
     let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut responses: Vec<(u32, ResponsePayload)> = Vec::new();
     'outer: while let Some(first) = rx.recv().await {
         let mut next = Some(first);
         let mut stop = false;
         // Coalesce whatever is already queued into one write.
         while let Some(message) = next.take() {
             match message {
-                Outgoing::Response(id, payload) => {
-                    if let Ok(mut ids) = in_flight.lock() {
-                        ids.remove(&id);
-                    }
-                    let frame = ServerFrame::Response(Response {
-                        request_id: id,
-                        payload,
-                    });
-                    let bytes = match ars::server_frame(&frame, max_frame_bytes) {
-                        Ok(bytes) => bytes,
-                        Err(_) => {
-                            let too_large = ServerFrame::Response(Response {
-                                request_id: id,
-                                payload: ResponsePayload::ResponseTooLarge,
-                            });
-                            match ars::server_frame(&too_large, max_frame_bytes) {
-                                Ok(bytes) => bytes,
-                                Err(_) => break 'outer,
-                            }
-                        }
-                    };
-                    batch.extend_from_slice(&bytes);
-                }
+                Outgoing::Response(id, payload) => responses.push((id, payload)),
+                Outgoing::Responses(mut more) => responses.append(&mut more),
                 Outgoing::GoAway(reason) => {
-                    let frame = ServerFrame::GoAway(GoAway { reason });
-                    if let Ok(bytes) = ars::server_frame(&frame, max_frame_bytes) {
-                        batch.extend_from_slice(&bytes);
+                    if !encode_responses(&mut responses, &in_flight, max_frame_bytes, &mut batch) {
+                        break 'outer;
                     }
+                    let frame = ServerFrame::GoAway(GoAway { reason });
+                    let _ = ars::server_frame_into(&frame, max_frame_bytes, &mut batch);
                     stop = true;
                     break;
                 }
@@ -454,9 +467,15 @@ async fn write_loop(
                     break;
                 }
             }
-            if batch.len() < 1024 * 1024 {
+            if !encode_responses(&mut responses, &in_flight, max_frame_bytes, &mut batch) {
+                break 'outer;
+            }
+            if batch.len() < WRITE_BATCH {
                 next = rx.try_recv().ok();
             }
+        }
+        if !encode_responses(&mut responses, &in_flight, max_frame_bytes, &mut batch) {
+            break;
         }
         if !batch.is_empty() {
             if wr.write_all(&batch).await.is_err() {
@@ -471,6 +490,41 @@ async fn write_loop(
     let _ = wr.shutdown().await;
 }
 
+/// Appends `responses` to `batch` as frames and retires their request ids.
+/// A response over the frame limit is replaced by `ResponseTooLarge`; false
+/// when even that cannot be encoded.
+fn encode_responses(
+    responses: &mut Vec<(u32, ResponsePayload)>,
+    in_flight: &Mutex<HashSet<u32>>,
+    max_frame_bytes: u32,
+    batch: &mut Vec<u8>,
+) -> bool {
+    if responses.is_empty() {
+        return true;
+    }
+    if let Ok(mut ids) = in_flight.lock() {
+        for (id, _) in responses.iter() {
+            ids.remove(id);
+        }
+    }
+    for (id, payload) in responses.drain(..) {
+        let frame = ServerFrame::Response(Response {
+            request_id: id,
+            payload,
+        });
+        if ars::server_frame_into(&frame, max_frame_bytes, batch).is_err() {
+            let too_large = ServerFrame::Response(Response {
+                request_id: id,
+                payload: ResponsePayload::ResponseTooLarge,
+            });
+            if ars::server_frame_into(&too_large, max_frame_bytes, batch).is_err() {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 // ---------------------------------------------------------------------------
 // The SQLite thread: coordinator and executor in one.
 
@@ -483,9 +537,24 @@ struct Req {
 }
 
 enum Job {
-    Request(Req),
-    Closed { conn: u64 },
+    /// Requests of one connection, in arrival order.
+    Requests(Vec<Req>),
+    Closed {
+        conn: u64,
+    },
 }
+
+/// Responses held back until the SQLite thread runs out of queued work, so a
+/// connection's writer wakes once per pass instead of once per statement.
+struct Replies {
+    conn: u64,
+    out: Outbox,
+    replies: Vec<(u32, ResponsePayload)>,
+}
+
+/// Held-back responses are flushed at this count even while work remains,
+/// so a steady stream of requests cannot delay them indefinitely.
+const MAX_HELD_REPLIES: usize = 128;
 
 type LeaseId = (u64, String);
 
@@ -516,6 +585,10 @@ struct Worker {
     deferred: VecDeque<Req>,
     /// Work that is ready to run before anything new is received.
     ready: VecDeque<Req>,
+    /// Received requests not handled yet, in arrival order.
+    incoming: VecDeque<Req>,
+    replies: Vec<Replies>,
+    held: usize,
 }
 
 impl Worker {
@@ -536,6 +609,9 @@ impl Worker {
             parked: HashMap::new(),
             deferred: VecDeque::new(),
             ready: VecDeque::new(),
+            incoming: VecDeque::new(),
+            replies: Vec::new(),
+            held: 0,
         }
     }
 
@@ -545,34 +621,72 @@ impl Worker {
                 self.handle(req);
                 continue;
             }
-            let job = match &self.active {
-                Some(active) => {
-                    let wait = active.deadline.saturating_duration_since(Instant::now());
-                    match self.rx.recv_timeout(wait) {
-                        Ok(job) => job,
-                        Err(mpsc::RecvTimeoutError::Timeout) => {
-                            self.expire_active();
-                            continue;
-                        }
-                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            if let Some(req) = self.incoming.pop_front() {
+                self.handle(req);
+                continue;
+            }
+            let job = match self.rx.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) => {
+                    // Out of work: answer everything before waiting for more.
+                    self.flush();
+                    match self.wait() {
+                        Some(job) => job,
+                        None => continue,
                     }
                 }
-                None => match self.rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
             };
             match job {
-                Job::Request(req) => self.handle(req),
+                Job::Requests(reqs) => self.incoming.extend(reqs),
                 Job::Closed { conn } => self.close_connection(conn),
             }
         }
         self.rollback_if_open();
+        self.flush();
     }
 
-    fn respond(&self, req: Req, payload: ResponsePayload) {
+    /// Blocks for the next job, up to the active lease's deadline; `None`
+    /// after expiring that lease.
+    fn wait(&mut self) -> Option<Job> {
+        match &self.active {
+            Some(active) => {
+                let wait = active.deadline.saturating_duration_since(Instant::now());
+                match self.rx.recv_timeout(wait) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        self.expire_active();
+                        None
+                    }
+                    // The next try_recv sees the disconnection and stops.
+                    Err(mpsc::RecvTimeoutError::Disconnected) => None,
+                }
+            }
+            None => self.rx.recv().ok(),
+        }
+    }
+
+    fn respond(&mut self, req: Req, payload: ResponsePayload) {
         self.queued.fetch_sub(1, Ordering::AcqRel);
-        let _ = req.out.send(Outgoing::Response(req.request_id, payload));
+        match self.replies.iter_mut().find(|r| r.conn == req.conn) {
+            Some(held) => held.replies.push((req.request_id, payload)),
+            None => self.replies.push(Replies {
+                conn: req.conn,
+                out: req.out,
+                replies: vec![(req.request_id, payload)],
+            }),
+        }
+        self.held += 1;
+        if self.held >= MAX_HELD_REPLIES {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        for held in self.replies.drain(..) {
+            let _ = held.out.send(Outgoing::Responses(held.replies));
+        }
+        self.held = 0;
     }
 
     fn drop_request(&self, _req: Req) {
@@ -781,12 +895,11 @@ impl Worker {
                 Err(e) => db_error_payload(sql_error(0)(e)),
             },
             RequestPayload::SqliteQuery(query) => {
-                let params: Vec<SqlValue> = query.params.iter().map(from_wire).collect();
                 match run_statement(
                     &self.db,
                     0,
                     &query.sql,
-                    &params,
+                    &query.params,
                     u64::from(self.options.max_frame_bytes),
                 ) {
                     Ok(rows) => ResponsePayload::SqliteQueryOk(SqliteQueryOk {

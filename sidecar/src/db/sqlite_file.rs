@@ -187,16 +187,16 @@ fn rollback(conn: &Connection) {
 }
 
 /// Runs one statement, materializing its rows within the result limit.
-pub fn run_statement(
+pub fn run_statement<P: BindValue>(
     conn: &Connection,
     index: u32,
     sql: &str,
-    params: &[SqlValue],
+    params: &[P],
     max_result_bytes: u64,
 ) -> Result<Rows, DbError> {
     let mut stmt = conn.prepare_cached(sql).map_err(sql_error(index))?;
     for (i, param) in params.iter().enumerate() {
-        stmt.raw_bind_parameter(i + 1, Param(param))
+        stmt.raw_bind_parameter(i + 1, Param(param.value_ref()))
             .map_err(sql_error(index))?;
     }
     let before = conn.total_changes();
@@ -234,18 +234,44 @@ pub fn run_statement(
     })
 }
 
-/// Binds a parameter by reference: large texts and blobs are never copied.
-struct Param<'a>(&'a SqlValue);
+/// A parameter value SQLite can bind by reference. Implemented for the
+/// handle's values and for the actor socket's wire values, so the reference
+/// server binds what it decoded without copying texts and blobs first.
+pub trait BindValue {
+    fn value_ref(&self) -> ValueRef<'_>;
+}
 
-impl ToSql for Param<'_> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(match self.0 {
+impl BindValue for SqlValue {
+    fn value_ref(&self) -> ValueRef<'_> {
+        match self {
             SqlValue::Null => ValueRef::Null,
             SqlValue::Integer(i) => ValueRef::Integer(*i),
             SqlValue::Real(f) => ValueRef::Real(*f),
             SqlValue::Text(s) => ValueRef::Text(s.as_bytes()),
             SqlValue::Blob(b) => ValueRef::Blob(b),
-        }))
+        }
+    }
+}
+
+impl BindValue for agentos_protocol::ars::SqlValue {
+    fn value_ref(&self) -> ValueRef<'_> {
+        use agentos_protocol::ars::SqlValue as Wire;
+        match self {
+            Wire::SqlNull => ValueRef::Null,
+            Wire::SqlInteger(i) => ValueRef::Integer(*i),
+            Wire::SqlReal(f) => ValueRef::Real(*f),
+            Wire::SqlText(s) => ValueRef::Text(s.as_bytes()),
+            Wire::SqlBlob(b) => ValueRef::Blob(b),
+        }
+    }
+}
+
+/// Binds a parameter by reference: large texts and blobs are never copied.
+struct Param<'a>(ValueRef<'a>);
+
+impl ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(self.0))
     }
 }
 
