@@ -63,7 +63,12 @@ impl Vm {
         let started = Instant::now();
         let db = crate::db::open(&config.database, &config.limits.sqlite).await?;
         migrate_all(&*db).await?;
-        let vfs = Vfs::open(db.clone(), config.limits.fs.clone(), config.filesystem.clone()).await?;
+        let vfs = Vfs::open(
+            db.clone(),
+            config.limits.fs.clone(),
+            config.filesystem.clone(),
+        )
+        .await?;
         let sessions = Sessions::new(
             SessionStore::new(db.clone()),
             config.agents.clone(),

@@ -2,6 +2,7 @@
 //! human output by default and `--json` for scripts.
 
 mod client;
+mod fs;
 
 use std::path::PathBuf;
 
@@ -9,6 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 pub use client::{ClientError, HostClient, Notification};
+pub use fs::FsCommand;
 
 #[derive(Debug, Args)]
 pub struct CtlArgs {
@@ -49,6 +51,9 @@ pub enum CtlCommand {
     /// Answer pending permission requests.
     #[command(subcommand)]
     Permissions(PermissionsCommand),
+    /// The VM's file system: ls, cat, put, get, rm, mv, mkdir, import, export.
+    #[command(subcommand)]
+    Fs(FsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -336,6 +341,7 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
                 }
             }
         }
+        CtlCommand::Fs(command) => fs::run(&client, command, j).await?,
         CtlCommand::Permissions(PermissionsCommand::Respond {
             session,
             request_id,

@@ -5,17 +5,26 @@
 use std::sync::Arc;
 
 use agentos_protocol::host::{
-    codes, methods, Actor, ErrorObject, HistoryParams, InitializeParams, ListSessionsParams,
-    OpenSessionParams, PromptParams, RespondPermissionParams, SessionIdParams,
+    codes, methods, Actor, ErrorObject, FsMkdirParams, FsPathParams, FsReadParams, FsReaddirParams,
+    FsRemoveParams, FsRenameParams, FsWriteParams, HistoryParams, InitializeParams,
+    ListSessionsParams, OpenSessionParams, PromptParams, RespondPermissionParams, SessionIdParams,
     SetConfigOptionParams, SubscribeParams, UnsubscribeParams, PROTOCOL_VERSION,
 };
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
 use super::ConnectionSink;
 use crate::sessions::{SessionError, Sink};
+use crate::vfs::FsError;
 use crate::vm::Vm;
+
+fn to_json(value: &impl Serialize) -> Result<Value, ErrorObject> {
+    serde_json::to_value(value).map_err(|e| ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))
+}
 
 fn params<T: DeserializeOwned>(value: Value) -> Result<T, ErrorObject> {
     let value = if value.is_null() { json!({}) } else { value };
@@ -51,6 +60,90 @@ pub fn error_object(e: &SessionError) -> ErrorObject {
         _ => {}
     }
     ErrorObject::application(e.code(), e.to_string(), extra)
+}
+
+/// The JSON-RPC error for a file-system error: `data.code` is the errno name.
+pub fn fs_error_object(e: &FsError) -> ErrorObject {
+    let mut extra = Map::new();
+    if let Some(setting) = e.setting() {
+        extra.insert("setting".into(), json!(setting));
+    }
+    ErrorObject::application(e.code(), e.to_string(), extra)
+}
+
+fn fs(e: FsError) -> ErrorObject {
+    fs_error_object(&e)
+}
+
+/// Bytes of file data one `fs/read` returns at most; base64 keeps the answer
+/// well inside the frame limit.
+const MAX_READ_CHUNK: u64 = 16 << 20;
+
+async fn fs_dispatch(vm: &Arc<Vm>, method: &str, raw: Value) -> Result<Value, ErrorObject> {
+    let vfs = &vm.vfs;
+    match method {
+        methods::FS_STAT => {
+            let p: FsPathParams = params(raw)?;
+            let stat = vfs.lstat(&p.path).await.map_err(fs)?;
+            to_json(&stat)
+        }
+        methods::FS_READ => {
+            let p: FsReadParams = params(raw)?;
+            let offset = p.offset.unwrap_or(0);
+            let length = p.length.unwrap_or(MAX_READ_CHUNK).min(MAX_READ_CHUNK);
+            let stat = vfs.stat(&p.path).await.map_err(fs)?;
+            let data = vfs.read(&p.path, offset, length).await.map_err(fs)?;
+            let eof = offset.saturating_add(data.len() as u64) >= stat.size;
+            Ok(json!({
+                "data": BASE64.encode(&data),
+                "encoding": "base64",
+                "size": stat.size,
+                "eof": eof,
+            }))
+        }
+        methods::FS_WRITE => {
+            let p: FsWriteParams = params(raw)?;
+            let data = BASE64
+                .decode(p.data.as_bytes())
+                .map_err(|e| ErrorObject::invalid_params(format!("data is not base64: {e}")))?;
+            let stat = match p.offset {
+                None => vfs.write_file(&p.path, &data).await,
+                Some(offset) => vfs.write(&p.path, offset, &data).await,
+            }
+            .map_err(fs)?;
+            to_json(&stat)
+        }
+        methods::FS_READDIR => {
+            let p: FsReaddirParams = params(raw)?;
+            let page = vfs
+                .readdir(&p.path, p.cursor.as_deref(), p.limit.unwrap_or(1000))
+                .await
+                .map_err(fs)?;
+            to_json(&page)
+        }
+        methods::FS_MKDIR => {
+            let p: FsMkdirParams = params(raw)?;
+            let mode = p.mode.unwrap_or(0o755);
+            let stat = if p.parents {
+                vfs.mkdir_p(&p.path, mode).await
+            } else {
+                vfs.mkdir(&p.path, mode).await
+            }
+            .map_err(fs)?;
+            to_json(&stat)
+        }
+        methods::FS_RENAME => {
+            let p: FsRenameParams = params(raw)?;
+            vfs.rename(&p.from, &p.to).await.map_err(fs)?;
+            Ok(json!({}))
+        }
+        methods::FS_REMOVE => {
+            let p: FsRemoveParams = params(raw)?;
+            vfs.remove(&p.path, p.recursive).await.map_err(fs)?;
+            Ok(json!({}))
+        }
+        other => Err(ErrorObject::method_not_found(other)),
+    }
 }
 
 fn session(e: SessionError) -> ErrorObject {
@@ -210,6 +303,7 @@ pub(crate) async fn dispatch(
             status["uptimeMs"] = json!(vm.started.elapsed().as_millis() as u64);
             Ok(status)
         }
+        m if m.starts_with("fs/") => fs_dispatch(vm, m, raw).await,
         other => {
             let _ = codes::METHOD_NOT_FOUND;
             Err(ErrorObject::method_not_found(other))

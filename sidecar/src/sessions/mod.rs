@@ -79,6 +79,8 @@ pub trait FsBridge: Send + Sync {
         path: &str,
         content: &str,
     ) -> Result<(), agentos_adapters::RpcError>;
+    /// Makes sure a session's directories exist before its agent starts.
+    async fn prepare_roots(&self, roots: &[String]);
 }
 
 /// Keep-awake holders: one per prompt from dispatch through its terminal

@@ -226,6 +226,11 @@ impl Route {
             event_buffer: MAX_BATCH_EVENTS,
             ..AdapterOptions::default()
         };
+        if let Some(fs) = &shared.fs {
+            let mut roots = vec![row.cwd.clone()];
+            roots.extend(row.additional_directories.iter().cloned());
+            fs.prepare_roots(&roots).await;
+        }
         let (conn, mut events) = AdapterConnection::spawn(&command, options)
             .await
             .map_err(|e| adapter_error(&e))?;

@@ -62,4 +62,12 @@ impl FsBridge for AcpFs {
             .await
             .map_err(|e| rpc_error(&e))
     }
+
+    async fn prepare_roots(&self, roots: &[String]) {
+        for root in roots {
+            if let Err(e) = self.vfs.mkdir_p(root, 0o755).await {
+                tracing::debug!(root = %root, error = %e, "session directory not created");
+            }
+        }
+    }
 }
