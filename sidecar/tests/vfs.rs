@@ -6,19 +6,19 @@
 use std::sync::Arc;
 
 use agentos_schema::{migrate_all, SharedDatabase};
-use agentos_sidecar::config::{FsLimits, SqliteLimits};
-use agentos_sidecar::db::sqlite_file::SqliteFileDatabase;
+use agentos_sidecar::config::FsLimits;
+use agentos_sidecar::db::testing::{all_backends, TestDb};
 use agentos_sidecar::vfs::{FileKind, FsError, Vfs, VfsPolicy};
-use tempfile::TempDir;
 
 /// Every backend the VFS must work on (swap for the shared harness once merged).
-async fn backends() -> Vec<(&'static str, SharedDatabase, TempDir)> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = SqliteFileDatabase::open(&dir.path().join("vm.sqlite"), &SqliteLimits::default())
-        .expect("open sqlite_file");
-    let db: SharedDatabase = Arc::new(db);
-    migrate_all(db.as_ref()).await.expect("migrate");
-    vec![("sqlite_file", db, dir)]
+/// Every backend, migrated; the `TestDb` keeps its files and server alive.
+async fn backends() -> Vec<(&'static str, SharedDatabase, TestDb)> {
+    let mut out = Vec::new();
+    for backend in all_backends().await {
+        migrate_all(backend.db.as_ref()).await.expect("migrate");
+        out.push((backend.name, backend.db.clone(), backend));
+    }
+    out
 }
 
 fn small_limits() -> FsLimits {
@@ -589,7 +589,8 @@ async fn bad_limits_are_refused_by_name() {
 #[tokio::test]
 async fn import_and_export_round_trip_a_host_tree() {
     use std::os::unix::fs::PermissionsExt;
-    for (_name, db, dir) in backends().await {
+    for (_name, db, _backend) in backends().await {
+        let dir = tempfile::tempdir().expect("host dir");
         let vfs = open(&db, small_limits(), VfsPolicy::default()).await;
         let src = dir.path().join("src");
         std::fs::create_dir_all(src.join("sub/deeper")).expect("host dirs");

@@ -3,23 +3,22 @@
 //! errno) must agree, and the usage counters must match the model's tree.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 
 use agentos_schema::{migrate_all, SharedDatabase};
-use agentos_sidecar::config::{FsLimits, SqliteLimits};
-use agentos_sidecar::db::sqlite_file::SqliteFileDatabase;
+use agentos_sidecar::config::FsLimits;
+use agentos_sidecar::db::testing::{all_backends, TestDb};
 use agentos_sidecar::vfs::{FileKind, FsError, Vfs, VfsPolicy};
 use proptest::prelude::*;
-use tempfile::TempDir;
 
 /// Every backend the VFS must work on (swap for the shared harness once merged).
-async fn backends() -> Vec<(&'static str, SharedDatabase, TempDir)> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = SqliteFileDatabase::open(&dir.path().join("vm.sqlite"), &SqliteLimits::default())
-        .expect("open sqlite_file");
-    let db: SharedDatabase = Arc::new(db);
-    migrate_all(db.as_ref()).await.expect("migrate");
-    vec![("sqlite_file", db, dir)]
+/// Every backend, migrated; the `TestDb` keeps its files and server alive.
+async fn backends() -> Vec<(&'static str, SharedDatabase, TestDb)> {
+    let mut out = Vec::new();
+    for backend in all_backends().await {
+        migrate_all(backend.db.as_ref()).await.expect("migrate");
+        out.push((backend.name, backend.db.clone(), backend));
+    }
+    out
 }
 
 #[derive(Clone, Debug)]
