@@ -347,3 +347,61 @@ async fn concurrent_transactions_serialize_correctly() {
         b.shutdown().await;
     }
 }
+
+/// Many transactions in flight at once (the local-file backend commits them
+/// in groups): a failing one rolls back alone, every other one commits, and
+/// each caller gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_failures_roll_back_only_themselves() {
+    for b in all_backends().await {
+        b.db.query(TABLE, vec![]).await.expect("create");
+        let mut tasks = Vec::new();
+        for id in 0..200i64 {
+            let db = b.db.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut statements = vec![Statement::new(
+                    "INSERT INTO t (id, body) VALUES (?1, 'x')",
+                    vec![id.into()],
+                )];
+                match id % 3 {
+                    // A compare-and-set that cannot hold.
+                    1 => statements.push(
+                        Statement::new("UPDATE t SET body = 'y' WHERE id = -1", vec![])
+                            .expect_changes(1),
+                    ),
+                    // A SQLite error (STRICT type mismatch).
+                    2 => statements.push(Statement::new(
+                        "INSERT INTO t (id, body) VALUES ('not an integer', 'z')",
+                        vec![],
+                    )),
+                    _ => {}
+                }
+                (id, db.transaction(statements).await)
+            }));
+        }
+        let mut committed = 0;
+        for task in tasks {
+            let (id, result) = task.await.expect("join");
+            match id % 3 {
+                0 => {
+                    result.unwrap_or_else(|e| panic!("{}: {id} failed: {e}", b.name));
+                    committed += 1;
+                }
+                1 => assert_eq!(result.unwrap_err().code(), "expected_changes_mismatch"),
+                _ => assert_eq!(result.unwrap_err().code(), "sqlite_error"),
+            }
+        }
+        assert_eq!(count(b.db.as_ref(), "t").await, committed, "{}", b.name);
+        let odd =
+            b.db.query("SELECT count(*) FROM t WHERE id % 3 <> 0", vec![])
+                .await
+                .expect("count");
+        assert_eq!(
+            odd.scalar_i64(),
+            Some(0),
+            "{}: a failed member leaked",
+            b.name
+        );
+        b.shutdown().await;
+    }
+}

@@ -121,16 +121,115 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     Ok(conn)
 }
 
+/// Transactions committed together at most, so one group never holds the
+/// first caller in it for long.
+const GROUP_COMMIT_MAX: usize = 64;
+
+type TransactionJob = (Vec<Statement>, oneshot::Sender<Result<Vec<Rows>, DbError>>);
+
 fn executor(mut conn: Connection, jobs: mpsc::Receiver<Job>, max_result_bytes: u64) {
-    while let Ok(job) = jobs.recv() {
+    let mut next: Option<Job> = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+        };
         match job {
             Job::Query { sql, params, reply } => {
                 let result = run_statement(&conn, 0, &sql, &params, max_result_bytes);
                 let _ = reply.send(result);
             }
             Job::Transaction { statements, reply } => {
-                let result = run_transaction(&mut conn, &statements, max_result_bytes);
-                let _ = reply.send(result);
+                // Group commit: transactions already waiting share one
+                // commit, each inside its own savepoint.
+                let mut group: Vec<TransactionJob> = vec![(statements, reply)];
+                while group.len() < GROUP_COMMIT_MAX {
+                    match jobs.try_recv() {
+                        Ok(Job::Transaction { statements, reply }) => {
+                            group.push((statements, reply))
+                        }
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if group.len() == 1 {
+                    if let Some((statements, reply)) = group.pop() {
+                        let _ =
+                            reply.send(run_transaction(&mut conn, &statements, max_result_bytes));
+                    }
+                } else {
+                    run_group(&mut conn, group, max_result_bytes);
+                }
+            }
+        }
+    }
+}
+
+/// Runs several transactions under one `BEGIN IMMEDIATE … COMMIT`, each in a
+/// savepoint: a failing one rolls back to its savepoint alone, and nobody is
+/// answered before the shared commit has succeeded.
+fn run_group(conn: &mut Connection, group: Vec<TransactionJob>, max_result_bytes: u64) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let error = sql_error(0)(e);
+        for (_, reply) in group {
+            let _ = reply.send(Err(error.clone()));
+        }
+        return;
+    }
+    let mut done: Vec<(
+        oneshot::Sender<Result<Vec<Rows>, DbError>>,
+        Result<Vec<Rows>, DbError>,
+    )> = Vec::with_capacity(group.len());
+    let mut rest = group.into_iter();
+    for (statements, reply) in rest.by_ref() {
+        if let Err(e) = conn.execute_batch("SAVEPOINT agentos_group_member") {
+            done.push((reply, Err(sql_error(0)(e))));
+            continue;
+        }
+        let outcome = run_statements(conn, &statements, max_result_bytes);
+        if outcome.is_err() {
+            let _ = conn
+                .execute_batch("ROLLBACK TO agentos_group_member; RELEASE agentos_group_member");
+        } else if let Err(e) = conn.execute_batch("RELEASE agentos_group_member") {
+            done.push((reply, Err(sql_error(statements.len() as u32)(e))));
+            continue;
+        }
+        let lost = conn.is_autocommit();
+        done.push((reply, outcome));
+        if lost {
+            // Some errors (I/O, full disk) end the whole transaction: nothing
+            // of the group was committed. Fail it, and run the rest alone.
+            let error = DbError::Sql {
+                code: -1,
+                statement_index: 0,
+                message: "the group transaction was rolled back by SQLite".into(),
+            };
+            for (reply, outcome) in done {
+                let _ = reply.send(outcome.and(Err(error.clone())));
+            }
+            for (statements, reply) in rest {
+                let _ = reply.send(run_transaction(conn, &statements, max_result_bytes));
+            }
+            return;
+        }
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            for (reply, outcome) in done {
+                let _ = reply.send(outcome);
+            }
+        }
+        Err(e) => {
+            rollback(conn);
+            let error = sql_error(0)(e);
+            for (reply, outcome) in done {
+                let _ = reply.send(outcome.and(Err(error.clone())));
             }
         }
     }
@@ -145,35 +244,47 @@ pub fn run_transaction(
 ) -> Result<Vec<Rows>, DbError> {
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(sql_error(0))?;
+    let results = match run_statements(conn, statements, max_result_bytes) {
+        Ok(results) => results,
+        Err(error) => {
+            rollback(conn);
+            return Err(error);
+        }
+    };
+    if let Err(e) = conn.execute_batch("COMMIT") {
+        rollback(conn);
+        return Err(sql_error(statements.len() as u32)(e));
+    }
+    Ok(results)
+}
+
+/// Runs the statements of one transaction, checking expected change counts;
+/// stops at the first failure (the caller rolls back).
+fn run_statements(
+    conn: &Connection,
+    statements: &[Statement],
+    max_result_bytes: u64,
+) -> Result<Vec<Rows>, DbError> {
     let mut results = Vec::with_capacity(statements.len());
     for (index, statement) in statements.iter().enumerate() {
         let index = index as u32;
-        let outcome = run_statement(
+        let rows = run_statement(
             conn,
             index,
             &statement.sql,
             &statement.params,
             max_result_bytes,
-        )
-        .and_then(|rows| match statement.expected_changes {
-            Some(expected) if expected != rows.changes => Err(DbError::ExpectedChanges {
-                statement_index: index,
-                expected,
-                actual: rows.changes,
-            }),
-            _ => Ok(rows),
-        });
-        match outcome {
-            Ok(rows) => results.push(rows),
-            Err(error) => {
-                rollback(conn);
-                return Err(error);
+        )?;
+        match statement.expected_changes {
+            Some(expected) if expected != rows.changes => {
+                return Err(DbError::ExpectedChanges {
+                    statement_index: index,
+                    expected,
+                    actual: rows.changes,
+                })
             }
+            _ => results.push(rows),
         }
-    }
-    if let Err(e) = conn.execute_batch("COMMIT") {
-        rollback(conn);
-        return Err(sql_error(statements.len() as u32)(e));
     }
     Ok(results)
 }
@@ -297,5 +408,57 @@ pub fn sql_error(index: u32) -> impl Fn(rusqlite::Error) -> DbError {
             statement_index: index,
             message: e.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(
+        statements: Vec<Statement>,
+    ) -> (
+        TransactionJob,
+        oneshot::Receiver<Result<Vec<Rows>, DbError>>,
+    ) {
+        let (tx, rx) = oneshot::channel();
+        ((statements, tx), rx)
+    }
+
+    #[test]
+    fn a_group_commits_its_members_and_isolates_a_failure() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut conn = open_connection(&dir.path().join("g.sqlite")).expect("open");
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY) STRICT")
+            .expect("table");
+        let insert = |id: i64| Statement::new("INSERT INTO t (id) VALUES (?1)", vec![id.into()]);
+        let (a, a_rx) = member(vec![insert(1)]);
+        let (b, b_rx) = member(vec![
+            insert(2),
+            Statement::new("DELETE FROM t WHERE id = 99", vec![]).expect_changes(1),
+        ]);
+        let (c, c_rx) = member(vec![insert(3), insert(1)]);
+        let (d, d_rx) = member(vec![insert(4)]);
+        run_group(&mut conn, vec![a, b, c, d], u64::MAX);
+        assert!(a_rx.blocking_recv().expect("a").is_ok());
+        assert_eq!(
+            b_rx.blocking_recv().expect("b").unwrap_err().code(),
+            "expected_changes_mismatch"
+        );
+        assert!(c_rx
+            .blocking_recv()
+            .expect("c")
+            .unwrap_err()
+            .is_constraint());
+        assert!(d_rx.blocking_recv().expect("d").is_ok());
+        let ids: Vec<i64> = conn
+            .prepare("SELECT id FROM t ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(ids, [1, 4], "only the members that succeeded committed");
+        assert!(conn.is_autocommit(), "the group transaction is closed");
     }
 }
