@@ -1479,6 +1479,16 @@ impl<'a> Trial<'a> {
         for p in &record.prompts {
             let row = rows.get(&row_key(&p.session, &p.key));
             let tag = format!("{} {} ({})", p.session, p.key, p.command);
+            // Sends are sequential per session, so only the other send of
+            // the same key can make a session busy: that is in progress.
+            if let Outcome::Err(e) = &p.outcome {
+                if data_code(e) == "session_busy" {
+                    self.violation(
+                        "same_key_not_in_progress",
+                        format!("{tag}: a concurrent send of the same key answered {e}"),
+                    );
+                }
+            }
             if p.duplicate {
                 if let (Outcome::Ok(v), Some(r)) = (&p.outcome, row) {
                     if *v != stored_answer(r) {
