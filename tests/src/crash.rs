@@ -218,6 +218,7 @@ pub async fn run(options: &CrashOptions) -> Result<Summary, HarnessError> {
             sessions: Vec::new(),
             has_db: false,
         };
+        let before = summary.violations.len();
         for trial in 1..=options.trials {
             let seed = options
                 .seed
@@ -229,6 +230,15 @@ pub async fn run(options: &CrashOptions) -> Result<Summary, HarnessError> {
             if options.progress {
                 eprintln!("{}", t.progress_line());
             }
+        }
+        if summary.violations.len() > before {
+            // Keep the sidecar logs and prompt logs of the failing trials.
+            let kept = dir.keep();
+            summary.notes.push(format!(
+                "{} logs of the failing trials kept in {}",
+                backend.name(),
+                kept.display()
+            ));
         }
     }
     Ok(summary)
@@ -1296,8 +1306,8 @@ impl<'a> Trial<'a> {
             }
         }
         self.finish(summary, Some(&record));
-        let _ = std::fs::remove_file(&log);
         if self.violations.is_empty() {
+            let _ = std::fs::remove_file(&log);
             let _ = std::fs::remove_file(&stderr_first);
             let _ = std::fs::remove_file(&stderr_second);
         }
