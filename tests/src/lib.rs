@@ -1,1 +1,5 @@
-//! Shared helpers for the end-to-end tests live in `tests/tests/common`.
+//! End-to-end test support: drivers that run the real `agentos-sidecar`
+//! binary, real adapters and a real socket server. `crash` is the
+//! crash-recovery driver behind `scripts/crash-test` and `tests/crash.rs`.
+
+pub mod crash;

@@ -351,7 +351,12 @@ impl Agent {
         if let Some(log) = &self.prompt_log {
             let line =
                 json!({"pid": std::process::id(), "sessionId": session_id, "prompt": prompt});
-            let _ = writeln!(relock(log), "{line}");
+            // One write per line: several adapter processes append to the
+            // same file, and `writeln!` on a `File` may issue a write per
+            // formatted piece, interleaving lines.
+            let mut bytes = line.to_string().into_bytes();
+            bytes.push(b'\n');
+            let _ = relock(log).write_all(&bytes);
         }
     }
 

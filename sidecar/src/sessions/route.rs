@@ -122,6 +122,9 @@ struct PendingPermission {
 /// State of the turn in flight.
 struct Turn {
     prompt_id: String,
+    /// The running prompt's idempotency key: a concurrent send of the same
+    /// key is `prompt_in_progress`, not `session_busy`.
+    idempotency_key: Option<String>,
     buffer: ChunkBuffer,
     pending: Vec<NewEvent>,
     pending_bytes: u64,
@@ -698,6 +701,7 @@ impl Route {
             .hold(&shared.notices, &self.session_id, &request.prompt_id);
         let mut turn = Turn {
             prompt_id: request.prompt_id.clone(),
+            idempotency_key: request.idempotency_key.clone(),
             buffer: ChunkBuffer::default(),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -733,8 +737,16 @@ impl Route {
                 }
                 command = commands.recv() => match command {
                     None => break TurnEnd::Stopped(StopReason::VmShutdown, oneshot::channel().0),
-                    Some(Command::Prompt { reply, .. }) => {
-                        let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
+                    Some(Command::Prompt { request, reply }) => {
+                        // The same key: the caller replays the stored
+                        // prompt (in progress, or a conflict on other input).
+                        let same_key = request.idempotency_key.is_some()
+                            && request.idempotency_key == turn.idempotency_key;
+                        let _ = reply.send(Err(if same_key {
+                            SessionError::PromptInProgress
+                        } else {
+                            SessionError::Busy(self.session_id.clone())
+                        }));
                     }
                     Some(Command::Cancel { reply }) => {
                         let status = self.cancel(&mut turn).await;
