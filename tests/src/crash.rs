@@ -934,7 +934,7 @@ fn stored_events(conn: &Connection, sid: &str) -> Result<BTreeMap<u64, Value>, r
             outcome_status: r.get(5)?,
             terminal_reason: r.get(6)?,
             actor,
-            payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
+            payload_json: payload,
         })
     })?;
     let mut out = BTreeMap::new();
