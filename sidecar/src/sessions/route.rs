@@ -173,6 +173,9 @@ fn adapter_error(e: &AdapterError) -> SessionError {
 }
 
 fn error_json(code: &str, message: &str) -> Value {
+    if code == "prompt_delivery_uncertain" {
+        return json!({"code": code, "message": message, "retryable": true});
+    }
     json!({"code": code, "message": message})
 }
 
@@ -1268,9 +1271,12 @@ impl Route {
                         "prompt_interrupted".into(),
                         "the session was unloaded during the turn".into(),
                     ),
-                    StopReason::VmShutdown => {
-                        ("vm_shutdown".into(), "the sidecar is shutting down".into())
-                    }
+                    // As after a crash: the agent may have acted on it, and
+                    // only the host may decide to send it again.
+                    StopReason::VmShutdown => (
+                        "prompt_delivery_uncertain".into(),
+                        "the sidecar shut down during the turn; the prompt was not resent".into(),
+                    ),
                 })
             }
         };
