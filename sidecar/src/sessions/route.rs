@@ -610,7 +610,7 @@ impl Route {
             .await?;
         let now = clock_ms();
         let (mut statements, next) =
-            SessionStore::append_statements(&self.session_id, &self.counters, prune, &events, now);
+            SessionStore::append_statements(&self.session_id, &self.counters, prune, events, now);
         statements.extend(extra);
         statements.push(SessionStore::read_back_statement(
             &self.session_id,

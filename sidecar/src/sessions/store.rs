@@ -538,7 +538,7 @@ impl SessionStore {
         session_id: &str,
         counters: &HistoryCounters,
         prune: Prune,
-        events: &[NewEvent],
+        events: Vec<NewEvent>,
         now: i64,
     ) -> (Vec<Statement>, HistoryCounters) {
         let k = events.len() as u64;
@@ -585,37 +585,42 @@ impl SessionStore {
             .expect_changes(1),
         );
         let mut sequence = counters.latest_sequence;
-        for chunk in events.chunks(INSERT_CHUNK) {
-            let mut sql = String::with_capacity(200 + chunk.len() * 40);
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
+            // Payloads move into the parameters: no copy of the event bodies.
+            let chunk: Vec<NewEvent> = events.by_ref().take(INSERT_CHUNK).collect();
+            let mut sql = String::with_capacity(200 + chunk.len() * 32);
             sql.push_str(
                 "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, \
                  acp_protocol_version, event_kind, correlation_id, payload_json, payload_bytes, \
                  outcome_status, terminal_reason, actor_kind, actor_account, actor_signer) VALUES ",
             );
+            let rows = chunk.len() as u64;
             let mut params = Vec::with_capacity(chunk.len() * 12);
-            for (i, event) in chunk.iter().enumerate() {
+            for (i, event) in chunk.into_iter().enumerate() {
                 sequence += 1;
                 if i > 0 {
                     sql.push(',');
                 }
                 sql.push_str("(?,?,?,1,?,?,?,?,?,?,?,?,?)");
                 let [kind, account, signer] = actor_params(&event.actor);
+                let bytes = event.bytes() as i64;
                 params.extend([
                     session_id.into(),
                     SqlValue::Integer(sequence as i64),
                     now.into(),
                     event.kind.as_str().into(),
-                    event.correlation_id.clone().into(),
-                    event.payload_json.as_str().into(),
-                    SqlValue::Integer(event.bytes() as i64),
+                    event.correlation_id.into(),
+                    SqlValue::Text(event.payload_json),
+                    SqlValue::Integer(bytes),
                     event.outcome_status.into(),
-                    event.terminal_reason.clone().into(),
+                    event.terminal_reason.into(),
                     kind,
                     account,
                     signer,
                 ]);
             }
-            statements.push(Statement::new(sql, params).expect_changes(chunk.len() as u64));
+            statements.push(Statement::new(sql, params).expect_changes(rows));
         }
         (statements, next)
     }
