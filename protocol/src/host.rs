@@ -702,8 +702,7 @@ impl StoredEvent {
         out.push_str("\",\"actor\":");
         out.push_str(&self.actor.to_json().to_string());
         let members = object_members(&self.payload_json);
-        let skip: &[&str];
-        match self.kind {
+        let skip: &[&str] = match self.kind {
             EventKind::SessionUpdate => {
                 let ty = members
                     .as_ref()
@@ -711,26 +710,26 @@ impl StoredEvent {
                     .map_or("\"unknown\"", |(_, v)| v.get());
                 out.push_str(",\"type\":");
                 out.push_str(ty);
-                skip = &[
+                &[
                     "sessionUpdate",
                     "sessionId",
                     "sequence",
                     "timestamp",
                     "actor",
                     "type",
-                ];
+                ]
             }
             EventKind::PermissionRequest => {
                 out.push_str(",\"type\":\"permission_request\",\"requestId\":");
                 push_json_str(&mut out, self.correlation_id.as_deref().unwrap_or_default());
-                skip = &[
+                &[
                     "sessionId",
                     "sequence",
                     "timestamp",
                     "actor",
                     "type",
                     "requestId",
-                ];
+                ]
             }
             EventKind::PermissionResponse => {
                 out.push_str(",\"type\":\"permission_response\",\"requestId\":");
@@ -741,7 +740,7 @@ impl StoredEvent {
                     out.push_str(",\"reason\":");
                     push_json_str(&mut out, reason);
                 }
-                skip = &[
+                &[
                     "sessionId",
                     "sequence",
                     "timestamp",
@@ -750,9 +749,9 @@ impl StoredEvent {
                     "requestId",
                     "status",
                     "reason",
-                ];
+                ]
             }
-        }
+        };
         match members {
             Some(members) => {
                 for (key, value) in members {

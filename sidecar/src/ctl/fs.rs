@@ -190,8 +190,11 @@ impl Progress {
     }
 }
 
+/// A local tree: its directories, then its regular files with their sizes.
+type LocalTree = (Vec<PathBuf>, Vec<(PathBuf, u64)>);
+
 /// Local files and directories under `root`, directories first.
-fn walk_local(root: &Path) -> std::io::Result<(Vec<PathBuf>, Vec<(PathBuf, u64)>)> {
+fn walk_local(root: &Path) -> std::io::Result<LocalTree> {
     let mut dirs = Vec::new();
     let mut files = Vec::new();
     let mut stack = vec![root.to_owned()];

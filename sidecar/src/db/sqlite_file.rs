@@ -125,7 +125,8 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
 /// first caller in it for long.
 const GROUP_COMMIT_MAX: usize = 64;
 
-type TransactionJob = (Vec<Statement>, oneshot::Sender<Result<Vec<Rows>, DbError>>);
+type TransactionReply = oneshot::Sender<Result<Vec<Rows>, DbError>>;
+type TransactionJob = (Vec<Statement>, TransactionReply);
 
 fn executor(mut conn: Connection, jobs: mpsc::Receiver<Job>, max_result_bytes: u64) {
     let mut next: Option<Job> = None;
@@ -182,10 +183,8 @@ fn run_group(conn: &mut Connection, group: Vec<TransactionJob>, max_result_bytes
         }
         return;
     }
-    let mut done: Vec<(
-        oneshot::Sender<Result<Vec<Rows>, DbError>>,
-        Result<Vec<Rows>, DbError>,
-    )> = Vec::with_capacity(group.len());
+    let mut done: Vec<(TransactionReply, Result<Vec<Rows>, DbError>)> =
+        Vec::with_capacity(group.len());
     let mut rest = group.into_iter();
     for (statements, reply) in rest.by_ref() {
         if let Err(e) = conn.execute_batch("SAVEPOINT agentos_group_member") {
