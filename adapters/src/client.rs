@@ -109,7 +109,9 @@ impl Hash for IncomingRequestId {
 /// Something the agent sent that the caller must handle, in arrival order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AdapterEvent {
-    /// For example `session/update`.
+    /// A well-formed `session/update`, kept as the agent wrote it.
+    SessionUpdate(acp::SessionUpdate),
+    /// Any other notification (and a `session/update` that is malformed).
     Notification { method: String, params: Value },
     /// For example `session/request_permission`, `fs/read_text_file` or an
     /// unknown method; the caller answers with [`AdapterConnection::respond`].
@@ -676,6 +678,11 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
             }
             Ok(LineRead::Line { truncated: false }) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                if let Some(update) = acp::decode_session_update(&buf) {
+                    let event = AdapterEvent::SessionUpdate(update);
+                    listening = deliver(&state, listening, event).await;
                     continue;
                 }
                 match acp::decode_line(&buf) {

@@ -8,3 +8,4 @@ pub use client::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
     IncomingRequestId, InitializeResult, RpcError,
 };
+pub use agentos_protocol::acp::SessionUpdate;

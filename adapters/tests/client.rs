@@ -83,9 +83,7 @@ async fn run_prompt(
         tokio::select! {
             result = &mut request => break result,
             event = events.recv() => match event {
-                Some(AdapterEvent::Notification { method, params }) if method == "session/update" => {
-                    updates.push(params["update"].clone());
-                }
+                Some(AdapterEvent::SessionUpdate(update)) => updates.push(update.update()),
                 Some(AdapterEvent::Request { id, method, params }) => {
                     conn.respond(&id, answer(&method, &params)).expect("respond");
                 }
@@ -98,9 +96,7 @@ async fn run_prompt(
     // Updates sent before the answer may still sit in the channel.
     while let Ok(event) = events.try_recv() {
         match event {
-            AdapterEvent::Notification { method, params } if method == "session/update" => {
-                updates.push(params["update"].clone());
-            }
+            AdapterEvent::SessionUpdate(update) => updates.push(update.update()),
             other => others.push(other),
         }
     }
@@ -242,8 +238,8 @@ async fn cancel_ends_a_waiting_turn() {
         tokio::spawn(async move { conn.request("session/prompt", params).await })
     };
     match next_event(&mut events).await {
-        AdapterEvent::Notification { params, .. } => {
-            assert_eq!(params["update"]["content"]["text"], "waiting")
+        AdapterEvent::SessionUpdate(update) => {
+            assert_eq!(update.update()["content"]["text"], "waiting")
         }
         other => panic!("expected the waiting chunk, got {other:?}"),
     }
@@ -496,13 +492,13 @@ async fn restore_across_restart(flag: &str, method: &str) -> (Vec<Value>, Vec<Va
     let result = loop {
         tokio::select! {
             result = &mut restored => break result,
-            Some(event) = events.recv() => if let AdapterEvent::Notification { params, .. } = event {
-                replayed.push(params["update"].clone());
+            Some(event) = events.recv() => if let AdapterEvent::SessionUpdate(update) = event {
+                replayed.push(update.update());
             },
         }
     };
-    while let Ok(AdapterEvent::Notification { params, .. }) = events.try_recv() {
-        replayed.push(params["update"].clone());
+    while let Ok(AdapterEvent::SessionUpdate(update)) = events.try_recv() {
+        replayed.push(update.update());
     }
     assert!(result.unwrap()["configOptions"].is_array());
     let (result, updates, _) =

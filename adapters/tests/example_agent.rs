@@ -60,10 +60,9 @@ async fn allow_path_matches_the_reference_transcript() {
         tokio::select! {
             result = &mut prompt => break result,
             event = events.recv() => match event {
-                Some(AdapterEvent::Notification { method, params }) => {
-                    assert_eq!(method, "session/update");
-                    assert_eq!(params["sessionId"], session.as_str());
-                    updates.push(params["update"].clone());
+                Some(AdapterEvent::SessionUpdate(update)) => {
+                    assert_eq!(update.session_id, session.as_str());
+                    updates.push(update.update());
                 }
                 Some(AdapterEvent::Request { id, method, params }) => {
                     assert_eq!(method, "session/request_permission");
@@ -87,8 +86,8 @@ async fn allow_path_matches_the_reference_transcript() {
         }
     };
     while let Ok(event) = events.try_recv() {
-        if let AdapterEvent::Notification { params, .. } = event {
-            updates.push(params["update"].clone());
+        if let AdapterEvent::SessionUpdate(update) = event {
+            updates.push(update.update());
         }
     }
     assert_eq!(

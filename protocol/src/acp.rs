@@ -6,7 +6,11 @@
 //! direction has its own id space), encodes outgoing messages, and names the
 //! methods and standard error codes the sidecar uses. It does no I/O.
 
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// The only ACP major version this client speaks.
@@ -189,6 +193,66 @@ pub fn decode_line(line: &[u8]) -> Result<AcpMessage, AcpDecodeError> {
             "message has neither method nor id".to_owned(),
         )),
     }
+}
+
+/// A `session/update` notification, kept exactly as the agent wrote it: the
+/// hot path stores `update_json` without parsing it into values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionUpdate {
+    /// The agent's own session id.
+    pub session_id: String,
+    /// `update.sessionUpdate`.
+    pub kind: String,
+    /// `update.messageId`, when present.
+    pub message_id: Option<String>,
+    /// The `update` object, byte for byte.
+    pub update_json: String,
+}
+
+impl SessionUpdate {
+    /// The update, parsed.
+    pub fn update(&self) -> Value {
+        serde_json::from_str(&self.update_json).unwrap_or(Value::Null)
+    }
+}
+
+/// Recognises a well-formed `session/update` notification without building
+/// values; `None` for any other line (which then takes [`decode_line`]).
+pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
+    #[derive(Deserialize)]
+    struct Line<'a> {
+        #[serde(borrow)]
+        method: Option<Cow<'a, str>>,
+        id: Option<IgnoredAny>,
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Params<'a> {
+        session_id: String,
+        #[serde(borrow)]
+        update: &'a RawValue,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        session_update: String,
+        #[serde(default)]
+        message_id: Option<String>,
+    }
+    let line: Line<'_> = serde_json::from_slice(line).ok()?;
+    if line.id.is_some() || line.method.as_deref() != Some(methods::SESSION_UPDATE) {
+        return None;
+    }
+    let params: Params<'_> = serde_json::from_str(line.params?.get()).ok()?;
+    let head: Head = serde_json::from_str(params.update.get()).ok()?;
+    Some(SessionUpdate {
+        session_id: params.session_id,
+        kind: head.session_update,
+        message_id: head.message_id,
+        update_json: params.update.get().to_owned(),
+    })
 }
 
 #[derive(Serialize)]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
-    IncomingRequestId, RpcError,
+    IncomingRequestId, RpcError, SessionUpdate,
 };
 use agentos_protocol::host::{Actor, EventKind, PermissionPolicy, StoredEvent};
 use agentos_schema::{DbError, Statement};
@@ -112,6 +112,14 @@ struct Pruned {
     own: u64,
     /// Whether anything was removed at all.
     any: bool,
+}
+
+/// A `session/update` sorted for the turn engine.
+enum Incoming {
+    /// A message or thought chunk: live only, buffered.
+    Chunk(Value),
+    /// Anything else, stored as the agent wrote it.
+    Durable(String),
 }
 
 struct PendingPermission {
@@ -468,20 +476,22 @@ impl Route {
     /// only published live), permission requests are declined.
     async fn idle_event(&mut self, event: AdapterEvent) -> Result<(), SessionError> {
         match event {
-            AdapterEvent::Notification { method, params } if method == "session/update" => {
-                let Some(update) = self.own_update(params) else {
-                    return Ok(());
-                };
-                if is_chunk(&update) {
+            AdapterEvent::SessionUpdate(update) => match self.classify(update) {
+                Some(Incoming::Chunk(update)) => {
                     self.shared.hub.publish_ephemeral(
                         &self.session_id,
                         self.counters.latest_sequence,
                         update,
                     );
-                } else {
-                    let event = NewEvent::update(Actor::Agent, &update);
+                }
+                Some(Incoming::Durable(payload_json)) => {
+                    let event = NewEvent::raw_update(Actor::Agent, payload_json);
                     self.commit(vec![event], vec![]).await?;
                 }
+                None => {}
+            },
+            AdapterEvent::Notification { method, .. } if method == "session/update" => {
+                tracing::warn!(session = %self.session_id, "dropping a malformed session/update");
             }
             AdapterEvent::Notification { .. } => {}
             AdapterEvent::Request { id, method, params } => {
@@ -518,23 +528,21 @@ impl Route {
         });
     }
 
-    /// The update of a `session/update` for this route's adapter session.
-    fn own_update(&self, mut params: Value) -> Option<Value> {
-        let sid = params.get("sessionId").and_then(Value::as_str);
-        if sid != Some(self.acp_session_id.as_str()) {
+    /// Sorts a `session/update` of this route's adapter session: chunks are
+    /// parsed for the live buffer, everything else stays as the agent's text.
+    fn classify(&self, update: SessionUpdate) -> Option<Incoming> {
+        if update.session_id != self.acp_session_id {
             tracing::warn!(session = %self.session_id, "dropping a session/update for another adapter session");
             return None;
         }
-        let update = params.get_mut("update").map(Value::take)?;
-        if update
-            .get("sessionUpdate")
-            .and_then(Value::as_str)
-            .is_none()
-        {
-            tracing::warn!(session = %self.session_id, "dropping a session/update without sessionUpdate");
-            return None;
+        if matches!(
+            update.kind.as_str(),
+            "agent_message_chunk" | "agent_thought_chunk"
+        ) {
+            let value = update.update();
+            return is_chunk(&value).then_some(Incoming::Chunk(value));
         }
-        Some(update)
+        Some(Incoming::Durable(update.update_json))
     }
 
     /// Answers an agent→client request other than a permission request.
@@ -788,11 +796,11 @@ impl Route {
     async fn turn_events(&mut self, turn: &mut Turn, batch: Vec<AdapterEvent>) -> Result<(), ()> {
         for event in batch {
             match event {
-                AdapterEvent::Notification { method, params } if method == "session/update" => {
-                    let Some(update) = self.own_update(params) else {
+                AdapterEvent::SessionUpdate(update) => {
+                    let Some(incoming) = self.classify(update) else {
                         continue;
                     };
-                    if is_chunk(&update) {
+                    if let Incoming::Chunk(update) = incoming {
                         if !turn.buffer.continues(&update) {
                             let flushed = turn.buffer.take();
                             self.queue(turn, flushed);
@@ -826,10 +834,10 @@ impl Route {
                             self.abort_adapter_turn().await;
                             return Err(());
                         }
-                    } else {
+                    } else if let Incoming::Durable(payload_json) = incoming {
                         let flushed = turn.buffer.take();
                         self.queue(turn, flushed);
-                        self.queue(turn, vec![update]);
+                        self.queue_raw(turn, payload_json);
                         if turn.pending.len() >= MAX_BATCH_EVENTS
                             || turn.pending_bytes >= MAX_BATCH_BYTES
                         {
@@ -859,6 +867,12 @@ impl Route {
             }
         }
         self.flush(turn).await
+    }
+
+    fn queue_raw(&self, turn: &mut Turn, payload_json: String) {
+        let event = NewEvent::raw_update(Actor::Agent, payload_json);
+        turn.pending_bytes += event.bytes();
+        turn.pending.push(event);
     }
 
     fn queue(&self, turn: &mut Turn, updates: Vec<Value>) {

@@ -98,6 +98,18 @@ impl NewEvent {
         }
     }
 
+    /// A session update kept exactly as the agent sent it.
+    pub fn raw_update(actor: Actor, payload_json: String) -> NewEvent {
+        NewEvent {
+            kind: EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor,
+            payload_json,
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         self.payload_json.len() as u64
     }
