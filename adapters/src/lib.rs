@@ -4,8 +4,8 @@
 
 pub mod client;
 
+pub use agentos_protocol::acp::SessionUpdate;
 pub use client::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
     IncomingRequestId, InitializeResult, RpcError,
 };
-pub use agentos_protocol::acp::SessionUpdate;

@@ -167,6 +167,9 @@ pub(crate) struct Route {
     preamble: Option<String>,
     generation: u64,
     exited: bool,
+    /// Ordered hand-off to the publishing task, so rendering and delivering
+    /// one batch overlaps with committing the next.
+    publisher: mpsc::UnboundedSender<Publish>,
     /// Retained prompt records and permission outcomes of this session; the
     /// route is their only writer.
     prompt_count: u64,
@@ -264,6 +267,12 @@ impl Route {
             .hub
             .set_published(&row.session_id, row.latest_sequence);
         let (tx, rx) = mpsc::channel(64);
+        let (publisher, publications) = mpsc::unbounded_channel();
+        tokio::spawn(publish_loop(
+            shared.hub.clone(),
+            row.session_id.clone(),
+            publications,
+        ));
         let route = Route {
             shared,
             session_id: row.session_id.clone(),
@@ -276,6 +285,7 @@ impl Route {
             preamble,
             generation,
             exited: false,
+            publisher,
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
         };
@@ -477,13 +487,7 @@ impl Route {
     async fn idle_event(&mut self, event: AdapterEvent) -> Result<(), SessionError> {
         match event {
             AdapterEvent::SessionUpdate(update) => match self.classify(update) {
-                Some(Incoming::Chunk(update)) => {
-                    self.shared.hub.publish_ephemeral(
-                        &self.session_id,
-                        self.counters.latest_sequence,
-                        update,
-                    );
-                }
+                Some(Incoming::Chunk(update)) => self.publish_live(update),
                 Some(Incoming::Durable(payload_json)) => {
                     let event = NewEvent::raw_update(Actor::Agent, payload_json);
                     self.commit(vec![event], vec![]).await?;
@@ -581,9 +585,9 @@ impl Route {
         &mut self,
         events: Vec<NewEvent>,
         extra: Vec<Statement>,
-    ) -> Result<Vec<StoredEvent>, SessionError> {
+    ) -> Result<Option<u64>, SessionError> {
         if events.is_empty() && extra.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let limits = &self.shared.limits;
         let incoming = events.len() as u64;
@@ -632,8 +636,26 @@ impl Route {
         let before = self.counters;
         self.counters = next;
         self.shared.warn_history(&self.session_id, &before, &next);
-        self.shared.hub.publish(&self.session_id, stored.clone());
-        Ok(stored)
+        let last = stored.last().map(|e| e.sequence);
+        if !stored.is_empty() {
+            let _ = self.publisher.send(Publish::Durable(stored));
+        }
+        Ok(last)
+    }
+
+    /// Publishes a live update, in order with the durable events before it.
+    fn publish_live(&self, update: Value) {
+        let _ = self
+            .publisher
+            .send(Publish::Ephemeral(self.counters.latest_sequence, update));
+    }
+
+    /// Waits until everything committed so far has been published.
+    async fn published(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.publisher.send(Publish::Barrier(done)).is_ok() {
+            let _ = wait.await;
+        }
     }
 
     // -- the turn ------------------------------------------------------------
@@ -819,11 +841,7 @@ impl Route {
                                 turn.message.push(json!({"sessionUpdate": "agent_message_chunk", "content": content}));
                             }
                         }
-                        self.shared.hub.publish_ephemeral(
-                            &self.session_id,
-                            self.counters.latest_sequence,
-                            update.clone(),
-                        );
+                        self.publish_live(update.clone());
                         turn.buffer.push(update);
                         let limit = self.shared.limits.max_completed_message_bytes;
                         if turn.buffer.bytes() as u64 > limit {
@@ -891,9 +909,9 @@ impl Route {
         let events = std::mem::take(&mut turn.pending);
         turn.pending_bytes = 0;
         match self.commit(events, vec![]).await {
-            Ok(stored) => {
-                if let Some(last) = stored.last() {
-                    turn.last_sequence = last.sequence;
+            Ok(last) => {
+                if let Some(last) = last {
+                    turn.last_sequence = last;
                 }
                 Ok(())
             }
@@ -997,9 +1015,9 @@ impl Route {
             clock_ms(),
         );
         match self.commit(events, extra).await {
-            Ok(stored) => {
-                if let Some(last) = stored.last() {
-                    turn.last_sequence = last.sequence;
+            Ok(last) => {
+                if let Some(last) = last {
+                    turn.last_sequence = last;
                 }
                 turn.permissions.insert(
                     request_id,
@@ -1071,10 +1089,8 @@ impl Route {
         }
         // The agent is answered whatever the store said: it must not hang.
         let _ = self.conn.respond(&pending.adapter_id, Ok(outcome));
-        if let Ok(stored) = &result {
-            if let Some(last) = stored.last() {
-                turn.last_sequence = last.sequence;
-            }
+        if let Ok(Some(last)) = &result {
+            turn.last_sequence = *last;
         }
         result.map(|_| ())
     }
@@ -1358,6 +1374,8 @@ impl Route {
             tracing::error!(session = %self.session_id, error = %e, "terminal commit failed; the prompt stays accepted until the next start");
             return (Err(e), stop);
         }
+        // The host hears the answer only after the terminal events are out.
+        self.published().await;
         if route_lost {
             self.conn.shutdown().await;
             self.exited = true;
@@ -1414,6 +1432,31 @@ impl Route {
             .set_config_options(&self.session_id, &options)
             .await?;
         Ok(json!({"revision": revision, "options": options}))
+    }
+}
+
+/// What the route hands its publishing task, in commit order.
+enum Publish {
+    Durable(Vec<StoredEvent>),
+    Ephemeral(u64, Value),
+    Barrier(oneshot::Sender<()>),
+}
+
+/// Publishes a route's committed rows and live updates in order. Ends when
+/// the route does.
+async fn publish_loop(
+    hub: Arc<super::Hub>,
+    session_id: String,
+    mut publications: mpsc::UnboundedReceiver<Publish>,
+) {
+    while let Some(publication) = publications.recv().await {
+        match publication {
+            Publish::Durable(events) => hub.publish(&session_id, events),
+            Publish::Ephemeral(after, update) => hub.publish_ephemeral(&session_id, after, update),
+            Publish::Barrier(done) => {
+                let _ = done.send(());
+            }
+        }
     }
 }
 
