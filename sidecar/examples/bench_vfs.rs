@@ -27,7 +27,13 @@ struct Figures {
     creates: f64,
     creates_at_1k: f64,
     creates_at_100k: f64,
+    /// Creates/s with `WRITERS` concurrent writers, after the sequential run
+    /// (so the tree already holds its files).
+    parallel_creates: f64,
 }
+
+/// Concurrent writers for the parallel create figure.
+const WRITERS: u64 = 32;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -114,6 +120,22 @@ fn host(p: &Params, dir: &std::path::Path) -> std::io::Result<Figures> {
         }
     }
     let creates = rate(p.files, t.elapsed());
+    let par = dir.join("par");
+    std::fs::create_dir(&par)?;
+    let per_writer = p.files / WRITERS;
+    let t = Instant::now();
+    std::thread::scope(|scope| {
+        for w in 0..WRITERS {
+            let par = &par;
+            scope.spawn(move || {
+                for i in 0..per_writer {
+                    std::fs::write(par.join(format!("w{w}-{i}")), b"small file content\n")
+                        .expect("host create");
+                }
+            });
+        }
+    });
+    let parallel_creates = rate(per_writer * WRITERS, t.elapsed());
     Ok(Figures {
         cpu_us_first: cpu_first,
         cpu_us_last: cpu_last,
@@ -123,6 +145,7 @@ fn host(p: &Params, dir: &std::path::Path) -> std::io::Result<Figures> {
         creates,
         creates_at_1k: at_1k,
         creates_at_100k: at_100k,
+        parallel_creates,
     })
 }
 
@@ -185,6 +208,24 @@ async fn vfs(p: &Params, dir: &std::path::Path) -> Result<Figures, Box<dyn std::
         }
     }
     let creates = rate(p.files, t.elapsed());
+    vfs.mkdir("/par", 0o755).await?;
+    let per_writer = p.files / WRITERS;
+    let t = Instant::now();
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let vfs = vfs.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0..per_writer {
+                vfs.write_file(&format!("/par/w{w}-{i}"), b"small file content\n")
+                    .await?;
+            }
+            Ok::<_, agentos_sidecar::vfs::FsError>(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    let parallel_creates = rate(per_writer * WRITERS, t.elapsed());
     Ok(Figures {
         cpu_us_first: cpu_first,
         cpu_us_last: cpu_last,
@@ -194,6 +235,7 @@ async fn vfs(p: &Params, dir: &std::path::Path) -> Result<Figures, Box<dyn std::
         creates,
         creates_at_1k: at_1k,
         creates_at_100k: at_100k,
+        parallel_creates,
     })
 }
 
@@ -243,6 +285,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             h.cpu_us_first,
         ),
         ("CPU µs per create, last 1k", v.cpu_us_last, h.cpu_us_last),
+        (
+            "creates/s, 32 concurrent writers",
+            v.parallel_creates,
+            h.parallel_creates,
+        ),
     ];
     for (name, vv, hv) in rows {
         println!(

@@ -759,3 +759,76 @@ async fn eighty_percent_warns_once_per_crossing() {
         assert_eq!(warnings(), 2, "a second crossing warns again");
     }
 }
+
+/// New-file creates run concurrently (they share one commit): races for the
+/// same name leave exactly one file, a directory removed under them leaves no
+/// orphan, and the usage counters equal the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_race_safely() {
+    for (name, db, _backend) in backends().await {
+        let vfs = open(&db, FsLimits::default(), VfsPolicy::default()).await;
+        vfs.mkdir("/race", 0o755).await.expect("dir");
+        vfs.mkdir("/doomed", 0o755).await.expect("dir");
+        let mut tasks = Vec::new();
+        for t in 0..16u8 {
+            let vfs = vfs.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..40 {
+                    // Every task writes the same 40 names.
+                    vfs.write_file(&format!("/race/n{i}"), &[t; 10])
+                        .await
+                        .expect("create or replace");
+                    match vfs.write_file(&format!("/doomed/t{t}-{i}"), b"x").await {
+                        Ok(_) | Err(FsError::NotFound { .. }) => {}
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                }
+            }));
+        }
+        let remover = {
+            let vfs = vfs.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                vfs.remove("/doomed", true).await
+            })
+        };
+        for task in tasks {
+            task.await.expect("task");
+        }
+        remover.await.expect("remover").expect("remove");
+        let entries = vfs.readdir_all("/race").await.expect("list");
+        assert_eq!(entries.len(), 40, "{name}");
+        for e in &entries {
+            let data = vfs
+                .read_all(&format!("/race/{}", e.name))
+                .await
+                .expect("read");
+            assert_eq!(data.len(), 10);
+            assert!(data.iter().all(|b| *b == data[0]), "one writer's content");
+        }
+        assert!(!vfs.exists("/doomed").await.expect("exists"));
+        let usage = vfs.usage().await.expect("usage");
+        let inodes = db
+            .query("SELECT count(*) FROM agentos_fs_inodes", vec![])
+            .await
+            .expect("count")
+            .scalar_i64();
+        let orphans = db
+            .query(
+                "SELECT count(*) FROM agentos_fs_inodes i WHERE i.ino <> 1 AND NOT EXISTS \
+                 (SELECT 1 FROM agentos_fs_dentries d WHERE d.ino = i.ino)",
+                vec![],
+            )
+            .await
+            .expect("orphans")
+            .scalar_i64();
+        assert_eq!(orphans, Some(0), "{name}: no inode without a name");
+        assert_eq!(Some(usage.inode_count as i64), inodes, "{name}");
+        assert_eq!(
+            usage.inode_count,
+            1 + 1 + 40,
+            "{name}: root, /race, 40 files"
+        );
+        assert_eq!(usage.total_bytes, 400);
+    }
+}

@@ -8,7 +8,10 @@
 //! transaction guarded by compare-and-set (see `store`), so a crash leaves
 //! either the old or the new state. Mutations are serialised inside the process
 //! (one `Vfs` family is the only writer of these tables); reads share the lock,
-//! so a read that spans several statements sees one committed state.
+//! so a read that spans several statements sees one committed state. The one
+//! exception is creating a new file with `write_file`, which only adds rows and
+//! bumps counters in SQL: it shares the lock too, so concurrent creates reach
+//! the database together and are committed as a group.
 //!
 //! Directory lookups go through a bounded cache keyed by `(parent ino, name)`.
 //! An entry's inode, kind and symlink target never change for the life of the
@@ -900,19 +903,27 @@ impl Vfs {
     /// Creates or replaces a whole file in one transaction (follows a final
     /// symlink, creating its target if missing).
     pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<Stat, FsError> {
-        let _write = self.inner.lock.write().await;
         // Most writes of a new path create it: try that in one transaction
         // and fall back to full resolution when the name turns out to exist.
-        match self.creation_point(path).await {
-            Ok((walk, name)) if !self.is_cached(walk.parent(), &name) => {
-                match self.write_new_file(&walk, &name, data).await {
-                    Err(FsError::Exists { .. }) => {}
-                    other => return other,
+        // A create of a new name changes no existing row but its parent's
+        // times and the usage counters (both updated in SQL, not from values
+        // read here), and the name's UNIQUE key settles a race for it; so it
+        // runs under the shared lock, and concurrent creates meet in the
+        // database queue and share one commit.
+        {
+            let _shared = self.inner.lock.read().await;
+            match self.creation_point(path).await {
+                Ok((walk, name)) if !self.is_cached(walk.parent(), &name) => {
+                    match self.write_new_file(&walk, &name, data).await {
+                        Err(FsError::Exists { .. }) => {}
+                        other => return other,
+                    }
                 }
+                Ok(_) | Err(FsError::Exists { .. }) => {}
+                Err(e) => return Err(e),
             }
-            Ok(_) | Err(FsError::Exists { .. }) => {}
-            Err(e) => return Err(e),
         }
+        let _write = self.inner.lock.write().await;
         let walk = self.walk(path, true).await?;
         let resolved = walk.path();
         self.policy.check_write(&resolved)?;
