@@ -652,3 +652,76 @@ async fn config_choices_survive_a_restore() {
         backend.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt() {
+    for backend in all_backends().await {
+        let limits = AcpLimits {
+            max_prompts_per_vm: 2,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        env.sessions.open(open("a", "echo")).await.unwrap();
+        env.sessions.open(open("b", "echo")).await.unwrap();
+        prompt(&env, "a", "echo 1").await.unwrap();
+        prompt(&env, "a", "echo 2").await.unwrap();
+        prompt(&env, "b", "echo 3").await.unwrap();
+        let per_session = |sid: &'static str| {
+            let db = backend.db.clone();
+            async move {
+                db.query(
+                    "SELECT prompt_count FROM agentos_core_sessions WHERE session_id = ?1",
+                    vec![sid.into()],
+                )
+                .await
+                .unwrap()
+                .scalar_i64()
+                .unwrap()
+            }
+        };
+        assert_eq!(
+            per_session("a").await,
+            1,
+            "{}: a's oldest went",
+            backend.name
+        );
+        assert_eq!(per_session("b").await, 1);
+        assert_eq!(env.sessions.store().vm_counters().await.unwrap()[1], 2);
+
+        // With one slot taken by a running prompt, nothing can be pruned.
+        env.sessions.shutdown().await;
+        let tight = env_with(
+            backend.db.clone(),
+            AcpLimits {
+                max_prompts_per_vm: 1,
+                ..AcpLimits::default()
+            },
+        )
+        .await;
+        let sessions = tight.sessions.clone();
+        let running = tokio::spawn(async move {
+            sessions
+                .prompt("a", text("wait_for_cancel"), None, user())
+                .await
+        });
+        loop {
+            if tight.sessions.get("a").await.unwrap()["state"]["status"] == "running" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(tight.sessions.store().vm_counters().await.unwrap()[1], 1);
+        let err = prompt(&tight, "b", "echo 5").await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            "acp_prompts_per_vm_limit",
+            "{}: {err}",
+            backend.name
+        );
+        assert_eq!(err.setting(), Some("limits.acp.maxPromptsPerVm"));
+        assert_eq!(tight.sessions.cancel("a").await.unwrap(), "cancelled");
+        running.await.unwrap().expect("cancelled turn answers");
+        tight.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::coalesce::{is_chunk, ChunkBuffer};
-use super::store::{clock_ms, HistoryCounters, NewEvent, SessionRow, SessionStore};
+use super::store::{clock_ms, HistoryCounters, NewEvent, Retained, SessionRow, SessionStore};
 use super::{Notice, SessionError, Shared};
 
 /// Updates committed in one transaction at most.
@@ -103,6 +103,22 @@ impl RouteHandle {
     pub fn is_alive(&self) -> bool {
         !self.commands.is_closed()
     }
+}
+
+/// A collection's use and limits, per session and per VM.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    session_used: u64,
+    session_limit: u64,
+    vm_used: u64,
+    vm_limit: u64,
+}
+
+/// Which bound retention could not satisfy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Session,
+    Vm,
 }
 
 /// What a retention step removed.
@@ -1124,39 +1140,73 @@ impl Route {
     /// fits both bounds; a bound that cannot be met is a hard error.
     async fn prompt_retention(&self) -> Result<(Vec<Statement>, Pruned), SessionError> {
         let limits = &self.shared.limits;
-        let store = &self.shared.store;
-        let per_session = limits.max_prompts_per_session;
-        let per_vm = limits.max_prompts_per_vm;
         let vm_now = self.shared.vm_prompts();
+        let bounds = Bounds {
+            session_used: self.prompt_count,
+            session_limit: limits.max_prompts_per_session,
+            vm_used: vm_now,
+            vm_limit: limits.max_prompts_per_vm,
+        };
         self.shared.warn_near_limit(
             "limits.acp.maxPromptsPerSession",
-            self.prompt_count + 1,
-            per_session,
+            bounds.session_used + 1,
+            bounds.session_limit,
         );
         self.shared
-            .warn_near_limit("limits.acp.maxPromptsPerVm", vm_now + 1, per_vm);
-        let session_excess = (self.prompt_count + 1).saturating_sub(per_session);
-        let vm_excess = (vm_now + 1).saturating_sub(per_vm);
-        if session_excess == 0 && vm_excess == 0 {
-            return Ok((Vec::new(), Pruned::default()));
+            .warn_near_limit("limits.acp.maxPromptsPerVm", vm_now + 1, bounds.vm_limit);
+        let (victims, short) = self.victims(Retained::Prompts, bounds).await?;
+        match short {
+            Some(Side::Session) => Err(SessionError::Limit {
+                code: "acp_prompts_per_session_limit",
+                setting: "limits.acp.maxPromptsPerSession",
+                used: bounds.session_used,
+                limit: bounds.session_limit,
+            }),
+            Some(Side::Vm) => Err(SessionError::Limit {
+                code: "acp_prompts_per_vm_limit",
+                setting: "limits.acp.maxPromptsPerVm",
+                used: bounds.vm_used,
+                limit: bounds.vm_limit,
+            }),
+            None => Ok(self.pruning(Retained::Prompts, victims)),
         }
+    }
+
+    /// Picks the oldest permission outcomes to drop so one more fits.
+    async fn outcome_retention(&self) -> Result<(Vec<Statement>, Pruned), SessionError> {
+        let limits = &self.shared.limits;
+        let bounds = Bounds {
+            session_used: self.outcome_count,
+            session_limit: limits.max_permission_outcomes_per_session,
+            vm_used: self.shared.vm_outcomes(),
+            vm_limit: limits.max_permission_outcomes_per_vm,
+        };
+        let (victims, _) = self.victims(Retained::Outcomes, bounds).await?;
+        Ok(self.pruning(Retained::Outcomes, victims))
+    }
+
+    /// The oldest records that must go for one more to fit both bounds, and
+    /// which bound could not be met, if any.
+    async fn victims(
+        &self,
+        what: Retained,
+        bounds: Bounds,
+    ) -> Result<(Vec<(String, String)>, Option<Side>), SessionError> {
+        let store = &self.shared.store;
+        let session_excess = (bounds.session_used + 1).saturating_sub(bounds.session_limit);
+        let vm_excess = (bounds.vm_used + 1).saturating_sub(bounds.vm_limit);
         let mut victims = Vec::new();
         if session_excess > 0 {
             victims = store
-                .oldest_terminal_prompts(Some(&self.session_id), session_excess)
+                .oldest(what, Some(&self.session_id), session_excess)
                 .await?;
             if (victims.len() as u64) < session_excess {
-                return Err(SessionError::Limit {
-                    code: "acp_prompts_per_session_limit",
-                    setting: "limits.acp.maxPromptsPerSession",
-                    used: self.prompt_count,
-                    limit: per_session,
-                });
+                return Ok((victims, Some(Side::Session)));
             }
         }
         if vm_excess > victims.len() as u64 {
             let more = store
-                .oldest_terminal_prompts(None, vm_excess + victims.len() as u64)
+                .oldest(what, None, vm_excess + victims.len() as u64)
                 .await?;
             for victim in more {
                 if victims.len() as u64 >= vm_excess {
@@ -1167,63 +1217,24 @@ impl Route {
                 }
             }
             if (victims.len() as u64) < vm_excess {
-                return Err(SessionError::Limit {
-                    code: "acp_prompts_per_vm_limit",
-                    setting: "limits.acp.maxPromptsPerVm",
-                    used: vm_now,
-                    limit: per_vm,
-                });
+                return Ok((victims, Some(Side::Vm)));
             }
         }
-        let own = victims
-            .iter()
-            .filter(|(s, _)| *s == self.session_id)
-            .count() as u64;
-        Ok((
-            SessionStore::delete_prompts_statements(&victims),
-            Pruned { own, any: true },
-        ))
+        Ok((victims, None))
     }
 
-    /// Picks the oldest permission outcomes to drop so one more fits.
-    async fn outcome_retention(&self) -> Result<(Vec<Statement>, Pruned), SessionError> {
-        let limits = &self.shared.limits;
-        let store = &self.shared.store;
-        let per_session = limits.max_permission_outcomes_per_session;
-        let per_vm = limits.max_permission_outcomes_per_vm;
-        let vm_now = self.shared.vm_outcomes();
-        let session_excess = (self.outcome_count + 1).saturating_sub(per_session);
-        let vm_excess = (vm_now + 1).saturating_sub(per_vm);
-        if session_excess == 0 && vm_excess == 0 {
-            return Ok((Vec::new(), Pruned::default()));
-        }
-        let mut victims = Vec::new();
-        if session_excess > 0 {
-            victims = store
-                .oldest_outcomes(Some(&self.session_id), session_excess)
-                .await?;
-        }
-        if vm_excess > victims.len() as u64 {
-            let more = store
-                .oldest_outcomes(None, vm_excess + victims.len() as u64)
-                .await?;
-            for victim in more {
-                if victims.len() as u64 >= vm_excess {
-                    break;
-                }
-                if !victims.contains(&victim) {
-                    victims.push(victim);
-                }
-            }
+    fn pruning(&self, what: Retained, victims: Vec<(String, String)>) -> (Vec<Statement>, Pruned) {
+        if victims.is_empty() {
+            return (Vec::new(), Pruned::default());
         }
         let own = victims
             .iter()
             .filter(|(s, _)| *s == self.session_id)
             .count() as u64;
-        Ok((
-            SessionStore::delete_outcomes_statements(&victims),
+        (
+            SessionStore::delete_statements(what, &victims),
             Pruned { own, any: true },
-        ))
+        )
     }
 
     async fn cancel(&mut self, turn: &mut Turn) -> &'static str {

@@ -164,6 +164,43 @@ pub struct Prune {
     pub bytes: u64,
 }
 
+/// The bounded collections whose oldest records are pruned to admit new ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retained {
+    /// Terminal prompt records (an active prompt is never pruned).
+    Prompts,
+    /// Permission outcome tombstones.
+    Outcomes,
+}
+
+impl Retained {
+    /// Table, key column, age column and row filter.
+    fn columns(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Retained::Prompts => (
+                "agentos_core_prompts",
+                "prompt_id",
+                "completed_at_ms",
+                "AND state <> 'accepted'",
+            ),
+            Retained::Outcomes => (
+                "agentos_core_permission_outcomes",
+                "request_id",
+                "terminal_at_ms",
+                "",
+            ),
+        }
+    }
+
+    /// The counter column on the session and VM rows.
+    fn counter(self) -> &'static str {
+        match self {
+            Retained::Prompts => "prompt_count",
+            Retained::Outcomes => "outcome_count",
+        }
+    }
+}
+
 /// One page of history.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HistoryPage {
@@ -930,20 +967,23 @@ impl SessionStore {
         statements
     }
 
-    /// The oldest terminal prompts (of one session, or VM-wide), oldest first:
-    /// the records retention drops to admit new prompts.
-    pub async fn oldest_terminal_prompts(
+    /// The oldest retained records of a bounded collection (of one session,
+    /// or VM-wide), oldest first: what retention drops to admit a new one.
+    pub async fn oldest(
         &self,
+        what: Retained,
         session_id: Option<&str>,
         n: u64,
     ) -> Result<Vec<(String, String)>, DbError> {
+        let (table, key, age, filter) = what.columns();
         let rows = match session_id {
             Some(id) => {
                 self.db
                     .query(
-                        "SELECT session_id, prompt_id FROM agentos_core_prompts \
-                         WHERE session_id = ?1 AND state <> 'accepted' \
-                         ORDER BY completed_at_ms, prompt_id LIMIT ?2",
+                        &format!(
+                            "SELECT session_id, {key} FROM {table} WHERE session_id = ?1 {filter} \
+                             ORDER BY {age}, {key} LIMIT ?2"
+                        ),
                         vec![id.into(), SqlValue::Integer(n as i64)],
                     )
                     .await?
@@ -951,9 +991,10 @@ impl SessionStore {
             None => {
                 self.db
                     .query(
-                        "SELECT session_id, prompt_id FROM agentos_core_prompts \
-                         WHERE state <> 'accepted' \
-                         ORDER BY completed_at_ms, session_id, prompt_id LIMIT ?1",
+                        &format!(
+                            "SELECT session_id, {key} FROM {table} WHERE true {filter} \
+                             ORDER BY {age}, session_id, {key} LIMIT ?1"
+                        ),
                         vec![SqlValue::Integer(n as i64)],
                     )
                     .await?
@@ -962,85 +1003,44 @@ impl SessionStore {
         Ok(pairs(&rows))
     }
 
-    /// Statements dropping terminal prompt records. Counters move by what is
-    /// actually there, so two writers pruning the same record stay exact.
-    pub fn delete_prompts_statements(victims: &[(String, String)]) -> Vec<Statement> {
-        let mut statements = Vec::with_capacity(victims.len() * 3);
-        for (session_id, prompt_id) in victims {
-            let exists = "(SELECT count(*) FROM agentos_core_prompts \
-                 WHERE session_id = ?1 AND prompt_id = ?2 AND state <> 'accepted')";
-            let params = vec![session_id.as_str().into(), prompt_id.as_str().into()];
-            statements.push(Statement::new(
-                format!("UPDATE agentos_core_vm_counters SET prompt_count = prompt_count - {exists} WHERE singleton = 1"),
-                params.clone(),
-            ));
-            statements.push(Statement::new(
-                format!("UPDATE agentos_core_sessions SET prompt_count = prompt_count - {exists} WHERE session_id = ?1"),
-                params.clone(),
-            ));
-            statements.push(Statement::new(
-                "DELETE FROM agentos_core_prompts \
-                 WHERE session_id = ?1 AND prompt_id = ?2 AND state <> 'accepted'",
-                params,
-            ));
-        }
-        statements
-    }
-
-    /// The oldest permission outcomes (of one session, or VM-wide).
-    pub async fn oldest_outcomes(
-        &self,
-        session_id: Option<&str>,
-        n: u64,
-    ) -> Result<Vec<(String, String)>, DbError> {
-        let rows = match session_id {
-            Some(id) => {
-                self.db
-                    .query(
-                        "SELECT session_id, request_id FROM agentos_core_permission_outcomes \
-                         WHERE session_id = ?1 ORDER BY terminal_at_ms, request_id LIMIT ?2",
-                        vec![id.into(), SqlValue::Integer(n as i64)],
-                    )
-                    .await?
-            }
-            None => {
-                self.db
-                    .query(
-                        "SELECT session_id, request_id FROM agentos_core_permission_outcomes \
-                         ORDER BY terminal_at_ms, session_id, request_id LIMIT ?1",
-                        vec![SqlValue::Integer(n as i64)],
-                    )
-                    .await?
-            }
-        };
-        Ok(pairs(&rows))
-    }
-
-    /// Statements dropping outcome tombstones and their terminal records: a
-    /// late answer then gets `request_not_found`.
-    pub fn delete_outcomes_statements(victims: &[(String, String)]) -> Vec<Statement> {
+    /// Statements dropping retained records (for outcomes, with their
+    /// terminal permission records: a late answer then gets
+    /// `request_not_found`). Counters move by what is actually there, so two
+    /// writers pruning the same record stay exact.
+    pub fn delete_statements(what: Retained, victims: &[(String, String)]) -> Vec<Statement> {
+        let (table, key, _, filter) = what.columns();
+        let counter = what.counter();
         let mut statements = Vec::with_capacity(victims.len() * 4);
-        for (session_id, request_id) in victims {
-            let exists = "(SELECT count(*) FROM agentos_core_permission_outcomes \
-                 WHERE session_id = ?1 AND request_id = ?2)";
-            let params = vec![session_id.as_str().into(), request_id.as_str().into()];
+        for (session_id, id) in victims {
+            let exists = format!(
+                "(SELECT count(*) FROM {table} WHERE session_id = ?1 AND {key} = ?2 {filter})"
+            );
+            let params = vec![session_id.as_str().into(), id.as_str().into()];
             statements.push(Statement::new(
-                format!("UPDATE agentos_core_vm_counters SET outcome_count = outcome_count - {exists} WHERE singleton = 1"),
+                format!(
+                    "UPDATE agentos_core_vm_counters SET {counter} = {counter} - {exists} \
+                     WHERE singleton = 1"
+                ),
                 params.clone(),
             ));
             statements.push(Statement::new(
-                format!("UPDATE agentos_core_sessions SET outcome_count = outcome_count - {exists} WHERE session_id = ?1"),
+                format!(
+                    "UPDATE agentos_core_sessions SET {counter} = {counter} - {exists} \
+                     WHERE session_id = ?1"
+                ),
                 params.clone(),
             ));
             statements.push(Statement::new(
-                "DELETE FROM agentos_core_permission_outcomes WHERE session_id = ?1 AND request_id = ?2",
+                format!("DELETE FROM {table} WHERE session_id = ?1 AND {key} = ?2 {filter}"),
                 params.clone(),
             ));
-            statements.push(Statement::new(
-                "DELETE FROM agentos_core_permission_records \
-                 WHERE session_id = ?1 AND request_id = ?2 AND state <> 'pending'",
-                params,
-            ));
+            if what == Retained::Outcomes {
+                statements.push(Statement::new(
+                    "DELETE FROM agentos_core_permission_records \
+                     WHERE session_id = ?1 AND request_id = ?2 AND state <> 'pending'",
+                    params,
+                ));
+            }
         }
         statements
     }
