@@ -725,3 +725,96 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
         backend.shutdown().await;
     }
 }
+
+/// Collects formatted log lines so a test can count warnings.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
+    for backend in all_backends().await {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let warnings = |setting: &str| {
+            let text = String::from_utf8_lossy(&captured.0.lock().expect("buf")).into_owned();
+            text.lines()
+                .filter(|l| l.contains("80%") && l.contains(setting))
+                .count()
+        };
+        let limits = AcpLimits {
+            max_session_history_events: 10,
+            max_sessions_per_vm: 5,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        for i in 0..3 {
+            env.sessions
+                .open(open(&format!("w{i}"), "echo"))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            warnings("limits.acp.maxSessionsPerVm"),
+            0,
+            "{}: 3 of 5",
+            backend.name
+        );
+        env.sessions.open(open("w3", "echo")).await.unwrap();
+        assert_eq!(
+            warnings("limits.acp.maxSessionsPerVm"),
+            1,
+            "4 of 5 crosses 80%"
+        );
+        env.sessions.open(open("w4", "echo")).await.unwrap();
+        assert_eq!(
+            warnings("limits.acp.maxSessionsPerVm"),
+            1,
+            "no repeat while above"
+        );
+        let status = env.sessions.status().await.unwrap();
+        assert_eq!(status["sessions"]["nearLimit"], true);
+        assert_eq!(status["sessions"]["setting"], "limits.acp.maxSessionsPerVm");
+
+        prompt(&env, "w0", "tools").await.unwrap();
+        assert_eq!(
+            warnings("limits.acp.maxSessionHistoryEvents"),
+            0,
+            "5 of 10 events"
+        );
+        prompt(&env, "w0", "tools").await.unwrap();
+        assert_eq!(
+            warnings("limits.acp.maxSessionHistoryEvents"),
+            1,
+            "10 of 10"
+        );
+        prompt(&env, "w0", "tools").await.unwrap();
+        assert_eq!(
+            warnings("limits.acp.maxSessionHistoryEvents"),
+            1,
+            "pruned back to the budget: still above, no repeat"
+        );
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
