@@ -405,3 +405,56 @@ async fn concurrent_failures_roll_back_only_themselves() {
         b.shutdown().await;
     }
 }
+
+/// `limits.sqlite.maxResultBytes` bounds what one statement may materialize,
+/// on both backends; in a transaction the overflow rolls everything back.
+#[tokio::test]
+async fn oversize_results_are_refused_and_roll_back() {
+    let limits = agentos_sidecar::config::SqliteLimits {
+        max_result_bytes: 4096,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let file = agentos_sidecar::db::sqlite_file::SqliteFileDatabase::open(
+        &dir.path().join("limited.sqlite"),
+        &limits,
+    )
+    .expect("open");
+    let uds =
+        agentos_sidecar::db::testing::actor_uds_with(Default::default(), limits.clone()).await;
+    let backends: Vec<(&str, &dyn agentos_schema::Database)> =
+        vec![("sqlite_file", &file), ("actor_uds", uds.db.as_ref())];
+    for (name, db) in backends {
+        db.query(TABLE, vec![]).await.expect("create");
+        db.query(
+            "INSERT INTO t (id, body) VALUES (1, ?1)",
+            vec![SqlValue::Text("x".repeat(10_000))],
+        )
+        .await
+        .expect("a big row goes in");
+        let err = db
+            .query("SELECT body FROM t", vec![])
+            .await
+            .expect_err("too big to read back");
+        assert_eq!(err.code(), "sqlite_result_limit", "{name}");
+        let err = db
+            .transaction(vec![
+                Statement::new("INSERT INTO t (id, body) VALUES (2, 'small')", vec![]),
+                Statement::new("SELECT body FROM t", vec![]),
+            ])
+            .await
+            .expect_err("over the limit inside a transaction");
+        assert_eq!(err.code(), "sqlite_result_limit", "{name}");
+        assert_eq!(
+            count(db, "t").await,
+            1,
+            "{name}: the insert was rolled back"
+        );
+        let small = db
+            .query("SELECT length(body) FROM t", vec![])
+            .await
+            .expect("small results pass");
+        assert_eq!(small.scalar_i64(), Some(10_000));
+    }
+    uds.shutdown().await;
+}
