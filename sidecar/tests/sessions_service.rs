@@ -10,7 +10,7 @@ use std::sync::Arc;
 use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
 use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 use agentos_sidecar::config::{AcpLimits, AgentSpec};
-use agentos_sidecar::db::testing::{all_backends, CountingDatabase};
+use agentos_sidecar::db::testing::{all_backends, CapturedLog, CountingDatabase};
 use agentos_sidecar::sessions::{SessionError, SessionStore, Sessions};
 use serde_json::{json, Value};
 
@@ -726,42 +726,16 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
     }
 }
 
-/// Collects formatted log lines so a test can count warnings.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
     for backend in all_backends().await {
-        let captured = Captured::default();
+        let captured = CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(captured.clone())
             .with_ansi(false)
             .finish();
         let _guard = tracing::subscriber::set_default(subscriber);
-        let warnings = |setting: &str| {
-            let text = String::from_utf8_lossy(&captured.0.lock().expect("buf")).into_owned();
-            text.lines()
-                .filter(|l| l.contains("80%") && l.contains(setting))
-                .count()
-        };
+        let warnings = |setting: &str| captured.count(&["80%", setting]);
         let limits = AcpLimits {
             max_session_history_events: 10,
             max_sessions_per_vm: 5,

@@ -3,11 +3,10 @@
 //! clamping, policy (roots and read-only subtrees), limits and usage counters,
 //! chunked files and block collection.
 
-use std::sync::Arc;
 
 use agentos_schema::{migrate_all, SharedDatabase};
 use agentos_sidecar::config::FsLimits;
-use agentos_sidecar::db::testing::{all_backends, TestDb};
+use agentos_sidecar::db::testing::{all_backends, CapturedLog, TestDb};
 use agentos_sidecar::vfs::{FileKind, FsError, Vfs, VfsPolicy};
 
 /// Every backend the VFS must work on (swap for the shared harness once merged).
@@ -703,31 +702,10 @@ async fn concurrent_mutations_stay_consistent() {
     }
 }
 
-/// Collects formatted log lines so the test can count warnings.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn eighty_percent_warns_once_per_crossing() {
     for (_name, db, _dir) in backends().await {
-        let captured = Captured::default();
+        let captured = CapturedLog::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(captured.clone())
             .with_ansi(false)
@@ -738,12 +716,7 @@ async fn eighty_percent_warns_once_per_crossing() {
             ..FsLimits::default()
         };
         let vfs = open(&db, limits, VfsPolicy::default()).await;
-        let warnings = || {
-            let text = String::from_utf8_lossy(&captured.0.lock().expect("buf")).into_owned();
-            text.lines()
-                .filter(|l| l.contains("80%") && l.contains("limits.fs.maxInodes"))
-                .count()
-        };
+        let warnings = || captured.count(&["80%", "limits.fs.maxInodes"]);
         for i in 0..8 {
             vfs.create(&format!("/f{i}"), 0o644).await.expect("create");
         }

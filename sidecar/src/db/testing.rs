@@ -170,3 +170,45 @@ impl Database for CountingDatabase {
         self.inner.transaction(statements).await
     }
 }
+
+/// Formatted log lines collected in memory, so tests can count warnings:
+/// install it with `tracing::subscriber::set_default` on a `fmt` subscriber
+/// built `with_writer(captured.clone())`.
+#[derive(Clone, Default)]
+pub struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    /// Lines that contain every one of `needles`.
+    pub fn count(&self, needles: &[&str]) -> usize {
+        let bytes = match self.0.lock() {
+            Ok(bytes) => bytes.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|line| needles.iter().all(|n| line.contains(n)))
+            .count()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut bytes) => bytes.extend_from_slice(buf),
+            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
