@@ -10,7 +10,7 @@
 //! `session/load` (its replay is discarded), else `session/new` plus a
 //! bounded continuation prepended once to the next prompt.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,20 +19,14 @@ use agentos_adapters::{
     IncomingRequestId, RpcError, SessionUpdate,
 };
 use agentos_protocol::host::{Actor, EventKind, PermissionPolicy, StoredEvent};
-use agentos_schema::{DbError, Rows, Statement};
+use agentos_schema::{DbError, Statement};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 
 use super::coalesce::{is_chunk, ChunkBuffer};
 use super::store::{clock_ms, HistoryCounters, NewEvent, Retained, SessionRow, SessionStore};
 use super::{Notice, SessionError, Shared};
 
-/// A group commit started by `commit_pipelined`, with the counters it leaves.
-type InFlight = (JoinHandle<Result<Vec<Rows>, DbError>>, HistoryCounters);
-
-/// Group commits of a turn's updates in flight at once.
-const COMMITS_IN_FLIGHT: usize = 2;
 /// Updates committed in one transaction at most.
 const MAX_BATCH_EVENTS: usize = 4096;
 /// Payload bytes committed in one transaction at most.
@@ -164,6 +158,8 @@ struct Turn {
     cancel_requested: bool,
     /// Set when the turn must end in failure whatever the agent answers.
     failure: Option<(String, String)>,
+    /// The turn's last committed sequence.
+    last_sequence: u64,
 }
 
 enum TurnEnd {
@@ -190,11 +186,6 @@ pub(crate) struct Route {
     /// Ordered hand-off to the publishing task, so rendering and delivering
     /// one batch overlaps with committing the next.
     publisher: mpsc::UnboundedSender<Publish>,
-    /// Group commits started but not yet settled, oldest first, with the
-    /// counters each leaves behind.
-    in_flight: VecDeque<InFlight>,
-    /// Fires when the newest commit in flight has finished.
-    commit_chain: Option<oneshot::Receiver<()>>,
     /// Retained prompt records and permission outcomes of this session; the
     /// route is their only writer.
     prompt_count: u64,
@@ -311,8 +302,6 @@ impl Route {
             generation,
             exited: false,
             publisher,
-            in_flight: VecDeque::new(),
-            commit_chain: None,
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
         };
@@ -606,78 +595,13 @@ impl Route {
         }
     }
 
-    /// Appends events (plus `extra` statements) in one transaction after
-    /// every commit still in flight, reads the rows back and publishes them.
+    /// Appends events (plus `extra` statements) in one transaction, reads the
+    /// rows back and publishes them.
     async fn commit(
         &mut self,
         events: Vec<NewEvent>,
         extra: Vec<Statement>,
-    ) -> Result<(), SessionError> {
-        self.settle().await?;
-        let Some((statements, next)) = self.prepare(events, extra).await? else {
-            return Ok(());
-        };
-        let results = self.shared.store.db().transaction(statements).await;
-        self.committed(results, next).await
-    }
-
-    /// Starts committing a batch of a turn's updates without waiting for it,
-    /// so the next batch is gathered (and the last one published) while this
-    /// one is written; at most `COMMITS_IN_FLIGHT` are outstanding, they reach
-    /// the database one after another and settle in order, and each one's
-    /// compare-and-set on the latest sequence sees its predecessor.
-    async fn commit_pipelined(&mut self, events: Vec<NewEvent>) -> Result<(), SessionError> {
-        let Some((statements, next)) = self.prepare(events, vec![]).await? else {
-            return Ok(());
-        };
-        let db = self.shared.store.db().clone();
-        // Each commit is submitted only once the one before it has finished:
-        // spawned tasks may start in any order, the database must not.
-        let previous = self.commit_chain.take();
-        let (finished, next_waits) = oneshot::channel();
-        self.commit_chain = Some(next_waits);
-        let commit = tokio::spawn(async move {
-            if let Some(previous) = previous {
-                let _ = previous.await;
-            }
-            let result = db.transaction(statements).await;
-            let _ = finished.send(());
-            result
-        });
-        self.in_flight.push_back((commit, next));
-        // The next batch follows this one.
-        self.counters = next;
-        while self.in_flight.len() >= COMMITS_IN_FLIGHT {
-            self.settle_one().await?;
-        }
-        Ok(())
-    }
-
-    /// Waits for every commit in flight, in order.
-    async fn settle(&mut self) -> Result<(), SessionError> {
-        while !self.in_flight.is_empty() {
-            self.settle_one().await?;
-        }
-        Ok(())
-    }
-
-    async fn settle_one(&mut self) -> Result<(), SessionError> {
-        let Some((commit, next)) = self.in_flight.pop_front() else {
-            return Ok(());
-        };
-        let results = commit
-            .await
-            .unwrap_or_else(|e| Err(DbError::ConnectionLost(format!("commit task: {e}"))));
-        self.committed(results, next).await
-    }
-
-    /// Checks the bounds and builds the statements of one append: retention
-    /// first, the rows, `extra`, and the read-back last.
-    async fn prepare(
-        &mut self,
-        events: Vec<NewEvent>,
-        extra: Vec<Statement>,
-    ) -> Result<Option<(Vec<Statement>, HistoryCounters)>, SessionError> {
+    ) -> Result<Option<u64>, SessionError> {
         if events.is_empty() && extra.is_empty() {
             return Ok(None);
         }
@@ -720,44 +644,19 @@ impl Route {
             &self.session_id,
             self.counters.latest_sequence,
         ));
-        Ok(Some((statements, next)))
-    }
-
-    /// Publishes what a commit read back, or, when it failed, drops the
-    /// commits queued behind it and reloads the counters from the rows.
-    async fn committed(
-        &mut self,
-        results: Result<Vec<Rows>, DbError>,
-        next: HistoryCounters,
-    ) -> Result<(), SessionError> {
-        match results {
-            Ok(mut results) => {
-                let stored = results
-                    .pop()
-                    .map(SessionStore::decode_events)
-                    .unwrap_or_default();
-                let before = self.counters;
-                if self.in_flight.is_empty() {
-                    self.counters = next;
-                }
-                self.shared.warn_history(&self.session_id, &before, &next);
-                if !stored.is_empty() {
-                    let _ = self.publisher.send(Publish::Durable(stored));
-                }
-                Ok(())
-            }
-            Err(e) => {
-                // Later commits were built on this one; they fail their
-                // compare-and-set. Wait them out, then trust the rows.
-                while let Some((commit, _)) = self.in_flight.pop_front() {
-                    let _ = commit.await;
-                }
-                if let Ok(Some(row)) = self.shared.store.get_session(&self.session_id).await {
-                    self.counters = HistoryCounters::from(&row);
-                }
-                Err(e.into())
-            }
+        let mut results = self.shared.store.db().transaction(statements).await?;
+        let stored = results
+            .pop()
+            .map(SessionStore::decode_events)
+            .unwrap_or_default();
+        let before = self.counters;
+        self.counters = next;
+        self.shared.warn_history(&self.session_id, &before, &next);
+        let last = stored.last().map(|e| e.sequence);
+        if !stored.is_empty() {
+            let _ = self.publisher.send(Publish::Durable(stored));
         }
+        Ok(last)
     }
 
     /// Publishes a live update, in order with the durable events before it.
@@ -860,6 +759,7 @@ impl Route {
             permissions: HashMap::new(),
             cancel_requested: false,
             failure: None,
+            last_sequence: self.counters.latest_sequence,
         };
         let conn = self.conn.clone();
         let params = json!({"sessionId": self.acp_session_id, "prompt": blocks});
@@ -957,16 +857,6 @@ impl Route {
                                 turn.message.push(json!({"sessionUpdate": "agent_message_chunk", "content": content}));
                             }
                         }
-                        // A live update names the sequence it follows: that
-                        // one must be committed (and queued for publishing).
-                        if self.settle().await.is_err() {
-                            turn.failure = Some((
-                                "history_commit_failed".into(),
-                                "a group commit failed".into(),
-                            ));
-                            self.abort_adapter_turn().await;
-                            return Err(());
-                        }
                         self.publish_live(update.clone());
                         turn.buffer.push(update);
                         let limit = self.shared.limits.max_completed_message_bytes;
@@ -1034,8 +924,13 @@ impl Route {
         }
         let events = std::mem::take(&mut turn.pending);
         turn.pending_bytes = 0;
-        match self.commit_pipelined(events).await {
-            Ok(()) => Ok(()),
+        match self.commit(events, vec![]).await {
+            Ok(last) => {
+                if let Some(last) = last {
+                    turn.last_sequence = last;
+                }
+                Ok(())
+            }
             Err(e) => {
                 turn.failure = Some(("history_commit_failed".into(), e.to_string()));
                 self.abort_adapter_turn().await;
@@ -1116,14 +1011,6 @@ impl Route {
             obj.insert("sessionId".into(), json!(self.session_id));
         }
         let request_json = params.to_string();
-        if let Err(e) = self.settle().await {
-            turn.failure = Some(("history_commit_failed".into(), e.to_string()));
-            let _ = self
-                .conn
-                .respond(&id, Ok(json!({"outcome": {"outcome": "cancelled"}})));
-            self.abort_adapter_turn().await;
-            return Err(());
-        }
         let mut events = std::mem::take(&mut turn.pending);
         turn.pending_bytes = 0;
         let request_sequence = self.counters.latest_sequence + events.len() as u64 + 1;
@@ -1144,7 +1031,10 @@ impl Route {
             clock_ms(),
         );
         match self.commit(events, extra).await {
-            Ok(()) => {
+            Ok(last) => {
+                if let Some(last) = last {
+                    turn.last_sequence = last;
+                }
                 turn.permissions.insert(
                     request_id,
                     PendingPermission {
@@ -1176,11 +1066,6 @@ impl Route {
         let Some(pending) = turn.permissions.remove(request_id) else {
             return Ok(());
         };
-        // The terminal sequence below must follow everything committed.
-        if let Err(e) = self.settle().await {
-            let _ = self.conn.respond(&pending.adapter_id, Ok(outcome));
-            return Err(e);
-        }
         let accepted = reason == "accepted";
         let response_json = outcome.to_string();
         let event = NewEvent {
@@ -1220,7 +1105,10 @@ impl Route {
         }
         // The agent is answered whatever the store said: it must not hang.
         let _ = self.conn.respond(&pending.adapter_id, Ok(outcome));
-        result
+        if let Ok(Some(last)) = &result {
+            turn.last_sequence = *last;
+        }
+        result.map(|_| ())
     }
 
     async fn respond_permission(
@@ -1482,9 +1370,6 @@ impl Route {
                 ("failed", None, Some(error), session_error)
             }
         };
-        if let Err(e) = self.settle().await {
-            tracing::error!(session = %self.session_id, error = %e, "a group commit failed before the terminal commit");
-        }
         let last_output = self.counters.latest_sequence + events.len() as u64;
         let extra = SessionStore::finish_prompt_statements(
             &self.session_id,
