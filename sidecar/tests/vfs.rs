@@ -3,7 +3,6 @@
 //! clamping, policy (roots and read-only subtrees), limits and usage counters,
 //! chunked files and block collection.
 
-
 use agentos_schema::{migrate_all, SharedDatabase};
 use agentos_sidecar::config::FsLimits;
 use agentos_sidecar::db::testing::{all_backends, CapturedLog, TestDb};

@@ -158,8 +158,6 @@ struct Turn {
     cancel_requested: bool,
     /// Set when the turn must end in failure whatever the agent answers.
     failure: Option<(String, String)>,
-    /// The turn's last committed sequence.
-    last_sequence: u64,
 }
 
 enum TurnEnd {
@@ -601,9 +599,9 @@ impl Route {
         &mut self,
         events: Vec<NewEvent>,
         extra: Vec<Statement>,
-    ) -> Result<Option<u64>, SessionError> {
+    ) -> Result<(), SessionError> {
         if events.is_empty() && extra.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
         let limits = &self.shared.limits;
         let incoming = events.len() as u64;
@@ -652,11 +650,10 @@ impl Route {
         let before = self.counters;
         self.counters = next;
         self.shared.warn_history(&self.session_id, &before, &next);
-        let last = stored.last().map(|e| e.sequence);
         if !stored.is_empty() {
             let _ = self.publisher.send(Publish::Durable(stored));
         }
-        Ok(last)
+        Ok(())
     }
 
     /// Publishes a live update, in order with the durable events before it.
@@ -759,7 +756,6 @@ impl Route {
             permissions: HashMap::new(),
             cancel_requested: false,
             failure: None,
-            last_sequence: self.counters.latest_sequence,
         };
         let conn = self.conn.clone();
         let params = json!({"sessionId": self.acp_session_id, "prompt": blocks});
@@ -925,12 +921,7 @@ impl Route {
         let events = std::mem::take(&mut turn.pending);
         turn.pending_bytes = 0;
         match self.commit(events, vec![]).await {
-            Ok(last) => {
-                if let Some(last) = last {
-                    turn.last_sequence = last;
-                }
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 turn.failure = Some(("history_commit_failed".into(), e.to_string()));
                 self.abort_adapter_turn().await;
@@ -1031,10 +1022,7 @@ impl Route {
             clock_ms(),
         );
         match self.commit(events, extra).await {
-            Ok(last) => {
-                if let Some(last) = last {
-                    turn.last_sequence = last;
-                }
+            Ok(()) => {
                 turn.permissions.insert(
                     request_id,
                     PendingPermission {
@@ -1105,10 +1093,7 @@ impl Route {
         }
         // The agent is answered whatever the store said: it must not hang.
         let _ = self.conn.respond(&pending.adapter_id, Ok(outcome));
-        if let Ok(Some(last)) = &result {
-            turn.last_sequence = *last;
-        }
-        result.map(|_| ())
+        result
     }
 
     async fn respond_permission(
