@@ -665,24 +665,34 @@ impl Sessions {
                 return done;
             }
         }
-        let route = self.ensure_route(session_id).await?;
-        let request = PromptRequest {
-            prompt_id: uuid::Uuid::new_v4().to_string(),
-            content,
-            idempotency_key: idempotency_key.clone(),
-            input_hash: hash.clone(),
-            actor,
+        // A route that ends as the prompt reaches it never started it; one
+        // more try restores the session on a new route.
+        let mut attempts = 0;
+        let answer = loop {
+            attempts += 1;
+            let route = self.ensure_route(session_id).await?;
+            let request = PromptRequest {
+                prompt_id: uuid::Uuid::new_v4().to_string(),
+                content: content.clone(),
+                idempotency_key: idempotency_key.clone(),
+                input_hash: hash.clone(),
+                actor: actor.clone(),
+            };
+            let (reply, answer) = oneshot::channel();
+            let sent = route
+                .commands
+                .send(Command::Prompt { request, reply })
+                .await;
+            let answer = match sent {
+                Ok(()) => answer.await.ok(),
+                Err(_) => Some(Err(route::route_gone())),
+            };
+            match answer {
+                Some(Err(e)) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
+                other => break other,
+            }
         };
-        let (reply, answer) = oneshot::channel();
-        route
-            .commands
-            .send(Command::Prompt { request, reply })
-            .await
-            .map_err(|_| SessionError::Adapter {
-                code: "adapter_exited",
-                message: "the adapter route ended; retry to restore it".into(),
-            })?;
-        match answer.await {
+        match answer.ok_or(()) {
             Ok(Err(SessionError::PromptInProgress)) => {
                 // A concurrent prompt with the same key won the insert.
                 match &idempotency_key {
@@ -694,7 +704,7 @@ impl Sessions {
                 }
             }
             Ok(result) => result,
-            Err(_) => Err(SessionError::Adapter {
+            Err(()) => Err(SessionError::Adapter {
                 code: "adapter_exited",
                 message: "the adapter route ended during the turn".into(),
             }),

@@ -190,6 +190,17 @@ pub(crate) struct Route {
     outcome_count: u64,
 }
 
+/// The answer to a command that reached a route as it ended; the service
+/// retries it on a new route.
+pub(crate) fn route_gone() -> SessionError {
+    SessionError::Adapter {
+        code: ROUTE_GONE,
+        message: "the adapter route ended before this request started".into(),
+    }
+}
+
+pub(crate) const ROUTE_GONE: &str = "adapter_route_ended";
+
 fn adapter_error(e: &AdapterError) -> SessionError {
     SessionError::Adapter {
         code: e.code(),
@@ -492,8 +503,32 @@ impl Route {
                 break;
             }
         }
-        self.conn.shutdown().await;
         self.shared.route_ended(&self.session_id, self.generation);
+        // Whatever was queued behind the end was never started: say so, so
+        // the service can retry on a new route.
+        commands.close();
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                Command::Prompt { reply, .. } => {
+                    let _ = reply.send(Err(route_gone()));
+                }
+                Command::SetConfigOption { reply, .. } => {
+                    let _ = reply.send(Err(route_gone()));
+                }
+                Command::Cancel { reply } => {
+                    let _ = reply.send("no_active_prompt");
+                }
+                Command::RespondPermission {
+                    request_id, reply, ..
+                } => {
+                    let _ = reply.send(self.late_permission_reason(&request_id).await.map(Some));
+                }
+                Command::Stop { reply, .. } => {
+                    let _ = reply.send(());
+                }
+            }
+        }
+        self.conn.shutdown().await;
     }
 
     /// Handles an adapter event between turns: updates are stored (chunks are
@@ -1375,6 +1410,9 @@ impl Route {
         if route_lost {
             self.conn.shutdown().await;
             self.exited = true;
+            // Leave the map before the host hears the answer, so its next
+            // prompt starts a new route instead of queueing on this one.
+            self.shared.route_ended(&self.session_id, self.generation);
         }
         let reply = match (result, error) {
             (Some(mut result), _) => {
