@@ -102,6 +102,17 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// CPU time (user + system) a process has used, from /proc.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_micros(ticks * 1_000_000 / hz))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -128,6 +139,8 @@ async fn end_to_end_events_per_second() -> Result<f64, Error> {
     sub.call("sessions/subscribe", json!({"sessionId": "flood"}))
         .await?;
     let target = 2 + 1 + FLOOD; // two warm-up events, the user chunk, the flood
+    let pid = sc.child.id().ok_or("the sidecar exited")?;
+    let cpu_before = cpu_time(pid);
     let start = Instant::now();
     let prompt = {
         let client = client.clone();
@@ -148,6 +161,14 @@ async fn end_to_end_events_per_second() -> Result<f64, Error> {
         }
     }
     let elapsed = start.elapsed();
+    if let (Some(before), Some(after)) = (cpu_before, cpu_time(pid)) {
+        let used = after.saturating_sub(before);
+        println!(
+            "    sidecar CPU during the flood: {:.1} µs per event, {:.0}% of one core",
+            used.as_secs_f64() * 1e6 / FLOOD as f64,
+            100.0 * used.as_secs_f64() / elapsed.as_secs_f64()
+        );
+    }
     prompt.await??;
     Ok(FLOOD as f64 / elapsed.as_secs_f64())
 }
