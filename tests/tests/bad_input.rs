@@ -175,3 +175,33 @@ async fn truncated_frames_and_garbage_do_not_hurt_the_sidecar() {
     sc.open("s1", "echo").await;
     sc.prompt("s1", "echo still here").await.expect("prompt");
 }
+
+/// A client that floods one connection with requests is slowed down, not
+/// dropped: every request still gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_flood_on_one_connection_is_answered_in_full() {
+    let sc = Sidecar::start(Backend::SqliteFile).await;
+    let mut tasks = Vec::new();
+    for i in 0..6000u64 {
+        let client = sc.client.clone();
+        tasks.push(tokio::spawn(async move {
+            let method = if i % 2 == 0 {
+                "vm/status"
+            } else {
+                "agents/list"
+            };
+            client.call(method, json!({})).await.is_ok()
+        }));
+    }
+    let mut answered = 0;
+    for task in tasks {
+        if tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("answered in time")
+            .expect("join")
+        {
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 6000);
+}

@@ -31,6 +31,11 @@ use crate::vm::Vm;
 
 pub use dispatch::error_object;
 
+/// Requests one connection may have running at once (prompts wait for their
+/// turn to end, so this is also the number of concurrent prompts a single
+/// connection can drive).
+const MAX_REQUESTS_IN_FLIGHT: usize = 4096;
+
 /// Bytes of notifications a connection may have queued before its
 /// subscriptions are closed with `overflow`.
 const MAX_QUEUED_NOTIFICATION_BYTES: usize = 256 << 20;
@@ -260,6 +265,7 @@ async fn serve_connection(stream: UnixStream, vm: Arc<Vm>, max_frame_bytes: u64)
             }
         }
     });
+    let requests = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     let mut decoder = FrameDecoder::new(max_frame_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     'read: loop {
@@ -272,7 +278,7 @@ async fn serve_connection(stream: UnixStream, vm: Arc<Vm>, max_frame_bytes: u64)
             match decoder.next_frame() {
                 Ok(None) => break,
                 Ok(Some(payload)) => {
-                    handle_frame(&vm, &sink, &payload);
+                    handle_frame(&vm, &sink, &requests, &payload).await;
                 }
                 Err(e) => {
                     let mut extra = serde_json::Map::new();
@@ -294,12 +300,23 @@ async fn serve_connection(stream: UnixStream, vm: Arc<Vm>, max_frame_bytes: u64)
     let _ = writer_task.await;
 }
 
-fn handle_frame(vm: &Arc<Vm>, sink: &Arc<ConnectionSink>, payload: &[u8]) {
+async fn handle_frame(
+    vm: &Arc<Vm>,
+    sink: &Arc<ConnectionSink>,
+    requests: &Arc<Semaphore>,
+    payload: &[u8],
+) {
     match agentos_protocol::host::decode_message(payload) {
         Inbound::Request { id, method, params } => {
+            // Bounded concurrency per connection: when every slot is busy the
+            // reader waits, and the client feels it as socket backpressure.
+            let Ok(permit) = requests.clone().acquire_owned().await else {
+                return;
+            };
             let vm = vm.clone();
             let sink = sink.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let mut after_reply = None;
                 let result =
                     dispatch::dispatch(&vm, &sink, &method, params, &mut after_reply).await;
