@@ -181,3 +181,36 @@ async fn cancel_after_the_first_chunk() {
 }
 
 both_backends!(allow_path_matches_the_transcript);
+
+/// Under `allow_all` and `reject_all` the sidecar answers the example agent's
+/// permission request itself: the turn follows the chosen branch and nothing
+/// about the permission is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_policies_choose_by_option_kind() {
+    let sc = Sidecar::start(Backend::SqliteFile).await;
+    for (session, policy, last_text) in [
+        ("allowed", "allow_all", ALLOWED),
+        ("rejected", "reject_all", REJECTED),
+    ] {
+        sc.open_with_policy(session, "example", policy).await;
+        let result = sc.prompt(session, "hello").await.expect("turn");
+        assert_eq!(result["stopReason"], "end_turn", "{policy}");
+        let h = sc.history(session).await;
+        let types = kinds(&h);
+        assert!(
+            !types.iter().any(|t| t.starts_with("permission_")),
+            "{policy}: {types:?}"
+        );
+        assert_eq!(text_of(h.last().expect("events")), last_text, "{policy}");
+        let call_2_completed = h.iter().any(|e| {
+            e["type"] == "tool_call_update"
+                && e["toolCallId"] == "call_2"
+                && e["status"] == "completed"
+        });
+        assert_eq!(
+            call_2_completed,
+            policy == "allow_all",
+            "{policy}: {types:?}"
+        );
+    }
+}
