@@ -55,6 +55,7 @@ pub mod methods {
     // Notifications from the sidecar.
     pub const EVENT: &str = "sessions/event";
     pub const UPDATE: &str = "sessions/update";
+    pub const SUBSCRIPTION_ENDED: &str = "sessions/subscriptionEnded";
     pub const AGENT_STDERR: &str = "sessions/agentStderr";
     pub const AGENT_EXITED: &str = "sessions/agentExited";
     pub const KEEP_AWAKE: &str = "lifecycle/keepAwake";

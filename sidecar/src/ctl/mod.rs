@@ -335,7 +335,7 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
                 while let Some((method, params)) = notes.recv().await {
                     if method == "sessions/event" {
                         print(j, &params["event"], event_line);
-                    } else if method == "sessions/subscriptionEnded" {
+                    } else if method == agentos_protocol::host::methods::SUBSCRIPTION_ENDED {
                         break;
                     }
                 }

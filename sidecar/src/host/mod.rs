@@ -197,7 +197,7 @@ impl Sink for ConnectionSink {
 
     fn ended(&self, subscription_id: &str, session_id: &str, reason: &str, last_sequence: u64) {
         self.outbox.notify(
-            "sessions/subscriptionEnded",
+            methods::SUBSCRIPTION_ENDED,
             &json!({
                 "subscriptionId": subscription_id,
                 "sessionId": session_id,

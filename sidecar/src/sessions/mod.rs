@@ -931,24 +931,30 @@ impl Sessions {
             ));
         }
         self.row(session_id).await?;
-        let route = self.ensure_route(session_id).await?;
-        let (reply, answer) = oneshot::channel();
-        route
-            .commands
-            .send(Command::SetConfigOption {
-                config_id: config_id.to_owned(),
-                value,
-                reply,
-            })
-            .await
-            .map_err(|_| SessionError::Adapter {
-                code: "adapter_exited",
-                message: "the adapter route ended".into(),
-            })?;
-        answer.await.map_err(|_| SessionError::Adapter {
-            code: "adapter_exited",
-            message: "the adapter route ended".into(),
-        })?
+        // As for prompts: a route that ends as the request reaches it never
+        // started it, so one more try goes to a new route.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let route = self.ensure_route(session_id).await?;
+            let (reply, answer) = oneshot::channel();
+            let sent = route
+                .commands
+                .send(Command::SetConfigOption {
+                    config_id: config_id.to_owned(),
+                    value: value.clone(),
+                    reply,
+                })
+                .await;
+            let result = match sent {
+                Ok(()) => answer.await.unwrap_or_else(|_| Err(route::route_gone())),
+                Err(_) => Err(route::route_gone()),
+            };
+            match result {
+                Err(e) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
+                other => return other,
+            }
+        }
     }
 
     pub async fn capabilities(&self, session_id: &str) -> Result<Value, SessionError> {

@@ -468,10 +468,9 @@ impl Route {
                     None => break,
                     Some(Command::Prompt { request, reply }) => {
                         if self.exited {
-                            let _ = reply.send(Err(SessionError::Adapter {
-                                code: "adapter_exited",
-                                message: "the adapter exited; retry to restore the session".into(),
-                            }));
+                            // Never started here: the service retries it on
+                            // a new route.
+                            let _ = reply.send(Err(route_gone()));
                             break;
                         }
                         match self.turn(request, reply, &mut commands).await {
