@@ -219,13 +219,16 @@ impl SessionUpdate {
 /// Recognises a well-formed `session/update` notification without building
 /// values; `None` for any other line (which then takes [`decode_line`]).
 pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
+    // Two passes over the text: the envelope with its params (capturing the
+    // update's bytes), then the update's head. Any other shape fails the
+    // first pass quickly and is left to `decode_line`.
     #[derive(Deserialize)]
     struct Line<'a> {
         #[serde(borrow)]
         method: Option<Cow<'a, str>>,
         id: Option<IgnoredAny>,
         #[serde(borrow)]
-        params: Option<&'a RawValue>,
+        params: Option<Params<'a>>,
     }
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -245,7 +248,7 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
     if line.id.is_some() || line.method.as_deref() != Some(methods::SESSION_UPDATE) {
         return None;
     }
-    let params: Params<'_> = serde_json::from_str(line.params?.get()).ok()?;
+    let params = line.params?;
     let head: Head = serde_json::from_str(params.update.get()).ok()?;
     Some(SessionUpdate {
         session_id: params.session_id,
@@ -348,6 +351,46 @@ mod tests {
     const UPDATE: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I'll help you with that. Let me start by reading some files to understand the current situation."}}}}"#;
     const PERMISSION: &str = r#"{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","toolCall":{"toolCallId":"call_2","title":"Modifying critical configuration file","kind":"edit","status":"pending","locations":[{"path":"/home/user/project/config.json"}],"rawInput":{"path":"/home/user/project/config.json","content":"{\"database\": {\"host\": \"new-host\"}}"}},"options":[{"kind":"allow_once","name":"Allow this change","optionId":"allow"},{"kind":"reject_once","name":"Skip this change","optionId":"reject"}]}}"#;
     const PERMISSION_ANSWER: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
+
+    #[test]
+    fn session_updates_are_recognised_in_any_member_order() {
+        let update = decode_session_update(UPDATE.as_bytes()).expect("an update");
+        assert_eq!(update.session_id, "2d320735bc097228614b1482efa9cf7a");
+        assert_eq!(update.kind, "agent_message_chunk");
+        assert_eq!(update.message_id, None);
+        assert_eq!(update.update()["content"]["type"], "text");
+        let reordered = r#"{"params":{"update":{"content":{},"messageId":"m","sessionUpdate":"plan"},"sessionId":"s","extra":[1]},"method":"session/update","jsonrpc":"2.0"}"#;
+        let update = decode_session_update(reordered.as_bytes()).expect("an update");
+        assert_eq!(
+            (update.session_id.as_str(), update.kind.as_str()),
+            ("s", "plan")
+        );
+        assert_eq!(update.message_id.as_deref(), Some("m"));
+        assert_eq!(
+            update.update_json,
+            r#"{"content":{},"messageId":"m","sessionUpdate":"plan"}"#
+        );
+    }
+
+    #[test]
+    fn other_lines_are_left_to_the_general_decoder() {
+        for line in [
+            INITIALIZE,
+            INITIALIZE_RESULT,
+            PERMISSION,
+            PERMISSION_ANSWER,
+            r#"{"jsonrpc":"2.0","id":7,"method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s"}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"content":1}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update"}"#,
+            r#"{"jsonrpc":"2.0","method":"session/other","params":{"sessionId":"s","update":{"sessionUpdate":"plan"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan"}"#,
+            "not json",
+        ] {
+            assert!(decode_session_update(line.as_bytes()).is_none(), "{line}");
+        }
+    }
     const METHOD_NOT_FOUND: &str = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"\"Method not found\": session/load","data":{"method":"session/load"}}}"#;
     const PARSE_ERROR: &str =
         r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;

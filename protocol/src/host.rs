@@ -606,27 +606,36 @@ impl Actor {
         }
     }
 
-    fn to_json(&self) -> Value {
-        match self {
-            Actor::User { account, signer } => {
-                let mut m = Map::new();
-                m.insert("kind".into(), json!("user"));
-                if let Some(a) = account {
-                    m.insert("account".into(), json!(a));
-                }
-                if let Some(s) = signer {
-                    m.insert("signer".into(), json!(s));
-                }
-                Value::Object(m)
+    /// Appends the public form: `{"kind":…}` plus `account` and `signer`
+    /// for a user when known.
+    fn push_json(&self, out: &mut String) {
+        out.push_str("{\"kind\":\"");
+        out.push_str(self.kind());
+        out.push('"');
+        if let Actor::User { account, signer } = self {
+            if let Some(account) = account {
+                out.push_str(",\"account\":");
+                push_json_str(out, account);
             }
-            Actor::Agent => json!({"kind": "agent"}),
-            Actor::System => json!({"kind": "system"}),
+            if let Some(signer) = signer {
+                out.push_str(",\"signer\":");
+                push_json_str(out, signer);
+            }
         }
+        out.push('}');
     }
 }
 
 /// Renders an RFC 3339 UTC timestamp with milliseconds.
 pub fn rfc3339_ms(ms: i64) -> String {
+    let mut out = String::with_capacity(24);
+    push_rfc3339_ms(&mut out, ms);
+    out
+}
+
+/// Appends [`rfc3339_ms`] of `ms` to `out` without formatting machinery
+/// (it runs once per published event).
+pub fn push_rfc3339_ms(out: &mut String, ms: i64) {
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
@@ -642,7 +651,30 @@ pub fn rfc3339_ms(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
+    if !(0..=9999).contains(&year) {
+        use std::fmt::Write;
+        let _ = write!(
+            out,
+            "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z"
+        );
+        return;
+    }
+    let mut buf = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut value: i64| {
+        for i in (at..at + width).rev() {
+            buf[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, h);
+    put(14, 2, m);
+    put(17, 2, s);
+    put(20, 3, millis);
+    // Every byte written is an ASCII digit or one of the template's.
+    out.push_str(std::str::from_utf8(&buf).unwrap_or("1970-01-01T00:00:00.000Z"));
 }
 
 /// The top-level members of a JSON object, borrowed from its text in
@@ -675,6 +707,12 @@ fn object_members(text: &str) -> Option<Vec<(&str, &RawValue)>> {
 }
 
 fn push_json_str(out: &mut String, s: &str) {
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     match serde_json::to_string(s) {
         Ok(quoted) => out.push_str(&quoted),
         Err(_) => out.push_str("\"\""),
@@ -697,20 +735,40 @@ impl StoredEvent {
         out.push_str("{\"sessionId\":");
         push_json_str(&mut out, &self.session_id);
         out.push_str(",\"sequence\":");
-        out.push_str(&self.sequence.to_string());
+        {
+            use std::fmt::Write;
+            let _ = write!(out, "{}", self.sequence);
+        }
         out.push_str(",\"timestamp\":\"");
-        out.push_str(&rfc3339_ms(self.timestamp_ms));
+        push_rfc3339_ms(&mut out, self.timestamp_ms);
         out.push_str("\",\"actor\":");
-        out.push_str(&self.actor.to_json().to_string());
+        self.actor.push_json(&mut out);
         let members = object_members(&self.payload_json);
+        // Not an object (or an escaped key): the slow, exact path.
+        let parsed = match members {
+            Some(_) => None,
+            None => match self.payload() {
+                Value::Object(map) => Some(map),
+                _ => Some(Map::new()),
+            },
+        };
         let skip: &[&str] = match self.kind {
             EventKind::SessionUpdate => {
-                let ty = members
-                    .as_ref()
-                    .and_then(|m| m.iter().find(|(k, _)| *k == "sessionUpdate"))
-                    .map_or("\"unknown\"", |(_, v)| v.get());
                 out.push_str(",\"type\":");
-                out.push_str(ty);
+                match (&members, &parsed) {
+                    (Some(members), _) => out.push_str(
+                        members
+                            .iter()
+                            .find(|(k, _)| *k == "sessionUpdate")
+                            .map_or("\"unknown\"", |(_, v)| v.get()),
+                    ),
+                    (None, parsed) => out.push_str(
+                        &parsed
+                            .as_ref()
+                            .and_then(|m| m.get("sessionUpdate"))
+                            .map_or_else(|| "\"unknown\"".to_owned(), Value::to_string),
+                    ),
+                }
                 &[
                     "sessionUpdate",
                     "sessionId",
@@ -765,18 +823,15 @@ impl StoredEvent {
                     out.push_str(value.get());
                 }
             }
-            // Not an object (or an escaped key): the slow, exact path.
             None => {
-                if let Value::Object(map) = self.payload() {
-                    for (key, value) in map {
-                        if skip.contains(&key.as_str()) {
-                            continue;
-                        }
-                        out.push(',');
-                        push_json_str(&mut out, &key);
-                        out.push(':');
-                        out.push_str(&value.to_string());
+                for (key, value) in parsed.into_iter().flatten() {
+                    if skip.contains(&key.as_str()) {
+                        continue;
                     }
+                    out.push(',');
+                    push_json_str(&mut out, &key);
+                    out.push(':');
+                    out.push_str(&value.to_string());
                 }
             }
         }
@@ -857,6 +912,38 @@ mod tests {
     fn timestamps_are_rfc3339_with_millis() {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_ms(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
+        assert_eq!(rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339_ms(253_402_300_800_000), "10000-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(-62_167_219_200_001), "-001-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn public_json_escapes_what_it_writes_itself() {
+        let ev = StoredEvent {
+            session_id: "s\"1\\".into(),
+            sequence: 9_007_199_254_740_991,
+            timestamp_ms: 1_709_210_096_789,
+            kind: EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor: Actor::User {
+                account: Some("acc\n\"x\"".into()),
+                signer: Some("key".into()),
+            },
+            payload_json: r#"{"sessionUpdate":"plan","entries":[],"we\"ird":1}"#.into(),
+        };
+        let text = ev.public_json();
+        let p: Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(p["sessionId"], "s\"1\\");
+        assert_eq!(p["sequence"], 9_007_199_254_740_991_u64);
+        assert_eq!(p["timestamp"], "2024-02-29T12:34:56.789Z");
+        assert_eq!(
+            p["actor"],
+            json!({"kind": "user", "account": "acc\n\"x\"", "signer": "key"})
+        );
+        assert_eq!(p["we\"ird"], 1);
+        assert_eq!(p["type"], "plan");
     }
 
     #[test]

@@ -112,6 +112,9 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
         .map_err(sql_error(0))?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(sql_error(0))?;
+    let pages: i64 = std::env::var("CKPT").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    conn.pragma_update(None, "wal_autocheckpoint", pages)
+        .map_err(sql_error(0))?;
     let on: i64 = conn
         .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
         .map_err(sql_error(0))?;
@@ -413,7 +416,12 @@ pub fn from_value_ref(v: ValueRef<'_>) -> SqlValue {
         ValueRef::Null => SqlValue::Null,
         ValueRef::Integer(i) => SqlValue::Integer(i),
         ValueRef::Real(f) => SqlValue::Real(f),
-        ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+        // Valid UTF-8 (the normal case) takes the fast check; anything else
+        // is repaired rather than rejected.
+        ValueRef::Text(t) => SqlValue::Text(match std::str::from_utf8(t) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(t).into_owned(),
+        }),
         ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
     }
 }

@@ -15,8 +15,9 @@ use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use agentos_schema::{DbError, Rows, SharedDatabase, SqlValue, Statement};
 use serde_json::Value;
 
-/// Rows per multi-row INSERT; keeps bound parameters far below SQLite's cap.
-const INSERT_CHUNK: usize = 500;
+/// Rows per multi-row INSERT at most (a power of two); keeps bound
+/// parameters far below SQLite's cap.
+const INSERT_CHUNK: usize = 512;
 
 const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permission_policy, \
     additional_directories_json, env_json, mcp_servers_json, capabilities_json, agent_info_json, \
@@ -334,15 +335,109 @@ fn decode_event(mut r: Vec<SqlValue>) -> StoredEvent {
     }
 }
 
-fn actor_params(actor: &Actor) -> [SqlValue; 3] {
-    match actor {
-        Actor::User { account, signer } => [
-            SqlValue::from("user"),
-            SqlValue::from(account.clone()),
-            SqlValue::from(signer.clone()),
-        ],
-        other => [SqlValue::from(other.kind()), SqlValue::Null, SqlValue::Null],
+/// What an event row's INSERT text depends on: the closed-vocabulary
+/// values written as SQL literals and which optional texts are bound.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct RowShape {
+    kind: EventKind,
+    outcome_status: Option<&'static str>,
+    actor_kind: &'static str,
+    correlation_id: bool,
+    terminal_reason: bool,
+    actor_account: bool,
+    actor_signer: bool,
+}
+
+impl RowShape {
+    fn of(event: &NewEvent) -> RowShape {
+        let (actor_account, actor_signer) = match &event.actor {
+            Actor::User { account, signer } => (account.is_some(), signer.is_some()),
+            _ => (false, false),
+        };
+        RowShape {
+            kind: event.kind,
+            outcome_status: event.outcome_status,
+            actor_kind: event.actor.kind(),
+            correlation_id: event.correlation_id.is_some(),
+            terminal_reason: event.terminal_reason.is_some(),
+            actor_account,
+            actor_signer,
+        }
     }
+}
+
+/// Rows for the next INSERT of a run with `left` rows: the largest power of
+/// two that fits, at most `INSERT_CHUNK`.
+fn statement_rows(left: usize) -> usize {
+    let cap = left.min(INSERT_CHUNK);
+    1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
+/// One multi-row INSERT of `rows` events of one shape. `?1` is the session
+/// and `?2` the time, bound once; each row binds its sequence, payload and
+/// size plus the optional texts its shape has. The closed-vocabulary columns
+/// are literals from the code's own enums, never from input.
+fn insert_events(
+    session_id: &str,
+    shape: RowShape,
+    sequence: &mut u64,
+    now: i64,
+    events: impl Iterator<Item = NewEvent>,
+    rows: usize,
+) -> Statement {
+    use std::fmt::Write;
+    fn optional(sql: &mut String, bound: bool, next: &mut usize) {
+        if bound {
+            let _ = write!(sql, ",?{next}");
+            *next += 1;
+        } else {
+            sql.push_str(",NULL");
+        }
+    }
+    let mut sql = String::with_capacity(300 + rows * 64);
+    sql.push_str(
+        "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, \
+         acp_protocol_version, event_kind, correlation_id, payload_json, payload_bytes, \
+         outcome_status, terminal_reason, actor_kind, actor_account, actor_signer) VALUES ",
+    );
+    let mut params = Vec::with_capacity(2 + rows * 3);
+    params.push(SqlValue::from(session_id));
+    params.push(SqlValue::Integer(now));
+    let mut next = 3;
+    for (i, event) in events.enumerate() {
+        let bytes = event.bytes() as i64;
+        *sequence += 1;
+        if i > 0 {
+            sql.push(',');
+        }
+        let _ = write!(sql, "(?1,?{next},?2,1,'{}'", shape.kind.as_str());
+        next += 1;
+        params.push(SqlValue::Integer(*sequence as i64));
+        optional(&mut sql, shape.correlation_id, &mut next);
+        params.extend(event.correlation_id.map(SqlValue::Text));
+        let _ = write!(sql, ",?{next},?{}", next + 1);
+        next += 2;
+        // Payloads move into the parameters: no copy of the event bodies.
+        params.push(SqlValue::Text(event.payload_json));
+        params.push(SqlValue::Integer(bytes));
+        match shape.outcome_status {
+            Some(status) => {
+                let _ = write!(sql, ",'{status}'");
+            }
+            None => sql.push_str(",NULL"),
+        }
+        optional(&mut sql, shape.terminal_reason, &mut next);
+        params.extend(event.terminal_reason.map(SqlValue::Text));
+        let _ = write!(sql, ",'{}'", shape.actor_kind);
+        optional(&mut sql, shape.actor_account, &mut next);
+        optional(&mut sql, shape.actor_signer, &mut next);
+        if let Actor::User { account, signer } = event.actor {
+            params.extend(account.map(SqlValue::Text));
+            params.extend(signer.map(SqlValue::Text));
+        }
+        sql.push(')');
+    }
+    Statement::new(sql, params).expect_changes(rows as u64)
 }
 
 fn json_text(v: &impl serde::Serialize) -> String {
@@ -602,7 +697,7 @@ impl SessionStore {
             retained_event_count: counters.retained_event_count - prune.events + k,
             retained_event_bytes: counters.retained_event_bytes - prune.bytes + bytes,
         };
-        let mut statements = Vec::with_capacity(3 + events.len() / INSERT_CHUNK);
+        let mut statements = Vec::with_capacity(3 + events.len() / INSERT_CHUNK + 8);
         if prune.events > 0 {
             statements.push(
                 Statement::new(
@@ -635,41 +730,21 @@ impl SessionStore {
         );
         let mut sequence = counters.latest_sequence;
         let mut events = events.into_iter().peekable();
-        while events.peek().is_some() {
-            // Payloads move into the parameters: no copy of the event bodies.
-            let chunk: Vec<NewEvent> = events.by_ref().take(INSERT_CHUNK).collect();
-            let mut sql = String::with_capacity(200 + chunk.len() * 32);
-            sql.push_str(
-                "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, \
-                 acp_protocol_version, event_kind, correlation_id, payload_json, payload_bytes, \
-                 outcome_status, terminal_reason, actor_kind, actor_account, actor_signer) VALUES ",
-            );
-            let rows = chunk.len() as u64;
-            let mut params = Vec::with_capacity(chunk.len() * 12);
-            for (i, event) in chunk.into_iter().enumerate() {
-                sequence += 1;
-                if i > 0 {
-                    sql.push(',');
-                }
-                sql.push_str("(?,?,?,1,?,?,?,?,?,?,?,?,?)");
-                let [kind, account, signer] = actor_params(&event.actor);
-                let bytes = event.bytes() as i64;
-                params.extend([
-                    session_id.into(),
-                    SqlValue::Integer(sequence as i64),
-                    now.into(),
-                    event.kind.as_str().into(),
-                    event.correlation_id.into(),
-                    SqlValue::Text(event.payload_json),
-                    SqlValue::Integer(bytes),
-                    event.outcome_status.into(),
-                    event.terminal_reason.into(),
-                    kind,
-                    account,
-                    signer,
-                ]);
+        while let Some(first) = events.peek() {
+            // A run of rows of one shape, cut into power-of-two statements:
+            // every statement text is one of a few cached shapes, so a batch
+            // never pays for preparing a new one.
+            let shape = RowShape::of(first);
+            let mut run = Vec::new();
+            while let Some(event) = events.next_if(|e| RowShape::of(e) == shape) {
+                run.push(event);
             }
-            statements.push(Statement::new(sql, params).expect_changes(rows));
+            let mut run = run.into_iter();
+            while run.len() > 0 {
+                let rows = statement_rows(run.len());
+                let chunk = run.by_ref().take(rows);
+                statements.push(insert_events(session_id, shape, &mut sequence, now, chunk, rows));
+            }
         }
         (statements, next)
     }
