@@ -215,6 +215,10 @@ pub enum DbError {
     Connect(String),
     #[error("database connection lost: {0}")]
     ConnectionLost(String),
+    /// The connection was lost after a commit was sent and before its
+    /// answer: the transaction may or may not have committed.
+    #[error("database connection lost while committing; the outcome is unknown: {0}")]
+    CommitOutcomeUnknown(String),
     #[error("database protocol violation: {0}")]
     Protocol(String),
     #[error("foreign keys could not be enabled")]
@@ -240,6 +244,7 @@ impl DbError {
             DbError::GoAway(_) => "sqlite_go_away",
             DbError::Connect(_) => "sqlite_connect_failed",
             DbError::ConnectionLost(_) => "sqlite_connection_lost",
+            DbError::CommitOutcomeUnknown(_) => "sqlite_commit_outcome_unknown",
             DbError::Protocol(_) => "sqlite_protocol_error",
             DbError::ForeignKeysDisabled => "sqlite_foreign_keys_disabled",
             DbError::Closed => "session_storage_unavailable",

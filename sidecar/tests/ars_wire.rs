@@ -544,6 +544,7 @@ async fn scripted_server(listener: UnixListener) {
                 return;
             }
             let mut held: Vec<(u32, ResponsePayload)> = Vec::new();
+            let mut die_on_commit = false;
             while let Some(payload) = raw.payload().await {
                 let Ok(ClientFrame::Request(request)) = ars::decode_client_frame(payload) else {
                     return;
@@ -566,7 +567,13 @@ async fn scripted_server(listener: UnixListener) {
                 let response = match sql.as_str() {
                     "PRAGMA foreign_keys" | "PRAGMA foreign_keys = ON" => ok(1),
                     "begin" => ResponsePayload::SqliteBeginOk,
+                    // The commit arrives; the server dies before answering.
+                    "commit" if die_on_commit => return,
                     "commit" => ResponsePayload::SqliteCommitOk,
+                    "die_on_commit" => {
+                        die_on_commit = true;
+                        ok(0)
+                    }
                     "rollback" => ResponsePayload::SqliteRollbackOk,
                     "sql_error" => ResponsePayload::SqlError(SqlError {
                         code: 2067,
@@ -657,6 +664,28 @@ async fn client_matches_out_of_order_responses() {
     assert_eq!(quick.scalar_i64(), Some(22));
     let held = held.await.expect("join").expect("held");
     assert_eq!(held.scalar_i64(), Some(11));
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_commit_left_unanswered_has_an_unknown_outcome() {
+    let (_dir, path, task) = scripted().await;
+    let db = actor_uds::connect(&path, &SqliteLimits::default())
+        .await
+        .expect("connect");
+    // Lost before the commit was sent: certainly not committed.
+    let err = db
+        .transaction(vec![Statement::new("close", vec![])])
+        .await
+        .expect_err("lost mid-transaction");
+    assert_eq!(err.code(), "sqlite_connection_lost", "{err:?}");
+    // Lost after the commit was sent: it may have committed.
+    let err = db
+        .transaction(vec![Statement::new("die_on_commit", vec![])])
+        .await
+        .expect_err("lost during the commit");
+    assert!(matches!(err, DbError::CommitOutcomeUnknown(_)), "{err:?}");
+    assert_eq!(err.code(), "sqlite_commit_outcome_unknown");
     task.abort();
 }
 

@@ -458,3 +458,152 @@ async fn oversize_results_are_refused_and_roll_back() {
     }
     uds.shutdown().await;
 }
+
+/// Core migration 2 rebuilds the event log: rows survive byte for byte and
+/// every rule still holds.
+#[tokio::test]
+async fn event_log_rebuild_keeps_rows_and_rules() {
+    use agentos_schema::ladders::core::MIGRATIONS;
+    const INSERT: &str = "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, \
+        acp_protocol_version, event_kind, correlation_id, payload_json, payload_bytes, \
+        outcome_status, terminal_reason, actor_kind, actor_account, actor_signer) \
+        VALUES (?1, ?2, 5, 1, ?3, ?4, ?5, length(CAST(?5 AS BLOB)), ?6, ?7, ?8, ?9, NULL)";
+    let row = |seq: i64,
+               kind: &str,
+               corr: Option<&str>,
+               outcome: Option<&str>,
+               reason: Option<&str>,
+               actor: &str,
+               account: Option<&str>| {
+        Statement::new(
+            INSERT,
+            vec![
+                "s".into(),
+                seq.into(),
+                kind.into(),
+                corr.map_or(SqlValue::Null, SqlValue::from),
+                r#"{"k":"é"}"#.into(),
+                outcome.map_or(SqlValue::Null, SqlValue::from),
+                reason.map_or(SqlValue::Null, SqlValue::from),
+                actor.into(),
+                account.map_or(SqlValue::Null, SqlValue::from),
+            ],
+        )
+    };
+    const ALL: &str = "SELECT session_id, sequence, occurred_at_ms, acp_protocol_version, \
+        event_kind, correlation_id, payload_json, payload_bytes, outcome_status, \
+        terminal_reason, actor_kind, actor_account, actor_signer \
+        FROM agentos_core_events ORDER BY sequence";
+    for b in all_backends().await {
+        let db = b.db.as_ref();
+        migrate(db, Owner::Core, &MIGRATIONS[..1])
+            .await
+            .expect("v1");
+        db.transaction(vec![
+            row(1, "session_update", None, None, None, "user", Some("acct")),
+            row(
+                2,
+                "permission_request",
+                Some("r"),
+                None,
+                None,
+                "agent",
+                None,
+            ),
+            row(
+                3,
+                "permission_response",
+                Some("r"),
+                Some("accepted"),
+                None,
+                "user",
+                None,
+            ),
+            row(
+                4,
+                "permission_response",
+                Some("r"),
+                Some("not_pending"),
+                Some("vm_shutdown"),
+                "system",
+                None,
+            ),
+        ])
+        .await
+        .expect("v1 rows");
+        let before = db.query(ALL, vec![]).await.expect("rows").rows;
+        migrate(db, Owner::Core, MIGRATIONS).await.expect("v2");
+        assert_eq!(agentos_schema_stored(db).await, 2, "{}", b.name);
+        let after = db.query(ALL, vec![]).await.expect("rows").rows;
+        assert_eq!(after, before, "{}: rows copied as they were", b.name);
+        let leftover = db
+            .query(
+                "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'agentos_core_events_v2'",
+                vec![],
+            )
+            .await
+            .expect("schema");
+        assert_eq!(leftover.scalar_i64(), Some(0), "{}", b.name);
+        for (bad, what) in [
+            (
+                row(5, "session_updat", None, None, None, "agent", None),
+                "kind",
+            ),
+            (
+                row(5, "session_update", None, None, None, "robot", None),
+                "actor",
+            ),
+            (
+                row(
+                    5,
+                    "permission_response",
+                    Some("r"),
+                    Some("maybe"),
+                    None,
+                    "agent",
+                    None,
+                ),
+                "outcome",
+            ),
+            (
+                row(
+                    5,
+                    "permission_response",
+                    Some("r"),
+                    Some("not_pending"),
+                    Some("bored"),
+                    "agent",
+                    None,
+                ),
+                "reason",
+            ),
+            (
+                row(5, "session_update", Some("r"), None, None, "agent", None),
+                "correlation",
+            ),
+            (
+                row(5, "session_update", None, None, None, "agent", Some("acct")),
+                "account",
+            ),
+            (
+                row(1, "session_update", None, None, None, "agent", None),
+                "duplicate",
+            ),
+        ] {
+            let err = db.transaction(vec![bad]).await.expect_err(what);
+            assert!(err.is_constraint(), "{}: {what}: {err:?}", b.name);
+        }
+        db.transaction(vec![row(
+            5,
+            "session_update",
+            None,
+            None,
+            None,
+            "agent",
+            None,
+        )])
+        .await
+        .expect("a good row still goes in");
+        b.shutdown().await;
+    }
+}

@@ -1535,7 +1535,11 @@ impl<'a> Trial<'a> {
                             self.violation("uncertain_not_retryable", tag.clone());
                         }
                     }
-                    let explained = matches!(&p.outcome, Outcome::Err(e) if data_code(e) == code);
+                    // An answer that the commit's outcome is unknown
+                    // explains any stored state; the retry below must then
+                    // replay what was stored.
+                    let explained = matches!(&p.outcome, Outcome::Err(e)
+                        if data_code(e) == code || data_code(e) == "commit_outcome_unknown");
                     if code != "prompt_delivery_uncertain" && !explained {
                         self.violation(
                             "unexpected_failure",
@@ -1562,7 +1566,10 @@ impl<'a> Trial<'a> {
                     if let Outcome::Err(e) = &p.outcome {
                         // `prompt_in_progress` honestly names a concurrent
                         // send of the same key that went first.
-                        if r.state == "completed" && data_code(e) != "prompt_in_progress" {
+                        if r.state == "completed"
+                            && data_code(e) != "prompt_in_progress"
+                            && data_code(e) != "commit_outcome_unknown"
+                        {
                             self.violation(
                                 "answer_differs_from_commit",
                                 format!("{tag}: answered error {e}, stored completed {answer}"),

@@ -216,8 +216,8 @@ impl Database for ActorUdsDatabase {
                 }
             }
         }
-        let commit = conn
-            .call(
+        let sent = conn
+            .send(
                 &slots,
                 None,
                 RequestPayload::SqliteCommit(SqliteCommit {
@@ -225,6 +225,15 @@ impl Database for ActorUdsDatabase {
                 }),
             )
             .await;
+        let commit = match sent {
+            // Once the commit may have reached the server, anything but an
+            // answer to it (a lost connection, a GoAway) leaves its outcome
+            // unknown.
+            Ok(reply) => receive(reply)
+                .await
+                .map_err(|e| DbError::CommitOutcomeUnknown(e.to_string())),
+            Err(e) => Err(e),
+        };
         match commit {
             Ok(ResponsePayload::SqliteCommitOk) => {
                 lease.open = false;

@@ -79,6 +79,8 @@ impl SessionError {
             SessionError::Storage(e) => match e {
                 DbError::ResultLimit { .. } => "sqlite_result_limit",
                 DbError::Closed => "session_storage_unavailable",
+                // Retrying with the same idempotency key tells which.
+                DbError::CommitOutcomeUnknown(_) => "commit_outcome_unknown",
                 _ => "session_storage_error",
             },
             SessionError::ShuttingDown => "vm_shutdown",

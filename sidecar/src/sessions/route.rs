@@ -10,7 +10,7 @@
 //! `session/load` (its replay is discarded), else `session/new` plus a
 //! bounded continuation prepended once to the next prompt.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ use super::{Notice, SessionError, Shared};
 const MAX_BATCH_EVENTS: usize = 4096;
 /// Payload bytes committed in one transaction at most.
 const MAX_BATCH_BYTES: u64 = 16 << 20;
+/// Agent update batches handed to the committing task and not yet
+/// confirmed, at most.
+const MAX_IN_FLIGHT: usize = 2;
 /// Session updates considered for a continuation.
 const CONTINUATION_EVENTS: u64 = 200;
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -181,9 +184,13 @@ pub(crate) struct Route {
     preamble: Option<String>,
     generation: u64,
     exited: bool,
-    /// Ordered hand-off to the publishing task, so rendering and delivering
-    /// one batch overlaps with committing the next.
-    publisher: mpsc::UnboundedSender<Publish>,
+    /// Ordered hand-off to the committing task (which hands committed rows
+    /// on to the publishing task): building the next batch overlaps with
+    /// committing this one, and rendering and delivering overlaps with both.
+    committer: mpsc::UnboundedSender<Work>,
+    /// Commits handed off and not yet confirmed, oldest first. `counters`
+    /// already includes them.
+    in_flight: VecDeque<InFlight>,
     /// Retained prompt records and permission outcomes of this session; the
     /// route is their only writer.
     prompt_count: u64,
@@ -298,6 +305,8 @@ impl Route {
             row.session_id.clone(),
             publications,
         ));
+        let (committer, work) = mpsc::unbounded_channel();
+        tokio::spawn(commit_loop(shared.store.clone(), work, publisher));
         let route = Route {
             shared,
             session_id: row.session_id.clone(),
@@ -310,7 +319,8 @@ impl Route {
             preamble,
             generation,
             exited: false,
-            publisher,
+            committer,
+            in_flight: VecDeque::new(),
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
         };
@@ -628,8 +638,23 @@ impl Route {
     }
 
     /// Appends events (plus `extra` statements) in one transaction, reads the
-    /// rows back and publishes them.
+    /// rows back and publishes them; returns once that is committed.
     async fn commit(
+        &mut self,
+        events: Vec<NewEvent>,
+        extra: Vec<Statement>,
+    ) -> Result<(), SessionError> {
+        self.settle().await?;
+        self.submit(events, extra).await?;
+        self.settle().await
+    }
+
+    /// Hands a transaction appending `events` (plus `extra` statements) to
+    /// the committing task without waiting for it. The counters move on at
+    /// once; [`Route::settle`] puts them back if it fails. A batch that needs
+    /// pruning waits for everything before it, since retention reads the
+    /// committed history.
+    async fn submit(
         &mut self,
         events: Vec<NewEvent>,
         extra: Vec<Statement>,
@@ -656,6 +681,15 @@ impl Route {
                 limit: limits.max_session_history_bytes,
             });
         }
+        let (max_events, max_bytes) = (
+            limits.max_session_history_events,
+            limits.max_session_history_bytes,
+        );
+        let over = self.counters.retained_event_count + incoming > max_events
+            || self.counters.retained_event_bytes + incoming_bytes > max_bytes;
+        if over {
+            self.settle().await?;
+        }
         let prune = self
             .shared
             .store
@@ -664,8 +698,8 @@ impl Route {
                 &self.counters,
                 incoming,
                 incoming_bytes,
-                limits.max_session_history_events,
-                limits.max_session_history_bytes,
+                max_events,
+                max_bytes,
             )
             .await?;
         let now = clock_ms();
@@ -676,16 +710,50 @@ impl Route {
             &self.session_id,
             self.counters.latest_sequence,
         ));
-        let mut results = self.shared.store.db().transaction(statements).await?;
-        let stored = results
-            .pop()
-            .map(SessionStore::decode_events)
-            .unwrap_or_default();
-        let before = self.counters;
+        let (reply, confirmed) = oneshot::channel();
+        self.committer
+            .send(Work::Commit { statements, reply })
+            .map_err(|_| SessionError::Storage(DbError::Closed))?;
+        self.in_flight.push_back(InFlight {
+            confirmed,
+            before: self.counters,
+            after: next,
+        });
         self.counters = next;
-        self.shared.warn_history(&self.session_id, &before, &next);
-        if !stored.is_empty() {
-            let _ = self.publisher.send(Publish::Durable(stored));
+        Ok(())
+    }
+
+    /// Waits for the oldest handed-off commit. On failure the counters go
+    /// back to before it and every later one is awaited too: each of them
+    /// expected the failed one's counters, so none can have committed.
+    async fn confirm_oldest(&mut self) -> Result<(), SessionError> {
+        let Some(first) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        let result = match first.confirmed.await {
+            Ok(result) => result.map_err(SessionError::from),
+            Err(_) => Err(SessionError::Storage(DbError::Closed)),
+        };
+        match result {
+            Ok(()) => {
+                self.shared
+                    .warn_history(&self.session_id, &first.before, &first.after);
+                Ok(())
+            }
+            Err(e) => {
+                while let Some(later) = self.in_flight.pop_front() {
+                    let _ = later.confirmed.await;
+                }
+                self.counters = first.before;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until every handed-off commit is confirmed.
+    async fn settle(&mut self) -> Result<(), SessionError> {
+        while !self.in_flight.is_empty() {
+            self.confirm_oldest().await?;
         }
         Ok(())
     }
@@ -693,14 +761,14 @@ impl Route {
     /// Publishes a live update, in order with the durable events before it.
     fn publish_live(&self, update: Value) {
         let _ = self
-            .publisher
-            .send(Publish::Ephemeral(self.counters.latest_sequence, update));
+            .committer
+            .send(Work::Ephemeral(self.counters.latest_sequence, update));
     }
 
     /// Waits until everything committed so far has been published.
     async fn published(&self) {
         let (done, wait) = oneshot::channel();
-        if self.publisher.send(Publish::Barrier(done)).is_ok() {
+        if self.committer.send(Work::Barrier(done)).is_ok() {
             let _ = wait.await;
         }
     }
@@ -905,7 +973,7 @@ impl Route {
                         if turn.pending.len() >= MAX_BATCH_EVENTS
                             || turn.pending_bytes >= MAX_BATCH_BYTES
                         {
-                            self.flush(turn).await?;
+                            self.flush_pipelined(turn).await?;
                         }
                     }
                 }
@@ -930,7 +998,7 @@ impl Route {
                 AdapterEvent::Exited { code, signal } => self.on_exit(code, signal),
             }
         }
-        self.flush(turn).await
+        self.flush_pipelined(turn).await
     }
 
     fn queue_raw(&self, turn: &mut Turn, payload_json: String) {
@@ -947,16 +1015,44 @@ impl Route {
         }
     }
 
-    /// Commits the queued updates.
+    /// Commits the queued updates and waits for every commit in flight.
     async fn flush(&mut self, turn: &mut Turn) -> Result<(), ()> {
+        let result = match self.submit_pending(turn).await {
+            Ok(()) => self.settle().await,
+            Err(e) => Err(e),
+        };
+        self.commit_failed(turn, result).await
+    }
+
+    /// Hands the queued updates to the committing task, waiting only when
+    /// `MAX_IN_FLIGHT` batches are already on their way.
+    async fn flush_pipelined(&mut self, turn: &mut Turn) -> Result<(), ()> {
+        let mut result = self.submit_pending(turn).await;
+        while result.is_ok() && self.in_flight.len() > MAX_IN_FLIGHT {
+            result = self.confirm_oldest().await;
+        }
+        self.commit_failed(turn, result).await
+    }
+
+    async fn submit_pending(&mut self, turn: &mut Turn) -> Result<(), SessionError> {
         if turn.pending.is_empty() {
             return Ok(());
         }
         let events = std::mem::take(&mut turn.pending);
         turn.pending_bytes = 0;
-        match self.commit(events, vec![]).await {
+        self.submit(events, vec![]).await
+    }
+
+    /// A failed history commit fails the turn and stops the adapter.
+    async fn commit_failed(
+        &mut self,
+        turn: &mut Turn,
+        result: Result<(), SessionError>,
+    ) -> Result<(), ()> {
+        match result {
             Ok(()) => Ok(()),
             Err(e) => {
+                let _ = self.settle().await;
                 turn.failure = Some(("history_commit_failed".into(), e.to_string()));
                 self.abort_adapter_turn().await;
                 Err(())
@@ -1468,7 +1564,62 @@ impl Route {
     }
 }
 
-/// What the route hands its publishing task, in commit order.
+/// A commit handed to the committing task and not yet confirmed.
+struct InFlight {
+    confirmed: oneshot::Receiver<Result<(), DbError>>,
+    before: HistoryCounters,
+    after: HistoryCounters,
+}
+
+/// What the route hands its committing task, in order.
+enum Work {
+    /// A transaction ending in a read-back; the rows read back are
+    /// published, then the route is told.
+    Commit {
+        statements: Vec<Statement>,
+        reply: oneshot::Sender<Result<(), DbError>>,
+    },
+    Ephemeral(u64, Value),
+    Barrier(oneshot::Sender<()>),
+}
+
+/// Runs a route's transactions one after the other and hands each one's
+/// rows, read back after its commit, to the publishing task. Live updates
+/// and barriers pass through in order. Ends when the route does.
+async fn commit_loop(
+    store: SessionStore,
+    mut work: mpsc::UnboundedReceiver<Work>,
+    publisher: mpsc::UnboundedSender<Publish>,
+) {
+    while let Some(item) = work.recv().await {
+        match item {
+            Work::Commit { statements, reply } => {
+                let result = match store.db().transaction(statements).await {
+                    Ok(mut results) => {
+                        let stored = results
+                            .pop()
+                            .map(SessionStore::decode_events)
+                            .unwrap_or_default();
+                        if !stored.is_empty() {
+                            let _ = publisher.send(Publish::Durable(stored));
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(result);
+            }
+            Work::Ephemeral(after, update) => {
+                let _ = publisher.send(Publish::Ephemeral(after, update));
+            }
+            Work::Barrier(done) => {
+                let _ = publisher.send(Publish::Barrier(done));
+            }
+        }
+    }
+}
+
+/// What the committing task hands the publishing task, in commit order.
 enum Publish {
     Durable(Vec<StoredEvent>),
     Ephemeral(u64, Value),

@@ -743,7 +743,14 @@ impl SessionStore {
             while run.len() > 0 {
                 let rows = statement_rows(run.len());
                 let chunk = run.by_ref().take(rows);
-                statements.push(insert_events(session_id, shape, &mut sequence, now, chunk, rows));
+                statements.push(insert_events(
+                    session_id,
+                    shape,
+                    &mut sequence,
+                    now,
+                    chunk,
+                    rows,
+                ));
             }
         }
         (statements, next)
