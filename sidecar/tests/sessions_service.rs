@@ -10,7 +10,7 @@ use std::sync::Arc;
 use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
 use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 use agentos_sidecar::config::{AcpLimits, AgentSpec};
-use agentos_sidecar::db::testing::{all_backends, CapturedLog, CountingDatabase};
+use agentos_sidecar::db::testing::{all_backends, CapturedLog, CountingDatabase, FaultyDatabase};
 use agentos_sidecar::sessions::{SessionError, SessionStore, Sessions};
 use serde_json::{json, Value};
 
@@ -787,6 +787,60 @@ async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
             warnings("limits.acp.maxSessionHistoryEvents"),
             1,
             "pruned back to the budget: still above, no repeat"
+        );
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+/// A group commit that fails mid-stream (with another possibly queued behind
+/// it) fails the turn; nothing after the last good commit is kept or
+/// published, the counters stay true, and the next turn carries on.
+#[tokio::test]
+async fn a_commit_failing_mid_flood_fails_the_turn_and_leaves_history_whole() {
+    for backend in all_backends().await {
+        let faulty = FaultyDatabase::new(backend.db.clone());
+        let db: SharedDatabase = faulty.clone();
+        let env = env_with(db, AcpLimits::default()).await;
+        env.sessions.open(open("f", "echo")).await.unwrap();
+        prompt(&env, "f", "echo warm").await.unwrap();
+        // The accept commit and one batch pass; the next batch fails.
+        faulty.fail_nth_transaction(3);
+        let err = prompt(&env, "f", "flood 20000").await.unwrap_err();
+        assert!(faulty.fired(), "{}", backend.name);
+        assert_eq!(
+            err.code(),
+            "history_commit_failed",
+            "{}: {err}",
+            backend.name
+        );
+        let events = history(&env, "f").await;
+        let sequences: Vec<u64> = events
+            .iter()
+            .map(|e| e["sequence"].as_u64().unwrap())
+            .collect();
+        let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+        assert_eq!(sequences, expected, "{}: no gap", backend.name);
+        assert!(
+            sequences.len() < 20_000,
+            "{}: the failed batch is not there",
+            backend.name
+        );
+        let info = env.sessions.get("f").await.unwrap();
+        assert_eq!(info["latestSequence"], sequences.len(), "{}", backend.name);
+        assert_eq!(info["retainedEvents"], sequences.len(), "{}", backend.name);
+        let ok = prompt(&env, "f", "echo after").await.unwrap();
+        assert_eq!(ok["stopReason"], "end_turn", "{}", backend.name);
+        let after = history(&env, "f").await;
+        let sequences: Vec<u64> = after
+            .iter()
+            .map(|e| e["sequence"].as_u64().unwrap())
+            .collect();
+        let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+        assert_eq!(
+            sequences, expected,
+            "{}: the next turn follows on",
+            backend.name
         );
         env.sessions.shutdown().await;
         backend.shutdown().await;

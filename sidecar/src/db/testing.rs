@@ -171,6 +171,76 @@ impl Database for CountingDatabase {
     }
 }
 
+/// A handle that forwards to another and fails one chosen transaction with
+/// an I/O error, for tests of what a failed commit leaves behind.
+pub struct FaultyDatabase {
+    inner: SharedDatabase,
+    /// Transactions still to pass before the one that fails; `None` when no
+    /// failure is armed.
+    countdown: Mutex<Option<u64>>,
+}
+
+impl FaultyDatabase {
+    pub fn new(inner: SharedDatabase) -> Arc<FaultyDatabase> {
+        Arc::new(FaultyDatabase {
+            inner,
+            countdown: Mutex::new(None),
+        })
+    }
+
+    /// The `n`th transaction from now (1 = the next one) fails; the others
+    /// pass.
+    pub fn fail_nth_transaction(&self, n: u64) {
+        if let Ok(mut c) = self.countdown.lock() {
+            *c = Some(n.saturating_sub(1));
+        }
+    }
+
+    /// Whether the armed failure has happened.
+    pub fn fired(&self) -> bool {
+        self.countdown.lock().map(|c| c.is_none()).unwrap_or(false)
+    }
+
+    fn fail_this_one(&self) -> bool {
+        let Ok(mut c) = self.countdown.lock() else {
+            return false;
+        };
+        match *c {
+            Some(0) => {
+                *c = None;
+                true
+            }
+            Some(n) => {
+                *c = Some(n - 1);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+#[async_trait]
+impl Database for FaultyDatabase {
+    fn kind(&self) -> DatabaseKind {
+        self.inner.kind()
+    }
+
+    async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        self.inner.query(sql, params).await
+    }
+
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
+        if self.fail_this_one() {
+            return Err(DbError::Sql {
+                code: 10,
+                statement_index: 0,
+                message: "disk I/O error (injected)".into(),
+            });
+        }
+        self.inner.transaction(statements).await
+    }
+}
+
 /// Formatted log lines collected in memory, so tests can count warnings:
 /// install it with `tracing::subscriber::set_default` on a `fmt` subscriber
 /// built `with_writer(captured.clone())`.

@@ -32,7 +32,7 @@ const MAX_BATCH_EVENTS: usize = 4096;
 /// Payload bytes committed in one transaction at most.
 const MAX_BATCH_BYTES: u64 = 16 << 20;
 /// Agent update batches handed to the committing task and not yet
-/// confirmed, at most.
+/// confirmed, at most: one committing, one full batch waiting behind it.
 const MAX_IN_FLIGHT: usize = 2;
 /// Session updates considered for a continuation.
 const CONTINUATION_EVENTS: u64 = 200;
@@ -723,14 +723,25 @@ impl Route {
         Ok(())
     }
 
-    /// Waits for the oldest handed-off commit. On failure the counters go
-    /// back to before it and every later one is awaited too: each of them
-    /// expected the failed one's counters, so none can have committed.
+    /// Waits for the oldest handed-off commit.
     async fn confirm_oldest(&mut self) -> Result<(), SessionError> {
-        let Some(first) = self.in_flight.pop_front() else {
+        let Some(mut first) = self.in_flight.pop_front() else {
             return Ok(());
         };
-        let result = match first.confirmed.await {
+        let result = (&mut first.confirmed).await;
+        self.confirmed(first, result).await
+    }
+
+    /// Takes the answer for the oldest handed-off commit. On failure the
+    /// counters go back to before it and every later one is awaited too:
+    /// each of them expected the failed one's counters, so none can have
+    /// committed.
+    async fn confirmed(
+        &mut self,
+        first: InFlight,
+        answer: Result<Result<(), DbError>, oneshot::error::RecvError>,
+    ) -> Result<(), SessionError> {
+        let result = match answer {
             Ok(result) => result.map_err(SessionError::from),
             Err(_) => Err(SessionError::Storage(DbError::Closed)),
         };
@@ -866,6 +877,12 @@ impl Route {
         let end = loop {
             tokio::select! {
                 biased;
+                // A commit ended: the database is free for what accumulated.
+                answer = oldest_answer(&mut self.in_flight), if !self.in_flight.is_empty() => {
+                    if self.on_confirmed(&mut turn, answer).await.is_err() {
+                        break TurnEnd::Failed;
+                    }
+                }
                 event = self.events.recv(), if !self.exited => {
                     let Some(first) = event else {
                         self.exited = true;
@@ -973,7 +990,7 @@ impl Route {
                         if turn.pending.len() >= MAX_BATCH_EVENTS
                             || turn.pending_bytes >= MAX_BATCH_BYTES
                         {
-                            self.flush_pipelined(turn).await?;
+                            self.flush_when_free(turn).await?;
                         }
                     }
                 }
@@ -998,7 +1015,7 @@ impl Route {
                 AdapterEvent::Exited { code, signal } => self.on_exit(code, signal),
             }
         }
-        self.flush_pipelined(turn).await
+        self.flush_when_free(turn).await
     }
 
     fn queue_raw(&self, turn: &mut Turn, payload_json: String) {
@@ -1024,14 +1041,39 @@ impl Route {
         self.commit_failed(turn, result).await
     }
 
-    /// Hands the queued updates to the committing task, waiting only when
-    /// `MAX_IN_FLIGHT` batches are already on their way.
-    async fn flush_pipelined(&mut self, turn: &mut Turn) -> Result<(), ()> {
-        let mut result = self.submit_pending(turn).await;
-        while result.is_ok() && self.in_flight.len() > MAX_IN_FLIGHT {
+    /// Group commit for the agent's updates, pipelined: while one
+    /// transaction commits, the next batch accumulates; it is handed over
+    /// when the database is free (see the turn loop) or when it is full, in
+    /// which case it waits behind the one committing (at most
+    /// `MAX_IN_FLIGHT` in all).
+    async fn flush_when_free(&mut self, turn: &mut Turn) -> Result<(), ()> {
+        let full = turn.pending.len() >= MAX_BATCH_EVENTS || turn.pending_bytes >= MAX_BATCH_BYTES;
+        if !self.in_flight.is_empty() && !full {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        while result.is_ok() && self.in_flight.len() >= MAX_IN_FLIGHT {
             result = self.confirm_oldest().await;
         }
+        if result.is_ok() {
+            result = self.submit_pending(turn).await;
+        }
         self.commit_failed(turn, result).await
+    }
+
+    /// The oldest handed-off commit was answered: take the answer, then give
+    /// the free database what has accumulated.
+    async fn on_confirmed(
+        &mut self,
+        turn: &mut Turn,
+        answer: Result<Result<(), DbError>, oneshot::error::RecvError>,
+    ) -> Result<(), ()> {
+        let Some(first) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        let result = self.confirmed(first, answer).await;
+        self.commit_failed(turn, result).await?;
+        self.flush_when_free(turn).await
     }
 
     async fn submit_pending(&mut self, turn: &mut Turn) -> Result<(), SessionError> {
@@ -1569,6 +1611,17 @@ struct InFlight {
     confirmed: oneshot::Receiver<Result<(), DbError>>,
     before: HistoryCounters,
     after: HistoryCounters,
+}
+
+/// The answer for the oldest handed-off commit, left in place: the caller
+/// removes the entry once it has the answer.
+async fn oldest_answer(
+    in_flight: &mut VecDeque<InFlight>,
+) -> Result<Result<(), DbError>, oneshot::error::RecvError> {
+    match in_flight.front_mut() {
+        Some(first) => (&mut first.confirmed).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What the route hands its committing task, in order.
