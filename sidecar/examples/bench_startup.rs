@@ -80,7 +80,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("agentos-bench-startup"));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join("large.sqlite");
+    // Named by schema version: a database built by an older binary would
+    // measure its one-time migration instead of a start.
+    let version = agentos_schema::ladders::core::MIGRATIONS
+        .last()
+        .map_or(0, |m| m.version);
+    let path = dir.join(format!("large-core-v{version}.sqlite"));
     if !path.exists() {
         eprintln!(
             "building {SESSIONS} sessions x {EVENTS_PER_SESSION} events in {} ...",
