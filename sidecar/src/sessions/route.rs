@@ -899,32 +899,38 @@ impl Route {
                         break TurnEnd::Failed;
                     }
                 }
-                command = commands.recv() => match command {
-                    None => break TurnEnd::Stopped(StopReason::VmShutdown, oneshot::channel().0),
-                    Some(Command::Prompt { request, reply }) => {
-                        // The same key: the caller replays the stored
-                        // prompt (in progress, or a conflict on other input).
-                        let same_key = request.idempotency_key.is_some()
-                            && request.idempotency_key == turn.idempotency_key;
-                        let _ = reply.send(Err(if same_key {
-                            SessionError::PromptInProgress
-                        } else {
-                            SessionError::Busy(self.session_id.clone())
-                        }));
+                command = commands.recv() => {
+                    // A command sees the agent's updates that arrived before
+                    // it committed, and settled counters. A failure here is
+                    // already the turn's (see `commit_failed`).
+                    let _ = self.flush(&mut turn).await;
+                    match command {
+                        None => break TurnEnd::Stopped(StopReason::VmShutdown, oneshot::channel().0),
+                        Some(Command::Prompt { request, reply }) => {
+                            // The same key: the caller replays the stored
+                            // prompt (in progress, or a conflict on other input).
+                            let same_key = request.idempotency_key.is_some()
+                                && request.idempotency_key == turn.idempotency_key;
+                            let _ = reply.send(Err(if same_key {
+                                SessionError::PromptInProgress
+                            } else {
+                                SessionError::Busy(self.session_id.clone())
+                            }));
+                        }
+                        Some(Command::Cancel { reply }) => {
+                            let status = self.cancel(&mut turn).await;
+                            let _ = reply.send(status);
+                        }
+                        Some(Command::RespondPermission { request_id, option_id, reply }) => {
+                            let result = self.respond_permission(&mut turn, &request_id, &option_id).await;
+                            let _ = reply.send(result);
+                        }
+                        Some(Command::SetConfigOption { reply, .. }) => {
+                            let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
+                        }
+                        Some(Command::Stop { reason, reply }) => break TurnEnd::Stopped(reason, reply),
                     }
-                    Some(Command::Cancel { reply }) => {
-                        let status = self.cancel(&mut turn).await;
-                        let _ = reply.send(status);
-                    }
-                    Some(Command::RespondPermission { request_id, option_id, reply }) => {
-                        let result = self.respond_permission(&mut turn, &request_id, &option_id).await;
-                        let _ = reply.send(result);
-                    }
-                    Some(Command::SetConfigOption { reply, .. }) => {
-                        let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
-                    }
-                    Some(Command::Stop { reason, reply }) => break TurnEnd::Stopped(reason, reply),
-                },
+                }
                 result = &mut answer => {
                     // Everything the agent sent before its answer is already
                     // queued: handle it first, in order.
