@@ -97,12 +97,6 @@ impl Database for SqliteFileDatabase {
     }
 }
 
-/// WAL pages written before a commit checkpoints them into the database
-/// (SQLite's default is 1,000). Each checkpoint costs two fsyncs during
-/// which every writer waits; a flood of appends writes thousands of pages a
-/// second, so a 16 MiB WAL checkpoints a quarter as often.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 4096;
-
 /// Opens a connection with the settings every backend's file must have.
 pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     let conn =
@@ -117,8 +111,6 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(sql_error(0))?;
     conn.pragma_update(None, "foreign_keys", "ON")
-        .map_err(sql_error(0))?;
-    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
         .map_err(sql_error(0))?;
     let on: i64 = conn
         .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
