@@ -846,3 +846,58 @@ async fn a_commit_failing_mid_flood_fails_the_turn_and_leaves_history_whole() {
         backend.shutdown().await;
     }
 }
+
+/// A terminal commit that fails ends the route; the session is not left
+/// busy: the next prompt settles the unfinished turn as a restart would
+/// (`prompt_delivery_uncertain`, retryable) and runs.
+#[tokio::test]
+async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
+    for backend in all_backends().await {
+        let faulty = FaultyDatabase::new(backend.db.clone());
+        let db: SharedDatabase = faulty.clone();
+        let env = env_with(db, AcpLimits::default()).await;
+        env.sessions.open(open("t", "echo")).await.unwrap();
+        prompt(&env, "t", "echo warm").await.unwrap();
+        // The accept commit passes; the terminal commit fails.
+        faulty.fail_nth_transaction(2);
+        let err = env
+            .sessions
+            .prompt("t", text("echo lost"), Some("k1".into()), user())
+            .await
+            .unwrap_err();
+        assert!(faulty.fired(), "{}", backend.name);
+        assert_eq!(
+            err.code(),
+            "session_storage_error",
+            "{}: {err}",
+            backend.name
+        );
+        let ok = prompt(&env, "t", "echo next").await.unwrap();
+        assert_eq!(ok["stopReason"], "end_turn", "{}", backend.name);
+        let replay = env
+            .sessions
+            .prompt("t", text("echo lost"), Some("k1".into()), user())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            replay.code(),
+            "prompt_delivery_uncertain",
+            "{}",
+            backend.name
+        );
+        match replay {
+            SessionError::PromptFailed { error } => {
+                assert_eq!(error["retryable"], true, "{}", backend.name)
+            }
+            other => panic!("{}: {other:?}", backend.name),
+        }
+        let info = env.sessions.get("t").await.unwrap();
+        assert_eq!(info["state"]["status"], "idle", "{}", backend.name);
+        let status = env.sessions.status().await.unwrap();
+        assert_eq!(status["prompts"]["used"], 3, "{}: {status}", backend.name);
+        let counters = env.sessions.store().vm_counters().await.unwrap();
+        assert_eq!(counters, [1, 3, 0, 0], "{}", backend.name);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}

@@ -560,7 +560,17 @@ impl Sessions {
         if let Some(route) = self.route(session_id) {
             return Ok(route);
         }
-        let row = self.row(session_id).await?;
+        let mut row = self.row(session_id).await?;
+        if row.state == "running" || row.state == "waiting" {
+            // No route, yet mid-turn: an earlier route of this process ended
+            // without its terminal commit (storage failed). Settle the turn
+            // as a restart would.
+            if self.shared.store.reconcile_session(session_id).await? {
+                tracing::warn!(session = %session_id, "a turn left unfinished by a storage failure was marked prompt_delivery_uncertain");
+            }
+            self.shared.refresh_vm_counts().await?;
+            row = self.row(session_id).await?;
+        }
         let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst);
         let handle = Route::start(self.shared.clone(), row, generation).await?;
         lock(&self.shared.routes).insert(session_id.to_owned(), handle.clone());

@@ -1545,7 +1545,12 @@ impl Route {
             now,
         );
         if let Err(e) = self.commit(events, extra).await {
-            tracing::error!(session = %self.session_id, error = %e, "terminal commit failed; the prompt stays accepted until the next start");
+            // This route's view of the session can no longer be trusted: it
+            // ends, and the next start settles the turn from what is stored.
+            tracing::error!(session = %self.session_id, error = %e, "terminal commit failed; the route ends and the next start settles the turn");
+            self.conn.shutdown().await;
+            self.exited = true;
+            self.shared.route_ended(&self.session_id, self.generation);
             return (Err(e), stop);
         }
         // The host hears the answer only after the terminal events are out.

@@ -1293,6 +1293,81 @@ impl SessionStore {
         Ok([0, 1, 2, 3].map(|i| r.map_or(0, |r| uint(&r[i]))))
     }
 
+    /// Recovery of one session whose route ended mid-turn while the process
+    /// lives on (its terminal commit failed): what [`Self::reconcile`] does
+    /// at start, for this session only. Its accepted prompt fails with
+    /// `prompt_delivery_uncertain` (retryable), its pending permissions end
+    /// as `adapter_exited`, and the session becomes failed but usable. One
+    /// transaction; returns whether the session needed it.
+    pub async fn reconcile_session(&self, session_id: &str) -> Result<bool, DbError> {
+        let now = now_ms();
+        let error = serde_json::json!({
+            "code": "prompt_delivery_uncertain",
+            "message": "storage failed before this prompt's end was stored; it was not resent",
+            "retryable": true,
+        })
+        .to_string();
+        let session_error = serde_json::json!({
+            "code": "prompt_delivery_uncertain",
+            "message": "storage failed during a turn",
+        })
+        .to_string();
+        let sid = || SqlValue::from(session_id);
+        let pending = "FROM agentos_core_permission_records r \
+             WHERE r.session_id = ?1 AND r.state = 'pending'";
+        let results = self
+            .db
+            .transaction(vec![
+                // 0: VM counters, before the records change.
+                Statement::new(
+                    format!(
+                        "UPDATE agentos_core_vm_counters SET \
+                           pending_permission_count = pending_permission_count - (SELECT count(*) {pending}), \
+                           outcome_count = outcome_count + (SELECT count(*) {pending} AND NOT EXISTS \
+                             (SELECT 1 FROM agentos_core_permission_outcomes o \
+                              WHERE o.session_id = r.session_id AND o.request_id = r.request_id)) \
+                         WHERE singleton = 1"
+                    ),
+                    vec![sid()],
+                ),
+                // 1: tombstones for the permissions about to end.
+                Statement::new(
+                    format!(
+                        "INSERT INTO agentos_core_permission_outcomes (session_id, request_id, terminal_reason, terminal_at_ms) \
+                         SELECT r.session_id, r.request_id, 'adapter_exited', ?2 {pending} \
+                         ON CONFLICT (session_id, request_id) DO UPDATE SET terminal_reason = 'adapter_exited'"
+                    ),
+                    vec![sid(), now.into()],
+                ),
+                // 2: the pending permissions end.
+                Statement::new(
+                    "UPDATE agentos_core_permission_records SET state = 'terminal', \
+                       terminal_reason = 'adapter_exited', updated_at_ms = ?2 \
+                     WHERE session_id = ?1 AND state = 'pending'",
+                    vec![sid(), now.into()],
+                ),
+                // 3: the accepted prompt fails.
+                Statement::new(
+                    "UPDATE agentos_core_prompts SET state = 'failed', error_json = ?2, \
+                       updated_at_ms = ?3, completed_at_ms = ?3 \
+                     WHERE session_id = ?1 AND state = 'accepted'",
+                    vec![sid(), error.into(), now.into()],
+                ),
+                // 4: the session: failed but usable, its counters true.
+                Statement::new(
+                    "UPDATE agentos_core_sessions SET state = 'failed', state_error_json = ?2, \
+                       pending_permission_count = 0, \
+                       outcome_count = (SELECT count(*) FROM agentos_core_permission_outcomes \
+                                        WHERE session_id = ?1), \
+                       updated_at_ms = max(updated_at_ms, ?3) \
+                     WHERE session_id = ?1 AND state IN ('running', 'waiting')",
+                    vec![sid(), session_error.into(), now.into()],
+                ),
+            ])
+            .await?;
+        Ok(results.get(4).is_some_and(|r| r.changes > 0))
+    }
+
     // -- bootstrap ----------------------------------------------------------
 
     /// Crash recovery, in one transaction: accepted prompts fail with
