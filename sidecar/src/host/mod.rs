@@ -133,7 +133,11 @@ pub(crate) struct Outbox {
 
 impl Outbox {
     fn send(&self, payload: Vec<u8>) -> bool {
-        let frame = encode_frame(&payload);
+        self.send_frame(encode_frame(&payload))
+    }
+
+    /// Queues a frame that already carries its length prefix.
+    fn send_frame(&self, frame: Vec<u8>) -> bool {
         self.queued.fetch_add(frame.len(), Ordering::Relaxed);
         self.tx.send(frame).is_ok()
     }
@@ -163,16 +167,23 @@ impl Sink for ConnectionSink {
         }
         let ok = match item {
             Item::Durable(_, public) => {
-                // Spliced, not re-serialized: the event is already JSON.
-                let mut payload = String::with_capacity(public.len() + 96);
-                payload.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"");
-                payload.push_str(methods::EVENT);
-                payload.push_str("\",\"params\":{\"subscriptionId\":");
-                payload.push_str(&json!(subscription_id).to_string());
-                payload.push_str(",\"event\":");
-                payload.push_str(public);
-                payload.push_str("}}");
-                self.outbox.send(payload.into_bytes())
+                // Spliced, not re-serialized: the event is already JSON. The
+                // frame is built in place: length prefix, then the payload.
+                let mut frame = Vec::with_capacity(public.len() + subscription_id.len() + 100);
+                frame.extend_from_slice(&[0; 4]);
+                frame.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
+                frame.extend_from_slice(methods::EVENT.as_bytes());
+                frame.extend_from_slice(b"\",\"params\":{\"subscriptionId\":");
+                match serde_json::to_writer(&mut frame, subscription_id) {
+                    Ok(()) => {}
+                    Err(_) => return Err(SinkRefusal::Closed),
+                }
+                frame.extend_from_slice(b",\"event\":");
+                frame.extend_from_slice(public.as_bytes());
+                frame.extend_from_slice(b"}}");
+                let length = (frame.len() - 4) as u32;
+                frame[..4].copy_from_slice(&length.to_be_bytes());
+                self.outbox.send_frame(frame)
             }
             Item::Ephemeral {
                 session_id,
