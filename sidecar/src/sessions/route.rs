@@ -18,8 +18,8 @@ use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
     IncomingRequestId, RpcError, SessionUpdate,
 };
-use agentos_protocol::host::{Actor, EventKind, PermissionPolicy, StoredEvent};
-use agentos_schema::{DbError, Statement};
+use agentos_protocol::host::{Actor, EventKind, PermissionPolicy};
+use agentos_schema::{DbError, Rows, Statement};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -1658,14 +1658,12 @@ async fn commit_loop(
     while let Some(item) = work.recv().await {
         match item {
             Work::Commit { statements, reply } => {
+                // The rows read back go to the publishing task undecoded, so
+                // the next transaction is handed over at once.
                 let result = match store.db().transaction(statements).await {
                     Ok(mut results) => {
-                        let stored = results
-                            .pop()
-                            .map(SessionStore::decode_events)
-                            .unwrap_or_default();
-                        if !stored.is_empty() {
-                            let _ = publisher.send(Publish::Durable(stored));
+                        if let Some(rows) = results.pop().filter(|rows| !rows.is_empty()) {
+                            let _ = publisher.send(Publish::Durable(rows));
                         }
                         Ok(())
                     }
@@ -1685,7 +1683,8 @@ async fn commit_loop(
 
 /// What the committing task hands the publishing task, in commit order.
 enum Publish {
-    Durable(Vec<StoredEvent>),
+    /// Rows read back after a commit, in the event columns' order.
+    Durable(Rows),
     Ephemeral(u64, Value),
     Barrier(oneshot::Sender<()>),
 }
@@ -1699,7 +1698,7 @@ async fn publish_loop(
 ) {
     while let Some(publication) = publications.recv().await {
         match publication {
-            Publish::Durable(events) => hub.publish(&session_id, events),
+            Publish::Durable(rows) => hub.publish(&session_id, SessionStore::decode_events(rows)),
             Publish::Ephemeral(after, update) => hub.publish_ephemeral(&session_id, after, update),
             Publish::Barrier(done) => {
                 let _ = done.send(());
