@@ -244,8 +244,16 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
         #[serde(default)]
         message_id: Option<String>,
     }
-    let line: Line<'_> = serde_json::from_slice(line).ok()?;
+    let text = line;
+    let line: Line<'_> = serde_json::from_slice(text).ok()?;
     if line.id.is_some() || line.method.as_deref() != Some(methods::SESSION_UPDATE) {
+        return None;
+    }
+    // Skipped values are checked for grammar, not for what a `\u` escape
+    // encodes; a lone surrogate would be stored as text no strict reader
+    // accepts. Rare (some encoders escape every non-ASCII character), so
+    // only such lines pay for a full parse.
+    if has_surrogate_escape(text) && serde_json::from_slice::<Value>(text).is_err() {
         return None;
     }
     let params = line.params?;
@@ -256,6 +264,24 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
         message_id: head.message_id,
         update_json: params.update.get().to_owned(),
     })
+}
+
+/// Whether `text` holds a `\uD800`–`\uDFFF` escape.
+fn has_surrogate_escape(text: &[u8]) -> bool {
+    let mut rest = text;
+    while let Some(at) = rest.iter().position(|&b| b == b'\\') {
+        let escape = &rest[at..];
+        if let [b'\\', b'u', d, second, ..] = escape {
+            if d.eq_ignore_ascii_case(&b'd')
+                && matches!(second, b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+            {
+                return true;
+            }
+        }
+        // Skip the backslash and the character it escapes.
+        rest = escape.get(2..).unwrap_or_default();
+    }
+    false
 }
 
 #[derive(Serialize)]
@@ -370,6 +396,26 @@ mod tests {
             update.update_json,
             r#"{"content":{},"messageId":"m","sessionUpdate":"plan"}"#
         );
+    }
+
+    #[test]
+    fn surrogate_escapes_are_held_to_the_strict_grammar() {
+        let line = |text: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{{"sessionUpdate":"plan","note":"{text}"}}}}}}"#
+            )
+        };
+        // A pair is a character; an escaped backslash before `ud800` is text.
+        for ok in [r"\ud83d\ude00", r"\\ud800", r"\u00e9"] {
+            let update = decode_session_update(line(ok).as_bytes());
+            assert!(update.is_some(), "{ok}");
+        }
+        // A lone surrogate is refused here and by the general decoder.
+        for bad in [r"a\ud800b", r"\udc00", r"\ud83d\u0041"] {
+            let text = line(bad);
+            assert!(decode_session_update(text.as_bytes()).is_none(), "{bad}");
+            assert!(decode_line(text.as_bytes()).is_err(), "{bad}");
+        }
     }
 
     #[test]
