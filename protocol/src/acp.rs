@@ -269,7 +269,7 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
 /// Whether `text` holds a `\uD800`–`\uDFFF` escape.
 fn has_surrogate_escape(text: &[u8]) -> bool {
     let mut rest = text;
-    while let Some(at) = rest.iter().position(|&b| b == b'\\') {
+    while let Some(at) = memchr::memchr(b'\\', rest) {
         let escape = &rest[at..];
         if let [b'\\', b'u', d, second, ..] = escape {
             if d.eq_ignore_ascii_case(&b'd')
