@@ -55,6 +55,25 @@ pub enum SessionError {
 }
 
 impl SessionError {
+    /// `Ok` while `used` is within `limit`; otherwise the limit error that
+    /// names `setting`.
+    pub fn at_most(
+        code: &'static str,
+        setting: &'static str,
+        used: u64,
+        limit: u64,
+    ) -> Result<(), SessionError> {
+        if used > limit {
+            return Err(SessionError::Limit {
+                code,
+                setting,
+                used,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
     pub fn code(&self) -> &str {
         match self {
             SessionError::NotFound(_) => "session_not_found",

@@ -632,26 +632,21 @@ impl Sessions {
                 "content must hold at least one block".into(),
             ));
         }
-        let blocks = content.len() as u64;
-        if blocks > limits.max_prompt_blocks {
-            return Err(SessionError::Limit {
-                code: "acp_prompt_blocks_limit",
-                setting: "limits.acp.maxPromptBlocks",
-                used: blocks,
-                limit: limits.max_prompt_blocks,
-            });
-        }
+        SessionError::at_most(
+            "acp_prompt_blocks_limit",
+            "limits.acp.maxPromptBlocks",
+            content.len() as u64,
+            limits.max_prompt_blocks,
+        )?;
         let bytes = serde_json::to_vec(&content)
             .map(|v| v.len() as u64)
             .unwrap_or(0);
-        if bytes > limits.max_prompt_bytes {
-            return Err(SessionError::Limit {
-                code: "acp_prompt_bytes_limit",
-                setting: "limits.acp.maxPromptBytes",
-                used: bytes,
-                limit: limits.max_prompt_bytes,
-            });
-        }
+        SessionError::at_most(
+            "acp_prompt_bytes_limit",
+            "limits.acp.maxPromptBytes",
+            bytes,
+            limits.max_prompt_bytes,
+        )?;
         self.shared
             .warn_near_limit("limits.acp.maxPromptBytes", bytes, limits.max_prompt_bytes);
         for (i, block) in content.iter().enumerate() {

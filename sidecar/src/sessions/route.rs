@@ -665,29 +665,26 @@ impl Route {
         let limits = &self.shared.limits;
         let incoming = events.len() as u64;
         let incoming_bytes: u64 = events.iter().map(NewEvent::bytes).sum();
-        if incoming > limits.max_session_history_events {
-            return Err(SessionError::Limit {
-                code: "acp_history_events_limit",
-                setting: "limits.acp.maxSessionHistoryEvents",
-                used: incoming,
-                limit: limits.max_session_history_events,
-            });
-        }
-        if incoming_bytes > limits.max_session_history_bytes {
-            return Err(SessionError::Limit {
-                code: "acp_history_bytes_limit",
-                setting: "limits.acp.maxSessionHistoryBytes",
-                used: incoming_bytes,
-                limit: limits.max_session_history_bytes,
-            });
-        }
         let (max_events, max_bytes) = (
             limits.max_session_history_events,
             limits.max_session_history_bytes,
         );
-        let over = self.counters.retained_event_count + incoming > max_events
-            || self.counters.retained_event_bytes + incoming_bytes > max_bytes;
-        if over {
+        SessionError::at_most(
+            "acp_history_events_limit",
+            "limits.acp.maxSessionHistoryEvents",
+            incoming,
+            max_events,
+        )?;
+        SessionError::at_most(
+            "acp_history_bytes_limit",
+            "limits.acp.maxSessionHistoryBytes",
+            incoming_bytes,
+            max_bytes,
+        )?;
+        let excess = self
+            .counters
+            .excess(incoming, incoming_bytes, max_events, max_bytes);
+        if excess != (0, 0) {
             self.settle().await?;
         }
         let prune = self

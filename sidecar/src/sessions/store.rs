@@ -145,6 +145,23 @@ pub struct HistoryCounters {
     pub retained_event_bytes: u64,
 }
 
+impl HistoryCounters {
+    /// Events and bytes that must go for `incoming` more events of
+    /// `incoming_bytes` to fit the budget; `(0, 0)` when they fit.
+    pub fn excess(
+        &self,
+        incoming: u64,
+        incoming_bytes: u64,
+        max_events: u64,
+        max_bytes: u64,
+    ) -> (u64, u64) {
+        (
+            (self.retained_event_count + incoming).saturating_sub(max_events),
+            (self.retained_event_bytes + incoming_bytes).saturating_sub(max_bytes),
+        )
+    }
+}
+
 impl From<&SessionRow> for HistoryCounters {
     fn from(row: &SessionRow) -> Self {
         HistoryCounters {
@@ -782,9 +799,8 @@ impl SessionStore {
         max_events: u64,
         max_bytes: u64,
     ) -> Result<Prune, DbError> {
-        let excess_events = (counters.retained_event_count + incoming).saturating_sub(max_events);
-        let excess_bytes =
-            (counters.retained_event_bytes + incoming_bytes).saturating_sub(max_bytes);
+        let (excess_events, excess_bytes) =
+            counters.excess(incoming, incoming_bytes, max_events, max_bytes);
         if excess_events == 0 && excess_bytes == 0 {
             return Ok(Prune::default());
         }
@@ -1464,5 +1480,77 @@ impl SessionStore {
             sessions_failed: results[3].changes,
             counters_repaired: results[4].changes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(actor: Actor, i: usize) -> NewEvent {
+        NewEvent::raw_update(actor, format!(r#"{{"sessionUpdate":"plan","i":{i}}}"#))
+    }
+
+    #[test]
+    fn statements_take_the_largest_power_of_two_that_fits() {
+        let sizes: Vec<usize> = [1, 2, 3, 511, 512, 513, 1000]
+            .into_iter()
+            .map(statement_rows)
+            .collect();
+        assert_eq!(sizes, [1, 2, 2, 256, 512, 512, 512]);
+    }
+
+    /// Runs of one row shape are cut into power-of-two inserts, in order,
+    /// with every sequence once and the bodies moved in unchanged.
+    #[test]
+    fn appends_are_runs_of_one_shape_in_cached_sizes() {
+        let user = || Actor::User {
+            account: Some("acct".into()),
+            signer: None,
+        };
+        let mut events: Vec<NewEvent> = (0..3).map(|i| update(Actor::Agent, i)).collect();
+        events.push(update(user(), 3));
+        events.extend((4..604).map(|i| update(Actor::Agent, i)));
+        let counters = HistoryCounters {
+            latest_sequence: 10,
+            oldest_retained_sequence: 1,
+            retained_event_count: 10,
+            retained_event_bytes: 100,
+        };
+        let (statements, next) =
+            SessionStore::append_statements("s", &counters, Prune::default(), events, 7);
+        assert_eq!(next.latest_sequence, 614);
+        assert_eq!(next.retained_event_count, 614);
+        let inserts: Vec<&Statement> = statements
+            .iter()
+            .filter(|s| s.sql.starts_with("INSERT INTO agentos_core_events"))
+            .collect();
+        let rows: Vec<u64> = inserts.iter().filter_map(|s| s.expected_changes).collect();
+        assert_eq!(rows, [2, 1, 1, 512, 64, 16, 8]);
+        // Sequences are bound in order after `?1` (session) and `?2` (time);
+        // the user row also binds its account.
+        let mut sequences = Vec::new();
+        let mut bodies = Vec::new();
+        for insert in &inserts {
+            assert_eq!(insert.params[0], SqlValue::from("s"));
+            assert_eq!(insert.params[1], SqlValue::Integer(7));
+            let per_row = if insert.sql.contains("'user'") { 4 } else { 3 };
+            for row in insert.params[2..].chunks(per_row) {
+                sequences.push(row[0].clone());
+                bodies.push(row[1].clone());
+            }
+        }
+        let expected: Vec<SqlValue> = (11..=614).map(SqlValue::Integer).collect();
+        assert_eq!(sequences, expected);
+        assert_eq!(
+            bodies[3],
+            SqlValue::from(r#"{"sessionUpdate":"plan","i":3}"#)
+        );
+        assert_eq!(
+            bodies[603],
+            SqlValue::from(r#"{"sessionUpdate":"plan","i":603}"#)
+        );
+        assert!(inserts[2].sql.contains("'user',?"), "{}", inserts[2].sql);
+        assert!(!inserts[0].sql.contains("'user'"));
     }
 }
