@@ -901,3 +901,74 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
         backend.shutdown().await;
     }
 }
+
+/// What a route that died mid-turn leaves while the process lives on: the
+/// session waiting on a permission, its prompt accepted, counters true. The
+/// next start settles exactly that session.
+#[tokio::test]
+async fn a_session_left_mid_turn_is_settled_when_next_started() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("mid", "echo")).await.unwrap();
+        env.sessions.open(open("other", "echo")).await.unwrap();
+        backend
+            .db
+            .transaction(vec![
+                Statement::new(
+                    "UPDATE agentos_core_sessions SET state = 'waiting', state_prompt_id = 'p1', \
+                     state_started_at_ms = 1, prompt_count = 1, pending_permission_count = 1 \
+                     WHERE session_id = 'mid'",
+                    vec![],
+                ),
+                Statement::new(
+                    "INSERT INTO agentos_core_prompts (session_id, prompt_id, idempotency_key, \
+                     input_hash, state, created_at_ms, updated_at_ms) \
+                     VALUES ('mid', 'p1', 'key-1', ?1, 'accepted', 1, 1)",
+                    vec![SqlValue::Blob(agentos_sidecar::sessions::input_hash(
+                        &text("echo lost"),
+                    ))],
+                ),
+                Statement::new(
+                    "INSERT INTO agentos_core_permission_records (session_id, request_id, \
+                     prompt_id, state, request_json, request_sequence, created_at_ms, \
+                     updated_at_ms) VALUES ('mid', 'r1', 'p1', 'pending', '{}', 1, 1, 1)",
+                    vec![],
+                ),
+                Statement::new(
+                    "UPDATE agentos_core_vm_counters SET prompt_count = prompt_count + 1, \
+                     pending_permission_count = pending_permission_count + 1",
+                    vec![],
+                ),
+            ])
+            .await
+            .expect("rows of an unfinished turn");
+        // Another session's start leaves it alone.
+        prompt(&env, "other", "echo unrelated").await.unwrap();
+        assert_eq!(
+            env.sessions.get("mid").await.unwrap()["state"]["status"],
+            "waiting"
+        );
+
+        let ok = prompt(&env, "mid", "echo again").await.unwrap();
+        assert_eq!(ok["stopReason"], "end_turn", "{}", backend.name);
+        let err = env
+            .sessions
+            .prompt("mid", text("echo lost"), Some("key-1".into()), user())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "prompt_delivery_uncertain", "{}", backend.name);
+        let late = env
+            .sessions
+            .respond_permission("mid", "r1", "allow")
+            .await
+            .expect("respond");
+        assert_eq!(late.reason, Some("adapter_exited"), "{}", backend.name);
+        let info = env.sessions.get("mid").await.unwrap();
+        assert_eq!(info["state"]["status"], "idle", "{}", backend.name);
+        // Sessions, prompts, pending permissions, outcomes.
+        let counters = env.sessions.store().vm_counters().await.unwrap();
+        assert_eq!(counters, [2, 3, 0, 1], "{}", backend.name);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
