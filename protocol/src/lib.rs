@@ -3,8 +3,12 @@
 //! This crate is an API boundary. Every byte the sidecar exchanges with the
 //! outside world is described here: the Actor Runtime Socket v1 frames
 //! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
-//! line-delimited JSON-RPC spoken with ACP adapters (`acp`).
+//! line-delimited JSON-RPC spoken with ACP adapters (`acp`); and the one
+//! list of application error codes (`ErrorCode`).
 
 pub mod acp;
 pub mod ars;
+mod error_code;
 pub mod host;
+
+pub use error_code::ErrorCode;

@@ -284,6 +284,11 @@ pub trait Database: Send + Sync + 'static {
     /// the actor socket). Any error or expected-change mismatch rolls back all of
     /// them. Returns one `Rows` per statement, in order.
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError>;
+
+    /// Finishes the work already submitted, then releases the database (the
+    /// file's connection, or the actor socket). Later calls fail with
+    /// `DbError::Closed`. Closing twice is harmless.
+    async fn close(&self);
 }
 
 pub type SharedDatabase = Arc<dyn Database>;

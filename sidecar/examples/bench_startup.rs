@@ -108,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let vm = Vm::open(config(&path)).await?;
         let ready = t.elapsed();
-        assert_eq!(vm.sessions.status().await?["sessions"]["used"], SESSIONS);
+        assert_eq!(vm.sessions.status().await?.sessions.used, SESSIONS as u64);
         times.push(ready.as_secs_f64() * 1000.0);
         drop(vm);
     }

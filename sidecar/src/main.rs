@@ -92,7 +92,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve { config } => match load_config(config.as_deref()) {
             Ok(config) => runtime
-                .block_on(agentos_sidecar::vm::serve(config))
+                .block_on(agentos_sidecar::serve::serve(config))
                 .map_err(|e| format!("{}: {e}", e.code())),
             Err(message) => Err(format!("invalid_config: {message}")),
         },

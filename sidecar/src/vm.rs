@@ -1,5 +1,6 @@
 //! The composition root: one VM's config resolved into one database handle,
-//! the migrated schema, bootstrap recovery, the services and the host socket.
+//! the migrated schema, bootstrap recovery and the services. The front doors
+//! receive the `Vm`; `serve.rs` runs them and the shutdown.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,7 +8,6 @@ use std::time::Instant;
 use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedDatabase};
 
 use crate::config::{Config, ConfigError};
-use crate::host::{HostError, HostServer};
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::vfs::acp::AcpFs;
 use crate::vfs::{FsError, Vfs};
@@ -22,8 +22,6 @@ pub enum VmError {
     Migration(#[from] MigrationError),
     #[error("bootstrap: {0}")]
     Sessions(#[from] SessionError),
-    #[error(transparent)]
-    Host(#[from] HostError),
     #[error("file system: {0}")]
     Fs(#[from] FsError),
     #[error("{0}")]
@@ -37,7 +35,6 @@ impl VmError {
             VmError::Database(e) => e.code(),
             VmError::Migration(e) => e.code(),
             VmError::Sessions(e) => e.code(),
-            VmError::Host(e) => e.code(),
             VmError::Fs(e) => e.code(),
             VmError::Io(_) => "io_error",
         }
@@ -89,39 +86,4 @@ impl Vm {
             recovered,
         }))
     }
-}
-
-/// Runs the sidecar until SIGINT or SIGTERM.
-pub async fn serve(config: Config) -> Result<(), VmError> {
-    let socket = config
-        .socket
-        .clone()
-        .ok_or_else(|| ConfigError::new("socket", "is required to serve"))?;
-    let host_limits = config.limits.host.clone();
-    let vm = Vm::open(config).await?;
-    let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
-    let ready = serde_json::json!({
-        "event": "ready",
-        "socket": socket,
-        "database": vm.database_kind.as_str(),
-        "startupMs": vm.started.elapsed().as_secs_f64() * 1000.0,
-    });
-    println!("{ready}");
-    let shutdown = async {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    };
-    server.serve(shutdown).await;
-    vm.sessions.shutdown().await;
-    Ok(())
 }

@@ -11,7 +11,10 @@ use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, Permi
 use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 use agentos_sidecar::config::{AcpLimits, AgentSpec};
 use agentos_sidecar::db::testing::{all_backends, CapturedLog, CountingDatabase, FaultyDatabase};
-use agentos_sidecar::sessions::{SessionError, SessionStore, Sessions};
+use agentos_sidecar::sessions::{
+    CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionError, SessionInfo,
+    SessionState, SessionStore, Sessions,
+};
 use serde_json::{json, Value};
 
 fn fake_agent() -> PathBuf {
@@ -84,7 +87,7 @@ fn text(t: &str) -> Vec<Value> {
     vec![json!({"type": "text", "text": t})]
 }
 
-async fn prompt(env: &Env, sid: &str, t: &str) -> Result<Value, SessionError> {
+async fn prompt(env: &Env, sid: &str, t: &str) -> Result<PromptOutcome, SessionError> {
     env.sessions.prompt(sid, text(t), None, user()).await
 }
 
@@ -97,6 +100,17 @@ async fn history(env: &Env, sid: &str) -> Vec<Value> {
     page.events.iter().map(|e| e.to_public()).collect()
 }
 
+/// The first pending permission request of a waiting session.
+fn pending_request(info: &SessionInfo) -> Option<&str> {
+    match &info.state {
+        SessionState::Waiting {
+            requests: Some(requests),
+            ..
+        } => requests.first().map(String::as_str),
+        _ => None,
+    }
+}
+
 fn prompt_log(env: &Env) -> Vec<Value> {
     std::fs::read_to_string(env.state.path().join("prompts.log"))
         .unwrap_or_default()
@@ -105,8 +119,8 @@ fn prompt_log(env: &Env) -> Vec<Value> {
         .collect()
 }
 
-fn inspected_blocks(result: &Value) -> Vec<Value> {
-    let text = result["message"]["content"][0]["text"]
+fn inspected_blocks(result: &PromptOutcome) -> Vec<Value> {
+    let text = result.message.content[0]["text"]
         .as_str()
         .expect("inspect text");
     serde_json::from_str(text).expect("inspect json")
@@ -122,7 +136,7 @@ async fn resume_and_load_restore_natively_without_duplicating_history() {
             prompt(&env, &sid, "echo first").await.expect("first");
             env.sessions.unload(&sid).await.expect("unload");
             let second = prompt(&env, &sid, "echo second").await.expect("second");
-            assert_eq!(second["stopReason"], "end_turn", "{}", backend.name);
+            assert_eq!(second.stop_reason, "end_turn", "{}", backend.name);
             let events = history(&env, &sid).await;
             let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
             assert_eq!(
@@ -288,8 +302,11 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
         assert!(recovered.counters_repaired >= 1);
 
         let info = sessions.get("crashed").await.expect("get");
-        assert_eq!(info["state"]["status"], "failed");
-        assert_eq!(info["retainedEvents"], 2, "counters repaired from rows");
+        assert_eq!(info.state.status(), "failed");
+        assert_eq!(
+            info.retained_event_count, 2 as u64,
+            "counters repaired from rows"
+        );
         // The same key returns the stored uncertain-delivery error.
         let err = sessions
             .prompt("crashed", text("echo lost"), Some("key-1".into()), user())
@@ -304,13 +321,16 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
             .respond_permission("crashed", "r1", "allow")
             .await
             .expect("respond");
-        assert_eq!(late.reason, Some("vm_shutdown"));
+        assert_eq!(
+            late,
+            PermissionAnswer::NotPending(NotPendingReason::VmShutdown)
+        );
         // Failed but usable; nothing was resent.
         let ok = sessions
             .prompt("crashed", text("echo again"), None, user())
             .await
             .expect("usable");
-        assert_eq!(ok["stopReason"], "end_turn");
+        assert_eq!(ok.stop_reason, "end_turn");
         let log: Vec<String> = std::fs::read_to_string(state.path().join("prompts.log"))
             .unwrap()
             .lines()
@@ -341,9 +361,9 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
         }
         let info = env.sessions.get("h").await.unwrap();
         // Five events a turn: user chunk, tool_call, two updates, agent chunk.
-        assert_eq!(info["latestSequence"], 20, "{}", backend.name);
-        assert_eq!(info["retainedEvents"], 10);
-        let oldest = info["oldestRetainedSequence"].as_u64().unwrap();
+        assert_eq!(info.latest_sequence, 20 as u64, "{}", backend.name);
+        assert_eq!(info.retained_event_count, 10);
+        let oldest = info.oldest_retained_sequence;
         assert_eq!(oldest, 11);
         let err = env
             .sessions
@@ -375,8 +395,8 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
         assert_eq!(err.code(), "acp_history_events_limit");
         assert_eq!(err.setting(), Some("limits.acp.maxSessionHistoryEvents"));
         let after = env.sessions.get("h").await.unwrap();
-        assert_eq!(after["latestSequence"], 20, "nothing was committed");
-        assert_eq!(after["state"]["status"], "idle");
+        assert_eq!(after.latest_sequence, 20 as u64, "nothing was committed");
+        assert_eq!(after.state.status(), "idle");
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -403,7 +423,7 @@ async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
                 )
                 .await
                 .expect("prompt");
-            ids.push(r["promptId"].as_str().unwrap().to_owned());
+            ids.push(r.prompt_id.clone());
         }
         let rows = backend
             .db
@@ -421,13 +441,13 @@ async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
             .prompt("p", text("echo 4"), Some("k4".into()), user())
             .await
             .unwrap();
-        assert_eq!(kept["promptId"], ids[4]);
+        assert_eq!(kept.prompt_id, ids[4]);
         let forgotten = env
             .sessions
             .prompt("p", text("echo 0"), Some("k0".into()), user())
             .await
             .unwrap();
-        assert_ne!(forgotten["promptId"], ids[0]);
+        assert_ne!(forgotten.prompt_id, ids[0]);
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -454,7 +474,7 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
             });
             let request_id = loop {
                 let info = env.sessions.get("perm").await.unwrap();
-                if let Some(id) = info["state"]["requests"][0].as_str() {
+                if let Some(id) = pending_request(&info) {
                     break id.to_owned();
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -469,9 +489,9 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
                 .respond_permission("perm", &request_id, "allow")
                 .await
                 .unwrap();
-            assert!(ok.accepted);
+            assert_eq!(ok, PermissionAnswer::Accepted);
             let result = turn.await.unwrap().expect("turn");
-            assert_eq!(result["message"]["content"][0]["text"], "chose allow");
+            assert_eq!(result.message.content[0]["text"], "chose allow");
             request_ids.push(request_id);
         }
         let counters = env.sessions.store().vm_counters().await.unwrap();
@@ -481,13 +501,19 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
             .respond_permission("perm", &request_ids[0], "allow")
             .await
             .unwrap();
-        assert_eq!(first.reason, Some("request_not_found"));
+        assert_eq!(
+            first,
+            PermissionAnswer::NotPending(NotPendingReason::RequestNotFound)
+        );
         let last = env
             .sessions
             .respond_permission("perm", &request_ids[2], "allow")
             .await
             .unwrap();
-        assert_eq!(last.reason, Some("already_resolved"));
+        assert_eq!(
+            last,
+            PermissionAnswer::NotPending(NotPendingReason::AlreadyResolved)
+        );
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -524,8 +550,8 @@ async fn hard_limits_name_their_setting() {
             .unwrap_err();
         assert_eq!(err.code(), "acp_prompt_bytes_limit");
         let status = env.sessions.status().await.unwrap();
-        assert_eq!(status["sessions"]["used"], 2);
-        assert_eq!(status["sessions"]["nearLimit"], true);
+        assert_eq!(status.sessions.used, 2);
+        assert_eq!(status.sessions.near_limit(), true);
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -546,7 +572,11 @@ async fn appends_near_the_limit_cost_one_transaction_and_one_read() {
             prompt(&env, "c", "echo fill").await.unwrap();
         }
         let info = env.sessions.get("c").await.unwrap();
-        assert_eq!(info["retainedEvents"], 20, "{}: at the limit", backend.name);
+        assert_eq!(
+            info.retained_event_count, 20 as u64,
+            "{}: at the limit",
+            backend.name
+        );
         counting.take();
         prompt(&env, "c", "echo at the limit").await.unwrap();
         let counts = counting.take();
@@ -599,12 +629,7 @@ async fn a_ten_thousand_session_page_is_at_most_two_queries() {
             .await
             .unwrap();
         let counts = counting.take();
-        assert_eq!(
-            page["sessions"].as_array().unwrap().len(),
-            10_000,
-            "{}",
-            backend.name
-        );
+        assert_eq!(page.sessions.len(), 10_000, "{}", backend.name);
         assert!(
             counts.queries + counts.transactions <= 2,
             "{}: {counts:?}",
@@ -621,7 +646,7 @@ async fn config_choices_survive_a_restore() {
         env.sessions.open(open("cfg", "echo")).await.unwrap();
         // Read-only calls answer from storage without an adapter.
         let before = env.sessions.get_config("cfg").await.unwrap();
-        assert_eq!(before["options"], json!([]));
+        assert_eq!(before.options, Vec::<Value>::new());
         assert_eq!(env.sessions.live_routes(), 0);
         let set = env
             .sessions
@@ -629,7 +654,7 @@ async fn config_choices_survive_a_restore() {
             .await
             .expect("set");
         assert_eq!(
-            set["options"][0]["currentValue"], "careful",
+            set.options[0]["currentValue"], "careful",
             "{}",
             backend.name
         );
@@ -643,11 +668,14 @@ async fn config_choices_survive_a_restore() {
         // The fresh adapter starts at "fast"; the stored choice is replayed.
         prompt(&env, "cfg", "echo hi").await.unwrap();
         let after = env.sessions.get_config("cfg").await.unwrap();
-        assert_eq!(after["options"][0]["currentValue"], "careful");
+        assert_eq!(after.options[0]["currentValue"], "careful");
         let caps = env.sessions.capabilities("cfg").await.unwrap();
-        assert!(caps["capabilities"].is_object());
+        assert!(caps.as_ref().is_some_and(Value::is_object));
         let info = env.sessions.agent_info("cfg").await.unwrap();
-        assert_eq!(info["agentInfo"]["name"], "agentos-fake-agent");
+        assert_eq!(
+            info.as_ref().expect("agent info")["name"],
+            "agentos-fake-agent"
+        );
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -705,7 +733,7 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
                 .await
         });
         loop {
-            if tight.sessions.get("a").await.unwrap()["state"]["status"] == "running" {
+            if tight.sessions.get("a").await.unwrap().state.status() == "running" {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -719,7 +747,10 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
             backend.name
         );
         assert_eq!(err.setting(), Some("limits.acp.maxPromptsPerVm"));
-        assert_eq!(tight.sessions.cancel("a").await.unwrap(), "cancelled");
+        assert_eq!(
+            tight.sessions.cancel("a").await.unwrap(),
+            CancelStatus::Cancelled
+        );
         running.await.unwrap().expect("cancelled turn answers");
         tight.sessions.shutdown().await;
         backend.shutdown().await;
@@ -767,8 +798,8 @@ async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
             "no repeat while above"
         );
         let status = env.sessions.status().await.unwrap();
-        assert_eq!(status["sessions"]["nearLimit"], true);
-        assert_eq!(status["sessions"]["setting"], "limits.acp.maxSessionsPerVm");
+        assert_eq!(status.sessions.near_limit(), true);
+        assert_eq!(status.sessions.setting, "limits.acp.maxSessionsPerVm");
 
         prompt(&env, "w0", "tools").await.unwrap();
         assert_eq!(
@@ -827,10 +858,20 @@ async fn a_commit_failing_mid_flood_fails_the_turn_and_leaves_history_whole() {
             backend.name
         );
         let info = env.sessions.get("f").await.unwrap();
-        assert_eq!(info["latestSequence"], sequences.len(), "{}", backend.name);
-        assert_eq!(info["retainedEvents"], sequences.len(), "{}", backend.name);
+        assert_eq!(
+            info.latest_sequence,
+            sequences.len() as u64,
+            "{}",
+            backend.name
+        );
+        assert_eq!(
+            info.retained_event_count,
+            sequences.len() as u64,
+            "{}",
+            backend.name
+        );
         let ok = prompt(&env, "f", "echo after").await.unwrap();
-        assert_eq!(ok["stopReason"], "end_turn", "{}", backend.name);
+        assert_eq!(ok.stop_reason, "end_turn", "{}", backend.name);
         let after = history(&env, "f").await;
         let sequences: Vec<u64> = after
             .iter()
@@ -873,7 +914,7 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
             backend.name
         );
         let ok = prompt(&env, "t", "echo next").await.unwrap();
-        assert_eq!(ok["stopReason"], "end_turn", "{}", backend.name);
+        assert_eq!(ok.stop_reason, "end_turn", "{}", backend.name);
         let replay = env
             .sessions
             .prompt("t", text("echo lost"), Some("k1".into()), user())
@@ -892,9 +933,9 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
             other => panic!("{}: {other:?}", backend.name),
         }
         let info = env.sessions.get("t").await.unwrap();
-        assert_eq!(info["state"]["status"], "idle", "{}", backend.name);
+        assert_eq!(info.state.status(), "idle", "{}", backend.name);
         let status = env.sessions.status().await.unwrap();
-        assert_eq!(status["prompts"]["used"], 3, "{}: {status}", backend.name);
+        assert_eq!(status.prompts.used, 3, "{}: {status:?}", backend.name);
         let counters = env.sessions.store().vm_counters().await.unwrap();
         assert_eq!(counters, [1, 3, 0, 0], "{}", backend.name);
         env.sessions.shutdown().await;
@@ -945,12 +986,12 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
         // Another session's start leaves it alone.
         prompt(&env, "other", "echo unrelated").await.unwrap();
         assert_eq!(
-            env.sessions.get("mid").await.unwrap()["state"]["status"],
+            env.sessions.get("mid").await.unwrap().state.status(),
             "waiting"
         );
 
         let ok = prompt(&env, "mid", "echo again").await.unwrap();
-        assert_eq!(ok["stopReason"], "end_turn", "{}", backend.name);
+        assert_eq!(ok.stop_reason, "end_turn", "{}", backend.name);
         let err = env
             .sessions
             .prompt("mid", text("echo lost"), Some("key-1".into()), user())
@@ -962,9 +1003,14 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
             .respond_permission("mid", "r1", "allow")
             .await
             .expect("respond");
-        assert_eq!(late.reason, Some("adapter_exited"), "{}", backend.name);
+        assert_eq!(
+            late,
+            PermissionAnswer::NotPending(NotPendingReason::AdapterExited),
+            "{}",
+            backend.name
+        );
         let info = env.sessions.get("mid").await.unwrap();
-        assert_eq!(info["state"]["status"], "idle", "{}", backend.name);
+        assert_eq!(info.state.status(), "idle", "{}", backend.name);
         // Sessions, prompts, pending permissions, outcomes.
         let counters = env.sessions.store().vm_counters().await.unwrap();
         assert_eq!(counters, [2, 3, 0, 1], "{}", backend.name);

@@ -46,6 +46,7 @@ pub struct ActorUdsDatabase {
     path: PathBuf,
     limits: SqliteLimits,
     current: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Connects, says hello, and turns foreign keys on (verifying they are on).
@@ -55,6 +56,7 @@ pub async fn connect(path: &Path, limits: &SqliteLimits) -> Result<ActorUdsDatab
         path: path.to_owned(),
         limits: limits.clone(),
         current: tokio::sync::Mutex::new(Some(connection.clone())),
+        closed: std::sync::atomic::AtomicBool::new(false),
     };
     db.query("PRAGMA foreign_keys = ON", vec![]).await?;
     let on = db.query("PRAGMA foreign_keys", vec![]).await?;
@@ -72,6 +74,9 @@ impl ActorUdsDatabase {
     /// The live connection, or a new one when the last has died.
     async fn connection(&self) -> Result<Arc<Connection>, DbError> {
         let mut current = self.current.lock().await;
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
         if let Some(conn) = current.as_ref() {
             if conn.is_alive() {
                 return Ok(conn.clone());
@@ -249,6 +254,14 @@ impl Database for ActorUdsDatabase {
                 Err(e)
             }
         }
+    }
+
+    async fn close(&self) {
+        let mut current = self.current.lock().await;
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Dropping the last handle ends the reader and writer tasks and
+        // closes the socket; calls already holding it finish first.
+        current.take();
     }
 }
 

@@ -31,6 +31,9 @@ enum Job {
         statements: Vec<Statement>,
         reply: oneshot::Sender<Result<Vec<Rows>, DbError>>,
     },
+    /// Ends the executor once the jobs queued before it are done; the
+    /// connection is dropped (and the WAL checkpointed) before the reply.
+    Close { reply: oneshot::Sender<()> },
 }
 
 /// The local-file database handle.
@@ -38,6 +41,7 @@ pub struct SqliteFileDatabase {
     jobs: SyncSender<Job>,
     capacity: u32,
     path: PathBuf,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl SqliteFileDatabase {
@@ -56,6 +60,7 @@ impl SqliteFileDatabase {
             jobs,
             capacity,
             path: path.to_owned(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -64,6 +69,9 @@ impl SqliteFileDatabase {
     }
 
     fn submit(&self, job: Job) -> Result<(), DbError> {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
         self.jobs.try_send(job).map_err(|e| match e {
             TrySendError::Full(_) => DbError::QueueFull {
                 limit: "sqliteWorkerQueue".into(),
@@ -94,6 +102,20 @@ impl Database for SqliteFileDatabase {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Transaction { statements, reply })?;
         rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    async fn close(&self) {
+        if self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let (reply, done) = oneshot::channel();
+        let jobs = self.jobs.clone();
+        // The queue may be full: wait for room off the async threads.
+        let queued =
+            tokio::task::spawn_blocking(move || jobs.send(Job::Close { reply }).is_ok()).await;
+        if matches!(queued, Ok(true)) {
+            let _ = done.await;
+        }
     }
 }
 
@@ -128,17 +150,36 @@ const GROUP_COMMIT_MAX: usize = 64;
 type TransactionReply = oneshot::Sender<Result<Vec<Rows>, DbError>>;
 type TransactionJob = (Vec<Statement>, TransactionReply);
 
-fn executor(mut conn: Connection, jobs: mpsc::Receiver<Job>, max_result_bytes: u64) {
+fn executor(conn: Connection, jobs: mpsc::Receiver<Job>, max_result_bytes: u64) {
+    let closed = execute(conn, &jobs, max_result_bytes);
+    if let Some(reply) = closed {
+        let _ = reply.send(());
+    }
+}
+
+/// Runs jobs until the queue closes or a `Close` arrives; returns the
+/// close's reply after the connection has been dropped.
+fn execute(
+    mut conn: Connection,
+    jobs: &mpsc::Receiver<Job>,
+    max_result_bytes: u64,
+) -> Option<oneshot::Sender<()>> {
     let mut next: Option<Job> = None;
     loop {
-        let job = match next.take().or_else(|| next_soon(&jobs)) {
+        let job = match next.take().or_else(|| next_soon(jobs)) {
             Some(job) => job,
             None => match jobs.recv() {
                 Ok(job) => job,
-                Err(_) => break,
+                Err(_) => return None,
             },
         };
         match job {
+            Job::Close { reply } => {
+                if let Err((_, e)) = conn.close() {
+                    tracing::warn!(error = %e, "closing the database file failed");
+                }
+                return Some(reply);
+            }
             Job::Query { sql, params, reply } => {
                 let result = run_statement(&conn, 0, &sql, &params, max_result_bytes);
                 let _ = reply.send(result);

@@ -153,6 +153,10 @@ impl Database for CountingDatabase {
         self.inner.kind()
     }
 
+    async fn close(&self) {
+        self.inner.close().await
+    }
+
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
         if let Ok(mut c) = self.counts.lock() {
             c.queries += 1;
@@ -223,6 +227,10 @@ impl FaultyDatabase {
 impl Database for FaultyDatabase {
     fn kind(&self) -> DatabaseKind {
         self.inner.kind()
+    }
+
+    async fn close(&self) {
+        self.inner.close().await
     }
 
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {

@@ -10,16 +10,18 @@
 pub mod coalesce;
 mod error;
 pub mod hub;
+mod notice;
 mod route;
+mod shared;
 pub mod store;
+mod subscribe;
+mod types;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use agentos_protocol::host::{
-    Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy, StoredEvent,
-};
+use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -27,11 +29,17 @@ use tokio::sync::{broadcast, oneshot};
 
 pub use error::SessionError;
 pub use hub::{Hub, Item, Sink, SinkRefusal};
+pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
+pub use types::{
+    AgentReply, CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionConfig,
+    SessionInfo, SessionPage, SessionState, Usage, VmStatus,
+};
 
 use crate::config::{AcpLimits, AgentSpec};
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
-use store::{HistoryCounters, NewSession};
+pub(crate) use shared::{lock, Shared};
+use store::NewSession;
 
 pub use route::build_continuation;
 
@@ -39,28 +47,6 @@ const DEFAULT_CWD: &str = "/home/agentos";
 const DEFAULT_SESSION_ID: &str = "main";
 const DEFAULT_LIST_LIMIT: u64 = 50;
 const DEFAULT_HISTORY_LIMIT: u64 = 100;
-/// Rows per replay query when a subscription catches up.
-const REPLAY_PAGE: u64 = 2048;
-
-/// VM-wide notifications for every host connection.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Notice {
-    AgentStderr {
-        session_id: String,
-        line: String,
-    },
-    AgentExited {
-        session_id: String,
-        code: Option<i32>,
-        signal: Option<i32>,
-    },
-    KeepAwake {
-        held: bool,
-        holders: u64,
-        session_id: String,
-        prompt_id: String,
-    },
-}
 
 /// How adapters reach the VFS through ACP `fs/*`. Implemented by the file
 /// system domain; the error is a JSON-RPC error for the adapter.
@@ -81,235 +67,6 @@ pub trait FsBridge: Send + Sync {
     ) -> Result<(), agentos_adapters::RpcError>;
     /// Makes sure a session's directories exist before its agent starts.
     async fn prepare_roots(&self, roots: &[String]);
-}
-
-/// Keep-awake holders: one per prompt from dispatch through its terminal
-/// commit.
-#[derive(Default)]
-pub struct KeepAwake {
-    holders: AtomicU64,
-}
-
-pub(crate) struct KeepAwakeGuard<'a> {
-    owner: &'a KeepAwake,
-    notices: broadcast::Sender<Notice>,
-    session_id: String,
-    prompt_id: String,
-}
-
-impl KeepAwake {
-    pub fn holders(&self) -> u64 {
-        self.holders.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn hold<'a>(
-        &'a self,
-        notices: &broadcast::Sender<Notice>,
-        session_id: &str,
-        prompt_id: &str,
-    ) -> KeepAwakeGuard<'a> {
-        let holders = self.holders.fetch_add(1, Ordering::SeqCst) + 1;
-        let _ = notices.send(Notice::KeepAwake {
-            held: true,
-            holders,
-            session_id: session_id.to_owned(),
-            prompt_id: prompt_id.to_owned(),
-        });
-        KeepAwakeGuard {
-            owner: self,
-            notices: notices.clone(),
-            session_id: session_id.to_owned(),
-            prompt_id: prompt_id.to_owned(),
-        }
-    }
-}
-
-impl Drop for KeepAwakeGuard<'_> {
-    fn drop(&mut self) {
-        let holders = self.owner.holders.fetch_sub(1, Ordering::SeqCst) - 1;
-        let _ = self.notices.send(Notice::KeepAwake {
-            held: holders > 0,
-            holders,
-            session_id: std::mem::take(&mut self.session_id),
-            prompt_id: std::mem::take(&mut self.prompt_id),
-        });
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// State shared by the service and its route tasks.
-pub(crate) struct Shared {
-    pub store: SessionStore,
-    pub hub: Arc<Hub>,
-    pub limits: AcpLimits,
-    pub agents: BTreeMap<String, AgentSpec>,
-    pub notices: broadcast::Sender<Notice>,
-    pub keep_awake: KeepAwake,
-    pub fs: Option<Arc<dyn FsBridge>>,
-    routes: Mutex<HashMap<String, RouteHandle>>,
-    starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    generation: AtomicU64,
-    /// VM-wide retained prompt records and permission outcomes, kept in
-    /// memory so admission checks need no read; re-read after pruning.
-    vm_prompt_count: AtomicU64,
-    vm_outcome_count: AtomicU64,
-    /// Settings currently above 80 %, so each crossing warns once.
-    warned: Mutex<HashSet<String>>,
-}
-
-impl Shared {
-    pub(crate) fn vm_prompts(&self) -> u64 {
-        self.vm_prompt_count.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn vm_outcomes(&self) -> u64 {
-        self.vm_outcome_count.load(Ordering::SeqCst)
-    }
-
-    /// Re-reads the VM counters into memory.
-    pub(crate) async fn refresh_vm_counts(&self) -> Result<(), SessionError> {
-        let [_, prompts, _, outcomes] = self.store.vm_counters().await?;
-        self.vm_prompt_count.store(prompts, Ordering::SeqCst);
-        self.vm_outcome_count.store(outcomes, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// One prompt record was added; `pruned` says whether others went.
-    pub(crate) async fn prompts_changed(&self, pruned: bool) {
-        self.vm_prompt_count.fetch_add(1, Ordering::SeqCst);
-        if pruned {
-            if let Err(e) = self.refresh_vm_counts().await {
-                tracing::warn!(error = %e, "could not re-read VM counters");
-            }
-        }
-    }
-
-    /// One outcome was added; `pruned` says whether others went.
-    pub(crate) async fn outcomes_changed(&self, pruned: bool) {
-        self.vm_outcome_count.fetch_add(1, Ordering::SeqCst);
-        if pruned {
-            if let Err(e) = self.refresh_vm_counts().await {
-                tracing::warn!(error = %e, "could not re-read VM counters");
-            }
-        }
-    }
-
-    pub(crate) fn route_ended(&self, session_id: &str, generation: u64) {
-        let mut routes = lock(&self.routes);
-        if routes.get(session_id).map(|r| r.generation) == Some(generation) {
-            routes.remove(session_id);
-        }
-    }
-
-    /// Logs once per crossing when `used` passes 80 % of `limit`.
-    pub(crate) fn warn_near_limit(&self, setting: &str, used: u64, limit: u64) {
-        self.warn_keyed(setting, setting, used, limit);
-    }
-
-    fn warn_keyed(&self, key: &str, setting: &str, used: u64, limit: u64) {
-        let threshold = limit / 5 * 4 + (limit % 5) * 4 / 5;
-        let mut warned = lock(&self.warned);
-        if used >= threshold && limit > 0 {
-            if warned.insert(key.to_owned()) {
-                tracing::warn!(
-                    used,
-                    limit,
-                    config_path = setting,
-                    "usage crossed 80% of a configured limit"
-                );
-            }
-        } else {
-            warned.remove(key);
-        }
-    }
-
-    pub(crate) fn warn_history(
-        &self,
-        session_id: &str,
-        _before: &HistoryCounters,
-        after: &HistoryCounters,
-    ) {
-        self.warn_keyed(
-            &format!("history-events:{session_id}"),
-            "limits.acp.maxSessionHistoryEvents",
-            after.retained_event_count,
-            self.limits.max_session_history_events,
-        );
-        self.warn_keyed(
-            &format!("history-bytes:{session_id}"),
-            "limits.acp.maxSessionHistoryBytes",
-            after.retained_event_bytes,
-            self.limits.max_session_history_bytes,
-        );
-    }
-
-    /// Hard limits on pending `ask` permissions.
-    pub(crate) async fn admit_pending_permission(
-        &self,
-        session_pending: u64,
-    ) -> Result<(), SessionError> {
-        let per_session = self.limits.max_pending_permissions_per_session;
-        if session_pending >= per_session {
-            return Err(SessionError::Limit {
-                code: "acp_pending_permissions_per_session_limit",
-                setting: "limits.acp.maxPendingPermissionsPerSession",
-                used: session_pending,
-                limit: per_session,
-            });
-        }
-        let [_, _, vm_pending, _] = self.store.vm_counters().await?;
-        let per_vm = self.limits.max_pending_permissions_per_vm;
-        if vm_pending >= per_vm {
-            return Err(SessionError::Limit {
-                code: "acp_pending_permissions_per_vm_limit",
-                setting: "limits.acp.maxPendingPermissionsPerVm",
-                used: vm_pending,
-                limit: per_vm,
-            });
-        }
-        self.warn_near_limit(
-            "limits.acp.maxPendingPermissionsPerSession",
-            session_pending + 1,
-            per_session,
-        );
-        self.warn_near_limit(
-            "limits.acp.maxPendingPermissionsPerVm",
-            vm_pending + 1,
-            per_vm,
-        );
-        Ok(())
-    }
-
-    /// The reason a permission answer that is not pending in memory is
-    /// refused, from the record or the tombstone.
-    pub(crate) async fn late_permission_reason(
-        &self,
-        session_id: &str,
-        request_id: &str,
-    ) -> Result<&'static str, SessionError> {
-        let status = self.store.permission_status(session_id, request_id).await?;
-        Ok(match status {
-            None => "request_not_found",
-            Some(row) => match (row.state.as_str(), row.terminal_reason.as_deref()) {
-                ("responded", _) | (_, Some("accepted")) => "already_resolved",
-                (_, Some("prompt_cancelled")) => "prompt_cancelled",
-                (_, Some("session_deleted")) => "session_deleted",
-                (_, Some("vm_shutdown")) => "vm_shutdown",
-                (_, Some("already_resolved")) => "already_resolved",
-                _ => "adapter_exited",
-            },
-        })
-    }
-}
-
-/// The outcome of `respondPermission`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RespondOutcome {
-    pub accepted: bool,
-    pub reason: Option<&'static str>,
 }
 
 /// The durable sessions service.
@@ -341,23 +98,8 @@ impl Sessions {
         limits: AcpLimits,
         fs: Option<Arc<dyn FsBridge>>,
     ) -> Sessions {
-        let (notices, _) = broadcast::channel(4096);
         Sessions {
-            shared: Arc::new(Shared {
-                store,
-                hub: Arc::new(Hub::default()),
-                limits,
-                agents,
-                notices,
-                keep_awake: KeepAwake::default(),
-                fs,
-                routes: Mutex::new(HashMap::new()),
-                starting: Mutex::new(HashMap::new()),
-                generation: AtomicU64::new(1),
-                vm_prompt_count: AtomicU64::new(0),
-                vm_outcome_count: AtomicU64::new(0),
-                warned: Mutex::new(HashSet::new()),
-            }),
+            shared: Arc::new(Shared::new(store, agents, limits, fs)),
         }
     }
 
@@ -407,28 +149,22 @@ impl Sessions {
             .ok_or_else(|| SessionError::NotFound(session_id.to_owned()))
     }
 
-    /// The public session info.
-    pub async fn info(&self, row: &SessionRow) -> Result<Value, SessionError> {
-        let state = match row.state.as_str() {
-            "idle" => json!({"status": "idle"}),
-            "running" => json!({
-                "status": "running",
-                "promptId": row.state_prompt_id,
-                "startedAt": row.state_started_at_ms.map(agentos_protocol::host::rfc3339_ms),
-            }),
-            "waiting" => json!({
-                "status": "waiting",
-                "promptId": row.state_prompt_id,
-                "waitingSince": row.state_started_at_ms.map(agentos_protocol::host::rfc3339_ms),
-                "requests": self.shared.store.pending_permissions(&row.session_id).await?,
-            }),
-            _ => json!({"status": "failed", "error": row.state_error}),
+    /// A session read alone: a waiting session lists its pending requests.
+    async fn info(&self, row: &SessionRow) -> Result<SessionInfo, SessionError> {
+        let requests = match row.state.as_str() {
+            "waiting" => Some(
+                self.shared
+                    .store
+                    .pending_permissions(&row.session_id)
+                    .await?,
+            ),
+            _ => None,
         };
-        Ok(session_json(row, state))
+        Ok(SessionInfo::from_row(row, SessionState::of(row, requests)))
     }
 
     /// Idempotent open. Never starts an adapter.
-    pub async fn open(&self, params: OpenSessionParams) -> Result<Value, SessionError> {
+    pub async fn open(&self, params: OpenSessionParams) -> Result<SessionInfo, SessionError> {
         let session_id = params
             .session_id
             .clone()
@@ -491,12 +227,12 @@ impl Sessions {
         self.info(&row).await
     }
 
-    pub async fn get(&self, session_id: &str) -> Result<Value, SessionError> {
+    pub async fn get(&self, session_id: &str) -> Result<SessionInfo, SessionError> {
         let row = self.row(session_id).await?;
         self.info(&row).await
     }
 
-    pub async fn list(&self, params: ListSessionsParams) -> Result<Value, SessionError> {
+    pub async fn list(&self, params: ListSessionsParams) -> Result<SessionPage, SessionError> {
         let max = self.shared.limits.max_session_list_entries;
         let limit = params.limit.unwrap_or(DEFAULT_LIST_LIMIT.min(max));
         if limit == 0 || limit > max {
@@ -514,7 +250,7 @@ impl Sessions {
             })?),
         };
         let (rows, more) = self.shared.store.list_sessions(cursor, limit).await?;
-        let next = if more {
+        let next_cursor = if more {
             rows.last()
                 .map(|r| encode_cursor(r.updated_at_ms, &r.session_id))
         } else {
@@ -522,22 +258,14 @@ impl Sessions {
         };
         // The page is built without another query per session: waiting
         // sessions list their state without the request ids.
-        let sessions: Vec<Value> = rows
+        let sessions = rows
             .iter()
-            .map(|row| {
-                let state = match row.state.as_str() {
-                    "idle" => json!({"status": "idle"}),
-                    "failed" => json!({"status": "failed", "error": row.state_error}),
-                    status => json!({"status": status, "promptId": row.state_prompt_id}),
-                };
-                session_json(row, state)
-            })
+            .map(|row| SessionInfo::from_row(row, SessionState::of(row, None)))
             .collect();
-        let mut out = json!({ "sessions": sessions });
-        if let Some(next) = next {
-            out["nextCursor"] = json!(next);
-        }
-        Ok(out)
+        Ok(SessionPage {
+            sessions,
+            next_cursor,
+        })
     }
 
     fn route(&self, session_id: &str) -> Option<RouteHandle> {
@@ -620,6 +348,28 @@ impl Sessions {
     /// Validates, checks idempotency, makes sure an adapter route exists and
     /// runs the turn. Answers after the terminal commit.
     pub async fn prompt(
+        &self,
+        session_id: &str,
+        content: Vec<Value>,
+        idempotency_key: Option<String>,
+        actor: Actor,
+    ) -> Result<PromptOutcome, SessionError> {
+        let result = self
+            .prompt_value(session_id, content, idempotency_key, actor)
+            .await?;
+        let prompt_id = result
+            .get("promptId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        PromptOutcome::from_stored(session_id, &prompt_id, &result).ok_or_else(|| {
+            SessionError::PromptFailed {
+                error: json!({"code": "prompt_failed", "message": "the stored result has no stop reason and message"}),
+            }
+        })
+    }
+
+    async fn prompt_value(
         &self,
         session_id: &str,
         content: Vec<Value>,
@@ -750,10 +500,10 @@ impl Sessions {
         }))
     }
 
-    pub async fn cancel(&self, session_id: &str) -> Result<&'static str, SessionError> {
+    pub async fn cancel(&self, session_id: &str) -> Result<CancelStatus, SessionError> {
         self.row(session_id).await?;
         let Some(route) = self.route(session_id) else {
-            return Ok("no_active_prompt");
+            return Ok(CancelStatus::NoActivePrompt);
         };
         let (reply, answer) = oneshot::channel();
         if route
@@ -762,9 +512,12 @@ impl Sessions {
             .await
             .is_err()
         {
-            return Ok("no_active_prompt");
+            return Ok(CancelStatus::NoActivePrompt);
         }
-        Ok(answer.await.unwrap_or("no_active_prompt"))
+        Ok(match answer.await {
+            Ok("cancelled") => CancelStatus::Cancelled,
+            _ => CancelStatus::NoActivePrompt,
+        })
     }
 
     pub async fn respond_permission(
@@ -772,12 +525,9 @@ impl Sessions {
         session_id: &str,
         request_id: &str,
         option_id: &str,
-    ) -> Result<RespondOutcome, SessionError> {
+    ) -> Result<PermissionAnswer, SessionError> {
         self.row(session_id).await?;
-        let late = |reason| RespondOutcome {
-            accepted: false,
-            reason: Some(reason),
-        };
+        let late = |reason| PermissionAnswer::NotPending(not_pending_reason(reason));
         let Some(route) = self.route(session_id) else {
             let reason = self
                 .shared
@@ -799,10 +549,7 @@ impl Sessions {
             Err(_) => None,
         };
         match result {
-            Some(Ok(None)) => Ok(RespondOutcome {
-                accepted: true,
-                reason: None,
-            }),
+            Some(Ok(None)) => Ok(PermissionAnswer::Accepted),
             Some(Ok(Some(reason))) => Ok(late(reason)),
             Some(Err(e)) => Err(e),
             None => {
@@ -850,78 +597,16 @@ impl Sessions {
             .await?)
     }
 
-    /// Subscribes `sink` to a session: replay after `after` (default: the
-    /// latest committed event, i.e. live only), then live, no gap, no
-    /// duplicate.
-    ///
-    /// Nothing is delivered until `start` fires, so a front door can answer
-    /// the subscribe call before the first event reaches the same client.
-    pub async fn subscribe(
-        &self,
-        session_id: &str,
-        after: Option<u64>,
-        sink: Arc<dyn Sink>,
-        start: oneshot::Receiver<()>,
-    ) -> Result<String, SessionError> {
-        let row = self.row(session_id).await?;
-        let after = after.unwrap_or(row.latest_sequence);
-        if after + 1 < row.oldest_retained_sequence {
-            return Err(SessionError::HistoryCursorExpired {
-                earliest: row.oldest_retained_sequence,
-            });
-        }
-        let id = uuid::Uuid::new_v4().to_string();
-        let (sub, upto) =
-            self.shared
-                .hub
-                .register(id.clone(), session_id, row.latest_sequence, sink.clone());
-        let store = self.shared.store.clone();
-        let hub = self.shared.hub.clone();
-        let session = session_id.to_owned();
-        tokio::spawn(async move {
-            if start.await.is_err() {
-                hub.unsubscribe(&sub.id);
-                return;
-            }
-            let mut cursor = after;
-            while cursor < upto {
-                let page = match store
-                    .events_between(&session, cursor, upto, REPLAY_PAGE)
-                    .await
-                {
-                    Ok(page) => page,
-                    Err(e) => {
-                        tracing::warn!(session = %session, error = %e, "subscription replay failed");
-                        hub.unsubscribe(&sub.id);
-                        sink.ended(&sub.id, &session, "storage_error", cursor);
-                        return;
-                    }
-                };
-                let Some(last) = page.last().map(|e| e.sequence) else {
-                    break;
-                };
-                for event in page {
-                    let item = Item::durable(event);
-                    if sink.deliver(&sub.id, &item).is_err() {
-                        hub.unsubscribe(&sub.id);
-                        sink.ended(&sub.id, &session, "overflow", cursor);
-                        return;
-                    }
-                }
-                cursor = last;
-            }
-            hub.go_live(&sub, cursor.max(after));
-        });
-        Ok(id)
-    }
-
     pub fn unsubscribe(&self, subscription_id: &str) -> bool {
         self.shared.hub.unsubscribe(subscription_id)
     }
 
-    pub async fn get_config(&self, session_id: &str) -> Result<Value, SessionError> {
+    pub async fn get_config(&self, session_id: &str) -> Result<SessionConfig, SessionError> {
         let row = self.row(session_id).await?;
-        Ok(json!({"revision": row.config_revision, "options": row.config_options}))
+        Ok(SessionConfig {
+            revision: row.config_revision,
+            options: row.config_options,
+        })
     }
 
     pub async fn set_config_option(
@@ -929,7 +614,7 @@ impl Sessions {
         session_id: &str,
         config_id: &str,
         value: Value,
-    ) -> Result<Value, SessionError> {
+    ) -> Result<SessionConfig, SessionError> {
         if !(value.is_string() || value.is_boolean()) {
             return Err(SessionError::InvalidArgument(
                 "value must be a string or a boolean".into(),
@@ -957,34 +642,65 @@ impl Sessions {
             };
             match result {
                 Err(e) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
-                other => return other,
+                other => {
+                    return other.and_then(|v| {
+                        let revision = v.get("revision").and_then(Value::as_u64);
+                        let options = v.get("options").and_then(Value::as_array);
+                        match (revision, options) {
+                            (Some(revision), Some(options)) => Ok(SessionConfig {
+                                revision,
+                                options: options.clone(),
+                            }),
+                            _ => Err(SessionError::InvalidArgument(
+                                "the route answered no config".into(),
+                            )),
+                        }
+                    })
+                }
             }
         }
     }
 
-    pub async fn capabilities(&self, session_id: &str) -> Result<Value, SessionError> {
-        let row = self.row(session_id).await?;
-        Ok(json!({"capabilities": row.capabilities}))
+    /// The capabilities the agent announced at its last start, as it sent
+    /// them (`None` before its first start).
+    pub async fn capabilities(&self, session_id: &str) -> Result<Option<Value>, SessionError> {
+        Ok(self.row(session_id).await?.capabilities)
     }
 
-    pub async fn agent_info(&self, session_id: &str) -> Result<Value, SessionError> {
-        let row = self.row(session_id).await?;
-        Ok(json!({"agentInfo": row.agent_info}))
+    /// The agent's self-description from its last start, as it sent it.
+    pub async fn agent_info(&self, session_id: &str) -> Result<Option<Value>, SessionError> {
+        Ok(self.row(session_id).await?.agent_info)
     }
 
     /// VM-wide counts with the configured limits.
-    pub async fn status(&self) -> Result<Value, SessionError> {
+    pub async fn status(&self) -> Result<VmStatus, SessionError> {
         let [sessions, prompts, pending, outcomes] = self.shared.store.vm_counters().await?;
         let l = &self.shared.limits;
-        let usage = |used: u64, limit: u64, setting: &str| json!({"used": used, "limit": limit, "setting": setting, "nearLimit": limit > 0 && used * 5 >= limit * 4});
-        Ok(json!({
-            "sessions": usage(sessions, l.max_sessions_per_vm, "limits.acp.maxSessionsPerVm"),
-            "prompts": usage(prompts, l.max_prompts_per_vm, "limits.acp.maxPromptsPerVm"),
-            "pendingPermissions": usage(pending, l.max_pending_permissions_per_vm, "limits.acp.maxPendingPermissionsPerVm"),
-            "permissionOutcomes": usage(outcomes, l.max_permission_outcomes_per_vm, "limits.acp.maxPermissionOutcomesPerVm"),
-            "liveAdapters": self.live_routes(),
-            "keepAwakeHolders": self.keep_awake_holders(),
-        }))
+        let usage = |used, limit, setting| Usage {
+            used,
+            limit,
+            setting,
+        };
+        Ok(VmStatus {
+            sessions: usage(
+                sessions,
+                l.max_sessions_per_vm,
+                "limits.acp.maxSessionsPerVm",
+            ),
+            prompts: usage(prompts, l.max_prompts_per_vm, "limits.acp.maxPromptsPerVm"),
+            pending_permissions: usage(
+                pending,
+                l.max_pending_permissions_per_vm,
+                "limits.acp.maxPendingPermissionsPerVm",
+            ),
+            permission_outcomes: usage(
+                outcomes,
+                l.max_permission_outcomes_per_vm,
+                "limits.acp.maxPermissionOutcomesPerVm",
+            ),
+            live_adapters: self.live_routes() as u64,
+            keep_awake_holders: self.keep_awake_holders(),
+        })
     }
 }
 
@@ -1022,26 +738,6 @@ fn check_same(
     Ok(())
 }
 
-fn session_json(row: &SessionRow, state: Value) -> Value {
-    use agentos_protocol::host::rfc3339_ms;
-    json!({
-        "sessionId": row.session_id,
-        "agent": row.agent,
-        "cwd": row.cwd,
-        "additionalDirectories": row.additional_directories,
-        "permissionPolicy": row.permission_policy,
-        "state": state,
-        "latestSequence": row.latest_sequence,
-        "oldestRetainedSequence": row.oldest_retained_sequence,
-        "retainedEvents": row.retained_event_count,
-        "retainedBytes": row.retained_event_bytes,
-        "title": row.title,
-        "metadata": row.metadata,
-        "createdAt": rfc3339_ms(row.created_at_ms),
-        "updatedAt": rfc3339_ms(row.updated_at_ms),
-    })
-}
-
 fn encode_cursor(updated_at_ms: i64, session_id: &str) -> String {
     format!("{updated_at_ms}:{}", hex::encode(session_id))
 }
@@ -1052,7 +748,15 @@ fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     Some((ms.parse().ok()?, id))
 }
 
-/// Public rendering of a stored event.
-pub fn public_event(event: &StoredEvent) -> Value {
-    event.to_public()
+/// The reason a permission answer found nothing pending, from the route's
+/// or the store's word for it.
+fn not_pending_reason(reason: &str) -> NotPendingReason {
+    match reason {
+        "request_not_found" => NotPendingReason::RequestNotFound,
+        "already_resolved" => NotPendingReason::AlreadyResolved,
+        "prompt_cancelled" => NotPendingReason::PromptCancelled,
+        "session_deleted" => NotPendingReason::SessionDeleted,
+        "vm_shutdown" => NotPendingReason::VmShutdown,
+        _ => NotPendingReason::AdapterExited,
+    }
 }

@@ -1,0 +1,169 @@
+//! Host framing: a u32 big-endian length, then one UTF-8 JSON-RPC 2.0
+//! message. The decoder is incremental and refuses an oversize frame before
+//! reading its bytes; the encoders build whole frames, length prefix first.
+
+// Framing
+
+/// Why a byte stream could not be cut into frames. Either way the stream is
+/// no longer trustworthy and the connection ends after the error is answered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {length} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { length: u64, limit: u64 },
+}
+
+impl FrameError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            FrameError::TooLarge { .. } => "frame_too_large",
+        }
+    }
+}
+
+/// Incremental frame decoder: push bytes, pop whole frames.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    max_frame_bytes: u64,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl FrameDecoder {
+    pub fn new(max_frame_bytes: u64) -> Self {
+        FrameDecoder {
+            max_frame_bytes,
+            buf: Vec::new(),
+            start: 0,
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received but not yet returned as frames.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next whole frame's payload, `None` if more bytes are needed.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let available = &self.buf[self.start..];
+        let Some(header) = available.get(..4) else {
+            return Ok(None);
+        };
+        let length = u64::from(u32::from_be_bytes([
+            header[0], header[1], header[2], header[3],
+        ]));
+        if length > self.max_frame_bytes {
+            return Err(FrameError::TooLarge {
+                length,
+                limit: self.max_frame_bytes,
+            });
+        }
+        let total = 4 + length as usize;
+        if available.len() < total {
+            return Ok(None);
+        }
+        let payload = available[4..total].to_vec();
+        self.start += total;
+        if self.start > (1 << 20) && self.start * 2 > self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        Ok(Some(payload))
+    }
+}
+
+/// Prefixes `payload` with its u32 big-endian length.
+pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A frame whose payload `write` appends to `out`, the length patched in
+/// afterwards so the payload is never copied.
+fn frame_with(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut frame = vec![0; 4];
+    write(&mut frame);
+    let length = (frame.len() - 4) as u32;
+    frame[..4].copy_from_slice(&length.to_be_bytes());
+    frame
+}
+
+/// The whole frame of a `sessions/event` notification, spliced from the
+/// event's already rendered public JSON (see `StoredEvent::public_json`).
+pub fn event_notification_frame(subscription_id: &str, public_event: &str) -> Vec<u8> {
+    frame_with(|out| {
+        out.reserve(public_event.len() + subscription_id.len() + 100);
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
+        out.extend_from_slice(super::methods::EVENT.as_bytes());
+        out.extend_from_slice(b"\",\"params\":{\"subscriptionId\":");
+        let mut id = String::with_capacity(subscription_id.len() + 2);
+        super::event::push_json_str(&mut id, subscription_id);
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(b",\"event\":");
+        out.extend_from_slice(public_event.as_bytes());
+        out.extend_from_slice(b"}}");
+    })
+}
+
+#[derive(serde::Serialize)]
+struct Outgoing<'a, P: serde::Serialize> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a P>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a super::ErrorObject>,
+}
+
+/// The whole frame of a response; `result` is already-serialized JSON and
+/// is copied as it is.
+pub fn response_frame(
+    id: &serde_json::Value,
+    result: Result<&serde_json::value::RawValue, &super::ErrorObject>,
+) -> Vec<u8> {
+    let (result, error) = match result {
+        Ok(result) => (Some(result), None),
+        Err(error) => (None, Some(error)),
+    };
+    let message: Outgoing<'_, ()> = Outgoing {
+        jsonrpc: "2.0",
+        id: Some(id),
+        method: None,
+        params: None,
+        result,
+        error,
+    };
+    // Serializing these types cannot fail: every map key is a string.
+    frame_with(|out| {
+        let _ = serde_json::to_writer(out, &message);
+    })
+}
+
+/// The whole frame of a notification.
+pub fn notification_frame(method: &str, params: &impl serde::Serialize) -> Vec<u8> {
+    let message = Outgoing {
+        jsonrpc: "2.0",
+        id: None,
+        method: Some(method),
+        params: Some(params),
+        result: None,
+        error: None,
+    };
+    frame_with(|out| {
+        let _ = serde_json::to_writer(out, &message);
+    })
+}

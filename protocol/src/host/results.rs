@@ -1,0 +1,187 @@
+//! What each host method answers, as it travels: the session service's
+//! domain values are mapped into these by the host door, and the operator
+//! client reads them back with the same types.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::PermissionPolicy;
+
+/// `sessions/open`, `sessions/get` (under `session`), and each entry of
+/// `sessions/list`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub agent: String,
+    pub cwd: String,
+    pub additional_directories: Vec<String>,
+    pub permission_policy: PermissionPolicy,
+    pub state: SessionState,
+    pub latest_sequence: u64,
+    pub oldest_retained_sequence: u64,
+    pub retained_events: u64,
+    pub retained_bytes: u64,
+    pub title: Option<String>,
+    pub metadata: Option<Value>,
+    /// RFC 3339 with milliseconds.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A session's state. `requests` (the pending permission request ids) is
+/// present on a single session and omitted in list pages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum SessionState {
+    Idle,
+    #[serde(rename_all = "camelCase")]
+    Running {
+        prompt_id: Option<String>,
+        started_at: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Waiting {
+        prompt_id: Option<String>,
+        waiting_since: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requests: Option<Vec<String>>,
+    },
+    Failed {
+        error: Option<Value>,
+    },
+}
+
+/// `sessions/get`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GetSessionResult {
+    pub session: SessionInfo,
+}
+
+/// `sessions/list`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPage {
+    pub sessions: Vec<SessionInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `sessions/prompt`: the turn's stop reason and the agent's whole message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptResult {
+    pub stop_reason: String,
+    pub message: AgentMessage,
+    pub session_id: String,
+    pub prompt_id: String,
+}
+
+/// The agent's reply of one turn, its chunks coalesced into content blocks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentMessage {
+    pub id: String,
+    pub role: String,
+    pub content: Vec<Value>,
+}
+
+/// `sessions/cancel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelStatus {
+    /// A turn was running; the agent was asked to stop and its pending
+    /// permission requests were cancelled.
+    Cancelled,
+    /// Nothing was running.
+    NoActivePrompt,
+}
+
+/// `sessions/cancel`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CancelResult {
+    pub status: CancelStatus,
+}
+
+/// Why a permission answer found nothing to answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotPendingReason {
+    RequestNotFound,
+    AlreadyResolved,
+    PromptCancelled,
+    SessionDeleted,
+    VmShutdown,
+    AdapterExited,
+}
+
+/// `sessions/respondPermission`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum RespondPermissionResult {
+    Accepted,
+    NotPending { reason: NotPendingReason },
+}
+
+/// `sessions/history`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryResult {
+    /// Public events, each already rendered (see `StoredEvent::public_json`).
+    pub events: Vec<Box<serde_json::value::RawValue>>,
+    pub has_more_before: bool,
+    pub has_more_after: bool,
+}
+
+/// `sessions/getConfig` and `sessions/setConfigOption`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    pub revision: u64,
+    /// The agent's config options, as it reported them.
+    pub options: Vec<Value>,
+}
+
+/// One counted resource against its configured limit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub used: u64,
+    pub limit: u64,
+    pub setting: String,
+    pub near_limit: bool,
+}
+
+/// `vm/status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmStatus {
+    pub sessions: Usage,
+    pub prompts: Usage,
+    pub pending_permissions: Usage,
+    pub permission_outcomes: Usage,
+    pub live_adapters: u64,
+    pub keep_awake_holders: u64,
+    pub database: DatabaseInfo,
+    pub uptime_ms: u64,
+}
+
+/// The database kind a VM runs on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DatabaseInfo {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// `agents/list`: the VM's agent registry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentsList {
+    pub agents: Vec<AgentEntry>,
+}
+
+/// One registry entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentEntry {
+    pub id: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+}

@@ -1,0 +1,96 @@
+//! Host `fs/*` methods → VFS calls. File data travels base64-encoded in
+//! pieces of at most 16 MiB so an answer stays well inside the frame limit.
+
+use std::sync::Arc;
+
+use agentos_protocol::host::{
+    methods, ErrorObject, FsMkdirParams, FsPathParams, FsReadParams, FsReaddirParams,
+    FsRemoveParams, FsRenameParams, FsWriteParams,
+};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde_json::{json, value::RawValue, Value};
+
+use super::dispatch::{params, reply};
+use super::render::fs_error_object;
+use crate::vfs::FsError;
+use crate::vm::Vm;
+
+fn fs(e: FsError) -> ErrorObject {
+    fs_error_object(&e)
+}
+
+/// Bytes of file data one `fs/read` returns at most; base64 keeps the answer
+/// well inside the frame limit.
+const MAX_READ_CHUNK: u64 = 16 << 20;
+
+pub(super) async fn dispatch(
+    vm: &Arc<Vm>,
+    method: &str,
+    raw: Value,
+) -> Result<Box<RawValue>, ErrorObject> {
+    let vfs = &vm.vfs;
+    match method {
+        methods::FS_STAT => {
+            let p: FsPathParams = params(raw)?;
+            let stat = vfs.lstat(&p.path).await.map_err(fs)?;
+            reply(&stat)
+        }
+        methods::FS_READ => {
+            let p: FsReadParams = params(raw)?;
+            let offset = p.offset.unwrap_or(0);
+            let length = p.length.unwrap_or(MAX_READ_CHUNK).min(MAX_READ_CHUNK);
+            let stat = vfs.stat(&p.path).await.map_err(fs)?;
+            let data = vfs.read(&p.path, offset, length).await.map_err(fs)?;
+            let eof = offset.saturating_add(data.len() as u64) >= stat.size;
+            reply(&json!({
+                "data": BASE64.encode(&data),
+                "encoding": "base64",
+                "size": stat.size,
+                "eof": eof,
+            }))
+        }
+        methods::FS_WRITE => {
+            let p: FsWriteParams = params(raw)?;
+            let data = BASE64
+                .decode(p.data.as_bytes())
+                .map_err(|e| ErrorObject::invalid_params(format!("data is not base64: {e}")))?;
+            let stat = match p.offset {
+                None => vfs.write_file(&p.path, &data).await,
+                Some(offset) => vfs.write(&p.path, offset, &data).await,
+            }
+            .map_err(fs)?;
+            reply(&stat)
+        }
+        methods::FS_READDIR => {
+            let p: FsReaddirParams = params(raw)?;
+            let page = vfs
+                .readdir(&p.path, p.cursor.as_deref(), p.limit.unwrap_or(1000))
+                .await
+                .map_err(fs)?;
+            reply(&page)
+        }
+        methods::FS_MKDIR => {
+            let p: FsMkdirParams = params(raw)?;
+            let mode = p.mode.unwrap_or(0o755);
+            let stat = if p.parents {
+                vfs.mkdir_p(&p.path, mode).await
+            } else {
+                vfs.mkdir(&p.path, mode).await
+            }
+            .map_err(fs)?;
+            reply(&stat)
+        }
+        methods::FS_RENAME => {
+            let p: FsRenameParams = params(raw)?;
+            vfs.rename(&p.from, &p.to).await.map_err(fs)?;
+            reply(&json!({}))
+        }
+        methods::FS_REMOVE => {
+            let p: FsRemoveParams = params(raw)?;
+            vfs.remove(&p.path, p.recursive).await.map_err(fs)?;
+            reply(&json!({}))
+        }
+        other => Err(ErrorObject::method_not_found(other)),
+    }
+}

@@ -1,0 +1,149 @@
+//! The session service's domain values and errors in the host protocol's
+//! wire form (`protocol::host`). The only place the host door turns a
+//! domain value into its wire shape.
+
+use agentos_protocol::host::{self as wire, rfc3339_ms, ErrorObject};
+use serde_json::{json, Map};
+
+use crate::sessions::{
+    PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage, SessionState, Usage,
+    VmStatus,
+};
+use crate::vfs::FsError;
+
+pub(super) fn session_info(info: &SessionInfo) -> wire::SessionInfo {
+    wire::SessionInfo {
+        session_id: info.session_id.clone(),
+        agent: info.agent.clone(),
+        cwd: info.cwd.clone(),
+        additional_directories: info.additional_directories.clone(),
+        permission_policy: info.permission_policy,
+        state: session_state(&info.state),
+        latest_sequence: info.latest_sequence,
+        oldest_retained_sequence: info.oldest_retained_sequence,
+        retained_events: info.retained_event_count,
+        retained_bytes: info.retained_event_bytes,
+        title: info.title.clone(),
+        metadata: info.metadata.clone(),
+        created_at: rfc3339_ms(info.created_at_ms),
+        updated_at: rfc3339_ms(info.updated_at_ms),
+    }
+}
+
+fn session_state(state: &SessionState) -> wire::SessionState {
+    match state {
+        SessionState::Idle => wire::SessionState::Idle,
+        SessionState::Running {
+            prompt_id,
+            started_at_ms,
+        } => wire::SessionState::Running {
+            prompt_id: prompt_id.clone(),
+            started_at: started_at_ms.map(rfc3339_ms),
+        },
+        SessionState::Waiting {
+            prompt_id,
+            since_ms,
+            requests,
+        } => wire::SessionState::Waiting {
+            prompt_id: prompt_id.clone(),
+            waiting_since: since_ms.map(rfc3339_ms),
+            requests: requests.clone(),
+        },
+        SessionState::Failed { error } => wire::SessionState::Failed {
+            error: error.clone(),
+        },
+    }
+}
+
+pub(super) fn session_page(page: &SessionPage) -> wire::SessionPage {
+    wire::SessionPage {
+        sessions: page.sessions.iter().map(session_info).collect(),
+        next_cursor: page.next_cursor.clone(),
+    }
+}
+
+pub(super) fn prompt_result(outcome: PromptOutcome) -> wire::PromptResult {
+    wire::PromptResult {
+        stop_reason: outcome.stop_reason,
+        message: wire::AgentMessage {
+            id: outcome.message.id,
+            role: outcome.message.role,
+            content: outcome.message.content,
+        },
+        session_id: outcome.session_id,
+        prompt_id: outcome.prompt_id,
+    }
+}
+
+pub(super) fn permission_answer(answer: PermissionAnswer) -> wire::RespondPermissionResult {
+    match answer {
+        PermissionAnswer::Accepted => wire::RespondPermissionResult::Accepted,
+        PermissionAnswer::NotPending(reason) => {
+            wire::RespondPermissionResult::NotPending { reason }
+        }
+    }
+}
+
+fn usage(usage: &Usage) -> wire::Usage {
+    wire::Usage {
+        used: usage.used,
+        limit: usage.limit,
+        setting: usage.setting.to_owned(),
+        near_limit: usage.near_limit(),
+    }
+}
+
+pub(super) fn vm_status(status: &VmStatus, database: &str, uptime_ms: u64) -> wire::VmStatus {
+    wire::VmStatus {
+        sessions: usage(&status.sessions),
+        prompts: usage(&status.prompts),
+        pending_permissions: usage(&status.pending_permissions),
+        permission_outcomes: usage(&status.permission_outcomes),
+        live_adapters: status.live_adapters,
+        keep_awake_holders: status.keep_awake_holders,
+        database: wire::DatabaseInfo {
+            kind: database.to_owned(),
+        },
+        uptime_ms,
+    }
+}
+
+/// The JSON-RPC error for a session-layer error.
+pub fn error_object(e: &SessionError) -> ErrorObject {
+    let mut extra = Map::new();
+    if let Some(setting) = e.setting() {
+        extra.insert("setting".into(), json!(setting));
+    }
+    match e {
+        SessionError::HistoryCursorExpired { earliest } => {
+            extra.insert("earliestAvailableSequence".into(), json!(earliest));
+        }
+        SessionError::Limit { used, limit, .. } => {
+            extra.insert("used".into(), json!(used));
+            extra.insert("limit".into(), json!(limit));
+        }
+        SessionError::PromptFailed { error } => {
+            if let Some(obj) = error.as_object() {
+                for (k, v) in obj {
+                    if k != "code" {
+                        extra.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        SessionError::InvalidArgument(_) => {
+            return ErrorObject::invalid_params(e.to_string());
+        }
+        _ => {}
+    }
+    ErrorObject::application(e.code(), e.to_string(), extra)
+}
+
+/// The JSON-RPC error for a file-system error: `data.code` is the errno name.
+pub fn fs_error_object(e: &FsError) -> ErrorObject {
+    let mut extra = Map::new();
+    if let Some(setting) = e.setting() {
+        extra.insert("setting".into(), json!(setting));
+    }
+    ErrorObject::application(e.code(), e.to_string(), extra)
+}

@@ -1,0 +1,87 @@
+//! Running a VM: open it, bind the host socket, print the ready line, serve
+//! until SIGTERM or SIGINT, then shut down gracefully.
+//!
+//! Shutdown, in order: stop accepting and tell every connection
+//! (`lifecycle/shutdown`); give requests in flight a grace period to finish
+//! on their own; stop every adapter, which settles a turn still in flight as
+//! a restart would and fails its prompt with `vm_shutdown`; let the
+//! connections answer and drain their outboxes within a deadline; close the
+//! database. A clean shutdown exits 0.
+
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError};
+use crate::host::{HostError, HostServer};
+use crate::vm::{Vm, VmError};
+
+/// How long requests in flight may take to finish on their own.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long connections may take to answer and drain once adapters stopped.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+impl ServeError {
+    pub fn code(&self) -> &str {
+        match self {
+            ServeError::Vm(e) => e.code(),
+            ServeError::Host(e) => e.code(),
+        }
+    }
+}
+
+impl From<ConfigError> for ServeError {
+    fn from(e: ConfigError) -> Self {
+        ServeError::Vm(VmError::Config(e))
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Runs the sidecar until SIGINT or SIGTERM, then shuts it down.
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    let socket = config
+        .socket
+        .clone()
+        .ok_or_else(|| ConfigError::new("socket", "is required to serve"))?;
+    let host_limits = config.limits.host.clone();
+    let vm = Vm::open(config).await?;
+    let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
+    let ready = serde_json::json!({
+        "event": "ready",
+        "socket": socket,
+        "database": vm.database_kind.as_str(),
+        "startupMs": vm.started.elapsed().as_secs_f64() * 1000.0,
+    });
+    println!("{ready}");
+    let draining = server.serve(termination()).await;
+    tracing::info!("shutting down: no longer accepting; requests in flight may finish");
+    let finished = draining.wait(SHUTDOWN_GRACE).await;
+    vm.sessions.shutdown().await;
+    if !finished && !draining.wait(SHUTDOWN_DRAIN).await {
+        tracing::warn!("some host connections did not drain before the shutdown deadline");
+    }
+    vm.db.close().await;
+    tracing::info!("shut down");
+    Ok(())
+}

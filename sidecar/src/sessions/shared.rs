@@ -1,0 +1,210 @@
+//! State shared by the session service and its route tasks: the store, the
+//! hub, the limits and registry, the live routes, and the VM-wide counters
+//! kept in memory so admission checks need no read. Limit warnings at 80 %
+//! are issued here, once per crossing.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::broadcast;
+
+use super::notice::{KeepAwake, Notice};
+use super::route::RouteHandle;
+use super::store::{HistoryCounters, SessionStore};
+use super::{FsBridge, Hub, SessionError};
+use crate::config::{AcpLimits, AgentSpec};
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// State shared by the service and its route tasks.
+pub(crate) struct Shared {
+    pub store: SessionStore,
+    pub hub: Arc<Hub>,
+    pub limits: AcpLimits,
+    pub agents: BTreeMap<String, AgentSpec>,
+    pub notices: broadcast::Sender<Notice>,
+    pub keep_awake: KeepAwake,
+    pub fs: Option<Arc<dyn FsBridge>>,
+    pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
+    /// One route start at a time per session.
+    pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(super) generation: AtomicU64,
+    /// VM-wide retained prompt records and permission outcomes, kept in
+    /// memory so admission checks need no read; re-read after pruning.
+    vm_prompt_count: AtomicU64,
+    vm_outcome_count: AtomicU64,
+    /// Settings currently above 80 %, so each crossing warns once.
+    warned: Mutex<HashSet<String>>,
+}
+
+impl Shared {
+    pub(super) fn new(
+        store: SessionStore,
+        agents: BTreeMap<String, AgentSpec>,
+        limits: AcpLimits,
+        fs: Option<Arc<dyn FsBridge>>,
+    ) -> Shared {
+        let (notices, _) = broadcast::channel(4096);
+        Shared {
+            store,
+            hub: Arc::new(Hub::default()),
+            limits,
+            agents,
+            notices,
+            keep_awake: KeepAwake::default(),
+            fs,
+            routes: Mutex::new(HashMap::new()),
+            starting: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(1),
+            vm_prompt_count: AtomicU64::new(0),
+            vm_outcome_count: AtomicU64::new(0),
+            warned: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub(crate) fn vm_prompts(&self) -> u64 {
+        self.vm_prompt_count.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn vm_outcomes(&self) -> u64 {
+        self.vm_outcome_count.load(Ordering::SeqCst)
+    }
+
+    /// Re-reads the VM counters into memory.
+    pub(crate) async fn refresh_vm_counts(&self) -> Result<(), SessionError> {
+        let [_, prompts, _, outcomes] = self.store.vm_counters().await?;
+        self.vm_prompt_count.store(prompts, Ordering::SeqCst);
+        self.vm_outcome_count.store(outcomes, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// One prompt record was added; `pruned` says whether others went.
+    pub(crate) async fn prompts_changed(&self, pruned: bool) {
+        self.vm_prompt_count.fetch_add(1, Ordering::SeqCst);
+        if pruned {
+            if let Err(e) = self.refresh_vm_counts().await {
+                tracing::warn!(error = %e, "could not re-read VM counters");
+            }
+        }
+    }
+
+    /// One outcome was added; `pruned` says whether others went.
+    pub(crate) async fn outcomes_changed(&self, pruned: bool) {
+        self.vm_outcome_count.fetch_add(1, Ordering::SeqCst);
+        if pruned {
+            if let Err(e) = self.refresh_vm_counts().await {
+                tracing::warn!(error = %e, "could not re-read VM counters");
+            }
+        }
+    }
+
+    pub(crate) fn route_ended(&self, session_id: &str, generation: u64) {
+        let mut routes = lock(&self.routes);
+        if routes.get(session_id).map(|r| r.generation) == Some(generation) {
+            routes.remove(session_id);
+        }
+    }
+
+    /// Logs once per crossing when `used` passes 80 % of `limit`.
+    pub(crate) fn warn_near_limit(&self, setting: &str, used: u64, limit: u64) {
+        self.warn_keyed(setting, setting, used, limit);
+    }
+
+    fn warn_keyed(&self, key: &str, setting: &str, used: u64, limit: u64) {
+        let threshold = limit / 5 * 4 + (limit % 5) * 4 / 5;
+        let mut warned = lock(&self.warned);
+        if used >= threshold && limit > 0 {
+            if warned.insert(key.to_owned()) {
+                tracing::warn!(
+                    used,
+                    limit,
+                    config_path = setting,
+                    "usage crossed 80% of a configured limit"
+                );
+            }
+        } else {
+            warned.remove(key);
+        }
+    }
+
+    pub(crate) fn warn_history(
+        &self,
+        session_id: &str,
+        _before: &HistoryCounters,
+        after: &HistoryCounters,
+    ) {
+        self.warn_keyed(
+            &format!("history-events:{session_id}"),
+            "limits.acp.maxSessionHistoryEvents",
+            after.retained_event_count,
+            self.limits.max_session_history_events,
+        );
+        self.warn_keyed(
+            &format!("history-bytes:{session_id}"),
+            "limits.acp.maxSessionHistoryBytes",
+            after.retained_event_bytes,
+            self.limits.max_session_history_bytes,
+        );
+    }
+
+    /// Hard limits on pending `ask` permissions.
+    pub(crate) async fn admit_pending_permission(
+        &self,
+        session_pending: u64,
+    ) -> Result<(), SessionError> {
+        let per_session = self.limits.max_pending_permissions_per_session;
+        if session_pending >= per_session {
+            return Err(SessionError::Limit {
+                code: "acp_pending_permissions_per_session_limit",
+                setting: "limits.acp.maxPendingPermissionsPerSession",
+                used: session_pending,
+                limit: per_session,
+            });
+        }
+        let [_, _, vm_pending, _] = self.store.vm_counters().await?;
+        let per_vm = self.limits.max_pending_permissions_per_vm;
+        if vm_pending >= per_vm {
+            return Err(SessionError::Limit {
+                code: "acp_pending_permissions_per_vm_limit",
+                setting: "limits.acp.maxPendingPermissionsPerVm",
+                used: vm_pending,
+                limit: per_vm,
+            });
+        }
+        self.warn_near_limit(
+            "limits.acp.maxPendingPermissionsPerSession",
+            session_pending + 1,
+            per_session,
+        );
+        self.warn_near_limit(
+            "limits.acp.maxPendingPermissionsPerVm",
+            vm_pending + 1,
+            per_vm,
+        );
+        Ok(())
+    }
+
+    /// The reason a permission answer that is not pending in memory is
+    /// refused, from the record or the tombstone.
+    pub(crate) async fn late_permission_reason(
+        &self,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<&'static str, SessionError> {
+        let status = self.store.permission_status(session_id, request_id).await?;
+        Ok(match status {
+            None => "request_not_found",
+            Some(row) => match (row.state.as_str(), row.terminal_reason.as_deref()) {
+                ("responded", _) | (_, Some("accepted")) => "already_resolved",
+                (_, Some("prompt_cancelled")) => "prompt_cancelled",
+                (_, Some("session_deleted")) => "session_deleted",
+                (_, Some("vm_shutdown")) => "vm_shutdown",
+                (_, Some("already_resolved")) => "already_resolved",
+                _ => "adapter_exited",
+            },
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! The session service's answers as domain values.
+//!
+//! Front doors render these in their own wire form (the host door in
+//! `protocol::host`); nothing here knows JSON-RPC. A session's state is built
+//! from its row in one place, `SessionState::of`, whichever call asks.
+
+use agentos_protocol::host::PermissionPolicy;
+use serde_json::Value;
+
+use super::store::SessionRow;
+
+pub use agentos_protocol::host::{CancelStatus, NotPendingReason};
+
+/// Where a session is in its life.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SessionState {
+    Idle,
+    Running {
+        prompt_id: Option<String>,
+        started_at_ms: Option<i64>,
+    },
+    /// A turn waits for answers to permission requests. `requests` is known
+    /// when the session was read alone; list pages leave it out rather than
+    /// query per session.
+    Waiting {
+        prompt_id: Option<String>,
+        since_ms: Option<i64>,
+        requests: Option<Vec<String>>,
+    },
+    /// The last turn could not even be settled normally; the stored error
+    /// says why. The session stays usable.
+    Failed {
+        error: Option<Value>,
+    },
+}
+
+impl SessionState {
+    /// The state's name: `idle`, `running`, `waiting` or `failed`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            SessionState::Idle => "idle",
+            SessionState::Running { .. } => "running",
+            SessionState::Waiting { .. } => "waiting",
+            SessionState::Failed { .. } => "failed",
+        }
+    }
+
+    /// The state recorded on `row`; `requests` are its pending permission
+    /// request ids when the caller read them.
+    pub fn of(row: &SessionRow, requests: Option<Vec<String>>) -> SessionState {
+        match row.state.as_str() {
+            "idle" => SessionState::Idle,
+            "running" => SessionState::Running {
+                prompt_id: row.state_prompt_id.clone(),
+                started_at_ms: row.state_started_at_ms,
+            },
+            "waiting" => SessionState::Waiting {
+                prompt_id: row.state_prompt_id.clone(),
+                since_ms: row.state_started_at_ms,
+                requests,
+            },
+            _ => SessionState::Failed {
+                error: row.state_error.clone(),
+            },
+        }
+    }
+}
+
+/// One session as the service describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub agent: String,
+    pub cwd: String,
+    pub additional_directories: Vec<String>,
+    pub permission_policy: PermissionPolicy,
+    pub state: SessionState,
+    pub latest_sequence: u64,
+    pub oldest_retained_sequence: u64,
+    pub retained_event_count: u64,
+    pub retained_event_bytes: u64,
+    pub title: Option<String>,
+    pub metadata: Option<Value>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl SessionInfo {
+    pub(crate) fn from_row(row: &SessionRow, state: SessionState) -> SessionInfo {
+        SessionInfo {
+            session_id: row.session_id.clone(),
+            agent: row.agent.clone(),
+            cwd: row.cwd.clone(),
+            additional_directories: row.additional_directories.clone(),
+            permission_policy: PermissionPolicy::parse(&row.permission_policy)
+                .unwrap_or(PermissionPolicy::AllowAll),
+            state,
+            latest_sequence: row.latest_sequence,
+            oldest_retained_sequence: row.oldest_retained_sequence,
+            retained_event_count: row.retained_event_count,
+            retained_event_bytes: row.retained_event_bytes,
+            title: row.title.clone(),
+            metadata: row.metadata.clone(),
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+        }
+    }
+}
+
+/// A page of sessions, most recently updated first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionInfo>,
+    /// Present when more sessions follow; opaque to callers.
+    pub next_cursor: Option<String>,
+}
+
+/// A completed (or cancelled) turn: the agent's stop reason and its whole
+/// reply, as stored with the prompt record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptOutcome {
+    pub session_id: String,
+    pub prompt_id: String,
+    pub stop_reason: String,
+    pub message: AgentReply,
+}
+
+/// The agent's reply of one turn, its chunks coalesced into content blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentReply {
+    pub id: String,
+    pub role: String,
+    pub content: Vec<Value>,
+}
+
+impl PromptOutcome {
+    /// The outcome from the result object stored with a prompt record
+    /// (`{stopReason, message: {id, role, content}}`); `None` when the
+    /// stored object does not have that shape.
+    pub fn from_stored(session_id: &str, prompt_id: &str, stored: &Value) -> Option<PromptOutcome> {
+        let message = stored.get("message")?;
+        Some(PromptOutcome {
+            session_id: session_id.to_owned(),
+            prompt_id: prompt_id.to_owned(),
+            stop_reason: stored.get("stopReason")?.as_str()?.to_owned(),
+            message: AgentReply {
+                id: message.get("id")?.as_str()?.to_owned(),
+                role: message.get("role")?.as_str()?.to_owned(),
+                content: message.get("content")?.as_array()?.clone(),
+            },
+        })
+    }
+}
+
+/// The answer to a permission response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermissionAnswer {
+    /// The answer went to the agent.
+    Accepted,
+    /// Nothing was waiting for it.
+    NotPending(NotPendingReason),
+}
+
+/// A session's agent config options at a revision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionConfig {
+    pub revision: u64,
+    pub options: Vec<Value>,
+}
+
+/// One counted resource against its configured limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub used: u64,
+    pub limit: u64,
+    pub setting: &'static str,
+}
+
+impl Usage {
+    /// At or above 80 % of the limit.
+    pub fn near_limit(&self) -> bool {
+        self.limit > 0 && self.used.saturating_mul(5) >= self.limit.saturating_mul(4)
+    }
+}
+
+/// VM-wide counts of the session domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmStatus {
+    pub sessions: Usage,
+    pub prompts: Usage,
+    pub pending_permissions: Usage,
+    pub permission_outcomes: Usage,
+    pub live_adapters: u64,
+    pub keep_awake_holders: u64,
+}
