@@ -250,6 +250,17 @@ impl Sidecar {
         self.child.id().expect("the sidecar is running")
     }
 
+    /// Sends SIGTERM and waits (at most `PATIENCE`) for the process to exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("the sidecar did not exit after SIGTERM")
+            .expect("wait for the sidecar")
+    }
+
     /// True while the sidecar process has not exited.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
