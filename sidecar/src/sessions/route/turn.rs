@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use agentos_adapters::{AdapterError, AdapterEvent};
 use agentos_protocol::host::Actor;
-use agentos_schema::{DbError, Statement};
+use agentos_schema::DbError;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -92,10 +92,7 @@ impl Route {
             now,
         ));
         if self.preamble.is_some() {
-            accept.push(Statement::new(
-                "UPDATE agentos_core_sessions SET pending_preamble = NULL WHERE session_id = ?1",
-                vec![self.session_id.as_str().into()],
-            ));
+            accept.push(SessionStore::clear_preamble_statement(&self.session_id));
         }
         if let Err(e) = self.commit(user_events, accept).await {
             let e = match e {

@@ -274,13 +274,12 @@ impl SessionStore {
         Ok(results[1].scalar_i64().unwrap_or(0) as u64)
     }
 
-    pub async fn clear_preamble(&self, session_id: &str) -> Result<(), DbError> {
-        self.db
-            .transaction(vec![Statement::new(
-                "UPDATE agentos_core_sessions SET pending_preamble = NULL WHERE session_id = ?1",
-                vec![session_id.into()],
-            )])
-            .await?;
-        Ok(())
+    /// The statement that drops a session's pending continuation once a
+    /// prompt has carried it; part of that prompt's accept transaction.
+    pub fn clear_preamble_statement(session_id: &str) -> Statement {
+        Statement::new(
+            "UPDATE agentos_core_sessions SET pending_preamble = NULL WHERE session_id = ?1",
+            vec![session_id.into()],
+        )
     }
 }
