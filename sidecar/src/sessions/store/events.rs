@@ -15,8 +15,7 @@ use super::{SessionRow, SessionStore};
 /// parameters far below SQLite's cap.
 const INSERT_CHUNK: usize = 512;
 
-const EVENT_COLUMNS: &str =
-    "session_id, sequence, occurred_at_ms, event_kind, correlation_id, \
+const EVENT_COLUMNS: &str = "session_id, sequence, occurred_at_ms, event_kind, correlation_id, \
     payload_json, outcome_status, terminal_reason, actor_kind, actor_account, actor_signer";
 
 /// An event to append; the store assigns its sequence.

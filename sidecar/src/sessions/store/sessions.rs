@@ -11,8 +11,7 @@ use serde_json::Value;
 use super::decode::decode_session;
 use super::{json_text, now_ms, SessionStore};
 
-const SESSION_COLUMNS: &str =
-    "session_id, agent, acp_session_id, cwd, permission_policy, \
+const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permission_policy, \
     additional_directories_json, env_json, mcp_servers_json, capabilities_json, agent_info_json, \
     config_revision, config_options_json, pending_preamble, title, metadata_json, state, \
     state_prompt_id, state_started_at_ms, state_error_json, latest_sequence, \
