@@ -670,35 +670,28 @@ impl Sessions {
                 return done;
             }
         }
-        // A route that ends as the prompt reaches it never started it; one
-        // more try restores the session on a new route.
-        let mut attempts = 0;
-        let answer = loop {
-            attempts += 1;
-            let route = self.ensure_route(session_id).await?;
-            let request = PromptRequest {
-                prompt_id: uuid::Uuid::new_v4().to_string(),
-                content: content.clone(),
-                idempotency_key: idempotency_key.clone(),
-                input_hash: hash.clone(),
-                actor: actor.clone(),
-            };
-            let (reply, answer) = oneshot::channel();
-            let sent = route
-                .commands
-                .send(Command::Prompt { request, reply })
-                .await;
-            let answer = match sent {
-                Ok(()) => answer.await.ok(),
-                Err(_) => Some(Err(route::route_gone())),
-            };
-            match answer {
-                Some(Err(e)) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
-                other => break other,
-            }
+        // A reply dropped unanswered: the turn may have started, so it is
+        // not retried.
+        let dropped = || {
+            Err(SessionError::Adapter {
+                code: "adapter_exited",
+                message: "the adapter route ended during the turn".into(),
+            })
         };
-        match answer.ok_or(()) {
-            Ok(Err(SessionError::PromptInProgress)) => {
+        let answer = self
+            .send_to_route(session_id, dropped, |reply| {
+                let request = PromptRequest {
+                    prompt_id: uuid::Uuid::new_v4().to_string(),
+                    content: content.clone(),
+                    idempotency_key: idempotency_key.clone(),
+                    input_hash: hash.clone(),
+                    actor: actor.clone(),
+                };
+                Command::Prompt { request, reply }
+            })
+            .await;
+        match answer {
+            Err(SessionError::PromptInProgress) => {
                 // A concurrent prompt with the same key won the insert.
                 match &idempotency_key {
                     Some(key) => match self.replay_idempotent(session_id, key, &hash).await? {
@@ -708,11 +701,34 @@ impl Sessions {
                     None => Err(SessionError::PromptInProgress),
                 }
             }
-            Ok(result) => result,
-            Err(()) => Err(SessionError::Adapter {
-                code: "adapter_exited",
-                message: "the adapter route ended during the turn".into(),
-            }),
+            other => other,
+        }
+    }
+
+    /// Sends the command `command` builds to the session's route, starting
+    /// one if needed, and waits for its answer; `dropped` is the answer when
+    /// the route drops the reply. A route that ends as the command reaches
+    /// it never started it (`RouteGone`): the command goes to a new route,
+    /// three tries in all.
+    async fn send_to_route<T>(
+        &self,
+        session_id: &str,
+        dropped: impl Fn() -> Result<T, SessionError>,
+        mut command: impl FnMut(oneshot::Sender<Result<T, SessionError>>) -> Command,
+    ) -> Result<T, SessionError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let route = self.ensure_route(session_id).await?;
+            let (reply, answer) = oneshot::channel();
+            let result = match route.commands.send(command(reply)).await {
+                Ok(()) => answer.await.unwrap_or_else(|_| dropped()),
+                Err(_) => Err(SessionError::RouteGone),
+            };
+            match result {
+                Err(SessionError::RouteGone) if attempts < 3 => continue,
+                other => return other,
+            }
         }
     }
 
@@ -936,30 +952,18 @@ impl Sessions {
             ));
         }
         self.row(session_id).await?;
-        // As for prompts: a route that ends as the request reaches it never
-        // started it, so one more try goes to a new route.
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let route = self.ensure_route(session_id).await?;
-            let (reply, answer) = oneshot::channel();
-            let sent = route
-                .commands
-                .send(Command::SetConfigOption {
-                    config_id: config_id.to_owned(),
-                    value: value.clone(),
-                    reply,
-                })
-                .await;
-            let result = match sent {
-                Ok(()) => answer.await.unwrap_or_else(|_| Err(route::route_gone())),
-                Err(_) => Err(route::route_gone()),
-            };
-            match result {
-                Err(e) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
-                other => return other,
-            }
-        }
+        // A reply dropped unanswered counts as a route found gone: the
+        // change goes to a new route.
+        self.send_to_route(
+            session_id,
+            || Err(SessionError::RouteGone),
+            |reply| Command::SetConfigOption {
+                config_id: config_id.to_owned(),
+                value: value.clone(),
+                reply,
+            },
+        )
+        .await
     }
 
     pub async fn capabilities(&self, session_id: &str) -> Result<Value, SessionError> {

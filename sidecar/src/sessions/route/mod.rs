@@ -130,17 +130,6 @@ pub(crate) struct Route {
     outcome_count: u64,
 }
 
-/// The answer to a command that reached a route as it ended; the service
-/// retries it on a new route.
-pub(crate) fn route_gone() -> SessionError {
-    SessionError::Adapter {
-        code: ROUTE_GONE,
-        message: "the adapter route ended before this request started".into(),
-    }
-}
-
-pub(crate) const ROUTE_GONE: &str = "adapter_route_ended";
-
 fn adapter_error(e: &AdapterError) -> SessionError {
     SessionError::Adapter {
         code: e.code(),
@@ -174,7 +163,7 @@ impl Route {
                         if self.exited {
                             // Never started here: the service retries it on
                             // a new route.
-                            let _ = reply.send(Err(route_gone()));
+                            let _ = reply.send(Err(SessionError::RouteGone));
                             break;
                         }
                         match self.turn(request, reply, &mut commands).await {
@@ -213,10 +202,10 @@ impl Route {
         while let Ok(command) = commands.try_recv() {
             match command {
                 Command::Prompt { reply, .. } => {
-                    let _ = reply.send(Err(route_gone()));
+                    let _ = reply.send(Err(SessionError::RouteGone));
                 }
                 Command::SetConfigOption { reply, .. } => {
-                    let _ = reply.send(Err(route_gone()));
+                    let _ = reply.send(Err(SessionError::RouteGone));
                 }
                 Command::Cancel { reply } => {
                     let _ = reply.send("no_active_prompt");
