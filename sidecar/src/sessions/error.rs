@@ -105,6 +105,7 @@ impl SessionError {
                 DbError::Closed => "session_storage_unavailable",
                 // Retrying with the same idempotency key tells which.
                 DbError::CommitOutcomeUnknown(_) => "commit_outcome_unknown",
+                DbError::CorruptRow { .. } => "corrupt_row",
                 _ => "session_storage_error",
             },
             SessionError::ShuttingDown => "vm_shutdown",

@@ -323,7 +323,15 @@ pub(super) async fn publish_loop(
 ) {
     while let Some(publication) = publications.recv().await {
         match publication {
-            Publish::Durable(rows) => hub.publish(&session_id, SessionStore::decode_events(rows)),
+            Publish::Durable(rows) => match SessionStore::decode_events(rows) {
+                Ok(events) => hub.publish(&session_id, events),
+                Err(e) => {
+                    // Committed but unreadable: no subscriber may go on
+                    // as if it had seen these rows.
+                    tracing::error!(session = %session_id, error = %e, "committed rows read back corrupt; ending the session's subscriptions");
+                    hub.end_subscriptions(&session_id, "storage_error");
+                }
+            },
             Publish::Ephemeral(after, update) => hub.publish_ephemeral(&session_id, after, update),
             Publish::Barrier(done) => {
                 let _ = done.send(());

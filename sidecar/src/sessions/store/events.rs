@@ -8,7 +8,7 @@ use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use agentos_schema::{DbError, Rows, SqlValue, Statement};
 use serde_json::Value;
 
-use super::decode::{decode_event, text, uint};
+use super::decode::{decode_event, texts, Row, EVENTS};
 use super::{SessionRow, SessionStore};
 
 /// Rows per multi-row INSERT at most (a power of two); keeps bound
@@ -310,7 +310,7 @@ impl SessionStore {
         )
     }
 
-    pub fn decode_events(rows: Rows) -> Vec<StoredEvent> {
+    pub fn decode_events(rows: Rows) -> Result<Vec<StoredEvent>, DbError> {
         rows.rows.into_iter().map(decode_event).collect()
     }
 
@@ -351,13 +351,14 @@ impl SessionStore {
             events: 0,
             bytes: 0,
         };
-        for row in &rows.rows {
+        for values in rows.rows {
             if prune.events >= excess_events && prune.bytes >= excess_bytes {
                 break;
             }
+            let mut row = Row::new(EVENTS, values, 2)?;
             prune.events += 1;
-            prune.bytes += uint(&row[1]);
-            prune.before_sequence = uint(&row[0]) + 1;
+            prune.bytes += row.uint(1)?;
+            prune.before_sequence = row.uint(0)? + 1;
         }
         Ok(prune)
     }
@@ -404,7 +405,7 @@ impl SessionStore {
                 ],
             )
             .await?;
-        let mut events: Vec<StoredEvent> = rows.rows.into_iter().map(decode_event).collect();
+        let mut events = Self::decode_events(rows)?;
         let overflow = events.len() as u64 > limit;
         events.truncate(limit as usize);
         if after.is_none() {
@@ -456,7 +457,7 @@ impl SessionStore {
                 ],
             )
             .await?;
-        Ok(rows.rows.into_iter().map(decode_event).collect())
+        Self::decode_events(rows)
     }
 
     /// The newest `limit` session updates, newest first, for continuations.
@@ -474,7 +475,7 @@ impl SessionStore {
                 vec![session_id.into(), SqlValue::Integer(limit as i64)],
             )
             .await?;
-        Ok(rows.rows.iter().filter_map(|r| text(&r[0])).collect())
+        texts(rows, EVENTS)
     }
 }
 

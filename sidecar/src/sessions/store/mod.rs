@@ -31,7 +31,7 @@ pub use reconcile::Reconciliation;
 pub use retention::Retained;
 pub use sessions::{NewSession, SessionRow};
 
-use decode::uint;
+use decode::{Row, VM_COUNTERS};
 
 use agentos_schema::{DbError, SharedDatabase};
 
@@ -73,7 +73,78 @@ impl SessionStore {
                 vec![],
             )
             .await?;
-        let r = rows.rows.first();
-        Ok([0, 1, 2, 3].map(|i| r.map_or(0, |r| uint(&r[i]))))
+        let mut r = Row::first(rows, VM_COUNTERS, 4)?;
+        Ok([r.uint(0)?, r.uint(1)?, r.uint(2)?, r.uint(3)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agentos_schema::{Database, DatabaseKind, Rows, SqlValue, Statement};
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::sessions::SessionError;
+
+    /// A database whose every answer is one row of one integer, as a
+    /// misbehaving socket server might send.
+    struct OddRows;
+
+    #[async_trait]
+    impl Database for OddRows {
+        fn kind(&self) -> DatabaseKind {
+            DatabaseKind::ActorUds
+        }
+
+        async fn query(&self, _sql: &str, _params: Vec<SqlValue>) -> Result<Rows, DbError> {
+            Ok(Rows {
+                rows: vec![vec![SqlValue::Integer(1)]],
+                ..Rows::default()
+            })
+        }
+
+        async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
+            let mut results = Vec::new();
+            for _ in statements {
+                results.push(self.query("", Vec::new()).await?);
+            }
+            Ok(results)
+        }
+    }
+
+    fn code<T: std::fmt::Debug>(result: Result<T, DbError>) -> String {
+        match result {
+            Ok(v) => format!("ok: {v:?}"),
+            Err(e) => SessionError::from(e).code().to_owned(),
+        }
+    }
+
+    /// Reads answer rows of the wrong shape with `corrupt_row`, never a
+    /// panic or a default.
+    #[tokio::test]
+    async fn rows_of_the_wrong_shape_are_corrupt_row() {
+        let store = SessionStore::new(Arc::new(OddRows));
+        assert_eq!(code(store.get_session("s").await), "corrupt_row");
+        assert_eq!(code(store.list_sessions(None, 5).await), "corrupt_row");
+        assert_eq!(
+            code(store.find_prompt_by_key("s", "k").await),
+            "corrupt_row"
+        );
+        assert_eq!(code(store.permission_status("s", "r").await), "corrupt_row");
+        assert_eq!(code(store.vm_counters().await), "corrupt_row");
+        assert_eq!(code(store.history("s", None, None, 5).await), "corrupt_row");
+        assert_eq!(
+            code(store.events_between("s", 0, 9, 5).await),
+            "corrupt_row"
+        );
+        assert_eq!(
+            code(store.oldest(Retained::Prompts, None, 1).await),
+            "corrupt_row"
+        );
+        // One integer column is the right width here, but not text.
+        assert_eq!(code(store.recent_updates("s", 5).await), "corrupt_row");
+        assert_eq!(code(store.pending_permissions("s").await), "corrupt_row");
     }
 }

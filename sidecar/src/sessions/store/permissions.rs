@@ -4,7 +4,7 @@
 
 use agentos_schema::{DbError, SqlValue, Statement};
 
-use super::decode::text;
+use super::decode::{texts, Row, PERMISSION_OUTCOMES, PERMISSION_RECORDS};
 use super::SessionStore;
 
 /// A stored permission record.
@@ -131,12 +131,13 @@ impl SessionStore {
                 vec![session_id.into(), request_id.into()],
             )
             .await?;
-        if let Some(r) = rows.rows.first() {
+        if let Some(values) = rows.rows.into_iter().next() {
+            let mut r = Row::new(PERMISSION_RECORDS, values, 4)?;
             return Ok(Some(PermissionRow {
-                request_id: text(&r[0]).unwrap_or_default(),
-                prompt_id: text(&r[1]).unwrap_or_default(),
-                state: text(&r[2]).unwrap_or_default(),
-                terminal_reason: text(&r[3]),
+                request_id: r.text(0)?,
+                prompt_id: r.text(1)?,
+                state: r.text(2)?,
+                terminal_reason: r.opt_text(3)?,
             }));
         }
         let rows = self
@@ -147,11 +148,15 @@ impl SessionStore {
                 vec![session_id.into(), request_id.into()],
             )
             .await?;
-        Ok(rows.rows.first().map(|r| PermissionRow {
+        let Some(values) = rows.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut r = Row::new(PERMISSION_OUTCOMES, values, 1)?;
+        Ok(Some(PermissionRow {
             request_id: request_id.to_owned(),
             prompt_id: String::new(),
             state: "terminal".into(),
-            terminal_reason: text(&r[0]),
+            terminal_reason: Some(r.text(0)?),
         }))
     }
 
@@ -165,6 +170,6 @@ impl SessionStore {
                 vec![session_id.into()],
             )
             .await?;
-        Ok(rows.rows.iter().filter_map(|r| text(&r[0])).collect())
+        texts(rows, PERMISSION_RECORDS)
     }
 }

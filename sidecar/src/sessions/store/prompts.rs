@@ -5,7 +5,7 @@
 use agentos_schema::{DbError, SqlValue, Statement};
 use serde_json::Value;
 
-use super::decode::{json_col, text};
+use super::decode::{Row, PROMPTS};
 use super::SessionStore;
 
 /// A stored prompt record.
@@ -33,13 +33,17 @@ impl SessionStore {
                 vec![session_id.into(), key.into()],
             )
             .await?;
-        Ok(rows.rows.first().map(|r| PromptRow {
-            prompt_id: text(&r[0]).unwrap_or_default(),
-            idempotency_key: text(&r[1]),
-            input_hash: r[2].as_blob().map(<[u8]>::to_vec).unwrap_or_default(),
-            state: text(&r[3]).unwrap_or_default(),
-            result: json_col(&r[4]),
-            error: json_col(&r[5]),
+        let Some(values) = rows.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut r = Row::new(PROMPTS, values, 6)?;
+        Ok(Some(PromptRow {
+            prompt_id: r.text(0)?,
+            idempotency_key: r.opt_text(1)?,
+            input_hash: r.blob(2)?,
+            state: r.text(3)?,
+            result: r.opt_json(4)?,
+            error: r.opt_json(5)?,
         }))
     }
 

@@ -78,7 +78,7 @@ impl SessionStore {
                     .await?
             }
         };
-        Ok(pairs(&rows))
+        pairs(rows, table)
     }
 
     /// Statements dropping retained records (for outcomes, with their

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use agentos_schema::{DbError, SqlValue, Statement};
 use serde_json::Value;
 
-use super::decode::decode_session;
+use super::decode::{count, decode_session, SESSIONS, VM_COUNTERS};
 use super::{json_text, now_ms, SessionStore};
 
 const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permission_policy, \
@@ -76,7 +76,7 @@ impl SessionStore {
                 vec![session_id.into()],
             )
             .await?;
-        Ok(rows.rows.first().map(|r| decode_session(r)))
+        rows.rows.into_iter().next().map(decode_session).transpose()
     }
 
     /// Inserts a session and bumps the VM session count, refusing when the
@@ -123,7 +123,10 @@ impl SessionStore {
             ])
             .await;
         match outcome {
-            Ok(results) => Ok(Some(results[2].scalar_i64().unwrap_or(0) as u64)),
+            Ok(results) => {
+                let counters = results.into_iter().nth(2).unwrap_or_default();
+                Ok(Some(count(counters, VM_COUNTERS)?))
+            }
             Err(DbError::ExpectedChanges {
                 statement_index: 0, ..
             }) => Ok(None),
@@ -166,7 +169,11 @@ impl SessionStore {
                     .await?
             }
         };
-        let mut sessions: Vec<SessionRow> = rows.rows.iter().map(|r| decode_session(r)).collect();
+        let mut sessions = rows
+            .rows
+            .into_iter()
+            .map(decode_session)
+            .collect::<Result<Vec<SessionRow>, DbError>>()?;
         let more = sessions.len() as u64 > limit;
         sessions.truncate(limit as usize);
         Ok((sessions, more))
@@ -270,7 +277,7 @@ impl SessionStore {
                 ),
             ])
             .await?;
-        Ok(results[1].scalar_i64().unwrap_or(0) as u64)
+        count(results.into_iter().nth(1).unwrap_or_default(), SESSIONS)
     }
 
     /// The statement that drops a session's pending continuation once a
