@@ -31,7 +31,7 @@ pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 
 use crate::config::{AcpLimits, AgentSpec};
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
-use store::{HistoryCounters, NewSession};
+use store::{HistoryCounters, NewSession, PermissionState, PromptState, SessionStatus};
 
 pub use route::build_continuation;
 
@@ -293,8 +293,8 @@ impl Shared {
         let status = self.store.permission_status(session_id, request_id).await?;
         Ok(match status {
             None => "request_not_found",
-            Some(row) => match (row.state.as_str(), row.terminal_reason.as_deref()) {
-                ("responded", _) | (_, Some("accepted")) => "already_resolved",
+            Some(row) => match (row.state, row.terminal_reason.as_deref()) {
+                (PermissionState::Responded, _) | (_, Some("accepted")) => "already_resolved",
                 (_, Some("prompt_cancelled")) => "prompt_cancelled",
                 (_, Some("session_deleted")) => "session_deleted",
                 (_, Some("vm_shutdown")) => "vm_shutdown",
@@ -409,20 +409,20 @@ impl Sessions {
 
     /// The public session info.
     pub async fn info(&self, row: &SessionRow) -> Result<Value, SessionError> {
-        let state = match row.state.as_str() {
-            "idle" => json!({"status": "idle"}),
-            "running" => json!({
+        let state = match row.state {
+            SessionStatus::Idle => json!({"status": "idle"}),
+            SessionStatus::Running => json!({
                 "status": "running",
                 "promptId": row.state_prompt_id,
                 "startedAt": row.state_started_at_ms.map(agentos_protocol::host::rfc3339_ms),
             }),
-            "waiting" => json!({
+            SessionStatus::Waiting => json!({
                 "status": "waiting",
                 "promptId": row.state_prompt_id,
                 "waitingSince": row.state_started_at_ms.map(agentos_protocol::host::rfc3339_ms),
                 "requests": self.shared.store.pending_permissions(&row.session_id).await?,
             }),
-            _ => json!({"status": "failed", "error": row.state_error}),
+            SessionStatus::Failed => json!({"status": "failed", "error": row.state_error}),
         };
         Ok(session_json(row, state))
     }
@@ -454,7 +454,7 @@ impl Sessions {
             session_id: session_id.clone(),
             agent: params.agent.clone(),
             cwd,
-            permission_policy: policy.as_str().to_owned(),
+            permission_policy: policy,
             additional_directories: dirs,
             env: params.env.clone().unwrap_or_default(),
             mcp_servers: params.mcp_servers.clone().unwrap_or_default(),
@@ -525,10 +525,10 @@ impl Sessions {
         let sessions: Vec<Value> = rows
             .iter()
             .map(|row| {
-                let state = match row.state.as_str() {
-                    "idle" => json!({"status": "idle"}),
-                    "failed" => json!({"status": "failed", "error": row.state_error}),
-                    status => json!({"status": status, "promptId": row.state_prompt_id}),
+                let state = match row.state {
+                    SessionStatus::Idle => json!({"status": "idle"}),
+                    SessionStatus::Failed => json!({"status": "failed", "error": row.state_error}),
+                    status => json!({"status": status.as_str(), "promptId": row.state_prompt_id}),
                 };
                 session_json(row, state)
             })
@@ -561,7 +561,7 @@ impl Sessions {
             return Ok(route);
         }
         let mut row = self.row(session_id).await?;
-        if row.state == "running" || row.state == "waiting" {
+        if row.state == SessionStatus::Running || row.state == SessionStatus::Waiting {
             // No route, yet mid-turn: an earlier route of this process ended
             // without its terminal commit (storage failed). Settle the turn
             // as a restart would.
@@ -750,9 +750,9 @@ impl Sessions {
         if prior.input_hash != hash {
             return Err(SessionError::IdempotencyConflict);
         }
-        Ok(Some(match prior.state.as_str() {
-            "accepted" => Err(SessionError::PromptInProgress),
-            "failed" => Err(SessionError::PromptFailed {
+        Ok(Some(match prior.state {
+            PromptState::Accepted => Err(SessionError::PromptInProgress),
+            PromptState::Failed => Err(SessionError::PromptFailed {
                 error: prior.error.unwrap_or(Value::Null),
             }),
             _ => {
@@ -1033,7 +1033,7 @@ fn session_json(row: &SessionRow, state: Value) -> Value {
         "agent": row.agent,
         "cwd": row.cwd,
         "additionalDirectories": row.additional_directories,
-        "permissionPolicy": row.permission_policy,
+        "permissionPolicy": row.permission_policy.as_str(),
         "state": state,
         "latestSequence": row.latest_sequence,
         "oldestRetainedSequence": row.oldest_retained_sequence,

@@ -11,7 +11,6 @@ use std::time::Duration;
 use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
 };
-use agentos_protocol::host::PermissionPolicy;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -99,8 +98,7 @@ impl Route {
                 return Err(e);
             }
         };
-        let policy =
-            PermissionPolicy::parse(&row.permission_policy).unwrap_or(PermissionPolicy::Ask);
+        let policy = row.permission_policy;
         let mut roots = vec![row.cwd.clone()];
         roots.extend(row.additional_directories.iter().cloned());
         shared

@@ -15,7 +15,7 @@ use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
 use super::permissions::PendingPermission;
 use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
 use crate::sessions::coalesce::ChunkBuffer;
-use crate::sessions::store::{clock_ms, NewEvent, SessionStore};
+use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
 use crate::sessions::SessionError;
 
 const VALID_STOP_REASONS: &[&str] = &[
@@ -416,7 +416,7 @@ impl Route {
             Ok(stop_reason) if stop_reason == "cancelled" => {
                 turn.buffer.discard();
                 let result = json!({"stopReason": stop_reason, "message": message});
-                ("cancelled", Some(result), None, None)
+                (PromptState::Cancelled, Some(result), None, None)
             }
             Ok(stop_reason) => {
                 let flushed = turn.buffer.take();
@@ -424,13 +424,13 @@ impl Route {
                     events.push(NewEvent::update(Actor::Agent, &update));
                 }
                 let result = json!({"stopReason": stop_reason, "message": message});
-                ("completed", Some(result), None, None)
+                (PromptState::Completed, Some(result), None, None)
             }
             Err((code, message)) => {
                 turn.buffer.discard();
                 let error = error_json(code, message);
                 let session_error = route_lost.then(|| error.clone());
-                ("failed", None, Some(error), session_error)
+                (PromptState::Failed, None, Some(error), session_error)
             }
         };
         let last_output = self.counters.latest_sequence + events.len() as u64;

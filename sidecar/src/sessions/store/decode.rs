@@ -4,12 +4,12 @@
 //! turning a wrong value into a default; NULL is accepted only where the
 //! column is nullable.
 
-use agentos_protocol::host::{Actor, EventKind, StoredEvent};
+use agentos_protocol::host::{Actor, EventKind, PermissionPolicy, StoredEvent};
 use agentos_schema::{DbError, Rows, SqlValue};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::SessionRow;
+use super::{SessionRow, SessionStatus};
 
 pub(super) const SESSIONS: &str = "agentos_core_sessions";
 pub(super) const EVENTS: &str = "agentos_core_events";
@@ -199,7 +199,7 @@ pub(super) fn decode_session(values: Vec<SqlValue>) -> Result<SessionRow, DbErro
         agent: r.text(1)?,
         acp_session_id: r.opt_text(2)?,
         cwd: r.text(3)?,
-        permission_policy: r.text(4)?,
+        permission_policy: r.parse(4, PermissionPolicy::parse)?,
         additional_directories: r.json(5)?,
         env: r.json(6)?,
         mcp_servers: r.json(7)?,
@@ -210,7 +210,7 @@ pub(super) fn decode_session(values: Vec<SqlValue>) -> Result<SessionRow, DbErro
         pending_preamble: r.opt_text(12)?,
         title: r.opt_text(13)?,
         metadata: r.opt_json(14)?,
-        state: r.text(15)?,
+        state: r.parse(15, SessionStatus::parse)?,
         state_prompt_id: r.opt_text(16)?,
         state_started_at_ms: r.opt_int(17)?,
         state_error: r.opt_json(18)?,
@@ -355,6 +355,13 @@ mod tests {
         // JSON of the wrong shape.
         let mut v = session_values();
         v[6] = "[]".into();
+        assert_eq!(decode_session(v).map_err(code), Err("corrupt_row"));
+        // A status or policy outside its vocabulary.
+        let mut v = session_values();
+        v[15] = "busy".into();
+        assert_eq!(decode_session(v).map_err(code), Err("corrupt_row"));
+        let mut v = session_values();
+        v[4] = "maybe".into();
         assert_eq!(decode_session(v).map_err(code), Err("corrupt_row"));
         // An integer where the payload text belongs.
         let mut v = event_values();

@@ -25,11 +25,11 @@ mod retention;
 mod sessions;
 
 pub use events::{HistoryCounters, HistoryPage, NewEvent, Prune};
-pub use permissions::PermissionRow;
-pub use prompts::PromptRow;
+pub use permissions::{PermissionRow, PermissionState};
+pub use prompts::{PromptRow, PromptState};
 pub use reconcile::Reconciliation;
 pub use retention::Retained;
-pub use sessions::{NewSession, SessionRow};
+pub use sessions::{NewSession, SessionRow, SessionStatus};
 
 use decode::{Row, VM_COUNTERS};
 

@@ -7,12 +7,41 @@ use agentos_schema::{DbError, SqlValue, Statement};
 use super::decode::{texts, Row, PERMISSION_OUTCOMES, PERMISSION_RECORDS};
 use super::SessionStore;
 
+/// A permission record's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermissionState {
+    Pending,
+    /// Answered by the host (`terminal_reason` is `accepted`).
+    Responded,
+    /// Ended without an answer, with its reason.
+    Terminal,
+}
+
+impl PermissionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionState::Pending => "pending",
+            PermissionState::Responded => "responded",
+            PermissionState::Terminal => "terminal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PermissionState> {
+        match s {
+            "pending" => Some(PermissionState::Pending),
+            "responded" => Some(PermissionState::Responded),
+            "terminal" => Some(PermissionState::Terminal),
+            _ => None,
+        }
+    }
+}
+
 /// A stored permission record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PermissionRow {
     pub request_id: String,
     pub prompt_id: String,
-    pub state: String,
+    pub state: PermissionState,
     pub terminal_reason: Option<String>,
 }
 
@@ -70,9 +99,9 @@ impl SessionStore {
         now: i64,
     ) -> Vec<Statement> {
         let state = if reason == "accepted" {
-            "responded"
+            PermissionState::Responded
         } else {
-            "terminal"
+            PermissionState::Terminal
         };
         vec![
             Statement::new(
@@ -82,7 +111,7 @@ impl SessionStore {
                 vec![
                     session_id.into(),
                     request_id.into(),
-                    state.into(),
+                    state.as_str().into(),
                     reason.into(),
                     response_json.into(),
                     SqlValue::Integer(terminal_sequence as i64),
@@ -136,7 +165,7 @@ impl SessionStore {
             return Ok(Some(PermissionRow {
                 request_id: r.text(0)?,
                 prompt_id: r.text(1)?,
-                state: r.text(2)?,
+                state: r.parse(2, PermissionState::parse)?,
                 terminal_reason: r.opt_text(3)?,
             }));
         }
@@ -155,7 +184,7 @@ impl SessionStore {
         Ok(Some(PermissionRow {
             request_id: request_id.to_owned(),
             prompt_id: String::new(),
-            state: "terminal".into(),
+            state: PermissionState::Terminal,
             terminal_reason: Some(r.text(0)?),
         }))
     }

@@ -8,13 +8,43 @@ use serde_json::Value;
 use super::decode::{Row, PROMPTS};
 use super::SessionStore;
 
+/// A prompt record's state: accepted until its terminal commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptState {
+    Accepted,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl PromptState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptState::Accepted => "accepted",
+            PromptState::Completed => "completed",
+            PromptState::Failed => "failed",
+            PromptState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PromptState> {
+        match s {
+            "accepted" => Some(PromptState::Accepted),
+            "completed" => Some(PromptState::Completed),
+            "failed" => Some(PromptState::Failed),
+            "cancelled" => Some(PromptState::Cancelled),
+            _ => None,
+        }
+    }
+}
+
 /// A stored prompt record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PromptRow {
     pub prompt_id: String,
     pub idempotency_key: Option<String>,
     pub input_hash: Vec<u8>,
-    pub state: String,
+    pub state: PromptState,
     pub result: Option<Value>,
     pub error: Option<Value>,
 }
@@ -41,7 +71,7 @@ impl SessionStore {
             prompt_id: r.text(0)?,
             idempotency_key: r.opt_text(1)?,
             input_hash: r.blob(2)?,
-            state: r.text(3)?,
+            state: r.parse(3, PromptState::parse)?,
             result: r.opt_json(4)?,
             error: r.opt_json(5)?,
         }))
@@ -97,7 +127,7 @@ impl SessionStore {
     pub fn finish_prompt_statements(
         session_id: &str,
         prompt_id: &str,
-        state: &str,
+        state: PromptState,
         result: Option<&Value>,
         error: Option<&Value>,
         session_error: Option<&Value>,
@@ -111,7 +141,7 @@ impl SessionStore {
             vec![
                 session_id.into(),
                 prompt_id.into(),
-                state.into(),
+                state.as_str().into(),
                 result.map(Value::to_string).into(),
                 error.map(Value::to_string).into(),
                 SqlValue::Integer(last_output_sequence as i64),

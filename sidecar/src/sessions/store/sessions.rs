@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use agentos_protocol::host::PermissionPolicy;
 use agentos_schema::{DbError, SqlValue, Statement};
 use serde_json::Value;
 
@@ -18,6 +19,38 @@ const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permissio
     oldest_retained_sequence, retained_event_count, retained_event_bytes, prompt_count, \
     pending_permission_count, outcome_count, created_at_ms, updated_at_ms";
 
+/// A session's status: the `state` column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStatus {
+    Idle,
+    Running,
+    /// Running, with at least one pending `ask` permission.
+    Waiting,
+    /// The last turn failed in a way that concerns the session; usable.
+    Failed,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+            SessionStatus::Waiting => "waiting",
+            SessionStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionStatus> {
+        match s {
+            "idle" => Some(SessionStatus::Idle),
+            "running" => Some(SessionStatus::Running),
+            "waiting" => Some(SessionStatus::Waiting),
+            "failed" => Some(SessionStatus::Failed),
+            _ => None,
+        }
+    }
+}
+
 /// A session's stored state, decoded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionRow {
@@ -25,7 +58,7 @@ pub struct SessionRow {
     pub agent: String,
     pub acp_session_id: Option<String>,
     pub cwd: String,
-    pub permission_policy: String,
+    pub permission_policy: PermissionPolicy,
     pub additional_directories: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub mcp_servers: Vec<Value>,
@@ -36,7 +69,7 @@ pub struct SessionRow {
     pub pending_preamble: Option<String>,
     pub title: Option<String>,
     pub metadata: Option<Value>,
-    pub state: String,
+    pub state: SessionStatus,
     pub state_prompt_id: Option<String>,
     pub state_started_at_ms: Option<i64>,
     pub state_error: Option<Value>,
@@ -57,7 +90,7 @@ pub struct NewSession {
     pub session_id: String,
     pub agent: String,
     pub cwd: String,
-    pub permission_policy: String,
+    pub permission_policy: PermissionPolicy,
     pub additional_directories: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub mcp_servers: Vec<Value>,
