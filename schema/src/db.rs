@@ -223,6 +223,11 @@ pub enum DbError {
     Protocol(String),
     #[error("foreign keys could not be enabled")]
     ForeignKeysDisabled,
+    /// A row read back does not have the shape its query asked for: the
+    /// wrong number of columns, a value of the wrong type, a NULL in a
+    /// column that has none, or a value outside the column's vocabulary.
+    #[error("corrupt row from {table}: {message}")]
+    CorruptRow { table: String, message: String },
     #[error("the database handle is closed")]
     Closed,
 }
@@ -247,6 +252,7 @@ impl DbError {
             DbError::CommitOutcomeUnknown(_) => "sqlite_commit_outcome_unknown",
             DbError::Protocol(_) => "sqlite_protocol_error",
             DbError::ForeignKeysDisabled => "sqlite_foreign_keys_disabled",
+            DbError::CorruptRow { .. } => "corrupt_row",
             DbError::Closed => "session_storage_unavailable",
         }
     }

@@ -44,6 +44,10 @@ pub enum SessionError {
     RestoreFailed(String),
     #[error("adapter failed: {message}")]
     Adapter { code: &'static str, message: String },
+    /// A command reached a session's route as it ended and was never
+    /// started there; the service retries it on a new route.
+    #[error("adapter failed: the adapter route ended before this request started")]
+    RouteGone,
     /// A prompt ended in failure; `error` is its stored error object (with
     /// its own `code`), returned again for the same idempotency key.
     #[error("prompt failed: {}", .error.get("message").and_then(Value::as_str).unwrap_or("failed"))]
@@ -91,6 +95,7 @@ impl SessionError {
             SessionError::InvalidPermissionOption(_) => "invalid_permission_option",
             SessionError::RestoreFailed(_) => "session_restore_failed",
             SessionError::Adapter { code, .. } => code,
+            SessionError::RouteGone => "adapter_route_ended",
             SessionError::PromptFailed { error } => error
                 .get("code")
                 .and_then(Value::as_str)
@@ -100,6 +105,7 @@ impl SessionError {
                 DbError::Closed => "session_storage_unavailable",
                 // Retrying with the same idempotency key tells which.
                 DbError::CommitOutcomeUnknown(_) => "commit_outcome_unknown",
+                DbError::CorruptRow { .. } => "corrupt_row",
                 _ => "session_storage_error",
             },
             SessionError::ShuttingDown => "vm_shutdown",
@@ -121,5 +127,21 @@ impl SessionError {
 impl From<DbError> for SessionError {
     fn from(e: DbError) -> Self {
         SessionError::Storage(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The retry is typed, the wire is what a gone route always answered.
+    #[test]
+    fn a_gone_route_keeps_its_wire_code_and_message() {
+        let e = SessionError::RouteGone;
+        assert_eq!(e.code(), "adapter_route_ended");
+        assert_eq!(
+            e.to_string(),
+            "adapter failed: the adapter route ended before this request started"
+        );
     }
 }

@@ -273,6 +273,16 @@ impl Hub {
         false
     }
 
+    /// Ends every subscription of a session whose committed rows could not
+    /// be published; the channel stays for the session's writer.
+    pub fn end_subscriptions(&self, session_id: &str, reason: &str) {
+        let mut sessions = lock(&self.sessions);
+        if let Some(channel) = sessions.get_mut(session_id) {
+            let subs = std::mem::take(&mut channel.subscriptions);
+            Self::drop_subscriptions(channel, subs, reason);
+        }
+    }
+
     /// Ends every subscription of a deleted session.
     pub fn close_session(&self, session_id: &str, reason: &str) {
         let mut sessions = lock(&self.sessions);

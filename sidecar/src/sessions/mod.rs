@@ -39,7 +39,7 @@ pub use types::{
 use crate::config::{AcpLimits, AgentSpec};
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
 pub(crate) use shared::{lock, Shared};
-use store::NewSession;
+use store::{NewSession, PromptState, SessionStatus};
 
 pub use route::build_continuation;
 
@@ -190,7 +190,7 @@ impl Sessions {
             session_id: session_id.clone(),
             agent: params.agent.clone(),
             cwd,
-            permission_policy: policy.as_str().to_owned(),
+            permission_policy: policy,
             additional_directories: dirs,
             env: params.env.clone().unwrap_or_default(),
             mcp_servers: params.mcp_servers.clone().unwrap_or_default(),
@@ -289,7 +289,7 @@ impl Sessions {
             return Ok(route);
         }
         let mut row = self.row(session_id).await?;
-        if row.state == "running" || row.state == "waiting" {
+        if row.state == SessionStatus::Running || row.state == SessionStatus::Waiting {
             // No route, yet mid-turn: an earlier route of this process ended
             // without its terminal commit (storage failed). Settle the turn
             // as a restart would.
@@ -354,28 +354,6 @@ impl Sessions {
         idempotency_key: Option<String>,
         actor: Actor,
     ) -> Result<PromptOutcome, SessionError> {
-        let result = self
-            .prompt_value(session_id, content, idempotency_key, actor)
-            .await?;
-        let prompt_id = result
-            .get("promptId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        PromptOutcome::from_stored(session_id, &prompt_id, &result).ok_or_else(|| {
-            SessionError::PromptFailed {
-                error: json!({"code": "prompt_failed", "message": "the stored result has no stop reason and message"}),
-            }
-        })
-    }
-
-    async fn prompt_value(
-        &self,
-        session_id: &str,
-        content: Vec<Value>,
-        idempotency_key: Option<String>,
-        actor: Actor,
-    ) -> Result<Value, SessionError> {
         let limits = &self.shared.limits;
         if content.is_empty() {
             return Err(SessionError::InvalidContentBlock(
@@ -420,35 +398,28 @@ impl Sessions {
                 return done;
             }
         }
-        // A route that ends as the prompt reaches it never started it; one
-        // more try restores the session on a new route.
-        let mut attempts = 0;
-        let answer = loop {
-            attempts += 1;
-            let route = self.ensure_route(session_id).await?;
-            let request = PromptRequest {
-                prompt_id: uuid::Uuid::new_v4().to_string(),
-                content: content.clone(),
-                idempotency_key: idempotency_key.clone(),
-                input_hash: hash.clone(),
-                actor: actor.clone(),
-            };
-            let (reply, answer) = oneshot::channel();
-            let sent = route
-                .commands
-                .send(Command::Prompt { request, reply })
-                .await;
-            let answer = match sent {
-                Ok(()) => answer.await.ok(),
-                Err(_) => Some(Err(route::route_gone())),
-            };
-            match answer {
-                Some(Err(e)) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
-                other => break other,
-            }
+        // A reply dropped unanswered: the turn may have started, so it is
+        // not retried.
+        let dropped = || {
+            Err(SessionError::Adapter {
+                code: "adapter_exited",
+                message: "the adapter route ended during the turn".into(),
+            })
         };
-        match answer.ok_or(()) {
-            Ok(Err(SessionError::PromptInProgress)) => {
+        let answer = self
+            .send_to_route(session_id, dropped, |reply| {
+                let request = PromptRequest {
+                    prompt_id: uuid::Uuid::new_v4().to_string(),
+                    content: content.clone(),
+                    idempotency_key: idempotency_key.clone(),
+                    input_hash: hash.clone(),
+                    actor: actor.clone(),
+                };
+                Command::Prompt { request, reply }
+            })
+            .await;
+        match answer {
+            Err(SessionError::PromptInProgress) => {
                 // A concurrent prompt with the same key won the insert.
                 match &idempotency_key {
                     Some(key) => match self.replay_idempotent(session_id, key, &hash).await? {
@@ -458,11 +429,34 @@ impl Sessions {
                     None => Err(SessionError::PromptInProgress),
                 }
             }
-            Ok(result) => result,
-            Err(()) => Err(SessionError::Adapter {
-                code: "adapter_exited",
-                message: "the adapter route ended during the turn".into(),
-            }),
+            other => other,
+        }
+    }
+
+    /// Sends the command `command` builds to the session's route, starting
+    /// one if needed, and waits for its answer; `dropped` is the answer when
+    /// the route drops the reply. A route that ends as the command reaches
+    /// it never started it (`RouteGone`): the command goes to a new route,
+    /// three tries in all.
+    async fn send_to_route<T>(
+        &self,
+        session_id: &str,
+        dropped: impl Fn() -> Result<T, SessionError>,
+        mut command: impl FnMut(oneshot::Sender<Result<T, SessionError>>) -> Command,
+    ) -> Result<T, SessionError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let route = self.ensure_route(session_id).await?;
+            let (reply, answer) = oneshot::channel();
+            let result = match route.commands.send(command(reply)).await {
+                Ok(()) => answer.await.unwrap_or_else(|_| dropped()),
+                Err(_) => Err(SessionError::RouteGone),
+            };
+            match result {
+                Err(SessionError::RouteGone) if attempts < 3 => continue,
+                other => return other,
+            }
         }
     }
 
@@ -472,7 +466,7 @@ impl Sessions {
         session_id: &str,
         key: &str,
         hash: &[u8],
-    ) -> Result<Option<Result<Value, SessionError>>, SessionError> {
+    ) -> Result<Option<Result<PromptOutcome, SessionError>>, SessionError> {
         let Some(prior) = self
             .shared
             .store
@@ -484,19 +478,24 @@ impl Sessions {
         if prior.input_hash != hash {
             return Err(SessionError::IdempotencyConflict);
         }
-        Ok(Some(match prior.state.as_str() {
-            "accepted" => Err(SessionError::PromptInProgress),
-            "failed" => Err(SessionError::PromptFailed {
+        Ok(Some(match prior.state {
+            PromptState::Accepted => Err(SessionError::PromptInProgress),
+            PromptState::Failed => Err(SessionError::PromptFailed {
                 error: prior.error.unwrap_or(Value::Null),
             }),
-            _ => {
-                let mut result = prior.result.unwrap_or_else(|| json!({}));
-                if let Some(obj) = result.as_object_mut() {
-                    obj.insert("sessionId".into(), json!(session_id));
-                    obj.insert("promptId".into(), json!(prior.prompt_id));
-                }
-                Ok(result)
-            }
+            _ => prior
+                .result
+                .as_ref()
+                .and_then(|stored| PromptOutcome::from_stored(session_id, &prior.prompt_id, stored))
+                .ok_or_else(|| {
+                    SessionError::Storage(agentos_schema::DbError::CorruptRow {
+                        table: "agentos_core_prompts".into(),
+                        message: format!(
+                            "prompt {} finished without a stop reason and message",
+                            prior.prompt_id
+                        ),
+                    })
+                }),
         }))
     }
 
@@ -621,44 +620,18 @@ impl Sessions {
             ));
         }
         self.row(session_id).await?;
-        // As for prompts: a route that ends as the request reaches it never
-        // started it, so one more try goes to a new route.
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let route = self.ensure_route(session_id).await?;
-            let (reply, answer) = oneshot::channel();
-            let sent = route
-                .commands
-                .send(Command::SetConfigOption {
-                    config_id: config_id.to_owned(),
-                    value: value.clone(),
-                    reply,
-                })
-                .await;
-            let result = match sent {
-                Ok(()) => answer.await.unwrap_or_else(|_| Err(route::route_gone())),
-                Err(_) => Err(route::route_gone()),
-            };
-            match result {
-                Err(e) if e.code() == route::ROUTE_GONE && attempts < 3 => continue,
-                other => {
-                    return other.and_then(|v| {
-                        let revision = v.get("revision").and_then(Value::as_u64);
-                        let options = v.get("options").and_then(Value::as_array);
-                        match (revision, options) {
-                            (Some(revision), Some(options)) => Ok(SessionConfig {
-                                revision,
-                                options: options.clone(),
-                            }),
-                            _ => Err(SessionError::InvalidArgument(
-                                "the route answered no config".into(),
-                            )),
-                        }
-                    })
-                }
-            }
-        }
+        // A reply dropped unanswered counts as a route found gone: the
+        // change goes to a new route.
+        self.send_to_route(
+            session_id,
+            || Err(SessionError::RouteGone),
+            |reply| Command::SetConfigOption {
+                config_id: config_id.to_owned(),
+                value: value.clone(),
+                reply,
+            },
+        )
+        .await
     }
 
     /// The capabilities the agent announced at its last start, as it sent

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 
 use super::notice::{KeepAwake, Notice};
 use super::route::RouteHandle;
-use super::store::{HistoryCounters, SessionStore};
+use super::store::{HistoryCounters, PermissionState, SessionStore};
 use super::{FsBridge, Hub, SessionError};
 use crate::config::{AcpLimits, AgentSpec};
 
@@ -197,8 +197,8 @@ impl Shared {
         let status = self.store.permission_status(session_id, request_id).await?;
         Ok(match status {
             None => "request_not_found",
-            Some(row) => match (row.state.as_str(), row.terminal_reason.as_deref()) {
-                ("responded", _) | (_, Some("accepted")) => "already_resolved",
+            Some(row) => match (row.state, row.terminal_reason.as_deref()) {
+                (PermissionState::Responded, _) | (_, Some("accepted")) => "already_resolved",
                 (_, Some("prompt_cancelled")) => "prompt_cancelled",
                 (_, Some("session_deleted")) => "session_deleted",
                 (_, Some("vm_shutdown")) => "vm_shutdown",

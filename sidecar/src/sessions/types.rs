@@ -7,7 +7,7 @@
 use agentos_protocol::host::PermissionPolicy;
 use serde_json::Value;
 
-use super::store::SessionRow;
+use super::store::{SessionRow, SessionStatus};
 
 pub use agentos_protocol::host::{CancelStatus, NotPendingReason};
 
@@ -48,18 +48,18 @@ impl SessionState {
     /// The state recorded on `row`; `requests` are its pending permission
     /// request ids when the caller read them.
     pub fn of(row: &SessionRow, requests: Option<Vec<String>>) -> SessionState {
-        match row.state.as_str() {
-            "idle" => SessionState::Idle,
-            "running" => SessionState::Running {
+        match row.state {
+            SessionStatus::Idle => SessionState::Idle,
+            SessionStatus::Running => SessionState::Running {
                 prompt_id: row.state_prompt_id.clone(),
                 started_at_ms: row.state_started_at_ms,
             },
-            "waiting" => SessionState::Waiting {
+            SessionStatus::Waiting => SessionState::Waiting {
                 prompt_id: row.state_prompt_id.clone(),
                 since_ms: row.state_started_at_ms,
                 requests,
             },
-            _ => SessionState::Failed {
+            SessionStatus::Failed => SessionState::Failed {
                 error: row.state_error.clone(),
             },
         }
@@ -92,8 +92,7 @@ impl SessionInfo {
             agent: row.agent.clone(),
             cwd: row.cwd.clone(),
             additional_directories: row.additional_directories.clone(),
-            permission_policy: PermissionPolicy::parse(&row.permission_policy)
-                .unwrap_or(PermissionPolicy::AllowAll),
+            permission_policy: row.permission_policy,
             state,
             latest_sequence: row.latest_sequence,
             oldest_retained_sequence: row.oldest_retained_sequence,
@@ -134,6 +133,19 @@ pub struct AgentReply {
 }
 
 impl PromptOutcome {
+    /// The result object stored with the prompt record, read back by
+    /// `from_stored` when the same idempotency key is used again.
+    pub(crate) fn stored(&self) -> Value {
+        serde_json::json!({
+            "stopReason": self.stop_reason,
+            "message": {
+                "id": self.message.id,
+                "role": self.message.role,
+                "content": self.message.content,
+            },
+        })
+    }
+
     /// The outcome from the result object stored with a prompt record
     /// (`{stopReason, message: {id, role, content}}`); `None` when the
     /// stored object does not have that shape.

@@ -1,0 +1,44 @@
+//! ACP `fs/*` requests from the agent, served through the file system
+//! bridge narrowed to the session's directories; without a bridge they are
+//! unknown methods.
+
+use agentos_adapters::RpcError;
+use serde_json::{json, Value};
+
+use super::Route;
+
+impl Route {
+    /// Answers an agent→client request other than a permission request.
+    pub(super) async fn serve_request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        match (method, &self.shared.fs) {
+            ("fs/read_text_file", Some(fs)) => {
+                let path = params
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let line = params.get("line").and_then(Value::as_u64);
+                let limit = params.get("limit").and_then(Value::as_u64);
+                fs.read_text_file(&self.roots, path, line, limit)
+                    .await
+                    .map(|content| json!({ "content": content }))
+            }
+            ("fs/write_text_file", Some(fs)) => {
+                let path = params
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let Some(content) = params.get("content").and_then(Value::as_str) else {
+                    return Err(RpcError::invalid_params("content must be a string"));
+                };
+                fs.write_text_file(&self.roots, path, content)
+                    .await
+                    .map(|()| json!({}))
+            }
+            _ => Err(RpcError::method_not_found(method)),
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! A session's live adapter route: one task that owns the adapter connection
+//! and is the session's single writer.
+//!
+//! Everything that appends to a session's history happens on this task, in
+//! order: accepting a prompt, the agent's updates (group-committed: whatever
+//! has arrived while the previous transaction ran goes into the next one),
+//! permission requests and their answers, cancels and the terminal commit.
+//! Each commit is followed by a read-back, and only those rows are published.
+//! Starting a route is the restore ladder: `session/resume`, else
+//! `session/load` (its replay is discarded), else `session/new` plus a
+//! bounded continuation prepended once to the next prompt.
+//!
+//! The route's rules live by responsibility: `restore.rs` starts a route
+//! (spawn, `initialize`, the restore ladder, config replay); `turn.rs` runs
+//! one prompt from its accept commit to its terminal commit; `commit.rs` is
+//! the commit pipeline (group commits handed to the committing task, the
+//! read-back published in commit order); `permissions.rs` records, answers
+//! and ends permission requests; `retention.rs` bounds prompt records and
+//! permission outcomes; `fs.rs` serves the agent's ACP `fs/*` requests.
+//! This file holds the commands, the route's state and its idle loop.
+
+mod commit;
+mod fs;
+mod permissions;
+mod restore;
+mod retention;
+mod turn;
+
+pub use restore::build_continuation;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use agentos_adapters::{AdapterConnection, AdapterError, AdapterEvent, SessionUpdate};
+use agentos_protocol::host::{Actor, PermissionPolicy};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::coalesce::is_chunk;
+use super::store::{HistoryCounters, NewEvent};
+use super::{Notice, PromptOutcome, SessionConfig, SessionError, Shared};
+use commit::{InFlight, Work};
+
+/// An accepted-to-be prompt, validated by the service.
+pub(crate) struct PromptRequest {
+    pub prompt_id: String,
+    pub content: Vec<Value>,
+    pub idempotency_key: Option<String>,
+    pub input_hash: Vec<u8>,
+    pub actor: Actor,
+}
+
+/// A prompt's terminal result as returned to the host.
+pub(crate) type PromptReply = Result<PromptOutcome, SessionError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    Unload,
+    Delete,
+    VmShutdown,
+}
+
+pub(crate) enum Command {
+    Prompt {
+        request: PromptRequest,
+        reply: oneshot::Sender<PromptReply>,
+    },
+    Cancel {
+        reply: oneshot::Sender<&'static str>,
+    },
+    RespondPermission {
+        request_id: String,
+        option_id: String,
+        reply: oneshot::Sender<Result<Option<&'static str>, SessionError>>,
+    },
+    SetConfigOption {
+        config_id: String,
+        value: Value,
+        reply: oneshot::Sender<Result<SessionConfig, SessionError>>,
+    },
+    Stop {
+        reason: StopReason,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// The service's handle on a running route.
+#[derive(Clone)]
+pub(crate) struct RouteHandle {
+    pub commands: mpsc::Sender<Command>,
+    pub generation: u64,
+}
+
+impl RouteHandle {
+    pub fn is_alive(&self) -> bool {
+        !self.commands.is_closed()
+    }
+}
+
+/// A `session/update` sorted for the turn engine.
+enum Incoming {
+    /// A message or thought chunk: live only, buffered.
+    Chunk(Value),
+    /// Anything else, stored as the agent wrote it.
+    Durable(String),
+}
+
+pub(crate) struct Route {
+    shared: Arc<Shared>,
+    session_id: String,
+    acp_session_id: String,
+    policy: PermissionPolicy,
+    roots: Vec<String>,
+    conn: AdapterConnection,
+    events: mpsc::Receiver<AdapterEvent>,
+    counters: HistoryCounters,
+    preamble: Option<String>,
+    generation: u64,
+    exited: bool,
+    /// Ordered hand-off to the committing task (which hands committed rows
+    /// on to the publishing task): building the next batch overlaps with
+    /// committing this one, and rendering and delivering overlaps with both.
+    committer: mpsc::UnboundedSender<Work>,
+    /// Commits handed off and not yet confirmed, oldest first. `counters`
+    /// already includes them.
+    in_flight: VecDeque<InFlight>,
+    /// Retained prompt records and permission outcomes of this session; the
+    /// route is their only writer.
+    prompt_count: u64,
+    outcome_count: u64,
+}
+
+fn adapter_error(e: &AdapterError) -> SessionError {
+    SessionError::Adapter {
+        code: e.code(),
+        message: e.to_string(),
+    }
+}
+
+fn error_json(code: &str, message: &str) -> Value {
+    if code == "prompt_delivery_uncertain" {
+        return json!({"code": code, "message": message, "retryable": true});
+    }
+    json!({"code": code, "message": message})
+}
+
+impl Route {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        loop {
+            tokio::select! {
+                biased;
+                event = self.events.recv(), if !self.exited => match event {
+                    Some(event) => {
+                        if let Err(e) = self.idle_event(event).await {
+                            tracing::warn!(session = %self.session_id, error = %e, "adapter event outside a turn failed");
+                        }
+                    }
+                    None => self.exited = true,
+                },
+                command = commands.recv() => match command {
+                    None => break,
+                    Some(Command::Prompt { request, reply }) => {
+                        if self.exited {
+                            // Never started here: the service retries it on
+                            // a new route.
+                            let _ = reply.send(Err(SessionError::RouteGone));
+                            break;
+                        }
+                        match self.turn(request, reply, &mut commands).await {
+                            Some((_, done)) => {
+                                let _ = done.send(());
+                                break;
+                            }
+                            None if self.exited => break,
+                            None => {}
+                        }
+                    }
+                    Some(Command::Cancel { reply }) => {
+                        let _ = reply.send("no_active_prompt");
+                    }
+                    Some(Command::RespondPermission { request_id, reply, .. }) => {
+                        let _ = reply.send(self.late_permission_reason(&request_id).await.map(Some));
+                    }
+                    Some(Command::SetConfigOption { config_id, value, reply }) => {
+                        let _ = reply.send(self.set_config_option(config_id, value).await);
+                    }
+                    Some(Command::Stop { reply, .. }) => {
+                        self.conn.shutdown().await;
+                        let _ = reply.send(());
+                        break;
+                    }
+                },
+            }
+            if self.exited {
+                break;
+            }
+        }
+        self.shared.route_ended(&self.session_id, self.generation);
+        // Whatever was queued behind the end was never started: say so, so
+        // the service can retry on a new route.
+        commands.close();
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                Command::Prompt { reply, .. } => {
+                    let _ = reply.send(Err(SessionError::RouteGone));
+                }
+                Command::SetConfigOption { reply, .. } => {
+                    let _ = reply.send(Err(SessionError::RouteGone));
+                }
+                Command::Cancel { reply } => {
+                    let _ = reply.send("no_active_prompt");
+                }
+                Command::RespondPermission {
+                    request_id, reply, ..
+                } => {
+                    let _ = reply.send(self.late_permission_reason(&request_id).await.map(Some));
+                }
+                Command::Stop { reply, .. } => {
+                    let _ = reply.send(());
+                }
+            }
+        }
+        self.conn.shutdown().await;
+    }
+
+    /// Handles an adapter event between turns: updates are stored (chunks are
+    /// only published live), permission requests are declined.
+    async fn idle_event(&mut self, event: AdapterEvent) -> Result<(), SessionError> {
+        match event {
+            AdapterEvent::SessionUpdate(update) => match self.classify(update) {
+                Some(Incoming::Chunk(update)) => self.publish_live(update),
+                Some(Incoming::Durable(payload_json)) => {
+                    let event = NewEvent::raw_update(Actor::Agent, payload_json);
+                    self.commit(vec![event], vec![]).await?;
+                }
+                None => {}
+            },
+            AdapterEvent::Notification { method, .. } if method == "session/update" => {
+                tracing::warn!(session = %self.session_id, "dropping a malformed session/update");
+            }
+            AdapterEvent::Notification { .. } => {}
+            AdapterEvent::Request { id, method, params } => {
+                let answer = if method == "session/request_permission" {
+                    Ok(json!({"outcome": {"outcome": "cancelled"}}))
+                } else {
+                    self.serve_request(&method, params).await
+                };
+                let _ = self.conn.respond(&id, answer);
+            }
+            AdapterEvent::Stderr(line) => self.stderr(line),
+            AdapterEvent::ProtocolError(e) => {
+                tracing::warn!(session = %self.session_id, error = %e, "adapter protocol fault outside a turn");
+            }
+            AdapterEvent::Exited { code, signal } => self.on_exit(code, signal),
+        }
+        Ok(())
+    }
+
+    fn stderr(&self, line: String) {
+        tracing::debug!(session = %self.session_id, "adapter stderr: {line}");
+        let _ = self.shared.notices.send(Notice::AgentStderr {
+            session_id: self.session_id.clone(),
+            line,
+        });
+    }
+
+    fn on_exit(&mut self, code: Option<i32>, signal: Option<i32>) {
+        self.exited = true;
+        let _ = self.shared.notices.send(Notice::AgentExited {
+            session_id: self.session_id.clone(),
+            code,
+            signal,
+        });
+    }
+
+    /// Sorts a `session/update` of this route's adapter session: chunks are
+    /// parsed for the live buffer, everything else stays as the agent's text.
+    fn classify(&self, update: SessionUpdate) -> Option<Incoming> {
+        if update.session_id != self.acp_session_id {
+            tracing::warn!(session = %self.session_id, "dropping a session/update for another adapter session");
+            return None;
+        }
+        if matches!(
+            update.kind.as_str(),
+            "agent_message_chunk" | "agent_thought_chunk"
+        ) {
+            let value = update.update();
+            return is_chunk(&value).then_some(Incoming::Chunk(value));
+        }
+        Some(Incoming::Durable(update.update_json))
+    }
+
+    async fn set_config_option(
+        &mut self,
+        config_id: String,
+        value: Value,
+    ) -> Result<SessionConfig, SessionError> {
+        let params =
+            json!({"sessionId": self.acp_session_id, "configId": config_id, "value": value});
+        let conn = self.conn.clone();
+        let answer = conn.request("session/set_config_option", params);
+        tokio::pin!(answer);
+        // Keep draining the adapter while it answers.
+        let result = loop {
+            tokio::select! {
+                biased;
+                event = self.events.recv(), if !self.exited => match event {
+                    Some(event) => { let _ = self.idle_event(event).await; }
+                    None => self.exited = true,
+                },
+                result = &mut answer => break result,
+            }
+        };
+        let result = result.map_err(|e| adapter_error(&e))?;
+        let options = result
+            .get("configOptions")
+            .and_then(Value::as_array)
+            .cloned()
+            .ok_or_else(|| SessionError::Adapter {
+                code: "acp_protocol_error",
+                message: "session/set_config_option returned no configOptions".into(),
+            })?;
+        let revision = self
+            .shared
+            .store
+            .set_config_options(&self.session_id, &options)
+            .await?;
+        Ok(SessionConfig { revision, options })
+    }
+}

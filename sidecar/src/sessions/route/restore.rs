@@ -1,0 +1,307 @@
+//! Starting a route: spawn the adapter, `initialize`, then the restore
+//! ladder (`session/resume`, else `session/load` with its replay discarded,
+//! else `session/new` plus a bounded continuation of the stored history,
+//! prepended once to the next prompt), replay of stored config choices, and
+//! the route's companion tasks.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentos_adapters::{
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
+};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::commit::{commit_loop, publish_loop, MAX_BATCH_EVENTS};
+use super::{adapter_error, Route, RouteHandle};
+use crate::sessions::store::{HistoryCounters, SessionRow};
+use crate::sessions::{SessionError, Shared};
+
+/// Session updates considered for a continuation.
+const CONTINUATION_EVENTS: u64 = 200;
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(crate) const CONTINUATION_HEADER: &str = "[agentos continuation] This session is being \
+continued: its agent process was restarted and could not restore the conversation natively. \
+The lines below are the most recent updates of this session's durable history, oldest first, \
+one JSON object per line. Treat them as context only. Do not repeat any action, tool call or \
+file change they describe.";
+
+/// Builds the continuation text from session updates, newest first, within
+/// `max_bytes`; `None` when there is nothing to continue from.
+pub fn build_continuation(updates_newest_first: &[String], max_bytes: u64) -> Option<String> {
+    let mut used = CONTINUATION_HEADER.len() as u64 + 1;
+    let mut taken = Vec::new();
+    for line in updates_newest_first {
+        let cost = line.len() as u64 + 1;
+        if used + cost > max_bytes {
+            break;
+        }
+        used += cost;
+        taken.push(line.as_str());
+    }
+    if taken.is_empty() {
+        return None;
+    }
+    taken.reverse();
+    let mut text = String::with_capacity(used as usize);
+    text.push_str(CONTINUATION_HEADER);
+    for line in taken {
+        text.push('\n');
+        text.push_str(line);
+    }
+    Some(text)
+}
+
+impl Route {
+    /// Spawns the adapter, negotiates, restores or creates the adapter
+    /// session, and starts the route task.
+    pub(crate) async fn start(
+        shared: Arc<Shared>,
+        row: SessionRow,
+        generation: u64,
+    ) -> Result<RouteHandle, SessionError> {
+        let spec = shared
+            .agents
+            .get(&row.agent)
+            .ok_or_else(|| SessionError::AgentNotFound(row.agent.clone()))?;
+        let mut env: BTreeMap<String, String> = spec.env.clone();
+        env.extend(row.env.clone());
+        let command = AdapterCommand {
+            program: spec.command.clone(),
+            args: spec.args.clone(),
+            env,
+            cwd: None,
+        };
+        let options = AdapterOptions {
+            max_read_line_bytes: shared.limits.max_read_line_bytes as usize,
+            // Room for one full group commit to accumulate while the previous
+            // one is being written.
+            event_buffer: MAX_BATCH_EVENTS,
+            ..AdapterOptions::default()
+        };
+        if let Some(fs) = &shared.fs {
+            let mut roots = vec![row.cwd.clone()];
+            roots.extend(row.additional_directories.iter().cloned());
+            fs.prepare_roots(&roots).await;
+        }
+        let (conn, mut events) = AdapterConnection::spawn(&command, options)
+            .await
+            .map_err(|e| adapter_error(&e))?;
+        let result = Self::negotiate(&shared, &row, &conn, &mut events).await;
+        let (acp_session_id, preamble) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                conn.shutdown().await;
+                return Err(e);
+            }
+        };
+        let policy = row.permission_policy;
+        let mut roots = vec![row.cwd.clone()];
+        roots.extend(row.additional_directories.iter().cloned());
+        shared
+            .hub
+            .set_published(&row.session_id, row.latest_sequence);
+        let (tx, rx) = mpsc::channel(64);
+        let (publisher, publications) = mpsc::unbounded_channel();
+        tokio::spawn(publish_loop(
+            shared.hub.clone(),
+            row.session_id.clone(),
+            publications,
+        ));
+        let (committer, work) = mpsc::unbounded_channel();
+        tokio::spawn(commit_loop(shared.store.clone(), work, publisher));
+        let route = Route {
+            shared,
+            session_id: row.session_id.clone(),
+            acp_session_id,
+            policy,
+            roots,
+            conn,
+            events,
+            counters: HistoryCounters::from(&row),
+            preamble,
+            generation,
+            exited: false,
+            committer,
+            in_flight: VecDeque::new(),
+            prompt_count: row.prompt_count,
+            outcome_count: row.outcome_count,
+        };
+        tokio::spawn(route.run(rx));
+        Ok(RouteHandle {
+            commands: tx,
+            generation,
+        })
+    }
+
+    /// `initialize`, then the restore ladder. Returns the adapter's session id
+    /// and the continuation to prepend to the next prompt, if any.
+    async fn negotiate(
+        shared: &Arc<Shared>,
+        row: &SessionRow,
+        conn: &AdapterConnection,
+        events: &mut mpsc::Receiver<AdapterEvent>,
+    ) -> Result<(String, Option<String>), SessionError> {
+        let fs = shared.fs.is_some();
+        let init = conn
+            .initialize(
+                json!({"name": "agentos-sidecar", "version": env!("CARGO_PKG_VERSION")}),
+                json!({"fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": false}),
+            )
+            .await
+            .map_err(|e| SessionError::RestoreFailed(format!("initialize: {e}")))?;
+        let mut base = json!({
+            "cwd": row.cwd,
+            "mcpServers": row.mcp_servers,
+        });
+        if !row.additional_directories.is_empty() {
+            base["additionalDirectories"] = json!(row.additional_directories);
+        }
+        let mut preamble = row.pending_preamble.clone();
+        let mut agent_config: Option<Value> = None;
+        let mut native: Option<String> = None;
+        if let Some(old) = &row.acp_session_id {
+            let method = if init.supports_resume() {
+                Some("session/resume")
+            } else if init.supports_load() {
+                Some("session/load")
+            } else {
+                None
+            };
+            if let Some(method) = method {
+                let mut params = base.clone();
+                params["sessionId"] = json!(old);
+                let discard = method == "session/load";
+                match request_during_restore(conn, events, method, params, discard).await {
+                    Ok(result) => {
+                        agent_config = result.get("configOptions").cloned();
+                        native = Some(old.clone());
+                    }
+                    Err(e) if e.is_unknown_session() => {
+                        tracing::info!(session = %row.session_id, %method, "adapter does not know the session; continuing from history");
+                    }
+                    Err(e) => {
+                        return Err(SessionError::RestoreFailed(format!("{method}: {e}")));
+                    }
+                }
+            }
+        }
+        let acp_session_id = match native {
+            Some(id) => id,
+            None => {
+                let result = request_during_restore(conn, events, "session/new", base, false)
+                    .await
+                    .map_err(|e| SessionError::RestoreFailed(format!("session/new: {e}")))?;
+                let id = result
+                    .get("sessionId")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| {
+                        SessionError::RestoreFailed("session/new returned no sessionId".into())
+                    })?
+                    .to_owned();
+                agent_config = result.get("configOptions").cloned();
+                if row.acp_session_id.is_some() {
+                    let updates = shared
+                        .store
+                        .recent_updates(&row.session_id, CONTINUATION_EVENTS)
+                        .await?;
+                    let max = shared.limits.max_fallback_continuation_bytes;
+                    preamble = build_continuation(&updates, max);
+                    if let Some(text) = &preamble {
+                        shared.warn_near_limit(
+                            "limits.acp.maxFallbackContinuationBytes",
+                            text.len() as u64,
+                            max,
+                        );
+                    }
+                }
+                id
+            }
+        };
+        // Replay stored config choices the fresh agent does not already hold.
+        let mut config_now = agent_config.clone();
+        for option in &row.config_options {
+            let (Some(id), Some(value)) = (
+                option.get("id").and_then(Value::as_str),
+                option.get("currentValue"),
+            ) else {
+                continue;
+            };
+            let current = agent_config
+                .as_ref()
+                .and_then(Value::as_array)
+                .and_then(|opts| {
+                    opts.iter()
+                        .find(|o| o.get("id").and_then(Value::as_str) == Some(id))
+                })
+                .and_then(|o| o.get("currentValue"));
+            if current == Some(value) {
+                continue;
+            }
+            let params = json!({"sessionId": acp_session_id, "configId": id, "value": value});
+            match request_during_restore(conn, events, "session/set_config_option", params, false)
+                .await
+            {
+                Ok(result) => config_now = result.get("configOptions").cloned().or(config_now),
+                Err(e) => {
+                    return Err(SessionError::RestoreFailed(format!(
+                        "replaying config option {id}: {e}"
+                    )))
+                }
+            }
+        }
+        shared
+            .store
+            .update_negotiated(
+                &row.session_id,
+                &acp_session_id,
+                &init.agent_capabilities,
+                init.agent_info.as_ref(),
+                config_now.as_ref().filter(|v| v.is_array()),
+                preamble.as_deref(),
+            )
+            .await?;
+        Ok((acp_session_id, preamble))
+    }
+}
+
+/// Sends a request during route start, draining adapter events meanwhile.
+/// With `discard`, replayed `session/update`s are dropped (a `session/load`
+/// replays what our history already holds); otherwise they stay queued for
+/// the route to store.
+async fn request_during_restore(
+    conn: &AdapterConnection,
+    events: &mut mpsc::Receiver<AdapterEvent>,
+    method: &str,
+    params: Value,
+    discard: bool,
+) -> Result<Value, AdapterError> {
+    if !discard {
+        return conn.request_timeout(method, params, RESTORE_TIMEOUT).await;
+    }
+    let answer = conn.request_timeout(method, params, RESTORE_TIMEOUT);
+    tokio::pin!(answer);
+    let result = loop {
+        tokio::select! {
+            biased;
+            event = events.recv() => match event {
+                Some(AdapterEvent::Request { id, method, .. }) => {
+                    let _ = conn.respond(&id, Err(RpcError::method_not_found(&method)));
+                }
+                Some(_) => {}
+                None => break (&mut answer).await,
+            },
+            result = &mut answer => break result,
+        }
+    };
+    while let Ok(event) = events.try_recv() {
+        if let AdapterEvent::Request { id, method, .. } = event {
+            let _ = conn.respond(&id, Err(RpcError::method_not_found(&method)));
+        }
+    }
+    result
+}

@@ -1,0 +1,482 @@
+//! The turn: one prompt from its accept commit (session running, prompt
+//! accepted, the user's content as events) through the agent's updates and
+//! the `session/prompt` answer, a cancel or a stop, to the terminal commit
+//! and the reply to the host.
+
+use std::collections::HashMap;
+
+use agentos_adapters::{AdapterError, AdapterEvent};
+use agentos_protocol::host::Actor;
+use agentos_schema::DbError;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
+use super::permissions::PendingPermission;
+use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
+use crate::sessions::coalesce::ChunkBuffer;
+use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
+use crate::sessions::{AgentReply, PromptOutcome, SessionError};
+
+const VALID_STOP_REASONS: &[&str] = &[
+    "end_turn",
+    "max_tokens",
+    "max_turn_requests",
+    "refusal",
+    "cancelled",
+];
+
+/// State of the turn in flight.
+pub(super) struct Turn {
+    pub(super) prompt_id: String,
+    /// The running prompt's idempotency key: a concurrent send of the same
+    /// key is `prompt_in_progress`, not `session_busy`.
+    pub(super) idempotency_key: Option<String>,
+    pub(super) buffer: ChunkBuffer,
+    pub(super) pending: Vec<NewEvent>,
+    pub(super) pending_bytes: u64,
+    pub(super) message: Vec<Value>,
+    pub(super) message_id: Option<String>,
+    pub(super) permissions: HashMap<String, PendingPermission>,
+    pub(super) cancel_requested: bool,
+    /// Set when the turn must end in failure whatever the agent answers.
+    pub(super) failure: Option<(String, String)>,
+}
+
+enum TurnEnd {
+    /// The agent answered `session/prompt`.
+    Answered(Result<Value, AdapterError>),
+    /// The route stops (unload, delete, shutdown) mid-turn.
+    Stopped(StopReason, oneshot::Sender<()>),
+    /// The turn failed on our side (protocol fault, storage).
+    Failed,
+}
+
+impl Route {
+    /// Runs one prompt to its terminal commit. Returns a stop request that
+    /// arrived mid-turn, so the caller can end the route.
+    pub(super) async fn turn(
+        &mut self,
+        request: PromptRequest,
+        reply: oneshot::Sender<PromptReply>,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Option<(StopReason, oneshot::Sender<()>)> {
+        let now = clock_ms();
+        let first_input = self.counters.latest_sequence + 1;
+        let user_events: Vec<NewEvent> = {
+            let message_id = uuid::Uuid::new_v4().to_string();
+            request
+                .content
+                .iter()
+                .map(|block| {
+                    NewEvent::update(
+                        request.actor.clone(),
+                        &json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": message_id}),
+                    )
+                })
+                .collect()
+        };
+        let (mut accept, pruned) = match self.prompt_retention().await {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return None;
+            }
+        };
+        accept.extend(SessionStore::accept_prompt_statements(
+            &self.session_id,
+            &request.prompt_id,
+            request.idempotency_key.as_deref(),
+            &request.input_hash,
+            first_input,
+            now,
+        ));
+        if self.preamble.is_some() {
+            accept.push(SessionStore::clear_preamble_statement(&self.session_id));
+        }
+        if let Err(e) = self.commit(user_events, accept).await {
+            let e = match e {
+                SessionError::Storage(DbError::ExpectedChanges { .. }) => {
+                    SessionError::Busy(self.session_id.clone())
+                }
+                SessionError::Storage(ref db) if db.is_constraint() => {
+                    if request.idempotency_key.is_some() {
+                        SessionError::PromptInProgress
+                    } else {
+                        SessionError::Busy(self.session_id.clone())
+                    }
+                }
+                other => other,
+            };
+            let _ = reply.send(Err(e));
+            return None;
+        }
+        self.prompt_count = self.prompt_count + 1 - pruned.own;
+        self.shared.prompts_changed(pruned.any).await;
+        let mut blocks = Vec::with_capacity(request.content.len() + 1);
+        if let Some(preamble) = self.preamble.take() {
+            blocks.push(json!({"type": "text", "text": preamble}));
+        }
+        blocks.extend(request.content);
+        let shared = self.shared.clone();
+        let _awake = shared
+            .keep_awake
+            .hold(&shared.notices, &self.session_id, &request.prompt_id);
+        let mut turn = Turn {
+            prompt_id: request.prompt_id.clone(),
+            idempotency_key: request.idempotency_key.clone(),
+            buffer: ChunkBuffer::default(),
+            pending: Vec::new(),
+            pending_bytes: 0,
+            message: Vec::new(),
+            message_id: None,
+            permissions: HashMap::new(),
+            cancel_requested: false,
+            failure: None,
+        };
+        let conn = self.conn.clone();
+        let params = json!({"sessionId": self.acp_session_id, "prompt": blocks});
+        let answer = conn.request("session/prompt", params);
+        tokio::pin!(answer);
+        let end = loop {
+            tokio::select! {
+                biased;
+                // A commit ended: the database is free for what accumulated.
+                answer = oldest_answer(&mut self.in_flight), if !self.in_flight.is_empty() => {
+                    if self.on_confirmed(&mut turn, answer).await.is_err() {
+                        break TurnEnd::Failed;
+                    }
+                }
+                event = self.events.recv(), if !self.exited => {
+                    let Some(first) = event else {
+                        self.exited = true;
+                        continue;
+                    };
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_BATCH_EVENTS {
+                        match self.events.try_recv() {
+                            Ok(e) => batch.push(e),
+                            Err(_) => break,
+                        }
+                    }
+                    if self.turn_events(&mut turn, batch).await.is_err() {
+                        break TurnEnd::Failed;
+                    }
+                }
+                command = commands.recv() => {
+                    // A command sees the agent's updates that arrived before
+                    // it committed, and settled counters. A failure here is
+                    // already the turn's (see `commit_failed`).
+                    let _ = self.flush(&mut turn).await;
+                    match command {
+                        None => break TurnEnd::Stopped(StopReason::VmShutdown, oneshot::channel().0),
+                        Some(Command::Prompt { request, reply }) => {
+                            // The same key: the caller replays the stored
+                            // prompt (in progress, or a conflict on other input).
+                            let same_key = request.idempotency_key.is_some()
+                                && request.idempotency_key == turn.idempotency_key;
+                            let _ = reply.send(Err(if same_key {
+                                SessionError::PromptInProgress
+                            } else {
+                                SessionError::Busy(self.session_id.clone())
+                            }));
+                        }
+                        Some(Command::Cancel { reply }) => {
+                            let status = self.cancel(&mut turn).await;
+                            let _ = reply.send(status);
+                        }
+                        Some(Command::RespondPermission { request_id, option_id, reply }) => {
+                            let result = self.respond_permission(&mut turn, &request_id, &option_id).await;
+                            let _ = reply.send(result);
+                        }
+                        Some(Command::SetConfigOption { reply, .. }) => {
+                            let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
+                        }
+                        Some(Command::Stop { reason, reply }) => break TurnEnd::Stopped(reason, reply),
+                    }
+                }
+                result = &mut answer => {
+                    // Everything the agent sent before its answer is already
+                    // queued: handle it first, in order.
+                    let mut batch = Vec::new();
+                    while let Ok(e) = self.events.try_recv() {
+                        batch.push(e);
+                    }
+                    if !batch.is_empty() && self.turn_events(&mut turn, batch).await.is_err() {
+                        break TurnEnd::Failed;
+                    }
+                    break TurnEnd::Answered(result);
+                }
+            }
+        };
+        let (outcome, stop) = self.finish(&mut turn, end).await;
+        let _ = reply.send(outcome);
+        stop
+    }
+
+    /// Processes a batch of adapter events during a turn, committing durable
+    /// ones together.
+    async fn turn_events(&mut self, turn: &mut Turn, batch: Vec<AdapterEvent>) -> Result<(), ()> {
+        for event in batch {
+            match event {
+                AdapterEvent::SessionUpdate(update) => {
+                    let Some(incoming) = self.classify(update) else {
+                        continue;
+                    };
+                    if let Incoming::Chunk(update) = incoming {
+                        if !turn.buffer.continues(&update) {
+                            let flushed = turn.buffer.take();
+                            self.queue(turn, flushed);
+                        }
+                        self.flush(turn).await?;
+                        if update.get("sessionUpdate").and_then(Value::as_str)
+                            == Some("agent_message_chunk")
+                        {
+                            if turn.message_id.is_none() {
+                                turn.message_id = update
+                                    .get("messageId")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_owned);
+                            }
+                            if let Some(content) = update.get("content") {
+                                turn.message.push(json!({"sessionUpdate": "agent_message_chunk", "content": content}));
+                            }
+                        }
+                        self.publish_live(update.clone());
+                        turn.buffer.push(update);
+                        let limit = self.shared.limits.max_completed_message_bytes;
+                        if turn.buffer.bytes() as u64 > limit {
+                            turn.failure = Some((
+                                "resource_limit".into(),
+                                format!("a message exceeded limits.acp.maxCompletedMessageBytes ({limit})"),
+                            ));
+                            self.abort_adapter_turn().await;
+                            return Err(());
+                        }
+                    } else if let Incoming::Durable(payload_json) = incoming {
+                        let flushed = turn.buffer.take();
+                        self.queue(turn, flushed);
+                        self.queue_raw(turn, payload_json);
+                        if turn.pending.len() >= MAX_BATCH_EVENTS
+                            || turn.pending_bytes >= MAX_BATCH_BYTES
+                        {
+                            self.flush_when_free(turn).await?;
+                        }
+                    }
+                }
+                AdapterEvent::Notification { .. } => {}
+                AdapterEvent::Request { id, method, params } => {
+                    if method == "session/request_permission" {
+                        let flushed = turn.buffer.take();
+                        self.queue(turn, flushed);
+                        self.permission_request(turn, id, params).await?;
+                    } else {
+                        self.flush(turn).await?;
+                        let answer = self.serve_request(&method, params).await;
+                        let _ = self.conn.respond(&id, answer);
+                    }
+                }
+                AdapterEvent::Stderr(line) => self.stderr(line),
+                AdapterEvent::ProtocolError(e) => {
+                    turn.failure = Some(("acp_protocol_error".into(), e.to_string()));
+                    self.abort_adapter_turn().await;
+                    return Err(());
+                }
+                AdapterEvent::Exited { code, signal } => self.on_exit(code, signal),
+            }
+        }
+        self.flush_when_free(turn).await
+    }
+
+    fn queue_raw(&self, turn: &mut Turn, payload_json: String) {
+        let event = NewEvent::raw_update(Actor::Agent, payload_json);
+        turn.pending_bytes += event.bytes();
+        turn.pending.push(event);
+    }
+
+    fn queue(&self, turn: &mut Turn, updates: Vec<Value>) {
+        for update in updates {
+            let event = NewEvent::update(Actor::Agent, &update);
+            turn.pending_bytes += event.bytes();
+            turn.pending.push(event);
+        }
+    }
+
+    /// The adapter can no longer be trusted for this turn: stop it. The next
+    /// prompt restores the session.
+    pub(super) async fn abort_adapter_turn(&mut self) {
+        let _ = self
+            .conn
+            .notify("session/cancel", json!({"sessionId": self.acp_session_id}));
+        self.conn.shutdown().await;
+    }
+
+    async fn cancel(&mut self, turn: &mut Turn) -> &'static str {
+        turn.cancel_requested = true;
+        let _ = self
+            .conn
+            .notify("session/cancel", json!({"sessionId": self.acp_session_id}));
+        self.end_permissions(turn, "prompt_cancelled").await;
+        "cancelled"
+    }
+
+    /// The terminal commit: prompt state, session state, the final buffer on
+    /// success, and the reply to the host.
+    async fn finish(
+        &mut self,
+        turn: &mut Turn,
+        end: TurnEnd,
+    ) -> (PromptReply, Option<(StopReason, oneshot::Sender<()>)>) {
+        let mut stop = None;
+        let outcome: Result<Value, (String, String)> = match end {
+            TurnEnd::Answered(Ok(result)) => match turn.failure.take() {
+                Some(f) => Err(f),
+                None => {
+                    let stop_reason = result
+                        .get("stopReason")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if VALID_STOP_REASONS.contains(&stop_reason) {
+                        Ok(json!(stop_reason))
+                    } else {
+                        Err((
+                            "invalid_stop_reason".into(),
+                            format!("the agent answered with stopReason {stop_reason:?}"),
+                        ))
+                    }
+                }
+            },
+            TurnEnd::Answered(Err(e)) => Err(match (turn.failure.take(), &e) {
+                (Some(f), _) => f,
+                (None, AdapterError::Exited | AdapterError::Closed) => (
+                    "adapter_exited".into(),
+                    "the adapter exited during the turn".into(),
+                ),
+                (None, AdapterError::Rpc(rpc)) => (
+                    "prompt_failed".into(),
+                    format!(
+                        "the agent answered with error {}: {}",
+                        rpc.code, rpc.message
+                    ),
+                ),
+                (None, other) => (other.code().to_owned(), other.to_string()),
+            }),
+            TurnEnd::Failed => Err(turn
+                .failure
+                .take()
+                .unwrap_or_else(|| ("prompt_failed".into(), "the turn failed".into()))),
+            TurnEnd::Stopped(reason, reply) => {
+                stop = Some((reason, reply));
+                Err(match reason {
+                    StopReason::Delete => {
+                        ("session_deleted".into(), "the session was deleted".into())
+                    }
+                    StopReason::Unload => (
+                        "prompt_interrupted".into(),
+                        "the session was unloaded during the turn".into(),
+                    ),
+                    // As after a crash: the agent may have acted on it, and
+                    // only the host may decide to send it again.
+                    StopReason::VmShutdown => (
+                        "prompt_delivery_uncertain".into(),
+                        "the sidecar shut down during the turn; the prompt was not resent".into(),
+                    ),
+                })
+            }
+        };
+        let route_lost = self.exited || !self.conn.is_alive() || stop.is_some();
+        let permission_reason = match (&stop, route_lost) {
+            (Some((StopReason::Delete, _)), _) => "session_deleted",
+            (Some((StopReason::VmShutdown, _)), _) => "vm_shutdown",
+            (_, true) => "adapter_exited",
+            _ => "prompt_cancelled",
+        };
+        if matches!(stop, Some((StopReason::Delete, _))) {
+            // The rows are about to go; answer the agent and stop.
+            turn.permissions.clear();
+            return (
+                Err(SessionError::PromptFailed {
+                    error: error_json("session_deleted", "the session was deleted"),
+                }),
+                stop,
+            );
+        }
+        self.end_permissions(turn, permission_reason).await;
+        let now = clock_ms();
+        let mut events = std::mem::take(&mut turn.pending);
+        let message = AgentReply {
+            id: turn
+                .message_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            role: "agent".into(),
+            content: crate::sessions::coalesce::coalesce(std::mem::take(&mut turn.message))
+                .into_iter()
+                .filter_map(|u| u.get("content").cloned())
+                .collect(),
+        };
+        // The stop reason was checked against ACP's list: always a string.
+        let completed = |stop_reason: &Value| PromptOutcome {
+            session_id: self.session_id.clone(),
+            prompt_id: turn.prompt_id.clone(),
+            stop_reason: stop_reason.as_str().unwrap_or_default().to_owned(),
+            message,
+        };
+        let (state, result, error, session_error) = match &outcome {
+            Ok(stop_reason) if stop_reason == "cancelled" => {
+                turn.buffer.discard();
+                (PromptState::Cancelled, Some(completed(stop_reason)), None, None)
+            }
+            Ok(stop_reason) => {
+                let flushed = turn.buffer.take();
+                for update in flushed {
+                    events.push(NewEvent::update(Actor::Agent, &update));
+                }
+                (PromptState::Completed, Some(completed(stop_reason)), None, None)
+            }
+            Err((code, message)) => {
+                turn.buffer.discard();
+                let error = error_json(code, message);
+                let session_error = route_lost.then(|| error.clone());
+                (PromptState::Failed, None, Some(error), session_error)
+            }
+        };
+        let last_output = self.counters.latest_sequence + events.len() as u64;
+        let extra = SessionStore::finish_prompt_statements(
+            &self.session_id,
+            &turn.prompt_id,
+            state,
+            result.as_ref().map(PromptOutcome::stored).as_ref(),
+            error.as_ref(),
+            session_error.as_ref(),
+            last_output,
+            now,
+        );
+        if let Err(e) = self.commit(events, extra).await {
+            // This route's view of the session can no longer be trusted: it
+            // ends, and the next start settles the turn from what is stored.
+            tracing::error!(session = %self.session_id, error = %e, "terminal commit failed; the route ends and the next start settles the turn");
+            self.conn.shutdown().await;
+            self.exited = true;
+            self.shared.route_ended(&self.session_id, self.generation);
+            return (Err(e), stop);
+        }
+        // The host hears the answer only after the terminal events are out.
+        self.published().await;
+        if route_lost {
+            self.conn.shutdown().await;
+            self.exited = true;
+            // Leave the map before the host hears the answer, so its next
+            // prompt starts a new route instead of queueing on this one.
+            self.shared.route_ended(&self.session_id, self.generation);
+        }
+        let reply = match (result, error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(SessionError::PromptFailed { error }),
+            (None, None) => Err(SessionError::PromptFailed {
+                error: error_json("prompt_failed", "the turn failed"),
+            }),
+        };
+        (reply, stop)
+    }
+}
