@@ -508,6 +508,7 @@ proptest! {
         rt.block_on(async {
             for (backend, db, _dir) in backends().await {
                 let limits = FsLimits { chunk_bytes: 16, inline_threshold_bytes: 8, ..FsLimits::default() };
+                let limits = limits.validated().expect("valid limits");
                 let vfs = Vfs::open(db.clone(), limits, VfsPolicy::default()).await.expect("open");
                 let mut model = Model::new();
                 for (i, op) in ops.iter().enumerate() {

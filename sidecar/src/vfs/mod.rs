@@ -59,7 +59,7 @@ use self::resolve::LookupCache;
 use self::store::{Fail, InodeRow, Tx, TxError};
 pub use self::store::{Kind, Usage};
 pub use self::transfer::TreeReport;
-use crate::config::FsLimits;
+use crate::config::{FsLimits, ValidFsLimits};
 
 /// Symlinks followed while resolving one path before ELOOP (Linux's MAXSYMLINKS).
 pub const MAX_SYMLINK_FOLLOWS: u32 = 40;
@@ -156,7 +156,7 @@ pub struct DirPage {
 
 struct Inner {
     db: SharedDatabase,
-    limits: FsLimits,
+    limits: ValidFsLimits,
     next_ino: AtomicI64,
     lock: RwLock<()>,
     cache: Mutex<LookupCache>,
@@ -195,10 +195,9 @@ impl Vfs {
     /// Opens the service on a migrated database.
     pub async fn open(
         db: SharedDatabase,
-        limits: FsLimits,
+        limits: ValidFsLimits,
         policy: VfsPolicy,
     ) -> Result<Vfs, FsError> {
-        limits.validate().map_err(FsError::Config)?;
         let policy = policy.normalized()?;
         let max = store::max_ino(db.as_ref()).await?;
         let usage = store::usage(db.as_ref()).await?;
