@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use agentos_protocol::host::{
     Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy, StoredEvent,
 };
-use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
@@ -30,6 +29,7 @@ pub use hub::{Hub, Item, Sink, SinkRefusal};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 
 use crate::config::{AcpLimits, AgentSpec};
+pub use crate::vfs::acp::FsBridge;
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
 use store::{HistoryCounters, NewSession};
 
@@ -60,27 +60,6 @@ pub enum Notice {
         session_id: String,
         prompt_id: String,
     },
-}
-
-/// How adapters reach the VFS through ACP `fs/*`. Implemented by the file
-/// system domain; the error is a JSON-RPC error for the adapter.
-#[async_trait]
-pub trait FsBridge: Send + Sync {
-    async fn read_text_file(
-        &self,
-        roots: &[String],
-        path: &str,
-        line: Option<u64>,
-        limit: Option<u64>,
-    ) -> Result<String, agentos_adapters::RpcError>;
-    async fn write_text_file(
-        &self,
-        roots: &[String],
-        path: &str,
-        content: &str,
-    ) -> Result<(), agentos_adapters::RpcError>;
-    /// Makes sure a session's directories exist before its agent starts.
-    async fn prepare_roots(&self, roots: &[String]);
 }
 
 /// Keep-awake holders: one per prompt from dispatch through its terminal
