@@ -33,6 +33,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::ars_values::{from_wire, to_wire};
 use crate::config::SqliteLimits;
 
 /// Connect plus hello must finish within this.
@@ -354,26 +355,6 @@ pub fn error_of(response: ResponsePayload, statement_index: u32) -> DbError {
         },
         ResponsePayload::ResponseTooLarge => DbError::ResponseTooLarge,
         other => DbError::Protocol(format!("unexpected response {other:?}")),
-    }
-}
-
-fn to_wire(value: SqlValue) -> ars::SqlValue {
-    match value {
-        SqlValue::Null => ars::SqlValue::SqlNull,
-        SqlValue::Integer(v) => ars::SqlValue::SqlInteger(v),
-        SqlValue::Real(v) => ars::SqlValue::SqlReal(v),
-        SqlValue::Text(v) => ars::SqlValue::SqlText(v),
-        SqlValue::Blob(v) => ars::SqlValue::SqlBlob(v),
-    }
-}
-
-fn from_wire(value: ars::SqlValue) -> SqlValue {
-    match value {
-        ars::SqlValue::SqlNull => SqlValue::Null,
-        ars::SqlValue::SqlInteger(v) => SqlValue::Integer(v),
-        ars::SqlValue::SqlReal(v) => SqlValue::Real(v),
-        ars::SqlValue::SqlText(v) => SqlValue::Text(v),
-        ars::SqlValue::SqlBlob(v) => SqlValue::Blob(v),
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod actor_uds;
 pub mod ars_server;
+pub mod ars_values;
 pub mod sqlite_file;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
