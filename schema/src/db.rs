@@ -221,6 +221,10 @@ pub enum DbError {
     CommitOutcomeUnknown(String),
     #[error("database protocol violation: {0}")]
     Protocol(String),
+    /// A result row does not match its result's shape (e.g. a row with more
+    /// or fewer values than the result has columns).
+    #[error("corrupt row: {detail}")]
+    CorruptRow { detail: String },
     #[error("foreign keys could not be enabled")]
     ForeignKeysDisabled,
     #[error("the database handle is closed")]
@@ -246,6 +250,7 @@ impl DbError {
             DbError::ConnectionLost(_) => "sqlite_connection_lost",
             DbError::CommitOutcomeUnknown(_) => "sqlite_commit_outcome_unknown",
             DbError::Protocol(_) => "sqlite_protocol_error",
+            DbError::CorruptRow { .. } => "corrupt_row",
             DbError::ForeignKeysDisabled => "sqlite_foreign_keys_disabled",
             DbError::Closed => "session_storage_unavailable",
         }
