@@ -224,8 +224,10 @@ pub enum DbError {
     #[error("foreign keys could not be enabled")]
     ForeignKeysDisabled,
     /// A row read back does not have the shape its query asked for: the
-    /// wrong number of columns, a value of the wrong type, a NULL in a
-    /// column that has none, or a value outside the column's vocabulary.
+    /// wrong number of columns (a result's rows disagreeing with its column
+    /// count included), a value of the wrong type, a NULL in a column that
+    /// has none, or a value outside the column's vocabulary. `table` names
+    /// where it came from (`query result` when only the result is known).
     #[error("corrupt row from {table}: {message}")]
     CorruptRow { table: String, message: String },
     #[error("the database handle is closed")]

@@ -157,7 +157,7 @@ async fn vfs(p: &Params, dir: &std::path::Path) -> Result<Figures, Box<dyn std::
         max_file_bytes: p.file_bytes.max(FsLimits::default().max_file_bytes),
         ..FsLimits::default()
     };
-    let vfs = Vfs::open(db, limits, VfsPolicy::default()).await?;
+    let vfs = Vfs::open(db, limits.validated()?, VfsPolicy::default()).await?;
     let buf: Vec<u8> = (0..p.io_bytes).map(|i| (i * 31 % 251) as u8).collect();
     vfs.create("/big", 0o644).await?;
     let t = Instant::now();

@@ -1,8 +1,12 @@
 //! The VM config: one database descriptor, the host socket, the agent registry
 //! and the limits. Parsed strictly (unknown fields are rejected) and validated
-//! once, with errors that name the offending field.
+//! once, with errors that name the offending field. This module owns plain
+//! data and its validation only; the services convert what they need (the
+//! VFS builds its policy from `FilesystemConfig` and takes its bounds only as
+//! `ValidFsLimits`, so it never re-checks them).
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -74,7 +78,55 @@ pub struct Config {
     /// The VM's file-system policy: the roots sessions may touch and the
     /// read-only subtrees.
     #[serde(default)]
-    pub filesystem: crate::vfs::VfsPolicy,
+    pub filesystem: FilesystemConfig,
+}
+
+/// `filesystem`: the VM's mount policy as configured. The VFS normalises it
+/// into its `VfsPolicy`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FilesystemConfig {
+    /// Subtrees sessions may read and write; `["/"]` is the whole VM.
+    pub roots: Vec<String>,
+    /// Subtrees that refuse every mutation.
+    #[serde(default)]
+    pub read_only: Vec<String>,
+}
+
+impl Default for FilesystemConfig {
+    fn default() -> Self {
+        FilesystemConfig {
+            roots: vec!["/".to_owned()],
+            read_only: Vec::new(),
+        }
+    }
+}
+
+impl FilesystemConfig {
+    /// Every path must be absolute and free of NUL (the VFS normalises the rest).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let lists = [
+            ("filesystem.roots", &self.roots),
+            ("filesystem.readOnly", &self.read_only),
+        ];
+        for (field, paths) in lists {
+            for (i, path) in paths.iter().enumerate() {
+                if !path.starts_with('/') {
+                    return Err(ConfigError::new(
+                        format!("{field}[{i}]"),
+                        "must be absolute",
+                    ));
+                }
+                if path.contains('\0') {
+                    return Err(ConfigError::new(
+                        format!("{field}[{i}]"),
+                        "must not contain NUL",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -209,7 +261,26 @@ impl Default for FsLimits {
 /// Largest chunk: a chunk is one SQLite blob and one statement parameter.
 pub const MAX_FS_CHUNK_BYTES: u64 = 16 * MIB;
 
+/// `FsLimits` that passed `FsLimits::validate`: the only form the VFS accepts,
+/// so its arithmetic (chunk sizes, signed counters) can rely on the bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidFsLimits(FsLimits);
+
+impl Deref for ValidFsLimits {
+    type Target = FsLimits;
+
+    fn deref(&self) -> &FsLimits {
+        &self.0
+    }
+}
+
 impl FsLimits {
+    /// Validates and wraps the limits for the VFS.
+    pub fn validated(self) -> Result<ValidFsLimits, ConfigError> {
+        self.validate()?;
+        Ok(ValidFsLimits(self))
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("limits.fs.maxTotalBytes", self.max_total_bytes),
@@ -278,7 +349,7 @@ impl Config {
             socket: Some(dir.join("sidecar.sock")),
             agents,
             limits: Limits::default(),
-            filesystem: crate::vfs::VfsPolicy::default(),
+            filesystem: FilesystemConfig::default(),
         }
     }
 
@@ -333,6 +404,7 @@ impl Config {
             }
         }
         self.limits.fs.validate()?;
+        self.filesystem.validate()?;
         if self.limits.host.max_frame_bytes > u64::from(u32::MAX) {
             return Err(ConfigError::new(
                 "limits.host.maxFrameBytes",
@@ -439,5 +511,36 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("unknown field"), "{err}");
+        let limits = FsLimits {
+            chunk_bytes: 512,
+            inline_threshold_bytes: 1024,
+            ..FsLimits::default()
+        };
+        let err = limits.validated().unwrap_err();
+        assert_eq!(err.code(), "invalid_config");
+        assert_eq!(err.field, "limits.fs.inlineThresholdBytes");
+    }
+
+    #[test]
+    fn filesystem_paths_are_validated_by_name() {
+        let config = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "filesystem":{"roots":["/home"],"readOnly":["/home/ro"]}}"#,
+        )
+        .expect("valid");
+        assert_eq!(config.filesystem.roots, vec!["/home".to_owned()]);
+        assert_eq!(config.filesystem.read_only, vec!["/home/ro".to_owned()]);
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "filesystem":{"roots":["/", "rel"]}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "filesystem.roots[1]: must be absolute");
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "filesystem":{"roots":["/"],"readOnly":["/a\u0000"]}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "filesystem.readOnly[0]");
     }
 }

@@ -62,8 +62,8 @@ impl Vm {
         migrate_all(&*db).await?;
         let vfs = Vfs::open(
             db.clone(),
-            config.limits.fs.clone(),
-            config.filesystem.clone(),
+            config.limits.fs.clone().validated()?,
+            config.filesystem.clone().into(),
         )
         .await?;
         let sessions = Sessions::new(

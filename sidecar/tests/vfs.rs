@@ -28,6 +28,7 @@ fn small_limits() -> FsLimits {
 }
 
 async fn open(db: &SharedDatabase, limits: FsLimits, policy: VfsPolicy) -> Vfs {
+    let limits = limits.validated().expect("valid limits");
     Vfs::open(db.clone(), limits, policy)
         .await
         .expect("open vfs")
@@ -568,20 +569,17 @@ async fn state_survives_reopen() {
     }
 }
 
-#[tokio::test]
-async fn bad_limits_are_refused_by_name() {
-    for (_name, db, _dir) in backends().await {
-        let limits = FsLimits {
-            inline_threshold_bytes: 1024,
-            chunk_bytes: 512,
-            ..FsLimits::default()
-        };
-        let err = Vfs::open(db.clone(), limits, VfsPolicy::default())
-            .await
-            .expect_err("refused");
-        assert_eq!(err.code(), "invalid_config");
-        assert!(err.to_string().contains("limits.fs.inlineThresholdBytes"));
-    }
+#[test]
+fn bad_limits_never_reach_the_vfs() {
+    // `Vfs::open` takes only validated limits; validation names the field.
+    let limits = FsLimits {
+        inline_threshold_bytes: 1024,
+        chunk_bytes: 512,
+        ..FsLimits::default()
+    };
+    let err = limits.validated().expect_err("refused");
+    assert_eq!(err.code(), "invalid_config");
+    assert!(err.to_string().contains("limits.fs.inlineThresholdBytes"));
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_schema::{migrate_all, SharedDatabase};
-use agentos_sidecar::config::{FsLimits, SqliteLimits};
+use agentos_sidecar::config::{FsLimits, SqliteLimits, ValidFsLimits};
 use agentos_sidecar::db::sqlite_file::SqliteFileDatabase;
 use agentos_sidecar::vfs::{Vfs, VfsPolicy};
 use rand::Rng;
@@ -22,11 +22,13 @@ const BIG: u64 = 3 * 1024 * 1024 + 4321;
 const EDGE: u64 = 1000;
 const ROUNDS: usize = 4;
 
-fn limits() -> FsLimits {
+fn limits() -> ValidFsLimits {
     FsLimits {
         chunk_bytes: 256 * 1024,
         ..FsLimits::default()
     }
+    .validated()
+    .expect("valid limits")
 }
 
 async fn open_db(path: &std::path::Path) -> SharedDatabase {

@@ -1,8 +1,12 @@
 //! Property test: random operation sequences run against the VFS and against
 //! a small in-memory model of the same POSIX semantics; every result (value or
 //! errno) must agree, and the usage counters must match the model's tree.
+//! The model resolves paths from the rules (components, lexical `..` in the
+//! path, physical `..` in link targets, absolute and relative symlinks, ELOOP
+//! after 40 hops), recursively and on its own tree, not by copying the VFS's
+//! resolver.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use agentos_schema::{migrate_all, SharedDatabase};
 use agentos_sidecar::config::FsLimits;
@@ -97,23 +101,40 @@ struct Model {
     next: u64,
 }
 
-struct MWalk {
-    dirs: Vec<u64>,
+/// Where a path leads: the directory that holds (or would hold) the final
+/// name, that name (`None` when the path names a directory by `/`, `.` or
+/// `..`), and the node under the name when there is one.
+struct Place {
+    parent: u64,
     name: Option<String>,
-    entry: Option<u64>,
+    node: Option<u64>,
 }
 
-impl MWalk {
-    fn parent(&self) -> u64 {
-        *self.dirs.last().expect("root")
+impl Place {
+    fn dir(ino: u64) -> Place {
+        Place {
+            parent: ino,
+            name: None,
+            node: None,
+        }
     }
+
+    fn parent(&self) -> u64 {
+        self.parent
+    }
+
+    /// The object the path names, when it exists.
     fn target(&self) -> Option<u64> {
         match self.name {
-            None => Some(self.parent()),
-            Some(_) => self.entry,
+            None => Some(self.parent),
+            Some(_) => self.node,
         }
     }
 }
+
+/// Symlinks one resolution may pass through before ELOOP (Linux's MAXSYMLINKS).
+const SYMLINK_HOPS: u32 = 40;
+const ROOT: u64 = 1;
 
 type R<T> = Result<T, &'static str>;
 
@@ -121,7 +142,7 @@ impl Model {
     fn new() -> Model {
         let mut nodes = HashMap::new();
         nodes.insert(
-            1,
+            ROOT,
             Node::Dir {
                 entries: BTreeMap::new(),
             },
@@ -147,80 +168,132 @@ impl Model {
         matches!(self.nodes[&ino], Node::Dir { .. })
     }
 
-    fn walk(&self, path: &str, follow_last: bool) -> R<MWalk> {
-        let mut remaining: VecDeque<String> = path
-            .split('/')
-            .filter(|s| !s.is_empty() && *s != ".")
-            .map(str::to_owned)
-            .collect();
-        let mut dirs = vec![1u64];
-        let mut follows = 0;
-        while let Some(name) = remaining.pop_front() {
-            if name == "." {
-                continue;
-            }
-            if name == ".." {
-                if dirs.len() > 1 {
-                    dirs.pop();
-                }
-                continue;
-            }
-            let last = remaining.is_empty();
-            let parent = *dirs.last().expect("root");
-            let Some(&ino) = self.entries(parent).get(&name) else {
-                if last {
-                    return Ok(MWalk {
-                        dirs,
-                        name: Some(name),
-                        entry: None,
-                    });
-                }
-                return Err("ENOENT");
-            };
-            match &self.nodes[&ino] {
-                Node::Dir { .. } if !last => dirs.push(ino),
-                Node::File { .. } if !last => return Err("ENOTDIR"),
-                Node::Symlink { target } if !last || follow_last => {
-                    follows += 1;
-                    if follows > 40 {
-                        return Err("ELOOP");
-                    }
-                    if target.starts_with('/') {
-                        dirs.truncate(1);
-                    }
-                    let mut next: VecDeque<String> = target
-                        .split('/')
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .collect();
-                    next.extend(remaining.drain(..));
-                    remaining = next;
-                }
-                _ => {
-                    return Ok(MWalk {
-                        dirs,
-                        name: Some(name),
-                        entry: Some(ino),
-                    })
-                }
-            }
-        }
-        Ok(MWalk {
-            dirs,
-            name: None,
-            entry: None,
-        })
+    /// The directory holding directory `dir` (the root is its own parent).
+    /// Directories have exactly one name, so a scan finds it.
+    fn parent_of(&self, dir: u64) -> u64 {
+        self.nodes
+            .iter()
+            .find_map(|(ino, node)| match node {
+                Node::Dir { entries } if entries.values().any(|child| *child == dir) => Some(*ino),
+                _ => None,
+            })
+            .unwrap_or(ROOT)
     }
 
-    fn existing(&self, path: &str, follow: bool) -> R<(MWalk, u64)> {
-        let w = self.walk(path, follow)?;
+    /// True when `dir` is `ino` or one of its ancestors.
+    fn encloses(&self, dir: u64, mut ino: u64) -> bool {
+        loop {
+            if ino == dir {
+                return true;
+            }
+            if ino == ROOT {
+                return false;
+            }
+            ino = self.parent_of(ino);
+        }
+    }
+
+    /// Resolves an absolute path. The path itself is normalised lexically
+    /// first (`..` clamped at `/`), as the VFS's path rules say; `..` inside a
+    /// symlink target is the physical parent of where the link led.
+    fn resolve(&self, path: &str, follow_last: bool) -> R<Place> {
+        let mut names: Vec<String> = Vec::new();
+        for part in path.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    names.pop();
+                }
+                name => names.push(name.to_owned()),
+            }
+        }
+        let mut hops = 0;
+        self.resolve_from(ROOT, &names, follow_last, &mut hops)
+    }
+
+    /// Resolves `names` starting in directory `dir`. Every symlink before the
+    /// last name is followed; the last one only when `follow_last`. A missing
+    /// last name is not an error; anything missing before it is ENOENT, and a
+    /// non-directory before it is ENOTDIR.
+    fn resolve_from(
+        &self,
+        mut dir: u64,
+        names: &[String],
+        follow_last: bool,
+        hops: &mut u32,
+    ) -> R<Place> {
+        for (i, name) in names.iter().enumerate() {
+            let last = i + 1 == names.len();
+            if name == "." || name == ".." {
+                if name == ".." {
+                    dir = self.parent_of(dir);
+                }
+                continue;
+            }
+            let child = self.entries(dir).get(name).copied();
+            if last {
+                return match child {
+                    Some(ino)
+                        if follow_last && matches!(self.nodes[&ino], Node::Symlink { .. }) =>
+                    {
+                        self.through_symlink(dir, ino, hops)
+                    }
+                    _ => Ok(Place {
+                        parent: dir,
+                        name: Some(name.clone()),
+                        node: child,
+                    }),
+                };
+            }
+            let ino = child.ok_or("ENOENT")?;
+            dir = match &self.nodes[&ino] {
+                Node::Dir { .. } => ino,
+                Node::File { .. } => return Err("ENOTDIR"),
+                Node::Symlink { .. } => {
+                    let place = self.through_symlink(dir, ino, hops)?;
+                    let target = place.target().ok_or("ENOENT")?;
+                    if !self.is_dir(target) {
+                        return Err("ENOTDIR");
+                    }
+                    target
+                }
+            };
+        }
+        Ok(Place::dir(dir))
+    }
+
+    /// Where the symlink `link` (a name in directory `dir`) leads, following
+    /// symlinks all the way: an absolute target starts at the root, a relative
+    /// one in `dir`.
+    fn through_symlink(&self, dir: u64, link: u64, hops: &mut u32) -> R<Place> {
+        *hops += 1;
+        if *hops > SYMLINK_HOPS {
+            return Err("ELOOP");
+        }
+        let Node::Symlink { target } = &self.nodes[&link] else {
+            return Err("EINVAL");
+        };
+        if target.is_empty() {
+            return Err("ENOENT");
+        }
+        let start = if target.starts_with('/') { ROOT } else { dir };
+        let names: Vec<String> = target
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .map(str::to_owned)
+            .collect();
+        self.resolve_from(start, &names, true, hops)
+    }
+
+    fn existing(&self, path: &str, follow: bool) -> R<(Place, u64)> {
+        let w = self.resolve(path, follow)?;
         let t = w.target().ok_or("ENOENT")?;
         Ok((w, t))
     }
 
     fn creation(&self, path: &str) -> R<(u64, String)> {
-        let w = self.walk(path, false)?;
-        match (&w.name, w.entry) {
+        let w = self.resolve(path, false)?;
+        match (&w.name, w.node) {
             (Some(n), None) => Ok((w.parent(), n.clone())),
             _ => Err("EEXIST"),
         }
@@ -257,12 +330,12 @@ impl Model {
         }
     }
 
-    fn removal(&self, path: &str) -> R<(MWalk, u64)> {
-        let w = self.walk(path, false)?;
+    fn removal(&self, path: &str) -> R<(Place, u64)> {
+        let w = self.resolve(path, false)?;
         if w.name.is_none() {
             return Err("EPERM");
         }
-        let e = w.entry.ok_or("ENOENT")?;
+        let e = w.node.ok_or("ENOENT")?;
         Ok((w, e))
     }
 
@@ -303,7 +376,7 @@ impl Model {
                 Ok(Out::Unit)
             }
             Op::WriteFile(p, d) => {
-                let w = self.walk(p, true)?;
+                let w = self.resolve(p, true)?;
                 match w.target() {
                     Some(ino) if self.is_dir(ino) => Err("EISDIR"),
                     Some(ino) => {
@@ -383,20 +456,20 @@ impl Model {
                 Ok(Out::Unit)
             }
             Op::Rename(a, b) => {
-                let src = self.walk(a, false)?;
+                let src = self.resolve(a, false)?;
                 let Some(src_name) = src.name.clone() else {
                     return Err("EPERM");
                 };
-                let src_ino = src.entry.ok_or("ENOENT")?;
-                let dst = self.walk(b, false)?;
+                let src_ino = src.node.ok_or("ENOENT")?;
+                let dst = self.resolve(b, false)?;
                 let Some(dst_name) = dst.name.clone() else {
                     return Err("EPERM");
                 };
                 let src_dir = self.is_dir(src_ino);
-                if src_dir && dst.dirs.contains(&src_ino) {
+                if src_dir && self.encloses(src_ino, dst.parent()) {
                     return Err("EINVAL");
                 }
-                if let Some(d) = dst.entry {
+                if let Some(d) = dst.node {
                     if d == src_ino {
                         return Ok(Out::Unit);
                     }
@@ -508,6 +581,7 @@ proptest! {
         rt.block_on(async {
             for (backend, db, _dir) in backends().await {
                 let limits = FsLimits { chunk_bytes: 16, inline_threshold_bytes: 8, ..FsLimits::default() };
+                let limits = limits.validated().expect("valid limits");
                 let vfs = Vfs::open(db.clone(), limits, VfsPolicy::default()).await.expect("open");
                 let mut model = Model::new();
                 for (i, op) in ops.iter().enumerate() {

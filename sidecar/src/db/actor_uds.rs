@@ -33,6 +33,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::ars_values::{from_wire, to_wire};
 use crate::config::SqliteLimits;
 
 /// Connect plus hello must finish within this.
@@ -97,32 +98,50 @@ impl ActorUdsDatabase {
     }
 
     fn rows_of(&self, ok: SqliteQueryOk) -> Result<Rows, DbError> {
-        let mut bytes: u64 = 0;
-        let rows: Vec<Vec<SqlValue>> = ok
-            .rows
-            .into_iter()
-            .map(|row| {
-                row.into_iter()
-                    .map(|v| {
-                        let v = from_wire(v);
-                        bytes += v.approx_bytes() as u64;
-                        v
-                    })
-                    .collect()
-            })
-            .collect();
-        if bytes > self.limits.max_result_bytes {
-            return Err(DbError::ResultLimit {
-                limit: self.limits.max_result_bytes,
-            });
-        }
-        Ok(Rows {
-            columns: ok.columns,
-            rows,
-            changes: u64::try_from(ok.changes).unwrap_or(0),
-            last_insert_rowid: ok.last_insert_row_id,
-        })
+        decode_rows(ok, self.limits.max_result_bytes)
     }
+}
+
+/// A query result as the handle's rows. Every row must have exactly as many
+/// values as the result has columns (checked once, here, for the whole
+/// result), else `CorruptRow`; the decoded values must fit
+/// `max_result_bytes`, else `ResultLimit`.
+fn decode_rows(ok: SqliteQueryOk, max_result_bytes: u64) -> Result<Rows, DbError> {
+    let width = ok.columns.len();
+    if let Some((index, row)) = ok.rows.iter().enumerate().find(|(_, r)| r.len() != width) {
+        return Err(DbError::CorruptRow {
+            table: "query result".into(),
+            message: format!(
+                "row {index} has {} values, the result has {width} columns",
+                row.len()
+            ),
+        });
+    }
+    let mut bytes: u64 = 0;
+    let rows: Vec<Vec<SqlValue>> = ok
+        .rows
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|v| {
+                    let v = from_wire(v);
+                    bytes += v.approx_bytes() as u64;
+                    v
+                })
+                .collect()
+        })
+        .collect();
+    if bytes > max_result_bytes {
+        return Err(DbError::ResultLimit {
+            limit: max_result_bytes,
+        });
+    }
+    Ok(Rows {
+        columns: ok.columns,
+        rows,
+        changes: u64::try_from(ok.changes).unwrap_or(0),
+        last_insert_rowid: ok.last_insert_row_id,
+    })
 }
 
 #[async_trait]
@@ -367,26 +386,6 @@ pub fn error_of(response: ResponsePayload, statement_index: u32) -> DbError {
         },
         ResponsePayload::ResponseTooLarge => DbError::ResponseTooLarge,
         other => DbError::Protocol(format!("unexpected response {other:?}")),
-    }
-}
-
-fn to_wire(value: SqlValue) -> ars::SqlValue {
-    match value {
-        SqlValue::Null => ars::SqlValue::SqlNull,
-        SqlValue::Integer(v) => ars::SqlValue::SqlInteger(v),
-        SqlValue::Real(v) => ars::SqlValue::SqlReal(v),
-        SqlValue::Text(v) => ars::SqlValue::SqlText(v),
-        SqlValue::Blob(v) => ars::SqlValue::SqlBlob(v),
-    }
-}
-
-fn from_wire(value: ars::SqlValue) -> SqlValue {
-    match value {
-        ars::SqlValue::SqlNull => SqlValue::Null,
-        ars::SqlValue::SqlInteger(v) => SqlValue::Integer(v),
-        ars::SqlValue::SqlReal(v) => SqlValue::Real(v),
-        ars::SqlValue::SqlText(v) => SqlValue::Text(v),
-        ars::SqlValue::SqlBlob(v) => SqlValue::Blob(v),
     }
 }
 
@@ -807,5 +806,78 @@ async fn write_loop(
             shared.kill(DbError::ConnectionLost(e.to_string()));
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(columns: &[&str], rows: Vec<Vec<ars::SqlValue>>) -> SqliteQueryOk {
+        SqliteQueryOk {
+            columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+            rows,
+            changes: 0,
+            last_insert_row_id: None,
+        }
+    }
+
+    #[test]
+    fn rows_as_wide_as_the_columns_decode() {
+        let ok = result(
+            &["a", "b"],
+            vec![
+                vec![ars::SqlValue::SqlInteger(1), ars::SqlValue::SqlNull],
+                vec![
+                    ars::SqlValue::SqlText("x".into()),
+                    ars::SqlValue::SqlBlob(vec![1]),
+                ],
+            ],
+        );
+        let rows = decode_rows(ok, u64::MAX).expect("decoded");
+        assert_eq!(rows.columns, vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(rows.rows.len(), 2);
+        assert_eq!(rows.rows[1][0], SqlValue::Text("x".into()));
+        let empty = decode_rows(result(&[], vec![]), u64::MAX).expect("no columns, no rows");
+        assert!(empty.rows.is_empty());
+    }
+
+    #[test]
+    fn a_row_of_the_wrong_width_is_a_corrupt_row() {
+        let short = result(
+            &["a", "b"],
+            vec![
+                vec![ars::SqlValue::SqlInteger(1), ars::SqlValue::SqlNull],
+                vec![ars::SqlValue::SqlInteger(2)],
+            ],
+        );
+        let err = decode_rows(short, u64::MAX).expect_err("short row");
+        assert_eq!(err.code(), "corrupt_row");
+        assert_eq!(
+            err.to_string(),
+            "corrupt row: row 1 has 1 values, the result has 2 columns"
+        );
+        let long = result(
+            &["a"],
+            vec![vec![ars::SqlValue::SqlNull, ars::SqlValue::SqlNull]],
+        );
+        assert!(matches!(
+            decode_rows(long, u64::MAX),
+            Err(DbError::CorruptRow { .. })
+        ));
+        let rows_without_columns = result(&[], vec![vec![ars::SqlValue::SqlNull]]);
+        assert!(matches!(
+            decode_rows(rows_without_columns, u64::MAX),
+            Err(DbError::CorruptRow { .. })
+        ));
+    }
+
+    #[test]
+    fn the_result_limit_still_applies() {
+        let ok = result(&["t"], vec![vec![ars::SqlValue::SqlText("x".repeat(64))]]);
+        assert!(matches!(
+            decode_rows(ok, 8),
+            Err(DbError::ResultLimit { limit: 8 })
+        ));
     }
 }

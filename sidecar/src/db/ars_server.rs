@@ -24,7 +24,7 @@ use agentos_protocol::ars::{
     LeaseExpired, QueueFull, RequestPayload, Response, ResponsePayload, ServerFrame, ServerHello,
     SqlError, SqliteQueryOk,
 };
-use agentos_schema::{DbError, SqlValue};
+use agentos_schema::DbError;
 use bytes::{Bytes, BytesMut};
 use rusqlite::Connection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,6 +33,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc as tmpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::ars_values::to_wire;
 use super::sqlite_file::{open_connection, run_statement, sql_error};
 
 /// Tunables of the reference server; the defaults are the reference runtime's.
@@ -951,27 +952,5 @@ fn db_error_payload(error: DbError) -> ResponsePayload {
             statement_index: 0,
             message: other.to_string(),
         }),
-    }
-}
-
-/// Converts a wire value to the handle's value.
-pub fn from_wire(value: &ars::SqlValue) -> SqlValue {
-    match value {
-        ars::SqlValue::SqlNull => SqlValue::Null,
-        ars::SqlValue::SqlInteger(v) => SqlValue::Integer(*v),
-        ars::SqlValue::SqlReal(v) => SqlValue::Real(*v),
-        ars::SqlValue::SqlText(v) => SqlValue::Text(v.clone()),
-        ars::SqlValue::SqlBlob(v) => SqlValue::Blob(v.clone()),
-    }
-}
-
-/// Converts the handle's value to a wire value.
-pub fn to_wire(value: SqlValue) -> ars::SqlValue {
-    match value {
-        SqlValue::Null => ars::SqlValue::SqlNull,
-        SqlValue::Integer(v) => ars::SqlValue::SqlInteger(v),
-        SqlValue::Real(v) => ars::SqlValue::SqlReal(v),
-        SqlValue::Text(v) => ars::SqlValue::SqlText(v),
-        SqlValue::Blob(v) => ars::SqlValue::SqlBlob(v),
     }
 }

@@ -1,9 +1,13 @@
 //! The two database backends behind the one `Database` handle, and the
 //! function that resolves a config descriptor into that handle exactly once.
+//! `testing` (test scaffolding) is compiled only for tests or with the
+//! `testing` feature.
 
 pub mod actor_uds;
 pub mod ars_server;
+pub mod ars_values;
 pub mod sqlite_file;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 use std::sync::Arc;

@@ -22,7 +22,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
-use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
@@ -37,6 +36,7 @@ pub use types::{
 };
 
 use crate::config::{AcpLimits, AgentSpec};
+pub use crate::vfs::acp::FsBridge;
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
 pub(crate) use shared::{lock, Shared};
 use store::{NewSession, PromptState, SessionStatus};
@@ -47,27 +47,6 @@ const DEFAULT_CWD: &str = "/home/agentos";
 const DEFAULT_SESSION_ID: &str = "main";
 const DEFAULT_LIST_LIMIT: u64 = 50;
 const DEFAULT_HISTORY_LIMIT: u64 = 100;
-
-/// How adapters reach the VFS through ACP `fs/*`. Implemented by the file
-/// system domain; the error is a JSON-RPC error for the adapter.
-#[async_trait]
-pub trait FsBridge: Send + Sync {
-    async fn read_text_file(
-        &self,
-        roots: &[String],
-        path: &str,
-        line: Option<u64>,
-        limit: Option<u64>,
-    ) -> Result<String, agentos_adapters::RpcError>;
-    async fn write_text_file(
-        &self,
-        roots: &[String],
-        path: &str,
-        content: &str,
-    ) -> Result<(), agentos_adapters::RpcError>;
-    /// Makes sure a session's directories exist before its agent starts.
-    async fn prepare_roots(&self, roots: &[String]);
-}
 
 /// The durable sessions service.
 #[derive(Clone)]

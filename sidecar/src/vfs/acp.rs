@@ -1,16 +1,38 @@
 //! The VFS as ACP `fs/*` for adapters: each request is served through a view
 //! narrowed to the session's cwd and additional directories, and a refused or
 //! failed path is a JSON-RPC error for that request, never a crash.
+//! `FsBridge` is the interface the session routes call; it lives here, beside
+//! its one implementation, and the sessions module re-exports it.
 
 use agentos_adapters::RpcError;
 use async_trait::async_trait;
 use serde_json::json;
 
 use super::{FsError, Vfs};
-use crate::sessions::FsBridge;
 
 /// ACP's "resource not found".
 const RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// How adapters reach the VFS through ACP `fs/*`. Implemented by the file
+/// system domain; the error is a JSON-RPC error for the adapter.
+#[async_trait]
+pub trait FsBridge: Send + Sync {
+    async fn read_text_file(
+        &self,
+        roots: &[String],
+        path: &str,
+        line: Option<u64>,
+        limit: Option<u64>,
+    ) -> Result<String, RpcError>;
+    async fn write_text_file(
+        &self,
+        roots: &[String],
+        path: &str,
+        content: &str,
+    ) -> Result<(), RpcError>;
+    /// Makes sure a session's directories exist before its agent starts.
+    async fn prepare_roots(&self, roots: &[String]);
+}
 
 /// Serves `fs/read_text_file` and `fs/write_text_file` from the VFS.
 pub struct AcpFs {

@@ -4,8 +4,6 @@
 
 use agentos_schema::DbError;
 
-use crate::config::ConfigError;
-
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum FsError {
     #[error("ENOENT: no such file or directory: {path}")]
@@ -53,12 +51,10 @@ pub enum FsError {
     Host { path: String, message: String },
     #[error("EIO: database: {0}")]
     Db(DbError),
-    #[error("invalid_config: {0}")]
-    Config(ConfigError),
 }
 
 impl FsError {
-    /// The stable code: the errno name, or `invalid_config`.
+    /// The stable code: the errno name.
     pub fn code(&self) -> &'static str {
         match self {
             FsError::NotFound { .. } => "ENOENT",
@@ -77,7 +73,6 @@ impl FsError {
             FsError::NoSpace { .. } => "ENOSPC",
             FsError::Conflict { .. } => "EAGAIN",
             FsError::Corrupt { .. } | FsError::Host { .. } | FsError::Db(_) => "EIO",
-            FsError::Config(_) => "invalid_config",
         }
     }
 

@@ -3,20 +3,27 @@
 //! them are read-only (EROFS). A session's view narrows the VM's roots to its
 //! cwd and additional directories; it can never widen them. Checks apply to
 //! the path after symlinks are resolved, so a link cannot lead out of a root.
-
-use serde::{Deserialize, Serialize};
+//! The config's `filesystem` section (`FilesystemConfig`) converts into one.
 
 use super::error::FsError;
 use super::path::{is_within, normalize};
+use crate::config::FilesystemConfig;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VfsPolicy {
     /// Subtrees this view may read and write; `["/"]` is the whole VM.
     pub roots: Vec<String>,
     /// Subtrees that refuse every mutation.
-    #[serde(default)]
     pub read_only: Vec<String>,
+}
+
+impl From<FilesystemConfig> for VfsPolicy {
+    fn from(config: FilesystemConfig) -> Self {
+        VfsPolicy {
+            roots: config.roots,
+            read_only: config.read_only,
+        }
+    }
 }
 
 impl Default for VfsPolicy {

@@ -425,14 +425,24 @@ impl Route {
         let (state, result, error, session_error) = match &outcome {
             Ok(stop_reason) if stop_reason == "cancelled" => {
                 turn.buffer.discard();
-                (PromptState::Cancelled, Some(completed(stop_reason)), None, None)
+                (
+                    PromptState::Cancelled,
+                    Some(completed(stop_reason)),
+                    None,
+                    None,
+                )
             }
             Ok(stop_reason) => {
                 let flushed = turn.buffer.take();
                 for update in flushed {
                     events.push(NewEvent::update(Actor::Agent, &update));
                 }
-                (PromptState::Completed, Some(completed(stop_reason)), None, None)
+                (
+                    PromptState::Completed,
+                    Some(completed(stop_reason)),
+                    None,
+                    None,
+                )
             }
             Err((code, message)) => {
                 turn.buffer.discard();

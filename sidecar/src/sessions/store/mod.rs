@@ -112,6 +112,8 @@ mod tests {
             }
             Ok(results)
         }
+
+        async fn close(&self) {}
     }
 
     fn code<T: std::fmt::Debug>(result: Result<T, DbError>) -> String {

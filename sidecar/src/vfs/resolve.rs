@@ -1,0 +1,238 @@
+//! Path resolution and the lookup cache: how a path becomes a `Walk` (its
+//! parent chain and final entry), following symlinks as POSIX does (ELOOP
+//! after `MAX_SYMLINK_FOLLOWS`), and the bounded `(parent ino, name)` cache
+//! that saves a lookup statement per component. Cache entries only go stale
+//! when a name is removed or renamed, which calls `forget`; a lookup that
+//! raced with such a change never fills the cache (generation check).
+
+use std::collections::{HashMap, VecDeque};
+
+use super::path::{components, join};
+use super::store::{self, Entry, Kind, ROOT_INO};
+use super::{FsError, Vfs, LOOKUP_CACHE_ENTRIES, MAX_SYMLINK_FOLLOWS};
+
+/// A path resolved to its parent chain and final entry.
+pub(super) struct Walk {
+    /// Directories from the root (`(ROOT_INO, "")`) to the parent of `name`.
+    pub(super) dirs: Vec<(i64, String)>,
+    /// The final name; `None` when the path is the directory `dirs.last()`.
+    pub(super) name: Option<String>,
+    /// The final entry, when it exists.
+    pub(super) entry: Option<Entry>,
+}
+
+impl Walk {
+    pub(super) fn parent(&self) -> i64 {
+        self.dirs.last().map_or(ROOT_INO, |d| d.0)
+    }
+
+    /// The resolved (symlink-free) path.
+    pub(super) fn path(&self) -> String {
+        let mut parts: Vec<&str> = self.dirs.iter().skip(1).map(|d| d.1.as_str()).collect();
+        if let Some(name) = &self.name {
+            parts.push(name);
+        }
+        join(&parts)
+    }
+
+    /// The final object, when it exists.
+    pub(super) fn target(&self) -> Option<Entry> {
+        match &self.name {
+            None => Some(Entry {
+                ino: self.parent(),
+                kind: Kind::Dir,
+                target: None,
+            }),
+            Some(_) => self.entry.clone(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct LookupCache {
+    map: HashMap<(i64, String), Entry>,
+    generation: u64,
+}
+
+impl Vfs {
+    pub(super) async fn lookup(&self, parent: i64, name: &str) -> Result<Option<Entry>, FsError> {
+        let generation = {
+            let cache = self.lock_cache();
+            if let Some(entry) = cache.map.get(&(parent, name.to_owned())) {
+                return Ok(Some(entry.clone()));
+            }
+            cache.generation
+        };
+        let found = store::lookup(self.db(), parent, name).await?;
+        if let Some(entry) = &found {
+            let mut cache = self.lock_cache();
+            if cache.generation == generation {
+                if cache.map.len() >= LOOKUP_CACHE_ENTRIES {
+                    cache.map.clear();
+                }
+                cache.map.insert((parent, name.to_owned()), entry.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    pub(super) fn lock_cache(&self) -> std::sync::MutexGuard<'_, LookupCache> {
+        // A poisoned cache only means a panic elsewhere; its contents are
+        // still consistent entries, so keep using it.
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn forget(&self, names: &[(i64, &str)]) {
+        let mut cache = self.lock_cache();
+        cache.generation += 1;
+        for (parent, name) in names {
+            cache.map.remove(&(*parent, (*name).to_owned()));
+        }
+    }
+
+    pub(super) fn forget_all(&self) {
+        let mut cache = self.lock_cache();
+        cache.generation += 1;
+        cache.map.clear();
+    }
+
+    /// Resolves `path`; symlinks in the middle are always followed, the last
+    /// one only when `follow_last`. A missing final name is not an error.
+    pub(super) async fn walk(&self, path: &str, follow_last: bool) -> Result<Walk, FsError> {
+        let mut remaining: VecDeque<String> = components(path)?.into();
+        let mut dirs: Vec<(i64, String)> = vec![(ROOT_INO, String::new())];
+        let mut follows = 0u32;
+        while let Some(name) = remaining.pop_front() {
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
+                if dirs.len() > 1 {
+                    dirs.pop();
+                }
+                continue;
+            }
+            let last = remaining.is_empty();
+            let parent = dirs.last().map_or(ROOT_INO, |d| d.0);
+            let here = || {
+                let mut p: Vec<&str> = dirs.iter().skip(1).map(|d| d.1.as_str()).collect();
+                p.push(&name);
+                join(&p)
+            };
+            let Some(entry) = self.lookup(parent, &name).await? else {
+                if last {
+                    return Ok(Walk {
+                        dirs,
+                        name: Some(name),
+                        entry: None,
+                    });
+                }
+                return Err(FsError::NotFound { path: here() });
+            };
+            match entry.kind {
+                Kind::Dir if !last => dirs.push((entry.ino, name)),
+                Kind::File if !last => return Err(FsError::NotDir { path: here() }),
+                Kind::Symlink if !last || follow_last => {
+                    follows += 1;
+                    if follows > MAX_SYMLINK_FOLLOWS {
+                        return Err(FsError::Loop {
+                            path: path.to_owned(),
+                        });
+                    }
+                    let target = entry.target.unwrap_or_default();
+                    if target.is_empty() {
+                        return Err(FsError::NotFound { path: here() });
+                    }
+                    if target.starts_with('/') {
+                        dirs.truncate(1);
+                    }
+                    let mut next: VecDeque<String> = target
+                        .split('/')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                    next.extend(remaining.drain(..));
+                    remaining = next;
+                }
+                _ => {
+                    return Ok(Walk {
+                        dirs,
+                        name: Some(name),
+                        entry: Some(entry),
+                    })
+                }
+            }
+        }
+        Ok(Walk {
+            dirs,
+            name: None,
+            entry: None,
+        })
+    }
+
+    /// Resolves an existing object and checks read access.
+    pub(super) async fn existing(
+        &self,
+        path: &str,
+        follow: bool,
+    ) -> Result<(Walk, Entry), FsError> {
+        let walk = self.walk(path, follow).await?;
+        self.policy.check_read(&walk.path())?;
+        let entry = walk
+            .target()
+            .ok_or_else(|| FsError::NotFound { path: walk.path() })?;
+        Ok((walk, entry))
+    }
+
+    /// Resolves the parent of a name about to be created. Whether the name
+    /// exists is left to the transaction (its dentry insert fails with EEXIST),
+    /// which saves a lookup round trip per creation.
+    pub(super) async fn creation_point(&self, path: &str) -> Result<(Walk, String), FsError> {
+        let mut parts = components(path)?;
+        let Some(name) = parts.pop() else {
+            return Err(FsError::Exists {
+                path: "/".to_owned(),
+            });
+        };
+        let parent = self.walk(&join(&parts), true).await?;
+        let Some(entry) = parent.target() else {
+            return Err(FsError::NotFound {
+                path: parent.path(),
+            });
+        };
+        if entry.kind != Kind::Dir {
+            return Err(FsError::NotDir {
+                path: parent.path(),
+            });
+        }
+        let mut dirs = parent.dirs;
+        if let Some(parent_name) = parent.name {
+            dirs.push((entry.ino, parent_name));
+        }
+        let walk = Walk {
+            dirs,
+            name: Some(name.clone()),
+            entry: None,
+        };
+        self.policy.check_write(&walk.path())?;
+        Ok((walk, name))
+    }
+
+    /// Records a name this process just committed.
+    pub(super) fn remember(&self, parent: i64, name: &str, entry: Entry) {
+        let mut cache = self.lock_cache();
+        if cache.map.len() >= LOOKUP_CACHE_ENTRIES {
+            cache.map.clear();
+        }
+        cache.map.insert((parent, name.to_owned()), entry);
+    }
+
+    pub(super) fn is_cached(&self, parent: i64, name: &str) -> bool {
+        self.lock_cache()
+            .map
+            .contains_key(&(parent, name.to_owned()))
+    }
+}
