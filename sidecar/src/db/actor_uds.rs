@@ -855,7 +855,7 @@ mod tests {
         assert_eq!(err.code(), "corrupt_row");
         assert_eq!(
             err.to_string(),
-            "corrupt row: row 1 has 1 values, the result has 2 columns"
+            "corrupt row from query result: row 1 has 1 values, the result has 2 columns"
         );
         let long = result(
             &["a"],
