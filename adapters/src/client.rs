@@ -12,6 +12,7 @@
 //! than dropping events. A caller that awaits a response while not draining
 //! events can therefore stall its own response; drain events concurrently.
 
+use agentos_protocol::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -155,17 +156,17 @@ pub enum AdapterError {
 }
 
 impl AdapterError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            AdapterError::Spawn(_) => "adapter_spawn_failed",
-            AdapterError::Io(_) => "adapter_io",
-            AdapterError::Rpc(_) => "adapter_rpc_error",
-            AdapterError::Timeout { .. } => "adapter_timeout",
-            AdapterError::Exited => "adapter_exited",
-            AdapterError::LineTooLong { .. } => "adapter_line_too_long",
-            AdapterError::InvalidJson(_) => "adapter_invalid_json",
-            AdapterError::UnsupportedProtocolVersion(_) => "acp_protocol_error",
-            AdapterError::Closed => "adapter_closed",
+            AdapterError::Spawn(_) => ErrorCode::AdapterSpawnFailed,
+            AdapterError::Io(_) => ErrorCode::AdapterIo,
+            AdapterError::Rpc(_) => ErrorCode::AdapterRpcError,
+            AdapterError::Timeout { .. } => ErrorCode::AdapterTimeout,
+            AdapterError::Exited => ErrorCode::AdapterExited,
+            AdapterError::LineTooLong { .. } => ErrorCode::AdapterLineTooLong,
+            AdapterError::InvalidJson(_) => ErrorCode::AdapterInvalidJson,
+            AdapterError::UnsupportedProtocolVersion(_) => ErrorCode::AcpProtocolError,
+            AdapterError::Closed => ErrorCode::AdapterClosed,
         }
     }
 

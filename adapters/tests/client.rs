@@ -168,7 +168,7 @@ async fn echo_and_config_options() {
         )
         .await
         .unwrap_err();
-    assert_eq!(bad.code(), "adapter_rpc_error");
+    assert_eq!(bad.code().as_str(), "adapter_rpc_error");
     conn.shutdown().await;
 }
 
@@ -276,7 +276,7 @@ async fn exit_mid_turn_fails_the_request_and_reports_the_status() {
     assert!(events.recv().await.is_none(), "Exited is the last event");
     assert!(!conn.is_alive());
     let late = conn.request("session/new", json!({})).await.unwrap_err();
-    assert_eq!(late.code(), "adapter_exited");
+    assert_eq!(late.code().as_str(), "adapter_exited");
 }
 
 #[tokio::test]
@@ -438,7 +438,7 @@ async fn missing_binary_is_a_spawn_error() {
         .await
         .err()
         .expect("spawn fails");
-    assert_eq!(error.code(), "adapter_spawn_failed");
+    assert_eq!(error.code().as_str(), "adapter_spawn_failed");
     assert!(error.to_string().contains("definitely-not-an-agent"));
 }
 
@@ -540,7 +540,7 @@ async fn restore_error_is_not_an_unknown_session() {
         .request("session/resume", json!({"sessionId": "abc", "cwd": "/"}))
         .await
         .unwrap_err();
-    assert_eq!(error.code(), "adapter_rpc_error");
+    assert_eq!(error.code().as_str(), "adapter_rpc_error");
     assert!(!error.is_unknown_session());
     conn.shutdown().await;
 }

@@ -145,7 +145,7 @@ async fn unknown_session_and_unsupported_methods_are_typed() {
         )
         .await
         .unwrap_err();
-    assert_eq!(load.code(), "adapter_rpc_error");
+    assert_eq!(load.code().as_str(), "adapter_rpc_error");
     assert!(!load.is_unknown_session());
     conn.shutdown().await;
 }

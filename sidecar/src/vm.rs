@@ -34,8 +34,8 @@ impl VmError {
             VmError::Config(e) => e.code(),
             VmError::Database(e) => e.code(),
             VmError::Migration(e) => e.code(),
-            VmError::Sessions(e) => e.code(),
-            VmError::Fs(e) => e.code(),
+            VmError::Sessions(e) => e.code().as_str(),
+            VmError::Fs(e) => e.code().as_str(),
             VmError::Io(_) => "io_error",
         }
     }

@@ -230,7 +230,7 @@ async fn unknown_session_falls_back_and_other_errors_fail_the_restore() {
         env.sessions.unload("bad").await.expect("unload");
         let err = prompt(&env, "bad", "echo two").await.unwrap_err();
         assert_eq!(
-            err.code(),
+            err.code().as_str(),
             "session_restore_failed",
             "{}: {err}",
             backend.name
@@ -312,7 +312,7 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
             .prompt("crashed", text("echo lost"), Some("key-1".into()), user())
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "prompt_delivery_uncertain");
+        assert_eq!(err.code().as_str(), "prompt_delivery_uncertain");
         match &err {
             SessionError::PromptFailed { error } => assert_eq!(error["retryable"], true),
             other => panic!("unexpected {other:?}"),
@@ -370,7 +370,7 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
             .history("h", None, Some(0), None)
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "history_cursor_expired");
+        assert_eq!(err.code().as_str(), "history_cursor_expired");
         assert!(matches!(
             err,
             SessionError::HistoryCursorExpired { earliest: 11 }
@@ -392,7 +392,7 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
             .prompt("h", blocks, None, user())
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "acp_history_events_limit");
+        assert_eq!(err.code().as_str(), "acp_history_events_limit");
         assert_eq!(err.setting(), Some("limits.acp.maxSessionHistoryEvents"));
         let after = env.sessions.get("h").await.unwrap();
         assert_eq!(after.latest_sequence, 20 as u64, "nothing was committed");
@@ -483,7 +483,10 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
                 .sessions
                 .respond_permission("perm", &request_id, "nope")
                 .await;
-            assert_eq!(bad.unwrap_err().code(), "invalid_permission_option");
+            assert_eq!(
+                bad.unwrap_err().code().as_str(),
+                "invalid_permission_option"
+            );
             let ok = env
                 .sessions
                 .respond_permission("perm", &request_id, "allow")
@@ -532,7 +535,12 @@ async fn hard_limits_name_their_setting() {
         env.sessions.open(open("a", "echo")).await.unwrap();
         env.sessions.open(open("b", "echo")).await.unwrap();
         let err = env.sessions.open(open("c", "echo")).await.unwrap_err();
-        assert_eq!(err.code(), "acp_sessions_limit", "{}", backend.name);
+        assert_eq!(
+            err.code().as_str(),
+            "acp_sessions_limit",
+            "{}",
+            backend.name
+        );
         assert_eq!(err.setting(), Some("limits.acp.maxSessionsPerVm"));
         // Reopening an existing session is not a new admission.
         env.sessions.open(open("a", "echo")).await.unwrap();
@@ -548,7 +556,7 @@ async fn hard_limits_name_their_setting() {
             .prompt("a", text(&"y".repeat(300)), None, user())
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "acp_prompt_bytes_limit");
+        assert_eq!(err.code().as_str(), "acp_prompt_bytes_limit");
         let status = env.sessions.status().await.unwrap();
         assert_eq!(status.sessions.used, 2);
         assert_eq!(status.sessions.near_limit(), true);
@@ -663,7 +671,7 @@ async fn config_choices_survive_a_restore() {
             .set_config_option("cfg", "mode", json!({"not": "scalar"}))
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "invalid_argument");
+        assert_eq!(err.code().as_str(), "invalid_argument");
         env.sessions.unload("cfg").await.unwrap();
         // The fresh adapter starts at "fast"; the stored choice is replayed.
         prompt(&env, "cfg", "echo hi").await.unwrap();
@@ -741,7 +749,7 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
         assert_eq!(tight.sessions.store().vm_counters().await.unwrap()[1], 1);
         let err = prompt(&tight, "b", "echo 5").await.unwrap_err();
         assert_eq!(
-            err.code(),
+            err.code().as_str(),
             "acp_prompts_per_vm_limit",
             "{}: {err}",
             backend.name
@@ -840,7 +848,7 @@ async fn a_commit_failing_mid_flood_fails_the_turn_and_leaves_history_whole() {
         let err = prompt(&env, "f", "flood 20000").await.unwrap_err();
         assert!(faulty.fired(), "{}", backend.name);
         assert_eq!(
-            err.code(),
+            err.code().as_str(),
             "history_commit_failed",
             "{}: {err}",
             backend.name
@@ -908,7 +916,7 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
             .unwrap_err();
         assert!(faulty.fired(), "{}", backend.name);
         assert_eq!(
-            err.code(),
+            err.code().as_str(),
             "session_storage_error",
             "{}: {err}",
             backend.name
@@ -921,7 +929,7 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
             .await
             .unwrap_err();
         assert_eq!(
-            replay.code(),
+            replay.code().as_str(),
             "prompt_delivery_uncertain",
             "{}",
             backend.name
@@ -997,7 +1005,12 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
             .prompt("mid", text("echo lost"), Some("key-1".into()), user())
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "prompt_delivery_uncertain", "{}", backend.name);
+        assert_eq!(
+            err.code().as_str(),
+            "prompt_delivery_uncertain",
+            "{}",
+            backend.name
+        );
         let late = env
             .sessions
             .respond_permission("mid", "r1", "allow")

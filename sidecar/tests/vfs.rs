@@ -37,7 +37,7 @@ async fn open(db: &SharedDatabase, limits: FsLimits, policy: VfsPolicy) -> Vfs {
 fn code<T: std::fmt::Debug>(r: Result<T, FsError>) -> &'static str {
     match r {
         Ok(v) => panic!("expected an error, got {v:?}"),
-        Err(e) => e.code(),
+        Err(e) => e.code().as_str(),
     }
 }
 
@@ -381,21 +381,21 @@ async fn limits_fail_with_the_setting_and_leave_state_intact() {
         vfs.write_file("/a", &[1u8; 50]).await.expect("a");
         let err = vfs.write_file("/big", &[0u8; 61]).await.unwrap_err();
         assert_eq!(
-            (err.code(), err.setting()),
+            (err.code().as_str(), err.setting()),
             ("EFBIG", Some("limits.fs.maxFileBytes"))
         );
         assert_eq!(code(vfs.truncate("/a", 61).await), "EFBIG");
         vfs.write_file("/b", &[2u8; 40]).await.expect("b");
         let err = vfs.write("/b", 40, &[3u8; 20]).await.unwrap_err();
         assert_eq!(
-            (err.code(), err.setting()),
+            (err.code().as_str(), err.setting()),
             ("ENOSPC", Some("limits.fs.maxTotalBytes"))
         );
         assert_eq!(vfs.read_all("/b").await.expect("b"), vec![2u8; 40]);
         vfs.mkdir("/d", 0o755).await.expect("4th inode");
         let err = vfs.create("/c", 0o644).await.unwrap_err();
         assert_eq!(
-            (err.code(), err.setting()),
+            (err.code().as_str(), err.setting()),
             ("ENOSPC", Some("limits.fs.maxInodes"))
         );
         assert_eq!(code(vfs.stat("/c").await), "ENOENT");

@@ -239,7 +239,7 @@ async fn killed_rename_leaves_old_or_new() {
         versions.extend(k);
         match vfs.read_all("/r/tmp").await {
             Ok(tmp) => assert!(version_of(&tmp).is_some(), "round {round}: torn tmp"),
-            Err(e) => assert_eq!(e.code(), "ENOENT"),
+            Err(e) => assert_eq!(e.code().as_str(), "ENOENT"),
         }
         let names: Vec<String> = vfs
             .readdir_all("/r")

@@ -549,7 +549,7 @@ async fn run(vfs: &Vfs, op: &Op) -> Out {
     fn err<T>(r: Result<T, FsError>, ok: impl FnOnce(T) -> Out) -> Out {
         match r {
             Ok(v) => ok(v),
-            Err(e) => Out::Err(e.code()),
+            Err(e) => Out::Err(e.code().as_str()),
         }
     }
     match op {

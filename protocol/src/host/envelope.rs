@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::codes;
+use crate::ErrorCode;
 
 // JSON-RPC envelope
 
@@ -60,9 +61,13 @@ impl ErrorObject {
 
     /// An application error with a stable `data.code` and optional extra data
     /// fields (for example `setting`, `earliestAvailableSequence`).
-    pub fn application(code: &str, message: impl Into<String>, extra: Map<String, Value>) -> Self {
+    pub fn application(
+        code: ErrorCode,
+        message: impl Into<String>,
+        extra: Map<String, Value>,
+    ) -> Self {
         let mut data = Map::new();
-        data.insert("code".into(), Value::String(code.to_owned()));
+        data.insert("code".into(), Value::String(code.as_str().to_owned()));
         data.extend(extra);
         ErrorObject {
             code: codes::APPLICATION_ERROR,

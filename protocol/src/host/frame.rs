@@ -13,9 +13,9 @@ pub enum FrameError {
 }
 
 impl FrameError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> crate::ErrorCode {
         match self {
-            FrameError::TooLarge { .. } => "frame_too_large",
+            FrameError::TooLarge { .. } => crate::ErrorCode::FrameTooLarge,
         }
     }
 }

@@ -114,6 +114,33 @@ pub enum NotPendingReason {
     AdapterExited,
 }
 
+impl NotPendingReason {
+    /// The reason as stored and sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotPendingReason::RequestNotFound => "request_not_found",
+            NotPendingReason::AlreadyResolved => "already_resolved",
+            NotPendingReason::PromptCancelled => "prompt_cancelled",
+            NotPendingReason::SessionDeleted => "session_deleted",
+            NotPendingReason::VmShutdown => "vm_shutdown",
+            NotPendingReason::AdapterExited => "adapter_exited",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<NotPendingReason> {
+        [
+            NotPendingReason::RequestNotFound,
+            NotPendingReason::AlreadyResolved,
+            NotPendingReason::PromptCancelled,
+            NotPendingReason::SessionDeleted,
+            NotPendingReason::VmShutdown,
+            NotPendingReason::AdapterExited,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == text)
+    }
+}
+
 /// `sessions/respondPermission`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]

@@ -60,7 +60,7 @@ pub(super) async fn dispatch(
                 let mut extra = Map::new();
                 extra.insert("supported".into(), json!([PROTOCOL_VERSION]));
                 return Err(ErrorObject::application(
-                    ErrorCode::UnsupportedProtocolVersion.as_str(),
+                    ErrorCode::UnsupportedProtocolVersion,
                     format!("protocol version {} is not supported", p.protocol_version),
                     extra,
                 ));

@@ -1,6 +1,7 @@
 //! The session layer's one error enum. Every variant has a stable snake_case
 //! code; limit errors name the setting to raise.
 
+use agentos_protocol::ErrorCode;
 use agentos_schema::DbError;
 use serde_json::Value;
 
@@ -29,7 +30,7 @@ pub enum SessionError {
     InvalidArgument(String),
     #[error("{code}: {used} exceeds {setting} ({limit})")]
     Limit {
-        code: &'static str,
+        code: ErrorCode,
         setting: &'static str,
         used: u64,
         limit: u64,
@@ -43,7 +44,7 @@ pub enum SessionError {
     #[error("restoring the adapter failed: {0}")]
     RestoreFailed(String),
     #[error("adapter failed: {message}")]
-    Adapter { code: &'static str, message: String },
+    Adapter { code: ErrorCode, message: String },
     /// A command reached a session's route as it ended and was never
     /// started there; the service retries it on a new route.
     #[error("adapter failed: the adapter route ended before this request started")]
@@ -62,7 +63,7 @@ impl SessionError {
     /// `Ok` while `used` is within `limit`; otherwise the limit error that
     /// names `setting`.
     pub fn at_most(
-        code: &'static str,
+        code: ErrorCode,
         setting: &'static str,
         used: u64,
         limit: u64,
@@ -78,37 +79,40 @@ impl SessionError {
         Ok(())
     }
 
-    pub fn code(&self) -> &str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            SessionError::NotFound(_) => "session_not_found",
-            SessionError::Conflict { .. } => "session_conflict",
-            SessionError::AgentNotFound(_) => "agent_not_found",
-            SessionError::Busy(_) => "session_busy",
-            SessionError::PromptInProgress => "prompt_in_progress",
-            SessionError::IdempotencyConflict => "idempotency_conflict",
-            SessionError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
-            SessionError::InvalidContentBlock(_) => "invalid_content_block",
-            SessionError::InvalidArgument(_) => "invalid_argument",
-            SessionError::Limit { code, .. } => code,
-            SessionError::InvalidHistoryCursor => "invalid_history_cursor",
-            SessionError::HistoryCursorExpired { .. } => "history_cursor_expired",
-            SessionError::InvalidPermissionOption(_) => "invalid_permission_option",
-            SessionError::RestoreFailed(_) => "session_restore_failed",
-            SessionError::Adapter { code, .. } => code,
-            SessionError::RouteGone => "adapter_route_ended",
+            SessionError::NotFound(_) => ErrorCode::SessionNotFound,
+            SessionError::Conflict { .. } => ErrorCode::SessionConflict,
+            SessionError::AgentNotFound(_) => ErrorCode::AgentNotFound,
+            SessionError::Busy(_) => ErrorCode::SessionBusy,
+            SessionError::PromptInProgress => ErrorCode::PromptInProgress,
+            SessionError::IdempotencyConflict => ErrorCode::IdempotencyConflict,
+            SessionError::InvalidIdempotencyKey(_) => ErrorCode::InvalidIdempotencyKey,
+            SessionError::InvalidContentBlock(_) => ErrorCode::InvalidContentBlock,
+            SessionError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            SessionError::Limit { code, .. } => *code,
+            SessionError::InvalidHistoryCursor => ErrorCode::InvalidHistoryCursor,
+            SessionError::HistoryCursorExpired { .. } => ErrorCode::HistoryCursorExpired,
+            SessionError::InvalidPermissionOption(_) => ErrorCode::InvalidPermissionOption,
+            SessionError::RestoreFailed(_) => ErrorCode::SessionRestoreFailed,
+            SessionError::Adapter { code, .. } => *code,
+            SessionError::RouteGone => ErrorCode::AdapterRouteEnded,
+            // A stored error's code was written from this list; one that is
+            // not (an older or foreign writer) reads as the generic failure.
             SessionError::PromptFailed { error } => error
                 .get("code")
                 .and_then(Value::as_str)
-                .unwrap_or("prompt_failed"),
+                .and_then(ErrorCode::parse)
+                .unwrap_or(ErrorCode::PromptFailed),
             SessionError::Storage(e) => match e {
-                DbError::ResultLimit { .. } => "sqlite_result_limit",
-                DbError::Closed => "session_storage_unavailable",
+                DbError::ResultLimit { .. } => ErrorCode::SqliteResultLimit,
+                DbError::Closed => ErrorCode::SessionStorageUnavailable,
                 // Retrying with the same idempotency key tells which.
-                DbError::CommitOutcomeUnknown(_) => "commit_outcome_unknown",
-                DbError::CorruptRow { .. } => "corrupt_row",
-                _ => "session_storage_error",
+                DbError::CommitOutcomeUnknown(_) => ErrorCode::CommitOutcomeUnknown,
+                DbError::CorruptRow { .. } => ErrorCode::CorruptRow,
+                _ => ErrorCode::SessionStorageError,
             },
-            SessionError::ShuttingDown => "vm_shutdown",
+            SessionError::ShuttingDown => ErrorCode::VmShutdown,
         }
     }
 
@@ -138,7 +142,7 @@ mod tests {
     #[test]
     fn a_gone_route_keeps_its_wire_code_and_message() {
         let e = SessionError::RouteGone;
-        assert_eq!(e.code(), "adapter_route_ended");
+        assert_eq!(e.code().as_str(), "adapter_route_ended");
         assert_eq!(
             e.to_string(),
             "adapter failed: the adapter route ended before this request started"

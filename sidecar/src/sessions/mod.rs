@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
+use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
@@ -188,7 +189,7 @@ impl Sessions {
             }
             Ok(None) => {
                 return Err(SessionError::Limit {
-                    code: "acp_sessions_limit",
+                    code: ErrorCode::AcpSessionsLimit,
                     setting: "limits.acp.maxSessionsPerVm",
                     used: max,
                     limit: max,
@@ -216,7 +217,7 @@ impl Sessions {
         let limit = params.limit.unwrap_or(DEFAULT_LIST_LIMIT.min(max));
         if limit == 0 || limit > max {
             return Err(SessionError::Limit {
-                code: "session_list_limit",
+                code: ErrorCode::SessionListLimit,
                 setting: "limits.acp.maxSessionListEntries",
                 used: limit,
                 limit: max,
@@ -340,7 +341,7 @@ impl Sessions {
             ));
         }
         SessionError::at_most(
-            "acp_prompt_blocks_limit",
+            ErrorCode::AcpPromptBlocksLimit,
             "limits.acp.maxPromptBlocks",
             content.len() as u64,
             limits.max_prompt_blocks,
@@ -349,7 +350,7 @@ impl Sessions {
             .map(|v| v.len() as u64)
             .unwrap_or(0);
         SessionError::at_most(
-            "acp_prompt_bytes_limit",
+            ErrorCode::AcpPromptBytesLimit,
             "limits.acp.maxPromptBytes",
             bytes,
             limits.max_prompt_bytes,
@@ -381,7 +382,7 @@ impl Sessions {
         // not retried.
         let dropped = || {
             Err(SessionError::Adapter {
-                code: "adapter_exited",
+                code: ErrorCode::AdapterExited,
                 message: "the adapter route ended during the turn".into(),
             })
         };
@@ -492,10 +493,7 @@ impl Sessions {
         {
             return Ok(CancelStatus::NoActivePrompt);
         }
-        Ok(match answer.await {
-            Ok("cancelled") => CancelStatus::Cancelled,
-            _ => CancelStatus::NoActivePrompt,
-        })
+        Ok(answer.await.unwrap_or(CancelStatus::NoActivePrompt))
     }
 
     pub async fn respond_permission(
@@ -505,7 +503,7 @@ impl Sessions {
         option_id: &str,
     ) -> Result<PermissionAnswer, SessionError> {
         self.row(session_id).await?;
-        let late = |reason| PermissionAnswer::NotPending(not_pending_reason(reason));
+        let late = PermissionAnswer::NotPending;
         let Some(route) = self.route(session_id) else {
             let reason = self
                 .shared
@@ -554,7 +552,7 @@ impl Sessions {
         let limit = limit.unwrap_or(DEFAULT_HISTORY_LIMIT.min(max));
         if limit == 0 || limit > max {
             return Err(SessionError::Limit {
-                code: "history_limit",
+                code: ErrorCode::HistoryLimit,
                 setting: "limits.acp.maxHistoryPageEntries",
                 used: limit,
                 limit: max,
@@ -698,17 +696,4 @@ fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     let (ms, id) = cursor.split_once(':')?;
     let id = String::from_utf8(hex::decode(id).ok()?).ok()?;
     Some((ms.parse().ok()?, id))
-}
-
-/// The reason a permission answer found nothing pending, from the route's
-/// or the store's word for it.
-fn not_pending_reason(reason: &str) -> NotPendingReason {
-    match reason {
-        "request_not_found" => NotPendingReason::RequestNotFound,
-        "already_resolved" => NotPendingReason::AlreadyResolved,
-        "prompt_cancelled" => NotPendingReason::PromptCancelled,
-        "session_deleted" => NotPendingReason::SessionDeleted,
-        "vm_shutdown" => NotPendingReason::VmShutdown,
-        _ => NotPendingReason::AdapterExited,
-    }
 }

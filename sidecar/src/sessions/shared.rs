@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use agentos_protocol::ErrorCode;
 use tokio::sync::broadcast;
 
 use super::notice::{KeepAwake, Notice};
 use super::route::RouteHandle;
 use super::store::{HistoryCounters, PermissionState, SessionStore};
-use super::{FsBridge, Hub, SessionError};
+use super::{FsBridge, Hub, NotPendingReason, SessionError};
 use crate::config::{AcpLimits, AgentSpec};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -158,7 +159,7 @@ impl Shared {
         let per_session = self.limits.max_pending_permissions_per_session;
         if session_pending >= per_session {
             return Err(SessionError::Limit {
-                code: "acp_pending_permissions_per_session_limit",
+                code: ErrorCode::AcpPendingPermissionsPerSessionLimit,
                 setting: "limits.acp.maxPendingPermissionsPerSession",
                 used: session_pending,
                 limit: per_session,
@@ -168,7 +169,7 @@ impl Shared {
         let per_vm = self.limits.max_pending_permissions_per_vm;
         if vm_pending >= per_vm {
             return Err(SessionError::Limit {
-                code: "acp_pending_permissions_per_vm_limit",
+                code: ErrorCode::AcpPendingPermissionsPerVmLimit,
                 setting: "limits.acp.maxPendingPermissionsPerVm",
                 used: vm_pending,
                 limit: per_vm,
@@ -193,17 +194,18 @@ impl Shared {
         &self,
         session_id: &str,
         request_id: &str,
-    ) -> Result<&'static str, SessionError> {
+    ) -> Result<NotPendingReason, SessionError> {
         let status = self.store.permission_status(session_id, request_id).await?;
         Ok(match status {
-            None => "request_not_found",
+            None => NotPendingReason::RequestNotFound,
             Some(row) => match (row.state, row.terminal_reason.as_deref()) {
-                (PermissionState::Responded, _) | (_, Some("accepted")) => "already_resolved",
-                (_, Some("prompt_cancelled")) => "prompt_cancelled",
-                (_, Some("session_deleted")) => "session_deleted",
-                (_, Some("vm_shutdown")) => "vm_shutdown",
-                (_, Some("already_resolved")) => "already_resolved",
-                _ => "adapter_exited",
+                (PermissionState::Responded, _) | (_, Some("accepted")) => {
+                    NotPendingReason::AlreadyResolved
+                }
+                (_, Some(reason)) => {
+                    NotPendingReason::parse(reason).unwrap_or(NotPendingReason::AdapterExited)
+                }
+                _ => NotPendingReason::AdapterExited,
             },
         })
     }

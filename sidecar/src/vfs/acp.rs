@@ -54,7 +54,7 @@ fn rpc_error(e: &FsError) -> RpcError {
     RpcError {
         code,
         message: e.to_string(),
-        data: Some(json!({"code": e.code(), "setting": e.setting()})),
+        data: Some(json!({"code": e.code().as_str(), "setting": e.setting()})),
     }
 }
 

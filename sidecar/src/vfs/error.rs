@@ -2,6 +2,7 @@
 //! every front door (ACP, host protocol, CLI) can report them unchanged; each
 //! message names the path involved, and limit errors name the setting to raise.
 
+use agentos_protocol::ErrorCode;
 use agentos_schema::DbError;
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -55,24 +56,24 @@ pub enum FsError {
 
 impl FsError {
     /// The stable code: the errno name.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            FsError::NotFound { .. } => "ENOENT",
-            FsError::Exists { .. } => "EEXIST",
-            FsError::NotDir { .. } => "ENOTDIR",
-            FsError::IsDir { .. } => "EISDIR",
-            FsError::NotEmpty { .. } => "ENOTEMPTY",
-            FsError::Invalid { .. } => "EINVAL",
-            FsError::Loop { .. } => "ELOOP",
-            FsError::NameTooLong { .. } => "ENAMETOOLONG",
-            FsError::CrossDevice { .. } => "EXDEV",
-            FsError::ReadOnly { .. } => "EROFS",
-            FsError::Access { .. } => "EACCES",
-            FsError::NotPermitted { .. } => "EPERM",
-            FsError::FileTooBig { .. } => "EFBIG",
-            FsError::NoSpace { .. } => "ENOSPC",
-            FsError::Conflict { .. } => "EAGAIN",
-            FsError::Corrupt { .. } | FsError::Host { .. } | FsError::Db(_) => "EIO",
+            FsError::NotFound { .. } => ErrorCode::Enoent,
+            FsError::Exists { .. } => ErrorCode::Eexist,
+            FsError::NotDir { .. } => ErrorCode::Enotdir,
+            FsError::IsDir { .. } => ErrorCode::Eisdir,
+            FsError::NotEmpty { .. } => ErrorCode::Enotempty,
+            FsError::Invalid { .. } => ErrorCode::Einval,
+            FsError::Loop { .. } => ErrorCode::Eloop,
+            FsError::NameTooLong { .. } => ErrorCode::Enametoolong,
+            FsError::CrossDevice { .. } => ErrorCode::Exdev,
+            FsError::ReadOnly { .. } => ErrorCode::Erofs,
+            FsError::Access { .. } => ErrorCode::Eacces,
+            FsError::NotPermitted { .. } => ErrorCode::Eperm,
+            FsError::FileTooBig { .. } => ErrorCode::Efbig,
+            FsError::NoSpace { .. } => ErrorCode::Enospc,
+            FsError::Conflict { .. } => ErrorCode::Eagain,
+            FsError::Corrupt { .. } | FsError::Host { .. } | FsError::Db(_) => ErrorCode::Eio,
         }
     }
 

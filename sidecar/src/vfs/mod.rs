@@ -294,7 +294,7 @@ impl Vfs {
             // Bounded: whatever is left goes with later mutations or an
             // explicit `collect_garbage`.
             if let Err(e) = store::collect_garbage(self.db(), GC_BATCH_AFTER_MUTATION).await {
-                tracing::warn!(code = e.code(), error = %e, "vfs block collection failed");
+                tracing::warn!(code = e.code().as_str(), error = %e, "vfs block collection failed");
             }
         }
         Ok(usage)

@@ -6,6 +6,7 @@
 //! group-committed: what arrives while one transaction runs goes into the
 //! next.
 
+use agentos_protocol::ErrorCode;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -60,13 +61,13 @@ impl Route {
             limits.max_session_history_bytes,
         );
         SessionError::at_most(
-            "acp_history_events_limit",
+            ErrorCode::AcpHistoryEventsLimit,
             "limits.acp.maxSessionHistoryEvents",
             incoming,
             max_events,
         )?;
         SessionError::at_most(
-            "acp_history_bytes_limit",
+            ErrorCode::AcpHistoryBytesLimit,
             "limits.acp.maxSessionHistoryBytes",
             incoming_bytes,
             max_bytes,
@@ -234,7 +235,7 @@ impl Route {
             Ok(()) => Ok(()),
             Err(e) => {
                 let _ = self.settle().await;
-                turn.failure = Some(("history_commit_failed".into(), e.to_string()));
+                turn.failure = Some((ErrorCode::HistoryCommitFailed, e.to_string()));
                 self.abort_adapter_turn().await;
                 Err(())
             }

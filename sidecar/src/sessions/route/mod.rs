@@ -28,6 +28,7 @@ mod turn;
 
 pub use restore::build_continuation;
 
+use agentos_protocol::ErrorCode;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -38,7 +39,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::coalesce::is_chunk;
 use super::store::{HistoryCounters, NewEvent};
-use super::{Notice, PromptOutcome, SessionConfig, SessionError, Shared};
+use super::{
+    CancelStatus, NotPendingReason, Notice, PromptOutcome, SessionConfig, SessionError, Shared,
+};
 use commit::{InFlight, Work};
 
 /// An accepted-to-be prompt, validated by the service.
@@ -66,12 +69,12 @@ pub(crate) enum Command {
         reply: oneshot::Sender<PromptReply>,
     },
     Cancel {
-        reply: oneshot::Sender<&'static str>,
+        reply: oneshot::Sender<CancelStatus>,
     },
     RespondPermission {
         request_id: String,
         option_id: String,
-        reply: oneshot::Sender<Result<Option<&'static str>, SessionError>>,
+        reply: oneshot::Sender<Result<Option<NotPendingReason>, SessionError>>,
     },
     SetConfigOption {
         config_id: String,
@@ -137,8 +140,11 @@ fn adapter_error(e: &AdapterError) -> SessionError {
     }
 }
 
-fn error_json(code: &str, message: &str) -> Value {
-    if code == "prompt_delivery_uncertain" {
+/// The error object stored with a failed prompt (and answered again for its
+/// idempotency key). Only an uncertain delivery is marked retryable: the
+/// host decides whether to send it again.
+fn error_json(code: ErrorCode, message: &str) -> Value {
+    if code == ErrorCode::PromptDeliveryUncertain {
         return json!({"code": code, "message": message, "retryable": true});
     }
     json!({"code": code, "message": message})
@@ -176,7 +182,7 @@ impl Route {
                         }
                     }
                     Some(Command::Cancel { reply }) => {
-                        let _ = reply.send("no_active_prompt");
+                        let _ = reply.send(CancelStatus::NoActivePrompt);
                     }
                     Some(Command::RespondPermission { request_id, reply, .. }) => {
                         let _ = reply.send(self.late_permission_reason(&request_id).await.map(Some));
@@ -208,7 +214,7 @@ impl Route {
                     let _ = reply.send(Err(SessionError::RouteGone));
                 }
                 Command::Cancel { reply } => {
-                    let _ = reply.send("no_active_prompt");
+                    let _ = reply.send(CancelStatus::NoActivePrompt);
                 }
                 Command::RespondPermission {
                     request_id, reply, ..
@@ -317,7 +323,7 @@ impl Route {
             .and_then(Value::as_array)
             .cloned()
             .ok_or_else(|| SessionError::Adapter {
-                code: "acp_protocol_error",
+                code: ErrorCode::AcpProtocolError,
                 message: "session/set_config_option returned no configOptions".into(),
             })?;
         let revision = self

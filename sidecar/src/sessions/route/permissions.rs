@@ -5,12 +5,14 @@
 
 use agentos_adapters::{IncomingRequestId, RpcError};
 use agentos_protocol::host::{Actor, EventKind, PermissionPolicy};
+use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 
 use super::retention::Pruned;
 use super::turn::Turn;
 use super::Route;
 use crate::sessions::store::{clock_ms, NewEvent, SessionStore};
+use crate::sessions::NotPendingReason;
 use crate::sessions::SessionError;
 
 pub(super) struct PendingPermission {
@@ -72,7 +74,7 @@ impl Route {
                 Err(RpcError {
                     code: -32000,
                     message: e.to_string(),
-                    data: Some(json!({"code": e.code(), "setting": e.setting()})),
+                    data: Some(json!({"code": e.code().as_str(), "setting": e.setting()})),
                 }),
             );
             return Ok(());
@@ -113,7 +115,7 @@ impl Route {
                 Ok(())
             }
             Err(e) => {
-                turn.failure = Some(("history_commit_failed".into(), e.to_string()));
+                turn.failure = Some((ErrorCode::HistoryCommitFailed, e.to_string()));
                 let _ = self
                     .conn
                     .respond(&id, Ok(json!({"outcome": {"outcome": "cancelled"}})));
@@ -181,7 +183,7 @@ impl Route {
         turn: &mut Turn,
         request_id: &str,
         option_id: &str,
-    ) -> Result<Option<&'static str>, SessionError> {
+    ) -> Result<Option<NotPendingReason>, SessionError> {
         let Some(pending) = turn.permissions.get(request_id) else {
             return self.late_permission_reason(request_id).await.map(Some);
         };
@@ -198,7 +200,7 @@ impl Route {
     pub(super) async fn late_permission_reason(
         &self,
         request_id: &str,
-    ) -> Result<&'static str, SessionError> {
+    ) -> Result<NotPendingReason, SessionError> {
         self.shared
             .late_permission_reason(&self.session_id, request_id)
             .await

@@ -3,6 +3,7 @@
 //! per-VM bound hold; a prompt that cannot fit is refused with the limit it
 //! hit.
 
+use agentos_protocol::ErrorCode;
 use agentos_schema::Statement;
 
 use super::Route;
@@ -56,13 +57,13 @@ impl Route {
         let (victims, short) = self.victims(Retained::Prompts, bounds).await?;
         match short {
             Some(Side::Session) => Err(SessionError::Limit {
-                code: "acp_prompts_per_session_limit",
+                code: ErrorCode::AcpPromptsPerSessionLimit,
                 setting: "limits.acp.maxPromptsPerSession",
                 used: bounds.session_used,
                 limit: bounds.session_limit,
             }),
             Some(Side::Vm) => Err(SessionError::Limit {
-                code: "acp_prompts_per_vm_limit",
+                code: ErrorCode::AcpPromptsPerVmLimit,
                 setting: "limits.acp.maxPromptsPerVm",
                 used: bounds.vm_used,
                 limit: bounds.vm_limit,

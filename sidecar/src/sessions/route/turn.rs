@@ -3,6 +3,7 @@
 //! the `session/prompt` answer, a cancel or a stop, to the terminal commit
 //! and the reply to the host.
 
+use agentos_protocol::ErrorCode;
 use std::collections::HashMap;
 
 use agentos_adapters::{AdapterError, AdapterEvent};
@@ -16,7 +17,7 @@ use super::permissions::PendingPermission;
 use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
-use crate::sessions::{AgentReply, PromptOutcome, SessionError};
+use crate::sessions::{AgentReply, CancelStatus, PromptOutcome, SessionError};
 
 const VALID_STOP_REASONS: &[&str] = &[
     "end_turn",
@@ -40,7 +41,7 @@ pub(super) struct Turn {
     pub(super) permissions: HashMap<String, PendingPermission>,
     pub(super) cancel_requested: bool,
     /// Set when the turn must end in failure whatever the agent answers.
-    pub(super) failure: Option<(String, String)>,
+    pub(super) failure: Option<(ErrorCode, String)>,
 }
 
 enum TurnEnd {
@@ -247,7 +248,7 @@ impl Route {
                         let limit = self.shared.limits.max_completed_message_bytes;
                         if turn.buffer.bytes() as u64 > limit {
                             turn.failure = Some((
-                                "resource_limit".into(),
+                                ErrorCode::ResourceLimit,
                                 format!("a message exceeded limits.acp.maxCompletedMessageBytes ({limit})"),
                             ));
                             self.abort_adapter_turn().await;
@@ -278,7 +279,7 @@ impl Route {
                 }
                 AdapterEvent::Stderr(line) => self.stderr(line),
                 AdapterEvent::ProtocolError(e) => {
-                    turn.failure = Some(("acp_protocol_error".into(), e.to_string()));
+                    turn.failure = Some((ErrorCode::AcpProtocolError, e.to_string()));
                     self.abort_adapter_turn().await;
                     return Err(());
                 }
@@ -311,13 +312,13 @@ impl Route {
         self.conn.shutdown().await;
     }
 
-    async fn cancel(&mut self, turn: &mut Turn) -> &'static str {
+    async fn cancel(&mut self, turn: &mut Turn) -> CancelStatus {
         turn.cancel_requested = true;
         let _ = self
             .conn
             .notify("session/cancel", json!({"sessionId": self.acp_session_id}));
         self.end_permissions(turn, "prompt_cancelled").await;
-        "cancelled"
+        CancelStatus::Cancelled
     }
 
     /// The terminal commit: prompt state, session state, the final buffer on
@@ -328,7 +329,7 @@ impl Route {
         end: TurnEnd,
     ) -> (PromptReply, Option<(StopReason, oneshot::Sender<()>)>) {
         let mut stop = None;
-        let outcome: Result<Value, (String, String)> = match end {
+        let outcome: Result<Value, (ErrorCode, String)> = match end {
             TurnEnd::Answered(Ok(result)) => match turn.failure.take() {
                 Some(f) => Err(f),
                 None => {
@@ -340,7 +341,7 @@ impl Route {
                         Ok(json!(stop_reason))
                     } else {
                         Err((
-                            "invalid_stop_reason".into(),
+                            ErrorCode::InvalidStopReason,
                             format!("the agent answered with stopReason {stop_reason:?}"),
                         ))
                     }
@@ -349,36 +350,36 @@ impl Route {
             TurnEnd::Answered(Err(e)) => Err(match (turn.failure.take(), &e) {
                 (Some(f), _) => f,
                 (None, AdapterError::Exited | AdapterError::Closed) => (
-                    "adapter_exited".into(),
+                    ErrorCode::AdapterExited,
                     "the adapter exited during the turn".into(),
                 ),
                 (None, AdapterError::Rpc(rpc)) => (
-                    "prompt_failed".into(),
+                    ErrorCode::PromptFailed,
                     format!(
                         "the agent answered with error {}: {}",
                         rpc.code, rpc.message
                     ),
                 ),
-                (None, other) => (other.code().to_owned(), other.to_string()),
+                (None, other) => (other.code(), other.to_string()),
             }),
             TurnEnd::Failed => Err(turn
                 .failure
                 .take()
-                .unwrap_or_else(|| ("prompt_failed".into(), "the turn failed".into()))),
+                .unwrap_or_else(|| (ErrorCode::PromptFailed, "the turn failed".into()))),
             TurnEnd::Stopped(reason, reply) => {
                 stop = Some((reason, reply));
                 Err(match reason {
                     StopReason::Delete => {
-                        ("session_deleted".into(), "the session was deleted".into())
+                        (ErrorCode::SessionDeleted, "the session was deleted".into())
                     }
                     StopReason::Unload => (
-                        "prompt_interrupted".into(),
+                        ErrorCode::PromptInterrupted,
                         "the session was unloaded during the turn".into(),
                     ),
                     // As after a crash: the agent may have acted on it, and
                     // only the host may decide to send it again.
                     StopReason::VmShutdown => (
-                        "prompt_delivery_uncertain".into(),
+                        ErrorCode::PromptDeliveryUncertain,
                         "the sidecar shut down during the turn; the prompt was not resent".into(),
                     ),
                 })
@@ -396,7 +397,7 @@ impl Route {
             turn.permissions.clear();
             return (
                 Err(SessionError::PromptFailed {
-                    error: error_json("session_deleted", "the session was deleted"),
+                    error: error_json(ErrorCode::SessionDeleted, "the session was deleted"),
                 }),
                 stop,
             );
@@ -446,7 +447,7 @@ impl Route {
             }
             Err((code, message)) => {
                 turn.buffer.discard();
-                let error = error_json(code, message);
+                let error = error_json(*code, message);
                 let session_error = route_lost.then(|| error.clone());
                 (PromptState::Failed, None, Some(error), session_error)
             }
@@ -484,7 +485,7 @@ impl Route {
             (Some(result), _) => Ok(result),
             (None, Some(error)) => Err(SessionError::PromptFailed { error }),
             (None, None) => Err(SessionError::PromptFailed {
-                error: error_json("prompt_failed", "the turn failed"),
+                error: error_json(ErrorCode::PromptFailed, "the turn failed"),
             }),
         };
         (reply, stop)

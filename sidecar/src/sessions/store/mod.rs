@@ -119,7 +119,7 @@ mod tests {
     fn code<T: std::fmt::Debug>(result: Result<T, DbError>) -> String {
         match result {
             Ok(v) => format!("ok: {v:?}"),
-            Err(e) => SessionError::from(e).code().to_owned(),
+            Err(e) => SessionError::from(e).code().as_str().to_owned(),
         }
     }
 
