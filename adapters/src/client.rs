@@ -12,7 +12,6 @@
 //! than dropping events. A caller that awaits a response while not draining
 //! events can therefore stall its own response; drain events concurrently.
 
-use agentos_protocol::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -23,6 +22,7 @@ use std::time::Duration;
 
 use agentos_protocol::acp::{self, methods, AcpDecodeError, AcpMessage};
 pub use agentos_protocol::acp::{error_codes, RpcError};
+use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, Command};

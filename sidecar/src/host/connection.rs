@@ -242,8 +242,9 @@ async fn handle_frame(
             tokio::spawn(async move {
                 let _permit = permit;
                 let mut after_reply = None;
+                let subscriber: Arc<dyn Sink> = sink.clone();
                 let result =
-                    dispatch::dispatch(&vm, &sink, &method, params, &mut after_reply).await;
+                    dispatch::dispatch(&vm, &subscriber, &method, params, &mut after_reply).await;
                 sink.outbox.respond(&id, result);
                 if let Some(start) = after_reply {
                     let _ = start.send(());

@@ -10,27 +10,14 @@ use agentos_protocol::host::{
     SetConfigOptionParams, SubscribeParams, UnsubscribeParams, PROTOCOL_VERSION,
 };
 use agentos_protocol::ErrorCode;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
-use super::connection::ConnectionSink;
+use super::codec::{params, reply};
 use super::render;
 use crate::sessions::{SessionConfig, SessionError, Sink};
 use crate::vm::Vm;
-
-/// A method's answer, serialized once.
-pub(super) fn reply(value: &impl Serialize) -> Result<Box<RawValue>, ErrorObject> {
-    serde_json::value::to_raw_value(value)
-        .map_err(|e| ErrorObject::new(codes::INTERNAL_ERROR, e.to_string()))
-}
-
-pub(super) fn params<T: DeserializeOwned>(value: Value) -> Result<T, ErrorObject> {
-    let value = if value.is_null() { json!({}) } else { value };
-    serde_json::from_value(value).map_err(|e| ErrorObject::invalid_params(e.to_string()))
-}
 
 fn session(e: SessionError) -> ErrorObject {
     render::error_object(&e)
@@ -47,7 +34,7 @@ fn config(config: SessionConfig) -> Result<Box<RawValue>, ErrorObject> {
 /// has been queued (subscriptions start delivering only then).
 pub(super) async fn dispatch(
     vm: &Arc<Vm>,
-    sink: &Arc<ConnectionSink>,
+    sink: &Arc<dyn Sink>,
     method: &str,
     raw: Value,
     after_reply: &mut Option<oneshot::Sender<()>>,
@@ -144,7 +131,7 @@ pub(super) async fn dispatch(
         }
         methods::SESSIONS_SUBSCRIBE => {
             let p: SubscribeParams = params(raw)?;
-            let sink: Arc<dyn Sink> = sink.clone();
+            let sink = sink.clone();
             let (start, started) = oneshot::channel();
             *after_reply = Some(start);
             let id = sessions

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::{json, value::RawValue, Value};
 
-use super::dispatch::{params, reply};
+use super::codec::{params, reply};
 use super::render::fs_error_object;
 use crate::vfs::FsError;
 use crate::vm::Vm;

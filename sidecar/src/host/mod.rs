@@ -13,6 +13,7 @@
 //! oversize frame is answered and the connection closed, since its bytes
 //! cannot be skipped safely.
 
+mod codec;
 mod connection;
 mod dispatch;
 mod fs;

@@ -6,15 +6,15 @@
 //! group-committed: what arrives while one transaction runs goes into the
 //! next.
 
-use agentos_protocol::ErrorCode;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use agentos_protocol::ErrorCode;
 use agentos_schema::{DbError, Rows, Statement};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::turn::Turn;
+use super::state::Turn;
 use super::Route;
 use crate::sessions::store::{clock_ms, HistoryCounters, NewEvent, SessionStore};
 use crate::sessions::SessionError;

@@ -24,16 +24,17 @@ mod fs;
 mod permissions;
 mod restore;
 mod retention;
+mod state;
 mod turn;
 
 pub use restore::build_continuation;
 
-use agentos_protocol::ErrorCode;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use agentos_adapters::{AdapterConnection, AdapterError, AdapterEvent, SessionUpdate};
 use agentos_protocol::host::{Actor, PermissionPolicy};
+use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 

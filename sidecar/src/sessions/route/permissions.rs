@@ -9,16 +9,11 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 
 use super::retention::Pruned;
-use super::turn::Turn;
+use super::state::{PendingPermission, Turn};
 use super::Route;
 use crate::sessions::store::{clock_ms, NewEvent, SessionStore};
 use crate::sessions::NotPendingReason;
 use crate::sessions::SessionError;
-
-pub(super) struct PendingPermission {
-    pub(super) adapter_id: IncomingRequestId,
-    pub(super) option_ids: Vec<String>,
-}
 
 impl Route {
     pub(super) async fn permission_request(

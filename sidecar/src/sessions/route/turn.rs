@@ -3,17 +3,17 @@
 //! the `session/prompt` answer, a cancel or a stop, to the terminal commit
 //! and the reply to the host.
 
-use agentos_protocol::ErrorCode;
 use std::collections::HashMap;
 
 use agentos_adapters::{AdapterError, AdapterEvent};
 use agentos_protocol::host::Actor;
+use agentos_protocol::ErrorCode;
 use agentos_schema::DbError;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
-use super::permissions::PendingPermission;
+use super::state::Turn;
 use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
@@ -26,23 +26,6 @@ const VALID_STOP_REASONS: &[&str] = &[
     "refusal",
     "cancelled",
 ];
-
-/// State of the turn in flight.
-pub(super) struct Turn {
-    pub(super) prompt_id: String,
-    /// The running prompt's idempotency key: a concurrent send of the same
-    /// key is `prompt_in_progress`, not `session_busy`.
-    pub(super) idempotency_key: Option<String>,
-    pub(super) buffer: ChunkBuffer,
-    pub(super) pending: Vec<NewEvent>,
-    pub(super) pending_bytes: u64,
-    pub(super) message: Vec<Value>,
-    pub(super) message_id: Option<String>,
-    pub(super) permissions: HashMap<String, PendingPermission>,
-    pub(super) cancel_requested: bool,
-    /// Set when the turn must end in failure whatever the agent answers.
-    pub(super) failure: Option<(ErrorCode, String)>,
-}
 
 enum TurnEnd {
     /// The agent answered `session/prompt`.
