@@ -303,10 +303,7 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
 
         let info = sessions.get("crashed").await.expect("get");
         assert_eq!(info.state.status(), "failed");
-        assert_eq!(
-            info.retained_event_count, 2 as u64,
-            "counters repaired from rows"
-        );
+        assert_eq!(info.retained_event_count, 2, "counters repaired from rows");
         // The same key returns the stored uncertain-delivery error.
         let err = sessions
             .prompt("crashed", text("echo lost"), Some("key-1".into()), user())
@@ -361,7 +358,7 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
         }
         let info = env.sessions.get("h").await.unwrap();
         // Five events a turn: user chunk, tool_call, two updates, agent chunk.
-        assert_eq!(info.latest_sequence, 20 as u64, "{}", backend.name);
+        assert_eq!(info.latest_sequence, 20, "{}", backend.name);
         assert_eq!(info.retained_event_count, 10);
         let oldest = info.oldest_retained_sequence;
         assert_eq!(oldest, 11);
@@ -395,7 +392,7 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
         assert_eq!(err.code().as_str(), "acp_history_events_limit");
         assert_eq!(err.setting(), Some("limits.acp.maxSessionHistoryEvents"));
         let after = env.sessions.get("h").await.unwrap();
-        assert_eq!(after.latest_sequence, 20 as u64, "nothing was committed");
+        assert_eq!(after.latest_sequence, 20, "nothing was committed");
         assert_eq!(after.state.status(), "idle");
         env.sessions.shutdown().await;
         backend.shutdown().await;
@@ -559,7 +556,7 @@ async fn hard_limits_name_their_setting() {
         assert_eq!(err.code().as_str(), "acp_prompt_bytes_limit");
         let status = env.sessions.status().await.unwrap();
         assert_eq!(status.sessions.used, 2);
-        assert_eq!(status.sessions.near_limit(), true);
+        assert!(status.sessions.near_limit());
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -581,7 +578,7 @@ async fn appends_near_the_limit_cost_one_transaction_and_one_read() {
         }
         let info = env.sessions.get("c").await.unwrap();
         assert_eq!(
-            info.retained_event_count, 20 as u64,
+            info.retained_event_count, 20,
             "{}: at the limit",
             backend.name
         );
@@ -806,7 +803,7 @@ async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
             "no repeat while above"
         );
         let status = env.sessions.status().await.unwrap();
-        assert_eq!(status.sessions.near_limit(), true);
+        assert!(status.sessions.near_limit());
         assert_eq!(status.sessions.setting, "limits.acp.maxSessionsPerVm");
 
         prompt(&env, "w0", "tools").await.unwrap();
