@@ -1028,3 +1028,33 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
         backend.shutdown().await;
     }
 }
+
+/// Deleted sessions leave tombstones, at most `limits.acp.maxSessionsPerVm`
+/// of them, the oldest going first; reopening an id removes its tombstone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_sessions_are_remembered_within_a_bound() {
+    for backend in all_backends().await {
+        let limits = AcpLimits {
+            max_sessions_per_vm: 2,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        for id in ["a", "b", "c"] {
+            env.sessions.open(open(id, "echo")).await.expect("open");
+            env.sessions.delete(id).await.expect("delete");
+        }
+        let store = env.sessions.store();
+        let remembered = [
+            store.was_deleted("a").await.expect("a"),
+            store.was_deleted("b").await.expect("b"),
+            store.was_deleted("c").await.expect("c"),
+        ];
+        assert_eq!(remembered, [false, true, true], "{}", backend.name);
+        env.sessions.open(open("c", "echo")).await.expect("reopen");
+        assert!(
+            !store.was_deleted("c").await.expect("c"),
+            "{}",
+            backend.name
+        );
+    }
+}

@@ -207,7 +207,44 @@ async fn automatic_policies_store_nothing_about_the_permission(backend: Backend)
     assert_eq!(status["permissionOutcomes"]["used"], 0);
 }
 
+/// An answer that arrives after its session was deleted is told so, not
+/// that the session never existed; a session that never existed is still
+/// `session_not_found`, and reopening the id starts afresh.
+async fn answer_after_delete(backend: Backend) {
+    let mut sc = Sidecar::start(backend).await;
+    let (turn, request_id) = start_permission_turn(&mut sc).await;
+    sc.ok("sessions/delete", json!({"sessionId": "s1"})).await;
+    let ended = tokio::time::timeout(common::PATIENCE, turn)
+        .await
+        .expect("the turn ends")
+        .expect("join");
+    assert!(ended.is_err(), "the deleted session's turn failed");
+    let late = sc
+        .ok("sessions/respondPermission", respond(&request_id, "allow"))
+        .await;
+    assert_eq!(
+        late,
+        json!({"status": "not_pending", "reason": "session_deleted"})
+    );
+    let unknown = sc
+        .err(
+            "sessions/respondPermission",
+            json!({"sessionId": "never", "requestId": request_id, "optionId": "allow"}),
+        )
+        .await;
+    assert_eq!(data_code(&unknown), "session_not_found");
+    sc.open("s1", "echo").await;
+    let fresh = sc
+        .ok("sessions/respondPermission", respond(&request_id, "allow"))
+        .await;
+    assert_eq!(
+        fresh,
+        json!({"status": "not_pending", "reason": "request_not_found"})
+    );
+}
+
 both_backends!(
+    answer_after_delete,
     ask_then_allow,
     ask_then_reject_after_a_bad_option,
     cancel_while_waiting,

@@ -1,6 +1,7 @@
 //! The sidecar's durable state (`agentos_core_*`): sessions with their
 //! denormalized history counters, the event log, prompts with idempotency,
-//! permission records and the bounded outcome tombstones, plus one VM-wide
+//! permission records and the bounded outcome tombstones, bounded tombstones of
+//! deleted sessions, plus one VM-wide
 //! counter row so that limits are checked without `COUNT(` scans.
 
 use crate::migrate::Migration;
@@ -228,6 +229,20 @@ pub const MIGRATIONS: &[Migration] = &[
              FROM agentos_core_events ORDER BY session_id, sequence",
             "DROP TABLE agentos_core_events",
             "ALTER TABLE agentos_core_events_v2 RENAME TO agentos_core_events",
+        ],
+    },
+    Migration {
+        version: 3,
+        statements: &[
+            // Deleted sessions are remembered (bounded, oldest first out) so a
+            // late permission answer learns its session was deleted rather
+            // than that it never existed.
+            "CREATE TABLE agentos_core_session_tombstones (
+                session_id TEXT PRIMARY KEY CHECK (length(session_id) BETWEEN 1 AND 256),
+                deleted_at_ms INTEGER NOT NULL
+            ) STRICT",
+            "CREATE INDEX agentos_core_session_tombstones_by_age
+                ON agentos_core_session_tombstones (deleted_at_ms, session_id)",
         ],
     },
 ];

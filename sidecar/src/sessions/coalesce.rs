@@ -68,48 +68,48 @@ impl ChunkBuffer {
     }
 }
 
-/// Everything of a chunk except `content.text`, for the merge test.
-fn without_text(update: &Map<String, Value>) -> Option<(Map<String, Value>, Map<String, Value>)> {
-    let content = update.get("content")?.as_object()?;
-    if content.get("type")?.as_str()? != "text" || !content.get("text")?.is_string() {
-        return None;
+/// Whether two chunks are text chunks that differ in nothing but
+/// `content.text`. Compares in place: nothing is cloned, so a merge costs
+/// the same however long the buffered text has grown.
+fn differ_only_in_text(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    fn text_content(update: &Map<String, Value>) -> Option<&Map<String, Value>> {
+        let content = update.get("content")?.as_object()?;
+        (content.get("type")?.as_str()? == "text" && content.get("text")?.is_string())
+            .then_some(content)
     }
-    let mut rest = update.clone();
-    rest.remove("content");
-    let mut content = content.clone();
-    content.remove("text");
-    Some((rest, content))
+    fn same_except(a: &Map<String, Value>, b: &Map<String, Value>, key: &str) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .all(|(k, v)| b.get(k) == Some(v))
+    }
+    match (text_content(a), text_content(b)) {
+        (Some(ca), Some(cb)) => same_except(a, b, "content") && same_except(ca, cb, "text"),
+        _ => false,
+    }
 }
 
 /// Merges adjacent text chunks that differ in nothing but `content.text`.
+/// Linear in the total size: each merge appends the new text in place.
 pub fn coalesce(items: Vec<Value>) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(items.len().min(4));
     for item in items {
-        let merged = match (out.last_mut(), item.as_object()) {
-            (Some(Value::Object(prev)), Some(next)) => {
-                match (without_text(prev), without_text(next)) {
-                    (Some(a), Some(b)) if a == b => {
-                        let addition = next
-                            .get("content")
-                            .and_then(|c| c.get("text"))
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned();
-                        if let Some(Value::String(text)) =
-                            prev.get_mut("content").and_then(|c| c.get_mut("text"))
-                        {
-                            text.push_str(&addition);
-                        }
-                        true
-                    }
-                    _ => false,
+        if let (Some(Value::Object(prev)), Value::Object(next)) = (out.last_mut(), &item) {
+            if differ_only_in_text(prev, next) {
+                let addition = next
+                    .get("content")
+                    .and_then(|c| c.get("text"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let Some(Value::String(text)) =
+                    prev.get_mut("content").and_then(|c| c.get_mut("text"))
+                {
+                    text.push_str(addition);
                 }
+                continue;
             }
-            _ => false,
-        };
-        if !merged {
-            out.push(item);
         }
+        out.push(item);
     }
     out
 }
@@ -145,6 +145,18 @@ mod tests {
             out,
             vec![chunk("a"), with_meta, chunk("c"), image, chunk("d")]
         );
+    }
+
+    #[test]
+    fn a_key_present_on_one_side_only_keeps_chunks_apart() {
+        let mut a = chunk("a");
+        a["extra"] = json!(null);
+        let mut b = chunk("b");
+        b["other"] = json!(null);
+        assert_eq!(coalesce(vec![a.clone(), b.clone()]), vec![a, b]);
+        let mut c = chunk("c");
+        c["content"]["annotations"] = json!({"x": 1});
+        assert_eq!(coalesce(vec![chunk("x"), c.clone()]), vec![chunk("x"), c]);
     }
 
     #[test]

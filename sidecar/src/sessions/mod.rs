@@ -303,7 +303,13 @@ impl Sessions {
     pub async fn delete(&self, session_id: &str) -> Result<(), SessionError> {
         self.row(session_id).await?;
         self.stop_route(session_id, StopReason::Delete).await;
-        if !self.shared.store.delete_session(session_id).await? {
+        let max_tombstones = self.shared.limits.max_sessions_per_vm;
+        if !self
+            .shared
+            .store
+            .delete_session(session_id, max_tombstones)
+            .await?
+        {
             return Err(SessionError::NotFound(session_id.to_owned()));
         }
         self.shared.hub.close_session(session_id, "session_deleted");
@@ -502,7 +508,15 @@ impl Sessions {
         request_id: &str,
         option_id: &str,
     ) -> Result<PermissionAnswer, SessionError> {
-        self.row(session_id).await?;
+        if self.shared.store.get_session(session_id).await?.is_none() {
+            // An answer that arrives after its session was deleted.
+            if self.shared.store.was_deleted(session_id).await? {
+                return Ok(PermissionAnswer::NotPending(
+                    NotPendingReason::SessionDeleted,
+                ));
+            }
+            return Err(SessionError::NotFound(session_id.to_owned()));
+        }
         let late = PermissionAnswer::NotPending;
         let Some(route) = self.route(session_id) else {
             let reason = self

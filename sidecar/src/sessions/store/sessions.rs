@@ -153,6 +153,11 @@ impl SessionStore {
                     "SELECT session_count FROM agentos_core_vm_counters WHERE singleton = 1",
                     vec![],
                 ),
+                // A session opened again under a deleted one's id is new.
+                Statement::new(
+                    "DELETE FROM agentos_core_session_tombstones WHERE session_id = ?1",
+                    vec![new.session_id.as_str().into()],
+                ),
             ])
             .await;
         match outcome {
@@ -214,7 +219,13 @@ impl SessionStore {
 
     /// Deletes a session and everything it owns, adjusting the VM counters by
     /// the session's own counters (read in the same transaction).
-    pub async fn delete_session(&self, session_id: &str) -> Result<bool, DbError> {
+    /// Deletes a session and everything of it, leaving a tombstone; at most
+    /// `max_tombstones` are kept, the oldest going first.
+    pub async fn delete_session(
+        &self,
+        session_id: &str,
+        max_tombstones: u64,
+    ) -> Result<bool, DbError> {
         let id = SqlValue::from(session_id);
         let results = self
             .db
@@ -249,11 +260,37 @@ impl SessionStore {
                 ),
                 Statement::new(
                     "DELETE FROM agentos_core_sessions WHERE session_id = ?1",
-                    vec![id],
+                    vec![id.clone()],
+                ),
+                Statement::new(
+                    "INSERT INTO agentos_core_session_tombstones (session_id, deleted_at_ms) \
+                     VALUES (?1, ?2) \
+                     ON CONFLICT (session_id) DO UPDATE SET deleted_at_ms = excluded.deleted_at_ms",
+                    vec![id, now_ms().into()],
+                ),
+                Statement::new(
+                    "DELETE FROM agentos_core_session_tombstones WHERE rowid IN \
+                     (SELECT rowid FROM agentos_core_session_tombstones \
+                      ORDER BY deleted_at_ms DESC, session_id DESC LIMIT -1 OFFSET ?1)",
+                    vec![SqlValue::Integer(
+                        i64::try_from(max_tombstones).unwrap_or(i64::MAX),
+                    )],
                 ),
             ])
             .await?;
         Ok(results[5].changes == 1)
+    }
+
+    /// Whether a session of this id was deleted (and is still remembered).
+    pub async fn was_deleted(&self, session_id: &str) -> Result<bool, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT 1 FROM agentos_core_session_tombstones WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        Ok(!rows.rows.is_empty())
     }
 
     /// Stores what an adapter negotiated: its private session id, capabilities,
