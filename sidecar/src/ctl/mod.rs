@@ -6,6 +6,7 @@ mod fs;
 
 use std::path::PathBuf;
 
+use agentos_protocol::host::methods;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -80,10 +81,16 @@ pub enum SessionsCommand {
     Delete {
         session: String,
     },
+    /// Stops the session's adapter; its history stays.
+    Unload {
+        session: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PermissionsCommand {
+    /// The session's pending permission requests with their options.
+    List { session: String },
     Respond {
         session: String,
         request_id: String,
@@ -257,6 +264,12 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
                     .await?;
                 print(j, &v, |_| format!("deleted {session}"));
             }
+            SessionsCommand::Unload { session } => {
+                let v = client
+                    .call("sessions/unload", json!({ "sessionId": session }))
+                    .await?;
+                print(j, &v, |_| format!("unloaded {session}"));
+            }
         },
         CtlCommand::Prompt {
             session,
@@ -276,28 +289,28 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
                 tokio::spawn(async move { client.call("sessions/prompt", params).await })
             };
             tokio::pin!(prompt);
+            let mut streamed = String::new();
             let result = loop {
                 tokio::select! {
-                    done = &mut prompt => break done.map_err(|_| ClientError::Closed)?,
+                    // Notifications first: those that arrived before the
+                    // answer are shown before it.
+                    biased;
                     Some((method, params)) = notes.recv() => {
-                        if j {
-                            println!("{}", json!({"method": method, "params": params}));
-                        } else if method == "sessions/update" {
-                            if let Some(text) = params.pointer("/update/content/text").and_then(Value::as_str) {
-                                use std::io::Write;
-                                print!("{text}");
-                                let _ = std::io::stdout().flush();
-                            }
-                        } else if method == "sessions/event" {
-                            let ty = params.pointer("/event/type").and_then(Value::as_str).unwrap_or("");
-                            if !ty.ends_with("_chunk") {
-                                eprintln!("\n{}", event_line(&params["event"]));
-                            }
-                        }
+                        show_prompt_note(j, &method, &params, &mut streamed);
                     }
+                    done = &mut prompt => break done.map_err(|_| ClientError::Closed)?,
                 }
             };
+            while let Ok((method, params)) = notes.try_recv() {
+                show_prompt_note(j, &method, &params, &mut streamed);
+            }
             let v = result?;
+            if !j {
+                // Live deltas are best effort; the answer holds the whole
+                // reply, so whatever they missed is printed from it.
+                let rest = rest_of_reply(&streamed, &v);
+                print!("{rest}");
+            }
             print(j, &v, |v| format!("\n[{}]", str_of(v, "stopReason")));
         }
         CtlCommand::History {
@@ -306,42 +319,92 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
             after,
             limit,
         } => {
-            let mut cursor = *after;
+            // From the earliest retained event unless told otherwise.
+            let mut cursor = match after {
+                Some(after) => *after,
+                None => {
+                    let v = client
+                        .call("sessions/get", json!({ "sessionId": session }))
+                        .await?;
+                    v.pointer("/session/oldestRetainedSequence")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(1)
+                        .saturating_sub(1)
+                }
+            };
             loop {
-                let v = client
+                let page = client
                     .call(
                         "sessions/history",
-                        json!({"sessionId": session, "after": cursor.unwrap_or(0), "limit": limit}),
+                        json!({"sessionId": session, "after": cursor, "limit": limit}),
                     )
-                    .await?;
+                    .await;
+                let v = match page {
+                    Err(e) => match pruned_past(&e, cursor) {
+                        Some(earliest) => {
+                            note_pruned(j, cursor, earliest);
+                            cursor = earliest - 1;
+                            continue;
+                        }
+                        None => return Err(e),
+                    },
+                    Ok(v) => v,
+                };
                 let events = v["events"].as_array().cloned().unwrap_or_default();
                 for e in &events {
                     print(j, e, event_line);
                 }
                 if let Some(last) = events.last().and_then(|e| e["sequence"].as_u64()) {
-                    cursor = Some(last);
+                    cursor = last;
                 }
                 if v["hasMoreAfter"] != json!(true) {
                     break;
                 }
             }
             if *follow {
-                client
-                    .call(
-                        "sessions/subscribe",
-                        json!({"sessionId": session, "after": cursor.unwrap_or(0)}),
-                    )
-                    .await?;
-                while let Some((method, params)) = notes.recv().await {
-                    if method == "sessions/event" {
-                        print(j, &params["event"], event_line);
-                    } else if method == agentos_protocol::host::methods::SUBSCRIPTION_ENDED {
-                        break;
-                    }
-                }
+                follow_history(&client, &mut notes, session, cursor, j).await?;
             }
         }
         CtlCommand::Fs(command) => fs::run(&client, command, j).await?,
+        CtlCommand::Permissions(PermissionsCommand::List { session }) => {
+            let pending = pending_permissions(&client, session).await?;
+            let v = json!({ "requests": pending });
+            print(j, &v, |v| {
+                let requests = v["requests"].as_array().cloned().unwrap_or_default();
+                if requests.is_empty() {
+                    return "no pending permission requests".into();
+                }
+                requests
+                    .iter()
+                    .map(|r| {
+                        let options: Vec<String> = r["options"]
+                            .as_array()
+                            .map(|o| {
+                                o.iter()
+                                    .map(|o| {
+                                        format!(
+                                            "{} ({}: {})",
+                                            str_of(o, "optionId"),
+                                            str_of(o, "kind"),
+                                            str_of(o, "name")
+                                        )
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        format!(
+                            "{}  {}\n  options: {}",
+                            str_of(r, "requestId"),
+                            r.pointer("/toolCall/title")
+                                .and_then(Value::as_str)
+                                .unwrap_or(""),
+                            options.join(", ")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
         CtlCommand::Permissions(PermissionsCommand::Respond {
             session,
             request_id,
@@ -360,4 +423,200 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
         }
     }
     Ok(())
+}
+
+/// Shows one notification that arrived while a prompt runs; the text of
+/// live deltas is accumulated in `streamed`.
+fn show_prompt_note(json_mode: bool, method: &str, params: &Value, streamed: &mut String) {
+    if json_mode {
+        println!("{}", json!({"method": method, "params": params}));
+    } else if method == methods::UPDATE {
+        let update = &params["update"];
+        let is_message =
+            update.get("sessionUpdate").and_then(Value::as_str) == Some("agent_message_chunk");
+        if let Some(text) = update.pointer("/content/text").and_then(Value::as_str) {
+            use std::io::Write;
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+            if is_message {
+                streamed.push_str(text);
+            }
+        }
+    } else if method == methods::EVENT {
+        let ty = params
+            .pointer("/event/type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !ty.ends_with("_chunk") {
+            eprintln!("\n{}", event_line(&params["event"]));
+        }
+    }
+}
+
+/// What the reply in a prompt's answer holds beyond the text already
+/// printed from live deltas: the rest when the deltas are its beginning,
+/// else the whole reply on a line of its own.
+pub fn rest_of_reply(streamed: &str, answer: &Value) -> String {
+    let whole: String = answer
+        .pointer("/message/content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    match whole.strip_prefix(streamed) {
+        Some(rest) => rest.to_owned(),
+        None => format!("\n{whole}"),
+    }
+}
+
+/// The oldest retained sequence when `e` says a cursor fell behind pruning.
+fn pruned_past(e: &ClientError, cursor: u64) -> Option<u64> {
+    let ClientError::Rpc(obj) = e else {
+        return None;
+    };
+    if obj.data_code() != Some(agentos_protocol::ErrorCode::HistoryCursorExpired.as_str()) {
+        return None;
+    }
+    let earliest = obj
+        .data
+        .as_ref()?
+        .get("earliestAvailableSequence")?
+        .as_u64()?;
+    (earliest > cursor + 1).then_some(earliest)
+}
+
+fn note_pruned(json_mode: bool, cursor: u64, earliest: u64) {
+    if json_mode {
+        println!(
+            "{}",
+            json!({"pruned": {"after": cursor, "earliestAvailableSequence": earliest}})
+        );
+    } else {
+        eprintln!(
+            "[events {}..{} were pruned; continuing from #{earliest}]",
+            cursor + 1,
+            earliest - 1
+        );
+    }
+}
+
+/// Follows a session live from `cursor`, subscribing again wherever a
+/// subscription ends early (a follower that fell behind is ended with
+/// `overflow`; one whose place was pruned meanwhile continues from the
+/// earliest retained event). Ends when the session is deleted.
+async fn follow_history(
+    client: &HostClient,
+    notes: &mut tokio::sync::mpsc::UnboundedReceiver<Notification>,
+    session: &str,
+    mut cursor: u64,
+    json_mode: bool,
+) -> Result<(), ClientError> {
+    'subscribe: loop {
+        let subscribed = client
+            .call(
+                "sessions/subscribe",
+                json!({"sessionId": session, "after": cursor}),
+            )
+            .await;
+        if let Err(e) = &subscribed {
+            if let Some(earliest) = pruned_past(e, cursor) {
+                note_pruned(json_mode, cursor, earliest);
+                cursor = earliest - 1;
+                continue;
+            }
+        }
+        let subscription = subscribed?;
+        let id = subscription["subscriptionId"].clone();
+        while let Some((method, params)) = notes.recv().await {
+            if params["subscriptionId"] != id {
+                continue;
+            }
+            if method == methods::EVENT {
+                if let Some(sequence) = params.pointer("/event/sequence").and_then(Value::as_u64) {
+                    cursor = sequence;
+                }
+                print(json_mode, &params["event"], event_line);
+            } else if method == methods::SUBSCRIPTION_ENDED {
+                if params["reason"] == "session_deleted" {
+                    return Ok(());
+                }
+                if let Some(last) = params["lastSequence"].as_u64() {
+                    cursor = cursor.max(last);
+                }
+                continue 'subscribe;
+            }
+        }
+        return Err(ClientError::Closed);
+    }
+}
+
+/// The pending permission requests of a session, each with the options the
+/// agent offered (read from its `permission_request` event).
+async fn pending_permissions(
+    client: &HostClient,
+    session: &str,
+) -> Result<Vec<Value>, ClientError> {
+    let v = client
+        .call("sessions/get", json!({ "sessionId": session }))
+        .await?;
+    let ids: Vec<String> = v
+        .pointer("/session/state/requests")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut found: Vec<Value> = Vec::new();
+    let mut cursor = v
+        .pointer("/session/oldestRetainedSequence")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .saturating_sub(1);
+    loop {
+        let page = client
+            .call(
+                "sessions/history",
+                json!({"sessionId": session, "after": cursor, "limit": 1000}),
+            )
+            .await?;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        for e in &events {
+            if e["type"] == "permission_request"
+                && e["requestId"]
+                    .as_str()
+                    .is_some_and(|id| ids.iter().any(|x| x == id))
+            {
+                found.push(e.clone());
+            }
+        }
+        match events.last().and_then(|e| e["sequence"].as_u64()) {
+            Some(last) if page["hasMoreAfter"] == json!(true) => cursor = last,
+            _ => break,
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rest_of_reply;
+    use serde_json::json;
+
+    #[test]
+    fn the_answer_completes_what_the_deltas_missed() {
+        let answer = json!({"message": {"content": [{"type": "text", "text": "c0 c1 c2 c3 c4"}]}});
+        assert_eq!(rest_of_reply("c0 c1 c2 c3 c4", &answer), "");
+        assert_eq!(rest_of_reply("c0 c1 c2 c3 ", &answer), "c4");
+        assert_eq!(rest_of_reply("", &answer), "c0 c1 c2 c3 c4");
+        assert_eq!(rest_of_reply("zz", &answer), "\nc0 c1 c2 c3 c4");
+    }
 }
