@@ -2,6 +2,8 @@
 //! reference server, and client tests against a small scripted server.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_protocol::ars::{
@@ -145,6 +147,18 @@ fn scalar(payload: &ResponsePayload) -> Option<i64> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// Generous bound for anything that should happen; only to avoid hangs.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `ready` until it holds; fails the test after `PATIENCE`.
+async fn until(what: &str, ready: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -333,7 +347,10 @@ async fn bounded_queues_answer_queue_full() {
     a.send(1, None, begin("a")).await;
     assert_eq!(a.response().await.1, ResponsePayload::SqliteBeginOk);
     b.send(1, None, begin("b")).await; // waits for the writer
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until("b's Begin waits for the writer", || {
+        server.handle.waiting_begins() == 1
+    })
+    .await;
     c.send(1, None, begin("c")).await;
     assert_eq!(
         c.response().await.1,
@@ -364,12 +381,17 @@ async fn bounded_queues_answer_queue_full() {
     ));
     // Closing c drops its queued reads, which frees the queue.
     drop(c);
+    let deadline = std::time::Instant::now() + PATIENCE;
     let mut id = 3;
     loop {
         a.send(id, None, commit("a")).await;
         match a.response().await.1 {
             ResponsePayload::SqliteCommitOk => break,
-            ResponsePayload::QueueFull(_) if id < 500 => {
+            ResponsePayload::QueueFull(_) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the worker queue never drained"
+                );
                 id += 1;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -520,11 +542,12 @@ async fn client_rolls_back_when_the_server_connection_dies() {
 
 /// Answers by SQL text: `hold …` is answered only after the next request,
 /// other texts name the response to give.
-async fn scripted_server(listener: UnixListener) {
+async fn scripted_server(listener: UnixListener, holding: Arc<AtomicUsize>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             return;
         };
+        let holding = holding.clone();
         tokio::spawn(async move {
             let mut raw = Raw {
                 stream,
@@ -613,6 +636,7 @@ async fn scripted_server(listener: UnixListener) {
                     other => match other.strip_prefix("hold ") {
                         Some(n) => {
                             held.push((request.request_id, ok(n.parse().unwrap_or(-1))));
+                            holding.fetch_add(1, Ordering::SeqCst);
                             continue;
                         }
                         None => ok(other.parse().unwrap_or(-1)),
@@ -636,20 +660,28 @@ async fn scripted_server(listener: UnixListener) {
     }
 }
 
-async fn scripted() -> (tempfile::TempDir, PathBuf, tokio::task::JoinHandle<()>) {
+/// A scripted server, its socket path, and how many `hold` requests it has
+/// received (so a test can wait until one is held before going on).
+async fn scripted() -> (
+    tempfile::TempDir,
+    PathBuf,
+    tokio::task::JoinHandle<()>,
+    Arc<AtomicUsize>,
+) {
     let dir = tempfile::Builder::new()
         .prefix("ars-fake")
         .tempdir()
         .expect("tempdir");
     let path = dir.path().join("fake.sock");
     let listener = UnixListener::bind(&path).expect("bind");
-    let task = tokio::spawn(scripted_server(listener));
-    (dir, path, task)
+    let holding = Arc::new(AtomicUsize::new(0));
+    let task = tokio::spawn(scripted_server(listener, holding.clone()));
+    (dir, path, task, holding)
 }
 
 #[tokio::test]
 async fn client_matches_out_of_order_responses() {
-    let (_dir, path, task) = scripted().await;
+    let (_dir, path, task, holding) = scripted().await;
     let db = std::sync::Arc::new(
         actor_uds::connect(&path, &SqliteLimits::default())
             .await
@@ -659,7 +691,10 @@ async fn client_matches_out_of_order_responses() {
         let db = db.clone();
         tokio::spawn(async move { db.query("hold 11", vec![]).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until("the first query is held", || {
+        holding.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let quick = db.query("22", vec![]).await.expect("quick");
     assert_eq!(quick.scalar_i64(), Some(22));
     let held = held.await.expect("join").expect("held");
@@ -669,7 +704,7 @@ async fn client_matches_out_of_order_responses() {
 
 #[tokio::test]
 async fn a_commit_left_unanswered_has_an_unknown_outcome() {
-    let (_dir, path, task) = scripted().await;
+    let (_dir, path, task, _) = scripted().await;
     let db = actor_uds::connect(&path, &SqliteLimits::default())
         .await
         .expect("connect");
@@ -691,7 +726,7 @@ async fn a_commit_left_unanswered_has_an_unknown_outcome() {
 
 #[tokio::test]
 async fn client_maps_every_error_response() {
-    let (_dir, path, task) = scripted().await;
+    let (_dir, path, task, _) = scripted().await;
     let db = actor_uds::connect(&path, &SqliteLimits::default())
         .await
         .expect("connect");
@@ -753,7 +788,7 @@ async fn client_maps_every_error_response() {
 
 #[tokio::test]
 async fn client_limits_are_typed() {
-    let (_dir, path, task) = scripted().await;
+    let (_dir, path, task, _) = scripted().await;
     let limits = SqliteLimits {
         max_queued_request_bytes: 64,
         ..Default::default()

@@ -17,6 +17,9 @@ use agentos_sidecar::sessions::{
 };
 use serde_json::{json, Value};
 
+/// Generous bound for anything that should happen; only to avoid hangs.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn fake_agent() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
@@ -469,11 +472,13 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
                     .prompt("perm", text("permission"), None, user())
                     .await
             });
+            let deadline = std::time::Instant::now() + PATIENCE;
             let request_id = loop {
                 let info = env.sessions.get("perm").await.unwrap();
                 if let Some(id) = pending_request(&info) {
                     break id.to_owned();
                 }
+                assert!(std::time::Instant::now() < deadline, "never asked");
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             };
             let bad = env
@@ -737,10 +742,9 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
                 .prompt("a", text("wait_for_cancel"), None, user())
                 .await
         });
-        loop {
-            if tight.sessions.get("a").await.unwrap().state.status() == "running" {
-                break;
-            }
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while tight.sessions.get("a").await.unwrap().state.status() != "running" {
+            assert!(std::time::Instant::now() < deadline, "never running");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(tight.sessions.store().vm_counters().await.unwrap()[1], 1);

@@ -88,11 +88,19 @@ pub struct ArsServerHandle {
     socket_path: PathBuf,
     shutdown: watch::Sender<bool>,
     accept: JoinHandle<()>,
+    waiting_begins: Arc<AtomicUsize>,
 }
 
 impl ArsServerHandle {
     pub fn socket_path(&self) -> &Path {
         &self.socket_path
+    }
+
+    /// Begins queued behind the current writer, as of the SQLite thread's
+    /// last step: an observable point for callers that must know a Begin
+    /// is waiting before they go on.
+    pub fn waiting_begins(&self) -> usize {
+        self.waiting_begins.load(Ordering::Acquire)
     }
 
     /// Stops accepting, closes every connection (rolling back their leases)
@@ -142,7 +150,14 @@ pub async fn bind(
 
     let (jobs, rx) = mpsc::channel::<Job>();
     let queued = Arc::new(AtomicUsize::new(0));
-    let worker = Worker::new(conn, rx, options.clone(), queued.clone());
+    let waiting_begins = Arc::new(AtomicUsize::new(0));
+    let worker = Worker::new(
+        conn,
+        rx,
+        options.clone(),
+        queued.clone(),
+        waiting_begins.clone(),
+    );
     thread::Builder::new()
         .name("agentos-ars-sqlite".into())
         .spawn(move || worker.run())
@@ -159,6 +174,7 @@ pub async fn bind(
         socket_path: socket_path.to_owned(),
         shutdown,
         accept,
+        waiting_begins,
     })
 }
 
@@ -169,6 +185,17 @@ pub async fn run_cli(db: &Path, socket: &Path) -> Result<(), ArsServerError> {
         "serving {} on {} (Actor Runtime Socket v1)",
         db.display(),
         handle.socket_path().display()
+    );
+    // One JSON line once the socket listens, like `serve`, so scripts and
+    // hosts can wait for it.
+    println!(
+        "{}",
+        serde_json::json!({
+            "event": "ready",
+            "socket": handle.socket_path(),
+            "database": db,
+            "protocol": "actor_runtime_socket_v1",
+        })
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| ArsServerError::Io(e.to_string()))?;
@@ -580,6 +607,8 @@ struct Worker {
     states: HashMap<LeaseId, LeaseState>,
     /// Begins waiting for the writer, each with its requested timeout.
     waiting: VecDeque<(Req, u64)>,
+    /// `waiting.len()` for the handle, updated after every step.
+    waiting_gauge: Arc<AtomicUsize>,
     /// Requests for leases that have not begun yet, in arrival order.
     parked: HashMap<LeaseId, VecDeque<Req>>,
     /// Lease-less requests that arrived while a transaction held the writer.
@@ -598,12 +627,14 @@ impl Worker {
         rx: mpsc::Receiver<Job>,
         options: ArsServerOptions,
         queued: Arc<AtomicUsize>,
+        waiting_gauge: Arc<AtomicUsize>,
     ) -> Self {
         Worker {
             db,
             rx,
             options,
             queued,
+            waiting_gauge,
             active: None,
             states: HashMap::new(),
             waiting: VecDeque::new(),
@@ -618,6 +649,8 @@ impl Worker {
 
     fn run(mut self) {
         loop {
+            self.waiting_gauge
+                .store(self.waiting.len(), Ordering::Release);
             if let Some(req) = self.ready.pop_front() {
                 self.handle(req);
                 continue;

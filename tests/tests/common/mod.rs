@@ -123,19 +123,23 @@ fn merge(base: &mut Value, extra: &Value) {
     }
 }
 
-async fn wait_for_socket(path: &Path) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if tokio::net::UnixStream::connect(path).await.is_ok() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} never accepted a connection",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The first stdout line of a child that announces readiness as JSON
+/// (`{"event":"ready",...}`); its stdout keeps being drained afterwards.
+async fn wait_for_ready_line(child: &mut Child, stderr: PathBuf) -> Value {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("no ready line in time")
+        .expect("read stdout");
+    let Some(line) = line else {
+        let stderr = std::fs::read_to_string(stderr).unwrap_or_default();
+        panic!("exited before it was ready: {stderr}");
+    };
+    let ready: Value = serde_json::from_str(&line).expect("the ready line is JSON");
+    assert_eq!(ready["event"], "ready");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    ready
 }
 
 impl Sidecar {
@@ -161,15 +165,18 @@ impl Sidecar {
                     .arg("--socket")
                     .arg(&ars_socket)
                     .stdin(Stdio::null())
-                    .stdout(Stdio::null())
+                    .stdout(Stdio::piped())
                     .stderr(Stdio::from(
                         std::fs::File::create(root.join("ars.stderr")).expect("stderr file"),
                     ))
                     .kill_on_drop(true)
                     .spawn()
                     .expect("start ars-serve");
+                let mut child = child;
+                let ready = wait_for_ready_line(&mut child, root.join("ars.stderr")).await;
+                assert_eq!(ready["socket"], json!(ars_socket));
+                assert_eq!(ready["protocol"], "actor_runtime_socket_v1");
                 ars = Some(child);
-                wait_for_socket(&ars_socket).await;
                 json!({"type": "actor_uds", "path": ars_socket})
             }
         };
