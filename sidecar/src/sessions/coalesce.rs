@@ -4,8 +4,10 @@
 //! as ephemeral updates and buffered here; they get no sequence. The buffer is
 //! flushed to durable events when the chunk kind or `messageId` changes or any
 //! other update arrives, and its final contents become durable only when the
-//! turn succeeds. On flush, adjacent chunks merge only when they differ in
-//! nothing but `content.text`.
+//! turn succeeds. Adjacent chunks merge as they arrive when they differ in
+//! nothing but `content.text`: the new text is appended in place and the
+//! chunk dropped, so a message of any length costs the same per chunk and
+//! the buffer holds text, not one value per chunk.
 
 use serde_json::{Map, Value};
 
@@ -47,18 +49,22 @@ impl ChunkBuffer {
             .is_none_or(|last| chunk_key(last) == chunk_key(update))
     }
 
+    /// Adds a chunk, merging it into the last one when they differ only in
+    /// their text.
     pub fn push(&mut self, update: Value) {
         self.bytes += update
             .pointer("/content/text")
             .and_then(Value::as_str)
             .map_or(0, str::len);
-        self.items.push(update);
+        if !merge_into(self.items.last_mut(), &update) {
+            self.items.push(update);
+        }
     }
 
     /// Empties the buffer, returning its chunks merged for storage.
     pub fn take(&mut self) -> Vec<Value> {
         self.bytes = 0;
-        coalesce(std::mem::take(&mut self.items))
+        std::mem::take(&mut self.items)
     }
 
     /// Drops the buffer: the turn did not succeed.
@@ -89,29 +95,34 @@ fn differ_only_in_text(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     }
 }
 
+/// Appends `next`'s text to `prev` when the two differ only in their text;
+/// `false` (nothing changed) otherwise.
+fn merge_into(prev: Option<&mut Value>, next: &Value) -> bool {
+    let (Some(Value::Object(prev)), Value::Object(next)) = (prev, next) else {
+        return false;
+    };
+    if !differ_only_in_text(prev, next) {
+        return false;
+    }
+    let addition = next
+        .get("content")
+        .and_then(|c| c.get("text"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if let Some(Value::String(text)) = prev.get_mut("content").and_then(|c| c.get_mut("text")) {
+        text.push_str(addition);
+    }
+    true
+}
+
 /// Merges adjacent text chunks that differ in nothing but `content.text`.
 /// Linear in the total size: each merge appends the new text in place.
 pub fn coalesce(items: Vec<Value>) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(items.len().min(4));
+    let mut buffer = ChunkBuffer::default();
     for item in items {
-        if let (Some(Value::Object(prev)), Value::Object(next)) = (out.last_mut(), &item) {
-            if differ_only_in_text(prev, next) {
-                let addition = next
-                    .get("content")
-                    .and_then(|c| c.get("text"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if let Some(Value::String(text)) =
-                    prev.get_mut("content").and_then(|c| c.get_mut("text"))
-                {
-                    text.push_str(addition);
-                }
-                continue;
-            }
-        }
-        out.push(item);
+        buffer.push(item);
     }
-    out
+    buffer.take()
 }
 
 #[cfg(test)]

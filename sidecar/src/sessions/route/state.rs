@@ -8,7 +8,6 @@ use std::collections::HashMap;
 
 use agentos_adapters::IncomingRequestId;
 use agentos_protocol::ErrorCode;
-use serde_json::Value;
 
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::NewEvent;
@@ -22,7 +21,8 @@ pub(super) struct Turn {
     pub(super) buffer: ChunkBuffer,
     pub(super) pending: Vec<NewEvent>,
     pub(super) pending_bytes: u64,
-    pub(super) message: Vec<Value>,
+    /// The agent's reply so far, its text chunks merged as they arrive.
+    pub(super) message: ChunkBuffer,
     pub(super) message_id: Option<String>,
     pub(super) permissions: HashMap<String, PendingPermission>,
     pub(super) cancel_requested: bool,

@@ -112,7 +112,7 @@ impl Route {
             buffer: ChunkBuffer::default(),
             pending: Vec::new(),
             pending_bytes: 0,
-            message: Vec::new(),
+            message: ChunkBuffer::default(),
             message_id: None,
             permissions: HashMap::new(),
             cancel_requested: false,
@@ -394,7 +394,9 @@ impl Route {
                 .clone()
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             role: "agent".into(),
-            content: crate::sessions::coalesce::coalesce(std::mem::take(&mut turn.message))
+            content: turn
+                .message
+                .take()
                 .into_iter()
                 .filter_map(|u| u.get("content").cloned())
                 .collect(),
