@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use agentos_protocol::host::{decode_message, encode_response, FrameDecoder, Inbound};
+use agentos_protocol::host::{decode_message, response_frame, FrameDecoder, Inbound};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,6 +24,9 @@ fuzz_target!(|data: &[u8]| {
 
 fn classify(payload: &[u8]) {
     if let Inbound::Invalid { id, error } = decode_message(payload) {
-        assert!(!encode_response(&id, Err(&error)).is_empty());
+        let frame = response_frame(&id, Err(&error));
+        let mut decoder = FrameDecoder::new(u64::MAX);
+        decoder.push(&frame);
+        assert!(matches!(decoder.next_frame(), Ok(Some(_))));
     }
 }

@@ -199,20 +199,8 @@ pub fn decode_message(payload: &[u8]) -> Inbound {
     }
 }
 
-pub fn encode_response(id: &Value, result: Result<&Value, &ErrorObject>) -> Vec<u8> {
-    let msg = match result {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-    };
-    serde_json::to_vec(&msg).unwrap_or_default()
-}
-
+/// A request payload (without its frame), for clients of the host door.
 pub fn encode_request(id: &Value, method: &str, params: &Value) -> Vec<u8> {
     let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    serde_json::to_vec(&msg).unwrap_or_default()
-}
-
-pub fn encode_notification(method: &str, params: &Value) -> Vec<u8> {
-    let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
     serde_json::to_vec(&msg).unwrap_or_default()
 }
