@@ -5,6 +5,7 @@ pub mod config;
 pub mod ctl;
 pub mod db;
 pub mod host;
+pub mod sandbox;
 pub mod serve;
 pub mod sessions;
 pub mod vfs;

@@ -1,5 +1,8 @@
 //! The host front door: length-delimited JSON-RPC 2.0 on a Unix socket
-//! (mode 0600), for the host actor and operators.
+//! (mode 0600), for the host actor and operators. A connecting process must
+//! run under an allowed uid (`allowedUids`, checked with `SO_PEERCRED`;
+//! by default only the sidecar's own), so adapters run under another uid
+//! cannot reach it.
 //!
 //! Bytes become frames in `FrameDecoder`, frames become messages in
 //! `decode_message`, and messages become service calls in `dispatch.rs`
@@ -57,6 +60,7 @@ pub struct HostServer {
     path: PathBuf,
     vm: Arc<Vm>,
     limits: HostLimits,
+    allowed_uids: Vec<u32>,
 }
 
 impl HostServer {
@@ -83,11 +87,19 @@ impl HostServer {
         let listener = bound.map_err(|e| err(e.to_string()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| err(e.to_string()))?;
+        // SAFETY: getuid(2) cannot fail and has no memory effects.
+        let own_uid = unsafe { libc::getuid() };
+        let allowed_uids = vm
+            .config
+            .allowed_uids
+            .clone()
+            .unwrap_or_else(|| vec![own_uid]);
         Ok(HostServer {
             listener,
             path: path.to_owned(),
             vm,
             limits,
+            allowed_uids,
         })
     }
 
@@ -123,6 +135,19 @@ impl HostServer {
                             continue;
                         }
                     };
+                    match stream.peer_cred() {
+                        Ok(cred) if self.allowed_uids.contains(&cred.uid()) => {}
+                        Ok(cred) => {
+                            tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refusing a host connection: its uid is not in allowedUids");
+                            drop(stream);
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "refusing a host connection: its credentials cannot be read");
+                            drop(stream);
+                            continue;
+                        }
+                    }
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
                         tracing::warn!("refusing a host connection: limits.host.maxConnections reached");
                         drop(stream);
