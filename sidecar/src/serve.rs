@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError};
 use crate::host::{HostError, HostServer};
+use crate::private::{LockError, StoreLock};
 use crate::vm::{Vm, VmError};
 
 /// How long requests in flight may take to finish on their own.
@@ -25,6 +26,8 @@ pub enum ServeError {
     Vm(#[from] VmError),
     #[error(transparent)]
     Host(#[from] HostError),
+    #[error(transparent)]
+    Locked(#[from] LockError),
 }
 
 impl ServeError {
@@ -32,6 +35,7 @@ impl ServeError {
         match self {
             ServeError::Vm(e) => e.code(),
             ServeError::Host(e) => e.code(),
+            ServeError::Locked(e) => e.code(),
         }
     }
 }
@@ -65,6 +69,9 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         .clone()
         .ok_or_else(|| ConfigError::new("socket", "is required to serve"))?;
     let host_limits = config.limits.host.clone();
+    // One sidecar per store: the lock sits beside the database file (or the
+    // actor socket) and is held until this function returns.
+    let _lock = StoreLock::acquire(config.database.path())?;
     let vm = Vm::open(config).await?;
     let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
     let ready = serde_json::json!({

@@ -69,6 +69,8 @@ pub enum ArsServerError {
     Database(#[from] DbError),
     #[error("server i/o failed: {0}")]
     Io(String),
+    #[error("{message}")]
+    Locked { code: &'static str, message: String },
 }
 
 impl ArsServerError {
@@ -77,6 +79,7 @@ impl ArsServerError {
             ArsServerError::Bind { .. } => "ars_server_bind_failed",
             ArsServerError::Database(_) => "ars_server_database_failed",
             ArsServerError::Io(_) => "ars_server_io_failed",
+            ArsServerError::Locked { code, .. } => code,
         }
     }
 }
@@ -125,18 +128,20 @@ pub async fn bind(
                 .map_err(|e| bind_error(format!("cannot create its directory: {e}")))?;
         }
     }
-    if socket_path.exists() {
-        if UnixStream::connect(socket_path).await.is_ok() {
-            return Err(bind_error("another server is listening there".into()));
-        }
-        std::fs::remove_file(socket_path)
-            .map_err(|e| bind_error(format!("cannot remove the stale socket: {e}")))?;
-    }
+    // Only a socket nobody answers on may be replaced.
+    crate::private::remove_stale_socket(socket_path).map_err(|e| bind_error(e.to_string()))?;
     let db_path = db_path.to_owned();
     let conn = tokio::task::spawn_blocking(move || open_connection(&db_path))
         .await
         .map_err(|e| ArsServerError::Io(e.to_string()))??;
-    let listener = UnixListener::bind(socket_path).map_err(|e| bind_error(e.to_string()))?;
+    // Bound under a restrictive umask: no window in which others could
+    // connect before the mode is set.
+    // SAFETY: umask(2) only swaps the process's file-creation mask.
+    let old_umask = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(socket_path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old_umask) };
+    let listener = bound.map_err(|e| bind_error(e.to_string()))?;
     std::fs::set_permissions(socket_path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| bind_error(format!("cannot make the socket 0600: {e}")))?;
 
@@ -164,6 +169,11 @@ pub async fn bind(
 
 /// The `ars-serve` subcommand: serve until SIGINT or SIGTERM.
 pub async fn run_cli(db: &Path, socket: &Path) -> Result<(), ArsServerError> {
+    // One server per database file.
+    let _lock = crate::private::StoreLock::acquire(db).map_err(|e| ArsServerError::Locked {
+        code: e.code(),
+        message: e.to_string(),
+    })?;
     let handle = bind(db, socket, ArsServerOptions::default()).await?;
     eprintln!(
         "serving {} on {} (Actor Runtime Socket v1)",

@@ -71,15 +71,10 @@ impl HostServer {
             message,
         };
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| err(e.to_string()))?;
+            crate::private::create_private_dir(parent).map_err(|e| err(e.to_string()))?;
         }
-        if path.exists() {
-            // Only a socket nobody answers on may be replaced.
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(err("another process is serving this socket".into()));
-            }
-            std::fs::remove_file(path).map_err(|e| err(e.to_string()))?;
-        }
+        // Only a socket nobody answers on may be replaced.
+        crate::private::remove_stale_socket(path).map_err(|e| err(e.to_string()))?;
         // Create it private: no window in which others could connect.
         let old_umask = unsafe { libc::umask(0o177) };
         let bound = UnixListener::bind(path);
