@@ -49,3 +49,28 @@ async fn second_sidecar_is_refused(backend: Backend) {
 }
 
 both_backends!(second_sidecar_is_refused);
+
+/// A descriptor limit below what `limits.host.maxConnections` needs is
+/// warned about at start; the sidecar still serves.
+#[tokio::test]
+async fn a_low_descriptor_limit_is_warned_about() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes only into the struct we pass.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    let over = u32::try_from(limit.rlim_cur.saturating_add(1)).unwrap_or(u32::MAX);
+    let options = common::Options {
+        limits: json!({"host": {"maxConnections": over}}),
+        ..Default::default()
+    };
+    let mut sc = Sidecar::start_with(Backend::SqliteFile, options).await;
+    let stderr = std::fs::read_to_string(sc.dir.path().join("sidecar.stderr")).expect("stderr");
+    assert!(stderr.contains("RLIMIT_NOFILE"), "{stderr}");
+    assert!(sc.is_running());
+    sc.ok("vm/status", json!({})).await;
+}
