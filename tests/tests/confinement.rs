@@ -148,6 +148,14 @@ async fn each_session_runs_in_its_own_directory() {
     assert_eq!(cwd_a, sessions.join("a%2F%2E%2E/work"));
     assert_eq!(cwd_b, sessions.join("b/work"));
     assert_ne!(cwd_a, std::env::current_dir().expect("our cwd"));
+    // In the VFS too: what one writes in its default cwd the other cannot read.
+    let vfs_note = "/home/agentos/sessions/a%2F%2E%2E/n.txt";
+    assert_eq!(
+        probe(&sc, "a/..", &format!("fs_write {vfs_note} mine")).await,
+        "wrote"
+    );
+    let from_b = probe(&sc, "b", &format!("fs_read {vfs_note}")).await;
+    assert!(from_b.contains("EACCES"), "{from_b}");
     // What one session writes in its directory the other does not see.
     let note = cwd_a.join("note.txt");
     assert_eq!(
@@ -156,7 +164,7 @@ async fn each_session_runs_in_its_own_directory() {
     );
     let from_b = probe(&sc, "b", &format!("host_read {}", note.display())).await;
     assert!(from_b.starts_with("error:"), "{from_b}");
-    still_serving(&mut sc, "b", 2).await;
+    still_serving(&mut sc, "b", 3).await;
 }
 
 /// Files a hostile agent goes for: the database, the config, a secret
