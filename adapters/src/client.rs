@@ -8,12 +8,20 @@
 //! the child and records its exit status. Bad lines become events, never a
 //! crash: the stream resynchronises at the next newline.
 //!
+//! The adapter is a program we did not write. It starts with a cleared
+//! environment (only [`INHERITED_ENV`] from ours, plus what the command
+//! sets), in a process group of its own, and, when the caller prepared one,
+//! under a Landlock ruleset it cannot leave ([`Confinement`]). Every way the
+//! connection ends kills the whole group, so nothing the agent started in the
+//! background outlives it.
+//!
 //! The event channel is bounded and the reader waits when it is full rather
 //! than dropping events. A caller that awaits a response while not draining
 //! events can therefore stall its own response; drain events concurrently.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,13 +51,43 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const EXIT_DRAIN_GRACE: Duration = Duration::from_secs(2);
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// The only variables of the sidecar's own environment an adapter inherits;
+/// everything else it sees is what its command sets.
+pub const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TERM"];
+
+/// A Landlock ruleset, created by the caller, that the child enters between
+/// `fork` and `exec` (after `PR_SET_NO_NEW_PRIVS`). Built outside this crate
+/// so the adapter layer stays free of policy; it only applies it.
+#[derive(Clone, Debug)]
+pub struct Confinement(Arc<OwnedFd>);
+
+impl Confinement {
+    /// Wraps a ruleset descriptor returned by `landlock_create_ruleset`.
+    pub fn from_ruleset(fd: OwnedFd) -> Self {
+        Confinement(Arc::new(fd))
+    }
+}
+
+impl PartialEq for Confinement {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Confinement {}
+
 /// How to start an adapter process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AdapterCommand {
     pub program: String,
     pub args: Vec<String>,
+    /// Set on top of the inherited [`INHERITED_ENV`]; the rest of the
+    /// sidecar's environment is never passed on.
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+    /// Entered by the child before it runs `program`; `None` runs it
+    /// unconfined.
+    pub confinement: Option<Confinement>,
 }
 
 impl AdapterCommand {
@@ -294,20 +332,38 @@ impl AdapterConnection {
         options: AdapterOptions,
     ) -> Result<(AdapterConnection, mpsc::Receiver<AdapterEvent>), AdapterError> {
         let mut command = Command::new(&cmd.program);
+        command.env_clear();
+        for name in INHERITED_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         command
             .args(&cmd.args)
             .envs(&cmd.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own group, so stopping it stops whatever it started.
+            .process_group(0)
             .kill_on_drop(true);
         if let Some(cwd) = &cmd.cwd {
             command.current_dir(cwd);
+        }
+        if let Some(confinement) = &cmd.confinement {
+            let ruleset = confinement.0.as_raw_fd();
+            // SAFETY: the closure runs in the forked child before exec and
+            // makes only two async-signal-safe system calls on a descriptor
+            // the parent keeps open until `spawn` returns.
+            unsafe {
+                command.pre_exec(move || enter_ruleset(ruleset));
+            }
         }
         let mut child = command
             .spawn()
             .map_err(|e| AdapterError::Spawn(format!("{}: {e}", cmd.program)))?;
         let pid = child.id();
+        let group = pid.and_then(|pid| libc::pid_t::try_from(pid).ok());
         let (stdin, stdout, stderr) =
             match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
                 (Some(stdin), Some(stdout), Some(stderr)) => (stdin, stdout, stderr),
@@ -328,7 +384,7 @@ impl AdapterConnection {
         let pending = Arc::new(Mutex::new(Pending::default()));
 
         tokio::spawn(write_loop(stdin, writer_rx));
-        tokio::spawn(wait_loop(child, kill.clone(), exit_tx));
+        tokio::spawn(wait_loop(child, group, kill.clone(), exit_tx));
         let stderr_task = tokio::spawn(stderr_loop(
             BufReader::with_capacity(READ_BUFFER_BYTES, stderr),
             events_tx.clone(),
@@ -544,14 +600,49 @@ async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<Wri
     }
 }
 
-async fn wait_loop(mut child: Child, kill: Arc<Notify>, exit: watch::Sender<Option<ExitStatus>>) {
+/// Enters the Landlock ruleset `fd` in a forked child: no new privileges
+/// (required by Landlock for an unprivileged caller, and wanted anyway),
+/// then `landlock_restrict_self`. Async-signal-safe.
+fn enter_ruleset(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: plain system calls with integer arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// SIGKILL to every process of the adapter's group (the group id is the
+/// adapter's pid: it was started as the leader of a new group).
+fn kill_group(group: Option<libc::pid_t>) {
+    if let Some(group) = group.filter(|g| *g > 1) {
+        // SAFETY: kill(2) has no memory effects; ESRCH (nobody left) is fine.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    }
+}
+
+async fn wait_loop(
+    mut child: Child,
+    group: Option<libc::pid_t>,
+    kill: Arc<Notify>,
+    exit: watch::Sender<Option<ExitStatus>>,
+) {
     let status = tokio::select! {
         status = child.wait() => status,
         _ = kill.notified() => {
+            kill_group(group);
             let _ = child.start_kill();
             child.wait().await
         }
     };
+    // Whatever the agent left running in its group goes with it.
+    kill_group(group);
     match status {
         Ok(status) => {
             let _ = exit.send(Some(status));

@@ -68,6 +68,8 @@ fn config(path: &Path) -> Config {
             path: path.to_owned(),
         },
         socket: None,
+        allowed_uids: None,
+        sessions_dir: None,
         agents: BTreeMap::new(),
         limits: Limits::default(),
         filesystem: Default::default(),

@@ -63,6 +63,32 @@ pub struct AgentSpec {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// How the adapter is confined (see `sandbox.rs`).
+    #[serde(default)]
+    pub sandbox: SandboxSpec,
+}
+
+/// `agents.<id>.sandbox`: widening or switching off the default confinement
+/// of one agent's processes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SandboxSpec {
+    /// `false` runs the adapter unconfined (warned about at start).
+    pub enabled: bool,
+    /// Extra absolute paths the adapter may read (and execute).
+    pub read_paths: Vec<PathBuf>,
+    /// Extra absolute paths the adapter may read and write.
+    pub write_paths: Vec<PathBuf>,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            enabled: true,
+            read_paths: Vec::new(),
+            write_paths: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,6 +97,15 @@ pub struct Config {
     pub database: DatabaseDescriptor,
     #[serde(default)]
     pub socket: Option<PathBuf>,
+    /// The uids whose processes may connect to the host socket (checked with
+    /// `SO_PEERCRED`); absent means only the sidecar's own uid.
+    #[serde(default)]
+    pub allowed_uids: Option<Vec<u32>>,
+    /// Where each session's adapter gets its own working and temporary
+    /// directories; absent means `sessions/` in the data directory (the
+    /// directory of the database file, or of the actor socket).
+    #[serde(default)]
+    pub sessions_dir: Option<PathBuf>,
     #[serde(default)]
     pub agents: BTreeMap<String, AgentSpec>,
     #[serde(default)]
@@ -320,6 +355,23 @@ impl FsLimits {
 }
 
 impl Config {
+    /// The data directory: where the database file (or the actor socket)
+    /// lives. Sessions' directories default to `sessions/` inside it.
+    pub fn data_dir(&self) -> PathBuf {
+        self.database
+            .path()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"))
+    }
+
+    /// Where each session's adapter directories live.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.sessions_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir().join("sessions"))
+    }
+
     /// Parses and validates a config document.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
         let config: Config = serde_json::from_str(text).map_err(|e| {
@@ -340,6 +392,7 @@ impl Config {
                 command: fake_agent.display().to_string(),
                 args: vec![],
                 env: BTreeMap::new(),
+                sandbox: SandboxSpec::default(),
             },
         );
         Config {
@@ -347,6 +400,8 @@ impl Config {
                 path: dir.join("vm.sqlite"),
             },
             socket: Some(dir.join("sidecar.sock")),
+            allowed_uids: None,
+            sessions_dir: None,
             agents,
             limits: Limits::default(),
             filesystem: FilesystemConfig::default(),
@@ -357,6 +412,15 @@ impl Config {
         validate_path("database.path", self.database.path())?;
         if let Some(socket) = &self.socket {
             validate_path("socket", socket)?;
+        }
+        if let Some(dir) = &self.sessions_dir {
+            validate_path("sessionsDir", dir)?;
+        }
+        if self.allowed_uids.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ConfigError::new(
+                "allowedUids",
+                "must name at least one uid (leave it out for the sidecar's own)",
+            ));
         }
         for (id, agent) in &self.agents {
             if id.is_empty() || id.len() > 256 {
@@ -370,6 +434,15 @@ impl Config {
                     format!("agents.{id}.command"),
                     "must not be empty",
                 ));
+            }
+            let lists = [
+                ("readPaths", &agent.sandbox.read_paths),
+                ("writePaths", &agent.sandbox.write_paths),
+            ];
+            for (name, paths) in lists {
+                for (i, path) in paths.iter().enumerate() {
+                    validate_path(&format!("agents.{id}.sandbox.{name}[{i}]"), path)?;
+                }
             }
         }
         let positive: [(&str, u64); 6] = [
@@ -519,6 +592,41 @@ mod tests {
         let err = limits.validated().unwrap_err();
         assert_eq!(err.code(), "invalid_config");
         assert_eq!(err.field, "limits.fs.inlineThresholdBytes");
+    }
+
+    #[test]
+    fn sandbox_settings_are_strict_and_named() {
+        let config = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/data/vm.sqlite"},
+                "allowedUids":[1000],
+                "agents":{"a":{"command":"/bin/a","sandbox":{"readPaths":["/opt/a"]}}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(config.allowed_uids, Some(vec![1000]));
+        assert!(config.agents["a"].sandbox.enabled);
+        assert_eq!(config.sessions_dir(), PathBuf::from("/data/sessions"));
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "agents":{"a":{"command":"/bin/a","sandbox":{"readPaths":["rel"]}}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "agents.a.sandbox.readPaths[0]");
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},
+                "agents":{"a":{"command":"/bin/a","sandbox":{"off":true}}}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},"allowedUids":[]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "allowedUids");
+        let err = Config::from_json(
+            r#"{"database":{"type":"sqlite_file","path":"/x"},"sessionsDir":"s"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "sessionsDir");
     }
 
     #[test]

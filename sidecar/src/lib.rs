@@ -5,6 +5,8 @@ pub mod config;
 pub mod ctl;
 pub mod db;
 pub mod host;
+pub mod private;
+pub mod sandbox;
 pub mod serve;
 pub mod sessions;
 pub mod vfs;

@@ -54,7 +54,7 @@ fn load_config(arg: Option<&str>) -> Result<Config, String> {
             let dir = std::env::current_dir()
                 .map_err(|e| format!("cannot resolve the current directory: {e}"))?
                 .join("agentos-data");
-            std::fs::create_dir_all(&dir)
+            agentos_sidecar::private::create_private_dir(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             let exe =
                 std::env::current_exe().map_err(|e| format!("cannot locate this binary: {e}"))?;

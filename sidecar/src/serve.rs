@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError};
 use crate::host::{HostError, HostServer};
+use crate::private::{LockError, StoreLock};
 use crate::vm::{Vm, VmError};
 
 /// How long requests in flight may take to finish on their own.
@@ -25,6 +26,8 @@ pub enum ServeError {
     Vm(#[from] VmError),
     #[error(transparent)]
     Host(#[from] HostError),
+    #[error(transparent)]
+    Locked(#[from] LockError),
 }
 
 impl ServeError {
@@ -32,6 +35,7 @@ impl ServeError {
         match self {
             ServeError::Vm(e) => e.code(),
             ServeError::Host(e) => e.code(),
+            ServeError::Locked(e) => e.code(),
         }
     }
 }
@@ -40,6 +44,27 @@ impl From<ConfigError> for ServeError {
     fn from(e: ConfigError) -> Self {
         ServeError::Vm(VmError::Config(e))
     }
+}
+
+/// Descriptors the sidecar needs besides its host connections: the
+/// database (and its WAL and SHM), the listener, the store lock, adapters'
+/// pipes and the runtime's own.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// The descriptors `max_connections` host connections need, and the soft
+/// limit when it is lower (`None` when it is enough or cannot be read).
+pub fn descriptor_shortfall(max_connections: u32) -> Option<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes only into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    let needed = u64::from(max_connections) + RESERVED_DESCRIPTORS;
+    let soft: u64 = limit.rlim_cur;
+    (limit.rlim_cur != libc::RLIM_INFINITY && soft < needed).then_some((needed, soft))
 }
 
 /// Resolves on the first SIGTERM or SIGINT.
@@ -65,6 +90,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         .clone()
         .ok_or_else(|| ConfigError::new("socket", "is required to serve"))?;
     let host_limits = config.limits.host.clone();
+    if let Some((needed, soft)) = descriptor_shortfall(host_limits.max_connections) {
+        tracing::warn!(
+            needed,
+            soft_limit = soft,
+            "the descriptor limit (RLIMIT_NOFILE) is below what limits.host.maxConnections needs; raise it (ulimit -n) or lower the setting"
+        );
+    }
+    // One sidecar per store: the lock sits beside the database file (or the
+    // actor socket) and is held until this function returns.
+    let _lock = StoreLock::acquire(config.database.path())?;
     let vm = Vm::open(config).await?;
     let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
     let ready = serde_json::json!({

@@ -8,6 +8,7 @@ use std::time::Instant;
 use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedDatabase};
 
 use crate::config::{Config, ConfigError};
+use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::vfs::acp::AcpFs;
 use crate::vfs::{FsError, Vfs};
@@ -50,6 +51,8 @@ pub struct Vm {
     pub vfs: Vfs,
     pub started: Instant,
     pub recovered: Reconciliation,
+    /// How adapters start: their directories and confinement.
+    pub launcher: Arc<Launcher>,
 }
 
 impl Vm {
@@ -72,6 +75,8 @@ impl Vm {
             config.limits.acp.clone(),
             Some(Arc::new(AcpFs::new(vfs.clone()))),
         );
+        let launcher = Arc::new(Launcher::for_config(&config));
+        let sessions = sessions.with_launcher(launcher.clone());
         let recovered = sessions.bootstrap().await?;
         if recovered != Reconciliation::default() {
             tracing::warn!(?recovered, "recovered interrupted turns at start");
@@ -84,6 +89,7 @@ impl Vm {
             vfs,
             started,
             recovered,
+            launcher,
         }))
     }
 }

@@ -256,10 +256,13 @@ async fn lease_rules() {
     );
     raw.send(6, None, commit("k")).await;
     assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
-    raw.send(7, None, begin("k")).await;
-    assert!(invalid(&raw.response().await.1), "reused key");
-    raw.send(8, Some("k"), query("SELECT 1")).await;
+    raw.send(7, Some("k"), query("SELECT 1")).await;
     assert!(invalid(&raw.response().await.1), "finished lease");
+    // A finished lease's key is forgotten: it may begin a new lease.
+    raw.send(8, None, begin("k")).await;
+    assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
+    raw.send(108, None, commit("k")).await;
+    assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
 
     // Leases are per connection: another connection cannot use this key.
     let mut other = Raw::hello(&server.path()).await;
@@ -844,4 +847,180 @@ async fn client_rejects_a_server_that_refuses_v1() {
         .expect("rejected");
     assert_eq!(err.code(), "sqlite_connect_failed");
     task.abort();
+}
+
+fn begin_with_timeout(key: &str, timeout_ms: u64) -> RequestPayload {
+    RequestPayload::SqliteBegin(SqliteBegin {
+        lease_key: key.into(),
+        timeout_ms: Some(timeout_ms),
+    })
+}
+
+fn rollback(key: &str) -> RequestPayload {
+    RequestPayload::SqliteRollback(ars::SqliteRollback {
+        lease_key: key.into(),
+    })
+}
+
+/// A long-lived connection reusing one key: each ended lease (commit,
+/// rollback, expiry) is forgotten, so the table does not grow per
+/// transaction and the key can begin again.
+#[tokio::test]
+async fn ended_lease_keys_are_forgotten() {
+    let options = ArsServerOptions {
+        lease_timeout: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    let mut raw = Raw::hello(&server.path()).await;
+    raw.send(1, None, query(CREATE)).await;
+    raw.response().await;
+    let mut id = 2;
+    for round in 0..50 {
+        raw.send(id, None, begin_with_timeout("k", 60_000)).await;
+        assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
+        let end = if round % 2 == 0 {
+            commit("k")
+        } else {
+            rollback("k")
+        };
+        raw.send(id + 1, None, end).await;
+        assert!(matches!(
+            raw.response().await.1,
+            ResponsePayload::SqliteCommitOk | ResponsePayload::SqliteRollbackOk
+        ));
+        id += 2;
+    }
+    // Expiry: the holder is told, then the key is forgotten too.
+    raw.send(id, None, begin("k")).await;
+    assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
+    // Another connection's Begin is granted only after the expiry.
+    let mut other = Raw::hello(&server.path()).await;
+    other.send(1, None, begin("o")).await;
+    assert_eq!(other.response().await.1, ResponsePayload::SqliteBeginOk);
+    other.send(2, None, commit("o")).await;
+    assert_eq!(other.response().await.1, ResponsePayload::SqliteCommitOk);
+    raw.send(id + 1, None, commit("k")).await;
+    assert!(matches!(
+        raw.response().await.1,
+        ResponsePayload::LeaseExpired(_)
+    ));
+    raw.send(id + 2, None, begin("k")).await;
+    assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
+    raw.send(id + 3, None, commit("k")).await;
+    assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
+    server.handle.shutdown().await;
+}
+
+/// A Begin asking for `u64::MAX` ms gets the server's maximum: the writer is
+/// free for others once that passes, while the holder is still connected.
+#[tokio::test]
+async fn a_huge_lease_timeout_is_capped() {
+    let options = ArsServerOptions {
+        max_lease_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    let mut hog = Raw::hello(&server.path()).await;
+    hog.send(1, None, query(CREATE)).await;
+    hog.response().await;
+    hog.send(2, None, query("INSERT INTO t (id) VALUES (1)"))
+        .await;
+    hog.response().await;
+    hog.send(3, None, begin_with_timeout("hog", u64::MAX)).await;
+    assert_eq!(hog.response().await.1, ResponsePayload::SqliteBeginOk);
+    let mut other = Raw::hello(&server.path()).await;
+    other.send(1, None, begin("next")).await;
+    assert_eq!(other.response().await.1, ResponsePayload::SqliteBeginOk);
+    other
+        .send(2, Some("next"), query("SELECT COUNT(*) FROM t"))
+        .await;
+    assert_eq!(
+        scalar(&other.response().await.1),
+        Some(1),
+        "committed row kept"
+    );
+    other.send(3, None, commit("next")).await;
+    assert_eq!(other.response().await.1, ResponsePayload::SqliteCommitOk);
+    hog.send(4, None, commit("hog")).await;
+    assert!(matches!(
+        hog.response().await.1,
+        ResponsePayload::LeaseExpired(LeaseExpired {
+            timeout_ms: 200,
+            ..
+        })
+    ));
+    server.handle.shutdown().await;
+}
+
+/// Connections over the cap are closed as they arrive; the served ones are
+/// unaffected, and a freed slot is usable again.
+#[tokio::test]
+async fn connections_are_capped() {
+    let options = ArsServerOptions {
+        max_connections: 2,
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    let a = Raw::hello(&server.path()).await;
+    let mut b = Raw::hello(&server.path()).await;
+    let mut c = Raw::connect(&server.path()).await;
+    let _ = c.stream.write_all(&[0, 0, 0, 2, 1, 0]).await;
+    c.expect_closed().await;
+    b.send(1, None, query("SELECT 1")).await;
+    assert!(matches!(
+        b.response().await.1,
+        ResponsePayload::SqliteQueryOk(_)
+    ));
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut d = Raw::connect(&server.path()).await;
+        let _ = d.stream.write_all(&[0, 0, 0, 2, 1, 0]).await;
+        if d.payload().await.is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.handle.shutdown().await;
+}
+
+/// A client that pipelines requests for large results and never reads is
+/// closed once its unread responses pass the outbox bound; the server and
+/// its committed data are fine.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed() {
+    let options = ArsServerOptions {
+        max_outbox_bytes: 4 * 1024 * 1024,
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    let mut setup = Raw::hello(&server.path()).await;
+    setup.send(1, None, query(CREATE)).await;
+    setup.response().await;
+    setup
+        .send(2, None, query("INSERT INTO t (id) VALUES (7)"))
+        .await;
+    setup.response().await;
+    let mut greedy = Raw::hello(&server.path()).await;
+    for id in 1..=64 {
+        greedy
+            .send(id, None, query("SELECT randomblob(1000000)"))
+            .await;
+    }
+    // Reading now: whatever was written before the close, then the end.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut answered = 0;
+    while greedy.payload().await.is_some() {
+        answered += 1;
+        assert!(tokio::time::Instant::now() < deadline, "never closed");
+    }
+    assert!(answered < 64, "all {answered} responses were buffered");
+    setup.send(3, None, query("SELECT COUNT(*) FROM t")).await;
+    assert_eq!(scalar(&setup.response().await.1), Some(1));
+    server.handle.shutdown().await;
 }

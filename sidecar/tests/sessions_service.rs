@@ -44,6 +44,7 @@ fn agents(state: &Path) -> BTreeMap<String, AgentSpec> {
         command: bin.clone(),
         args: args.iter().map(|s| s.to_string()).collect(),
         env: BTreeMap::from([("AGENTOS_FAKE_AGENT_LOG".to_owned(), log.clone())]),
+        sandbox: Default::default(),
     };
     let dir = state.join("agent-state").display().to_string();
     BTreeMap::from([

@@ -12,6 +12,7 @@ fn options() -> Options {
     Options {
         limits: json!({"acp": {"maxReadLineBytes": 65536}}),
         agents: json!({"missing": {"command": "agentos-no-such-agent-command"}}),
+        ..Options::default()
     }
 }
 

@@ -11,7 +11,11 @@ const B64_HELLO: &str = "aGVsbG8="; // "hello"
 
 async fn adapters_use_the_vfs_within_their_roots(backend: Backend) {
     let sc = Sidecar::start(backend).await;
-    sc.open("fs", "echo").await;
+    sc.ok(
+        "sessions/open",
+        json!({"sessionId": "fs", "agent": "echo", "cwd": "/home/agentos"}),
+    )
+    .await;
     let wrote = sc
         .prompt(
             "fs",

@@ -49,6 +49,19 @@
 //! - `fs_write <path> <content>`: asks `fs/write_text_file`, echoes "wrote"
 //!   (or the error message).
 //! - `inspect`: a chunk holding the JSON of the whole prompt array.
+//!
+//! Probes of what the agent process itself can reach (the confinement
+//! tests play a hostile agent with them):
+//! - `env`: a chunk holding the JSON object of its environment.
+//! - `cwd`: a chunk holding its working directory.
+//! - `background`: starts `sleep 1000` in the background (not waited for)
+//!   and answers a chunk "background <pid>".
+//! - `host_read <path>`: reads a host file directly; a chunk with its content
+//!   or "error: <reason>".
+//! - `host_write <path> <content>`: writes a host file directly; "wrote" or
+//!   "error: <reason>".
+//! - `host_connect <path>`: connects to a Unix socket; "connected" or
+//!   "error: <reason>".
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -495,6 +508,57 @@ impl Agent {
                     Ok(_) => self.chunk(session_id, "wrote"),
                     Err(error) => self.chunk(session_id, &error.message),
                 }
+            }
+            "env" => {
+                let vars: serde_json::Map<String, Value> = std::env::vars_os()
+                    .map(|(k, v)| {
+                        (
+                            k.to_string_lossy().into_owned(),
+                            Value::String(v.to_string_lossy().into_owned()),
+                        )
+                    })
+                    .collect();
+                self.chunk(session_id, &Value::Object(vars).to_string());
+            }
+            "cwd" => {
+                let cwd = std::env::current_dir()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|e| format!("error: {e}"));
+                self.chunk(session_id, &cwd);
+            }
+            "background" => {
+                let started = std::process::Command::new("sleep")
+                    .arg("1000")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn();
+                let text = match started {
+                    // Deliberately never waited for: it must not outlive us.
+                    Ok(child) => format!("background {}", child.id()),
+                    Err(e) => format!("error: {e}"),
+                };
+                self.chunk(session_id, &text);
+            }
+            "host_read" => {
+                let text =
+                    fs::read_to_string(rest.trim()).unwrap_or_else(|e| format!("error: {e}"));
+                self.chunk(session_id, &text);
+            }
+            "host_write" => {
+                let (path, content) = rest.split_once(' ').unwrap_or((rest, ""));
+                let text = match fs::write(path, content) {
+                    Ok(()) => "wrote".to_owned(),
+                    Err(e) => format!("error: {e}"),
+                };
+                self.chunk(session_id, &text);
+            }
+            "host_connect" => {
+                let text = match std::os::unix::net::UnixStream::connect(rest.trim()) {
+                    Ok(_) => "connected".to_owned(),
+                    Err(e) => format!("error: {e}"),
+                };
+                self.chunk(session_id, &text);
             }
             "inspect" => {
                 self.chunk(session_id, &Value::Array(prompt.to_vec()).to_string());

@@ -189,6 +189,22 @@ pub struct VmStatus {
     pub keep_awake_holders: u64,
     pub database: DatabaseInfo,
     pub uptime_ms: u64,
+    /// Whether adapters run confined.
+    pub confinement: ConfinementInfo,
+}
+
+/// How the VM's adapter processes are confined.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfinementInfo {
+    /// True when the kernel offers the mechanism and adapters enter it.
+    pub active: bool,
+    /// `"landlock"`, or `"none"` when the kernel offers nothing.
+    pub mechanism: String,
+    /// The Landlock ABI version the kernel offers (0 when none).
+    pub abi: u32,
+    /// Agents whose registry entry turned confinement off.
+    pub unconfined_agents: Vec<String>,
 }
 
 /// The database kind a VM runs on.
@@ -204,11 +220,13 @@ pub struct AgentsList {
     pub agents: Vec<AgentEntry>,
 }
 
-/// One registry entry.
+/// One registry entry. The environment is listed by name only: its values
+/// are the agent's secrets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AgentEntry {
     pub id: String,
     pub command: String,
     pub args: Vec<String>,
-    pub env: std::collections::BTreeMap<String, String>,
+    pub env_names: Vec<String>,
 }

@@ -7,6 +7,14 @@
 //! writer at a time (SQLite has one), bounded queues answered with QueueFull,
 //! and GoAway for anything malformed, after which only that connection closes.
 //!
+//! It also holds up under abuse: a lease key is forgotten once its
+//! transaction commits, rolls back or expires (an expired lease is
+//! remembered as expired until its holder ends it, a bounded number per
+//! connection); a client's lease timeout is capped by the server's maximum;
+//! connections are capped; and each connection's outbox is bounded in bytes,
+//! so a client that pipelines requests and stops reading is closed rather
+//! than buffered for.
+//!
 //! All SQLite work happens on one dedicated thread that owns the connection
 //! and the transaction coordinator; connection tasks only parse, validate the
 //! lease rules that need no database state, and write responses.
@@ -47,6 +55,13 @@ pub struct ArsServerOptions {
     /// Requests accepted but not yet answered (`sqliteWorkerQueue`).
     pub worker_queue_capacity: u32,
     pub handshake_timeout: Duration,
+    /// The longest lease a client may ask for; longer requests are capped.
+    pub max_lease_timeout: Duration,
+    /// Connections served at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// Encoded responses waiting for one client to read them; a client
+    /// over this is closed.
+    pub max_outbox_bytes: usize,
 }
 
 impl Default for ArsServerOptions {
@@ -57,6 +72,9 @@ impl Default for ArsServerOptions {
             coordinator_queue_capacity: 1024,
             worker_queue_capacity: 8192,
             handshake_timeout: Duration::from_secs(10),
+            max_lease_timeout: Duration::from_secs(300),
+            max_connections: 1024,
+            max_outbox_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -69,6 +87,8 @@ pub enum ArsServerError {
     Database(#[from] DbError),
     #[error("server i/o failed: {0}")]
     Io(String),
+    #[error("{message}")]
+    Locked { code: &'static str, message: String },
 }
 
 impl ArsServerError {
@@ -77,6 +97,7 @@ impl ArsServerError {
             ArsServerError::Bind { .. } => "ars_server_bind_failed",
             ArsServerError::Database(_) => "ars_server_database_failed",
             ArsServerError::Io(_) => "ars_server_io_failed",
+            ArsServerError::Locked { code, .. } => code,
         }
     }
 }
@@ -133,18 +154,20 @@ pub async fn bind(
                 .map_err(|e| bind_error(format!("cannot create its directory: {e}")))?;
         }
     }
-    if socket_path.exists() {
-        if UnixStream::connect(socket_path).await.is_ok() {
-            return Err(bind_error("another server is listening there".into()));
-        }
-        std::fs::remove_file(socket_path)
-            .map_err(|e| bind_error(format!("cannot remove the stale socket: {e}")))?;
-    }
+    // Only a socket nobody answers on may be replaced.
+    crate::private::remove_stale_socket(socket_path).map_err(|e| bind_error(e.to_string()))?;
     let db_path = db_path.to_owned();
     let conn = tokio::task::spawn_blocking(move || open_connection(&db_path))
         .await
         .map_err(|e| ArsServerError::Io(e.to_string()))??;
-    let listener = UnixListener::bind(socket_path).map_err(|e| bind_error(e.to_string()))?;
+    // Bound under a restrictive umask: no window in which others could
+    // connect before the mode is set.
+    // SAFETY: umask(2) only swaps the process's file-creation mask.
+    let old_umask = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(socket_path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old_umask) };
+    let listener = bound.map_err(|e| bind_error(e.to_string()))?;
     std::fs::set_permissions(socket_path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| bind_error(format!("cannot make the socket 0600: {e}")))?;
 
@@ -180,6 +203,11 @@ pub async fn bind(
 
 /// The `ars-serve` subcommand: serve until SIGINT or SIGTERM.
 pub async fn run_cli(db: &Path, socket: &Path) -> Result<(), ArsServerError> {
+    // One server per database file.
+    let _lock = crate::private::StoreLock::acquire(db).map_err(|e| ArsServerError::Locked {
+        code: e.code(),
+        message: e.to_string(),
+    })?;
     let handle = bind(db, socket, ArsServerOptions::default()).await?;
     eprintln!(
         "serving {} on {} (Actor Runtime Socket v1)",
@@ -235,8 +263,13 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
                     connections.retain(|task: &JoinHandle<()>| !task.is_finished());
+                    if connections.len() >= shared.options.max_connections {
+                        tracing::warn!(max = shared.options.max_connections, "ars server: refusing a connection over the cap");
+                        drop(stream);
+                        continue;
+                    }
+                    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
                     connections.push(tokio::spawn(serve_connection(
                         stream,
                         id,
@@ -272,7 +305,76 @@ enum Outgoing {
     Close,
 }
 
-type Outbox = tmpsc::UnboundedSender<Outgoing>;
+impl Outgoing {
+    /// About what this costs once encoded: what bounds an outbox.
+    fn approx_bytes(&self) -> usize {
+        match self {
+            Outgoing::Response(_, payload) => payload_bytes(payload),
+            Outgoing::Responses(all) => all.iter().map(|(_, p)| payload_bytes(p)).sum(),
+            Outgoing::GoAway(_) | Outgoing::Close => 16,
+        }
+    }
+}
+
+/// An estimate of a response's encoded size (never below its real size by
+/// more than the per-frame header slack).
+fn payload_bytes(payload: &ResponsePayload) -> usize {
+    const FRAME: usize = 16;
+    match payload {
+        ResponsePayload::SqliteQueryOk(ok) => {
+            let columns: usize = ok.columns.iter().map(|c| c.len() + 4).sum();
+            let values: usize = ok
+                .rows
+                .iter()
+                .flatten()
+                .map(|v| match v {
+                    ars::SqlValue::SqlText(t) => t.len() + 4,
+                    ars::SqlValue::SqlBlob(b) => b.len() + 4,
+                    _ => 9,
+                })
+                .sum();
+            FRAME + columns + values + ok.rows.len() * 4
+        }
+        ResponsePayload::SqlError(e) => FRAME + e.message.len(),
+        ResponsePayload::InvalidLeaseKey(e) => FRAME + e.message.len(),
+        ResponsePayload::LeaseExpired(e) => FRAME + e.message.len(),
+        ResponsePayload::QueueFull(q) => FRAME + q.limit.len(),
+        _ => FRAME,
+    }
+}
+
+/// A connection's outbox: a queue for its writer task, bounded in bytes.
+/// Going over the bound marks the connection for closing.
+#[derive(Clone)]
+struct Outbox {
+    tx: tmpsc::UnboundedSender<Outgoing>,
+    bytes: Arc<AtomicUsize>,
+    limit: usize,
+    overflow: Arc<tokio::sync::Notify>,
+}
+
+impl Outbox {
+    fn send(&self, message: Outgoing) {
+        let size = message.approx_bytes();
+        let total = self.bytes.fetch_add(size, Ordering::AcqRel) + size;
+        if self.tx.send(message).is_err() {
+            return;
+        }
+        if total > self.limit {
+            self.overflow.notify_one();
+        }
+    }
+}
+
+/// Lease keys in use on one connection, shared with the SQLite thread,
+/// which forgets each once its transaction has ended.
+type LeaseKeys = Arc<Mutex<HashSet<String>>>;
+
+fn forget_key(keys: &LeaseKeys, key: &str) {
+    if let Ok(mut keys) = keys.lock() {
+        keys.remove(key);
+    }
+}
 
 enum ReadOutcome {
     Frame(Bytes),
@@ -331,14 +433,22 @@ async fn serve_connection(
     }
 
     let in_flight: Arc<Mutex<HashSet<u32>>> = Arc::default();
-    let (out, out_rx) = tmpsc::unbounded_channel();
+    let (out_tx, out_rx) = tmpsc::unbounded_channel();
+    let out = Outbox {
+        tx: out_tx,
+        bytes: Arc::default(),
+        limit: shared.options.max_outbox_bytes,
+        overflow: Arc::default(),
+    };
     let writer = tokio::spawn(write_loop(
         wr,
         out_rx,
         in_flight.clone(),
         shared.options.max_frame_bytes,
+        out.bytes.clone(),
     ));
-    let mut used_keys: HashSet<String> = HashSet::new();
+    let keys: LeaseKeys = Arc::default();
+    let mut overflowed = false;
     let mut accepted: Vec<Req> = Vec::new();
     'serve: loop {
         // Take every complete frame the last read brought in and hand the
@@ -369,8 +479,8 @@ async fn serve_connection(
                 go_away = Some(GoAwayReason::MalformedFrame);
                 break;
             }
-            if let Some(rejection) = check_lease_rules(&request, &mut used_keys) {
-                let _ = out.send(Outgoing::Response(
+            if let Some(rejection) = check_lease_rules(&request, &keys) {
+                out.send(Outgoing::Response(
                     request.request_id,
                     ResponsePayload::InvalidLeaseKey(InvalidLeaseKey { message: rejection }),
                 ));
@@ -379,7 +489,7 @@ async fn serve_connection(
             let capacity = shared.options.worker_queue_capacity;
             if shared.queued.fetch_add(1, Ordering::AcqRel) >= capacity as usize {
                 shared.queued.fetch_sub(1, Ordering::AcqRel);
-                let _ = out.send(Outgoing::Response(
+                out.send(Outgoing::Response(
                     request.request_id,
                     ResponsePayload::QueueFull(QueueFull {
                         limit: "sqliteWorkerQueue".into(),
@@ -394,6 +504,7 @@ async fn serve_connection(
                 lease: request.lease_key,
                 payload: request.payload,
                 out: out.clone(),
+                keys: keys.clone(),
             });
         }
         if !accepted.is_empty() {
@@ -401,7 +512,7 @@ async fn serve_connection(
             if let Err(Job::Requests(refused)) = shared.send(Job::Requests(requests)) {
                 for req in refused {
                     shared.queued.fetch_sub(1, Ordering::AcqRel);
-                    let _ = out.send(Outgoing::Response(
+                    out.send(Outgoing::Response(
                         req.request_id,
                         ResponsePayload::EndpointClosed,
                     ));
@@ -409,7 +520,7 @@ async fn serve_connection(
             }
         }
         if let Some(reason) = go_away {
-            let _ = out.send(Outgoing::GoAway(reason));
+            out.send(Outgoing::GoAway(reason));
             break;
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
@@ -417,6 +528,10 @@ async fn serve_connection(
         }
         let read = tokio::select! {
             _ = shutdown.changed() => break,
+            _ = out.overflow.notified() => {
+                overflowed = true;
+                break;
+            }
             read = rd.read_buf(&mut buf) => read,
         };
         match read {
@@ -425,13 +540,26 @@ async fn serve_connection(
         }
     }
     let _ = shared.send(Job::Closed { conn: conn_id });
-    let _ = out.send(Outgoing::Close);
+    if overflowed {
+        // The client stopped reading: nothing more is written to it.
+        tracing::warn!(
+            conn = conn_id,
+            max = shared.options.max_outbox_bytes,
+            "ars server: closing a connection whose unread responses exceeded the outbox bound"
+        );
+        writer.abort();
+        return;
+    }
+    out.send(Outgoing::Close);
     drop(out);
     let _ = writer.await;
 }
 
 /// The lease rules that depend only on this connection's history.
-fn check_lease_rules(request: &ars::Request, used_keys: &mut HashSet<String>) -> Option<String> {
+fn check_lease_rules(request: &ars::Request, keys: &LeaseKeys) -> Option<String> {
+    let Ok(mut used_keys) = keys.lock() else {
+        return Some("the connection's lease table is unusable".into());
+    };
     match &request.payload {
         RequestPayload::SqliteBegin(begin) => {
             if request.lease_key.is_some() {
@@ -470,14 +598,17 @@ async fn write_loop(
     mut rx: tmpsc::UnboundedReceiver<Outgoing>,
     in_flight: Arc<Mutex<HashSet<u32>>>,
     max_frame_bytes: u32,
+    queued_bytes: Arc<AtomicUsize>,
 ) {
     let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut responses: Vec<(u32, ResponsePayload)> = Vec::new();
     'outer: while let Some(first) = rx.recv().await {
         let mut next = Some(first);
         let mut stop = false;
+        let mut taken = 0;
         // Coalesce whatever is already queued into one write.
         while let Some(message) = next.take() {
+            taken += message.approx_bytes();
             match message {
                 Outgoing::Response(id, payload) => responses.push((id, payload)),
                 Outgoing::Responses(mut more) => responses.append(&mut more),
@@ -511,6 +642,7 @@ async fn write_loop(
             }
             batch.clear();
         }
+        queued_bytes.fetch_sub(taken, Ordering::AcqRel);
         if stop {
             break;
         }
@@ -562,6 +694,7 @@ struct Req {
     lease: Option<String>,
     payload: RequestPayload,
     out: Outbox,
+    keys: LeaseKeys,
 }
 
 enum Job {
@@ -596,7 +729,12 @@ struct ActiveLease {
     id: LeaseId,
     deadline: Instant,
     timeout_ms: u64,
+    keys: LeaseKeys,
 }
+
+/// Expired leases remembered (so their holder is told `LeaseExpired`) until
+/// the holder ends them; beyond this many the oldest are forgotten.
+const MAX_REMEMBERED_EXPIRED: usize = 1024;
 
 struct Worker {
     db: Connection,
@@ -619,6 +757,8 @@ struct Worker {
     incoming: VecDeque<Req>,
     replies: Vec<Replies>,
     held: usize,
+    /// Expired leases in expiry order, with their connection's key table.
+    expired: VecDeque<(LeaseId, LeaseKeys)>,
 }
 
 impl Worker {
@@ -644,6 +784,7 @@ impl Worker {
             incoming: VecDeque::new(),
             replies: Vec::new(),
             held: 0,
+            expired: VecDeque::new(),
         }
     }
 
@@ -718,7 +859,7 @@ impl Worker {
 
     fn flush(&mut self) {
         for held in self.replies.drain(..) {
-            let _ = held.out.send(Outgoing::Responses(held.replies));
+            held.out.send(Outgoing::Responses(held.replies));
         }
         self.held = 0;
     }
@@ -738,12 +879,17 @@ impl Worker {
         match &req.payload {
             RequestPayload::SqliteBegin(begin) => {
                 let id = (req.conn, begin.lease_key.clone());
+                // The client's wish, within the server's maximum.
+                let max_ms =
+                    u64::try_from(self.options.max_lease_timeout.as_millis()).unwrap_or(u64::MAX);
                 let timeout_ms = begin
                     .timeout_ms
-                    .unwrap_or(self.options.lease_timeout.as_millis() as u64);
+                    .unwrap_or(self.options.lease_timeout.as_millis() as u64)
+                    .min(max_ms);
                 if self.active.is_none() {
                     self.start(req, id, timeout_ms);
                 } else if self.waiting.len() >= self.options.coordinator_queue_capacity as usize {
+                    forget_key(&req.keys, &id.1);
                     let capacity = self.options.coordinator_queue_capacity;
                     self.respond(
                         req,
@@ -790,10 +936,14 @@ impl Worker {
     fn start(&mut self, req: Req, id: LeaseId, timeout_ms: u64) {
         match self.db.execute_batch("BEGIN IMMEDIATE") {
             Ok(()) => {
+                let now = Instant::now();
                 self.active = Some(ActiveLease {
                     id: id.clone(),
-                    deadline: Instant::now() + Duration::from_millis(timeout_ms),
+                    deadline: now
+                        .checked_add(Duration::from_millis(timeout_ms))
+                        .unwrap_or(now + self.options.max_lease_timeout),
                     timeout_ms,
+                    keys: req.keys.clone(),
                 });
                 self.states.insert(id.clone(), LeaseState::Active);
                 self.respond(req, ResponsePayload::SqliteBeginOk);
@@ -805,6 +955,7 @@ impl Worker {
             }
             Err(e) => {
                 self.states.remove(&id);
+                forget_key(&req.keys, &id.1);
                 let parked = self.parked.remove(&id).unwrap_or_default();
                 self.respond(req, db_error_payload(sql_error(0)(e)));
                 for parked_req in parked {
@@ -824,6 +975,7 @@ impl Worker {
             Some(LeaseState::Expired { timeout_ms }) => {
                 let timeout_ms = *timeout_ms;
                 self.states.remove(&id);
+                forget_key(&req.keys, &id.1);
                 self.respond(req, expired(timeout_ms));
                 return;
             }
@@ -845,6 +997,9 @@ impl Worker {
             ResponsePayload::SqliteRollbackOk
         };
         self.states.remove(&id);
+        // Ended: the key is forgotten, so a long-lived connection's table
+        // holds only its open leases.
+        forget_key(&req.keys, &id.1);
         self.active = None;
         self.respond(req, payload);
         self.promote();
@@ -854,11 +1009,21 @@ impl Worker {
         if let Some(active) = self.active.take() {
             self.rollback_if_open();
             self.states.insert(
-                active.id,
+                active.id.clone(),
                 LeaseState::Expired {
                     timeout_ms: active.timeout_ms,
                 },
             );
+            self.expired.push_back((active.id, active.keys));
+            while self.expired.len() > MAX_REMEMBERED_EXPIRED {
+                let Some((id, keys)) = self.expired.pop_front() else {
+                    break;
+                };
+                if matches!(self.states.get(&id), Some(LeaseState::Expired { .. })) {
+                    self.states.remove(&id);
+                    forget_key(&keys, &id.1);
+                }
+            }
             self.promote();
         }
     }
@@ -890,6 +1055,7 @@ impl Worker {
             self.active = None;
         }
         self.states.retain(|id, _| id.0 != conn);
+        self.expired.retain(|(id, _)| id.0 != conn);
         for (id, parked) in std::mem::take(&mut self.parked) {
             if id.0 == conn {
                 parked.into_iter().for_each(|r| self.drop_request(r));

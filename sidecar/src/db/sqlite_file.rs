@@ -121,6 +121,10 @@ impl Database for SqliteFileDatabase {
 
 /// Opens a connection with the settings every backend's file must have.
 pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
+    // Private whatever the umask: the file is created 0600 first, and
+    // SQLite gives the WAL and SHM the database file's mode.
+    crate::private::prepare_database_file(path)
+        .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     let conn =
         Connection::open(path).map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
@@ -140,6 +144,9 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     if on != 1 {
         return Err(DbError::ForeignKeysDisabled);
     }
+    // The WAL and SHM exist now; an older deployment may have left them wider.
+    crate::private::restrict_database_files(path)
+        .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     Ok(conn)
 }
 

@@ -178,7 +178,7 @@ pub(super) async fn dispatch(
                     id: id.clone(),
                     command: spec.command.clone(),
                     args: spec.args.clone(),
-                    env: spec.env.clone(),
+                    env_names: spec.env.keys().cloned().collect(),
                 })
                 .collect();
             reply(&wire::AgentsList { agents })
@@ -189,6 +189,7 @@ pub(super) async fn dispatch(
                 &status,
                 vm.database_kind.as_str(),
                 vm.started.elapsed().as_millis() as u64,
+                vm.launcher.info(),
             ))
         }
         m if m.starts_with("fs/") => super::fs::dispatch(vm, m, raw).await,

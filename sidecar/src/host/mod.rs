@@ -1,5 +1,8 @@
 //! The host front door: length-delimited JSON-RPC 2.0 on a Unix socket
-//! (mode 0600), for the host actor and operators.
+//! (mode 0600), for the host actor and operators. A connecting process must
+//! run under an allowed uid (`allowedUids`, checked with `SO_PEERCRED`;
+//! by default only the sidecar's own), so adapters run under another uid
+//! cannot reach it.
 //!
 //! Bytes become frames in `FrameDecoder`, frames become messages in
 //! `decode_message`, and messages become service calls in `dispatch.rs`
@@ -57,6 +60,7 @@ pub struct HostServer {
     path: PathBuf,
     vm: Arc<Vm>,
     limits: HostLimits,
+    allowed_uids: Vec<u32>,
 }
 
 impl HostServer {
@@ -67,15 +71,10 @@ impl HostServer {
             message,
         };
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| err(e.to_string()))?;
+            crate::private::create_private_dir(parent).map_err(|e| err(e.to_string()))?;
         }
-        if path.exists() {
-            // Only a socket nobody answers on may be replaced.
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(err("another process is serving this socket".into()));
-            }
-            std::fs::remove_file(path).map_err(|e| err(e.to_string()))?;
-        }
+        // Only a socket nobody answers on may be replaced.
+        crate::private::remove_stale_socket(path).map_err(|e| err(e.to_string()))?;
         // Create it private: no window in which others could connect.
         let old_umask = unsafe { libc::umask(0o177) };
         let bound = UnixListener::bind(path);
@@ -83,11 +82,19 @@ impl HostServer {
         let listener = bound.map_err(|e| err(e.to_string()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| err(e.to_string()))?;
+        // SAFETY: getuid(2) cannot fail and has no memory effects.
+        let own_uid = unsafe { libc::getuid() };
+        let allowed_uids = vm
+            .config
+            .allowed_uids
+            .clone()
+            .unwrap_or_else(|| vec![own_uid]);
         Ok(HostServer {
             listener,
             path: path.to_owned(),
             vm,
             limits,
+            allowed_uids,
         })
     }
 
@@ -123,6 +130,19 @@ impl HostServer {
                             continue;
                         }
                     };
+                    match stream.peer_cred() {
+                        Ok(cred) if self.allowed_uids.contains(&cred.uid()) => {}
+                        Ok(cred) => {
+                            tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refusing a host connection: its uid is not in allowedUids");
+                            drop(stream);
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "refusing a host connection: its credentials cannot be read");
+                            drop(stream);
+                            continue;
+                        }
+                    }
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
                         tracing::warn!("refusing a host connection: limits.host.maxConnections reached");
                         drop(stream);

@@ -93,7 +93,12 @@ fn usage(usage: &Usage) -> wire::Usage {
     }
 }
 
-pub(super) fn vm_status(status: &VmStatus, database: &str, uptime_ms: u64) -> wire::VmStatus {
+pub(super) fn vm_status(
+    status: &VmStatus,
+    database: &str,
+    uptime_ms: u64,
+    confinement: wire::ConfinementInfo,
+) -> wire::VmStatus {
     wire::VmStatus {
         sessions: usage(&status.sessions),
         prompts: usage(&status.prompts),
@@ -105,6 +110,7 @@ pub(super) fn vm_status(status: &VmStatus, database: &str, uptime_ms: u64) -> wi
             kind: database.to_owned(),
         },
         uptime_ms,
+        confinement,
     }
 }
 

@@ -44,7 +44,9 @@ use store::{NewSession, PromptState, SessionStatus};
 
 pub use route::build_continuation;
 
-const DEFAULT_CWD: &str = "/home/agentos";
+/// A session opened without `cwd` gets `DEFAULT_CWD/<escaped session id>`,
+/// its own, so sessions never share files by accident.
+const DEFAULT_CWD: &str = "/home/agentos/sessions";
 const DEFAULT_SESSION_ID: &str = "main";
 const DEFAULT_LIST_LIMIT: u64 = 50;
 const DEFAULT_HISTORY_LIMIT: u64 = 100;
@@ -81,6 +83,15 @@ impl Sessions {
         Sessions {
             shared: Arc::new(Shared::new(store, agents, limits, fs)),
         }
+    }
+
+    /// Starts adapters through `launcher`; call it on a service just built.
+    pub fn with_launcher(mut self, launcher: Arc<crate::sandbox::Launcher>) -> Sessions {
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => shared.launcher = launcher,
+            None => tracing::error!("with_launcher on a service already in use; ignored"),
+        }
+        self
     }
 
     pub fn store(&self) -> &SessionStore {
@@ -157,7 +168,12 @@ impl Sessions {
         if !self.shared.agents.contains_key(&params.agent) {
             return Err(SessionError::AgentNotFound(params.agent));
         }
-        let cwd = params.cwd.clone().unwrap_or_else(|| DEFAULT_CWD.to_owned());
+        let cwd = params.cwd.clone().unwrap_or_else(|| {
+            format!(
+                "{DEFAULT_CWD}/{}",
+                crate::sandbox::session_dir_name(&session_id)
+            )
+        });
         check_absolute("cwd", &cwd)?;
         let dirs = params.additional_directories.clone().unwrap_or_default();
         for dir in &dirs {

@@ -15,6 +15,7 @@ use super::route::RouteHandle;
 use super::store::{HistoryCounters, PermissionState, SessionStore};
 use super::{FsBridge, Hub, NotPendingReason, SessionError};
 use crate::config::{AcpLimits, AgentSpec};
+use crate::sandbox::Launcher;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -29,6 +30,8 @@ pub(crate) struct Shared {
     pub notices: broadcast::Sender<Notice>,
     pub keep_awake: KeepAwake,
     pub fs: Option<Arc<dyn FsBridge>>,
+    /// Where and how adapters start (their directories and confinement).
+    pub launcher: Arc<Launcher>,
     pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
     /// One route start at a time per session.
     pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -57,6 +60,7 @@ impl Shared {
             notices,
             keep_awake: KeepAwake::default(),
             fs,
+            launcher: Arc::new(Launcher::inherit()),
             routes: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),

@@ -77,6 +77,15 @@ impl<'a> Trial<'a> {
             Backend::SqliteFile => json!({"type": "sqlite_file", "path": self.state.db_path()}),
             Backend::ActorUds => json!({"type": "actor_uds", "path": dir.join("a.sock")}),
         };
+        // The confined agent may append to the log only if it exists when
+        // the agent starts (Landlock rules name existing files).
+        if let Err(e) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            eprintln!("cannot create the prompt log {}: {e}", log.display());
+        }
         json!({
             "database": database,
             "socket": dir.join("h.sock"),
@@ -84,6 +93,7 @@ impl<'a> Trial<'a> {
                 "command": self.options.fake_agent,
                 "args": [],
                 "env": {"AGENTOS_FAKE_AGENT_LOG": log},
+                "sandbox": {"writePaths": [log]},
             }},
         })
     }

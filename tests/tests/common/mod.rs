@@ -98,6 +98,10 @@ pub struct Options {
     pub limits: Value,
     /// Extra agents, merged into the registry.
     pub agents: Value,
+    /// Merged into the top level of the config.
+    pub config: Value,
+    /// Set in the sidecar's own environment.
+    pub env: Vec<(String, String)>,
 }
 
 /// One running sidecar and its first client connection.
@@ -182,28 +186,36 @@ impl Sidecar {
         };
         let state = root.join("agent-state");
         let log = root.join("prompts.log");
+        // Confined agents may write only where the registry says, and a
+        // Landlock rule names an existing path: create both first.
+        std::fs::create_dir_all(&state).expect("agent state dir");
+        std::fs::File::create(&log).expect("prompt log");
+        let sandbox = json!({"writePaths": [state, log]});
         let mut agents = json!({
-            "echo": {"command": fake, "env": {"AGENTOS_FAKE_AGENT_LOG": log}},
+            "echo": {"command": fake, "env": {"AGENTOS_FAKE_AGENT_LOG": log},
+                     "sandbox": sandbox},
             "loader": {"command": fake, "args": ["--load-session", "--state-dir", state],
-                       "env": {"AGENTOS_FAKE_AGENT_LOG": log}},
+                       "env": {"AGENTOS_FAKE_AGENT_LOG": log}, "sandbox": sandbox},
             "resumer": {"command": fake, "args": ["--resume", "--state-dir", state],
-                        "env": {"AGENTOS_FAKE_AGENT_LOG": log}},
+                        "env": {"AGENTOS_FAKE_AGENT_LOG": log}, "sandbox": sandbox},
             "example": {"command": "node", "args": [example_agent_script()]},
         });
         merge(&mut agents, &options.agents);
         let mut limits = json!({});
         merge(&mut limits, &options.limits);
         let socket = root.join("sidecar.sock");
-        let config = json!({
+        let mut config = json!({
             "database": database,
             "socket": socket,
             "agents": agents,
             "limits": limits,
         });
+        merge(&mut config, &options.config);
         let mut child = Command::new(&sidecar)
             .arg("serve")
             .arg("--config")
             .arg("-")
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(

@@ -69,12 +69,24 @@ impl Route {
             .ok_or_else(|| SessionError::AgentNotFound(row.agent.clone()))?;
         let mut env: BTreeMap<String, String> = spec.env.clone();
         env.extend(row.env.clone());
-        let command = AdapterCommand {
+        let launch = shared
+            .launcher
+            .prepare(&row.session_id, spec)
+            .map_err(|e| adapter_error(&AdapterError::Spawn(e)))?;
+        let mut command = AdapterCommand {
             program: spec.command.clone(),
             args: spec.args.clone(),
             env,
             cwd: None,
+            confinement: None,
         };
+        if let Some(launch) = launch {
+            command
+                .env
+                .insert("TMPDIR".into(), launch.tmp.display().to_string());
+            command.cwd = Some(launch.cwd);
+            command.confinement = launch.confinement;
+        }
         let options = AdapterOptions {
             max_read_line_bytes: shared.limits.max_read_line_bytes as usize,
             // Room for one full group commit to accumulate while the previous

@@ -1,0 +1,201 @@
+//! Files are private: the data directory is created 0700, the database and
+//! its WAL and SHM are 0600 whatever the umask, a socket is only ever
+//! replaced when the path really is a stale socket, and an exclusive lock
+//! file refuses a second process on the same store.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Mode of the data directory when this process creates it.
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of the database, its WAL and SHM, and the lock file.
+pub const FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` and its missing parents with mode 0700. An existing
+/// directory is left as it is (it may be shared, like `/tmp`).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.exists() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)?;
+    // The umask may have narrowed nothing but could not have widened; make
+    // the mode exact anyway.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+}
+
+/// The database file and SQLite's companions beside it.
+pub fn database_files(db: &Path) -> [PathBuf; 3] {
+    let with = |suffix: &str| {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    [db.to_path_buf(), with("-wal"), with("-shm")]
+}
+
+/// Creates the database file 0600 if it is missing (SQLite then creates the
+/// WAL and SHM with the same mode) and makes any existing one 0600.
+pub fn prepare_database_file(db: &Path) -> std::io::Result<()> {
+    if let Some(parent) = db.parent() {
+        create_private_dir(parent)?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(FILE_MODE)
+        .open(db)?;
+    restrict_database_files(db)
+}
+
+/// Makes the database and whichever of its WAL and SHM exist 0600.
+pub fn restrict_database_files(db: &Path) -> std::io::Result<()> {
+    for file in database_files(db) {
+        match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(FILE_MODE)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// Why a socket path could not be cleared for binding.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StaleSocketError {
+    #[error("another process is serving this socket")]
+    InUse,
+    #[error("the path exists and is not a socket; refusing to replace it")]
+    NotASocket,
+    #[error("cannot remove the stale socket: {0}")]
+    Remove(String),
+}
+
+/// Removes `path` when it is a socket nobody answers on; a missing path is
+/// fine. Anything else at the path is left alone and refused.
+pub fn remove_stale_socket(path: &Path) -> Result<(), StaleSocketError> {
+    let metadata = match std::fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StaleSocketError::Remove(e.to_string())),
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(StaleSocketError::NotASocket);
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(StaleSocketError::InUse);
+    }
+    std::fs::remove_file(path).map_err(|e| StaleSocketError::Remove(e.to_string()))
+}
+
+/// An exclusive `flock` on `<path>.lock`, held while this value lives.
+#[derive(Debug)]
+pub struct StoreLock {
+    _file: File,
+    path: PathBuf,
+}
+
+/// Why the store lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{path} is held by another process: a second sidecar on the same store is refused")]
+    Held { path: PathBuf },
+    #[error("cannot open the lock file {path}: {message}")]
+    Io { path: PathBuf, message: String },
+}
+
+impl LockError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            LockError::Held { .. } => "store_locked",
+            LockError::Io { .. } => "store_lock_failed",
+        }
+    }
+}
+
+impl StoreLock {
+    /// Takes the lock beside `path` (the database file, or the actor
+    /// socket) without waiting.
+    pub fn acquire(path: &Path) -> Result<StoreLock, LockError> {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".lock");
+        let lock_path = PathBuf::from(name);
+        let io = |e: std::io::Error| LockError::Io {
+            path: lock_path.clone(),
+            message: e.to_string(),
+        };
+        if let Some(parent) = lock_path.parent() {
+            create_private_dir(parent).map_err(io)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(FILE_MODE)
+            .open(&lock_path)
+            .map_err(io)?;
+        // SAFETY: flock(2) on a descriptor we own; no memory is involved.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked != 0 {
+            let error = std::io::Error::last_os_error();
+            return match error.raw_os_error() {
+                Some(libc::EWOULDBLOCK) => Err(LockError::Held { path: lock_path }),
+                _ => Err(io(error)),
+            };
+        }
+        Ok(StoreLock {
+            _file: file,
+            path: lock_path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_at_a_socket_path_is_never_replaced() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.sock");
+        std::fs::write(&path, "precious").expect("file");
+        assert_eq!(
+            remove_stale_socket(&path),
+            Err(StaleSocketError::NotASocket)
+        );
+        assert_eq!(std::fs::read_to_string(&path).expect("kept"), "precious");
+        assert_eq!(remove_stale_socket(&dir.path().join("missing")), Ok(()));
+    }
+
+    #[test]
+    fn a_stale_socket_is_removed_and_a_live_one_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.sock");
+        let live = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        assert_eq!(remove_stale_socket(&path), Err(StaleSocketError::InUse));
+        drop(live);
+        assert_eq!(remove_stale_socket(&path), Ok(()));
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn the_store_lock_refuses_a_second_holder() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("vm.sqlite");
+        let first = StoreLock::acquire(&db).expect("first");
+        let second = StoreLock::acquire(&db).expect_err("second");
+        assert_eq!(second.code(), "store_locked");
+        assert!(second.to_string().contains("vm.sqlite.lock"), "{second}");
+        drop(first);
+        StoreLock::acquire(&db).expect("free again");
+    }
+}

@@ -1,0 +1,76 @@
+//! A second sidecar on the same store is refused with a typed error, and the
+//! first keeps serving with its committed history intact.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{binary, text_of, Backend, Sidecar, PATIENCE};
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+async fn second_sidecar_is_refused(backend: Backend) {
+    let mut sc = Sidecar::start(backend).await;
+    sc.open("s", "echo").await;
+    sc.prompt("s", "echo kept").await.expect("a committed turn");
+    let root = sc.dir.path();
+    let database = match backend {
+        Backend::SqliteFile => json!({"type": "sqlite_file", "path": root.join("vm.sqlite")}),
+        Backend::ActorUds => json!({"type": "actor_uds", "path": root.join("ars.sock")}),
+    };
+    let config = json!({"database": database, "socket": root.join("second.sock")});
+    let mut child = Command::new(binary("agentos-sidecar"))
+        .args(["serve", "--config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a second sidecar");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(config.to_string().as_bytes())
+        .await
+        .expect("config");
+    drop(stdin);
+    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .expect("the second sidecar exits")
+        .expect("wait");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("store_locked"), "{stderr}");
+    assert!(!root.join("second.sock").exists());
+    assert!(sc.is_running());
+    let history = sc.history("s").await;
+    assert_eq!(text_of(&history[1]), "kept");
+    sc.prompt("s", "echo still").await.expect("still serving");
+}
+
+both_backends!(second_sidecar_is_refused);
+
+/// A descriptor limit below what `limits.host.maxConnections` needs is
+/// warned about at start; the sidecar still serves.
+#[tokio::test]
+async fn a_low_descriptor_limit_is_warned_about() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes only into the struct we pass.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    let over = u32::try_from(limit.rlim_cur.saturating_add(1)).unwrap_or(u32::MAX);
+    let options = common::Options {
+        limits: json!({"host": {"maxConnections": over}}),
+        ..Default::default()
+    };
+    let mut sc = Sidecar::start_with(Backend::SqliteFile, options).await;
+    let stderr = std::fs::read_to_string(sc.dir.path().join("sidecar.stderr")).expect("stderr");
+    assert!(stderr.contains("RLIMIT_NOFILE"), "{stderr}");
+    assert!(sc.is_running());
+    sc.ok("vm/status", json!({})).await;
+}
