@@ -170,9 +170,10 @@ impl AdapterError {
         }
     }
 
-    /// Whether the agent said it does not know the session: the standard
-    /// -32002, or the reference SDK's generic -32603 whose `data.details`
-    /// says "... not found".
+    /// Whether the agent said it does not know the session (contract §6.5):
+    /// the standard -32002, or a generic -32603 whose `data.details` is
+    /// `"NotFoundError"` (the error's class name, as SDK-based adapters
+    /// send it) or says "... not found" (the reference SDK's message).
     pub fn is_unknown_session(&self) -> bool {
         let AdapterError::Rpc(error) = self else {
             return false;
@@ -184,7 +185,9 @@ impl AdapterError {
                 .as_ref()
                 .and_then(|data| data.get("details"))
                 .and_then(Value::as_str)
-                .is_some_and(|details| details.to_ascii_lowercase().contains("not found")),
+                .is_some_and(|details| {
+                    details == "NotFoundError" || details.to_ascii_lowercase().contains("not found")
+                }),
             _ => false,
         }
     }
@@ -838,6 +841,14 @@ mod tests {
                 .with_data(json!({"details": "Session nope not found"})),
         );
         assert!(sdk_style.is_unknown_session());
+        let class_name = AdapterError::Rpc(
+            RpcError::internal("Internal error").with_data(json!({"details": "NotFoundError"})),
+        );
+        assert!(class_name.is_unknown_session());
+        let other_class = AdapterError::Rpc(
+            RpcError::internal("Internal error").with_data(json!({"details": "TypeError"})),
+        );
+        assert!(!other_class.is_unknown_session());
         let generic = AdapterError::Rpc(
             RpcError::internal("Internal error").with_data(json!({"details": "disk on fire"})),
         );

@@ -57,6 +57,30 @@ fn agents(state: &Path) -> BTreeMap<String, AgentSpec> {
             "broken".to_owned(),
             spec(&["--load-session", "--restore-error", "--state-dir", &dir]),
         ),
+        (
+            "forgetful-32002".to_owned(),
+            spec(&[
+                "--resume",
+                "--unknown-session-error",
+                "resource-not-found",
+                "--state-dir",
+                &dir,
+            ]),
+        ),
+        (
+            "forgetful-32603".to_owned(),
+            spec(&[
+                "--load-session",
+                "--unknown-session-error",
+                "not-found-error",
+                "--state-dir",
+                &dir,
+            ]),
+        ),
+        (
+            "replaying-resumer".to_owned(),
+            spec(&["--resume", "--resume-replays", "--state-dir", &dir]),
+        ),
     ])
 }
 
@@ -237,6 +261,68 @@ async fn unknown_session_falls_back_and_other_errors_fail_the_restore() {
         );
         // History is intact and the public id never changed.
         assert_eq!(history(&env, "bad").await.len(), 2);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn both_unknown_session_forms_fall_through_to_a_continuation() {
+    for backend in all_backends().await {
+        // -32002 from `session/resume`, and -32603 with
+        // `data.details == "NotFoundError"` from `session/load`.
+        for agent in ["forgetful-32002", "forgetful-32603"] {
+            let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+            let sid = format!("unknown-{agent}");
+            env.sessions.open(open(&sid, agent)).await.expect("open");
+            prompt(&env, &sid, "echo before").await.expect("first");
+            env.sessions.unload(&sid).await.expect("unload");
+            let inspected = prompt(&env, &sid, "inspect")
+                .await
+                .unwrap_or_else(|e| panic!("{} {agent}: fallback: {e}", backend.name));
+            let blocks = inspected_blocks(&inspected);
+            assert_eq!(blocks.len(), 2, "{} {agent}: {blocks:?}", backend.name);
+            assert!(
+                blocks[0]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("echo before")),
+                "{} {agent}: the continuation holds the history",
+                backend.name
+            );
+            // And the session stays usable.
+            let third = prompt(&env, &sid, "echo third").await.expect("third");
+            assert_eq!(third.stop_reason, "end_turn");
+            env.sessions.shutdown().await;
+        }
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_replay_on_resume_is_discarded() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        let sid = "replayed-resume";
+        env.sessions
+            .open(open(sid, "replaying-resumer"))
+            .await
+            .expect("open");
+        prompt(&env, sid, "tools").await.expect("first");
+        let before = history(&env, sid).await;
+        env.sessions.unload(sid).await.expect("unload");
+        // The restart resumes natively (no continuation) and the agent
+        // replays every update of the first turn while resuming.
+        let inspected = prompt(&env, sid, "inspect").await.expect("resumed");
+        assert_eq!(inspected_blocks(&inspected).len(), 1, "{}", backend.name);
+        let after = history(&env, sid).await;
+        assert_eq!(
+            &after[..before.len()],
+            &before[..],
+            "{}: the first turn's history is unchanged",
+            backend.name
+        );
+        // Only the second turn was added: its user chunk and its reply.
+        assert_eq!(after.len(), before.len() + 2, "{}: {after:?}", backend.name);
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }

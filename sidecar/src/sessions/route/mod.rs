@@ -7,7 +7,7 @@
 //! permission requests and their answers, cancels and the terminal commit.
 //! Each commit is followed by a read-back, and only those rows are published.
 //! Starting a route is the restore ladder: `session/resume`, else
-//! `session/load` (its replay is discarded), else `session/new` plus a
+//! `session/load` (either one's replay is discarded), else `session/new` plus a
 //! bounded continuation prepended once to the next prompt.
 //!
 //! The route's rules live by responsibility: `restore.rs` starts a route

@@ -1,8 +1,10 @@
 //! Starting a route: spawn the adapter, `initialize`, then the restore
-//! ladder (`session/resume`, else `session/load` with its replay discarded,
-//! else `session/new` plus a bounded continuation of the stored history,
-//! prepended once to the next prompt), replay of stored config choices, and
-//! the route's companion tasks.
+//! ladder (`session/resume`, else `session/load`, either one's replay
+//! discarded since our history already holds it; an unknown-session answer
+//! from either, -32002 or -32603 with `data.details == "NotFoundError"`,
+//! falls through to `session/new` plus a bounded continuation of the stored
+//! history, prepended once to the next prompt), replay of stored config
+//! choices, and the route's companion tasks.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -174,8 +176,8 @@ impl Route {
             if let Some(method) = method {
                 let mut params = base.clone();
                 params["sessionId"] = json!(old);
-                let discard = method == "session/load";
-                match request_during_restore(conn, events, method, params, discard).await {
+                // Whatever either rung replays, our history already holds.
+                match request_during_restore(conn, events, method, params, true).await {
                     Ok(result) => {
                         agent_config = result.get("configOptions").cloned();
                         native = Some(old.clone());
@@ -271,7 +273,7 @@ impl Route {
 
 /// Sends a request during route start, draining adapter events meanwhile.
 /// With `discard`, replayed `session/update`s are dropped (a `session/load`
-/// replays what our history already holds); otherwise they stay queued for
+/// or `session/resume` replays what our history already holds); otherwise they stay queued for
 /// the route to store.
 async fn request_during_restore(
     conn: &AdapterConnection,
