@@ -486,6 +486,62 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
 }
 
 #[tokio::test]
+async fn the_byte_budget_holds_whatever_the_event_sizes() {
+    for backend in all_backends().await {
+        let max_bytes = 1_536 * 1024;
+        let limits = AcpLimits {
+            max_session_history_bytes: max_bytes,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        env.sessions.open(open("b", "echo")).await.expect("open");
+        let within_budget = |info: &SessionInfo, step: &str| {
+            assert!(
+                info.retained_event_bytes <= max_bytes,
+                "{} {step}: {} retained bytes over a budget of {max_bytes}",
+                backend.name,
+                info.retained_event_bytes
+            );
+        };
+        // Two turns of 400 user events of 1 KiB each.
+        let mut small: Vec<Value> = (0..399)
+            .map(|_| json!({"type": "text", "text": "k".repeat(1024)}))
+            .collect();
+        small.push(json!({"type": "text", "text": "echo ok"}));
+        for turn in 0..2 {
+            env.sessions
+                .prompt("b", small.clone(), None, user())
+                .await
+                .unwrap_or_else(|e| panic!("small turn {turn}: {e}"));
+            within_budget(&env.sessions.get("b").await.unwrap(), "small turn");
+        }
+        // Then events of 1 MiB: the first must push out more than 256 of the
+        // small ones at once, the next ones the large ones before them.
+        for turn in 0..3 {
+            prompt(&env, "b", "oversize 1048576")
+                .await
+                .unwrap_or_else(|e| panic!("large turn {turn}: {e}"));
+            let info = env.sessions.get("b").await.unwrap();
+            within_budget(&info, "large turn");
+            // The counters agree with the rows they count.
+            let page = env
+                .sessions
+                .history(
+                    "b",
+                    None,
+                    Some(info.oldest_retained_sequence - 1),
+                    Some(10_000),
+                )
+                .await
+                .expect("history");
+            assert_eq!(page.events.len() as u64, info.retained_event_count);
+        }
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
 async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
     for backend in all_backends().await {
         let limits = AcpLimits {
