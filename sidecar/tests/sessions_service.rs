@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
 use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
-use agentos_sidecar::config::{AcpLimits, AgentSpec};
-use agentos_sidecar::db::testing::{all_backends, CapturedLog, CountingDatabase, FaultyDatabase};
+use agentos_sidecar::config::{AcpLimits, AgentSpec, SqliteLimits};
+use agentos_sidecar::db::ars_server::ArsServerOptions;
+use agentos_sidecar::db::testing::{
+    actor_uds_with, all_backends, CapturedLog, CountingDatabase, FaultyDatabase,
+};
 use agentos_sidecar::sessions::{
     CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionError, SessionInfo,
     SessionState, SessionStore, Sessions,
@@ -1038,6 +1041,124 @@ async fn a_commit_failing_mid_flood_fails_the_turn_and_leaves_history_whole() {
 /// A terminal commit that fails ends the route; the session is not left
 /// busy: the next prompt settles the unfinished turn as a restart would
 /// (`prompt_delivery_uncertain`, retryable) and runs.
+/// Where the connection drops: the accept commit of a keyed prompt, the
+/// first append of its turn, or the answer to its permission request.
+#[derive(Clone, Copy, Debug)]
+enum LostAt {
+    Accept,
+    Append,
+    PermissionAnswer,
+}
+
+#[tokio::test]
+async fn a_commit_lost_with_its_connection_does_not_wedge_the_session() {
+    for at in [LostAt::Accept, LostAt::Append, LostAt::PermissionAnswer] {
+        let countdown = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let options = ArsServerOptions {
+            drop_connection_at_commit: Some(countdown.clone()),
+            ..ArsServerOptions::default()
+        };
+        let backend = actor_uds_with(options, SqliteLimits::default()).await;
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        let mut params = open("l", "echo");
+        params.permission_policy = Some(PermissionPolicy::Ask);
+        env.sessions.open(params).await.unwrap();
+        prompt(&env, "l", "echo warm").await.unwrap();
+        let arm = |n| countdown.store(n, std::sync::atomic::Ordering::SeqCst);
+        let keyed = |t: &'static str| {
+            env.sessions
+                .prompt("l", text(t), Some("lost-key".into()), user())
+        };
+        let (command, err) = match at {
+            // The next commit is the accept; the one after it, with the
+            // tool updates queued before the answer, an append.
+            LostAt::Accept | LostAt::Append => {
+                arm(if matches!(at, LostAt::Accept) { 1 } else { 2 });
+                ("tools", keyed("tools").await.unwrap_err())
+            }
+            LostAt::PermissionAnswer => {
+                let turn = keyed("permission");
+                tokio::pin!(turn);
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+                let request = loop {
+                    tokio::select! {
+                        done = &mut turn => panic!("the turn ended early: {done:?}"),
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+                    }
+                    let info = env.sessions.get("l").await.unwrap();
+                    if let Some(request) = pending_request(&info) {
+                        break request.to_owned();
+                    }
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "no permission request"
+                    );
+                };
+                arm(1);
+                let _ = env
+                    .sessions
+                    .respond_permission("l", &request, "allow")
+                    .await;
+                ("permission", turn.await.unwrap_err())
+            }
+        };
+        assert_eq!(
+            countdown.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{at:?}: the drop fired"
+        );
+        assert_eq!(
+            err.code().as_str(),
+            "commit_outcome_unknown",
+            "{at:?}: {err}"
+        );
+        // Retrying the key settles the turn as a restart would: its
+        // delivery is uncertain and it is not resent.
+        let replay = env
+            .sessions
+            .prompt("l", text(command), Some("lost-key".into()), user())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            replay.code().as_str(),
+            "prompt_delivery_uncertain",
+            "{at:?}: {replay}"
+        );
+        let info = env.sessions.get("l").await.unwrap();
+        assert!(pending_request(&info).is_none(), "{at:?}: {info:?}");
+        // And the session is usable: no session_busy.
+        let ok = prompt(&env, "l", "echo after")
+            .await
+            .unwrap_or_else(|e| panic!("{at:?}: {e}"));
+        assert_eq!(ok.stop_reason, "end_turn");
+        let info = env.sessions.get("l").await.unwrap();
+        assert_eq!(info.state.status(), "idle", "{at:?}");
+        let page = env
+            .sessions
+            .history("l", None, Some(0), Some(10_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.events.len() as u64,
+            info.retained_event_count,
+            "{at:?}"
+        );
+        let sent = prompt_log(&env)
+            .iter()
+            .filter(|l| {
+                // The continuation of a later prompt quotes it; the prompt
+                // itself is a block of its own.
+                l["prompt"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["text"] == command))
+            })
+            .count();
+        assert!(sent <= 1, "{at:?}: the lost prompt was resent");
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
     for backend in all_backends().await {

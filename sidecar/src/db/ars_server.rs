@@ -47,6 +47,11 @@ pub struct ArsServerOptions {
     /// Requests accepted but not yet answered (`sqliteWorkerQueue`).
     pub worker_queue_capacity: u32,
     pub handshake_timeout: Duration,
+    /// Fault injection for tests: counts down on every successful commit;
+    /// the commit that brings it to zero lands, but its connection is
+    /// dropped before the answer is written (the client then sees
+    /// `sqlite_commit_outcome_unknown`). `None` (the default) never drops.
+    pub drop_connection_at_commit: Option<Arc<AtomicU64>>,
 }
 
 impl Default for ArsServerOptions {
@@ -57,6 +62,7 @@ impl Default for ArsServerOptions {
             coordinator_queue_capacity: 1024,
             worker_queue_capacity: 8192,
             handshake_timeout: Duration::from_secs(10),
+            drop_connection_at_commit: None,
         }
     }
 }
@@ -801,6 +807,17 @@ impl Worker {
         }
         let payload = if commit {
             match self.db.execute_batch("COMMIT") {
+                Ok(()) if self.drop_at_this_commit() => {
+                    // Landed, but the client never hears so: earlier answers
+                    // go out, then the connection closes.
+                    self.states.remove(&id);
+                    self.active = None;
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    self.flush();
+                    let _ = req.out.send(Outgoing::Close);
+                    self.promote();
+                    return;
+                }
                 Ok(()) => ResponsePayload::SqliteCommitOk,
                 Err(e) => {
                     self.rollback_if_open();
@@ -815,6 +832,16 @@ impl Worker {
         self.active = None;
         self.respond(req, payload);
         self.promote();
+    }
+
+    /// Whether the fault hook says to drop the connection at this commit.
+    fn drop_at_this_commit(&self) -> bool {
+        let Some(countdown) = &self.options.drop_connection_at_commit else {
+            return false;
+        };
+        countdown
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok_and(|before| before == 1)
     }
 
     fn expire_active(&mut self) {

@@ -132,6 +132,11 @@ pub(crate) struct Route {
     /// route is their only writer.
     prompt_count: u64,
     outcome_count: u64,
+    /// A commit whose outcome is unknown (the actor socket dropped while it
+    /// committed). The route's counters can no longer be trusted, so it ends
+    /// at once, writing nothing more; the session's next start settles it as
+    /// a restart would (`Sessions::ensure_route`).
+    lost_commit: Option<SessionError>,
 }
 
 fn adapter_error(e: &AdapterError) -> SessionError {
@@ -160,6 +165,9 @@ impl Route {
                     Some(event) => {
                         if let Err(e) = self.idle_event(event).await {
                             tracing::warn!(session = %self.session_id, error = %e, "adapter event outside a turn failed");
+                        }
+                        if self.lost_commit.is_some() {
+                            self.end_after_lost_commit().await;
                         }
                     }
                     None => self.exited = true,
@@ -228,6 +236,16 @@ impl Route {
             }
         }
         self.conn.shutdown().await;
+    }
+
+    /// Ends the route after a commit with an unknown outcome: the adapter
+    /// stops and the route leaves the map, so the next request starts a new
+    /// route, which settles the session from what is stored.
+    async fn end_after_lost_commit(&mut self) {
+        tracing::error!(session = %self.session_id, "a commit's outcome is unknown; the route ends and the next start settles the session");
+        self.conn.shutdown().await;
+        self.exited = true;
+        self.shared.route_ended(&self.session_id, self.generation);
     }
 
     /// Handles an adapter event between turns: updates are stored (chunks are

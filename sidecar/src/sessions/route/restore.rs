@@ -131,6 +131,7 @@ impl Route {
             in_flight: VecDeque::new(),
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
+            lost_commit: None,
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {

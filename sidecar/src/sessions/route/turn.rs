@@ -79,6 +79,12 @@ impl Route {
             accept.push(SessionStore::clear_preamble_statement(&self.session_id));
         }
         if let Err(e) = self.commit(user_events, accept).await {
+            if let Some(lost) = self.lost_commit.clone() {
+                // The accept may have landed: the next start settles it.
+                self.end_after_lost_commit().await;
+                let _ = reply.send(Err(lost));
+                return None;
+            }
             let e = match e {
                 SessionError::Storage(DbError::ExpectedChanges { .. }) => {
                     SessionError::Busy(self.session_id.clone())
@@ -123,6 +129,10 @@ impl Route {
         let answer = conn.request("session/prompt", params);
         tokio::pin!(answer);
         let end = loop {
+            if self.lost_commit.is_some() {
+                self.abort_adapter_turn().await;
+                break TurnEnd::Failed;
+            }
             tokio::select! {
                 biased;
                 // A commit ended: the database is free for what accumulated.
@@ -312,6 +322,16 @@ impl Route {
         end: TurnEnd,
     ) -> (PromptReply, Option<(StopReason, oneshot::Sender<()>)>) {
         let mut stop = None;
+        if let Some(lost) = self.lost_commit.clone() {
+            // Write nothing more: the next start settles the turn as a
+            // restart would (prompt_delivery_uncertain, permissions ended).
+            if let TurnEnd::Stopped(reason, reply) = end {
+                stop = Some((reason, reply));
+            }
+            turn.permissions.clear();
+            self.end_after_lost_commit().await;
+            return (Err(lost), stop);
+        }
         let outcome: Result<Value, (ErrorCode, String)> = match end {
             TurnEnd::Answered(Ok(result)) => match turn.failure.take() {
                 Some(f) => Err(f),
@@ -386,6 +406,11 @@ impl Route {
             );
         }
         self.end_permissions(turn, permission_reason).await;
+        if let Some(lost) = self.lost_commit.clone() {
+            turn.permissions.clear();
+            self.end_after_lost_commit().await;
+            return (Err(lost), stop);
+        }
         let now = clock_ms();
         let mut events = std::mem::take(&mut turn.pending);
         let message = AgentReply {
