@@ -6,6 +6,7 @@ pub mod client;
 
 pub use agentos_protocol::acp::SessionUpdate;
 pub use client::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
-    IncomingRequestId, InitializeResult, RpcError,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
+    IncomingRequestId, InitializeResult, RpcError, DEFAULT_STDOUT_BUFFER_BYTES,
+    STDOUT_BUFFER_SETTING,
 };

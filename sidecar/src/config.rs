@@ -188,6 +188,9 @@ impl Default for HostLimits {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct AcpLimits {
     pub max_read_line_bytes: u64,
+    /// Adapter stdout read but not yet consumed; when full the reader stops
+    /// reading the pipe.
+    pub stdout_buffer_byte_limit: u64,
     pub max_completed_message_bytes: u64,
     pub max_turn_output_bytes: u64,
     pub max_prompt_bytes: u64,
@@ -210,6 +213,7 @@ impl Default for AcpLimits {
     fn default() -> Self {
         AcpLimits {
             max_read_line_bytes: 16 * MIB,
+            stdout_buffer_byte_limit: MIB,
             max_completed_message_bytes: 64 * MIB,
             max_turn_output_bytes: 256 * MIB,
             max_prompt_bytes: 64 * MIB,

@@ -974,6 +974,90 @@ async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
     }
 }
 
+#[tokio::test]
+async fn turn_output_bounds_fail_the_turn_naming_their_setting() {
+    // (the bound, the command that passes it, the code, the setting)
+    let cases: [(AcpLimits, &str, &str, &str); 3] = [
+        (
+            AcpLimits {
+                max_turn_output_bytes: 20_000,
+                ..AcpLimits::default()
+            },
+            "stream 2000",
+            "resource_limit",
+            "limits.acp.maxTurnOutputBytes",
+        ),
+        (
+            AcpLimits {
+                max_completed_message_bytes: 10_000,
+                ..AcpLimits::default()
+            },
+            "stream 3000",
+            "resource_limit",
+            "limits.acp.maxCompletedMessageBytes",
+        ),
+        (
+            AcpLimits {
+                max_read_line_bytes: 10_000,
+                ..AcpLimits::default()
+            },
+            "oversize 20000",
+            "acp_protocol_error",
+            "limits.acp.maxReadLineBytes",
+        ),
+    ];
+    for backend in all_backends().await {
+        for (limits, command, code, setting) in cases.clone() {
+            let captured = CapturedLog::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(captured.clone())
+                .with_ansi(false)
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let env = env_with(backend.db.clone(), limits).await;
+            let sid = format!("bound-{}", setting.rsplit('.').next().unwrap_or(setting));
+            env.sessions.open(open(&sid, "echo")).await.unwrap();
+            prompt(&env, &sid, "echo kept")
+                .await
+                .expect("within bounds");
+            let err = prompt(&env, &sid, command).await.unwrap_err();
+            assert_eq!(
+                err.code().as_str(),
+                code,
+                "{} {setting}: {err}",
+                backend.name
+            );
+            match &err {
+                SessionError::PromptFailed { error } => {
+                    assert_eq!(error["setting"], setting, "{} {error}", backend.name)
+                }
+                other => panic!("{}: {other:?}", backend.name),
+            }
+            if code == "resource_limit" {
+                assert_eq!(
+                    captured.count(&["80%", setting]),
+                    1,
+                    "{} {setting}: one warning on the way up",
+                    backend.name
+                );
+            }
+            // The failed turn kept no partial text, and the session carries on
+            // with a new adapter.
+            let after = prompt(&env, &sid, "echo after").await.expect("usable");
+            assert_eq!(after.stop_reason, "end_turn");
+            let texts: Vec<String> = history(&env, &sid)
+                .await
+                .iter()
+                .filter(|e| e["type"] == "agent_message_chunk")
+                .map(|e| e["content"]["text"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            assert_eq!(texts, ["kept", "after"], "{} {setting}", backend.name);
+            env.sessions.shutdown().await;
+        }
+        backend.shutdown().await;
+    }
+}
+
 /// A group commit that fails mid-stream (with another possibly queued behind
 /// it) fails the turn; nothing after the last good commit is kept or
 /// published, the counters stay true, and the next turn carries on.

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_adapters::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
+    RpcError,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -82,6 +83,8 @@ impl Route {
             // Room for one full group commit to accumulate while the previous
             // one is being written.
             event_buffer: MAX_BATCH_EVENTS,
+            stdout_buffer_bytes: usize::try_from(shared.limits.stdout_buffer_byte_limit)
+                .unwrap_or(usize::MAX),
             ..AdapterOptions::default()
         };
         if let Some(fs) = &shared.fs {
@@ -146,7 +149,7 @@ impl Route {
         shared: &Arc<Shared>,
         row: &SessionRow,
         conn: &AdapterConnection,
-        events: &mut mpsc::Receiver<AdapterEvent>,
+        events: &mut AdapterEvents,
     ) -> Result<(String, Option<String>), SessionError> {
         let fs = shared.fs.is_some();
         let init = conn
@@ -278,7 +281,7 @@ impl Route {
 /// the route to store.
 async fn request_during_restore(
     conn: &AdapterConnection,
-    events: &mut mpsc::Receiver<AdapterEvent>,
+    events: &mut AdapterEvents,
     method: &str,
     params: Value,
     discard: bool,
