@@ -598,6 +598,12 @@ async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
 #[tokio::test]
 async fn permission_outcomes_are_bounded_and_late_answers_typed() {
     for backend in all_backends().await {
+        let captured = CapturedLog::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
         let limits = AcpLimits {
             max_permission_outcomes_per_session: 2,
             ..AcpLimits::default()
@@ -658,6 +664,13 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
         assert_eq!(
             last,
             PermissionAnswer::NotPending(NotPendingReason::AlreadyResolved)
+        );
+        // The bounded outcome collection warned once on its way to 80 %.
+        assert_eq!(
+            captured.count(&["80%", "limits.acp.maxPermissionOutcomesPerSession"]),
+            1,
+            "{}",
+            backend.name
         );
         env.sessions.shutdown().await;
         backend.shutdown().await;

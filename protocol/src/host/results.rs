@@ -189,6 +189,24 @@ pub struct VmStatus {
     pub keep_awake_holders: u64,
     pub database: DatabaseInfo,
     pub uptime_ms: u64,
+    /// Every configured limit, with its current use where one is counted
+    /// VM-wide.
+    #[serde(default)]
+    pub limits: Vec<LimitStatus>,
+}
+
+/// One configured limit in `vm/status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitStatus {
+    pub setting: String,
+    pub limit: u64,
+    /// Absent for a bound that is per item (one line, one turn, one
+    /// session) rather than counted VM-wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used: Option<u64>,
+    #[serde(default)]
+    pub near_limit: bool,
 }
 
 /// The database kind a VM runs on.

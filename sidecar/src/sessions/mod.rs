@@ -32,8 +32,8 @@ pub use hub::{Hub, Item, Sink, SinkRefusal};
 pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 pub use types::{
-    AgentReply, CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionConfig,
-    SessionInfo, SessionPage, SessionState, Usage, VmStatus,
+    AgentReply, CancelStatus, LimitUse, NotPendingReason, PermissionAnswer, PromptOutcome,
+    SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,
 };
 
 use crate::config::{AcpLimits, AgentSpec};
@@ -382,6 +382,11 @@ impl Sessions {
         )?;
         self.shared
             .warn_near_limit("limits.acp.maxPromptBytes", bytes, limits.max_prompt_bytes);
+        self.shared.warn_near_limit(
+            "limits.acp.maxPromptBlocks",
+            content.len() as u64,
+            limits.max_prompt_blocks,
+        );
         for (i, block) in content.iter().enumerate() {
             if !block.get("type").is_some_and(Value::is_string) {
                 return Err(SessionError::InvalidContentBlock(format!(
@@ -676,7 +681,9 @@ impl Sessions {
             ),
             live_adapters: self.live_routes() as u64,
             keep_awake_holders: self.keep_awake_holders(),
-        })
+            limits: Vec::new(),
+        }
+        .with_limits(l))
     }
 }
 
