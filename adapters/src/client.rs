@@ -18,6 +18,14 @@
 //! The event channel is bounded and the reader waits when it is full rather
 //! than dropping events. A caller that awaits a response while not draining
 //! events can therefore stall its own response; drain events concurrently.
+//!
+//! The event channel is bounded, in events and in bytes: stdout read but not
+//! yet taken by the caller is at most `stdout_buffer_bytes` (a line longer
+//! than that takes the whole budget alone). When either is full the reader
+//! stops reading the pipe, so the agent blocks on its writes; nothing is
+//! dropped and the buffer never grows. A caller that awaits a response while
+//! not draining events can therefore stall its own response; drain events
+//! concurrently.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -34,7 +42,7 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
 /// 16 MiB, the longest stdout line accepted from an adapter.
 pub const DEFAULT_MAX_READ_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -42,6 +50,10 @@ pub const DEFAULT_MAX_READ_LINE_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default capacity of the event channel.
 pub const DEFAULT_EVENT_BUFFER: usize = 1024;
+/// 1 MiB, the adapter stdout read but not yet taken by the caller, at most.
+pub const DEFAULT_STDOUT_BUFFER_BYTES: usize = 1024 * 1024;
+/// The setting that bounds the stdout buffer, named in its 80 % warning.
+pub const STDOUT_BUFFER_SETTING: &str = "limits.acp.stdoutBufferByteLimit";
 /// Longest stderr line kept in an event; the rest of the line is dropped.
 pub const MAX_STDERR_LINE_BYTES: usize = 4096;
 /// How long `shutdown` waits for a graceful exit after closing stdin.
@@ -110,6 +122,8 @@ pub struct AdapterOptions {
     pub max_read_line_bytes: usize,
     pub initialize_timeout: Duration,
     pub event_buffer: usize,
+    /// Stdout bytes read but not yet taken from [`AdapterEvents`], at most.
+    pub stdout_buffer_bytes: usize,
 }
 
 impl Default for AdapterOptions {
@@ -118,6 +132,7 @@ impl Default for AdapterOptions {
             max_read_line_bytes: DEFAULT_MAX_READ_LINE_BYTES,
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             event_buffer: DEFAULT_EVENT_BUFFER,
+            stdout_buffer_bytes: DEFAULT_STDOUT_BUFFER_BYTES,
         }
     }
 }
@@ -170,6 +185,89 @@ pub enum AdapterEvent {
     },
 }
 
+/// Stdout bytes read but not yet taken by the caller, against their bound.
+struct StdoutBudget {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    /// Above 80 % since the last warning; re-armed below it.
+    warned: AtomicBool,
+}
+
+impl StdoutBudget {
+    fn new(limit: usize) -> Arc<StdoutBudget> {
+        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+        Arc::new(StdoutBudget {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// What an event of `bytes` holds: a line longer than the whole budget
+    /// takes all of it.
+    fn cost(&self, bytes: usize) -> u32 {
+        // `limit` is at most `Semaphore::MAX_PERMITS`, below `u32::MAX`.
+        u32::try_from(bytes.clamp(1, self.limit)).unwrap_or(u32::MAX)
+    }
+
+    fn used(&self) -> usize {
+        self.limit.saturating_sub(self.permits.available_permits())
+    }
+
+    /// Logs once per crossing of 80 %.
+    fn check_pressure(&self) {
+        let used = self.used();
+        let near = used.saturating_mul(5) >= self.limit.saturating_mul(4);
+        if near {
+            if !self.warned.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    used,
+                    limit = self.limit,
+                    config_path = STDOUT_BUFFER_SETTING,
+                    "usage crossed 80% of a configured limit"
+                );
+            }
+        } else {
+            self.warned.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The agent's events in arrival order (see [`AdapterConnection::spawn`]).
+/// Taking an event frees its share of the stdout buffer.
+pub struct AdapterEvents {
+    rx: mpsc::Receiver<(AdapterEvent, u32)>,
+    budget: Arc<StdoutBudget>,
+}
+
+impl AdapterEvents {
+    /// The next event; `None` once the adapter is gone and every event was
+    /// taken.
+    pub async fn recv(&mut self) -> Option<AdapterEvent> {
+        let (event, cost) = self.rx.recv().await?;
+        self.budget.permits.add_permits(cost as usize);
+        Some(event)
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&mut self) -> Result<AdapterEvent, mpsc::error::TryRecvError> {
+        let (event, cost) = self.rx.try_recv()?;
+        self.budget.permits.add_permits(cost as usize);
+        Ok(event)
+    }
+
+    /// Stdout bytes read and waiting in this queue (a line longer than the
+    /// bound counts as the bound).
+    pub fn buffered_bytes(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// The bound on [`Self::buffered_bytes`].
+    pub fn buffer_limit(&self) -> usize {
+        self.budget.limit
+    }
+}
+
 /// The adapter layer's errors.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum AdapterError {
@@ -208,9 +306,10 @@ impl AdapterError {
         }
     }
 
-    /// Whether the agent said it does not know the session: the standard
-    /// -32002, or the reference SDK's generic -32603 whose `data.details`
-    /// says "... not found".
+    /// Whether the agent said it does not know the session (contract §6.5):
+    /// the standard -32002, or a generic -32603 whose `data.details` is
+    /// `"NotFoundError"` (the error's class name, as SDK-based adapters
+    /// send it) or says "... not found" (the reference SDK's message).
     pub fn is_unknown_session(&self) -> bool {
         let AdapterError::Rpc(error) = self else {
             return false;
@@ -222,7 +321,9 @@ impl AdapterError {
                 .as_ref()
                 .and_then(|data| data.get("details"))
                 .and_then(Value::as_str)
-                .is_some_and(|details| details.to_ascii_lowercase().contains("not found")),
+                .is_some_and(|details| {
+                    details == "NotFoundError" || details.to_ascii_lowercase().contains("not found")
+                }),
             _ => false,
         }
     }
@@ -330,7 +431,7 @@ impl AdapterConnection {
     pub async fn spawn(
         cmd: &AdapterCommand,
         options: AdapterOptions,
-    ) -> Result<(AdapterConnection, mpsc::Receiver<AdapterEvent>), AdapterError> {
+    ) -> Result<(AdapterConnection, AdapterEvents), AdapterError> {
         let mut command = Command::new(&cmd.program);
         command.env_clear();
         for name in INHERITED_ENV {
@@ -378,6 +479,10 @@ impl AdapterConnection {
             };
 
         let (events_tx, events_rx) = mpsc::channel(options.event_buffer.max(1));
+        // The pipe's read-ahead and the queued events share the bound.
+        let limit = options.stdout_buffer_bytes.max(2);
+        let read_ahead = READ_BUFFER_BYTES.min(limit / 4).max(1);
+        let budget = StdoutBudget::new(limit - read_ahead);
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let (exit_tx, exit_rx) = watch::channel(None);
         let kill = Arc::new(Notify::new());
@@ -390,7 +495,8 @@ impl AdapterConnection {
             events_tx.clone(),
         ));
         tokio::spawn(read_loop(ReadLoop {
-            stdout: BufReader::with_capacity(READ_BUFFER_BYTES, stdout),
+            stdout: BufReader::with_capacity(read_ahead, stdout),
+            budget: budget.clone(),
             max_line: options.max_read_line_bytes,
             events: events_tx,
             pending: pending.clone(),
@@ -415,7 +521,10 @@ impl AdapterConnection {
             AdapterConnection {
                 shared: Arc::new(shared),
             },
-            events_rx,
+            AdapterEvents {
+                rx: events_rx,
+                budget,
+            },
         ))
     }
 
@@ -709,7 +818,10 @@ async fn read_line_limited<R: AsyncBufRead + Unpin>(
     Ok(LineRead::Line { truncated })
 }
 
-async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: mpsc::Sender<AdapterEvent>) {
+async fn stderr_loop<R: AsyncBufRead + Unpin>(
+    mut reader: R,
+    events: mpsc::Sender<(AdapterEvent, u32)>,
+) {
     let mut buf = Vec::with_capacity(256);
     loop {
         match read_line_limited(&mut reader, &mut buf, MAX_STDERR_LINE_BYTES).await {
@@ -717,7 +829,8 @@ async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: mpsc::Sende
                 let line = String::from_utf8_lossy(&buf).into_owned();
                 tracing::debug!(target: "agentos_adapters::stderr", "{line}");
                 // A dropped receiver only means nobody listens any more.
-                let _ = events.send(AdapterEvent::Stderr(line)).await;
+                // Stderr is bounded per line and not part of the stdout budget.
+                let _ = events.send((AdapterEvent::Stderr(line), 0)).await;
             }
             Ok(LineRead::Eof) => return,
             Err(error) => {
@@ -730,8 +843,9 @@ async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: mpsc::Sende
 
 struct ReadLoop<R> {
     stdout: R,
+    budget: Arc<StdoutBudget>,
     max_line: usize,
-    events: mpsc::Sender<AdapterEvent>,
+    events: mpsc::Sender<(AdapterEvent, u32)>,
     pending: Arc<Mutex<Pending>>,
     writer: mpsc::WeakUnboundedSender<WriterCommand>,
     exit: watch::Receiver<Option<ExitStatus>>,
@@ -766,7 +880,8 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                     limit: state.max_line,
                 };
                 tracing::warn!(limit = state.max_line, "adapter wrote an oversize line");
-                listening = deliver(&state, listening, AdapterEvent::ProtocolError(error)).await;
+                let event = AdapterEvent::ProtocolError(error);
+                listening = deliver(&state, listening, event, state.max_line).await;
             }
             Ok(LineRead::Line { truncated: false }) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
@@ -774,14 +889,14 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                 }
                 if let Some(update) = acp::decode_session_update(&buf) {
                     let event = AdapterEvent::SessionUpdate(update);
-                    listening = deliver(&state, listening, event).await;
+                    listening = deliver(&state, listening, event, buf.len()).await;
                     continue;
                 }
                 match acp::decode_line(&buf) {
                     Ok(AcpMessage::Response { id, result }) => resolve(&state.pending, id, result),
                     Ok(AcpMessage::Notification { method, params }) => {
                         let event = AdapterEvent::Notification { method, params };
-                        listening = deliver(&state, listening, event).await;
+                        listening = deliver(&state, listening, event, buf.len()).await;
                     }
                     Ok(AcpMessage::Request { id, method, params }) => {
                         let event = AdapterEvent::Request {
@@ -789,12 +904,12 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                             method,
                             params,
                         };
-                        listening = deliver(&state, listening, event).await;
+                        listening = deliver(&state, listening, event, buf.len()).await;
                     }
                     Err(error) => {
                         tracing::warn!(%error, "adapter wrote an invalid line");
                         let event = AdapterEvent::ProtocolError(error.into());
-                        listening = deliver(&state, listening, event).await;
+                        listening = deliver(&state, listening, event, buf.len()).await;
                     }
                 }
             }
@@ -826,17 +941,34 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
     tracing::debug!(?code, ?signal, "adapter exited");
     let _ = state
         .events
-        .send(AdapterEvent::Exited { code, signal })
+        .send((AdapterEvent::Exited { code, signal }, 0))
         .await;
 }
 
-/// Sends an event, waiting for room. Once the receiver is gone, requests are
-/// answered with "method not found" so the agent is not left waiting.
-async fn deliver<R>(state: &ReadLoop<R>, listening: bool, event: AdapterEvent) -> bool {
+/// Sends an event read from `bytes` of stdout, waiting for room in the
+/// channel and in the stdout budget (the reader reads no more meanwhile).
+/// Once the receiver is gone, requests are answered with "method not found"
+/// so the agent is not left waiting.
+async fn deliver<R>(
+    state: &ReadLoop<R>,
+    listening: bool,
+    event: AdapterEvent,
+    bytes: usize,
+) -> bool {
     if listening {
-        match state.events.send(event).await {
+        let cost = state.budget.cost(bytes);
+        // The semaphore is never closed; the permits travel with the event
+        // and come back when the caller takes it.
+        if let Ok(permits) = state.budget.permits.acquire_many(cost).await {
+            permits.forget();
+        }
+        state.budget.check_pressure();
+        match state.events.send((event, cost)).await {
             Ok(()) => return true,
-            Err(mpsc::error::SendError(event)) => return reject_unheard(state, event),
+            Err(mpsc::error::SendError((event, cost))) => {
+                state.budget.permits.add_permits(cost as usize);
+                return reject_unheard(state, event);
+            }
         }
     }
     reject_unheard(state, event)
@@ -929,6 +1061,14 @@ mod tests {
                 .with_data(json!({"details": "Session nope not found"})),
         );
         assert!(sdk_style.is_unknown_session());
+        let class_name = AdapterError::Rpc(
+            RpcError::internal("Internal error").with_data(json!({"details": "NotFoundError"})),
+        );
+        assert!(class_name.is_unknown_session());
+        let other_class = AdapterError::Rpc(
+            RpcError::internal("Internal error").with_data(json!({"details": "TypeError"})),
+        );
+        assert!(!other_class.is_unknown_session());
         let generic = AdapterError::Rpc(
             RpcError::internal("Internal error").with_data(json!({"details": "disk on fire"})),
         );

@@ -6,6 +6,7 @@ pub mod client;
 
 pub use agentos_protocol::acp::SessionUpdate;
 pub use client::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, Confinement,
-    IncomingRequestId, InitializeResult, RpcError, INHERITED_ENV,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
+    Confinement, IncomingRequestId, InitializeResult, RpcError, DEFAULT_STDOUT_BUFFER_BYTES,
+    INHERITED_ENV, STDOUT_BUFFER_SETTING,
 };

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use agentos_adapters::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
+    RpcError,
 };
 use serde_json::{json, Value};
-use tokio::sync::mpsc::Receiver;
 
 const FAKE_AGENT: &str = env!("CARGO_BIN_EXE_agentos-fake-agent");
 /// Generous bound so a stuck test fails instead of hanging; never asserted on.
@@ -22,10 +22,7 @@ fn fake(args: &[&str]) -> AdapterCommand {
     }
 }
 
-async fn start_with(
-    args: &[&str],
-    options: AdapterOptions,
-) -> (AdapterConnection, Receiver<AdapterEvent>) {
+async fn start_with(args: &[&str], options: AdapterOptions) -> (AdapterConnection, AdapterEvents) {
     let (conn, events) = AdapterConnection::spawn(&fake(args), options)
         .await
         .expect("fake agent spawns");
@@ -40,7 +37,7 @@ async fn start_with(
     (conn, events)
 }
 
-async fn start(args: &[&str]) -> (AdapterConnection, Receiver<AdapterEvent>) {
+async fn start(args: &[&str]) -> (AdapterConnection, AdapterEvents) {
     start_with(args, AdapterOptions::default()).await
 }
 
@@ -59,7 +56,7 @@ fn prompt_params(session: &str, text: &str) -> Value {
     json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 }
 
-async fn next_event(events: &mut Receiver<AdapterEvent>) -> AdapterEvent {
+async fn next_event(events: &mut AdapterEvents) -> AdapterEvent {
     tokio::time::timeout(PATIENCE, events.recv())
         .await
         .expect("an event arrives")
@@ -70,7 +67,7 @@ async fn next_event(events: &mut Receiver<AdapterEvent>) -> AdapterEvent {
 /// `answer`; returns the prompt's result and every `session/update` payload.
 async fn run_prompt(
     conn: &AdapterConnection,
-    events: &mut Receiver<AdapterEvent>,
+    events: &mut AdapterEvents,
     session: &str,
     text: &str,
     mut answer: impl FnMut(&str, &Value) -> Result<Value, RpcError>,
@@ -562,5 +559,59 @@ async fn flood_of_ten_thousand_updates_arrives_complete_and_in_order() {
         let text = update["content"][0]["content"]["text"].as_str().unwrap();
         assert!(text.starts_with(&format!("{i:08} ")));
     }
+    conn.shutdown().await;
+}
+
+#[tokio::test]
+async fn unread_stdout_is_bounded_and_the_reader_waits_instead_of_growing() {
+    let options = AdapterOptions {
+        // Room for thousands of events: only the byte bound can stop the
+        // reader.
+        event_buffer: 100_000,
+        stdout_buffer_bytes: 16 * 1024,
+        ..AdapterOptions::default()
+    };
+    let (conn, mut events) = start_with(&[], options).await;
+    let session = new_session(&conn).await;
+    let limit = events.buffer_limit();
+    assert!(limit <= 16 * 1024, "{limit}");
+    // ~600 KB of updates: far more than the pipe and the bound hold.
+    let request = tokio::spawn({
+        let conn = conn.clone();
+        async move {
+            conn.request("session/prompt", prompt_params(&session, "flood 2000"))
+                .await
+        }
+    });
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while events.buffered_bytes() * 5 < limit * 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the buffer never filled: {} of {limit}",
+            events.buffered_bytes()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(events.buffered_bytes() <= limit);
+    // Nothing is read past the bound, so the agent is still writing.
+    assert!(!request.is_finished(), "the whole flood was read");
+    let mut updates = 0;
+    loop {
+        let event = next_event(&mut events).await;
+        assert!(events.buffered_bytes() <= limit);
+        if let AdapterEvent::SessionUpdate(update) = event {
+            let text = update.update()["content"][0]["content"]["text"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_default();
+            assert!(text.starts_with(&format!("{updates:08} ")), "{text}");
+            updates += 1;
+            if updates == 2000 {
+                break;
+            }
+        }
+    }
+    let answer = request.await.expect("request task").expect("answered");
+    assert_eq!(answer["stopReason"], "end_turn");
     conn.shutdown().await;
 }

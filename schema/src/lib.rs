@@ -13,4 +13,7 @@ pub mod ladders;
 mod migrate;
 
 pub use db::{Database, DatabaseKind, DbError, Rows, SharedDatabase, SqlValue, Statement};
-pub use migrate::{migrate, migrate_all, Migration, MigrationError, MigrationOutcome, Owner};
+pub use migrate::{
+    check_sqlite_version, migrate, migrate_all, Migration, MigrationError, MigrationOutcome, Owner,
+    MIN_SQLITE_VERSION,
+};

@@ -6,6 +6,13 @@
 //! of the version row, so schema and version always advance together. A stored
 //! version newer than the ladder fails closed and touches nothing. There is no
 //! shared version table and no `PRAGMA user_version`.
+//!
+//! Before any ladder runs, the handle's `sqlite_version()` is read: with
+//! `actor_uds` the SQL runs on the host's SQLite, whose version we do not
+//! choose. Below [`MIN_SQLITE_VERSION`] (STRICT tables, 3.37) or without the
+//! JSON functions the ladders' CHECKs use, opening fails closed with
+//! `sqlite_version_unsupported`. The ladders and the stores keep to what that
+//! minimum offers (no `unixepoch()`, `->>`, `octet_length()`, …).
 
 use crate::db::{Database, DbError, SqlValue, Statement};
 use crate::ladders;
@@ -82,6 +89,12 @@ pub enum MigrationError {
         stored: u32,
         supported: u32,
     },
+    #[error("sqlite_version_unsupported: the database runs SQLite {found}; {required} or newer is required{detail}")]
+    UnsupportedSqlite {
+        found: String,
+        required: String,
+        detail: String,
+    },
     #[error("migration_failed: {owner} migration {version}: {source}")]
     Database {
         owner: &'static str,
@@ -95,13 +108,78 @@ impl MigrationError {
         match self {
             MigrationError::InvalidLadder { .. } => "invalid_migration_ladder",
             MigrationError::FutureSchema { .. } => "future_schema",
+            MigrationError::UnsupportedSqlite { .. } => "sqlite_version_unsupported",
             MigrationError::Database { .. } => "migration_failed",
         }
     }
 }
 
-/// Runs every owner's shipped ladder, filesystem first, then core, then actor.
+/// The oldest SQLite the ladders and stores run on: STRICT tables arrived in
+/// 3.37.0.
+pub const MIN_SQLITE_VERSION: (u32, u32, u32) = (3, 37, 0);
+
+fn version_text((major, minor, patch): (u32, u32, u32)) -> String {
+    format!("{major}.{minor}.{patch}")
+}
+
+/// Parses `sqlite_version()`'s "3.40.1" (a fourth part, if any, is ignored).
+fn parse_sqlite_version(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.trim().split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next()??;
+    let patch = parts.next().unwrap_or(Some(0))?;
+    Some((major, minor, patch))
+}
+
+/// Reads the handle's SQLite version and fails closed below
+/// [`MIN_SQLITE_VERSION`] or without the JSON functions. Returns the version.
+pub async fn check_sqlite_version(db: &dyn Database) -> Result<String, MigrationError> {
+    let wrap = |source| MigrationError::Database {
+        owner: "sqlite",
+        version: 0,
+        source,
+    };
+    let required = version_text(MIN_SQLITE_VERSION);
+    let rows = db
+        .query("SELECT sqlite_version()", vec![])
+        .await
+        .map_err(wrap)?;
+    let found = rows
+        .scalar()
+        .and_then(SqlValue::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let unsupported = |found: String, detail: String| MigrationError::UnsupportedSqlite {
+        found,
+        required: required.clone(),
+        detail,
+    };
+    match parse_sqlite_version(&found) {
+        Some(version) if version >= MIN_SQLITE_VERSION => {}
+        Some(_) => return Err(unsupported(found, String::new())),
+        None => {
+            let shown = if found.is_empty() {
+                "of an unknown version".to_owned()
+            } else {
+                found
+            };
+            return Err(unsupported(shown, String::new()));
+        }
+    }
+    // Built in since 3.38; before that an extension most builds include.
+    if let Err(error) = db.query("SELECT json_valid('[]')", vec![]).await {
+        return Err(unsupported(
+            found,
+            format!(" with the JSON functions ({error})"),
+        ));
+    }
+    Ok(found)
+}
+
+/// Checks the SQLite version, then runs every owner's shipped ladder,
+/// filesystem first, then core, then actor.
 pub async fn migrate_all(db: &dyn Database) -> Result<Vec<MigrationOutcome>, MigrationError> {
+    check_sqlite_version(db).await?;
     let mut outcomes = Vec::with_capacity(Owner::ALL.len());
     for owner in Owner::ALL {
         outcomes.push(migrate(db, owner, owner.ladder()).await?);
@@ -282,6 +360,71 @@ mod tests {
             statements: &["CREATE INDEX agentos_core_x_a ON agentos_core_x (a)"],
         },
     ];
+
+    #[test]
+    fn sqlite_versions_parse_and_compare() {
+        assert_eq!(parse_sqlite_version("3.40.1"), Some((3, 40, 1)));
+        assert_eq!(parse_sqlite_version("3.37"), Some((3, 37, 0)));
+        assert_eq!(parse_sqlite_version("3.45.0.1"), Some((3, 45, 0)));
+        assert_eq!(parse_sqlite_version("three"), None);
+        assert!(parse_sqlite_version("3.36.9").unwrap() < MIN_SQLITE_VERSION);
+        assert!(parse_sqlite_version("3.37.0").unwrap() >= MIN_SQLITE_VERSION);
+        assert!(parse_sqlite_version("4.0.0").unwrap() >= MIN_SQLITE_VERSION);
+    }
+
+    /// A handle that answers `sqlite_version()` with a given text and fails
+    /// anything else, so nothing past the check can run.
+    struct OldSqlite(&'static str);
+
+    #[async_trait::async_trait]
+    impl Database for OldSqlite {
+        fn kind(&self) -> crate::DatabaseKind {
+            crate::DatabaseKind::SqliteFile
+        }
+
+        async fn query(&self, sql: &str, _: Vec<SqlValue>) -> Result<crate::Rows, DbError> {
+            if sql == "SELECT sqlite_version()" {
+                return Ok(crate::Rows {
+                    columns: vec!["v".into()],
+                    rows: vec![vec![SqlValue::from(self.0)]],
+                    changes: 0,
+                    last_insert_rowid: None,
+                });
+            }
+            Err(DbError::Closed)
+        }
+
+        async fn transaction(&self, _: Vec<Statement>) -> Result<Vec<crate::Rows>, DbError> {
+            Err(DbError::Closed)
+        }
+
+        async fn close(&self) {}
+    }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        // The fake answers at once: one poll with a no-op waker suffices.
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("the fake database never waits"),
+        }
+    }
+
+    #[test]
+    fn an_old_sqlite_fails_closed_naming_both_versions() {
+        let err = block_on(migrate_all(&OldSqlite("3.36.0"))).unwrap_err();
+        assert_eq!(err.code(), "sqlite_version_unsupported");
+        let text = err.to_string();
+        assert!(text.contains("3.36.0") && text.contains("3.37.0"), "{text}");
+        let err = block_on(migrate_all(&OldSqlite(""))).unwrap_err();
+        assert_eq!(err.code(), "sqlite_version_unsupported");
+        // A new enough version passes the check and reaches the fake's
+        // failing JSON probe: still the same code, saying why.
+        let err = block_on(migrate_all(&OldSqlite("3.40.1"))).unwrap_err();
+        assert_eq!(err.code(), "sqlite_version_unsupported");
+        assert!(err.to_string().contains("JSON"), "{err}");
+    }
 
     #[test]
     fn shipped_ladders_are_valid() {

@@ -223,6 +223,9 @@ impl Default for HostLimits {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct AcpLimits {
     pub max_read_line_bytes: u64,
+    /// Adapter stdout read but not yet consumed; when full the reader stops
+    /// reading the pipe.
+    pub stdout_buffer_byte_limit: u64,
     pub max_completed_message_bytes: u64,
     pub max_turn_output_bytes: u64,
     pub max_prompt_bytes: u64,
@@ -245,6 +248,7 @@ impl Default for AcpLimits {
     fn default() -> Self {
         AcpLimits {
             max_read_line_bytes: 16 * MIB,
+            stdout_buffer_byte_limit: MIB,
             max_completed_message_bytes: 64 * MIB,
             max_turn_output_bytes: 256 * MIB,
             max_prompt_bytes: 64 * MIB,
@@ -266,6 +270,91 @@ impl Default for AcpLimits {
 }
 
 /// `limits.fs`: the VFS's bounds and storage granularity.
+impl AcpLimits {
+    /// Every `limits.acp` setting as `(setting, value)`, for `vm/status`.
+    pub fn entries(&self) -> Vec<(&'static str, u64)> {
+        let a = self;
+        vec![
+            ("limits.acp.maxReadLineBytes", a.max_read_line_bytes),
+            (
+                "limits.acp.stdoutBufferByteLimit",
+                a.stdout_buffer_byte_limit,
+            ),
+            (
+                "limits.acp.maxCompletedMessageBytes",
+                a.max_completed_message_bytes,
+            ),
+            ("limits.acp.maxTurnOutputBytes", a.max_turn_output_bytes),
+            ("limits.acp.maxPromptBytes", a.max_prompt_bytes),
+            ("limits.acp.maxPromptBlocks", a.max_prompt_blocks),
+            (
+                "limits.acp.maxFallbackContinuationBytes",
+                a.max_fallback_continuation_bytes,
+            ),
+            (
+                "limits.acp.maxSessionHistoryBytes",
+                a.max_session_history_bytes,
+            ),
+            (
+                "limits.acp.maxSessionHistoryEvents",
+                a.max_session_history_events,
+            ),
+            (
+                "limits.acp.maxHistoryPageEntries",
+                a.max_history_page_entries,
+            ),
+            (
+                "limits.acp.maxSessionListEntries",
+                a.max_session_list_entries,
+            ),
+            ("limits.acp.maxSessionsPerVm", a.max_sessions_per_vm),
+            ("limits.acp.maxPromptsPerSession", a.max_prompts_per_session),
+            ("limits.acp.maxPromptsPerVm", a.max_prompts_per_vm),
+            (
+                "limits.acp.maxPendingPermissionsPerSession",
+                a.max_pending_permissions_per_session,
+            ),
+            (
+                "limits.acp.maxPendingPermissionsPerVm",
+                a.max_pending_permissions_per_vm,
+            ),
+            (
+                "limits.acp.maxPermissionOutcomesPerSession",
+                a.max_permission_outcomes_per_session,
+            ),
+            (
+                "limits.acp.maxPermissionOutcomesPerVm",
+                a.max_permission_outcomes_per_vm,
+            ),
+        ]
+    }
+}
+
+impl Limits {
+    /// Every configured limit outside `limits.acp` as `(setting, value)`,
+    /// for `vm/status`.
+    pub fn other_entries(&self) -> Vec<(&'static str, u64)> {
+        let (s, h, f) = (&self.sqlite, &self.host, &self.fs);
+        vec![
+            ("limits.sqlite.maxResultBytes", s.max_result_bytes),
+            (
+                "limits.sqlite.maxInFlightRequests",
+                u64::from(s.max_in_flight_requests),
+            ),
+            (
+                "limits.sqlite.maxQueuedRequestBytes",
+                s.max_queued_request_bytes,
+            ),
+            ("limits.sqlite.maxQueuedJobs", u64::from(s.max_queued_jobs)),
+            ("limits.host.maxFrameBytes", h.max_frame_bytes),
+            ("limits.host.maxConnections", u64::from(h.max_connections)),
+            ("limits.fs.maxTotalBytes", f.max_total_bytes),
+            ("limits.fs.maxInodes", f.max_inodes),
+            ("limits.fs.maxFileBytes", f.max_file_bytes),
+        ]
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct FsLimits {

@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
 use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
-use agentos_sidecar::config::{AcpLimits, AgentSpec};
-use agentos_sidecar::db::testing::{all_backends, CapturedLog, CountingDatabase, FaultyDatabase};
+use agentos_sidecar::config::{AcpLimits, AgentSpec, SqliteLimits};
+use agentos_sidecar::db::ars_server::ArsServerOptions;
+use agentos_sidecar::db::testing::{
+    actor_uds_with, all_backends, CapturedLog, CountingDatabase, FaultyDatabase,
+};
 use agentos_sidecar::sessions::{
     CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionError, SessionInfo,
     SessionState, SessionStore, Sessions,
@@ -60,6 +63,30 @@ fn agents(state: &Path) -> BTreeMap<String, AgentSpec> {
         (
             "broken".to_owned(),
             spec(&["--load-session", "--restore-error", "--state-dir", &dir]),
+        ),
+        (
+            "forgetful-32002".to_owned(),
+            spec(&[
+                "--resume",
+                "--unknown-session-error",
+                "resource-not-found",
+                "--state-dir",
+                &dir,
+            ]),
+        ),
+        (
+            "forgetful-32603".to_owned(),
+            spec(&[
+                "--load-session",
+                "--unknown-session-error",
+                "not-found-error",
+                "--state-dir",
+                &dir,
+            ]),
+        ),
+        (
+            "replaying-resumer".to_owned(),
+            spec(&["--resume", "--resume-replays", "--state-dir", &dir]),
         ),
     ])
 }
@@ -246,6 +273,68 @@ async fn unknown_session_falls_back_and_other_errors_fail_the_restore() {
     }
 }
 
+#[tokio::test]
+async fn both_unknown_session_forms_fall_through_to_a_continuation() {
+    for backend in all_backends().await {
+        // -32002 from `session/resume`, and -32603 with
+        // `data.details == "NotFoundError"` from `session/load`.
+        for agent in ["forgetful-32002", "forgetful-32603"] {
+            let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+            let sid = format!("unknown-{agent}");
+            env.sessions.open(open(&sid, agent)).await.expect("open");
+            prompt(&env, &sid, "echo before").await.expect("first");
+            env.sessions.unload(&sid).await.expect("unload");
+            let inspected = prompt(&env, &sid, "inspect")
+                .await
+                .unwrap_or_else(|e| panic!("{} {agent}: fallback: {e}", backend.name));
+            let blocks = inspected_blocks(&inspected);
+            assert_eq!(blocks.len(), 2, "{} {agent}: {blocks:?}", backend.name);
+            assert!(
+                blocks[0]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("echo before")),
+                "{} {agent}: the continuation holds the history",
+                backend.name
+            );
+            // And the session stays usable.
+            let third = prompt(&env, &sid, "echo third").await.expect("third");
+            assert_eq!(third.stop_reason, "end_turn");
+            env.sessions.shutdown().await;
+        }
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_replay_on_resume_is_discarded() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        let sid = "replayed-resume";
+        env.sessions
+            .open(open(sid, "replaying-resumer"))
+            .await
+            .expect("open");
+        prompt(&env, sid, "tools").await.expect("first");
+        let before = history(&env, sid).await;
+        env.sessions.unload(sid).await.expect("unload");
+        // The restart resumes natively (no continuation) and the agent
+        // replays every update of the first turn while resuming.
+        let inspected = prompt(&env, sid, "inspect").await.expect("resumed");
+        assert_eq!(inspected_blocks(&inspected).len(), 1, "{}", backend.name);
+        let after = history(&env, sid).await;
+        assert_eq!(
+            &after[..before.len()],
+            &before[..],
+            "{}: the first turn's history is unchanged",
+            backend.name
+        );
+        // Only the second turn was added: its user chunk and its reply.
+        assert_eq!(after.len(), before.len() + 2, "{}: {after:?}", backend.name);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
 /// Writes the rows a crash mid-turn leaves behind: a running session, an
 /// accepted prompt with a key, a pending permission, and drifted counters.
 async fn simulate_crash(db: &SharedDatabase, sid: &str) {
@@ -404,6 +493,62 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
 }
 
 #[tokio::test]
+async fn the_byte_budget_holds_whatever_the_event_sizes() {
+    for backend in all_backends().await {
+        let max_bytes = 1_536 * 1024;
+        let limits = AcpLimits {
+            max_session_history_bytes: max_bytes,
+            ..AcpLimits::default()
+        };
+        let env = env_with(backend.db.clone(), limits).await;
+        env.sessions.open(open("b", "echo")).await.expect("open");
+        let within_budget = |info: &SessionInfo, step: &str| {
+            assert!(
+                info.retained_event_bytes <= max_bytes,
+                "{} {step}: {} retained bytes over a budget of {max_bytes}",
+                backend.name,
+                info.retained_event_bytes
+            );
+        };
+        // Two turns of 400 user events of 1 KiB each.
+        let mut small: Vec<Value> = (0..399)
+            .map(|_| json!({"type": "text", "text": "k".repeat(1024)}))
+            .collect();
+        small.push(json!({"type": "text", "text": "echo ok"}));
+        for turn in 0..2 {
+            env.sessions
+                .prompt("b", small.clone(), None, user())
+                .await
+                .unwrap_or_else(|e| panic!("small turn {turn}: {e}"));
+            within_budget(&env.sessions.get("b").await.unwrap(), "small turn");
+        }
+        // Then events of 1 MiB: the first must push out more than 256 of the
+        // small ones at once, the next ones the large ones before them.
+        for turn in 0..3 {
+            prompt(&env, "b", "oversize 1048576")
+                .await
+                .unwrap_or_else(|e| panic!("large turn {turn}: {e}"));
+            let info = env.sessions.get("b").await.unwrap();
+            within_budget(&info, "large turn");
+            // The counters agree with the rows they count.
+            let page = env
+                .sessions
+                .history(
+                    "b",
+                    None,
+                    Some(info.oldest_retained_sequence - 1),
+                    Some(10_000),
+                )
+                .await
+                .expect("history");
+            assert_eq!(page.events.len() as u64, info.retained_event_count);
+        }
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
 async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
     for backend in all_backends().await {
         let limits = AcpLimits {
@@ -457,6 +602,12 @@ async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
 #[tokio::test]
 async fn permission_outcomes_are_bounded_and_late_answers_typed() {
     for backend in all_backends().await {
+        let captured = CapturedLog::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
         let limits = AcpLimits {
             max_permission_outcomes_per_session: 2,
             ..AcpLimits::default()
@@ -519,6 +670,13 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
         assert_eq!(
             last,
             PermissionAnswer::NotPending(NotPendingReason::AlreadyResolved)
+        );
+        // The bounded outcome collection warned once on its way to 80 %.
+        assert_eq!(
+            captured.count(&["80%", "limits.acp.maxPermissionOutcomesPerSession"]),
+            1,
+            "{}",
+            backend.name
         );
         env.sessions.shutdown().await;
         backend.shutdown().await;
@@ -834,6 +992,90 @@ async fn crossing_eighty_percent_warns_once_and_shows_in_status() {
     }
 }
 
+#[tokio::test]
+async fn turn_output_bounds_fail_the_turn_naming_their_setting() {
+    // (the bound, the command that passes it, the code, the setting)
+    let cases: [(AcpLimits, &str, &str, &str); 3] = [
+        (
+            AcpLimits {
+                max_turn_output_bytes: 20_000,
+                ..AcpLimits::default()
+            },
+            "stream 2000",
+            "resource_limit",
+            "limits.acp.maxTurnOutputBytes",
+        ),
+        (
+            AcpLimits {
+                max_completed_message_bytes: 10_000,
+                ..AcpLimits::default()
+            },
+            "stream 3000",
+            "resource_limit",
+            "limits.acp.maxCompletedMessageBytes",
+        ),
+        (
+            AcpLimits {
+                max_read_line_bytes: 10_000,
+                ..AcpLimits::default()
+            },
+            "oversize 20000",
+            "acp_protocol_error",
+            "limits.acp.maxReadLineBytes",
+        ),
+    ];
+    for backend in all_backends().await {
+        for (limits, command, code, setting) in cases.clone() {
+            let captured = CapturedLog::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(captured.clone())
+                .with_ansi(false)
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let env = env_with(backend.db.clone(), limits).await;
+            let sid = format!("bound-{}", setting.rsplit('.').next().unwrap_or(setting));
+            env.sessions.open(open(&sid, "echo")).await.unwrap();
+            prompt(&env, &sid, "echo kept")
+                .await
+                .expect("within bounds");
+            let err = prompt(&env, &sid, command).await.unwrap_err();
+            assert_eq!(
+                err.code().as_str(),
+                code,
+                "{} {setting}: {err}",
+                backend.name
+            );
+            match &err {
+                SessionError::PromptFailed { error } => {
+                    assert_eq!(error["setting"], setting, "{} {error}", backend.name)
+                }
+                other => panic!("{}: {other:?}", backend.name),
+            }
+            if code == "resource_limit" {
+                assert_eq!(
+                    captured.count(&["80%", setting]),
+                    1,
+                    "{} {setting}: one warning on the way up",
+                    backend.name
+                );
+            }
+            // The failed turn kept no partial text, and the session carries on
+            // with a new adapter.
+            let after = prompt(&env, &sid, "echo after").await.expect("usable");
+            assert_eq!(after.stop_reason, "end_turn");
+            let texts: Vec<String> = history(&env, &sid)
+                .await
+                .iter()
+                .filter(|e| e["type"] == "agent_message_chunk")
+                .map(|e| e["content"]["text"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            assert_eq!(texts, ["kept", "after"], "{} {setting}", backend.name);
+            env.sessions.shutdown().await;
+        }
+        backend.shutdown().await;
+    }
+}
+
 /// A group commit that fails mid-stream (with another possibly queued behind
 /// it) fails the turn; nothing after the last good commit is kept or
 /// published, the counters stay true, and the next turn carries on.
@@ -901,6 +1143,124 @@ async fn a_commit_failing_mid_flood_fails_the_turn_and_leaves_history_whole() {
 /// A terminal commit that fails ends the route; the session is not left
 /// busy: the next prompt settles the unfinished turn as a restart would
 /// (`prompt_delivery_uncertain`, retryable) and runs.
+/// Where the connection drops: the accept commit of a keyed prompt, the
+/// first append of its turn, or the answer to its permission request.
+#[derive(Clone, Copy, Debug)]
+enum LostAt {
+    Accept,
+    Append,
+    PermissionAnswer,
+}
+
+#[tokio::test]
+async fn a_commit_lost_with_its_connection_does_not_wedge_the_session() {
+    for at in [LostAt::Accept, LostAt::Append, LostAt::PermissionAnswer] {
+        let countdown = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let options = ArsServerOptions {
+            drop_connection_at_commit: Some(countdown.clone()),
+            ..ArsServerOptions::default()
+        };
+        let backend = actor_uds_with(options, SqliteLimits::default()).await;
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        let mut params = open("l", "echo");
+        params.permission_policy = Some(PermissionPolicy::Ask);
+        env.sessions.open(params).await.unwrap();
+        prompt(&env, "l", "echo warm").await.unwrap();
+        let arm = |n| countdown.store(n, std::sync::atomic::Ordering::SeqCst);
+        let keyed = |t: &'static str| {
+            env.sessions
+                .prompt("l", text(t), Some("lost-key".into()), user())
+        };
+        let (command, err) = match at {
+            // The next commit is the accept; the one after it, with the
+            // tool updates queued before the answer, an append.
+            LostAt::Accept | LostAt::Append => {
+                arm(if matches!(at, LostAt::Accept) { 1 } else { 2 });
+                ("tools", keyed("tools").await.unwrap_err())
+            }
+            LostAt::PermissionAnswer => {
+                let turn = keyed("permission");
+                tokio::pin!(turn);
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+                let request = loop {
+                    tokio::select! {
+                        done = &mut turn => panic!("the turn ended early: {done:?}"),
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+                    }
+                    let info = env.sessions.get("l").await.unwrap();
+                    if let Some(request) = pending_request(&info) {
+                        break request.to_owned();
+                    }
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "no permission request"
+                    );
+                };
+                arm(1);
+                let _ = env
+                    .sessions
+                    .respond_permission("l", &request, "allow")
+                    .await;
+                ("permission", turn.await.unwrap_err())
+            }
+        };
+        assert_eq!(
+            countdown.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{at:?}: the drop fired"
+        );
+        assert_eq!(
+            err.code().as_str(),
+            "commit_outcome_unknown",
+            "{at:?}: {err}"
+        );
+        // Retrying the key settles the turn as a restart would: its
+        // delivery is uncertain and it is not resent.
+        let replay = env
+            .sessions
+            .prompt("l", text(command), Some("lost-key".into()), user())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            replay.code().as_str(),
+            "prompt_delivery_uncertain",
+            "{at:?}: {replay}"
+        );
+        let info = env.sessions.get("l").await.unwrap();
+        assert!(pending_request(&info).is_none(), "{at:?}: {info:?}");
+        // And the session is usable: no session_busy.
+        let ok = prompt(&env, "l", "echo after")
+            .await
+            .unwrap_or_else(|e| panic!("{at:?}: {e}"));
+        assert_eq!(ok.stop_reason, "end_turn");
+        let info = env.sessions.get("l").await.unwrap();
+        assert_eq!(info.state.status(), "idle", "{at:?}");
+        let page = env
+            .sessions
+            .history("l", None, Some(0), Some(10_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.events.len() as u64,
+            info.retained_event_count,
+            "{at:?}"
+        );
+        let sent = prompt_log(&env)
+            .iter()
+            .filter(|l| {
+                // The continuation of a later prompt quotes it; the prompt
+                // itself is a block of its own.
+                l["prompt"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["text"] == command))
+            })
+            .count();
+        assert!(sent <= 1, "{at:?}: the lost prompt was resent");
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
     for backend in all_backends().await {

@@ -62,6 +62,11 @@ async fn protocol_errors_fail_the_turn_only(backend: Backend) {
     sc.prompt("s1", "echo between").await.expect("usable again");
     let e = prompt_err(&sc, "s1", "oversize 200000").await;
     assert_eq!(data_code(&e), "acp_protocol_error", "{e:?}");
+    assert_eq!(
+        e.data.as_ref().map(|d| d["setting"].clone()),
+        Some(serde_json::json!("limits.acp.maxReadLineBytes")),
+        "{e:?}"
+    );
     let e = prompt_err(&sc, "s1", "bad_stop").await;
     assert_eq!(data_code(&e), "invalid_stop_reason", "{e:?}");
     assert!(sc.is_running());

@@ -113,6 +113,47 @@ async fn get_list_delete_and_unload(backend: Backend) {
     let before = sc.ok("vm/status", json!({})).await;
     assert_eq!(before["sessions"]["used"], 5);
     assert_eq!(before["prompts"]["used"], 1);
+    // Every limit is listed, with its use where one is counted.
+    let limits = before["limits"].as_array().expect("limits");
+    let entry = |setting: &str| {
+        limits
+            .iter()
+            .find(|l| l["setting"] == setting)
+            .unwrap_or_else(|| panic!("{setting} is not listed: {limits:?}"))
+            .clone()
+    };
+    for setting in [
+        "limits.acp.maxReadLineBytes",
+        "limits.acp.stdoutBufferByteLimit",
+        "limits.acp.maxCompletedMessageBytes",
+        "limits.acp.maxTurnOutputBytes",
+        "limits.acp.maxPromptBytes",
+        "limits.acp.maxPromptBlocks",
+        "limits.acp.maxFallbackContinuationBytes",
+        "limits.acp.maxSessionHistoryBytes",
+        "limits.acp.maxSessionHistoryEvents",
+        "limits.acp.maxHistoryPageEntries",
+        "limits.acp.maxSessionListEntries",
+        "limits.acp.maxPromptsPerSession",
+        "limits.acp.maxPendingPermissionsPerSession",
+        "limits.acp.maxPermissionOutcomesPerSession",
+        "limits.sqlite.maxResultBytes",
+        "limits.host.maxFrameBytes",
+        "limits.host.maxConnections",
+        "limits.fs.maxFileBytes",
+    ] {
+        let e = entry(setting);
+        assert!(e["limit"].as_u64().is_some_and(|l| l > 0), "{e}");
+    }
+    assert_eq!(entry("limits.acp.maxTurnOutputBytes")["limit"], 256 << 20);
+    assert_eq!(entry("limits.acp.maxSessionsPerVm")["used"], 5);
+    assert_eq!(entry("limits.acp.maxPromptsPerVm")["used"], 1);
+    assert_eq!(entry("limits.acp.maxPendingPermissionsPerVm")["used"], 0);
+    assert_eq!(entry("limits.acp.maxPermissionOutcomesPerVm")["used"], 0);
+    // The root and the sessions' directories.
+    assert!(entry("limits.fs.maxInodes")["used"].as_u64() >= Some(1));
+    assert!(entry("limits.fs.maxTotalBytes")["used"].is_u64());
+    assert!(entry("limits.acp.maxTurnOutputBytes").get("used").is_none());
     sc.ok("sessions/delete", json!({"sessionId": "s1"})).await;
     let after = sc.ok("vm/status", json!({})).await;
     assert_eq!(after["sessions"]["used"], 4);

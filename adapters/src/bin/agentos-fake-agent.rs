@@ -14,6 +14,12 @@
 //!   updates) in DIR so load/resume work across restarts.
 //! - `--restore-error`: answer load/resume with a generic -32603 error that is
 //!   not an unknown-session error.
+//! - `--unknown-session-error FORM`: answer every load/resume as for a
+//!   session this agent does not know, in one of the two forms ACP agents
+//!   use: `resource-not-found` (-32002) or `not-found-error` (-32603 with
+//!   `data.details == "NotFoundError"`).
+//! - `--resume-replays`: `session/resume` replays the stored updates as
+//!   `session/load` does (implies `--load-session`'s update recording).
 //! - `--agent-name NAME`: the `agentInfo.name` to report.
 //!
 //! Environment: `AGENTOS_FAKE_AGENT_LOG=FILE` appends one JSON line
@@ -85,7 +91,29 @@ struct Flags {
     resume: bool,
     state_dir: Option<PathBuf>,
     restore_error: bool,
+    unknown_session_error: Option<UnknownSessionForm>,
+    resume_replays: bool,
     agent_name: String,
+}
+
+/// How an agent says it does not know a session.
+#[derive(Clone, Copy)]
+enum UnknownSessionForm {
+    /// The standard -32002 "Resource not found".
+    ResourceNotFound,
+    /// A generic -32603 whose `data.details` is "NotFoundError".
+    NotFoundError,
+}
+
+impl UnknownSessionForm {
+    fn error(self, session_id: &str) -> RpcError {
+        match self {
+            UnknownSessionForm::ResourceNotFound => not_found(session_id),
+            UnknownSessionForm::NotFoundError => {
+                RpcError::internal("Internal error").with_data(json!({"details": "NotFoundError"}))
+            }
+        }
+    }
 }
 
 fn parse_flags() -> Result<Flags, String> {
@@ -99,6 +127,15 @@ fn parse_flags() -> Result<Flags, String> {
             "--load-session" => flags.load_session = true,
             "--resume" => flags.resume = true,
             "--restore-error" => flags.restore_error = true,
+            "--resume-replays" => flags.resume_replays = true,
+            "--unknown-session-error" => {
+                let form = args.next().ok_or("--unknown-session-error needs a form")?;
+                flags.unknown_session_error = Some(match form.as_str() {
+                    "resource-not-found" => UnknownSessionForm::ResourceNotFound,
+                    "not-found-error" => UnknownSessionForm::NotFoundError,
+                    other => return Err(format!("unknown --unknown-session-error form {other}")),
+                });
+            }
             "--state-dir" => {
                 let dir = args.next().ok_or("--state-dir needs a directory")?;
                 flags.state_dir = Some(PathBuf::from(dir));
@@ -197,7 +234,7 @@ impl Agent {
 
     /// Records an update for replay (only needed when load is advertised).
     fn record(&self, session_id: &str, update_line: &str) {
-        if !self.flags.load_session {
+        if !self.keeps_updates() {
             return;
         }
         if let Some(path) = self.session_file(session_id) {
@@ -209,12 +246,18 @@ impl Agent {
         }
     }
 
+    /// Whether updates are kept for a replay (`session/load`, or a resume
+    /// that replays).
+    fn keeps_updates(&self) -> bool {
+        self.flags.load_session || self.flags.resume_replays
+    }
+
     fn update_line(&self, session_id: &str, update: &Value) -> String {
         let line = acp::encode_notification(
             methods::SESSION_UPDATE,
             &json!({"sessionId": session_id, "update": update}),
         );
-        if self.flags.load_session {
+        if self.keeps_updates() {
             self.record(session_id, &update.to_string());
         }
         line
@@ -315,6 +358,9 @@ impl Agent {
                 .with_data(json!({"details": "simulated restore failure"})));
         }
         let session_id = str_param(params, "sessionId")?;
+        if let Some(form) = self.flags.unknown_session_error {
+            return Err(form.error(session_id));
+        }
         let stored = match self.session_file(session_id) {
             Some(path) => match fs::read_to_string(&path) {
                 Ok(text) => Some(text.lines().map(str::to_owned).collect::<Vec<_>>()),
@@ -721,7 +767,9 @@ impl Agent {
                     methods::SESSION_NEW => self.new_session(),
                     methods::SESSION_SET_CONFIG_OPTION => self.set_config_option(&params),
                     methods::SESSION_LOAD if self.flags.load_session => self.restore(&params, true),
-                    methods::SESSION_RESUME if self.flags.resume => self.restore(&params, false),
+                    methods::SESSION_RESUME if self.flags.resume => {
+                        self.restore(&params, self.flags.resume_replays)
+                    }
                     methods::SESSION_PROMPT => return self.start_prompt(id, params),
                     _ => Err(RpcError::method_not_found(&method)),
                 };

@@ -191,6 +191,10 @@ pub struct VmStatus {
     pub uptime_ms: u64,
     /// Whether adapters run confined.
     pub confinement: ConfinementInfo,
+    /// Every configured limit, with its current use where one is counted
+    /// VM-wide.
+    #[serde(default)]
+    pub limits: Vec<LimitStatus>,
 }
 
 /// How the VM's adapter processes are confined.
@@ -205,6 +209,20 @@ pub struct ConfinementInfo {
     pub abi: u32,
     /// Agents whose registry entry turned confinement off.
     pub unconfined_agents: Vec<String>,
+}
+
+/// One configured limit in `vm/status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitStatus {
+    pub setting: String,
+    pub limit: u64,
+    /// Absent for a bound that is per item (one line, one turn, one
+    /// session) rather than counted VM-wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used: Option<u64>,
+    #[serde(default)]
+    pub near_limit: bool,
 }
 
 /// The database kind a VM runs on.

@@ -20,7 +20,12 @@
 //! - `agentos_fs_usage`: the singleton counters checked by the limits, updated in
 //!   the same transaction as every mutation so a limit check is O(1).
 //!
-//! The root directory is inode 1 and is created here.
+//! The root directory is inode 1 and is created here. Its times come from
+//! `julianday('now')` (millisecond precision, SQLite 3.0+) rather than
+//! `unixepoch('subsec')` (3.42): the ladders run on the host's SQLite, which
+//! may be as old as `MIN_SQLITE_VERSION`. Migration 1 only ever runs on a new
+//! database (the runner records versions, not statement text), so this
+//! spelling changes nothing for databases already migrated.
 
 use crate::migrate::Migration;
 
@@ -83,10 +88,10 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
         "INSERT INTO agentos_fs_inodes
             (ino, kind, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, birthtime_ns)
          VALUES (1, 'dir', 493, 0, 0, 0, 2,
-            CAST(unixepoch('subsec') * 1000000000 AS INTEGER),
-            CAST(unixepoch('subsec') * 1000000000 AS INTEGER),
-            CAST(unixepoch('subsec') * 1000000000 AS INTEGER),
-            CAST(unixepoch('subsec') * 1000000000 AS INTEGER))",
+            CAST((julianday('now') - 2440587.5) * 86400000000000 AS INTEGER),
+            CAST((julianday('now') - 2440587.5) * 86400000000000 AS INTEGER),
+            CAST((julianday('now') - 2440587.5) * 86400000000000 AS INTEGER),
+            CAST((julianday('now') - 2440587.5) * 86400000000000 AS INTEGER))",
         "INSERT INTO agentos_fs_usage (singleton, total_bytes, inode_count) VALUES (1, 0, 1)",
     ],
 }];

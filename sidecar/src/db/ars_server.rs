@@ -62,6 +62,11 @@ pub struct ArsServerOptions {
     /// Encoded responses waiting for one client to read them; a client
     /// over this is closed.
     pub max_outbox_bytes: usize,
+    /// Fault injection for tests: counts down on every successful commit;
+    /// the commit that brings it to zero lands, but its connection is
+    /// dropped before the answer is written (the client then sees
+    /// `sqlite_commit_outcome_unknown`). `None` (the default) never drops.
+    pub drop_connection_at_commit: Option<Arc<AtomicU64>>,
 }
 
 impl Default for ArsServerOptions {
@@ -75,6 +80,7 @@ impl Default for ArsServerOptions {
             max_lease_timeout: Duration::from_secs(300),
             max_connections: 1024,
             max_outbox_bytes: 256 * 1024 * 1024,
+            drop_connection_at_commit: None,
         }
     }
 }
@@ -986,6 +992,17 @@ impl Worker {
         }
         let payload = if commit {
             match self.db.execute_batch("COMMIT") {
+                Ok(()) if self.drop_at_this_commit() => {
+                    // Landed, but the client never hears so: earlier answers
+                    // go out, then the connection closes.
+                    self.states.remove(&id);
+                    self.active = None;
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    self.flush();
+                    let _ = req.out.send(Outgoing::Close);
+                    self.promote();
+                    return;
+                }
                 Ok(()) => ResponsePayload::SqliteCommitOk,
                 Err(e) => {
                     self.rollback_if_open();
@@ -1003,6 +1020,16 @@ impl Worker {
         self.active = None;
         self.respond(req, payload);
         self.promote();
+    }
+
+    /// Whether the fault hook says to drop the connection at this commit.
+    fn drop_at_this_commit(&self) -> bool {
+        let Some(countdown) = &self.options.drop_connection_at_commit else {
+            return false;
+        };
+        countdown
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok_and(|before| before == 1)
     }
 
     fn expire_active(&mut self) {

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::codec::{params, reply};
 use super::render;
-use crate::sessions::{SessionConfig, SessionError, Sink};
+use crate::sessions::{LimitUse, SessionConfig, SessionError, Sink};
 use crate::vm::Vm;
 
 fn session(e: SessionError) -> ErrorObject {
@@ -185,8 +185,27 @@ pub(super) async fn dispatch(
         }
         methods::VM_STATUS => {
             let status = sessions.status().await.map_err(session)?;
+            // The file system's use is shown when it can be read; status
+            // never fails for it.
+            let fs_usage = vm.vfs.usage().await.ok();
+            let others: Vec<LimitUse> = vm
+                .config
+                .limits
+                .other_entries()
+                .into_iter()
+                .map(|(setting, limit)| LimitUse {
+                    setting,
+                    limit,
+                    used: match setting {
+                        "limits.fs.maxTotalBytes" => fs_usage.map(|u| u.total_bytes),
+                        "limits.fs.maxInodes" => fs_usage.map(|u| u.inode_count),
+                        _ => None,
+                    },
+                })
+                .collect();
             reply(&render::vm_status(
                 &status,
+                &others,
                 vm.database_kind.as_str(),
                 vm.started.elapsed().as_millis() as u64,
                 vm.launcher.info(),

@@ -6,8 +6,8 @@ use agentos_protocol::host::{self as wire, rfc3339_ms, ErrorObject};
 use serde_json::{json, Map};
 
 use crate::sessions::{
-    PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage, SessionState, Usage,
-    VmStatus,
+    LimitUse, PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage,
+    SessionState, Usage, VmStatus,
 };
 use crate::vfs::FsError;
 
@@ -93,13 +93,31 @@ fn usage(usage: &Usage) -> wire::Usage {
     }
 }
 
+fn limit_status(limit: &LimitUse) -> wire::LimitStatus {
+    wire::LimitStatus {
+        setting: limit.setting.to_owned(),
+        limit: limit.limit,
+        used: limit.used,
+        near_limit: limit.near_limit(),
+    }
+}
+
+/// `vm/status`: the session domain's status plus `others`, the limits
+/// outside `limits.acp` (with the file system's use where known).
 pub(super) fn vm_status(
     status: &VmStatus,
+    others: &[LimitUse],
     database: &str,
     uptime_ms: u64,
     confinement: wire::ConfinementInfo,
 ) -> wire::VmStatus {
     wire::VmStatus {
+        limits: status
+            .limits
+            .iter()
+            .chain(others)
+            .map(limit_status)
+            .collect(),
         sessions: usage(&status.sessions),
         prompts: usage(&status.prompts),
         pending_permissions: usage(&status.pending_permissions),

@@ -32,8 +32,8 @@ pub use hub::{Hub, Item, Sink, SinkRefusal};
 pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 pub use types::{
-    AgentReply, CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionConfig,
-    SessionInfo, SessionPage, SessionState, Usage, VmStatus,
+    AgentReply, CancelStatus, LimitUse, NotPendingReason, PermissionAnswer, PromptOutcome,
+    SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,
 };
 
 use crate::config::{AcpLimits, AgentSpec};
@@ -284,21 +284,46 @@ impl Sessions {
         if let Some(route) = self.route(session_id) {
             return Ok(route);
         }
-        let mut row = self.row(session_id).await?;
-        if row.state == SessionStatus::Running || row.state == SessionStatus::Waiting {
-            // No route, yet mid-turn: an earlier route of this process ended
-            // without its terminal commit (storage failed). Settle the turn
-            // as a restart would.
-            if self.shared.store.reconcile_session(session_id).await? {
-                tracing::warn!(session = %session_id, "a turn left unfinished by a storage failure was marked prompt_delivery_uncertain");
-            }
-            self.shared.refresh_vm_counts().await?;
-            row = self.row(session_id).await?;
-        }
+        let row = self.settle_orphaned_turn(session_id).await?;
         let generation = self.shared.generation.fetch_add(1, Ordering::SeqCst);
         let handle = Route::start(self.shared.clone(), row, generation).await?;
         lock(&self.shared.routes).insert(session_id.to_owned(), handle.clone());
         Ok(handle)
+    }
+
+    /// The session's row, after settling a turn no route runs any more.
+    /// Mid-turn without a route means an earlier route of this process ended
+    /// without its terminal commit (storage failed, or a commit's outcome was
+    /// lost): the turn is settled as a restart would settle it. Call with the
+    /// session's start gate held.
+    async fn settle_orphaned_turn(&self, session_id: &str) -> Result<SessionRow, SessionError> {
+        let row = self.row(session_id).await?;
+        if row.state != SessionStatus::Running && row.state != SessionStatus::Waiting {
+            return Ok(row);
+        }
+        if self.shared.store.reconcile_session(session_id).await? {
+            tracing::warn!(session = %session_id, "a turn left unfinished by a storage failure was marked prompt_delivery_uncertain");
+        }
+        self.shared.refresh_vm_counts().await?;
+        self.row(session_id).await
+    }
+
+    /// Settles an orphaned turn (see [`Self::settle_orphaned_turn`]) when
+    /// the session has no live route, so a retried idempotency key reads the
+    /// settled prompt rather than one no route will ever finish.
+    async fn settle_if_routeless(&self, session_id: &str) -> Result<(), SessionError> {
+        if self.route(session_id).is_some() {
+            return Ok(());
+        }
+        let gate = lock(&self.shared.starting)
+            .entry(session_id.to_owned())
+            .or_default()
+            .clone();
+        let _guard = gate.lock().await;
+        if self.route(session_id).is_none() {
+            self.settle_orphaned_turn(session_id).await?;
+        }
+        Ok(())
     }
 
     async fn stop_route(&self, session_id: &str, reason: StopReason) {
@@ -379,6 +404,11 @@ impl Sessions {
         )?;
         self.shared
             .warn_near_limit("limits.acp.maxPromptBytes", bytes, limits.max_prompt_bytes);
+        self.shared.warn_near_limit(
+            "limits.acp.maxPromptBlocks",
+            content.len() as u64,
+            limits.max_prompt_blocks,
+        );
         for (i, block) in content.iter().enumerate() {
             if !block.get("type").is_some_and(Value::is_string) {
                 return Err(SessionError::InvalidContentBlock(format!(
@@ -396,6 +426,7 @@ impl Sessions {
         let hash = input_hash(&content);
         self.row(session_id).await?;
         if let Some(key) = &idempotency_key {
+            self.settle_if_routeless(session_id).await?;
             if let Some(done) = self.replay_idempotent(session_id, key, &hash).await? {
                 return done;
             }
@@ -680,7 +711,9 @@ impl Sessions {
             ),
             live_adapters: self.live_routes() as u64,
             keep_awake_holders: self.keep_awake_holders(),
-        })
+            limits: Vec::new(),
+        }
+        .with_limits(l))
     }
 }
 

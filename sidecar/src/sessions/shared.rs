@@ -118,10 +118,17 @@ impl Shared {
         self.warn_keyed(setting, setting, used, limit);
     }
 
+    /// Like [`Self::warn_near_limit`], for a bound that each session has
+    /// on its own (one turn's output, one message): each session's crossing
+    /// warns once.
+    pub(crate) fn warn_session(&self, session_id: &str, setting: &str, used: u64, limit: u64) {
+        self.warn_keyed(&format!("{setting}:{session_id}"), setting, used, limit);
+    }
+
     fn warn_keyed(&self, key: &str, setting: &str, used: u64, limit: u64) {
         let threshold = limit / 5 * 4 + (limit % 5) * 4 / 5;
         let mut warned = lock(&self.warned);
-        if used >= threshold && limit > 0 {
+        if used >= threshold && used > 0 && limit > 0 {
             if warned.insert(key.to_owned()) {
                 tracing::warn!(
                     used,

@@ -195,6 +195,23 @@ impl Usage {
     }
 }
 
+/// One configured limit and, where it is counted VM-wide, its current use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitUse {
+    pub setting: &'static str,
+    pub limit: u64,
+    pub used: Option<u64>,
+}
+
+impl LimitUse {
+    /// At or above 80 % of the limit (never for an uncounted one).
+    pub fn near_limit(&self) -> bool {
+        self.used.is_some_and(|used| {
+            self.limit > 0 && used.saturating_mul(5) >= self.limit.saturating_mul(4)
+        })
+    }
+}
+
 /// VM-wide counts of the session domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmStatus {
@@ -204,4 +221,36 @@ pub struct VmStatus {
     pub permission_outcomes: Usage,
     pub live_adapters: u64,
     pub keep_awake_holders: u64,
+    /// Every `limits.acp` setting, with the use of the VM-wide counters.
+    pub limits: Vec<LimitUse>,
+}
+
+impl VmStatus {
+    /// Fills `limits` with every `limits.acp` setting, counted where this
+    /// status counts it.
+    pub fn with_limits(mut self, acp: &crate::config::AcpLimits) -> VmStatus {
+        self.limits = acp
+            .entries()
+            .into_iter()
+            .map(|(setting, limit)| LimitUse {
+                setting,
+                limit,
+                used: self.used(setting),
+            })
+            .collect();
+        self
+    }
+
+    /// The counted use of `setting`, if this status counts it.
+    pub fn used(&self, setting: &str) -> Option<u64> {
+        [
+            &self.sessions,
+            &self.prompts,
+            &self.pending_permissions,
+            &self.permission_outcomes,
+        ]
+        .into_iter()
+        .find(|usage| usage.setting == setting)
+        .map(|usage| usage.used)
+    }
 }

@@ -2,7 +2,9 @@
 //! in order and moves its history counters on at once; the committing task
 //! runs them one after the other and hands the rows read back to a
 //! publishing task, which publishes them in commit order. A failed commit
-//! puts the counters back and fails the turn. Agent updates are
+//! puts the counters back and fails the turn; one whose outcome is unknown
+//! (`sqlite_commit_outcome_unknown`) also ends the route (see
+//! `Route::lost_commit`). Agent updates are
 //! group-committed: what arrives while one transaction runs goes into the
 //! next.
 
@@ -144,6 +146,10 @@ impl Route {
                     let _ = later.confirmed.await;
                 }
                 self.counters = first.before;
+                if matches!(e, SessionError::Storage(DbError::CommitOutcomeUnknown(_))) {
+                    // It may have landed: these counters are a guess now.
+                    self.lost_commit.get_or_insert_with(|| e.clone());
+                }
                 Err(e)
             }
         }

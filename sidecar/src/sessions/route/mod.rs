@@ -7,7 +7,7 @@
 //! permission requests and their answers, cancels and the terminal commit.
 //! Each commit is followed by a read-back, and only those rows are published.
 //! Starting a route is the restore ladder: `session/resume`, else
-//! `session/load` (its replay is discarded), else `session/new` plus a
+//! `session/load` (either one's replay is discarded), else `session/new` plus a
 //! bounded continuation prepended once to the next prompt.
 //!
 //! The route's rules live by responsibility: `restore.rs` starts a route
@@ -32,7 +32,9 @@ pub use restore::build_continuation;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use agentos_adapters::{AdapterConnection, AdapterError, AdapterEvent, SessionUpdate};
+use agentos_adapters::{
+    AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, SessionUpdate,
+};
 use agentos_protocol::host::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
@@ -116,7 +118,7 @@ pub(crate) struct Route {
     policy: PermissionPolicy,
     roots: Vec<String>,
     conn: AdapterConnection,
-    events: mpsc::Receiver<AdapterEvent>,
+    events: AdapterEvents,
     counters: HistoryCounters,
     preamble: Option<String>,
     generation: u64,
@@ -132,6 +134,11 @@ pub(crate) struct Route {
     /// route is their only writer.
     prompt_count: u64,
     outcome_count: u64,
+    /// A commit whose outcome is unknown (the actor socket dropped while it
+    /// committed). The route's counters can no longer be trusted, so it ends
+    /// at once, writing nothing more; the session's next start settles it as
+    /// a restart would (`Sessions::ensure_route`).
+    lost_commit: Option<SessionError>,
 }
 
 fn adapter_error(e: &AdapterError) -> SessionError {
@@ -160,6 +167,9 @@ impl Route {
                     Some(event) => {
                         if let Err(e) = self.idle_event(event).await {
                             tracing::warn!(session = %self.session_id, error = %e, "adapter event outside a turn failed");
+                        }
+                        if self.lost_commit.is_some() {
+                            self.end_after_lost_commit().await;
                         }
                     }
                     None => self.exited = true,
@@ -228,6 +238,16 @@ impl Route {
             }
         }
         self.conn.shutdown().await;
+    }
+
+    /// Ends the route after a commit with an unknown outcome: the adapter
+    /// stops and the route leaves the map, so the next request starts a new
+    /// route, which settles the session from what is stored.
+    async fn end_after_lost_commit(&mut self) {
+        tracing::error!(session = %self.session_id, "a commit's outcome is unknown; the route ends and the next start settles the session");
+        self.conn.shutdown().await;
+        self.exited = true;
+        self.shared.route_ended(&self.session_id, self.generation);
     }
 
     /// Handles an adapter event between turns: updates are stored (chunks are

@@ -1,15 +1,18 @@
 //! Starting a route: spawn the adapter, `initialize`, then the restore
-//! ladder (`session/resume`, else `session/load` with its replay discarded,
-//! else `session/new` plus a bounded continuation of the stored history,
-//! prepended once to the next prompt), replay of stored config choices, and
-//! the route's companion tasks.
+//! ladder (`session/resume`, else `session/load`, either one's replay
+//! discarded since our history already holds it; an unknown-session answer
+//! from either, -32002 or -32603 with `data.details == "NotFoundError"`,
+//! falls through to `session/new` plus a bounded continuation of the stored
+//! history, prepended once to the next prompt), replay of stored config
+//! choices, and the route's companion tasks.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_adapters::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
+    RpcError,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -92,6 +95,8 @@ impl Route {
             // Room for one full group commit to accumulate while the previous
             // one is being written.
             event_buffer: MAX_BATCH_EVENTS,
+            stdout_buffer_bytes: usize::try_from(shared.limits.stdout_buffer_byte_limit)
+                .unwrap_or(usize::MAX),
             ..AdapterOptions::default()
         };
         if let Some(fs) = &shared.fs {
@@ -141,6 +146,7 @@ impl Route {
             in_flight: VecDeque::new(),
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
+            lost_commit: None,
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {
@@ -155,7 +161,7 @@ impl Route {
         shared: &Arc<Shared>,
         row: &SessionRow,
         conn: &AdapterConnection,
-        events: &mut mpsc::Receiver<AdapterEvent>,
+        events: &mut AdapterEvents,
     ) -> Result<(String, Option<String>), SessionError> {
         let fs = shared.fs.is_some();
         let init = conn
@@ -186,8 +192,8 @@ impl Route {
             if let Some(method) = method {
                 let mut params = base.clone();
                 params["sessionId"] = json!(old);
-                let discard = method == "session/load";
-                match request_during_restore(conn, events, method, params, discard).await {
+                // Whatever either rung replays, our history already holds.
+                match request_during_restore(conn, events, method, params, true).await {
                     Ok(result) => {
                         agent_config = result.get("configOptions").cloned();
                         native = Some(old.clone());
@@ -283,11 +289,11 @@ impl Route {
 
 /// Sends a request during route start, draining adapter events meanwhile.
 /// With `discard`, replayed `session/update`s are dropped (a `session/load`
-/// replays what our history already holds); otherwise they stay queued for
+/// or `session/resume` replays what our history already holds); otherwise they stay queued for
 /// the route to store.
 async fn request_during_restore(
     conn: &AdapterConnection,
-    events: &mut mpsc::Receiver<AdapterEvent>,
+    events: &mut AdapterEvents,
     method: &str,
     params: Value,
     discard: bool,

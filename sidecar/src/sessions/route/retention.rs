@@ -47,7 +47,8 @@ impl Route {
             vm_used: vm_now,
             vm_limit: limits.max_prompts_per_vm,
         };
-        self.shared.warn_near_limit(
+        self.shared.warn_session(
+            &self.session_id,
             "limits.acp.maxPromptsPerSession",
             bounds.session_used + 1,
             bounds.session_limit,
@@ -81,6 +82,17 @@ impl Route {
             vm_used: self.shared.vm_outcomes(),
             vm_limit: limits.max_permission_outcomes_per_vm,
         };
+        self.shared.warn_session(
+            &self.session_id,
+            "limits.acp.maxPermissionOutcomesPerSession",
+            bounds.session_used + 1,
+            bounds.session_limit,
+        );
+        self.shared.warn_near_limit(
+            "limits.acp.maxPermissionOutcomesPerVm",
+            bounds.vm_used + 1,
+            bounds.vm_limit,
+        );
         let (victims, _) = self.victims(Retained::Outcomes, bounds).await?;
         Ok(self.pruning(Retained::Outcomes, victims))
     }

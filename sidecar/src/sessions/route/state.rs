@@ -28,6 +28,19 @@ pub(super) struct Turn {
     pub(super) cancel_requested: bool,
     /// Set when the turn must end in failure whatever the agent answers.
     pub(super) failure: Option<(ErrorCode, String)>,
+    /// The setting to raise when `failure` is a hard limit (`data.setting`).
+    pub(super) failure_setting: Option<&'static str>,
+    /// Bytes of every `session/update` of this turn, against
+    /// `limits.acp.maxTurnOutputBytes`.
+    pub(super) output_bytes: u64,
+}
+
+impl Turn {
+    /// Fails the turn on a hard limit, naming the setting to raise.
+    pub(super) fn fail_limit(&mut self, code: ErrorCode, setting: &'static str, message: String) {
+        self.failure = Some((code, message));
+        self.failure_setting = Some(setting);
+    }
 }
 
 /// A permission request the agent is waiting on.

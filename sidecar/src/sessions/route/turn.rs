@@ -19,6 +19,10 @@ use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
 use crate::sessions::{AgentReply, CancelStatus, PromptOutcome, SessionError};
 
+/// The per-turn bounds on what an agent may produce.
+const TURN_OUTPUT_SETTING: &str = "limits.acp.maxTurnOutputBytes";
+const MESSAGE_SETTING: &str = "limits.acp.maxCompletedMessageBytes";
+
 const VALID_STOP_REASONS: &[&str] = &[
     "end_turn",
     "max_tokens",
@@ -79,6 +83,12 @@ impl Route {
             accept.push(SessionStore::clear_preamble_statement(&self.session_id));
         }
         if let Err(e) = self.commit(user_events, accept).await {
+            if let Some(lost) = self.lost_commit.clone() {
+                // The accept may have landed: the next start settles it.
+                self.end_after_lost_commit().await;
+                let _ = reply.send(Err(lost));
+                return None;
+            }
             let e = match e {
                 SessionError::Storage(DbError::ExpectedChanges { .. }) => {
                     SessionError::Busy(self.session_id.clone())
@@ -117,12 +127,27 @@ impl Route {
             permissions: HashMap::new(),
             cancel_requested: false,
             failure: None,
+            failure_setting: None,
+            output_bytes: 0,
         };
+        // A new turn re-arms the per-turn 80 % warnings.
+        let limits = &self.shared.limits;
+        for (setting, limit) in [
+            (TURN_OUTPUT_SETTING, limits.max_turn_output_bytes),
+            (MESSAGE_SETTING, limits.max_completed_message_bytes),
+        ] {
+            self.shared
+                .warn_session(&self.session_id, setting, 0, limit);
+        }
         let conn = self.conn.clone();
         let params = json!({"sessionId": self.acp_session_id, "prompt": blocks});
         let answer = conn.request("session/prompt", params);
         tokio::pin!(answer);
         let end = loop {
+            if self.lost_commit.is_some() {
+                self.abort_adapter_turn().await;
+                break TurnEnd::Failed;
+            }
             tokio::select! {
                 biased;
                 // A commit ended: the database is free for what accumulated.
@@ -204,6 +229,25 @@ impl Route {
         for event in batch {
             match event {
                 AdapterEvent::SessionUpdate(update) => {
+                    let limit = self.shared.limits.max_turn_output_bytes;
+                    turn.output_bytes += update.update_json.len() as u64;
+                    if turn.output_bytes > limit {
+                        turn.fail_limit(
+                            ErrorCode::ResourceLimit,
+                            TURN_OUTPUT_SETTING,
+                            format!(
+                                "the turn's updates exceeded {TURN_OUTPUT_SETTING} ({limit} bytes)"
+                            ),
+                        );
+                        self.abort_adapter_turn().await;
+                        return Err(());
+                    }
+                    self.shared.warn_session(
+                        &self.session_id,
+                        TURN_OUTPUT_SETTING,
+                        turn.output_bytes,
+                        limit,
+                    );
                     let Some(incoming) = self.classify(update) else {
                         continue;
                     };
@@ -229,14 +273,18 @@ impl Route {
                         self.publish_live(update.clone());
                         turn.buffer.push(update);
                         let limit = self.shared.limits.max_completed_message_bytes;
-                        if turn.buffer.bytes() as u64 > limit {
-                            turn.failure = Some((
+                        let used = turn.buffer.bytes() as u64;
+                        if used > limit {
+                            turn.fail_limit(
                                 ErrorCode::ResourceLimit,
-                                format!("a message exceeded limits.acp.maxCompletedMessageBytes ({limit})"),
-                            ));
+                                MESSAGE_SETTING,
+                                format!("a message exceeded {MESSAGE_SETTING} ({limit})"),
+                            );
                             self.abort_adapter_turn().await;
                             return Err(());
                         }
+                        self.shared
+                            .warn_session(&self.session_id, MESSAGE_SETTING, used, limit);
                     } else if let Incoming::Durable(payload_json) = incoming {
                         let flushed = turn.buffer.take();
                         self.queue(turn, flushed);
@@ -263,6 +311,9 @@ impl Route {
                 AdapterEvent::Stderr(line) => self.stderr(line),
                 AdapterEvent::ProtocolError(e) => {
                     turn.failure = Some((ErrorCode::AcpProtocolError, e.to_string()));
+                    if matches!(e, AdapterError::LineTooLong { .. }) {
+                        turn.failure_setting = Some("limits.acp.maxReadLineBytes");
+                    }
                     self.abort_adapter_turn().await;
                     return Err(());
                 }
@@ -312,6 +363,16 @@ impl Route {
         end: TurnEnd,
     ) -> (PromptReply, Option<(StopReason, oneshot::Sender<()>)>) {
         let mut stop = None;
+        if let Some(lost) = self.lost_commit.clone() {
+            // Write nothing more: the next start settles the turn as a
+            // restart would (prompt_delivery_uncertain, permissions ended).
+            if let TurnEnd::Stopped(reason, reply) = end {
+                stop = Some((reason, reply));
+            }
+            turn.permissions.clear();
+            self.end_after_lost_commit().await;
+            return (Err(lost), stop);
+        }
         let outcome: Result<Value, (ErrorCode, String)> = match end {
             TurnEnd::Answered(Ok(result)) => match turn.failure.take() {
                 Some(f) => Err(f),
@@ -386,6 +447,11 @@ impl Route {
             );
         }
         self.end_permissions(turn, permission_reason).await;
+        if let Some(lost) = self.lost_commit.clone() {
+            turn.permissions.clear();
+            self.end_after_lost_commit().await;
+            return (Err(lost), stop);
+        }
         let now = clock_ms();
         let mut events = std::mem::take(&mut turn.pending);
         let message = AgentReply {
@@ -432,7 +498,10 @@ impl Route {
             }
             Err((code, message)) => {
                 turn.buffer.discard();
-                let error = error_json(*code, message);
+                let mut error = error_json(*code, message);
+                if let Some(setting) = turn.failure_setting.take() {
+                    error["setting"] = json!(setting);
+                }
                 let session_error = route_lost.then(|| error.clone());
                 (PromptState::Failed, None, Some(error), session_error)
             }

@@ -315,8 +315,12 @@ impl SessionStore {
     }
 
     /// The retention read: finds the oldest events to drop so that `incoming`
-    /// more events and `incoming_bytes` more bytes fit the budget. At most one
-    /// bounded query.
+    /// more events and `incoming_bytes` more bytes fit the budget. Reads the
+    /// oldest events in bounded batches (at least the events needed, rounded
+    /// up to 256) until both budgets are met, however large the events: one
+    /// query in the common case, more only when a few events hold many bytes
+    /// or many small events must go for a large batch. Each event is read at
+    /// most once.
     pub async fn plan_prune(
         &self,
         session_id: &str,
@@ -328,39 +332,51 @@ impl SessionStore {
     ) -> Result<Prune, DbError> {
         let (excess_events, excess_bytes) =
             counters.excess(incoming, incoming_bytes, max_events, max_bytes);
-        if excess_events == 0 && excess_bytes == 0 {
-            return Ok(Prune::default());
-        }
-        // Bounded batch: at least the events needed, rounded up to 256, and
-        // at most the whole retained history.
-        let batch = excess_events.max(256).min(counters.retained_event_count);
-        let rows = self
-            .db
-            .query(
-                "SELECT sequence, payload_bytes FROM agentos_core_events \
-                 WHERE session_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3",
-                vec![
-                    session_id.into(),
-                    SqlValue::Integer(counters.oldest_retained_sequence as i64),
-                    SqlValue::Integer(batch as i64),
-                ],
-            )
-            .await?;
         let mut prune = Prune {
             before_sequence: counters.oldest_retained_sequence,
             events: 0,
             bytes: 0,
         };
-        for values in rows.rows {
-            if prune.events >= excess_events && prune.bytes >= excess_bytes {
-                break;
-            }
-            let mut row = Row::new(EVENTS, values, 2)?;
-            prune.events += 1;
-            prune.bytes += row.uint(1)?;
-            prune.before_sequence = row.uint(0)? + 1;
+        if excess_events == 0 && excess_bytes == 0 {
+            return Ok(Prune::default());
         }
-        Ok(prune)
+        loop {
+            let remaining = counters.retained_event_count.saturating_sub(prune.events);
+            if remaining == 0 {
+                return Ok(prune);
+            }
+            let batch = excess_events
+                .saturating_sub(prune.events)
+                .max(256)
+                .min(remaining);
+            let rows = self
+                .db
+                .query(
+                    "SELECT sequence, payload_bytes FROM agentos_core_events \
+                     WHERE session_id = ?1 AND sequence >= ?2 ORDER BY sequence LIMIT ?3",
+                    vec![
+                        session_id.into(),
+                        SqlValue::Integer(prune.before_sequence as i64),
+                        SqlValue::Integer(batch as i64),
+                    ],
+                )
+                .await?;
+            if rows.rows.is_empty() {
+                return Ok(prune);
+            }
+            for values in rows.rows {
+                if prune.events >= excess_events && prune.bytes >= excess_bytes {
+                    return Ok(prune);
+                }
+                let mut row = Row::new(EVENTS, values, 2)?;
+                prune.events += 1;
+                prune.bytes += row.uint(1)?;
+                prune.before_sequence = row.uint(0)? + 1;
+            }
+            if prune.events >= excess_events && prune.bytes >= excess_bytes {
+                return Ok(prune);
+            }
+        }
     }
 
     pub async fn history(
