@@ -454,7 +454,7 @@ impl AdapterConnection {
         if let Some(confinement) = &cmd.confinement {
             let ruleset = confinement.0.as_raw_fd();
             // SAFETY: the closure runs in the forked child before exec and
-            // makes only two async-signal-safe system calls on a descriptor
+            // makes only async-signal-safe system calls, on a descriptor
             // the parent keeps open until `spawn` returns.
             unsafe {
                 command.pre_exec(move || enter_ruleset(ruleset));
@@ -711,7 +711,8 @@ async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<Wri
 
 /// Enters the Landlock ruleset `fd` in a forked child: no new privileges
 /// (required by Landlock for an unprivileged caller, and wanted anyway),
-/// then `landlock_restrict_self`. Async-signal-safe.
+/// then `landlock_restrict_self`, then the seccomp filter that keeps the
+/// agent off Unix sockets. Async-signal-safe.
 fn enter_ruleset(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     // SAFETY: plain system calls with integer arguments.
     unsafe {
@@ -722,7 +723,8 @@ fn enter_ruleset(fd: std::os::fd::RawFd) -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok(())
+    // Landlock does not govern connecting to a Unix socket by path.
+    crate::seccomp::deny_unix_sockets()
 }
 
 /// SIGKILL to every process of the adapter's group (the group id is the

@@ -3,6 +3,7 @@
 //! agent back to the caller. Knows nothing of SQLite.
 
 pub mod client;
+mod seccomp;
 
 pub use agentos_protocol::acp::SessionUpdate;
 pub use client::{

@@ -201,6 +201,13 @@ async fn hostile_agent_reaches_nothing(backend: Backend) {
     turns += 1;
     assert!(text.contains("Permission denied"), "{text}");
     assert!(!planted.exists());
+    // The sockets are out of reach: no Unix socket can be made at all.
+    let text = probe(&sc, "h", &format!("host_connect {}", sc.socket.display())).await;
+    turns += 1;
+    assert!(
+        text.contains("Permission denied"),
+        "the host socket: {text}"
+    );
     // The sidecar's own environment is out of reach through /proc too.
     let text = probe(&sc, "h", &format!("host_read /proc/{}/environ", sc.pid())).await;
     turns += 1;
