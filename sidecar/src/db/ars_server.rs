@@ -999,7 +999,7 @@ impl Worker {
                     self.active = None;
                     self.queued.fetch_sub(1, Ordering::AcqRel);
                     self.flush();
-                    let _ = req.out.send(Outgoing::Close);
+                    req.out.send(Outgoing::Close);
                     self.promote();
                     return;
                 }
