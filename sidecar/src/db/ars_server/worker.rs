@@ -1,0 +1,510 @@
+//! The reference server's SQLite thread: it owns the connection and the
+//! transaction coordinator (one writer at a time, Begins queued behind it up
+//! to a bound, leases with deadlines capped by the server's maximum, lease
+//! keys forgotten once their transaction ends) and answers every request in
+//! arrival order per connection.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use agentos_protocol::ars::{
+    self, InvalidLeaseKey, LeaseExpired, QueueFull, RequestPayload, ResponsePayload, SqlError,
+    SqliteQueryOk,
+};
+use agentos_schema::DbError;
+use rusqlite::Connection;
+
+use crate::db::ars_values::to_wire;
+use crate::db::sqlite_file::{run_statement, sql_error};
+
+use super::connection::{forget_key, LeaseKeys, Outbox, Outgoing};
+use super::ArsServerOptions;
+
+pub(super) struct Req {
+    pub(super) conn: u64,
+    pub(super) request_id: u32,
+    pub(super) lease: Option<String>,
+    pub(super) payload: RequestPayload,
+    pub(super) out: Outbox,
+    pub(super) keys: LeaseKeys,
+}
+
+pub(super) enum Job {
+    /// Requests of one connection, in arrival order.
+    Requests(Vec<Req>),
+    Closed {
+        conn: u64,
+    },
+}
+
+/// Responses held back until the SQLite thread runs out of queued work, so a
+/// connection's writer wakes once per pass instead of once per statement.
+struct Replies {
+    conn: u64,
+    out: Outbox,
+    replies: Vec<(u32, ResponsePayload)>,
+}
+
+/// Held-back responses are flushed at this count even while work remains,
+/// so a steady stream of requests cannot delay them indefinitely.
+const MAX_HELD_REPLIES: usize = 128;
+
+type LeaseId = (u64, String);
+
+enum LeaseState {
+    Waiting,
+    Active,
+    Expired { timeout_ms: u64 },
+}
+
+struct ActiveLease {
+    id: LeaseId,
+    deadline: Instant,
+    timeout_ms: u64,
+    keys: LeaseKeys,
+}
+
+/// Expired leases remembered (so their holder is told `LeaseExpired`) until
+/// the holder ends them; beyond this many the oldest are forgotten.
+const MAX_REMEMBERED_EXPIRED: usize = 1024;
+
+pub(super) struct Worker {
+    db: Connection,
+    rx: mpsc::Receiver<Job>,
+    options: ArsServerOptions,
+    queued: Arc<AtomicUsize>,
+    active: Option<ActiveLease>,
+    states: HashMap<LeaseId, LeaseState>,
+    /// Begins waiting for the writer, each with its requested timeout.
+    waiting: VecDeque<(Req, u64)>,
+    /// `waiting.len()` for the handle, updated after every step.
+    waiting_gauge: Arc<AtomicUsize>,
+    /// Requests for leases that have not begun yet, in arrival order.
+    parked: HashMap<LeaseId, VecDeque<Req>>,
+    /// Lease-less requests that arrived while a transaction held the writer.
+    deferred: VecDeque<Req>,
+    /// Work that is ready to run before anything new is received.
+    ready: VecDeque<Req>,
+    /// Received requests not handled yet, in arrival order.
+    incoming: VecDeque<Req>,
+    replies: Vec<Replies>,
+    held: usize,
+    /// Expired leases in expiry order, with their connection's key table.
+    expired: VecDeque<(LeaseId, LeaseKeys)>,
+}
+
+impl Worker {
+    pub(super) fn new(
+        db: Connection,
+        rx: mpsc::Receiver<Job>,
+        options: ArsServerOptions,
+        queued: Arc<AtomicUsize>,
+        waiting_gauge: Arc<AtomicUsize>,
+    ) -> Self {
+        Worker {
+            db,
+            rx,
+            options,
+            queued,
+            waiting_gauge,
+            active: None,
+            states: HashMap::new(),
+            waiting: VecDeque::new(),
+            parked: HashMap::new(),
+            deferred: VecDeque::new(),
+            ready: VecDeque::new(),
+            incoming: VecDeque::new(),
+            replies: Vec::new(),
+            held: 0,
+            expired: VecDeque::new(),
+        }
+    }
+
+    pub(super) fn run(mut self) {
+        loop {
+            self.waiting_gauge
+                .store(self.waiting.len(), Ordering::Release);
+            if let Some(req) = self.ready.pop_front() {
+                self.handle(req);
+                continue;
+            }
+            if let Some(req) = self.incoming.pop_front() {
+                self.handle(req);
+                continue;
+            }
+            let job = match self.rx.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) => {
+                    // Out of work: answer everything before waiting for more.
+                    self.flush();
+                    match self.wait() {
+                        Some(job) => job,
+                        None => continue,
+                    }
+                }
+            };
+            match job {
+                Job::Requests(reqs) => self.incoming.extend(reqs),
+                Job::Closed { conn } => self.close_connection(conn),
+            }
+        }
+        self.rollback_if_open();
+        self.flush();
+    }
+
+    /// Blocks for the next job, up to the active lease's deadline; `None`
+    /// after expiring that lease.
+    fn wait(&mut self) -> Option<Job> {
+        match &self.active {
+            Some(active) => {
+                let wait = active.deadline.saturating_duration_since(Instant::now());
+                match self.rx.recv_timeout(wait) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        self.expire_active();
+                        None
+                    }
+                    // The next try_recv sees the disconnection and stops.
+                    Err(mpsc::RecvTimeoutError::Disconnected) => None,
+                }
+            }
+            None => self.rx.recv().ok(),
+        }
+    }
+
+    fn respond(&mut self, req: Req, payload: ResponsePayload) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        match self.replies.iter_mut().find(|r| r.conn == req.conn) {
+            Some(held) => held.replies.push((req.request_id, payload)),
+            None => self.replies.push(Replies {
+                conn: req.conn,
+                out: req.out,
+                replies: vec![(req.request_id, payload)],
+            }),
+        }
+        self.held += 1;
+        if self.held >= MAX_HELD_REPLIES {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        for held in self.replies.drain(..) {
+            held.out.send(Outgoing::Responses(held.replies));
+        }
+        self.held = 0;
+    }
+
+    fn drop_request(&self, _req: Req) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn handle(&mut self, req: Req) {
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|a| Instant::now() >= a.deadline)
+        {
+            self.expire_active();
+        }
+        match &req.payload {
+            RequestPayload::SqliteBegin(begin) => {
+                let id = (req.conn, begin.lease_key.clone());
+                // The client's wish, within the server's maximum.
+                let max_ms =
+                    u64::try_from(self.options.max_lease_timeout.as_millis()).unwrap_or(u64::MAX);
+                let timeout_ms = begin
+                    .timeout_ms
+                    .unwrap_or(self.options.lease_timeout.as_millis() as u64)
+                    .min(max_ms);
+                if self.active.is_none() {
+                    self.start(req, id, timeout_ms);
+                } else if self.waiting.len() >= self.options.coordinator_queue_capacity as usize {
+                    forget_key(&req.keys, &id.1);
+                    let capacity = self.options.coordinator_queue_capacity;
+                    self.respond(
+                        req,
+                        ResponsePayload::QueueFull(QueueFull {
+                            limit: "transactionCoordinatorQueue".into(),
+                            capacity,
+                        }),
+                    );
+                } else {
+                    self.states.insert(id, LeaseState::Waiting);
+                    self.waiting.push_back((req, timeout_ms));
+                }
+            }
+            RequestPayload::SqliteCommit(ars::SqliteCommit { lease_key })
+            | RequestPayload::SqliteRollback(ars::SqliteRollback { lease_key }) => {
+                let id = (req.conn, lease_key.clone());
+                let commit = matches!(req.payload, RequestPayload::SqliteCommit(_));
+                self.finish(req, id, commit);
+            }
+            RequestPayload::SqliteQuery(_) | RequestPayload::SqliteExec(_) => {
+                match req.lease.clone() {
+                    None if self.active.is_some() => self.deferred.push_back(req),
+                    None => self.execute(req),
+                    Some(key) => {
+                        let id = (req.conn, key);
+                        match self.states.get(&id) {
+                            Some(LeaseState::Active) => self.execute(req),
+                            Some(LeaseState::Waiting) => {
+                                self.parked.entry(id).or_default().push_back(req)
+                            }
+                            Some(LeaseState::Expired { timeout_ms }) => {
+                                let timeout_ms = *timeout_ms;
+                                self.respond(req, expired(timeout_ms));
+                            }
+                            None => self.respond(req, not_active()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes the writer for lease `id` and releases its parked requests.
+    fn start(&mut self, req: Req, id: LeaseId, timeout_ms: u64) {
+        match self.db.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {
+                let now = Instant::now();
+                self.active = Some(ActiveLease {
+                    id: id.clone(),
+                    deadline: now
+                        .checked_add(Duration::from_millis(timeout_ms))
+                        .unwrap_or(now + self.options.max_lease_timeout),
+                    timeout_ms,
+                    keys: req.keys.clone(),
+                });
+                self.states.insert(id.clone(), LeaseState::Active);
+                self.respond(req, ResponsePayload::SqliteBeginOk);
+                if let Some(parked) = self.parked.remove(&id) {
+                    for (offset, parked_req) in parked.into_iter().enumerate() {
+                        self.ready.insert(offset, parked_req);
+                    }
+                }
+            }
+            Err(e) => {
+                self.states.remove(&id);
+                forget_key(&req.keys, &id.1);
+                let parked = self.parked.remove(&id).unwrap_or_default();
+                self.respond(req, db_error_payload(sql_error(0)(e)));
+                for parked_req in parked {
+                    self.respond(parked_req, not_active());
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, req: Req, id: LeaseId, commit: bool) {
+        match self.states.get(&id) {
+            Some(LeaseState::Active) => {}
+            Some(LeaseState::Waiting) => {
+                self.parked.entry(id).or_default().push_back(req);
+                return;
+            }
+            Some(LeaseState::Expired { timeout_ms }) => {
+                let timeout_ms = *timeout_ms;
+                self.states.remove(&id);
+                forget_key(&req.keys, &id.1);
+                self.respond(req, expired(timeout_ms));
+                return;
+            }
+            None => {
+                self.respond(req, not_active());
+                return;
+            }
+        }
+        let payload = if commit {
+            match self.db.execute_batch("COMMIT") {
+                Ok(()) if self.drop_at_this_commit() => {
+                    // Landed, but the client never hears so: earlier answers
+                    // go out, then the connection closes.
+                    self.states.remove(&id);
+                    self.active = None;
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    self.flush();
+                    req.out.send(Outgoing::Close);
+                    self.promote();
+                    return;
+                }
+                Ok(()) => ResponsePayload::SqliteCommitOk,
+                Err(e) => {
+                    self.rollback_if_open();
+                    db_error_payload(sql_error(0)(e))
+                }
+            }
+        } else {
+            self.rollback_if_open();
+            ResponsePayload::SqliteRollbackOk
+        };
+        self.states.remove(&id);
+        // Ended: the key is forgotten, so a long-lived connection's table
+        // holds only its open leases.
+        forget_key(&req.keys, &id.1);
+        self.active = None;
+        self.respond(req, payload);
+        self.promote();
+    }
+
+    /// Whether the fault hook says to drop the connection at this commit.
+    fn drop_at_this_commit(&self) -> bool {
+        let Some(countdown) = &self.options.drop_connection_at_commit else {
+            return false;
+        };
+        countdown
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok_and(|before| before == 1)
+    }
+
+    fn expire_active(&mut self) {
+        if let Some(active) = self.active.take() {
+            self.rollback_if_open();
+            self.states.insert(
+                active.id.clone(),
+                LeaseState::Expired {
+                    timeout_ms: active.timeout_ms,
+                },
+            );
+            self.expired.push_back((active.id, active.keys));
+            while self.expired.len() > MAX_REMEMBERED_EXPIRED {
+                let Some((id, keys)) = self.expired.pop_front() else {
+                    break;
+                };
+                if matches!(self.states.get(&id), Some(LeaseState::Expired { .. })) {
+                    self.states.remove(&id);
+                    forget_key(&keys, &id.1);
+                }
+            }
+            self.promote();
+        }
+    }
+
+    /// Runs what waited for the writer: lease-less requests first, then the
+    /// next Begin in line.
+    fn promote(&mut self) {
+        while let Some(req) = self.deferred.pop_front() {
+            self.execute(req);
+        }
+        while self.active.is_none() {
+            let Some((req, timeout_ms)) = self.waiting.pop_front() else {
+                break;
+            };
+            let id = match &req.payload {
+                RequestPayload::SqliteBegin(begin) => (req.conn, begin.lease_key.clone()),
+                _ => {
+                    self.respond(req, not_active());
+                    continue;
+                }
+            };
+            self.start(req, id, timeout_ms);
+        }
+    }
+
+    fn close_connection(&mut self, conn: u64) {
+        if self.active.as_ref().is_some_and(|a| a.id.0 == conn) {
+            self.rollback_if_open();
+            self.active = None;
+        }
+        self.states.retain(|id, _| id.0 != conn);
+        self.expired.retain(|(id, _)| id.0 != conn);
+        for (id, parked) in std::mem::take(&mut self.parked) {
+            if id.0 == conn {
+                parked.into_iter().for_each(|r| self.drop_request(r));
+            } else {
+                self.parked.insert(id, parked);
+            }
+        }
+        for (req, timeout_ms) in std::mem::take(&mut self.waiting) {
+            if req.conn == conn {
+                self.drop_request(req);
+            } else {
+                self.waiting.push_back((req, timeout_ms));
+            }
+        }
+        for req in std::mem::take(&mut self.deferred) {
+            if req.conn == conn {
+                self.drop_request(req);
+            } else {
+                self.deferred.push_back(req);
+            }
+        }
+        self.promote();
+    }
+
+    fn rollback_if_open(&self) {
+        if !self.db.is_autocommit() {
+            if let Err(e) = self.db.execute_batch("ROLLBACK") {
+                tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed");
+            }
+        }
+    }
+
+    fn execute(&mut self, req: Req) {
+        let payload = match &req.payload {
+            RequestPayload::SqliteExec(exec) => match self.db.execute_batch(&exec.script) {
+                Ok(()) => ResponsePayload::SqliteExecOk,
+                Err(e) => db_error_payload(sql_error(0)(e)),
+            },
+            RequestPayload::SqliteQuery(query) => {
+                match run_statement(
+                    &self.db,
+                    0,
+                    &query.sql,
+                    &query.params,
+                    u64::from(self.options.max_frame_bytes),
+                ) {
+                    Ok(rows) => ResponsePayload::SqliteQueryOk(SqliteQueryOk {
+                        columns: rows.columns,
+                        rows: rows
+                            .rows
+                            .into_iter()
+                            .map(|row| row.into_iter().map(to_wire).collect())
+                            .collect(),
+                        changes: i64::try_from(rows.changes).unwrap_or(i64::MAX),
+                        last_insert_row_id: rows.last_insert_rowid,
+                    }),
+                    Err(e) => db_error_payload(e),
+                }
+            }
+            _ => not_active(),
+        };
+        self.respond(req, payload);
+    }
+}
+
+fn expired(timeout_ms: u64) -> ResponsePayload {
+    ResponsePayload::LeaseExpired(LeaseExpired {
+        timeout_ms,
+        message: "the lease deadline passed and its transaction was rolled back".into(),
+    })
+}
+
+fn not_active() -> ResponsePayload {
+    ResponsePayload::InvalidLeaseKey(InvalidLeaseKey {
+        message: "the lease is not active".into(),
+    })
+}
+
+fn db_error_payload(error: DbError) -> ResponsePayload {
+    match error {
+        DbError::Sql {
+            code,
+            statement_index,
+            message,
+        } => ResponsePayload::SqlError(SqlError {
+            code,
+            statement_index,
+            message,
+        }),
+        DbError::ResultLimit { .. } => ResponsePayload::ResponseTooLarge,
+        other => ResponsePayload::SqlError(SqlError {
+            code: -1,
+            statement_index: 0,
+            message: other.to_string(),
+        }),
+    }
+}
