@@ -560,7 +560,7 @@ impl Sessions {
         }
         let row = self.row(session_id).await?;
         if let Some(after) = after {
-            if after + 1 < row.oldest_retained_sequence {
+            if after.saturating_add(1) < row.oldest_retained_sequence {
                 return Err(SessionError::HistoryCursorExpired {
                     earliest: row.oldest_retained_sequence,
                 });

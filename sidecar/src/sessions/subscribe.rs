@@ -28,7 +28,7 @@ impl Sessions {
     ) -> Result<String, SessionError> {
         let row = self.row(session_id).await?;
         let after = after.unwrap_or(row.latest_sequence);
-        if after + 1 < row.oldest_retained_sequence {
+        if after.saturating_add(1) < row.oldest_retained_sequence {
             return Err(SessionError::HistoryCursorExpired {
                 earliest: row.oldest_retained_sequence,
             });
