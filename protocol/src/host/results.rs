@@ -189,6 +189,23 @@ pub struct VmStatus {
     pub keep_awake_holders: u64,
     pub database: DatabaseInfo,
     pub uptime_ms: u64,
+    /// The bounded queues towards peers, and what they dropped.
+    #[serde(default)]
+    pub memory: MemoryStatus,
+}
+
+/// `vm/status.memory`: bytes queued for host clients (summed over the VM),
+/// host notices dropped because a connection was over
+/// `limits.host.maxQueuedBytesPerConnection`, connections closed after
+/// `limits.host.stalledWriteTimeoutMs`, and adapter stderr bytes dropped over
+/// `limits.acp.maxStderrBytesPerSecond`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStatus {
+    pub host_queued_bytes: u64,
+    pub host_notices_dropped: u64,
+    pub host_connections_closed_stalled: u64,
+    pub agent_stderr_dropped_bytes: u64,
 }
 
 /// The database kind a VM runs on.

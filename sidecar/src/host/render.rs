@@ -105,6 +105,12 @@ pub(super) fn vm_status(status: &VmStatus, database: &str, uptime_ms: u64) -> wi
             kind: database.to_owned(),
         },
         uptime_ms,
+        memory: wire::MemoryStatus {
+            host_queued_bytes: status.memory.host_queued_bytes,
+            host_notices_dropped: status.memory.host_notices_dropped,
+            host_connections_closed_stalled: status.memory.host_connections_closed_stalled,
+            agent_stderr_dropped_bytes: status.memory.agent_stderr_dropped_bytes,
+        },
     }
 }
 

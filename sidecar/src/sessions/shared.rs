@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use super::notice::{KeepAwake, Notice};
 use super::route::RouteHandle;
 use super::store::{HistoryCounters, PermissionState, SessionStore};
-use super::{FsBridge, Hub, NotPendingReason, SessionError};
+use super::{FsBridge, Hub, MemoryCounters, NotPendingReason, SessionError};
 use crate::config::{AcpLimits, AgentSpec};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -29,6 +29,7 @@ pub(crate) struct Shared {
     pub notices: broadcast::Sender<Notice>,
     pub keep_awake: KeepAwake,
     pub fs: Option<Arc<dyn FsBridge>>,
+    pub counters: Arc<MemoryCounters>,
     pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
     /// One route start at a time per session.
     pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -57,6 +58,7 @@ impl Shared {
             notices,
             keep_awake: KeepAwake::default(),
             fs,
+            counters: Arc::default(),
             routes: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),

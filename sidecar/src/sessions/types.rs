@@ -204,4 +204,5 @@ pub struct VmStatus {
     pub permission_outcomes: Usage,
     pub live_adapters: u64,
     pub keep_awake_holders: u64,
+    pub memory: super::MemorySnapshot,
 }

@@ -80,6 +80,8 @@ impl Route {
             // Room for one full group commit to accumulate while the previous
             // one is being written.
             event_buffer: MAX_BATCH_EVENTS,
+            max_queued_stdin_bytes: usize::try_from(shared.limits.max_queued_stdin_bytes)
+                .unwrap_or(usize::MAX),
             ..AdapterOptions::default()
         };
         if let Some(fs) = &shared.fs {
@@ -113,6 +115,7 @@ impl Route {
         ));
         let (committer, work) = mpsc::unbounded_channel();
         tokio::spawn(commit_loop(shared.store.clone(), work, publisher));
+        let stderr_rate = super::TokenBucket::new(shared.limits.max_stderr_bytes_per_second);
         let route = Route {
             shared,
             session_id: row.session_id.clone(),
@@ -129,6 +132,8 @@ impl Route {
             in_flight: VecDeque::new(),
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
+            stderr_rate,
+            stderr_dropped: 0,
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {

@@ -28,6 +28,8 @@ pub(super) struct Turn {
     pub(super) cancel_requested: bool,
     /// Set when the turn must end in failure whatever the agent answers.
     pub(super) failure: Option<(ErrorCode, String)>,
+    /// The setting a `resource_limit` failure names (`data.setting`).
+    pub(super) failure_setting: Option<&'static str>,
 }
 
 /// A permission request the agent is waiting on.

@@ -117,6 +117,7 @@ impl Route {
             permissions: HashMap::new(),
             cancel_requested: false,
             failure: None,
+            failure_setting: None,
         };
         let conn = self.conn.clone();
         let params = json!({"sessionId": self.acp_session_id, "prompt": blocks});
@@ -234,6 +235,7 @@ impl Route {
                                 ErrorCode::ResourceLimit,
                                 format!("a message exceeded limits.acp.maxCompletedMessageBytes ({limit})"),
                             ));
+                            turn.failure_setting = Some("limits.acp.maxCompletedMessageBytes");
                             self.abort_adapter_turn().await;
                             return Err(());
                         }
@@ -256,6 +258,21 @@ impl Route {
                         self.permission_request(turn, id, params).await?;
                     } else {
                         self.flush(turn).await?;
+                        // An agent that does not read its answers is not
+                        // served more of them.
+                        if !self.stdin_room().await {
+                            let limit = self.shared.limits.max_queued_stdin_bytes;
+                            turn.failure = Some((
+                                ErrorCode::ResourceLimit,
+                                format!(
+                                    "the agent stopped reading its stdin with more than \
+                                     limits.acp.maxQueuedStdinBytes ({limit}) queued for it"
+                                ),
+                            ));
+                            turn.failure_setting = Some("limits.acp.maxQueuedStdinBytes");
+                            self.abort_adapter_turn().await;
+                            return Err(());
+                        }
                         let answer = self.serve_request(&method, params).await;
                         let _ = self.conn.respond(&id, answer);
                     }
@@ -430,7 +447,10 @@ impl Route {
             }
             Err((code, message)) => {
                 turn.buffer.discard();
-                let error = error_json(*code, message);
+                let mut error = error_json(*code, message);
+                if let Some(setting) = turn.failure_setting.take() {
+                    error["setting"] = json!(setting);
+                }
                 let session_error = route_lost.then(|| error.clone());
                 (PromptState::Failed, None, Some(error), session_error)
             }
