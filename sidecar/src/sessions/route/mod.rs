@@ -32,7 +32,9 @@ pub use restore::build_continuation;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use agentos_adapters::{AdapterConnection, AdapterError, AdapterEvent, SessionUpdate};
+use agentos_adapters::{
+    AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, SessionUpdate,
+};
 use agentos_protocol::host::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
@@ -116,7 +118,7 @@ pub(crate) struct Route {
     policy: PermissionPolicy,
     roots: Vec<String>,
     conn: AdapterConnection,
-    events: mpsc::Receiver<AdapterEvent>,
+    events: AdapterEvents,
     counters: HistoryCounters,
     preamble: Option<String>,
     generation: u64,
