@@ -8,9 +8,8 @@
 //! the child and records its exit status. Bad lines become events, never a
 //! crash: the stream resynchronises at the next newline.
 //!
-//! The event channel ([`AdapterEvents`]) is bounded in events and in bytes,
-//! and the reader waits when it is full rather than dropping events (the
-//! agent then blocks writing, instead of the sidecar holding its output). Lines waiting for the adapter's stdin are counted in
+//! The event channel is bounded and the reader waits when it is full rather
+//! than dropping events. Lines waiting for the adapter's stdin are counted in
 //! bytes: the caller asks [`AdapterConnection::stdin_room`] before it answers
 //! an agent's request, so an agent that stops reading cannot make the
 //! sidecar queue answers without bound. A caller that awaits a response while not draining
@@ -40,8 +39,6 @@ pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_EVENT_BUFFER: usize = 1024;
 /// Default bound of the bytes queued for the adapter's stdin.
 pub const DEFAULT_MAX_QUEUED_STDIN_BYTES: usize = 64 * 1024 * 1024;
-/// Default bound of the bytes of events read and not yet received.
-pub const DEFAULT_MAX_QUEUED_EVENT_BYTES: usize = 64 * 1024 * 1024;
 /// Longest stderr line kept in an event; the rest of the line is dropped.
 pub const MAX_STDERR_LINE_BYTES: usize = 4096;
 /// How long `shutdown` waits for a graceful exit after closing stdin.
@@ -83,9 +80,6 @@ pub struct AdapterOptions {
     /// Above this many queued stdin bytes, [`AdapterConnection::stdin_room`]
     /// waits.
     pub max_queued_stdin_bytes: usize,
-    /// Bytes of the agent's lines (and stderr) read into events the caller
-    /// has not received yet; above it the reader stops reading the agent.
-    pub max_queued_event_bytes: usize,
 }
 
 impl Default for AdapterOptions {
@@ -95,95 +89,7 @@ impl Default for AdapterOptions {
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             event_buffer: DEFAULT_EVENT_BUFFER,
             max_queued_stdin_bytes: DEFAULT_MAX_QUEUED_STDIN_BYTES,
-            max_queued_event_bytes: DEFAULT_MAX_QUEUED_EVENT_BYTES,
         }
-    }
-}
-
-/// Bytes of events sent and not yet received.
-#[derive(Default)]
-struct EventBytes {
-    bytes: AtomicUsize,
-    room: Notify,
-}
-
-/// The reader's and the stderr task's side of the event channel: bounded in
-/// events and in bytes (each event costs the bytes of the line it came from).
-#[derive(Clone)]
-struct EventSender {
-    tx: mpsc::Sender<(AdapterEvent, usize)>,
-    queued: Arc<EventBytes>,
-    max: usize,
-}
-
-impl EventSender {
-    /// Waits for room (one event larger than the bound passes alone), then
-    /// sends. Fails, handing the event back, once the receiver is gone.
-    async fn send(
-        &self,
-        event: AdapterEvent,
-        cost: usize,
-    ) -> Result<(), mpsc::error::SendError<AdapterEvent>> {
-        let room = async {
-            loop {
-                let notified = self.queued.room.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let queued = self.queued.bytes.load(Ordering::Acquire);
-                if queued == 0 || queued.saturating_add(cost) <= self.max {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        tokio::select! {
-            _ = room => {}
-            _ = self.tx.closed() => return Err(mpsc::error::SendError(event)),
-        }
-        self.queued.bytes.fetch_add(cost, Ordering::AcqRel);
-        self.tx
-            .send((event, cost))
-            .await
-            .map_err(|mpsc::error::SendError((event, cost))| {
-                self.queued.bytes.fetch_sub(cost, Ordering::AcqRel);
-                mpsc::error::SendError(event)
-            })
-    }
-}
-
-/// The events of one adapter, in arrival order (see [`AdapterEvent`]).
-/// Bounded in number and in bytes (`max_queued_event_bytes`): while the
-/// caller does not receive, the agent's output is not read.
-pub struct AdapterEvents {
-    rx: mpsc::Receiver<(AdapterEvent, usize)>,
-    queued: Arc<EventBytes>,
-}
-
-impl AdapterEvents {
-    fn taken(&self, cost: usize) {
-        if cost > 0 {
-            self.queued.bytes.fetch_sub(cost, Ordering::AcqRel);
-            self.queued.room.notify_waiters();
-        }
-    }
-
-    /// The next event; `None` after [`AdapterEvent::Exited`].
-    pub async fn recv(&mut self) -> Option<AdapterEvent> {
-        let (event, cost) = self.rx.recv().await?;
-        self.taken(cost);
-        Some(event)
-    }
-
-    /// The next event if one is waiting.
-    pub fn try_recv(&mut self) -> Result<AdapterEvent, mpsc::error::TryRecvError> {
-        let (event, cost) = self.rx.try_recv()?;
-        self.taken(cost);
-        Ok(event)
-    }
-
-    /// Bytes of events waiting to be received.
-    pub fn queued_bytes(&self) -> usize {
-        self.queued.bytes.load(Ordering::Acquire)
     }
 }
 
@@ -415,7 +321,7 @@ impl AdapterConnection {
     pub async fn spawn(
         cmd: &AdapterCommand,
         options: AdapterOptions,
-    ) -> Result<(AdapterConnection, AdapterEvents), AdapterError> {
+    ) -> Result<(AdapterConnection, mpsc::Receiver<AdapterEvent>), AdapterError> {
         let mut command = Command::new(&cmd.program);
         command
             .args(&cmd.args)
@@ -445,16 +351,6 @@ impl AdapterConnection {
             };
 
         let (events_tx, events_rx) = mpsc::channel(options.event_buffer.max(1));
-        let queued_events = Arc::new(EventBytes::default());
-        let events_tx = EventSender {
-            tx: events_tx,
-            queued: queued_events.clone(),
-            max: options.max_queued_event_bytes,
-        };
-        let events_rx = AdapterEvents {
-            rx: events_rx,
-            queued: queued_events,
-        };
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let (exit_tx, exit_rx) = watch::channel(None);
         let kill = Arc::new(Notify::new());
@@ -798,7 +694,7 @@ async fn read_line_limited<R: AsyncBufRead + Unpin>(
     Ok(LineRead::Line { truncated })
 }
 
-async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: EventSender) {
+async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: mpsc::Sender<AdapterEvent>) {
     let mut buf = Vec::with_capacity(256);
     loop {
         match read_line_limited(&mut reader, &mut buf, MAX_STDERR_LINE_BYTES).await {
@@ -806,8 +702,7 @@ async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: EventSender
                 let line = String::from_utf8_lossy(&buf).into_owned();
                 tracing::debug!(target: "agentos_adapters::stderr", "{line}");
                 // A dropped receiver only means nobody listens any more.
-                let cost = line.len();
-                let _ = events.send(AdapterEvent::Stderr(line), cost).await;
+                let _ = events.send(AdapterEvent::Stderr(line)).await;
             }
             Ok(LineRead::Eof) => return,
             Err(error) => {
@@ -821,7 +716,7 @@ async fn stderr_loop<R: AsyncBufRead + Unpin>(mut reader: R, events: EventSender
 struct ReadLoop<R> {
     stdout: R,
     max_line: usize,
-    events: EventSender,
+    events: mpsc::Sender<AdapterEvent>,
     pending: Arc<Mutex<Pending>>,
     writer: mpsc::WeakUnboundedSender<WriterCommand>,
     exit: watch::Receiver<Option<ExitStatus>>,
@@ -856,7 +751,7 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                     limit: state.max_line,
                 };
                 tracing::warn!(limit = state.max_line, "adapter wrote an oversize line");
-                listening = deliver(&state, listening, AdapterEvent::ProtocolError(error), 0).await;
+                listening = deliver(&state, listening, AdapterEvent::ProtocolError(error)).await;
             }
             Ok(LineRead::Line { truncated: false }) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
@@ -864,14 +759,14 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                 }
                 if let Some(update) = acp::decode_session_update(&buf) {
                     let event = AdapterEvent::SessionUpdate(update);
-                    listening = deliver(&state, listening, event, buf.len()).await;
+                    listening = deliver(&state, listening, event).await;
                     continue;
                 }
                 match acp::decode_line(&buf) {
                     Ok(AcpMessage::Response { id, result }) => resolve(&state.pending, id, result),
                     Ok(AcpMessage::Notification { method, params }) => {
                         let event = AdapterEvent::Notification { method, params };
-                        listening = deliver(&state, listening, event, buf.len()).await;
+                        listening = deliver(&state, listening, event).await;
                     }
                     Ok(AcpMessage::Request { id, method, params }) => {
                         let event = AdapterEvent::Request {
@@ -879,12 +774,12 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                             method,
                             params,
                         };
-                        listening = deliver(&state, listening, event, buf.len()).await;
+                        listening = deliver(&state, listening, event).await;
                     }
                     Err(error) => {
                         tracing::warn!(%error, "adapter wrote an invalid line");
                         let event = AdapterEvent::ProtocolError(error.into());
-                        listening = deliver(&state, listening, event, buf.len()).await;
+                        listening = deliver(&state, listening, event).await;
                     }
                 }
             }
@@ -916,20 +811,15 @@ async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
     tracing::debug!(?code, ?signal, "adapter exited");
     let _ = state
         .events
-        .send(AdapterEvent::Exited { code, signal }, 0)
+        .send(AdapterEvent::Exited { code, signal })
         .await;
 }
 
 /// Sends an event, waiting for room. Once the receiver is gone, requests are
 /// answered with "method not found" so the agent is not left waiting.
-async fn deliver<R>(
-    state: &ReadLoop<R>,
-    listening: bool,
-    event: AdapterEvent,
-    cost: usize,
-) -> bool {
+async fn deliver<R>(state: &ReadLoop<R>, listening: bool, event: AdapterEvent) -> bool {
     if listening {
-        match state.events.send(event, cost).await {
+        match state.events.send(event).await {
             Ok(()) => return true,
             Err(mpsc::error::SendError(event)) => return reject_unheard(state, event),
         }

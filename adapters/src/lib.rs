@@ -6,6 +6,6 @@ pub mod client;
 
 pub use agentos_protocol::acp::SessionUpdate;
 pub use client::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
     IncomingRequestId, InitializeResult, RpcError,
 };

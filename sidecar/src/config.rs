@@ -226,9 +226,6 @@ pub struct AcpLimits {
     /// (`resource_limit`) and the adapter is stopped.
     pub max_queued_stdin_bytes: u64,
     pub stalled_stdin_timeout_ms: u64,
-    /// Bytes of an adapter's output (stdout lines and stderr) read and not
-    /// yet handled by its session; above it the adapter is not read.
-    pub max_queued_event_bytes: u64,
     /// The largest answer to one `fs/read_text_file` (after `line`/`limit`).
     pub max_read_text_file_bytes: u64,
     /// Stderr bytes per second forwarded from one adapter (with a burst of
@@ -258,7 +255,6 @@ impl Default for AcpLimits {
             max_permission_outcomes_per_vm: 100_000,
             max_queued_stdin_bytes: 64 * MIB,
             stalled_stdin_timeout_ms: 30_000,
-            max_queued_event_bytes: 64 * MIB,
             max_read_text_file_bytes: 16 * MIB,
             max_stderr_bytes_per_second: MIB,
         }
@@ -407,7 +403,7 @@ impl Config {
                 ));
             }
         }
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 14] = [
             (
                 "limits.sqlite.maxResultBytes",
                 self.limits.sqlite.max_result_bytes,
@@ -451,10 +447,6 @@ impl Config {
             (
                 "limits.acp.stalledStdinTimeoutMs",
                 self.limits.acp.stalled_stdin_timeout_ms,
-            ),
-            (
-                "limits.acp.maxQueuedEventBytes",
-                self.limits.acp.max_queued_event_bytes,
             ),
             (
                 "limits.acp.maxReadTextFileBytes",
@@ -575,7 +567,6 @@ mod tests {
             ("host", "maxSubscriptionsPerConnection"),
             ("acp", "maxQueuedStdinBytes"),
             ("acp", "stalledStdinTimeoutMs"),
-            ("acp", "maxQueuedEventBytes"),
             ("acp", "maxReadTextFileBytes"),
             ("acp", "maxStderrBytesPerSecond"),
             ("sqlite", "maxSocketFrameBytes"),

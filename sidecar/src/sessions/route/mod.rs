@@ -32,9 +32,7 @@ pub use restore::build_continuation;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use agentos_adapters::{
-    AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, SessionUpdate,
-};
+use agentos_adapters::{AdapterConnection, AdapterError, AdapterEvent, SessionUpdate};
 use agentos_protocol::host::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
@@ -118,7 +116,7 @@ pub(crate) struct Route {
     policy: PermissionPolicy,
     roots: Vec<String>,
     conn: AdapterConnection,
-    events: AdapterEvents,
+    events: mpsc::Receiver<AdapterEvent>,
     counters: HistoryCounters,
     preamble: Option<String>,
     generation: u64,

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_adapters::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
-    RpcError,
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -83,8 +82,6 @@ impl Route {
             event_buffer: MAX_BATCH_EVENTS,
             max_queued_stdin_bytes: usize::try_from(shared.limits.max_queued_stdin_bytes)
                 .unwrap_or(usize::MAX),
-            max_queued_event_bytes: usize::try_from(shared.limits.max_queued_event_bytes)
-                .unwrap_or(usize::MAX),
             ..AdapterOptions::default()
         };
         if let Some(fs) = &shared.fs {
@@ -151,7 +148,7 @@ impl Route {
         shared: &Arc<Shared>,
         row: &SessionRow,
         conn: &AdapterConnection,
-        events: &mut AdapterEvents,
+        events: &mut mpsc::Receiver<AdapterEvent>,
     ) -> Result<(String, Option<String>), SessionError> {
         let fs = shared.fs.is_some();
         let init = conn
@@ -283,7 +280,7 @@ impl Route {
 /// the route to store.
 async fn request_during_restore(
     conn: &AdapterConnection,
-    events: &mut AdapterEvents,
+    events: &mut mpsc::Receiver<AdapterEvent>,
     method: &str,
     params: Value,
     discard: bool,
