@@ -16,7 +16,10 @@
 //! background outlives it.
 //!
 //! The event channel is bounded and the reader waits when it is full rather
-//! than dropping events. A caller that awaits a response while not draining
+//! than dropping events. Lines waiting for the adapter's stdin are counted in
+//! bytes: the caller asks [`AdapterConnection::stdin_room`] before it answers
+//! an agent's request, so an agent that stops reading cannot make the
+//! sidecar queue answers without bound. A caller that awaits a response while not draining
 //! events can therefore stall its own response; drain events concurrently.
 //!
 //! The event channel is bounded, in events and in bytes: stdout read but not
@@ -32,7 +35,7 @@ use std::hash::{Hash, Hasher};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -54,6 +57,8 @@ pub const DEFAULT_EVENT_BUFFER: usize = 1024;
 pub const DEFAULT_STDOUT_BUFFER_BYTES: usize = 1024 * 1024;
 /// The setting that bounds the stdout buffer, named in its 80 % warning.
 pub const STDOUT_BUFFER_SETTING: &str = "limits.acp.stdoutBufferByteLimit";
+/// Default bound of the bytes queued for the adapter's stdin.
+pub const DEFAULT_MAX_QUEUED_STDIN_BYTES: usize = 64 * 1024 * 1024;
 /// Longest stderr line kept in an event; the rest of the line is dropped.
 pub const MAX_STDERR_LINE_BYTES: usize = 4096;
 /// How long `shutdown` waits for a graceful exit after closing stdin.
@@ -124,6 +129,9 @@ pub struct AdapterOptions {
     pub event_buffer: usize,
     /// Stdout bytes read but not yet taken from [`AdapterEvents`], at most.
     pub stdout_buffer_bytes: usize,
+    /// Above this many queued stdin bytes, [`AdapterConnection::stdin_room`]
+    /// waits.
+    pub max_queued_stdin_bytes: usize,
 }
 
 impl Default for AdapterOptions {
@@ -133,7 +141,26 @@ impl Default for AdapterOptions {
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             event_buffer: DEFAULT_EVENT_BUFFER,
             stdout_buffer_bytes: DEFAULT_STDOUT_BUFFER_BYTES,
+            max_queued_stdin_bytes: DEFAULT_MAX_QUEUED_STDIN_BYTES,
         }
+    }
+}
+
+/// Bytes queued for the adapter's stdin and not yet written.
+#[derive(Default)]
+struct StdinQueue {
+    bytes: AtomicUsize,
+    room: Notify,
+}
+
+impl StdinQueue {
+    fn added(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::AcqRel);
+    }
+
+    fn written(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::AcqRel);
+        self.room.notify_waiters();
     }
 }
 
@@ -402,6 +429,8 @@ enum WriterCommand {
 
 struct Shared {
     writer: mpsc::UnboundedSender<WriterCommand>,
+    stdin: Arc<StdinQueue>,
+    max_queued_stdin_bytes: usize,
     pending: Arc<Mutex<Pending>>,
     next_id: AtomicU64,
     exit: watch::Receiver<Option<ExitStatus>>,
@@ -488,7 +517,8 @@ impl AdapterConnection {
         let kill = Arc::new(Notify::new());
         let pending = Arc::new(Mutex::new(Pending::default()));
 
-        tokio::spawn(write_loop(stdin, writer_rx));
+        let stdin_queue = Arc::new(StdinQueue::default());
+        tokio::spawn(write_loop(stdin, writer_rx, stdin_queue.clone()));
         tokio::spawn(wait_loop(child, group, kill.clone(), exit_tx));
         let stderr_task = tokio::spawn(stderr_loop(
             BufReader::with_capacity(READ_BUFFER_BYTES, stderr),
@@ -509,6 +539,8 @@ impl AdapterConnection {
 
         let shared = Shared {
             writer: writer_tx,
+            stdin: stdin_queue,
+            max_queued_stdin_bytes: options.max_queued_stdin_bytes,
             pending,
             next_id: AtomicU64::new(0),
             exit: exit_rx,
@@ -585,10 +617,42 @@ impl AdapterConnection {
         if self.shared.exit.borrow().is_some() {
             return Err(AdapterError::Exited);
         }
+        let n = line.len();
+        self.shared.stdin.added(n);
         self.shared
             .writer
             .send(WriterCommand::Line(line))
-            .map_err(|_| AdapterError::Closed)
+            .map_err(|_| {
+                self.shared.stdin.written(n);
+                AdapterError::Closed
+            })
+    }
+
+    /// Bytes queued for the adapter's stdin and not yet written to it.
+    pub fn stdin_queued_bytes(&self) -> usize {
+        self.shared.stdin.bytes.load(Ordering::Acquire)
+    }
+
+    /// Waits until the bytes queued for stdin are within
+    /// `max_queued_stdin_bytes`; `false` if they still are not after
+    /// `timeout` (the agent is not reading its stdin). A closed or exited
+    /// connection has room: sending then fails on its own.
+    pub async fn stdin_room(&self, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let room = self.shared.stdin.room.notified();
+                tokio::pin!(room);
+                room.as_mut().enable();
+                if self.stdin_queued_bytes() <= self.shared.max_queued_stdin_bytes
+                    || self.shared.stdin_closed.load(Ordering::Acquire)
+                    || self.shared.exit.borrow().is_some()
+                {
+                    return;
+                }
+                room.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
     /// Sends a notification (for example `session/cancel`).
@@ -670,7 +734,11 @@ impl Drop for PendingGuard<'_> {
     }
 }
 
-async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<WriterCommand>) {
+async fn write_loop(
+    stdin: ChildStdin,
+    mut commands: mpsc::UnboundedReceiver<WriterCommand>,
+    queue: Arc<StdinQueue>,
+) {
     let mut out = BufWriter::new(stdin);
     let mut broken = false;
     while let Some(command) = commands.recv().await {
@@ -686,6 +754,7 @@ async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<Wri
                             broken = true;
                         }
                     }
+                    queue.written(line.len());
                 }
                 WriterCommand::Close => {
                     close = true;
@@ -706,6 +775,13 @@ async fn write_loop(stdin: ChildStdin, mut commands: mpsc::UnboundedReceiver<Wri
     }
     if !broken {
         let _ = out.shutdown().await;
+    }
+    // Lines queued behind the close are never written.
+    commands.close();
+    while let Ok(command) = commands.try_recv() {
+        if let WriterCommand::Line(line) = command {
+            queue.written(line.len());
+        }
     }
 }
 

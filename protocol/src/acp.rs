@@ -165,9 +165,54 @@ struct RawMessage {
     error: Option<RpcError>,
 }
 
+/// The deepest nesting of arrays and objects a line may have, the line's own
+/// object included: serde_json's recursion limit (128) is exclusive, so a
+/// value parsed from a stored line never exceeds it. Skipped values (an
+/// update kept as bytes, an unknown member) are not counted by serde_json,
+/// so both decoders check it themselves, before anything else.
+pub const MAX_JSON_DEPTH: usize = 127;
+
+/// Whether `text`'s arrays and objects nest deeper than `max`. Brackets
+/// inside strings do not count; the text need not be valid JSON.
+pub fn nests_deeper_than(text: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Classifies one line (without its newline). Unknown members are ignored so
-/// that extensions do not break the stream.
+/// that extensions do not break the stream. A line nested deeper than
+/// [`MAX_JSON_DEPTH`] is invalid JSON here.
 pub fn decode_line(line: &[u8]) -> Result<AcpMessage, AcpDecodeError> {
+    if nests_deeper_than(line, MAX_JSON_DEPTH) {
+        return Err(AcpDecodeError::InvalidJson(format!(
+            "nested deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
     let raw: RawMessage = match serde_json::from_slice(line) {
         Ok(raw) => raw,
         Err(e) if e.is_data() => return Err(AcpDecodeError::InvalidMessage(e.to_string())),
@@ -245,6 +290,11 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
         message_id: Option<String>,
     }
     let text = line;
+    // Skipped values are not depth-checked by serde_json; refuse what the
+    // general decoder refuses.
+    if nests_deeper_than(text, MAX_JSON_DEPTH) {
+        return None;
+    }
     let line: Line<'_> = serde_json::from_slice(text).ok()?;
     if line.id.is_some() || line.method.as_deref() != Some(methods::SESSION_UPDATE) {
         return None;
@@ -377,6 +427,34 @@ mod tests {
     const UPDATE: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"I'll help you with that. Let me start by reading some files to understand the current situation."}}}}"#;
     const PERMISSION: &str = r#"{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"2d320735bc097228614b1482efa9cf7a","toolCall":{"toolCallId":"call_2","title":"Modifying critical configuration file","kind":"edit","status":"pending","locations":[{"path":"/home/user/project/config.json"}],"rawInput":{"path":"/home/user/project/config.json","content":"{\"database\": {\"host\": \"new-host\"}}"}},"options":[{"kind":"allow_once","name":"Allow this change","optionId":"allow"},{"kind":"reject_once","name":"Skip this change","optionId":"reject"}]}}"#;
     const PERMISSION_ANSWER: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#;
+
+    fn nested_update(depth: usize) -> String {
+        let open = "[".repeat(depth);
+        let close = "]".repeat(depth);
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{{"sessionUpdate":"plan","x":{open}{close},"s":"[[[{{"}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn updates_nested_too_deep_are_refused_by_both_decoders() {
+        // The line, params and update objects are three levels.
+        let deepest = nested_update(MAX_JSON_DEPTH - 3);
+        let update = decode_session_update(deepest.as_bytes()).expect("at the bound");
+        assert!(serde_json::from_str::<Value>(&update.update_json).is_ok());
+        assert!(decode_line(deepest.as_bytes()).is_ok());
+        for depth in [MAX_JSON_DEPTH - 2, 900] {
+            let line = nested_update(depth);
+            assert_eq!(decode_session_update(line.as_bytes()), None);
+            assert!(matches!(
+                decode_line(line.as_bytes()),
+                Err(AcpDecodeError::InvalidJson(_))
+            ));
+        }
+        // Brackets inside strings do not count, escaped quotes included.
+        let text = format!(r#"["\"{}"]"#, "[".repeat(500));
+        assert!(!nests_deeper_than(text.as_bytes(), 2));
+    }
 
     #[test]
     fn session_updates_are_recognised_in_any_member_order() {

@@ -113,6 +113,8 @@ error_codes! {
     SessionListLimit => "session_list_limit",
     /// `limits.acp.maxHistoryPageEntries`.
     HistoryLimit => "history_limit",
+    /// `limits.host.maxSubscriptionsPerConnection`.
+    SubscriptionsLimit => "subscriptions_limit",
 
     // --- Adapters -----------------------------------------------------------
     /// The adapter process could not be started.

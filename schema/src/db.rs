@@ -213,6 +213,8 @@ pub enum DbError {
     GoAway(String),
     #[error("cannot connect to the database: {0}")]
     Connect(String),
+    #[error("the socket announced maxFrameBytes {announced}, above limits.sqlite.maxSocketFrameBytes ({limit})")]
+    SocketFrameLimit { announced: u32, limit: u32 },
     #[error("database connection lost: {0}")]
     ConnectionLost(String),
     /// The connection was lost after a commit was sent and before its
@@ -250,6 +252,7 @@ impl DbError {
             DbError::ResponseTooLarge => "sqlite_response_too_large",
             DbError::GoAway(_) => "sqlite_go_away",
             DbError::Connect(_) => "sqlite_connect_failed",
+            DbError::SocketFrameLimit { .. } => "sqlite_socket_frame_limit",
             DbError::ConnectionLost(_) => "sqlite_connection_lost",
             DbError::CommitOutcomeUnknown(_) => "sqlite_commit_outcome_unknown",
             DbError::Protocol(_) => "sqlite_protocol_error",

@@ -190,6 +190,9 @@ pub struct SqliteLimits {
     pub max_queued_request_bytes: u64,
     /// Jobs waiting for the local-file executor thread.
     pub max_queued_jobs: u32,
+    /// The largest `maxFrameBytes` an actor socket may announce; a larger
+    /// announcement is refused at connect.
+    pub max_socket_frame_bytes: u32,
 }
 
 impl Default for SqliteLimits {
@@ -199,6 +202,7 @@ impl Default for SqliteLimits {
             max_in_flight_requests: 64,
             max_queued_request_bytes: 64 * MIB,
             max_queued_jobs: 4096,
+            max_socket_frame_bytes: 256 * MIB as u32,
         }
     }
 }
@@ -208,6 +212,16 @@ impl Default for SqliteLimits {
 pub struct HostLimits {
     pub max_frame_bytes: u64,
     pub max_connections: u32,
+    /// Bytes of frames (responses, notifications, events) one connection may
+    /// have queued for its client, the answers of its running reads
+    /// included. Past it the connection is not read, notices to it are
+    /// dropped (and counted) and its subscriptions end with `overflow`.
+    pub max_queued_bytes_per_connection: u64,
+    /// How long a connection over its queue budget may go without reading
+    /// anything before it is closed.
+    pub stalled_write_timeout_ms: u64,
+    /// Subscriptions one connection may hold at once.
+    pub max_subscriptions_per_connection: u64,
 }
 
 impl Default for HostLimits {
@@ -215,6 +229,9 @@ impl Default for HostLimits {
         HostLimits {
             max_frame_bytes: 80 * MIB,
             max_connections: 1024,
+            max_queued_bytes_per_connection: 128 * MIB,
+            stalled_write_timeout_ms: 30_000,
+            max_subscriptions_per_connection: 10_000,
         }
     }
 }
@@ -242,6 +259,16 @@ pub struct AcpLimits {
     pub max_pending_permissions_per_vm: u64,
     pub max_permission_outcomes_per_session: u64,
     pub max_permission_outcomes_per_vm: u64,
+    /// Bytes of lines queued for one adapter's stdin. When full, the
+    /// adapter's requests wait; past `stalledStdinTimeoutMs` the turn fails
+    /// (`resource_limit`) and the adapter is stopped.
+    pub max_queued_stdin_bytes: u64,
+    pub stalled_stdin_timeout_ms: u64,
+    /// The largest answer to one `fs/read_text_file` (after `line`/`limit`).
+    pub max_read_text_file_bytes: u64,
+    /// Stderr bytes per second forwarded from one adapter (with a burst of
+    /// one second's worth); the rest is dropped and counted.
+    pub max_stderr_bytes_per_second: u64,
 }
 
 impl Default for AcpLimits {
@@ -265,6 +292,10 @@ impl Default for AcpLimits {
             max_pending_permissions_per_vm: 10_000,
             max_permission_outcomes_per_session: 10_000,
             max_permission_outcomes_per_vm: 100_000,
+            max_queued_stdin_bytes: 64 * MIB,
+            stalled_stdin_timeout_ms: 30_000,
+            max_read_text_file_bytes: 16 * MIB,
+            max_stderr_bytes_per_second: MIB,
         }
     }
 }
@@ -534,7 +565,7 @@ impl Config {
                 }
             }
         }
-        let positive: [(&str, u64); 6] = [
+        let positive: [(&str, u64); 14] = [
             (
                 "limits.sqlite.maxResultBytes",
                 self.limits.sqlite.max_result_bytes,
@@ -558,6 +589,38 @@ impl Config {
             (
                 "limits.host.maxConnections",
                 u64::from(self.limits.host.max_connections),
+            ),
+            (
+                "limits.host.maxQueuedBytesPerConnection",
+                self.limits.host.max_queued_bytes_per_connection,
+            ),
+            (
+                "limits.host.stalledWriteTimeoutMs",
+                self.limits.host.stalled_write_timeout_ms,
+            ),
+            (
+                "limits.host.maxSubscriptionsPerConnection",
+                self.limits.host.max_subscriptions_per_connection,
+            ),
+            (
+                "limits.acp.maxQueuedStdinBytes",
+                self.limits.acp.max_queued_stdin_bytes,
+            ),
+            (
+                "limits.acp.stalledStdinTimeoutMs",
+                self.limits.acp.stalled_stdin_timeout_ms,
+            ),
+            (
+                "limits.acp.maxReadTextFileBytes",
+                self.limits.acp.max_read_text_file_bytes,
+            ),
+            (
+                "limits.acp.maxStderrBytesPerSecond",
+                self.limits.acp.max_stderr_bytes_per_second,
+            ),
+            (
+                "limits.sqlite.maxSocketFrameBytes",
+                u64::from(self.limits.sqlite.max_socket_frame_bytes),
             ),
         ];
         for (field, value) in positive {
@@ -645,6 +708,37 @@ mod tests {
         assert_eq!(config.limits.sqlite.max_result_bytes, 10);
         assert_eq!(config.limits.host.max_frame_bytes, 80 * MIB);
         assert_eq!(config.limits.fs.chunk_bytes, 512 * 1024);
+    }
+
+    #[test]
+    fn memory_bounds_have_defaults_and_name_their_field() {
+        let config =
+            Config::from_json(r#"{"database":{"type":"sqlite_file","path":"/x"}}"#).expect("valid");
+        assert_eq!(
+            config.limits.host.max_queued_bytes_per_connection,
+            128 * MIB
+        );
+        assert_eq!(config.limits.acp.max_queued_stdin_bytes, 64 * MIB);
+        assert_eq!(
+            config.limits.sqlite.max_socket_frame_bytes,
+            256 * MIB as u32
+        );
+        for (section, field) in [
+            ("host", "maxQueuedBytesPerConnection"),
+            ("host", "stalledWriteTimeoutMs"),
+            ("host", "maxSubscriptionsPerConnection"),
+            ("acp", "maxQueuedStdinBytes"),
+            ("acp", "stalledStdinTimeoutMs"),
+            ("acp", "maxReadTextFileBytes"),
+            ("acp", "maxStderrBytesPerSecond"),
+            ("sqlite", "maxSocketFrameBytes"),
+        ] {
+            let text = format!(
+                r#"{{"database":{{"type":"sqlite_file","path":"/x"}},"limits":{{"{section}":{{"{field}":0}}}}}}"#
+            );
+            let err = Config::from_json(&text).unwrap_err();
+            assert_eq!(err.field, format!("limits.{section}.{field}"));
+        }
     }
 
     #[test]

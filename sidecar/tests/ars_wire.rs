@@ -789,6 +789,38 @@ async fn client_maps_every_error_response() {
     task.abort();
 }
 
+/// A server that announces frames larger than the client's cap is refused
+/// at connect, before any response could be buffered.
+#[tokio::test]
+async fn an_announced_frame_limit_above_the_cap_is_refused() {
+    let (_dir, path, task, _) = scripted().await;
+    let limits = SqliteLimits {
+        max_socket_frame_bytes: 1024,
+        ..Default::default()
+    };
+    let err = match actor_uds::connect(&path, &limits).await {
+        Ok(_) => panic!("a 1 MiB announcement passed a 1 KiB cap"),
+        Err(err) => err,
+    };
+    assert_eq!(
+        err,
+        DbError::SocketFrameLimit {
+            announced: 1 << 20,
+            limit: 1024
+        }
+    );
+    assert_eq!(err.code(), "sqlite_socket_frame_limit");
+    // Within the cap the same server is fine.
+    let limits = SqliteLimits {
+        max_socket_frame_bytes: 1 << 20,
+        ..Default::default()
+    };
+    actor_uds::connect(&path, &limits)
+        .await
+        .expect("within the cap");
+    task.abort();
+}
+
 #[tokio::test]
 async fn client_limits_are_typed() {
     let (_dir, path, task, _) = scripted().await;

@@ -490,6 +490,9 @@ async fn recursive_remove_is_one_transaction() {
     }
 }
 
+/// `limits.acp.maxReadTextFileBytes` as the tests use it.
+const MAX_TEXT: u64 = 1 << 20;
+
 #[tokio::test]
 async fn text_helpers_follow_acp_semantics() {
     for (_name, db, _dir) in backends().await {
@@ -499,38 +502,56 @@ async fn text_helpers_follow_acp_semantics() {
             .await
             .expect("write");
         assert_eq!(
-            vfs.read_text_file("/s/t.txt", None, None)
+            vfs.read_text_file("/s/t.txt", None, None, MAX_TEXT)
                 .await
                 .expect("all"),
             "one\ntwo\nthree\nfour"
         );
         assert_eq!(
-            vfs.read_text_file("/s/t.txt", Some(2), Some(2))
+            vfs.read_text_file("/s/t.txt", Some(2), Some(2), MAX_TEXT)
                 .await
                 .expect("mid"),
             "two\nthree\n"
         );
         assert_eq!(
-            vfs.read_text_file("/s/t.txt", Some(4), None)
+            vfs.read_text_file("/s/t.txt", Some(4), None, MAX_TEXT)
                 .await
                 .expect("tail"),
             "four"
         );
         assert_eq!(
-            vfs.read_text_file("/s/t.txt", Some(9), None)
+            vfs.read_text_file("/s/t.txt", Some(9), None, MAX_TEXT)
                 .await
                 .expect("past"),
             ""
         );
         assert_eq!(
-            code(vfs.read_text_file("/s/t.txt", Some(0), None).await),
+            code(
+                vfs.read_text_file("/s/t.txt", Some(0), None, MAX_TEXT)
+                    .await
+            ),
             "EINVAL"
+        );
+        // A slice over the byte cap is refused naming its setting; a
+        // narrower slice of the same file is served.
+        match vfs.read_text_file("/s/t.txt", None, None, 8).await {
+            Err(e) => {
+                assert_eq!(e.code().as_str(), "EFBIG");
+                assert_eq!(e.setting(), Some("limits.acp.maxReadTextFileBytes"));
+            }
+            Ok(text) => panic!("{text:?} passed an 8-byte cap"),
+        }
+        assert_eq!(
+            vfs.read_text_file("/s/t.txt", Some(2), Some(1), 8)
+                .await
+                .expect("within the cap"),
+            "two\n"
         );
         vfs.write_text_file("/s/t.txt", "replaced")
             .await
             .expect("replace");
         assert_eq!(
-            vfs.read_text_file("/s/t.txt", None, None)
+            vfs.read_text_file("/s/t.txt", None, None, MAX_TEXT)
                 .await
                 .expect("all"),
             "replaced"
@@ -539,7 +560,7 @@ async fn text_helpers_follow_acp_semantics() {
             .await
             .expect("binary");
         assert_eq!(
-            code(vfs.read_text_file("/s/bin", None, None).await),
+            code(vfs.read_text_file("/s/bin", None, None, MAX_TEXT).await),
             "EINVAL"
         );
         assert_eq!(code(vfs.write_text_file("/nodir/x", "x").await), "ENOENT");

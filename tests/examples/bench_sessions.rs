@@ -174,7 +174,7 @@ impl LeanSubscriber {
         let mut stream = tokio::net::UnixStream::connect(socket).await?;
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/subscribe",
                              "params": {"sessionId": session_id}});
-        let frame = agentos_protocol::host::encode_frame(request.to_string().as_bytes());
+        let frame = agentos_protocol::host::encode_frame(request.to_string().as_bytes())?;
         stream.write_all(&frame).await?;
         let mut sub = LeanSubscriber {
             stream,

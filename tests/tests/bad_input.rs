@@ -23,7 +23,7 @@ impl Raw {
 
     async fn send(&mut self, payload: &[u8]) {
         self.0
-            .write_all(&encode_frame(payload))
+            .write_all(&encode_frame(payload).expect("a small frame"))
             .await
             .expect("write");
     }

@@ -68,13 +68,22 @@
 //!   "error: <reason>".
 //! - `host_connect <path>`: connects to a Unix socket; "connected" or
 //!   "error: <reason>".
+//!
+//! Hostile modes (the memory-bound tests):
+//! - `fs_flood <n> <path>`: stops reading stdin, then sends n
+//!   `fs/read_text_file` requests for `path` without waiting for answers,
+//!   and never answers the prompt.
+//! - `stderr_flood <mib>`: writes that many MiB of 1000-byte stderr lines,
+//!   then a chunk "flooded" and `end_turn`.
+//! - `deep <depth>`: a `tool_call` whose `rawInput` nests `depth` arrays,
+//!   then a chunk and `end_turn`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
@@ -194,6 +203,8 @@ struct Agent {
     next_request_id: AtomicU64,
     waiting: Mutex<HashMap<u64, mpsc::Sender<Result<Value, RpcError>>>>,
     prompt_log: Option<Mutex<fs::File>>,
+    /// Set by `fs_flood`: the main loop stops reading stdin for good.
+    deaf: AtomicBool,
 }
 
 fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -609,6 +620,46 @@ impl Agent {
             "inspect" => {
                 self.chunk(session_id, &Value::Array(prompt.to_vec()).to_string());
             }
+            "fs_flood" => {
+                let (n, path) = rest.trim().split_once(' ').unwrap_or((rest, ""));
+                let n = n.parse::<u64>().unwrap_or(0);
+                self.deaf.store(true, Ordering::SeqCst);
+                let mut out = relock(&self.out);
+                for _ in 0..n {
+                    let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+                    let line = acp::encode_request_u64(
+                        id,
+                        methods::FS_READ_TEXT_FILE,
+                        &json!({"sessionId": session_id, "path": path}),
+                    );
+                    if out.write_all(line.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+                let _ = out.flush();
+                return None;
+            }
+            "stderr_flood" => {
+                let line = format!("{}\n", "e".repeat(999));
+                let mut err = io::stderr().lock();
+                for _ in 0..count() * 1024 * 1024 / 1000 {
+                    if err.write_all(line.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+                let _ = err.flush();
+                self.chunk(session_id, "flooded");
+            }
+            "deep" => {
+                let depth = count() as usize;
+                let raw = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+                let line = format!(
+                    r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{},"update":{{"sessionUpdate":"tool_call","toolCallId":"deep","title":"deep","rawInput":{raw}}}}}}}"#,
+                    Value::from(session_id)
+                );
+                self.write(format!("{line}\n"));
+                self.chunk(session_id, "after deep");
+            }
             _ => self.chunk(session_id, text),
         }
         end_turn
@@ -820,11 +871,19 @@ fn main() {
         next_request_id: AtomicU64::new(0),
         waiting: Mutex::new(HashMap::new()),
         prompt_log,
+        deaf: AtomicBool::new(false),
     });
     let stdin = io::stdin();
     let mut input = stdin.lock();
     let mut line = Vec::new();
     loop {
+        if agent.deaf.load(Ordering::SeqCst) {
+            // A hostile agent: never read stdin again (the client's writes
+            // back up), but stay alive until killed.
+            loop {
+                thread::park();
+            }
+        }
         line.clear();
         match input.read_until(b'\n', &mut line) {
             Ok(0) => break,

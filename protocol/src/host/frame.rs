@@ -1,6 +1,7 @@
 //! Host framing: a u32 big-endian length, then one UTF-8 JSON-RPC 2.0
 //! message. The decoder is incremental and refuses an oversize frame before
-//! reading its bytes; the encoders build whole frames, length prefix first.
+//! reading its bytes; the encoders build whole frames, length prefix first, and refuse a payload
+//! whose length does not fit the u32 prefix.
 
 // Framing
 
@@ -79,27 +80,42 @@ impl FrameDecoder {
     }
 }
 
+/// The u32 length prefix of a payload, or `TooLarge` when the length does
+/// not fit (never a truncated length).
+fn length_prefix(length: usize) -> Result<[u8; 4], FrameError> {
+    u32::try_from(length)
+        .map(u32::to_be_bytes)
+        .map_err(|_| FrameError::TooLarge {
+            length: length as u64,
+            limit: u64::from(u32::MAX),
+        })
+}
+
 /// Prefixes `payload` with its u32 big-endian length.
-pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
+pub fn encode_frame(payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+    let prefix = length_prefix(payload.len())?;
     let mut out = Vec::with_capacity(4 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&prefix);
     out.extend_from_slice(payload);
-    out
+    Ok(out)
 }
 
 /// A frame whose payload `write` appends to `out`, the length patched in
 /// afterwards so the payload is never copied.
-fn frame_with(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+fn frame_with(write: impl FnOnce(&mut Vec<u8>)) -> Result<Vec<u8>, FrameError> {
     let mut frame = vec![0; 4];
     write(&mut frame);
-    let length = (frame.len() - 4) as u32;
-    frame[..4].copy_from_slice(&length.to_be_bytes());
-    frame
+    let prefix = length_prefix(frame.len() - 4)?;
+    frame[..4].copy_from_slice(&prefix);
+    Ok(frame)
 }
 
 /// The whole frame of a `sessions/event` notification, spliced from the
 /// event's already rendered public JSON (see `StoredEvent::public_json`).
-pub fn event_notification_frame(subscription_id: &str, public_event: &str) -> Vec<u8> {
+pub fn event_notification_frame(
+    subscription_id: &str,
+    public_event: &str,
+) -> Result<Vec<u8>, FrameError> {
     frame_with(|out| {
         out.reserve(public_event.len() + subscription_id.len() + 100);
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
@@ -134,7 +150,7 @@ struct Outgoing<'a, P: serde::Serialize> {
 pub fn response_frame(
     id: &serde_json::Value,
     result: Result<&serde_json::value::RawValue, &super::ErrorObject>,
-) -> Vec<u8> {
+) -> Result<Vec<u8>, FrameError> {
     let (result, error) = match result {
         Ok(result) => (Some(result), None),
         Err(error) => (None, Some(error)),
@@ -154,7 +170,10 @@ pub fn response_frame(
 }
 
 /// The whole frame of a notification.
-pub fn notification_frame(method: &str, params: &impl serde::Serialize) -> Vec<u8> {
+pub fn notification_frame(
+    method: &str,
+    params: &impl serde::Serialize,
+) -> Result<Vec<u8>, FrameError> {
     let message = Outgoing {
         jsonrpc: "2.0",
         id: None,
@@ -166,4 +185,23 @@ pub fn notification_frame(method: &str, params: &impl serde::Serialize) -> Vec<u
     frame_with(|out| {
         let _ = serde_json::to_writer(out, &message);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_length_beyond_u32_is_an_error_not_a_truncation() {
+        assert_eq!(length_prefix(7), Ok(7u32.to_be_bytes()));
+        assert_eq!(length_prefix(u32::MAX as usize), Ok([0xff; 4]));
+        let over = u32::MAX as usize + 1;
+        assert_eq!(
+            length_prefix(over),
+            Err(FrameError::TooLarge {
+                length: over as u64,
+                limit: u64::from(u32::MAX),
+            })
+        );
+    }
 }

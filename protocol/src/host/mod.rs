@@ -82,8 +82,8 @@ mod tests {
     #[test]
     fn frames_round_trip_and_split() {
         let mut dec = FrameDecoder::new(1024);
-        let a = encode_frame(b"{\"a\":1}");
-        let b = encode_frame(b"[]");
+        let a = encode_frame(b"{\"a\":1}").unwrap();
+        let b = encode_frame(b"[]").unwrap();
         let mut all = a.clone();
         all.extend_from_slice(&b);
         dec.push(&all[..3]);
@@ -142,14 +142,13 @@ mod tests {
     fn frame_helpers_build_whole_frames() {
         let mut dec = FrameDecoder::new(1 << 20);
         let raw = serde_json::value::RawValue::from_string("{\"ok\":true}".into()).unwrap();
-        dec.push(&response_frame(&json!(7), Ok(&raw)));
+        dec.push(&response_frame(&json!(7), Ok(&raw)).unwrap());
         let error = ErrorObject::invalid_params("x");
-        dec.push(&response_frame(&json!("a"), Err(&error)));
-        dec.push(&notification_frame(
-            methods::SHUTDOWN,
-            &json!({"reason": "vm_shutdown"}),
-        ));
-        dec.push(&event_notification_frame("sub\"1", "{\"sequence\":3}"));
+        dec.push(&response_frame(&json!("a"), Err(&error)).unwrap());
+        dec.push(
+            &notification_frame(methods::SHUTDOWN, &json!({"reason": "vm_shutdown"})).unwrap(),
+        );
+        dec.push(&event_notification_frame("sub\"1", "{\"sequence\":3}").unwrap());
         let mut frames = Vec::new();
         while let Some(frame) = dec.next_frame().unwrap() {
             frames.push(serde_json::from_slice::<Value>(&frame).unwrap());

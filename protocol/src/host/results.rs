@@ -195,6 +195,9 @@ pub struct VmStatus {
     /// VM-wide.
     #[serde(default)]
     pub limits: Vec<LimitStatus>,
+    /// The bounded queues towards peers, and what they dropped.
+    #[serde(default)]
+    pub memory: MemoryStatus,
 }
 
 /// How the VM's adapter processes are confined.
@@ -223,6 +226,20 @@ pub struct LimitStatus {
     pub used: Option<u64>,
     #[serde(default)]
     pub near_limit: bool,
+}
+
+/// `vm/status.memory`: bytes queued for host clients (summed over the VM),
+/// host notices dropped because a connection was over
+/// `limits.host.maxQueuedBytesPerConnection`, connections closed after
+/// `limits.host.stalledWriteTimeoutMs`, and adapter stderr bytes dropped over
+/// `limits.acp.maxStderrBytesPerSecond`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStatus {
+    pub host_queued_bytes: u64,
+    pub host_notices_dropped: u64,
+    pub host_connections_closed_stalled: u64,
+    pub agent_stderr_dropped_bytes: u64,
 }
 
 /// The database kind a VM runs on.

@@ -25,6 +25,8 @@ pub enum ClientError {
     Connect { path: String, message: String },
     #[error("the connection to the sidecar closed")]
     Closed,
+    #[error("the request cannot be framed: {0}")]
+    FrameTooLarge(String),
     #[error("{}", .0.message)]
     Rpc(ErrorObject),
 }
@@ -36,6 +38,7 @@ impl ClientError {
             ClientError::Refused(_) => "connection_refused".into(),
             ClientError::Connect { .. } => "connect_failed".into(),
             ClientError::Closed => "connection_closed".into(),
+            ClientError::FrameTooLarge(_) => "frame_too_large".into(),
             ClientError::Rpc(e) => e
                 .data_code()
                 .map(str::to_owned)
@@ -137,7 +140,15 @@ impl HostClient {
         if let Ok(mut pending) = self.pending.lock() {
             pending.insert(id, tx);
         }
-        let frame = encode_frame(&encode_request(&json!(id), method, &params));
+        let frame = match encode_frame(&encode_request(&json!(id), method, &params)) {
+            Ok(frame) => frame,
+            Err(e) => {
+                if let Ok(mut pending) = self.pending.lock() {
+                    pending.remove(&id);
+                }
+                return Err(ClientError::FrameTooLarge(e.to_string()));
+            }
+        };
         self.send_raw(&frame).await?;
         match rx.await {
             Ok(Ok(v)) => Ok(v),

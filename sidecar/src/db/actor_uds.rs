@@ -461,6 +461,13 @@ impl Connection {
                     CONNECT_TIMEOUT.as_secs()
                 ))
             })??;
+        // Responses are buffered whole: never let the server choose how much.
+        if max_frame_bytes > limits.max_socket_frame_bytes {
+            return Err(DbError::SocketFrameLimit {
+                announced: max_frame_bytes,
+                limit: limits.max_socket_frame_bytes,
+            });
+        }
         let max_in_flight = limits.max_in_flight_requests.max(1);
         let slots = Arc::new(Semaphore::new(max_in_flight as usize));
         let shared = Arc::new(Shared {
@@ -470,7 +477,12 @@ impl Connection {
         });
         let (rd, wr) = stream.into_split();
         let (out, out_rx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_loop(rd, buf, max_frame_bytes, shared.clone()));
+        // Responses are bounded by the server's limit, which the hello
+        // announced, and never by more than our own cap.
+        let response_limit = max_frame_bytes
+            .max(ars::DEFAULT_MAX_FRAME_BYTES)
+            .min(limits.max_socket_frame_bytes);
+        let reader = tokio::spawn(read_loop(rd, buf, response_limit, shared.clone()));
         let writer = tokio::spawn(write_loop(wr, out_rx, shared.clone()));
         Ok(Arc::new(Connection {
             shared,
@@ -709,11 +721,10 @@ async fn handshake(path: &Path) -> Result<(UnixStream, u32, BytesMut), DbError> 
 async fn read_loop(
     mut rd: OwnedReadHalf,
     mut buf: BytesMut,
-    max_frame_bytes: u32,
+    response_limit: u32,
     shared: Arc<Shared>,
 ) {
-    // Responses are bounded by the server's limit, which the hello announced.
-    let decoder = FrameDecoder::new(max_frame_bytes.max(ars::DEFAULT_MAX_FRAME_BYTES));
+    let decoder = FrameDecoder::new(response_limit);
     let mut responses = Vec::new();
     let error = 'read: loop {
         // Decode everything one read brought in, then settle it all under one

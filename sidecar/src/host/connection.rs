@@ -1,27 +1,38 @@
 //! One host connection: a reader that cuts frames and starts one task per
 //! request (bounded per connection), a writer task that owns the socket's
 //! write half and coalesces queued frames, the connection's outbox with its
-//! byte count, its subscriptions (as a hub sink) and the VM-wide notices.
+//! byte budget, its subscriptions (as a hub sink) and the VM-wide notices.
+//!
+//! Every frame queued for the client (responses, events, notices) counts
+//! against one budget, `limits.host.maxQueuedBytesPerConnection`, together
+//! with what the running reads will answer (reserved before they start).
+//! Over it the connection is not read (backpressure), notices to it are
+//! dropped and counted, and its subscriptions end with `overflow`; if the
+//! client then reads nothing for `limits.host.stalledWriteTimeoutMs`, the
+//! connection is closed with a logged reason. Everything queued is released
+//! when the connection ends.
 //!
 //! On shutdown the connection tells its client (`lifecycle/shutdown`),
 //! stops reading, waits for its requests to be answered, lets the outbox
 //! drain and closes.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentos_protocol::host::{
     codes, event_notification_frame, methods, notification_frame, response_frame, ErrorObject,
-    FrameDecoder, Inbound,
+    FrameDecoder, FrameError, Inbound,
 };
 use agentos_protocol::ErrorCode;
 use serde_json::{json, value::RawValue, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::{broadcast, mpsc, watch, Semaphore};
+use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
 
 use super::dispatch;
-use crate::sessions::{Item, Notice, Sink, SinkRefusal};
+use crate::config::HostLimits;
+use crate::sessions::{Item, MemoryCounters, Notice, Sink, SinkRefusal};
 use crate::vm::Vm;
 
 /// Requests one connection may have running at once (prompts wait for their
@@ -29,33 +40,214 @@ use crate::vm::Vm;
 /// connection can drive).
 const MAX_REQUESTS_IN_FLIGHT: u32 = 4096;
 
-/// Bytes of notifications a connection may have queued before its
-/// subscriptions are closed with `overflow`.
-const MAX_QUEUED_NOTIFICATION_BYTES: usize = 256 << 20;
+/// The largest write the writer coalesces queued frames into.
+const MAX_BATCH_BYTES: usize = 1 << 20;
 
-/// Outbound frames of one connection, with a byte count for notifications.
+/// The bytes queued for one client (frames in the outbox plus the answers
+/// reserved by running reads), against `limits.host.maxQueuedBytesPerConnection`.
+pub(super) struct Budget {
+    limit: usize,
+    queued: AtomicUsize,
+    /// Notified whenever the writer hands bytes to the socket.
+    room: Notify,
+    /// Someone found no room since the writer last made progress.
+    starved: AtomicBool,
+    /// Notices dropped in the current run of drops (logged once per run).
+    dropping: AtomicU64,
+    counters: Arc<MemoryCounters>,
+}
+
+impl Budget {
+    fn new(limit: u64, counters: Arc<MemoryCounters>) -> Budget {
+        Budget {
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            queued: AtomicUsize::new(0),
+            room: Notify::new(),
+            starved: AtomicBool::new(false),
+            dropping: AtomicU64::new(0),
+            counters,
+        }
+    }
+
+    /// Takes `n` bytes if they fit (or nothing at all is queued, so one
+    /// frame larger than the budget can still pass alone).
+    fn try_charge(&self, n: usize) -> bool {
+        let fits = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued.saturating_add(n) <= self.limit)
+                    .then(|| queued.saturating_add(n))
+            })
+            .is_ok();
+        if fits {
+            self.counters.host_queued(n as u64);
+        } else {
+            self.starved.store(true, Ordering::Release);
+        }
+        fits
+    }
+
+    /// Takes `n` bytes whether or not they fit: a response whose request
+    /// was admitted, or a small frame that must not be lost.
+    fn charge(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        self.counters.host_queued(n as u64);
+    }
+
+    fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+        self.counters.host_dequeued(n as u64);
+        self.room.notify_waiters();
+    }
+
+    /// Waits until `n` bytes fit: the connection is not read meanwhile.
+    async fn reserve(&self, n: usize) {
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.try_charge(n) {
+                return;
+            }
+            room.await;
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.starved.load(Ordering::Acquire) || self.queued.load(Ordering::Acquire) > self.limit
+    }
+
+    /// Counts (and logs, once per run of drops) a notice that did not fit.
+    fn dropped_notice(&self, connection: u64, method: &str) {
+        self.counters.host_notice_dropped();
+        if self.dropping.fetch_add(1, Ordering::AcqRel) == 0 {
+            tracing::warn!(
+                connection,
+                method,
+                queued = self.queued.load(Ordering::Relaxed),
+                "dropping notices to a host connection over limits.host.maxQueuedBytesPerConnection"
+            );
+        }
+    }
+
+    /// The writer made progress: a run of drops, if any, is over.
+    fn progressed(&self, connection: u64) {
+        self.starved.store(false, Ordering::Release);
+        let dropped = self.dropping.swap(0, Ordering::AcqRel);
+        if dropped > 0 {
+            tracing::warn!(
+                connection,
+                dropped,
+                "a host connection over its queue budget lost notices"
+            );
+        }
+    }
+}
+
+/// What a request's answer is expected to take in the outbox, reserved
+/// before the request runs so that many reads cannot each hold an answer
+/// the client will not take. Other answers are small or bounded by their
+/// own limits and are charged when they are queued.
+fn answer_estimate(method: &str, params: &Value) -> usize {
+    if method == methods::FS_READ {
+        let max = super::fs::MAX_READ_CHUNK;
+        let length = params
+            .get("length")
+            .and_then(Value::as_u64)
+            .unwrap_or(max)
+            .min(max);
+        // Base64 and the envelope.
+        return usize::try_from(length / 3 * 4 + 4096).unwrap_or(usize::MAX);
+    }
+    0
+}
+
+/// Outbound frames of one connection, each charged to the budget.
 pub(super) struct Outbox {
     tx: mpsc::UnboundedSender<Vec<u8>>,
-    queued: Arc<AtomicUsize>,
+    budget: Arc<Budget>,
+    connection: u64,
 }
 
 impl Outbox {
-    /// Queues a whole frame (length prefix included).
-    fn send_frame(&self, frame: Vec<u8>) -> bool {
-        self.queued.fetch_add(frame.len(), Ordering::Relaxed);
-        self.tx.send(frame).is_ok()
+    /// Queues a whole frame whose bytes are already charged.
+    fn push(&self, frame: Vec<u8>) -> bool {
+        let n = frame.len();
+        if self.tx.send(frame).is_ok() {
+            true
+        } else {
+            self.budget.release(n);
+            false
+        }
     }
 
-    fn respond(&self, id: &Value, result: Result<Box<RawValue>, ErrorObject>) {
+    /// Answers a request that reserved `reserved` bytes before it ran.
+    fn respond(&self, id: &Value, result: Result<Box<RawValue>, ErrorObject>, reserved: usize) {
         let frame = match &result {
             Ok(v) => response_frame(id, Ok(v)),
             Err(e) => response_frame(id, Err(e)),
         };
-        self.send_frame(frame);
+        let frame = frame.or_else(|e| {
+            let error = ErrorObject::application(
+                e.code(),
+                format!("the answer cannot be framed: {e}"),
+                serde_json::Map::new(),
+            );
+            response_frame(id, Err(&error))
+        });
+        let Ok(frame) = frame else {
+            self.budget.release(reserved);
+            return;
+        };
+        let n = frame.len();
+        if n >= reserved {
+            self.budget.charge(n - reserved);
+        } else {
+            self.budget.release(reserved - n);
+        }
+        self.push(frame);
     }
 
-    fn notify(&self, method: &str, params: &Value) -> bool {
-        self.send_frame(notification_frame(method, params))
+    /// A notification that must not be lost (it is small and rare).
+    fn notify_always(&self, method: &str, params: &Value) -> bool {
+        match notification_frame(method, params) {
+            Ok(frame) => {
+                self.budget.charge(frame.len());
+                self.push(frame)
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A notice: dropped (and counted) when the connection is over budget.
+    /// `false` only when the connection is gone.
+    fn notice(&self, method: &str, params: &Value) -> bool {
+        let Ok(frame) = notification_frame(method, params) else {
+            return true;
+        };
+        if !self.budget.try_charge(frame.len()) {
+            self.budget.dropped_notice(self.connection, method);
+            return !self.tx.is_closed();
+        }
+        self.push(frame)
+    }
+
+    /// A subscription item: refused with `Overflow` when it does not fit.
+    fn item(&self, frame: Result<Vec<u8>, FrameError>) -> Result<(), SinkRefusal> {
+        let Ok(frame) = frame else {
+            return Err(SinkRefusal::Overflow);
+        };
+        if !self.budget.try_charge(frame.len()) {
+            return Err(SinkRefusal::Overflow);
+        }
+        if self.push(frame) {
+            Ok(())
+        } else {
+            Err(SinkRefusal::Closed)
+        }
     }
 }
 
@@ -66,19 +258,16 @@ pub(super) struct ConnectionSink {
 
 impl Sink for ConnectionSink {
     fn deliver(&self, subscription_id: &str, item: &Item) -> Result<(), SinkRefusal> {
-        if self.outbox.queued.load(Ordering::Relaxed) > MAX_QUEUED_NOTIFICATION_BYTES {
-            return Err(SinkRefusal::Overflow);
-        }
-        let ok = match item {
+        match item {
             // Spliced, not re-serialized: the event is already JSON.
             Item::Durable(_, public) => self
                 .outbox
-                .send_frame(event_notification_frame(subscription_id, public)),
+                .item(event_notification_frame(subscription_id, public)),
             Item::Ephemeral {
                 session_id,
                 after_sequence,
                 update,
-            } => self.outbox.notify(
+            } => self.outbox.item(notification_frame(
                 methods::UPDATE,
                 &json!({
                     "subscriptionId": subscription_id,
@@ -86,17 +275,14 @@ impl Sink for ConnectionSink {
                     "afterSequence": after_sequence,
                     "update": &**update,
                 }),
-            ),
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(SinkRefusal::Closed)
+            )),
         }
     }
 
     fn ended(&self, subscription_id: &str, session_id: &str, reason: &str, last_sequence: u64) {
-        self.outbox.notify(
+        // Small and once per subscription (whose number is capped): always
+        // queued, so the client learns where to resume.
+        self.outbox.notify_always(
             methods::SUBSCRIPTION_ENDED,
             &json!({
                 "subscriptionId": subscription_id,
@@ -110,54 +296,91 @@ impl Sink for ConnectionSink {
 
 static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 
-/// Serves one connection until the client leaves, the stream breaks, or
-/// `shutdown` turns true.
+/// Serves one connection until the client leaves, the stream breaks, the
+/// client stalls over its budget, or `shutdown` turns true.
 pub(super) async fn serve_connection(
     stream: UnixStream,
     vm: Arc<Vm>,
-    max_frame_bytes: u64,
+    limits: HostLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let connection = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
     let (mut reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let writer_queued = queued.clone();
+    let budget = Arc::new(Budget::new(
+        limits.max_queued_bytes_per_connection,
+        vm.sessions.counters().clone(),
+    ));
+    let stall = Duration::from_millis(limits.stalled_write_timeout_ms);
+    // Turns true when the writer gives up (stream broken or client stalled).
+    let (closed_tx, mut closed) = watch::channel(false);
+    let writer_budget = budget.clone();
     let writer_task = tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
+        let budget = writer_budget;
+        'frames: while let Some(frame) = rx.recv().await {
             let mut batch = frame;
             // Coalesce what is already waiting into one write.
-            while batch.len() < (1 << 20) {
+            while batch.len() < MAX_BATCH_BYTES {
                 match rx.try_recv() {
                     Ok(more) => batch.extend_from_slice(&more),
                     Err(_) => break,
                 }
             }
-            let written = batch.len();
-            if writer.write_all(&batch).await.is_err() {
-                break;
+            let mut written = 0;
+            while written < batch.len() {
+                match tokio::time::timeout(stall, writer.write(&batch[written..])).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => {
+                        budget.release(batch.len() - written);
+                        break 'frames;
+                    }
+                    Ok(Ok(n)) => {
+                        written += n;
+                        budget.release(n);
+                        budget.progressed(connection);
+                    }
+                    // A client that reads slowly but stays within its
+                    // budget is only waited for.
+                    Err(_) if !budget.over() => {}
+                    Err(_) => {
+                        tracing::warn!(
+                            connection,
+                            queued = budget.queued.load(Ordering::Relaxed),
+                            timeout_ms = stall.as_millis() as u64,
+                            "closing a host connection: over limits.host.maxQueuedBytesPerConnection \
+                             and nothing read for limits.host.stalledWriteTimeoutMs"
+                        );
+                        budget.counters.host_connection_stalled();
+                        budget.release(batch.len() - written);
+                        break 'frames;
+                    }
+                }
             }
-            writer_queued.fetch_sub(written, Ordering::Relaxed);
+        }
+        let _ = closed_tx.send(true);
+        // Whatever is still queued is released now; later sends fail and
+        // release their own bytes.
+        rx.close();
+        while let Ok(frame) = rx.try_recv() {
+            budget.release(frame.len());
         }
         let _ = writer.shutdown().await;
     });
-    let sink: Arc<ConnectionSink> = Arc::new(ConnectionSink {
-        outbox: Outbox {
-            tx: tx.clone(),
-            queued: queued.clone(),
-        },
-    });
-    let notice_outbox = Outbox {
+    let outbox = |tx: &mpsc::UnboundedSender<Vec<u8>>| Outbox {
         tx: tx.clone(),
-        queued: queued.clone(),
+        budget: budget.clone(),
+        connection,
     };
+    let sink: Arc<ConnectionSink> = Arc::new(ConnectionSink {
+        outbox: outbox(&tx),
+    });
+    let notice_outbox = outbox(&tx);
     let mut notices = vm.sessions.notices();
     let notice_task = tokio::spawn(async move {
         loop {
             match notices.recv().await {
                 Ok(notice) => {
                     let (method, params) = notice_json(&notice);
-                    if !notice_outbox.notify(method, &params) {
+                    if !notice_outbox.notice(method, &params) {
                         break;
                     }
                 }
@@ -173,15 +396,25 @@ pub(super) async fn serve_connection(
         }
     });
     let requests = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT as usize));
-    let mut decoder = FrameDecoder::new(max_frame_bytes);
+    let mut decoder = FrameDecoder::new(limits.max_frame_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     let mut shutting_down = *shutdown.borrow();
     'read: while !shutting_down {
+        // Over budget: stop reading until the client takes its answers.
+        tokio::select! {
+            _ = budget.reserve(0) => {}
+            _ = closed.wait_for(|c| *c) => break,
+            _ = shutdown.wait_for(|down| *down) => {
+                shutting_down = true;
+                break;
+            }
+        }
         let n = tokio::select! {
             read = reader.read(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             },
+            _ = closed.wait_for(|c| *c) => break,
             _ = shutdown.wait_for(|down| *down) => {
                 shutting_down = true;
                 break;
@@ -192,21 +425,27 @@ pub(super) async fn serve_connection(
             match decoder.next_frame() {
                 Ok(None) => break,
                 Ok(Some(payload)) => {
-                    handle_frame(&vm, &sink, &requests, &payload).await;
+                    let admitted = tokio::select! {
+                        _ = handle_frame(&vm, &sink, &requests, &payload) => true,
+                        _ = closed.wait_for(|c| *c) => false,
+                    };
+                    if !admitted {
+                        break 'read;
+                    }
                 }
                 Err(e) => {
                     let mut extra = serde_json::Map::new();
                     extra.insert("setting".into(), json!("limits.host.maxFrameBytes"));
                     let mut error = ErrorObject::application(e.code(), e.to_string(), extra);
                     error.code = codes::INVALID_REQUEST;
-                    sink.outbox.respond(&Value::Null, Err(error));
+                    sink.outbox.respond(&Value::Null, Err(error), 0);
                     break 'read;
                 }
             }
         }
     }
     if shutting_down {
-        sink.outbox.notify(
+        sink.outbox.notify_always(
             methods::SHUTDOWN,
             &json!({"reason": ErrorCode::VmShutdown.as_str()}),
         );
@@ -237,6 +476,9 @@ async fn handle_frame(
             let Ok(permit) = requests.clone().acquire_owned().await else {
                 return;
             };
+            // So does a read whose answer does not fit the budget yet.
+            let reserved = answer_estimate(&method, &params);
+            sink.outbox.budget.reserve(reserved).await;
             let vm = vm.clone();
             let sink = sink.clone();
             tokio::spawn(async move {
@@ -245,7 +487,7 @@ async fn handle_frame(
                 let subscriber: Arc<dyn Sink> = sink.clone();
                 let result =
                     dispatch::dispatch(&vm, &subscriber, &method, params, &mut after_reply).await;
-                sink.outbox.respond(&id, result);
+                sink.outbox.respond(&id, result, reserved);
                 if let Some(start) = after_reply {
                     let _ = start.send(());
                 }
@@ -254,7 +496,7 @@ async fn handle_frame(
         // The host sends no notifications we act on; responses to us are
         // not expected either.
         Inbound::Notification { .. } | Inbound::Response { .. } => {}
-        Inbound::Invalid { id, error } => sink.outbox.respond(&id, Err(error)),
+        Inbound::Invalid { id, error } => sink.outbox.respond(&id, Err(error), 0),
     }
 }
 

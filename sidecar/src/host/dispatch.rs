@@ -134,8 +134,9 @@ pub(super) async fn dispatch(
             let sink = sink.clone();
             let (start, started) = oneshot::channel();
             *after_reply = Some(start);
+            let max = vm.config.limits.host.max_subscriptions_per_connection;
             let id = sessions
-                .subscribe(&p.session_id, p.after, sink, started)
+                .subscribe(&p.session_id, p.after, sink, started, max)
                 .await
                 .map_err(session)?;
             reply(&json!({ "subscriptionId": id }))

@@ -22,7 +22,7 @@ fn fs(e: FsError) -> ErrorObject {
 
 /// Bytes of file data one `fs/read` returns at most; base64 keeps the answer
 /// well inside the frame limit.
-const MAX_READ_CHUNK: u64 = 16 << 20;
+pub(super) const MAX_READ_CHUNK: u64 = 16 << 20;
 
 pub(super) async fn dispatch(
     vm: &Arc<Vm>,

@@ -149,10 +149,10 @@ impl HostServer {
                         continue;
                     };
                     let vm = self.vm.clone();
-                    let max_frame = self.limits.max_frame_bytes;
+                    let limits = self.limits.clone();
                     let stopping = stopping.clone();
                     tokio::spawn(async move {
-                        connection::serve_connection(stream, vm, max_frame, stopping).await;
+                        connection::serve_connection(stream, vm, limits, stopping).await;
                         drop(permit);
                     });
                 }

@@ -129,6 +129,12 @@ pub(super) fn vm_status(
         },
         uptime_ms,
         confinement,
+        memory: wire::MemoryStatus {
+            host_queued_bytes: status.memory.host_queued_bytes,
+            host_notices_dropped: status.memory.host_notices_dropped,
+            host_connections_closed_stalled: status.memory.host_connections_closed_stalled,
+            agent_stderr_dropped_bytes: status.memory.agent_stderr_dropped_bytes,
+        },
     }
 }
 

@@ -7,9 +7,11 @@
 //! sequence published at registration, then drains what arrived meanwhile,
 //! skipping anything already sent. Delivery never blocks the writer: a sink
 //! that falls too far behind has its subscription closed with `overflow`, and
-//! the client resumes with `after`.
+//! the client resumes with `after`. Subscriptions are indexed by session, by
+//! id and by sink, so no operation walks every subscription of the VM, and a
+//! sink (a host connection) holds at most a configured number of them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agentos_protocol::host::StoredEvent;
@@ -119,32 +121,94 @@ impl Subscription {
 
 struct SessionChannel {
     last_published: u64,
-    subscriptions: Vec<Arc<Subscription>>,
+    /// This session's subscriptions, by id.
+    subscriptions: HashMap<String, Arc<Subscription>>,
+}
+
+impl SessionChannel {
+    fn new(last_published: u64) -> SessionChannel {
+        SessionChannel {
+            last_published,
+            subscriptions: HashMap::new(),
+        }
+    }
+}
+
+/// A sink's identity: the address of its allocation.
+fn sink_key(sink: &Arc<dyn Sink>) -> usize {
+    Arc::as_ptr(sink).cast::<()>() as usize
+}
+
+/// The hub's state under its one lock. Subscriptions are indexed by session
+/// (publishing touches only that session's), by id (unsubscribing is one
+/// lookup) and by sink (a closed connection drops only its own, and the
+/// per-connection cap is one count).
+#[derive(Default)]
+struct State {
+    sessions: HashMap<String, SessionChannel>,
+    by_id: HashMap<String, String>,
+    by_sink: HashMap<usize, HashSet<String>>,
+}
+
+impl State {
+    /// Forgets `ids` of `session_id` and tells their sinks `reason`.
+    fn drop_subscriptions(&mut self, session_id: &str, ids: Vec<String>, reason: Option<&str>) {
+        for id in ids {
+            let sub = self
+                .sessions
+                .get_mut(session_id)
+                .and_then(|channel| channel.subscriptions.remove(&id));
+            let Some(sub) = sub else {
+                continue;
+            };
+            self.forget(&sub);
+            if let Some(reason) = reason {
+                sub.sink
+                    .ended(&sub.id, &sub.session_id, reason, sub.last_sent());
+            }
+        }
+    }
+
+    /// Removes a subscription from the id and sink indexes.
+    fn forget(&mut self, sub: &Subscription) {
+        self.by_id.remove(&sub.id);
+        let key = sink_key(&sub.sink);
+        if let Some(ids) = self.by_sink.get_mut(&key) {
+            ids.remove(&sub.id);
+            if ids.is_empty() {
+                self.by_sink.remove(&key);
+            }
+        }
+    }
 }
 
 /// All sessions' channels.
 #[derive(Default)]
 pub struct Hub {
-    sessions: Mutex<HashMap<String, SessionChannel>>,
+    state: Mutex<State>,
+}
+
+/// A sink already holds its maximum number of subscriptions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooManySubscriptions {
+    pub held: u64,
 }
 
 impl Hub {
     /// Notes the latest committed sequence of a session whose writer starts.
     pub fn set_published(&self, session_id: &str, latest: u64) {
-        let mut sessions = lock(&self.sessions);
-        let channel = sessions
+        let mut state = lock(&self.state);
+        let channel = state
+            .sessions
             .entry(session_id.to_owned())
-            .or_insert(SessionChannel {
-                last_published: latest,
-                subscriptions: Vec::new(),
-            });
+            .or_insert_with(|| SessionChannel::new(latest));
         channel.last_published = channel.last_published.max(latest);
     }
 
     /// Publishes committed events, oldest first.
     pub fn publish(&self, session_id: &str, events: Vec<StoredEvent>) {
-        let mut sessions = lock(&self.sessions);
-        let Some(channel) = sessions.get_mut(session_id) else {
+        let mut state = lock(&self.state);
+        let Some(channel) = state.sessions.get_mut(session_id) else {
             return;
         };
         let mut dropped = Vec::new();
@@ -154,19 +218,19 @@ impl Hub {
                 continue;
             }
             let item = Item::durable(event);
-            for sub in &channel.subscriptions {
-                if !sub.offer(&item) {
-                    dropped.push(sub.clone());
+            for sub in channel.subscriptions.values() {
+                if !sub.offer(&item) && !dropped.contains(&sub.id) {
+                    dropped.push(sub.id.clone());
                 }
             }
         }
-        Self::drop_subscriptions(channel, dropped, "overflow");
+        state.drop_subscriptions(session_id, dropped, Some("overflow"));
     }
 
     /// Publishes a live, ephemeral update after `after_sequence`.
     pub fn publish_ephemeral(&self, session_id: &str, after_sequence: u64, update: Value) {
-        let mut sessions = lock(&self.sessions);
-        let Some(channel) = sessions.get_mut(session_id) else {
+        let mut state = lock(&self.state);
+        let Some(channel) = state.sessions.get_mut(session_id) else {
             return;
         };
         if channel.subscriptions.is_empty() {
@@ -177,59 +241,55 @@ impl Hub {
             after_sequence,
             update: Arc::new(update),
         };
-        let dropped: Vec<_> = channel
+        let dropped: Vec<String> = channel
             .subscriptions
-            .iter()
+            .values()
             .filter(|sub| !sub.offer(&item))
-            .cloned()
+            .map(|sub| sub.id.clone())
             .collect();
-        Self::drop_subscriptions(channel, dropped, "overflow");
+        state.drop_subscriptions(session_id, dropped, Some("overflow"));
     }
 
-    fn drop_subscriptions(
-        channel: &mut SessionChannel,
-        dropped: Vec<Arc<Subscription>>,
-        reason: &str,
-    ) {
-        for sub in dropped {
-            channel.subscriptions.retain(|s| !Arc::ptr_eq(s, &sub));
-            sub.sink
-                .ended(&sub.id, &sub.session_id, reason, sub.last_sent());
-        }
-    }
-
-    /// Registers a subscription in replay mode. Returns it and the sequence
-    /// published at registration: replay covers `(after, upto]`.
+    /// Registers a subscription in replay mode, unless `sink` already holds
+    /// `max_per_sink`. Returns it and the sequence published at
+    /// registration: replay covers `(after, upto]`.
     pub fn register(
         &self,
         id: String,
         session_id: &str,
         committed_latest: u64,
         sink: Arc<dyn Sink>,
-    ) -> (Arc<Subscription>, u64) {
-        let mut sessions = lock(&self.sessions);
-        let channel = sessions
-            .entry(session_id.to_owned())
-            .or_insert(SessionChannel {
-                last_published: committed_latest,
-                subscriptions: Vec::new(),
-            });
+        max_per_sink: u64,
+    ) -> Result<(Arc<Subscription>, u64), TooManySubscriptions> {
+        let mut state = lock(&self.state);
+        let key = sink_key(&sink);
+        let held = state.by_sink.get(&key).map_or(0, |ids| ids.len() as u64);
+        if held >= max_per_sink {
+            return Err(TooManySubscriptions { held });
+        }
         let sub = Arc::new(Subscription {
-            id,
+            id: id.clone(),
             session_id: session_id.to_owned(),
             sink,
             state: Mutex::new(SubState::Replaying { buffer: Vec::new() }),
         });
-        channel.subscriptions.push(sub.clone());
-        (sub, channel.last_published)
+        state.by_id.insert(id.clone(), session_id.to_owned());
+        state.by_sink.entry(key).or_default().insert(id.clone());
+        let channel = state
+            .sessions
+            .entry(session_id.to_owned())
+            .or_insert_with(|| SessionChannel::new(committed_latest));
+        channel.subscriptions.insert(id, sub.clone());
+        Ok((sub, channel.last_published))
     }
 
     /// Ends replay: drains what was published meanwhile and goes live.
     /// `last_sent` is the last durable sequence the replay delivered.
     pub fn go_live(&self, sub: &Arc<Subscription>, last_sent: u64) -> bool {
-        let mut sessions = lock(&self.sessions);
-        let mut state = lock(&sub.state);
-        let SubState::Replaying { buffer } = std::mem::replace(&mut *state, SubState::Ended) else {
+        let mut state = lock(&self.state);
+        let mut sub_state = lock(&sub.state);
+        let SubState::Replaying { buffer } = std::mem::replace(&mut *sub_state, SubState::Ended)
+        else {
             return false;
         };
         let mut last = last_sent;
@@ -242,63 +302,90 @@ impl Hub {
                 continue;
             }
             if sub.sink.deliver(&sub.id, item).is_err() {
-                drop(state);
-                if let Some(channel) = sessions.get_mut(&sub.session_id) {
-                    Self::drop_subscriptions(channel, vec![sub.clone()], "overflow");
-                }
+                drop(sub_state);
+                state.drop_subscriptions(&sub.session_id, vec![sub.id.clone()], Some("overflow"));
                 return false;
             }
             if let Item::Durable(e, _) = item {
                 last = e.sequence;
             }
         }
-        *state = SubState::Live { last_sent: last };
+        *sub_state = SubState::Live { last_sent: last };
         true
     }
 
     /// Removes a subscription; true if it existed.
     pub fn unsubscribe(&self, subscription_id: &str) -> bool {
-        let mut sessions = lock(&self.sessions);
-        for channel in sessions.values_mut() {
-            if let Some(pos) = channel
-                .subscriptions
-                .iter()
-                .position(|s| s.id == subscription_id)
-            {
-                let sub = channel.subscriptions.remove(pos);
+        let mut state = lock(&self.state);
+        let Some(session_id) = state.by_id.get(subscription_id).cloned() else {
+            return false;
+        };
+        let sub = state
+            .sessions
+            .get_mut(&session_id)
+            .and_then(|channel| channel.subscriptions.remove(subscription_id));
+        match sub {
+            Some(sub) => {
+                state.forget(&sub);
                 *lock(&sub.state) = SubState::Ended;
-                return true;
+                true
+            }
+            None => {
+                state.by_id.remove(subscription_id);
+                false
             }
         }
-        false
     }
 
     /// Ends every subscription of a session whose committed rows could not
     /// be published; the channel stays for the session's writer.
     pub fn end_subscriptions(&self, session_id: &str, reason: &str) {
-        let mut sessions = lock(&self.sessions);
-        if let Some(channel) = sessions.get_mut(session_id) {
-            let subs = std::mem::take(&mut channel.subscriptions);
-            Self::drop_subscriptions(channel, subs, reason);
-        }
+        let mut state = lock(&self.state);
+        let ids: Vec<String> = match state.sessions.get(session_id) {
+            Some(channel) => channel.subscriptions.keys().cloned().collect(),
+            None => return,
+        };
+        state.drop_subscriptions(session_id, ids, Some(reason));
     }
 
     /// Ends every subscription of a deleted session.
     pub fn close_session(&self, session_id: &str, reason: &str) {
-        let mut sessions = lock(&self.sessions);
-        if let Some(mut channel) = sessions.remove(session_id) {
-            let subs = std::mem::take(&mut channel.subscriptions);
-            Self::drop_subscriptions(&mut channel, subs, reason);
-        }
+        let mut state = lock(&self.state);
+        self.end_locked(&mut state, session_id, reason);
+        state.sessions.remove(session_id);
+    }
+
+    fn end_locked(&self, state: &mut State, session_id: &str, reason: &str) {
+        let ids: Vec<String> = match state.sessions.get(session_id) {
+            Some(channel) => channel.subscriptions.keys().cloned().collect(),
+            None => return,
+        };
+        state.drop_subscriptions(session_id, ids, Some(reason));
     }
 
     /// Ends the subscriptions delivering to `sink` (a closed connection).
     pub fn drop_sink(&self, sink: &Arc<dyn Sink>) {
-        let mut sessions = lock(&self.sessions);
-        for channel in sessions.values_mut() {
-            channel
-                .subscriptions
-                .retain(|s| !Arc::ptr_eq(&s.sink, sink));
+        let mut state = lock(&self.state);
+        let Some(ids) = state.by_sink.remove(&sink_key(sink)) else {
+            return;
+        };
+        for id in ids {
+            let Some(session_id) = state.by_id.remove(&id) else {
+                continue;
+            };
+            if let Some(channel) = state.sessions.get_mut(&session_id) {
+                if let Some(sub) = channel.subscriptions.remove(&id) {
+                    *lock(&sub.state) = SubState::Ended;
+                }
+            }
         }
+    }
+
+    /// Subscriptions `sink` holds.
+    pub fn subscriptions_of(&self, sink: &Arc<dyn Sink>) -> usize {
+        lock(&self.state)
+            .by_sink
+            .get(&sink_key(sink))
+            .map_or(0, HashSet::len)
     }
 }

@@ -8,6 +8,7 @@
 //! JSON-RPC or sockets: it returns domain values and `SessionError`s.
 
 pub mod coalesce;
+mod counters;
 mod error;
 pub mod hub;
 mod notice;
@@ -27,6 +28,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
 
+pub use counters::{MemoryCounters, MemorySnapshot};
 pub use error::SessionError;
 pub use hub::{Hub, Item, Sink, SinkRefusal};
 pub use notice::{KeepAwake, Notice};
@@ -112,6 +114,11 @@ impl Sessions {
 
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
         self.shared.notices.subscribe()
+    }
+
+    /// The VM-wide counters of bounded queues (shared with the host door).
+    pub fn counters(&self) -> &Arc<MemoryCounters> {
+        &self.shared.counters
     }
 
     pub fn keep_awake_holders(&self) -> u64 {
@@ -621,7 +628,7 @@ impl Sessions {
         }
         let row = self.row(session_id).await?;
         if let Some(after) = after {
-            if after + 1 < row.oldest_retained_sequence {
+            if after.saturating_add(1) < row.oldest_retained_sequence {
                 return Err(SessionError::HistoryCursorExpired {
                     earliest: row.oldest_retained_sequence,
                 });
@@ -712,6 +719,7 @@ impl Sessions {
             live_adapters: self.live_routes() as u64,
             keep_awake_holders: self.keep_awake_holders(),
             limits: Vec::new(),
+            memory: self.shared.counters.snapshot(),
         }
         .with_limits(l))
     }

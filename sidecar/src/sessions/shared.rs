@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use super::notice::{KeepAwake, Notice};
 use super::route::RouteHandle;
 use super::store::{HistoryCounters, PermissionState, SessionStore};
-use super::{FsBridge, Hub, NotPendingReason, SessionError};
+use super::{FsBridge, Hub, MemoryCounters, NotPendingReason, SessionError};
 use crate::config::{AcpLimits, AgentSpec};
 use crate::sandbox::Launcher;
 
@@ -32,6 +32,7 @@ pub(crate) struct Shared {
     pub fs: Option<Arc<dyn FsBridge>>,
     /// Where and how adapters start (their directories and confinement).
     pub launcher: Arc<Launcher>,
+    pub counters: Arc<MemoryCounters>,
     pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
     /// One route start at a time per session.
     pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -61,6 +62,7 @@ impl Shared {
             keep_awake: KeepAwake::default(),
             fs,
             launcher: Arc::new(Launcher::inherit()),
+            counters: Arc::default(),
             routes: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use agentos_protocol::ErrorCode;
 use tokio::sync::oneshot;
 
 use super::{Item, SessionError, Sessions, Sink};
@@ -19,25 +20,40 @@ impl Sessions {
     ///
     /// Nothing is delivered until `start` fires, so a front door can answer
     /// the subscribe call before the first event reaches the same client.
+    /// `sink` may hold at most `max_per_sink` subscriptions
+    /// (`limits.host.maxSubscriptionsPerConnection` for a host connection).
     pub async fn subscribe(
         &self,
         session_id: &str,
         after: Option<u64>,
         sink: Arc<dyn Sink>,
         start: oneshot::Receiver<()>,
+        max_per_sink: u64,
     ) -> Result<String, SessionError> {
         let row = self.row(session_id).await?;
         let after = after.unwrap_or(row.latest_sequence);
-        if after + 1 < row.oldest_retained_sequence {
+        if after.saturating_add(1) < row.oldest_retained_sequence {
             return Err(SessionError::HistoryCursorExpired {
                 earliest: row.oldest_retained_sequence,
             });
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let (sub, upto) =
-            self.shared
-                .hub
-                .register(id.clone(), session_id, row.latest_sequence, sink.clone());
+        let (sub, upto) = self
+            .shared
+            .hub
+            .register(
+                id.clone(),
+                session_id,
+                row.latest_sequence,
+                sink.clone(),
+                max_per_sink,
+            )
+            .map_err(|full| SessionError::Limit {
+                code: ErrorCode::SubscriptionsLimit,
+                setting: "limits.host.maxSubscriptionsPerConnection",
+                used: full.held,
+                limit: max_per_sink,
+            })?;
         let store = self.shared.store.clone();
         let hub = self.shared.hub.clone();
         let session = session_id.to_owned();

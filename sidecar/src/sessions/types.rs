@@ -223,6 +223,7 @@ pub struct VmStatus {
     pub keep_awake_holders: u64,
     /// Every `limits.acp` setting, with the use of the VM-wide counters.
     pub limits: Vec<LimitUse>,
+    pub memory: super::MemorySnapshot,
 }
 
 impl VmStatus {

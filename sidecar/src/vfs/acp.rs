@@ -17,12 +17,14 @@ const RESOURCE_NOT_FOUND: i64 = -32002;
 /// system domain; the error is a JSON-RPC error for the adapter.
 #[async_trait]
 pub trait FsBridge: Send + Sync {
+    /// At most `max_bytes` of text (`limits.acp.maxReadTextFileBytes`).
     async fn read_text_file(
         &self,
         roots: &[String],
         path: &str,
         line: Option<u64>,
         limit: Option<u64>,
+        max_bytes: u64,
     ) -> Result<String, RpcError>;
     async fn write_text_file(
         &self,
@@ -66,9 +68,10 @@ impl FsBridge for AcpFs {
         path: &str,
         line: Option<u64>,
         limit: Option<u64>,
+        max_bytes: u64,
     ) -> Result<String, RpcError> {
         let view = self.vfs.scoped(roots).map_err(|e| rpc_error(&e))?;
-        view.read_text_file(path, line, limit)
+        view.read_text_file(path, line, limit, max_bytes)
             .await
             .map_err(|e| rpc_error(&e))
     }

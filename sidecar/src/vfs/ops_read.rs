@@ -6,6 +6,9 @@
 use super::store::{self, InodeRow, Kind, Usage};
 use super::{DirEntry, DirPage, FsError, Stat, Vfs, MAX_READDIR_PAGE};
 
+/// How much of a file `read_text_file` reads at a time.
+const TEXT_PIECE_BYTES: u64 = 1 << 20;
+
 impl Vfs {
     /// `stat`: follows a final symlink.
     pub async fn stat(&self, path: &str) -> Result<Stat, FsError> {
@@ -146,28 +149,59 @@ impl Vfs {
     }
 
     /// ACP `fs/read_text_file`: the file as UTF-8, from 1-based `line`, at most
-    /// `limit` lines (line terminators kept).
+    /// `limit` lines (line terminators kept). The file is read in pieces and
+    /// only the slice is kept; a slice over `max_bytes` is `EFBIG` naming
+    /// `limits.acp.maxReadTextFileBytes`, so an agent is never answered more
+    /// than that (it asks for fewer lines instead).
     pub async fn read_text_file(
         &self,
         path: &str,
         line: Option<u64>,
         limit: Option<u64>,
+        max_bytes: u64,
     ) -> Result<String, FsError> {
         if line == Some(0) {
             return Err(FsError::invalid(path, "line is 1-based"));
         }
-        let bytes = self.read_all(path).await?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| FsError::invalid(path, "the file is not valid UTF-8"))?;
-        if line.is_none() && limit.is_none() {
-            return Ok(text);
+        let _read = self.inner.lock.read().await;
+        let (walk, entry) = self.existing(path, true).await?;
+        let resolved = walk.path();
+        if entry.kind == Kind::Dir {
+            return Err(FsError::IsDir { path: resolved });
         }
+        let row = self.row(entry.ino, &resolved).await?;
         let skip = line.map_or(0, |l| l - 1);
-        let take = limit.unwrap_or(u64::MAX);
-        Ok(text
-            .split_inclusive('\n')
-            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
-            .take(usize::try_from(take).unwrap_or(usize::MAX))
-            .collect())
+        let end = skip.saturating_add(limit.unwrap_or(u64::MAX));
+        let mut out = Vec::new();
+        // Lines completed before the current piece's position.
+        let mut line_no = 0u64;
+        let mut offset = 0u64;
+        'pieces: while offset < row.size && line_no < end {
+            let piece = self.read_row(&row, offset, TEXT_PIECE_BYTES).await?;
+            if piece.is_empty() {
+                break;
+            }
+            offset += piece.len() as u64;
+            for segment in piece.split_inclusive(|b| *b == b'\n') {
+                if line_no >= end {
+                    break 'pieces;
+                }
+                if line_no >= skip {
+                    if (out.len() + segment.len()) as u64 > max_bytes {
+                        return Err(FsError::FileTooBig {
+                            path: resolved,
+                            size: (out.len() + segment.len()) as u64,
+                            limit: max_bytes,
+                            setting: "limits.acp.maxReadTextFileBytes",
+                        });
+                    }
+                    out.extend_from_slice(segment);
+                }
+                if segment.last() == Some(&b'\n') {
+                    line_no += 1;
+                }
+            }
+        }
+        String::from_utf8(out).map_err(|_| FsError::invalid(path, "the file is not valid UTF-8"))
     }
 }

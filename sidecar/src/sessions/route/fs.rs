@@ -1,6 +1,6 @@
 //! ACP `fs/*` requests from the agent, served through the file system
 //! bridge narrowed to the session's directories; without a bridge they are
-//! unknown methods.
+//! unknown methods. A read answers at most `limits.acp.maxReadTextFileBytes`.
 
 use agentos_adapters::RpcError;
 use serde_json::{json, Value};
@@ -22,7 +22,8 @@ impl Route {
                     .unwrap_or_default();
                 let line = params.get("line").and_then(Value::as_u64);
                 let limit = params.get("limit").and_then(Value::as_u64);
-                fs.read_text_file(&self.roots, path, line, limit)
+                let max = self.shared.limits.max_read_text_file_bytes;
+                fs.read_text_file(&self.roots, path, line, limit, max)
                     .await
                     .map(|content| json!({ "content": content }))
             }

@@ -139,6 +139,41 @@ pub(crate) struct Route {
     /// at once, writing nothing more; the session's next start settles it as
     /// a restart would (`Sessions::ensure_route`).
     lost_commit: Option<SessionError>,
+    /// Stderr forwarded as notices, by rate; bytes dropped in the current
+    /// run of drops.
+    stderr_rate: TokenBucket,
+    stderr_dropped: u64,
+}
+
+/// A byte rate with a burst of one second's worth.
+pub(super) struct TokenBucket {
+    rate: u64,
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl TokenBucket {
+    pub(super) fn new(rate: u64) -> TokenBucket {
+        TokenBucket {
+            rate,
+            tokens: rate as f64,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Takes `cost` if the bucket holds it.
+    fn admit(&mut self, cost: u64) -> bool {
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(self.last).as_secs_f64() * self.rate as f64;
+        self.tokens = (self.tokens + refill).min(self.rate as f64);
+        self.last = now;
+        if self.tokens >= cost as f64 {
+            self.tokens -= cost as f64;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 fn adapter_error(e: &AdapterError) -> SessionError {
@@ -267,6 +302,15 @@ impl Route {
             }
             AdapterEvent::Notification { .. } => {}
             AdapterEvent::Request { id, method, params } => {
+                if !self.stdin_room().await {
+                    tracing::warn!(
+                        session = %self.session_id,
+                        "stopping an adapter that stopped reading its stdin \
+                         (limits.acp.maxQueuedStdinBytes, limits.acp.stalledStdinTimeoutMs)"
+                    );
+                    self.conn.shutdown().await;
+                    return Ok(());
+                }
                 let answer = if method == "session/request_permission" {
                     Ok(json!({"outcome": {"outcome": "cancelled"}}))
                 } else {
@@ -283,8 +327,39 @@ impl Route {
         Ok(())
     }
 
-    fn stderr(&self, line: String) {
+    /// Waits (up to `limits.acp.stalledStdinTimeoutMs`) until the adapter's
+    /// stdin queue is within `limits.acp.maxQueuedStdinBytes`; `false` when
+    /// the agent is not reading it.
+    async fn stdin_room(&self) -> bool {
+        let timeout = std::time::Duration::from_millis(self.shared.limits.stalled_stdin_timeout_ms);
+        self.conn.stdin_room(timeout).await
+    }
+
+    /// Forwards a stderr line as a notice within the adapter's rate
+    /// (`limits.acp.maxStderrBytesPerSecond`); the rest is counted, and
+    /// logged once per run of drops.
+    fn stderr(&mut self, line: String) {
         tracing::debug!(session = %self.session_id, "adapter stderr: {line}");
+        let cost = line.len() as u64 + 1;
+        if !self.stderr_rate.admit(cost) {
+            self.shared.counters.agent_stderr_dropped(cost);
+            if self.stderr_dropped == 0 {
+                tracing::warn!(
+                    session = %self.session_id,
+                    "dropping adapter stderr over limits.acp.maxStderrBytesPerSecond"
+                );
+            }
+            self.stderr_dropped += cost;
+            return;
+        }
+        if self.stderr_dropped > 0 {
+            tracing::warn!(
+                session = %self.session_id,
+                dropped_bytes = self.stderr_dropped,
+                "adapter stderr resumed after drops"
+            );
+            self.stderr_dropped = 0;
+        }
         let _ = self.shared.notices.send(Notice::AgentStderr {
             session_id: self.session_id.clone(),
             line,

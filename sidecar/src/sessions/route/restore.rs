@@ -97,6 +97,8 @@ impl Route {
             event_buffer: MAX_BATCH_EVENTS,
             stdout_buffer_bytes: usize::try_from(shared.limits.stdout_buffer_byte_limit)
                 .unwrap_or(usize::MAX),
+            max_queued_stdin_bytes: usize::try_from(shared.limits.max_queued_stdin_bytes)
+                .unwrap_or(usize::MAX),
             ..AdapterOptions::default()
         };
         if let Some(fs) = &shared.fs {
@@ -130,6 +132,7 @@ impl Route {
         ));
         let (committer, work) = mpsc::unbounded_channel();
         tokio::spawn(commit_loop(shared.store.clone(), work, publisher));
+        let stderr_rate = super::TokenBucket::new(shared.limits.max_stderr_bytes_per_second);
         let route = Route {
             shared,
             session_id: row.session_id.clone(),
@@ -147,6 +150,8 @@ impl Route {
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
             lost_commit: None,
+            stderr_rate,
+            stderr_dropped: 0,
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {

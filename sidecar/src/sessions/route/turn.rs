@@ -304,6 +304,21 @@ impl Route {
                         self.permission_request(turn, id, params).await?;
                     } else {
                         self.flush(turn).await?;
+                        // An agent that does not read its answers is not
+                        // served more of them.
+                        if !self.stdin_room().await {
+                            let limit = self.shared.limits.max_queued_stdin_bytes;
+                            turn.failure = Some((
+                                ErrorCode::ResourceLimit,
+                                format!(
+                                    "the agent stopped reading its stdin with more than \
+                                     limits.acp.maxQueuedStdinBytes ({limit}) queued for it"
+                                ),
+                            ));
+                            turn.failure_setting = Some("limits.acp.maxQueuedStdinBytes");
+                            self.abort_adapter_turn().await;
+                            return Err(());
+                        }
                         let answer = self.serve_request(&method, params).await;
                         let _ = self.conn.respond(&id, answer);
                     }

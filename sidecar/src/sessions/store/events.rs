@@ -416,7 +416,9 @@ impl SessionStore {
                 &sql,
                 vec![
                     session_id.into(),
-                    SqlValue::Integer(bound as i64),
+                    // A cursor past i64 (a host may send u64::MAX) is past
+                    // every sequence, not a negative one.
+                    SqlValue::Integer(i64::try_from(bound).unwrap_or(i64::MAX)),
                     SqlValue::Integer(limit as i64 + 1),
                 ],
             )
@@ -467,8 +469,8 @@ impl SessionStore {
                 ),
                 vec![
                     session_id.into(),
-                    SqlValue::Integer(after as i64),
-                    SqlValue::Integer(upto as i64),
+                    SqlValue::Integer(i64::try_from(after).unwrap_or(i64::MAX)),
+                    SqlValue::Integer(i64::try_from(upto).unwrap_or(i64::MAX)),
                     SqlValue::Integer(limit as i64),
                 ],
             )
