@@ -73,8 +73,14 @@ async fn memory_status(sc: &Sidecar) -> Value {
 }
 
 /// Something committed before the attack, to check it survived.
+/// Opens `session` with `/home/agentos` as its directory (the files these
+/// tests plant live there) and commits one turn; returns its history.
 async fn commit_a_turn(sc: &Sidecar, session: &str) -> Vec<Value> {
-    sc.open(session, "echo").await;
+    sc.ok(
+        "sessions/open",
+        json!({"sessionId": session, "agent": "echo", "cwd": "/home/agentos"}),
+    )
+    .await;
     sc.prompt(session, "echo before the attack")
         .await
         .expect("a turn");
