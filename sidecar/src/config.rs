@@ -300,7 +300,6 @@ impl Default for AcpLimits {
     }
 }
 
-/// `limits.fs`: the VFS's bounds and storage granularity.
 impl AcpLimits {
     /// Every `limits.acp` setting as `(setting, value)`, for `vm/status`.
     pub fn entries(&self) -> Vec<(&'static str, u64)> {
@@ -357,6 +356,19 @@ impl AcpLimits {
                 "limits.acp.maxPermissionOutcomesPerVm",
                 a.max_permission_outcomes_per_vm,
             ),
+            ("limits.acp.maxQueuedStdinBytes", a.max_queued_stdin_bytes),
+            (
+                "limits.acp.stalledStdinTimeoutMs",
+                a.stalled_stdin_timeout_ms,
+            ),
+            (
+                "limits.acp.maxReadTextFileBytes",
+                a.max_read_text_file_bytes,
+            ),
+            (
+                "limits.acp.maxStderrBytesPerSecond",
+                a.max_stderr_bytes_per_second,
+            ),
         ]
     }
 }
@@ -379,6 +391,22 @@ impl Limits {
             ("limits.sqlite.maxQueuedJobs", u64::from(s.max_queued_jobs)),
             ("limits.host.maxFrameBytes", h.max_frame_bytes),
             ("limits.host.maxConnections", u64::from(h.max_connections)),
+            (
+                "limits.host.maxQueuedBytesPerConnection",
+                h.max_queued_bytes_per_connection,
+            ),
+            (
+                "limits.host.stalledWriteTimeoutMs",
+                h.stalled_write_timeout_ms,
+            ),
+            (
+                "limits.host.maxSubscriptionsPerConnection",
+                h.max_subscriptions_per_connection,
+            ),
+            (
+                "limits.sqlite.maxSocketFrameBytes",
+                u64::from(s.max_socket_frame_bytes),
+            ),
             ("limits.fs.maxTotalBytes", f.max_total_bytes),
             ("limits.fs.maxInodes", f.max_inodes),
             ("limits.fs.maxFileBytes", f.max_file_bytes),
@@ -386,6 +414,7 @@ impl Limits {
     }
 }
 
+/// `limits.fs`: the VFS's bounds and storage granularity.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct FsLimits {

@@ -140,6 +140,14 @@ async fn get_list_delete_and_unload(backend: Backend) {
         "limits.sqlite.maxResultBytes",
         "limits.host.maxFrameBytes",
         "limits.host.maxConnections",
+        "limits.host.maxQueuedBytesPerConnection",
+        "limits.host.stalledWriteTimeoutMs",
+        "limits.host.maxSubscriptionsPerConnection",
+        "limits.sqlite.maxSocketFrameBytes",
+        "limits.acp.maxQueuedStdinBytes",
+        "limits.acp.stalledStdinTimeoutMs",
+        "limits.acp.maxReadTextFileBytes",
+        "limits.acp.maxStderrBytesPerSecond",
         "limits.fs.maxFileBytes",
     ] {
         let e = entry(setting);
