@@ -238,6 +238,24 @@ impl Launcher {
     }
 }
 
+impl Launcher {
+    /// Removes a deleted session's directories and everything its adapter
+    /// left there (symbolic links are removed, never followed).
+    pub async fn remove(&self, session_id: &str) -> Result<(), String> {
+        let Some(base) = &self.sessions_dir else {
+            return Ok(());
+        };
+        let dir = base.join(session_dir_name(session_id));
+        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", dir.display())),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+}
+
 /// Creates `dir` (and its parents) and makes it 0700.
 fn private_dir(dir: &Path) -> Result<(), String> {
     std::fs::DirBuilder::new()

@@ -165,6 +165,13 @@ async fn each_session_runs_in_its_own_directory() {
     let from_b = probe(&sc, "b", &format!("host_read {}", note.display())).await;
     assert!(from_b.starts_with("error:"), "{from_b}");
     still_serving(&mut sc, "b", 3).await;
+    // Deleting a session removes what its adapter left on the host; the
+    // other session's directory stays.
+    let dir_a = cwd_a.parent().expect("session dir").to_path_buf();
+    assert!(note.exists());
+    sc.ok("sessions/delete", json!({"sessionId": "a/.."})).await;
+    assert!(!dir_a.exists(), "{} is left behind", dir_a.display());
+    assert!(sessions.join("b/work").exists());
 }
 
 /// Files a hostile agent goes for: the database, the config, a secret

@@ -361,6 +361,11 @@ impl Sessions {
             return Err(SessionError::NotFound(session_id.to_owned()));
         }
         self.shared.hub.close_session(session_id, "session_deleted");
+        // Its adapter is stopped; what it left on the host goes too. The
+        // rows are gone already, so a failure here is logged, not answered.
+        if let Err(e) = self.shared.launcher.remove(session_id).await {
+            tracing::warn!(session = %session_id, error = %e, "could not remove a deleted session's directory");
+        }
         self.shared.refresh_vm_counts().await?;
         Ok(())
     }
