@@ -584,6 +584,14 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            // Adapters run in their session's directory, so a relative path
+            // would name a different program there than here.
+            if agent.command.contains('/') && !agent.command.starts_with('/') {
+                return Err(ConfigError::new(
+                    format!("agents.{id}.command"),
+                    "must be an absolute path, or a bare program name looked up on PATH",
+                ));
+            }
             let lists = [
                 ("readPaths", &agent.sandbox.read_paths),
                 ("writePaths", &agent.sandbox.write_paths),
@@ -701,6 +709,28 @@ mod tests {
         let err =
             Config::from_json(r#"{"database":{"type":"sqlite_file","path":"rel/x"}}"#).unwrap_err();
         assert_eq!(err.to_string(), "database.path: must be absolute");
+    }
+
+    #[test]
+    fn a_relative_agent_command_names_the_field() {
+        let config = |command: &str| {
+            format!(
+                r#"{{"database":{{"type":"sqlite_file","path":"/tmp/x"}},
+                    "agents":{{"echo":{{"command":"{command}"}}}}}}"#
+            )
+        };
+        let err = Config::from_json(&config("target/release/agent"))
+            .and_then(|c| c.validate().map(|()| c))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("agents.echo.command: must be an absolute path"),
+            "{err}"
+        );
+        for ok in ["/usr/bin/node", "node"] {
+            let c = Config::from_json(&config(ok)).expect("parses");
+            c.validate().expect(ok);
+        }
     }
 
     #[test]

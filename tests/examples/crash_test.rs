@@ -50,7 +50,12 @@ fn main() -> ExitCode {
                 Ok(ms) => max_kill_delay_ms = ms,
                 Err(_) => return usage("--max-kill-delay-ms takes a number"),
             },
-            "--bin-dir" => bin_dir = Some(PathBuf::from(value)),
+            // Agent commands must be absolute (adapters run in their
+            // session's directory).
+            "--bin-dir" => match std::fs::canonicalize(&value) {
+                Ok(dir) => bin_dir = Some(dir),
+                Err(e) => return usage(&format!("--bin-dir {value}: {e}")),
+            },
             other => return usage(&format!("unknown flag {other}")),
         }
     }
