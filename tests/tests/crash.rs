@@ -16,6 +16,13 @@ async fn sigkill_at_random_moments_loses_and_repeats_nothing() {
     assert_eq!(summary.trials, 12);
     assert_eq!(summary.sidecar_kills + summary.socket_server_kills, 12);
     assert!(summary.prompts_sent > 0, "the trials drove no prompts");
+    // Turns that all fail (an agent that cannot start) leave nothing to
+    // check: the trials must have seen committed events.
+    assert!(
+        summary.events_seen > 0,
+        "subscribers saw no events:\n{}",
+        summary.render()
+    );
     assert!(
         summary.violations.is_empty(),
         "crash-recovery violations:\n{}",
