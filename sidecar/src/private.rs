@@ -15,17 +15,25 @@ pub const FILE_MODE: u32 = 0o600;
 
 /// Creates `dir` and its missing parents with mode 0700. An existing
 /// directory is left as it is (it may be shared, like `/tmp`).
+///
+/// Each directory made gets its mode set explicitly afterwards: the umask
+/// is process-wide, and a socket bound on another thread narrows it for a
+/// moment (to 0177, which would leave a directory without its search bit).
 pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     if dir.as_os_str().is_empty() || dir.exists() {
         return Ok(());
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)?;
-    // The umask may have narrowed nothing but could not have widened; make
-    // the mode exact anyway.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    for made in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(made) {
+            Ok(()) => {}
+            // Made meanwhile by someone else: theirs to keep as it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+        std::fs::set_permissions(made, std::fs::Permissions::from_mode(DIR_MODE))?;
+    }
+    Ok(())
 }
 
 /// The database file and SQLite's companions beside it.
@@ -162,6 +170,36 @@ impl StoreLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While another thread binds a socket the process umask is 0177; a
+    /// directory made then must still end up 0700, parents included. Run in
+    /// a forked child so the umask change touches no other test.
+    #[test]
+    fn directories_are_0700_whatever_the_umask() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let leaf = dir.path().join("a/b/c");
+        // SAFETY: the child only makes system calls and exits.
+        let status = unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                libc::umask(0o177);
+                let code = i32::from(create_private_dir(&leaf).is_err());
+                libc::_exit(code);
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            status
+        };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        for made in ["a", "a/b", "a/b/c"] {
+            let mode = std::fs::metadata(dir.path().join(made))
+                .expect("made")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{made}");
+        }
+    }
 
     #[test]
     fn a_regular_file_at_a_socket_path_is_never_replaced() {

@@ -16,7 +16,7 @@
 //! `vm/status` says confinement is inactive.
 
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use agentos_adapters::Confinement;
@@ -258,10 +258,7 @@ impl Launcher {
 
 /// Creates `dir` (and its parents) and makes it 0700.
 fn private_dir(dir: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
+    crate::private::create_private_dir(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("cannot make {} private: {e}", dir.display()))

@@ -21,7 +21,7 @@
 //! database state, and write responses. This file holds the options, the
 //! handle, binding and the accept loop.
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -150,13 +150,8 @@ pub async fn bind(
         message,
     };
     if let Some(dir) = socket_path.parent() {
-        if !dir.as_os_str().is_empty() && !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| bind_error(format!("cannot create its directory: {e}")))?;
-        }
+        crate::private::create_private_dir(dir)
+            .map_err(|e| bind_error(format!("cannot create its directory: {e}")))?;
     }
     // Only a socket nobody answers on may be replaced.
     crate::private::remove_stale_socket(socket_path).map_err(|e| bind_error(e.to_string()))?;
