@@ -188,10 +188,15 @@ pub struct Usage {
     pub setting: &'static str,
 }
 
+/// At or above 80 % of a nonzero limit: what `vm/status` calls near.
+fn near(used: u64, limit: u64) -> bool {
+    limit > 0 && used.saturating_mul(5) >= limit.saturating_mul(4)
+}
+
 impl Usage {
     /// At or above 80 % of the limit.
     pub fn near_limit(&self) -> bool {
-        self.limit > 0 && self.used.saturating_mul(5) >= self.limit.saturating_mul(4)
+        near(self.used, self.limit)
     }
 }
 
@@ -206,9 +211,7 @@ pub struct LimitUse {
 impl LimitUse {
     /// At or above 80 % of the limit (never for an uncounted one).
     pub fn near_limit(&self) -> bool {
-        self.used.is_some_and(|used| {
-            self.limit > 0 && used.saturating_mul(5) >= self.limit.saturating_mul(4)
-        })
+        self.used.is_some_and(|used| near(used, self.limit))
     }
 }
 
