@@ -73,6 +73,8 @@ fn config(path: &Path) -> Config {
         agents: BTreeMap::new(),
         limits: Limits::default(),
         filesystem: Default::default(),
+        http: Default::default(),
+        secrets: Default::default(),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod config;
 pub mod ctl;
 pub mod db;
 pub mod host;
+pub mod http;
 pub mod private;
 pub mod sandbox;
 pub mod serve;

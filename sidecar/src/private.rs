@@ -100,6 +100,25 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), StaleSocketError> {
     std::fs::remove_file(path).map_err(|e| StaleSocketError::Remove(e.to_string()))
 }
 
+/// Binds a Unix socket of mode 0600 at `path` in a private directory,
+/// replacing only a stale socket. The socket is created under umask 0177, so
+/// there is no window in which others could connect.
+pub fn bind_private_socket(path: &Path) -> Result<tokio::net::UnixListener, String> {
+    if let Some(parent) = path.parent() {
+        create_private_dir(parent).map_err(|e| e.to_string())?;
+    }
+    remove_stale_socket(path).map_err(|e| e.to_string())?;
+    // SAFETY: umask(2) only swaps the process's file-creation mask.
+    let old_umask = unsafe { libc::umask(0o177) };
+    let bound = tokio::net::UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old_umask) };
+    let listener = bound.map_err(|e| e.to_string())?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    Ok(listener)
+}
+
 /// An exclusive `flock` on `<path>.lock`, held while this value lives.
 #[derive(Debug)]
 pub struct StoreLock {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError};
 use crate::host::{HostError, HostServer};
+use crate::http::{HttpError, HttpServer};
 use crate::private::{LockError, StoreLock};
 use crate::vm::{Vm, VmError};
 
@@ -28,6 +29,8 @@ pub enum ServeError {
     Host(#[from] HostError),
     #[error(transparent)]
     Locked(#[from] LockError),
+    #[error(transparent)]
+    Http(#[from] HttpError),
 }
 
 impl ServeError {
@@ -36,6 +39,7 @@ impl ServeError {
             ServeError::Vm(e) => e.code(),
             ServeError::Host(e) => e.code(),
             ServeError::Locked(e) => e.code(),
+            ServeError::Http(e) => e.code(),
         }
     }
 }
@@ -102,15 +106,29 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let _lock = StoreLock::acquire(config.database.path())?;
     let vm = Vm::open(config).await?;
     let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
+    let http = match vm.config.http.listener()? {
+        Some(listen) => Some(HttpServer::bind(&listen).await?),
+        None => None,
+    };
+    let http_address = http.as_ref().map(|h| h.address.clone());
+    let http = http.map(|h| h.serve(vm.http.clone()));
     let ready = serde_json::json!({
         "event": "ready",
         "socket": socket,
+        "http": http_address,
         "database": vm.database_kind.as_str(),
         "startupMs": vm.started.elapsed().as_secs_f64() * 1000.0,
     });
     println!("{ready}");
     let draining = server.serve(termination()).await;
     tracing::info!("shutting down: no longer accepting; requests in flight may finish");
+    let http_drained = match http {
+        Some(running) => running.shutdown(SHUTDOWN_GRACE).await,
+        None => true,
+    };
+    if !http_drained {
+        tracing::warn!("some HTTP requests did not finish before the shutdown grace period");
+    }
     let finished = draining.wait(SHUTDOWN_GRACE).await;
     vm.sessions.shutdown().await;
     if !finished && !draining.wait(SHUTDOWN_DRAIN).await {

@@ -53,6 +53,9 @@ pub struct Vm {
     pub recovered: Reconciliation,
     /// How adapters start: their directories and confinement.
     pub launcher: Arc<Launcher>,
+    /// The signed API's routes, served by the HTTP listener and by the host
+    /// socket's `http/request`.
+    pub http: axum::Router,
 }
 
 impl Vm {
@@ -81,7 +84,13 @@ impl Vm {
         if recovered != Reconciliation::default() {
             tracing::warn!(?recovered, "recovered interrupted turns at start");
         }
+        let http = crate::http::router(Arc::new(crate::http::HttpState {
+            config: config.http.clone(),
+            started,
+            database_kind: db.kind().as_str(),
+        }));
         Ok(Arc::new(Vm {
+            http,
             database_kind: db.kind(),
             db,
             config,

@@ -3,3 +3,4 @@
 //! crash-recovery driver behind `scripts/crash-test` and `tests/crash.rs`.
 
 pub mod crash;
+pub mod http;

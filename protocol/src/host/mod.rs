@@ -61,6 +61,7 @@ pub mod methods {
     pub const FS_MKDIR: &str = "fs/mkdir";
     pub const FS_RENAME: &str = "fs/rename";
     pub const FS_REMOVE: &str = "fs/remove";
+    pub const HTTP_REQUEST: &str = "http/request";
 
     // Notifications from the sidecar.
     pub const EVENT: &str = "sessions/event";

@@ -193,3 +193,17 @@ pub struct FsRemoveParams {
     #[serde(default)]
     pub recursive: bool,
 }
+
+/// `http/request`: an HTTP request a host actor received itself, forwarded
+/// to the signed API's handler.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpRequestParams {
+    pub method: String,
+    /// Path and query, e.g. `/api/message`.
+    pub path: String,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub body_base64: Option<String>,
+}

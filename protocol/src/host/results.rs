@@ -265,3 +265,12 @@ pub struct AgentEntry {
     pub args: Vec<String>,
     pub env_names: Vec<String>,
 }
+
+/// The answer of `http/request`: what the listener would have sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpResponseResult {
+    pub status: u16,
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body_base64: String,
+}

@@ -184,6 +184,17 @@ pub(super) async fn dispatch(
                 .collect();
             reply(&wire::AgentsList { agents })
         }
+        methods::HTTP_REQUEST => {
+            let p: wire::HttpRequestParams = params(raw)?;
+            // The answer is base64 inside a frame: three quarters of the
+            // frame bound, less room for the envelope.
+            let max =
+                (vm.config.limits.host.max_frame_bytes as usize / 4 * 3).saturating_sub(64 * 1024);
+            let answer = crate::http::proxy::forward(vm.http.clone(), p, max)
+                .await
+                .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+            reply(&answer)
+        }
         methods::VM_STATUS => {
             let status = sessions.status().await.map_err(session)?;
             // The file system's use is shown when it can be read; status

@@ -22,7 +22,6 @@ mod dispatch;
 mod fs;
 mod render;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,18 +69,7 @@ impl HostServer {
             path: path.to_owned(),
             message,
         };
-        if let Some(parent) = path.parent() {
-            crate::private::create_private_dir(parent).map_err(|e| err(e.to_string()))?;
-        }
-        // Only a socket nobody answers on may be replaced.
-        crate::private::remove_stale_socket(path).map_err(|e| err(e.to_string()))?;
-        // Create it private: no window in which others could connect.
-        let old_umask = unsafe { libc::umask(0o177) };
-        let bound = UnixListener::bind(path);
-        unsafe { libc::umask(old_umask) };
-        let listener = bound.map_err(|e| err(e.to_string()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| err(e.to_string()))?;
+        let listener = crate::private::bind_private_socket(path).map_err(err)?;
         // SAFETY: getuid(2) cannot fail and has no memory effects.
         let own_uid = unsafe { libc::getuid() };
         let allowed_uids = vm

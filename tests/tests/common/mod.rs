@@ -111,6 +111,8 @@ pub struct Sidecar {
     pub socket: PathBuf,
     pub client: HostClient,
     pub notes: UnboundedReceiver<Notification>,
+    /// The ready line the sidecar printed.
+    pub ready: Value,
     child: Child,
     ars: Option<Child>,
 }
@@ -255,6 +257,7 @@ impl Sidecar {
             socket,
             client,
             notes,
+            ready,
             child,
             ars,
         }

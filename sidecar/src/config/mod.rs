@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod http;
+pub use http::{HttpConfig, HttpListen, SecretsConfig, WsLimits};
+
 /// Why a config was refused. The message always starts with the field path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -114,6 +117,12 @@ pub struct Config {
     /// read-only subtrees.
     #[serde(default)]
     pub filesystem: FilesystemConfig,
+    /// The signed control plane (off unless `http.listen` is set).
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Where the key of the provider secrets lives.
+    #[serde(default)]
+    pub secrets: SecretsConfig,
 }
 
 /// `filesystem`: the VM's mount policy as configured. The VFS normalises it
@@ -177,7 +186,10 @@ pub struct Limits {
     pub fs: FsLimits,
 }
 
-const MIB: u64 = 1024 * 1024;
+/// Where the embedded default serves the signed API.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7878";
+
+pub(crate) const MIB: u64 = 1024 * 1024;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -554,6 +566,11 @@ impl Config {
             agents,
             limits: Limits::default(),
             filesystem: FilesystemConfig::default(),
+            http: HttpConfig {
+                listen: Some(DEFAULT_HTTP_LISTEN.to_owned()),
+                ..HttpConfig::default()
+            },
+            secrets: SecretsConfig::default(),
         }
     }
 
@@ -667,6 +684,10 @@ impl Config {
         }
         self.limits.fs.validate()?;
         self.filesystem.validate()?;
+        self.http.validate()?;
+        if let Some(path) = &self.secrets.key_file {
+            validate_path("secrets.keyFile", path)?;
+        }
         if self.limits.host.max_frame_bytes > u64::from(u32::MAX) {
             return Err(ConfigError::new(
                 "limits.host.maxFrameBytes",
@@ -677,7 +698,7 @@ impl Config {
     }
 }
 
-fn validate_path(field: &str, path: &Path) -> Result<(), ConfigError> {
+pub(crate) fn validate_path(field: &str, path: &Path) -> Result<(), ConfigError> {
     let text = path.as_os_str().as_encoded_bytes();
     if text.is_empty() {
         return Err(ConfigError::new(field, "must not be empty"));

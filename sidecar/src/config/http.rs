@@ -1,0 +1,209 @@
+//! `http` and `secrets`: the signed control plane's listener, its bounds, and
+//! where the secrets key lives. Plain data and validation, like the rest of
+//! the config; the `http/` module and `control::secrets` read it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{validate_path, ConfigError, MIB};
+
+/// `http`: the signed API. Off unless `listen` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct HttpConfig {
+    /// A loopback `host:port`, or `unix:/abs/path` (a socket of mode 0600).
+    pub listen: Option<String>,
+    /// Largest request body; larger is 413.
+    pub max_body_bytes: u64,
+    /// How far an action's `ts` may be from the sidecar's clock, either way.
+    pub timestamp_window_ms: u64,
+    /// Accepted signatures remembered until their window closes. When full,
+    /// the oldest go first and anything older than what is remembered is
+    /// refused.
+    pub replay_cache_entries: u64,
+    /// Requests served at once; more wait for a slot.
+    pub max_concurrent_requests: u32,
+    #[serde(default)]
+    pub ws: WsLimits,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: None,
+            max_body_bytes: 16 * MIB,
+            timestamp_window_ms: 5 * 60 * 1000,
+            replay_cache_entries: 100_000,
+            max_concurrent_requests: 256,
+            ws: WsLimits::default(),
+        }
+    }
+}
+
+/// `http.ws`: bounds of one `/agents/ws` socket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct WsLimits {
+    /// Sockets open at once.
+    pub max_sockets: u32,
+    /// Subscriptions one socket may hold.
+    pub max_subscriptions_per_socket: u32,
+    /// Bytes of frames queued for one socket; past it the socket is closed
+    /// with a close reason (a consumer that fell too far behind).
+    pub max_queued_bytes_per_socket: u64,
+    /// Largest frame a client may send.
+    pub max_frame_bytes: u64,
+    /// How often the server pings.
+    pub ping_interval_ms: u64,
+    /// A socket that sends nothing (not even a pong) for this long is closed.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for WsLimits {
+    fn default() -> Self {
+        WsLimits {
+            max_sockets: 4096,
+            max_subscriptions_per_socket: 64,
+            max_queued_bytes_per_socket: 8 * MIB,
+            max_frame_bytes: MIB,
+            ping_interval_ms: 20_000,
+            idle_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// Where the HTTP listener binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpListen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl HttpListen {
+    /// Parses `http.listen`: `unix:/abs/path` or a loopback `host:port`.
+    pub fn parse(text: &str) -> Result<HttpListen, ConfigError> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            let path = PathBuf::from(path);
+            validate_path("http.listen", &path)?;
+            return Ok(HttpListen::Unix(path));
+        }
+        let addr: SocketAddr = text.parse().map_err(|_| {
+            ConfigError::new(
+                "http.listen",
+                "must be a loopback host:port (e.g. 127.0.0.1:7878) or unix:/abs/path",
+            )
+        })?;
+        if !addr.ip().is_loopback() {
+            return Err(ConfigError::new(
+                "http.listen",
+                "must be a loopback address: the sidecar is reached from outside through its host",
+            ));
+        }
+        Ok(HttpListen::Tcp(addr))
+    }
+}
+
+impl std::fmt::Display for HttpListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpListen::Tcp(addr) => write!(f, "{addr}"),
+            HttpListen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl HttpConfig {
+    /// The parsed listener, if the API is on.
+    pub fn listener(&self) -> Result<Option<HttpListen>, ConfigError> {
+        self.listen.as_deref().map(HttpListen::parse).transpose()
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listener()?;
+        let positive: [(&str, u64); 10] = [
+            ("http.maxBodyBytes", self.max_body_bytes),
+            ("http.timestampWindowMs", self.timestamp_window_ms),
+            ("http.replayCacheEntries", self.replay_cache_entries),
+            (
+                "http.maxConcurrentRequests",
+                u64::from(self.max_concurrent_requests),
+            ),
+            ("http.ws.maxSockets", u64::from(self.ws.max_sockets)),
+            (
+                "http.ws.maxSubscriptionsPerSocket",
+                u64::from(self.ws.max_subscriptions_per_socket),
+            ),
+            (
+                "http.ws.maxQueuedBytesPerSocket",
+                self.ws.max_queued_bytes_per_socket,
+            ),
+            ("http.ws.maxFrameBytes", self.ws.max_frame_bytes),
+            ("http.ws.pingIntervalMs", self.ws.ping_interval_ms),
+            ("http.ws.idleTimeoutMs", self.ws.idle_timeout_ms),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::new(field, "must be greater than 0"));
+            }
+        }
+        if self.ws.idle_timeout_ms <= self.ws.ping_interval_ms {
+            return Err(ConfigError::new(
+                "http.ws.idleTimeoutMs",
+                "must be longer than http.ws.pingIntervalMs",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `secrets`: where the key that encrypts provider secrets lives. Never in
+/// the database.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretsConfig {
+    /// The key file (32 bytes, created 0600 when missing). Absent: the
+    /// `AGENTOS_SECRETS_KEY` environment variable, else `secrets.key` beside
+    /// a `sqlite_file` database (an `actor_uds` VM must name one).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_accepts_loopback_and_unix_only() {
+        assert_eq!(
+            HttpListen::parse("127.0.0.1:7878").unwrap(),
+            HttpListen::Tcp("127.0.0.1:7878".parse().unwrap())
+        );
+        assert!(matches!(
+            HttpListen::parse("[::1]:80").unwrap(),
+            HttpListen::Tcp(_)
+        ));
+        assert_eq!(
+            HttpListen::parse("unix:/run/a.sock").unwrap(),
+            HttpListen::Unix("/run/a.sock".into())
+        );
+        for bad in [
+            "0.0.0.0:7878",
+            "10.0.0.1:1",
+            "localhost",
+            "unix:rel.sock",
+            "",
+        ] {
+            let e = HttpListen::parse(bad).unwrap_err();
+            assert_eq!(e.field, "http.listen", "{bad}");
+        }
+    }
+
+    #[test]
+    fn idle_timeout_must_exceed_ping_interval() {
+        let mut http = HttpConfig::default();
+        http.ws.idle_timeout_ms = http.ws.ping_interval_ms;
+        assert_eq!(http.validate().unwrap_err().field, "http.ws.idleTimeoutMs");
+    }
+}

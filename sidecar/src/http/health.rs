@@ -1,0 +1,24 @@
+//! `GET /api/health` and `/agents/api/health`: JSON, unauthenticated, and
+//! holding nothing private (the reference's `status`, `uptime`, `version`,
+//! plus what a client needs to talk to us: the protocol and the window).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::HttpState;
+
+pub(super) async fn get(State(state): State<Arc<HttpState>>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "uptime": state.started.elapsed().as_secs_f64(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "service": "agentos-sidecar",
+        "protocol": super::PROTOCOL_VERSION,
+        "subscriptionAuth": "signed",
+        "timestampWindowMs": state.config.timestamp_window_ms,
+        "database": state.database_kind,
+    }))
+}

@@ -1,0 +1,57 @@
+//! The signed control plane's front door (the Seed Agents API): the HTTP
+//! listener, `POST /api/message` (signed DAG-CBOR actions), the health
+//! routes, `/agents/ws`, and the host socket's `http/request` proxy, which
+//! runs the same router. Like the host door it decodes, verifies,
+//! authorizes, calls the services and renders; it holds no SQL and no
+//! domain rules.
+
+mod health;
+pub mod proxy;
+mod server;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tower_http::cors::{Any, CorsLayer};
+
+pub use server::{HttpError, HttpServer, Running};
+
+use crate::config::HttpConfig;
+
+/// The Seed Agents protocol version we speak (`X-Agents-Protocol`).
+pub const PROTOCOL_VERSION: u64 = 2;
+
+/// What the handlers share.
+pub struct HttpState {
+    pub config: HttpConfig,
+    pub started: Instant,
+    pub database_kind: &'static str,
+}
+
+/// The API's routes; everything else is 404. CORS is open (`*`), with
+/// preflight, as the reference: authority comes from signatures, never from
+/// an origin.
+pub fn router(state: Arc<HttpState>) -> Router {
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods(Any)
+        .allow_headers(Any)
+        .expose_headers(Any);
+    Router::new()
+        .route("/api/health", get(health::get))
+        .route("/agents/api/health", get(health::get))
+        .fallback(not_found)
+        .layer(cors)
+        .layer(tower::limit::ConcurrencyLimitLayer::new(
+            state.config.max_concurrent_requests as usize,
+        ))
+        .with_state(state)
+}
+
+async fn not_found() -> impl IntoResponse {
+    (StatusCode::NOT_FOUND, "not found")
+}
