@@ -54,6 +54,9 @@ error_codes! {
     SessionConflict => "session_conflict",
     /// The agent id is not in the VM's agent registry.
     AgentNotFound => "agent_not_found",
+    /// The session's agent is `builtin`, the builtin model agent, which this
+    /// sidecar does not run yet.
+    BuiltinAgentUnavailable => "builtin_agent_unavailable",
     /// The session already runs a prompt.
     SessionBusy => "session_busy",
     /// A prompt with this idempotency key is still running.

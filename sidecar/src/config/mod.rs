@@ -186,6 +186,10 @@ pub struct Limits {
     pub fs: FsLimits,
 }
 
+/// The agent id of the builtin model agent: always known, reserved in the
+/// registry (a session of it runs no configured command).
+pub const BUILTIN_AGENT: &str = "builtin";
+
 /// Where the embedded default serves the signed API.
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7878";
 
@@ -589,6 +593,12 @@ impl Config {
             ));
         }
         for (id, agent) in &self.agents {
+            if id == BUILTIN_AGENT {
+                return Err(ConfigError::new(
+                    format!("agents.{id}"),
+                    "the id `builtin` is reserved for the builtin model agent",
+                ));
+            }
             if id.is_empty() || id.len() > 256 {
                 return Err(ConfigError::new(
                     format!("agents.{id}"),

@@ -16,6 +16,8 @@ pub enum SessionError {
     },
     #[error("agent {0} is not in the agent registry")]
     AgentNotFound(String),
+    #[error("the builtin model agent is not available in this sidecar yet")]
+    BuiltinAgentUnavailable,
     #[error("session {0} already has an active prompt")]
     Busy(String),
     #[error("the prompt with this idempotency key is still in progress")]
@@ -84,6 +86,7 @@ impl SessionError {
             SessionError::NotFound(_) => ErrorCode::SessionNotFound,
             SessionError::Conflict { .. } => ErrorCode::SessionConflict,
             SessionError::AgentNotFound(_) => ErrorCode::AgentNotFound,
+            SessionError::BuiltinAgentUnavailable => ErrorCode::BuiltinAgentUnavailable,
             SessionError::Busy(_) => ErrorCode::SessionBusy,
             SessionError::PromptInProgress => ErrorCode::PromptInProgress,
             SessionError::IdempotencyConflict => ErrorCode::IdempotencyConflict,

@@ -172,7 +172,9 @@ impl Sessions {
                 "sessionId must be 1..=256 bytes".into(),
             ));
         }
-        if !self.shared.agents.contains_key(&params.agent) {
+        if !self.shared.agents.contains_key(&params.agent)
+            && params.agent != crate::config::BUILTIN_AGENT
+        {
             return Err(SessionError::AgentNotFound(params.agent));
         }
         let cwd = params.cwd.clone().unwrap_or_else(|| {
@@ -385,13 +387,40 @@ impl Sessions {
     }
 
     /// Validates, checks idempotency, makes sure an adapter route exists and
-    /// runs the turn. Answers after the terminal commit.
+    /// runs the turn. Answers after the terminal commit. A session with a
+    /// live turn answers `session_busy`.
     pub async fn prompt(
         &self,
         session_id: &str,
         content: Vec<Value>,
         idempotency_key: Option<String>,
         actor: Actor,
+    ) -> Result<PromptOutcome, SessionError> {
+        self.prompt_with(session_id, content, idempotency_key, actor, false)
+            .await
+    }
+
+    /// As [`Sessions::prompt`], but a prompt that arrives while a turn is live
+    /// waits behind it, in arrival order (a bounded number; past it,
+    /// `session_busy`): several writers may message one session at once.
+    pub async fn prompt_in_turn(
+        &self,
+        session_id: &str,
+        content: Vec<Value>,
+        idempotency_key: Option<String>,
+        actor: Actor,
+    ) -> Result<PromptOutcome, SessionError> {
+        self.prompt_with(session_id, content, idempotency_key, actor, true)
+            .await
+    }
+
+    async fn prompt_with(
+        &self,
+        session_id: &str,
+        content: Vec<Value>,
+        idempotency_key: Option<String>,
+        actor: Actor,
+        queue: bool,
     ) -> Result<PromptOutcome, SessionError> {
         let limits = &self.shared.limits;
         if content.is_empty() {
@@ -459,6 +488,7 @@ impl Sessions {
                     idempotency_key: idempotency_key.clone(),
                     input_hash: hash.clone(),
                     actor: actor.clone(),
+                    queue,
                 };
                 Command::Prompt { request, reply }
             })

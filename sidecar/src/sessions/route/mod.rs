@@ -54,7 +54,14 @@ pub(crate) struct PromptRequest {
     pub idempotency_key: Option<String>,
     pub input_hash: Vec<u8>,
     pub actor: Actor,
+    /// Wait behind a live turn (in arrival order) instead of failing with
+    /// `session_busy`: the signed API's messages, several writers at once.
+    pub queue: bool,
 }
+
+/// Prompts one route keeps waiting behind its live turn. Each is bounded by
+/// `limits.acp.maxPromptBytes`; past this count a prompt is `session_busy`.
+pub(crate) const MAX_WAITING_PROMPTS: usize = 32;
 
 /// A prompt's terminal result as returned to the host.
 pub(crate) type PromptReply = Result<PromptOutcome, SessionError>;
@@ -143,6 +150,9 @@ pub(crate) struct Route {
     /// run of drops.
     stderr_rate: TokenBucket,
     stderr_dropped: u64,
+    /// Prompts waiting for the live turn to end, oldest first (at most
+    /// `MAX_WAITING_PROMPTS`).
+    waiting: VecDeque<(PromptRequest, oneshot::Sender<PromptReply>)>,
 }
 
 /// A byte rate with a burst of one second's worth.
@@ -218,13 +228,8 @@ impl Route {
                             let _ = reply.send(Err(SessionError::RouteGone));
                             break;
                         }
-                        match self.turn(request, reply, &mut commands).await {
-                            Some((_, done)) => {
-                                let _ = done.send(());
-                                break;
-                            }
-                            None if self.exited => break,
-                            None => {}
+                        if !self.turns(request, reply, &mut commands).await {
+                            break;
                         }
                     }
                     Some(Command::Cancel { reply }) => {
@@ -250,6 +255,9 @@ impl Route {
         self.shared.route_ended(&self.session_id, self.generation);
         // Whatever was queued behind the end was never started: say so, so
         // the service can retry on a new route.
+        for (_, reply) in self.waiting.drain(..) {
+            let _ = reply.send(Err(SessionError::RouteGone));
+        }
         commands.close();
         while let Ok(command) = commands.try_recv() {
             match command {
@@ -273,6 +281,29 @@ impl Route {
             }
         }
         self.conn.shutdown().await;
+    }
+
+    /// Runs a turn, then the prompts that queued behind it, in order. False
+    /// when the route ends.
+    async fn turns(
+        &mut self,
+        request: PromptRequest,
+        reply: oneshot::Sender<PromptReply>,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> bool {
+        let mut next = Some((request, reply));
+        while let Some((request, reply)) = next {
+            match self.turn(request, reply, commands).await {
+                Some((_, done)) => {
+                    let _ = done.send(());
+                    return false;
+                }
+                None if self.exited => return false,
+                None => {}
+            }
+            next = self.waiting.pop_front();
+        }
+        true
     }
 
     /// Ends the route after a commit with an unknown outcome: the adapter

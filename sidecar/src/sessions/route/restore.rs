@@ -66,10 +66,13 @@ impl Route {
         row: SessionRow,
         generation: u64,
     ) -> Result<RouteHandle, SessionError> {
-        let spec = shared
-            .agents
-            .get(&row.agent)
-            .ok_or_else(|| SessionError::AgentNotFound(row.agent.clone()))?;
+        let spec = match shared.agents.get(&row.agent) {
+            Some(spec) => spec,
+            None if row.agent == crate::config::BUILTIN_AGENT => {
+                return Err(SessionError::BuiltinAgentUnavailable)
+            }
+            None => return Err(SessionError::AgentNotFound(row.agent.clone())),
+        };
         let mut env: BTreeMap<String, String> = spec.env.clone();
         env.extend(row.env.clone());
         let launch = shared
@@ -152,6 +155,7 @@ impl Route {
             lost_commit: None,
             stderr_rate,
             stderr_dropped: 0,
+            waiting: VecDeque::new(),
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {

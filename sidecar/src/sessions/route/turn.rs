@@ -184,6 +184,13 @@ impl Route {
                             // prompt (in progress, or a conflict on other input).
                             let same_key = request.idempotency_key.is_some()
                                 && request.idempotency_key == turn.idempotency_key;
+                            let waits = request.queue
+                                && !same_key
+                                && self.waiting.len() < super::MAX_WAITING_PROMPTS;
+                            if waits {
+                                self.waiting.push_back((request, reply));
+                                continue;
+                            }
                             let _ = reply.send(Err(if same_key {
                                 SessionError::PromptInProgress
                             } else {

@@ -1,0 +1,161 @@
+//! Prompts that wait behind a live turn (`Sessions::prompt_in_turn`, what the
+//! signed API's `MessageSession` uses): they run one after another in arrival
+//! order with no interleaving, a plain prompt still answers `session_busy`,
+//! the wait is bounded, and a `builtin` session (the builtin model agent,
+//! not available yet) fails its turn with a typed error.
+
+mod common;
+
+use std::time::Duration;
+
+use agentos_protocol::ErrorCode;
+use common::*;
+
+async fn running(env: &Env, sid: &str) {
+    for _ in 0..500 {
+        let info = env.sessions.get(sid).await.expect("get");
+        if info.state.status() == "running" && !prompt_log(env).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the first turn never started");
+}
+
+#[tokio::test]
+async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("q", "echo")).await.expect("open");
+        let first = {
+            let sessions = env.sessions.clone();
+            tokio::spawn(async move {
+                sessions
+                    .prompt_in_turn("q", text("sleep 400"), None, user())
+                    .await
+            })
+        };
+        running(&env, "q").await;
+        let busy = prompt(&env, "q", "echo not queued")
+            .await
+            .expect_err("busy");
+        assert_eq!(busy.code(), ErrorCode::SessionBusy, "{}", backend.name);
+        let mut queued = Vec::new();
+        for word in ["one", "two", "three"] {
+            let sessions = env.sessions.clone();
+            queued.push(tokio::spawn(async move {
+                sessions
+                    .prompt_in_turn("q", text(&format!("echo {word}")), None, user())
+                    .await
+            }));
+            // Arrival order is what the test checks; give each a moment to arrive.
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        first.await.expect("join").expect("the live turn");
+        for handle in queued {
+            let outcome = handle.await.expect("join").expect("a queued turn");
+            assert_eq!(outcome.stop_reason, "end_turn");
+        }
+        let said: Vec<(String, String)> = history(&env, "q")
+            .await
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().unwrap_or_default().to_owned(),
+                    e["content"]["text"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, String)> = [
+            ("user_message_chunk", "sleep 400"),
+            ("agent_message_chunk", "slept"),
+            ("user_message_chunk", "echo one"),
+            ("agent_message_chunk", "one"),
+            ("user_message_chunk", "echo two"),
+            ("agent_message_chunk", "two"),
+            ("user_message_chunk", "echo three"),
+            ("agent_message_chunk", "three"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(said, expected, "{}", backend.name);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn the_wait_behind_a_turn_is_bounded() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("b", "echo")).await.expect("open");
+        let first = {
+            let sessions = env.sessions.clone();
+            tokio::spawn(async move {
+                sessions
+                    .prompt("b", text("wait_for_cancel"), None, user())
+                    .await
+            })
+        };
+        running(&env, "b").await;
+        // 40 arrive at once: 32 wait, 8 are refused at once, whatever the
+        // order in which they arrive.
+        let mut all = Vec::new();
+        for i in 0..40 {
+            let sessions = env.sessions.clone();
+            all.push(tokio::spawn(async move {
+                sessions
+                    .prompt_in_turn("b", text(&format!("echo {i}")), None, user())
+                    .await
+            }));
+        }
+        for _ in 0..1000 {
+            if all.iter().filter(|h| h.is_finished()).count() >= 8 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        env.sessions.cancel("b").await.expect("cancel");
+        first.await.expect("join").expect("cancelled is a result");
+        let (mut ran, mut refused) = (0, 0);
+        for handle in all {
+            match handle.await.expect("join") {
+                Ok(_) => ran += 1,
+                Err(e) => {
+                    assert_eq!(e.code(), ErrorCode::SessionBusy, "{}", backend.name);
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!((ran, refused), (32, 8), "{}", backend.name);
+        assert_eq!(prompt_log(&env).len(), 33, "{}", backend.name);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_builtin_session_opens_but_its_turn_is_unavailable() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("m", "builtin")).await.expect("open");
+        let e = prompt(&env, "m", "hello")
+            .await
+            .expect_err("no builtin yet");
+        assert_eq!(
+            e.code(),
+            ErrorCode::BuiltinAgentUnavailable,
+            "{}",
+            backend.name
+        );
+        let missing = env
+            .sessions
+            .open(open("x", "no-such-agent"))
+            .await
+            .expect_err("unknown agent");
+        assert_eq!(missing.code(), ErrorCode::AgentNotFound);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
