@@ -396,3 +396,6 @@ fn serialize_principal_text<S: Serializer>(
 ) -> Result<S::Ok, S::Error> {
     serializer.collect_str(principal)
 }
+
+#[cfg(test)]
+mod tests;
