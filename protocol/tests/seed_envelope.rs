@@ -275,10 +275,10 @@ fn typed_actions_sign_without_null_placeholders() {
     let envelope = Envelope::sign_action(&action, Principal::of_key(&signer), &signer, TS).unwrap();
     assert_eq!(envelope.action.len(), 3, "{:?}", envelope.action);
     let wire = as_map(&envelope);
-    let Some(Ipld::Map(action)) = wire.get("action") else {
+    let Some(Ipld::Map(wire_action)) = wire.get("action") else {
         panic!("no action");
     };
-    assert!(!action.values().any(|value| *value == Ipld::Null));
+    assert!(!wire_action.values().any(|value| *value == Ipld::Null));
     envelope.verify_signature().unwrap();
     assert_eq!(envelope.typed_action().unwrap(), action);
 }
@@ -290,4 +290,66 @@ fn unencodable_actions_are_refused_when_signing() {
     action.insert("x".into(), Ipld::Float(f64::INFINITY));
     let error = Envelope::sign(action, Principal::of_key(&signer), &signer, TS).unwrap_err();
     assert_eq!(error.code(), "encode_failed");
+}
+
+/// The `seed_envelope` fuzz target's checks on a few thousand mutations of
+/// real envelopes: nothing panics, and whatever decodes re-encodes to the
+/// same envelope and the same typed action.
+#[test]
+fn mutated_envelopes_never_panic() {
+    let signer = key(7);
+    let create = Action::CreateAgent {
+        definition: agentos_protocol::seed::AgentDefinition {
+            name: "n".into(),
+            system_prompt: agentos_protocol::seed::SystemPrompt::Text("p".into()),
+            model_provider: "openai".into(),
+            model: "m".into(),
+            reasoning_level: None,
+            tools: Some(vec!["read".into()]),
+            signing_key: None,
+            signing_keys: None,
+            metadata: None,
+            adapter: None,
+        },
+        client_request_id: Some("r".into()),
+    };
+    let seeds = [
+        signed().encode().unwrap(),
+        Envelope::sign_action(&create, Principal::of_key(&signer), &signer, TS)
+            .unwrap()
+            .encode()
+            .unwrap(),
+    ];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..4000 {
+        let mut bytes = seeds[round % seeds.len()].clone();
+        for _ in 0..=(next() % 4) {
+            let at = (next() as usize) % bytes.len();
+            match next() % 4 {
+                0 => bytes[at] ^= 1 << (next() % 8),
+                1 => bytes[at] = next() as u8,
+                2 => bytes.truncate(at.max(1)),
+                _ => bytes.insert(at, next() as u8),
+            }
+        }
+        let Ok(envelope) = Envelope::decode(&bytes, 1 << 16) else {
+            continue;
+        };
+        let again = envelope.encode().unwrap();
+        assert_eq!(Envelope::decode(&again, 1 << 17).unwrap(), envelope);
+        let _ = envelope.verify_signature();
+        let _ = envelope.ts_ms();
+        if let Ok(action) = envelope.typed_action() {
+            if !matches!(action, Action::Unsupported(_)) {
+                let map = action.to_map().unwrap();
+                assert_eq!(Action::from_map(&map).unwrap(), action);
+            }
+        }
+    }
 }

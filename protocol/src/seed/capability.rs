@@ -300,6 +300,17 @@ mod tests {
     }
 
     #[test]
+    fn cid_of_agrees_with_the_cid_crate() {
+        use ipld_core::cid::multihash::Multihash;
+        use ipld_core::cid::Cid;
+        for len in [0usize, 1, 2, 3, 4, 5, 31, 32, 33, 1000] {
+            let blob: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
+            let hash = Multihash::<64>::wrap(0x12, &Sha256::digest(&blob)).unwrap();
+            assert_eq!(cid_of(&blob), Cid::new_v1(0x71, hash).to_string());
+        }
+    }
+
+    #[test]
     fn a_tampered_blob_does_not_verify() {
         let blob = Capability::issue(
             &key(1),

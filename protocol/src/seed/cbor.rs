@@ -67,7 +67,7 @@ impl Frame<'_> {
     /// Whether the next item of this frame is a map key: map items alternate
     /// key, value, and `remaining` counts both.
     fn expects_key(&self) -> bool {
-        self.map_keys.is_some() && self.remaining % 2 == 0
+        self.map_keys.is_some() && self.remaining & 1 == 0
     }
 }
 
