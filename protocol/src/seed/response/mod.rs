@@ -56,7 +56,9 @@ responses! {
     /// Any failure.
     ErrorResponse => "Error" {
         message: String,
-        /// A stable snake_case code.
+        /// A stable snake_case code; read as empty from a server that sends
+        /// none.
+        #[serde(default)]
         code: String,
     }
 
