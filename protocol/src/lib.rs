@@ -3,12 +3,15 @@
 //! This crate is an API boundary. Every byte the sidecar exchanges with the
 //! outside world is described here: the Actor Runtime Socket v1 frames
 //! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
-//! line-delimited JSON-RPC spoken with ACP adapters (`acp`); and the one
-//! list of application error codes (`ErrorCode`).
+//! line-delimited JSON-RPC spoken with ACP adapters (`acp`), the Seed Agents
+//! signed control plane (`seed`: DAG-CBOR envelopes, actions, responses and
+//! WebSocket events); and the one list of application error codes
+//! (`ErrorCode`).
 
 pub mod acp;
 pub mod ars;
 mod error_code;
 pub mod host;
+pub mod seed;
 
 pub use error_code::ErrorCode;

@@ -1,0 +1,401 @@
+//! Typed actions: the verified envelope's action map read into one variant
+//! per action this server implements.
+//!
+//! Decoding is strict: a missing required field, a field of the wrong type
+//! or a field nobody knows is [`SeedError::BadAction`] (`bad_request`),
+//! naming the field. `_` (the name) and `ts` belong to the envelope and are
+//! consumed, not fields. An action of the reference service that this
+//! server does not implement (triggers, signing identities, uploads, runs,
+//! memory, MCP, OAuth, `RegisterSigner`, …), and a name nobody knows, read
+//! as [`Action::Unsupported`], which the server answers with
+//! `unsupported_action`.
+//!
+//! Encoding ([`Action::to_map`]) leaves absent fields out rather than
+//! writing nulls, because a null would be signed.
+
+pub(crate) mod fields;
+mod types;
+
+use ipld_core::ipld::Ipld;
+use serde::{Serialize, Serializer};
+
+use self::fields::Fields;
+pub use self::types::{
+    AgentDefinition, ContentPart, ModelProviderConfig, SessionListCursor, SystemPrompt,
+};
+use super::envelope::ActionMap;
+use super::vocab::CollaboratorRole;
+use super::{Principal, Role, SeedError};
+
+/// One decoded action. Field names are Seed's, in snake case.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "_", rename_all_fields = "camelCase")]
+pub enum Action {
+    // --- Collaboration ---------------------------------------------------
+    ListAgentInvites,
+    ListAgentCollaborators {
+        agent_id: String,
+    },
+    InviteAgentCollaborator {
+        agent_id: String,
+        account_id: String,
+        role: CollaboratorRole,
+    },
+    RemoveAgentCollaborator {
+        agent_id: String,
+        account_id: String,
+    },
+    SetAgentPublicRead {
+        agent_id: String,
+        public_read: bool,
+    },
+    AcceptAgentInvite {
+        agent_id: String,
+    },
+    DeclineAgentInvite {
+        agent_id: String,
+    },
+
+    // --- Agents ----------------------------------------------------------
+    ListAgents,
+    CreateAgent {
+        definition: AgentDefinition,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_request_id: Option<String>,
+    },
+    GetAgent {
+        agent_id: String,
+    },
+    UpdateAgent {
+        agent_id: String,
+        definition: AgentDefinition,
+    },
+    DeleteAgent {
+        agent_id: String,
+    },
+
+    // --- Secrets and providers -------------------------------------------
+    SetSecret {
+        name: String,
+        #[serde(serialize_with = "serialize_bytes")]
+        value: Vec<u8>,
+        /// A map, kept as sent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        metadata: Option<Ipld>,
+    },
+    ListSecrets,
+    DeleteSecret {
+        name: String,
+    },
+    SetModelProvider {
+        name: String,
+        provider: ModelProviderConfig,
+    },
+    ListModelProviders {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_id: Option<String>,
+    },
+    DeleteModelProvider {
+        name: String,
+    },
+    ListProviderModels {
+        provider: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_id: Option<String>,
+    },
+
+    // --- Sessions --------------------------------------------------------
+    CreateSession {
+        agent_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_request_id: Option<String>,
+    },
+    ListSessions {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limit: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cursor: Option<SessionListCursor>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_session_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        include_children: Option<bool>,
+    },
+    GetSession {
+        session_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        after_seq: Option<u64>,
+    },
+    UpdateSession {
+        session_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        /// Absent: leave the override alone. `Some(Ipld::Null)`: clear it,
+        /// back to the agent's model. `Some(map)`: `{provider, model,
+        /// reasoningLevel?}`, kept as sent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model_override: Option<Ipld>,
+    },
+    DeleteSession {
+        session_id: String,
+    },
+    MessageSession {
+        session_id: String,
+        content: Vec<ContentPart>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_message_id: Option<String>,
+    },
+    StopSession {
+        session_id: String,
+    },
+    RetrySession {
+        session_id: String,
+    },
+
+    // --- Subscriptions (WebSocket only) ----------------------------------
+    Subscribe {
+        /// `account/<id>`, `agents/<id>` or `sessions/<id>`.
+        key: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        after_seq: Option<u64>,
+    },
+    Unsubscribe {
+        key: String,
+    },
+
+    // --- Signers (ours) --------------------------------------------------
+    /// The account authorizes another key to sign as it.
+    AuthorizeSigner {
+        #[serde(serialize_with = "serialize_principal_text")]
+        signer: Principal,
+        role: Role,
+    },
+    RevokeSigner {
+        #[serde(serialize_with = "serialize_principal_text")]
+        signer: Principal,
+    },
+    ListSigners,
+
+    /// An action this server does not implement, by name.
+    #[serde(skip)]
+    Unsupported(String),
+}
+
+impl Action {
+    /// Reads an action map (`_`, fields, `ts`) into a typed action.
+    pub fn from_map(map: &ActionMap) -> Result<Action, SeedError> {
+        let mut map = map.clone();
+        let name = match map.remove("_") {
+            Some(Ipld::String(name)) => name,
+            _ => {
+                return Err(SeedError::bad_action(
+                    "`_` must be the action name, a string",
+                ))
+            }
+        };
+        map.remove("ts");
+        decode_named(name.clone(), Fields::new(map)).map_err(|error| match error {
+            SeedError::BadAction { message } => SeedError::bad_action(format!("{name}: {message}")),
+            other => other,
+        })
+    }
+
+    /// The action's name as it travels in `_`.
+    pub fn name(&self) -> &str {
+        match self {
+            Action::ListAgentInvites => "ListAgentInvites",
+            Action::ListAgentCollaborators { .. } => "ListAgentCollaborators",
+            Action::InviteAgentCollaborator { .. } => "InviteAgentCollaborator",
+            Action::RemoveAgentCollaborator { .. } => "RemoveAgentCollaborator",
+            Action::SetAgentPublicRead { .. } => "SetAgentPublicRead",
+            Action::AcceptAgentInvite { .. } => "AcceptAgentInvite",
+            Action::DeclineAgentInvite { .. } => "DeclineAgentInvite",
+            Action::ListAgents => "ListAgents",
+            Action::CreateAgent { .. } => "CreateAgent",
+            Action::GetAgent { .. } => "GetAgent",
+            Action::UpdateAgent { .. } => "UpdateAgent",
+            Action::DeleteAgent { .. } => "DeleteAgent",
+            Action::SetSecret { .. } => "SetSecret",
+            Action::ListSecrets => "ListSecrets",
+            Action::DeleteSecret { .. } => "DeleteSecret",
+            Action::SetModelProvider { .. } => "SetModelProvider",
+            Action::ListModelProviders { .. } => "ListModelProviders",
+            Action::DeleteModelProvider { .. } => "DeleteModelProvider",
+            Action::ListProviderModels { .. } => "ListProviderModels",
+            Action::CreateSession { .. } => "CreateSession",
+            Action::ListSessions { .. } => "ListSessions",
+            Action::GetSession { .. } => "GetSession",
+            Action::UpdateSession { .. } => "UpdateSession",
+            Action::DeleteSession { .. } => "DeleteSession",
+            Action::MessageSession { .. } => "MessageSession",
+            Action::StopSession { .. } => "StopSession",
+            Action::RetrySession { .. } => "RetrySession",
+            Action::Subscribe { .. } => "Subscribe",
+            Action::Unsubscribe { .. } => "Unsubscribe",
+            Action::AuthorizeSigner { .. } => "AuthorizeSigner",
+            Action::RevokeSigner { .. } => "RevokeSigner",
+            Action::ListSigners => "ListSigners",
+            Action::Unsupported(name) => name,
+        }
+    }
+
+    /// The action as a map ready to sign (`_` and the fields; the signer
+    /// adds `ts`). Absent fields are left out.
+    pub fn to_map(&self) -> Result<ActionMap, SeedError> {
+        if let Action::Unsupported(name) = self {
+            return Err(SeedError::bad_action(format!(
+                "{name}: an unsupported action cannot be encoded"
+            )));
+        }
+        match ipld_core::serde::to_ipld(self) {
+            Ok(Ipld::Map(map)) => Ok(map),
+            Ok(_) => Err(SeedError::Encode {
+                message: "an action must encode as a map".to_string(),
+            }),
+            Err(error) => Err(SeedError::Encode {
+                message: error.to_string(),
+            }),
+        }
+    }
+}
+
+fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
+    let action = match name.as_str() {
+        "ListAgentInvites" => Action::ListAgentInvites,
+        "ListAgentCollaborators" => Action::ListAgentCollaborators {
+            agent_id: f.req("agentId")?,
+        },
+        "InviteAgentCollaborator" => Action::InviteAgentCollaborator {
+            agent_id: f.req("agentId")?,
+            account_id: f.req("accountId")?,
+            role: f.req("role")?,
+        },
+        "RemoveAgentCollaborator" => Action::RemoveAgentCollaborator {
+            agent_id: f.req("agentId")?,
+            account_id: f.req("accountId")?,
+        },
+        "SetAgentPublicRead" => Action::SetAgentPublicRead {
+            agent_id: f.req("agentId")?,
+            public_read: f.req("publicRead")?,
+        },
+        "AcceptAgentInvite" => Action::AcceptAgentInvite {
+            agent_id: f.req("agentId")?,
+        },
+        "DeclineAgentInvite" => Action::DeclineAgentInvite {
+            agent_id: f.req("agentId")?,
+        },
+        "ListAgents" => Action::ListAgents,
+        "CreateAgent" => Action::CreateAgent {
+            definition: f.req("definition")?,
+            client_request_id: f.opt("clientRequestId")?,
+        },
+        "GetAgent" => Action::GetAgent {
+            agent_id: f.req("agentId")?,
+        },
+        "UpdateAgent" => Action::UpdateAgent {
+            agent_id: f.req("agentId")?,
+            definition: f.req("definition")?,
+        },
+        "DeleteAgent" => Action::DeleteAgent {
+            agent_id: f.req("agentId")?,
+        },
+        "SetSecret" => Action::SetSecret {
+            name: f.req("name")?,
+            value: f.req_bytes("value")?,
+            metadata: f.opt_map("metadata")?,
+        },
+        "ListSecrets" => Action::ListSecrets,
+        "DeleteSecret" => Action::DeleteSecret {
+            name: f.req("name")?,
+        },
+        "SetModelProvider" => Action::SetModelProvider {
+            name: f.req("name")?,
+            provider: f.req("provider")?,
+        },
+        "ListModelProviders" => Action::ListModelProviders {
+            agent_id: f.opt("agentId")?,
+        },
+        "DeleteModelProvider" => Action::DeleteModelProvider {
+            name: f.req("name")?,
+        },
+        "ListProviderModels" => Action::ListProviderModels {
+            provider: f.req("provider")?,
+            agent_id: f.opt("agentId")?,
+        },
+        "CreateSession" => Action::CreateSession {
+            agent_id: f.req("agentId")?,
+            title: f.opt("title")?,
+            client_request_id: f.opt("clientRequestId")?,
+        },
+        "ListSessions" => Action::ListSessions {
+            agent_id: f.opt("agentId")?,
+            limit: f.opt("limit")?,
+            cursor: f.opt("cursor")?,
+            parent_session_id: f.opt("parentSessionId")?,
+            include_children: f.opt("includeChildren")?,
+        },
+        "GetSession" => Action::GetSession {
+            session_id: f.req("sessionId")?,
+            after_seq: f.opt("afterSeq")?,
+        },
+        "UpdateSession" => Action::UpdateSession {
+            session_id: f.req("sessionId")?,
+            title: f.opt("title")?,
+            model_override: f.nullable_map("modelOverride")?,
+        },
+        "DeleteSession" => Action::DeleteSession {
+            session_id: f.req("sessionId")?,
+        },
+        "MessageSession" => Action::MessageSession {
+            session_id: f.req("sessionId")?,
+            content: f.req("content")?,
+            client_message_id: f.opt("clientMessageId")?,
+        },
+        "StopSession" => Action::StopSession {
+            session_id: f.req("sessionId")?,
+        },
+        "RetrySession" => Action::RetrySession {
+            session_id: f.req("sessionId")?,
+        },
+        "Subscribe" => Action::Subscribe {
+            key: f.req("key")?,
+            after_seq: f.opt("afterSeq")?,
+        },
+        "Unsubscribe" => Action::Unsubscribe { key: f.req("key")? },
+        "AuthorizeSigner" => Action::AuthorizeSigner {
+            signer: f.req("signer")?,
+            role: role(&mut f)?,
+        },
+        "RevokeSigner" => Action::RevokeSigner {
+            signer: f.req("signer")?,
+        },
+        "ListSigners" => Action::ListSigners,
+        // Fields of an action we do not implement are not read: the answer
+        // is `unsupported_action` whatever they hold.
+        _ => return Ok(Action::Unsupported(name)),
+    };
+    f.finish()?;
+    Ok(action)
+}
+
+fn role(f: &mut Fields) -> Result<Role, SeedError> {
+    let text: String = f.req("role")?;
+    Ok(Role::parse(&text))
+}
+
+fn serialize_bytes<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_bytes(bytes)
+}
+
+fn serialize_principal_text<S: Serializer>(
+    principal: &Principal,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(principal)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,30 @@
+//! The Seed Agents signed control plane, as bytes: canonical DAG-CBOR,
+//! principals, the signed action envelope, Capability blobs, typed actions,
+//! responses and WebSocket events. Pure: no I/O, no clock, no storage.
+//!
+//! A request travels: bytes → [`Envelope::decode`] (bounded, shape only) →
+//! [`Envelope::verify_signature`] and [`Envelope::ts_ms`] (the server checks
+//! the window, replay and the signer's authority, using [`Capability`] when
+//! the envelope carries one) → [`Envelope::typed_action`] → a service call →
+//! a response struct → [`encode_response`].
+
+pub mod action;
+pub mod capability;
+pub mod cbor;
+mod envelope;
+mod error;
+mod principal;
+pub mod response;
+pub mod vocab;
+pub mod ws;
+
+pub use action::{
+    Action, AgentDefinition, ContentPart, ModelProviderConfig, SessionListCursor, SystemPrompt,
+};
+pub use capability::{cid_of, Capability, Role};
+pub use ed25519_dalek::{SigningKey, VerifyingKey};
+pub use envelope::{generate_signing_key, ActionMap, Envelope, ENVELOPE_TYPE, SIGNATURE_LEN};
+pub use error::SeedError;
+pub use ipld_core::ipld::Ipld;
+pub use principal::{Principal, ED25519_PREFIX, PRINCIPAL_LEN};
+pub use response::{encode_response, try_encode_response, ErrorResponse};

@@ -1,0 +1,231 @@
+//! What each action answers: one struct per response, written as canonical
+//! DAG-CBOR with its name under `_` (`{_: "ListAgentsResponse", agents}`)
+//! and absent fields left out. Errors are [`ErrorResponse`], `{_: "Error",
+//! message, code}`.
+//!
+//! Reading a response back does not check `_`; a client tells an error from
+//! a success by the HTTP status, then decodes the type it expects.
+
+mod shapes;
+
+use serde::{Deserialize, Serialize};
+
+pub use self::shapes::{
+    AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, ProviderModelInfo, RedactedModelProvider,
+    RedactedSecret, SessionEvent, SessionInfo, SignerInfo,
+};
+use super::action::SessionListCursor;
+use super::{cbor, Role, SeedError};
+
+/// Encodes a response as canonical DAG-CBOR. A value DAG-CBOR cannot carry
+/// (a NaN float inside an opaque field) turns into an encoded
+/// [`ErrorResponse`] with code `encode_failed`, so an answer always goes out.
+pub fn encode_response<T: Serialize>(response: &T) -> Vec<u8> {
+    try_encode_response(response).unwrap_or_else(|_| ENCODE_FAILED_RESPONSE.to_vec())
+}
+
+/// Encodes a response as canonical DAG-CBOR, or says why it cannot.
+pub fn try_encode_response<T: Serialize>(response: &T) -> Result<Vec<u8>, SeedError> {
+    cbor::to_canonical(response)
+}
+
+/// The canonical bytes of `{_: "Error", code: "encode_failed", message:
+/// "response could not be encoded"}`, spelled out so the fallback itself
+/// cannot fail. A test checks them against the encoder.
+const ENCODE_FAILED_RESPONSE: &[u8] =
+    b"\xa3\x61_\x65Error\x64code\x6dencode_failed\x67message\x78\x1dresponse could not be encoded";
+
+/// Declares response structs: the name under `_` and camelCase fields.
+macro_rules! responses {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident => $tag:literal {
+            $($(#[$fmeta:meta])* $field:ident: $ty:ty,)*
+        }
+    )+) => {$(
+        $(#[doc = $doc])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "_", rename = $tag, rename_all = "camelCase")]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+    )+};
+}
+
+responses! {
+    /// Any failure.
+    ErrorResponse => "Error" {
+        message: String,
+        /// A stable snake_case code; read as empty from a server that sends
+        /// none.
+        #[serde(default)]
+        code: String,
+    }
+
+    /// `ListAgentInvites`.
+    ListAgentInvitesResponse => "ListAgentInvitesResponse" {
+        invites: Vec<AgentInviteInfo>,
+    }
+    /// `ListAgentCollaborators`: the owner first, then collaborators and
+    /// pending invitations.
+    ListAgentCollaboratorsResponse => "ListAgentCollaboratorsResponse" {
+        agent_id: String,
+        public_read: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        public_chat: Option<bool>,
+        collaborators: Vec<AgentCollaboratorInfo>,
+    }
+    /// `InviteAgentCollaborator`.
+    InviteAgentCollaboratorResponse => "InviteAgentCollaboratorResponse" {
+        collaborator: AgentCollaboratorInfo,
+    }
+    /// `RemoveAgentCollaborator`.
+    RemoveAgentCollaboratorResponse => "RemoveAgentCollaboratorResponse" {
+        agent_id: String,
+        account_id: String,
+    }
+    /// `SetAgentPublicRead`.
+    SetAgentPublicReadResponse => "SetAgentPublicReadResponse" {
+        agent: AgentInfo,
+    }
+    /// `AcceptAgentInvite`.
+    AcceptAgentInviteResponse => "AcceptAgentInviteResponse" {
+        agent: AgentInfo,
+    }
+    /// `DeclineAgentInvite`.
+    DeclineAgentInviteResponse => "DeclineAgentInviteResponse" {
+        agent_id: String,
+    }
+
+    /// `ListAgents`: owned agents and accepted collaborations.
+    ListAgentsResponse => "ListAgentsResponse" {
+        agents: Vec<AgentInfo>,
+    }
+    /// `CreateAgent`.
+    CreateAgentResponse => "CreateAgentResponse" {
+        agent_id: String,
+    }
+    /// `GetAgent` and `UpdateAgent`. Protocol 1 clients get `sessions`,
+    /// protocol 2 clients `sessionCount`.
+    GetAgentResponse => "GetAgentResponse" {
+        agent: AgentInfo,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sessions: Option<Vec<SessionInfo>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_count: Option<u64>,
+    }
+    /// `DeleteAgent`.
+    DeleteAgentResponse => "DeleteAgentResponse" {
+        agent_id: String,
+    }
+
+    /// `SetSecret`.
+    SetSecretResponse => "SetSecretResponse" {
+        secret: RedactedSecret,
+    }
+    /// `ListSecrets`.
+    ListSecretsResponse => "ListSecretsResponse" {
+        secrets: Vec<RedactedSecret>,
+    }
+    /// `DeleteSecret`.
+    DeleteSecretResponse => "DeleteSecretResponse" {
+        name: String,
+    }
+    /// `SetModelProvider`.
+    SetModelProviderResponse => "SetModelProviderResponse" {
+        provider: RedactedModelProvider,
+    }
+    /// `ListModelProviders`.
+    ListModelProvidersResponse => "ListModelProvidersResponse" {
+        providers: Vec<RedactedModelProvider>,
+    }
+    /// `DeleteModelProvider`.
+    DeleteModelProviderResponse => "DeleteModelProviderResponse" {
+        name: String,
+    }
+    /// `ListProviderModels`.
+    ListProviderModelsResponse => "ListProviderModelsResponse" {
+        models: Vec<ProviderModelInfo>,
+    }
+
+    /// `CreateSession`.
+    CreateSessionResponse => "CreateSessionResponse" {
+        session_id: String,
+    }
+    /// `ListSessions`, newest first; `nextCursor` is absent on the last page.
+    ListSessionsResponse => "ListSessionsResponse" {
+        sessions: Vec<SessionInfo>,
+        agents: Vec<AgentInfo>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next_cursor: Option<SessionListCursor>,
+    }
+    /// `GetSession`: events after `afterSeq`.
+    GetSessionResponse => "GetSessionResponse" {
+        session: SessionInfo,
+        events: Vec<SessionEvent>,
+        system_prompt_markdown: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        has_more_before: Option<bool>,
+    }
+    /// `UpdateSession`.
+    UpdateSessionResponse => "UpdateSessionResponse" {
+        session: SessionInfo,
+    }
+    /// `DeleteSession`.
+    DeleteSessionResponse => "DeleteSessionResponse" {
+        session_id: String,
+        agent_id: String,
+    }
+    /// `MessageSession`. `assistantEventId` is empty when the turn was
+    /// queued; the rest streams over the WebSocket.
+    MessageSessionResponse => "MessageSessionResponse" {
+        session_id: String,
+        assistant_event_id: String,
+    }
+    /// `StopSession`.
+    StopSessionResponse => "StopSessionResponse" {
+        session_id: String,
+        stopped: bool,
+    }
+    /// `RetrySession`.
+    RetrySessionResponse => "RetrySessionResponse" {
+        session_id: String,
+        assistant_event_id: String,
+    }
+
+    /// `AuthorizeSigner`.
+    AuthorizeSignerResponse => "AuthorizeSignerResponse" {
+        account_id: String,
+        signer_id: String,
+        role: Role,
+    }
+    /// `RevokeSigner`; `revoked` is false when the key was not authorized.
+    RevokeSignerResponse => "RevokeSignerResponse" {
+        account_id: String,
+        signer_id: String,
+        revoked: bool,
+    }
+    /// `ListSigners`.
+    ListSignersResponse => "ListSignersResponse" {
+        account_id: String,
+        signers: Vec<SignerInfo>,
+    }
+}
+
+impl ErrorResponse {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        ErrorResponse {
+            message: message.into(),
+            code: code.to_string(),
+        }
+    }
+}
+
+impl From<&SeedError> for ErrorResponse {
+    fn from(error: &SeedError) -> Self {
+        ErrorResponse::new(error.code(), error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests;
