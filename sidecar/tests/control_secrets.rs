@@ -70,7 +70,7 @@ async fn secrets_round_trip_redacted_and_never_in_the_file() {
         );
         assert_eq!(
             c.list_secrets(&account).await.expect("list"),
-            [stored.clone()]
+            std::slice::from_ref(&stored)
         );
         assert!(!format!("{:?}", c.list_secrets(&account).await).contains("MARKER"));
 

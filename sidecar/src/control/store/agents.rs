@@ -238,14 +238,16 @@ impl ControlStore {
     }
 
     /// Deletes the agent, its collaborators and its session links in one
-    /// transaction; answers the linked session ids, or `None` when there
-    /// was no such agent.
+    /// transaction; answers the ids of its sessions that still exist, or
+    /// `None` when there was no such agent.
     pub async fn delete_agent(&self, agent_id: &str) -> Result<Option<Vec<String>>, DbError> {
         let id = SqlValue::from(agent_id);
         let statements = vec![
+            // Only sessions that still exist: the caller deletes these.
             Statement::new(
-                "SELECT session_id FROM agentos_core_agent_sessions WHERE agent_id = ?1 \
-                 ORDER BY session_id",
+                "SELECT l.session_id FROM agentos_core_agent_sessions l \
+                 JOIN agentos_core_sessions s ON s.session_id = l.session_id \
+                 WHERE l.agent_id = ?1 ORDER BY l.session_id",
                 vec![id.clone()],
             ),
             Statement::new(
