@@ -6,7 +6,7 @@ use agentos_schema::DbError;
 
 use super::error::ControlError;
 use super::idempotency::check_key;
-use super::store::{insert_agent_statements, inserted_agent, now_ms, LinkRefusal, Write};
+use super::store::{insert_agent_statements, inserted_agent, now_ms, Guarded, LinkRefusal};
 use super::types::*;
 use super::{limit, validate, Control};
 
@@ -62,11 +62,11 @@ impl Control {
             .insert_agent(&Self::new_record(owner, new), max)
             .await?
         {
-            Write::Done { value, count } => {
+            Guarded::Done { value, count } => {
                 self.observe(setting::MAX_AGENTS, owner, count, max);
                 Ok(value)
             }
-            Write::Refused => Err(self.agents_full()),
+            Guarded::Refused => Err(self.agents_full()),
         }
     }
 
@@ -216,11 +216,11 @@ impl Control {
             .invite(agent_id, account, role, per_agent, per_account)
             .await?;
         match write {
-            Write::Done { value, count } => {
+            Guarded::Done { value, count } => {
                 self.observe(setting::MAX_COLLABORATORS, agent_id, count, per_agent);
                 Ok(value)
             }
-            Write::Refused => {
+            Guarded::Refused => {
                 let agent = self
                     .store()
                     .get_agent(agent_id)

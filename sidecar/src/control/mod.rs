@@ -35,10 +35,11 @@ use agentos_schema::SharedDatabase;
 
 pub use error::ControlError;
 pub use secrets::{SecretBox, SecretKey, SecretPlaintext};
-pub use store::{ControlStore, Write};
+pub use store::ControlStore;
 pub use types::*;
 
 use idempotency::InFlight;
+use store::Guarded;
 
 /// The control-plane service. Cheap to clone; clones share the key, the
 /// in-flight idempotency keys and the limit warnings.
@@ -138,13 +139,13 @@ impl Control {
         }
         let max = self.inner.limits.max_accounts;
         match self.store().insert_account(account, max).await? {
-            Write::Done { count, .. } => {
+            Guarded::Done { count, .. } => {
                 self.observe(setting::MAX_ACCOUNTS, "vm", count, max);
                 Ok(())
             }
             // Made meanwhile by a concurrent request, or the VM is full.
-            Write::Refused if self.store().account_exists(account).await? => Ok(()),
-            Write::Refused => Err(limit(setting::MAX_ACCOUNTS, max)),
+            Guarded::Refused if self.store().account_exists(account).await? => Ok(()),
+            Guarded::Refused => Err(limit(setting::MAX_ACCOUNTS, max)),
         }
     }
 
@@ -195,14 +196,14 @@ impl Control {
         }
     }
 
-    fn signer_written(&self, account: &str, write: Write<SignerRecord>) -> Option<SignerRecord> {
+    fn signer_written(&self, account: &str, write: Guarded<SignerRecord>) -> Option<SignerRecord> {
         match write {
-            Write::Done { value, count } => {
+            Guarded::Done { value, count } => {
                 let max = self.inner.limits.max_signers_per_account;
                 self.observe(setting::MAX_SIGNERS, account, count, max);
                 Some(value)
             }
-            Write::Refused => None,
+            Guarded::Refused => None,
         }
     }
 

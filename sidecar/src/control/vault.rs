@@ -4,7 +4,7 @@
 
 use super::error::ControlError;
 use super::secrets::{SecretPlaintext, MAX_SECRET_BYTES};
-use super::store::Write;
+use super::store::Guarded;
 use super::types::*;
 use super::{limit, validate, Control};
 
@@ -49,11 +49,11 @@ impl Control {
             .upsert_provider(account, &id, &provider, max)
             .await?
         {
-            Write::Done { value, count } => {
+            Guarded::Done { value, count } => {
                 self.observe(setting::MAX_PROVIDERS, account, count, max);
                 Ok(value)
             }
-            Write::Refused => Err(limit(setting::MAX_PROVIDERS, max)),
+            Guarded::Refused => Err(limit(setting::MAX_PROVIDERS, max)),
         }
     }
 
@@ -120,11 +120,11 @@ impl Control {
             .await?;
         drop(sealer);
         match write {
-            Write::Done { value, count } => {
+            Guarded::Done { value, count } => {
                 self.observe(setting::MAX_SECRETS, account, count, max);
                 Ok(value)
             }
-            Write::Refused => Err(limit(setting::MAX_SECRETS, max)),
+            Guarded::Refused => Err(limit(setting::MAX_SECRETS, max)),
         }
     }
 

@@ -4,7 +4,7 @@
 use agentos_schema::{DbError, Statement};
 
 use super::decode::count;
-use super::{bound, guarded, now_ms, nth, ControlStore, Write, ACCOUNTS};
+use super::{bound, guarded, now_ms, nth, ControlStore, Guarded, ACCOUNTS};
 
 impl ControlStore {
     pub async fn account_exists(&self, account: &str) -> Result<bool, DbError> {
@@ -20,7 +20,7 @@ impl ControlStore {
 
     /// Adds the account unless the VM holds `max` already. `Refused` also
     /// when it exists (added meanwhile); the caller tells which.
-    pub async fn insert_account(&self, account: &str, max: u64) -> Result<Write<()>, DbError> {
+    pub async fn insert_account(&self, account: &str, max: u64) -> Result<Guarded<()>, DbError> {
         let statements = vec![
             Statement::new(
                 "INSERT INTO agentos_core_accounts (account_id, created_at_ms, updated_at_ms) \
@@ -32,9 +32,9 @@ impl ControlStore {
             Statement::new("SELECT COUNT(*) FROM agentos_core_accounts", vec![]),
         ];
         let Some(mut results) = guarded(&self.db, statements, 0).await? else {
-            return Ok(Write::Refused);
+            return Ok(Guarded::Refused);
         };
         let count = count(nth(&mut results, 1, ACCOUNTS)?, ACCOUNTS)?;
-        Ok(Write::Done { value: (), count })
+        Ok(Guarded::Done { value: (), count })
     }
 }

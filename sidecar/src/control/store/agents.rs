@@ -5,7 +5,7 @@
 use agentos_schema::{DbError, SqlValue, Statement};
 
 use super::decode::{count, texts, Row};
-use super::{bound, guarded, now_ms, nth, ControlStore, Write, AGENTS, SESSION_LINKS};
+use super::{bound, guarded, now_ms, nth, ControlStore, Guarded, AGENTS, SESSION_LINKS};
 use crate::control::types::{
     AccessRole, AgentAccess, AgentRecord, AgentStatus, CollaboratorRole, CollaboratorStatus,
 };
@@ -166,13 +166,13 @@ impl ControlStore {
         &self,
         record: &AgentRecord,
         max: u64,
-    ) -> Result<Write<AgentRecord>, DbError> {
+    ) -> Result<Guarded<AgentRecord>, DbError> {
         let statements = insert_agent_statements(record, max);
         let Some(mut results) = guarded(&self.db, statements, 0).await? else {
-            return Ok(Write::Refused);
+            return Ok(Guarded::Refused);
         };
         let (value, count) = inserted_agent(&mut results)?;
-        Ok(Write::Done { value, count })
+        Ok(Guarded::Done { value, count })
     }
 
     /// Applies `set` (SQL assignments over `?2…`) to the agent and reads

@@ -4,7 +4,7 @@
 use agentos_schema::{DbError, Statement};
 
 use super::decode::{count, Row};
-use super::{bound, guarded, now_ms, nth, ControlStore, Write, COLLABORATORS};
+use super::{bound, guarded, now_ms, nth, ControlStore, Guarded, COLLABORATORS};
 use crate::control::types::{CollaboratorRecord, CollaboratorRole, CollaboratorStatus, Invite};
 
 const COLLABORATOR_COLUMNS: &str =
@@ -45,7 +45,7 @@ impl ControlStore {
         role: CollaboratorRole,
         max_per_agent: u64,
         max_per_account: u64,
-    ) -> Result<Write<CollaboratorRecord>, DbError> {
+    ) -> Result<Guarded<CollaboratorRecord>, DbError> {
         let statements = vec![
             Statement::new(
                 "INSERT INTO agentos_core_agent_collaborators \
@@ -78,7 +78,7 @@ impl ControlStore {
             ),
         ];
         let Some(mut results) = guarded(&self.db, statements, 0).await? else {
-            return Ok(Write::Refused);
+            return Ok(Guarded::Refused);
         };
         let value = decode_collaborator(Row::first(
             nth(&mut results, 1, COLLABORATORS)?,
@@ -86,7 +86,7 @@ impl ControlStore {
             COLLABORATOR_WIDTH,
         )?)?;
         let count = count(nth(&mut results, 2, COLLABORATORS)?, COLLABORATORS)?;
-        Ok(Write::Done { value, count })
+        Ok(Guarded::Done { value, count })
     }
 
     /// Rows of the agent and of the invitee: what a refused invite is

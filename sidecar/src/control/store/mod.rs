@@ -6,7 +6,7 @@
 //! A bounded insert is one `INSERT … SELECT … WHERE (count) < limit`
 //! statement expected to change one row, so the check and the write are
 //! the same statement of the same transaction. When it changes nothing the
-//! store answers [`Write::Refused`] and the service finds out why (full, or
+//! store answers [`Guarded::Refused`] and the service finds out why (full, or
 //! a missing parent) with reads; either way nothing was written.
 
 mod accounts;
@@ -41,7 +41,7 @@ pub(crate) const IDEMPOTENCY: &str = "agentos_core_action_idempotency";
 
 /// The outcome of a guarded write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Write<T> {
+pub enum Guarded<T> {
     /// Written; `T` is what was read back, with `count`, the size of the
     /// bounded collection afterwards (for the 80 % warning).
     Done { value: T, count: u64 },
@@ -78,7 +78,7 @@ fn bound(limit: u64) -> agentos_schema::SqlValue {
 }
 
 /// Runs a transaction whose statement `guard` is expected to change one
-/// row: its mismatch is [`Write::Refused`] (as `None`), anything else an
+/// row: its mismatch is [`Guarded::Refused`] (as `None`), anything else an
 /// error.
 async fn guarded(
     db: &SharedDatabase,

@@ -6,7 +6,7 @@
 use agentos_schema::{DbError, SqlValue, Statement};
 
 use super::decode::{count, texts, Row};
-use super::{bound, guarded, now_ms, nth, ControlStore, Write, PROVIDERS, SECRET_REFS};
+use super::{bound, guarded, now_ms, nth, ControlStore, Guarded, PROVIDERS, SECRET_REFS};
 use crate::control::types::{AuthMode, NewProvider, ProviderRecord, RedactedProvider};
 
 /// `has_secrets` is computed from the reference rows.
@@ -66,7 +66,7 @@ impl ControlStore {
         new_id: &str,
         provider: &NewProvider,
         max: u64,
-    ) -> Result<Write<RedactedProvider>, DbError> {
+    ) -> Result<Guarded<RedactedProvider>, DbError> {
         let mut statements = vec![
             Statement::new(
                 "INSERT INTO agentos_core_model_providers (provider_id, account_id, name, type, \
@@ -118,7 +118,7 @@ impl ControlStore {
             vec![account.into()],
         ));
         let Some(mut results) = guarded(&self.db, statements, 0).await? else {
-            return Ok(Write::Refused);
+            return Ok(Guarded::Refused);
         };
         let mut row = Row::first(
             nth(&mut results, read_back, PROVIDERS)?,
@@ -127,7 +127,7 @@ impl ControlStore {
         )?;
         let value = decode_redacted(&mut row)?;
         let count = count(nth(&mut results, read_back + 1, PROVIDERS)?, PROVIDERS)?;
-        Ok(Write::Done { value, count })
+        Ok(Guarded::Done { value, count })
     }
 
     pub async fn list_providers(&self, account: &str) -> Result<Vec<RedactedProvider>, DbError> {

@@ -5,7 +5,7 @@
 use agentos_schema::{DbError, SqlValue, Statement};
 
 use super::decode::{count, Row};
-use super::{bound, guarded, now_ms, nth, ControlStore, Write, SECRETS};
+use super::{bound, guarded, now_ms, nth, ControlStore, Guarded, SECRETS};
 use crate::control::types::RedactedSecret;
 
 const REDACTED_COLUMNS: &str = "secret_id, name, metadata, created_at_ms, updated_at_ms";
@@ -83,7 +83,7 @@ impl ControlStore {
         ciphertext: Vec<u8>,
         metadata: Option<Vec<u8>>,
         max: u64,
-    ) -> Result<Write<RedactedSecret>, DbError> {
+    ) -> Result<Guarded<RedactedSecret>, DbError> {
         let statements = vec![
             Statement::new(
                 "INSERT INTO agentos_core_secrets (secret_id, account_id, name, key_id, \
@@ -120,7 +120,7 @@ impl ControlStore {
             ),
         ];
         let Some(mut results) = guarded(&self.db, statements, 0).await? else {
-            return Ok(Write::Refused);
+            return Ok(Guarded::Refused);
         };
         let value = decode_redacted(Row::first(
             nth(&mut results, 1, SECRETS)?,
@@ -128,7 +128,7 @@ impl ControlStore {
             REDACTED_WIDTH,
         )?)?;
         let count = count(nth(&mut results, 2, SECRETS)?, SECRETS)?;
-        Ok(Write::Done { value, count })
+        Ok(Guarded::Done { value, count })
     }
 
     pub async fn get_secret(

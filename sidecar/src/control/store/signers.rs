@@ -6,7 +6,7 @@
 use agentos_schema::{DbError, SqlValue, Statement};
 
 use super::decode::{count, Row};
-use super::{bound, guarded, now_ms, nth, ControlStore, Write, SIGNERS};
+use super::{bound, guarded, now_ms, nth, ControlStore, Guarded, SIGNERS};
 use crate::control::types::{Delegation, SignerRecord, SignerRole};
 
 const SIGNER_COLUMNS: &str = "account_id, signer, role, capability_cid, capability_blob, \
@@ -97,7 +97,7 @@ impl ControlStore {
         signer: &str,
         role: SignerRole,
         max: u64,
-    ) -> Result<Write<SignerRecord>, DbError> {
+    ) -> Result<Guarded<SignerRecord>, DbError> {
         let insert = Statement::new(
             format!(
                 "INSERT INTO agentos_core_signers \
@@ -128,7 +128,7 @@ impl ControlStore {
         signer: &str,
         delegation: &Delegation,
         max: u64,
-    ) -> Result<Write<SignerRecord>, DbError> {
+    ) -> Result<Guarded<SignerRecord>, DbError> {
         let insert = Statement::new(
             format!(
                 "INSERT INTO agentos_core_signers (account_id, signer, role, capability_cid, \
@@ -161,7 +161,7 @@ impl ControlStore {
         account: &str,
         signer: &str,
         max: u64,
-    ) -> Result<Write<SignerRecord>, DbError> {
+    ) -> Result<Guarded<SignerRecord>, DbError> {
         let insert = Statement::new(
             format!(
                 "INSERT INTO agentos_core_signers \
@@ -182,7 +182,7 @@ impl ControlStore {
         account: &str,
         signer: &str,
         insert: Statement,
-    ) -> Result<Write<SignerRecord>, DbError> {
+    ) -> Result<Guarded<SignerRecord>, DbError> {
         let statements = vec![
             insert.expect_changes(1),
             Statement::new(
@@ -198,7 +198,7 @@ impl ControlStore {
             ),
         ];
         let Some(mut results) = guarded(&self.db, statements, 0).await? else {
-            return Ok(Write::Refused);
+            return Ok(Guarded::Refused);
         };
         let value = decode_signer(Row::first(
             nth(&mut results, 1, SIGNERS)?,
@@ -206,7 +206,7 @@ impl ControlStore {
             SIGNER_WIDTH,
         )?)?;
         let count = count(nth(&mut results, 2, SIGNERS)?, SIGNERS)?;
-        Ok(Write::Done { value, count })
+        Ok(Guarded::Done { value, count })
     }
 
     pub async fn signer_count(&self, account: &str) -> Result<u64, DbError> {
