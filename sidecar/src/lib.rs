@@ -2,6 +2,7 @@
 //! services and the front doors. `main.rs` only parses the command line.
 
 pub mod config;
+pub mod control;
 pub mod ctl;
 pub mod db;
 pub mod host;

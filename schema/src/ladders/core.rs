@@ -2,7 +2,10 @@
 //! denormalized history counters, the event log, prompts with idempotency,
 //! permission records and the bounded outcome tombstones, bounded tombstones of
 //! deleted sessions, plus one VM-wide
-//! counter row so that limits are checked without `COUNT(` scans.
+//! counter row so that limits are checked without `COUNT(` scans; and the
+//! signed control plane's state (migration 4): accounts and their signers,
+//! agents with their collaborators and session links, model providers,
+//! encrypted secrets and the idempotency records of signed actions.
 
 use crate::migrate::Migration;
 
@@ -243,6 +246,132 @@ pub const MIGRATIONS: &[Migration] = &[
             ) STRICT",
             "CREATE INDEX agentos_core_session_tombstones_by_age
                 ON agentos_core_session_tombstones (deleted_at_ms, session_id)",
+        ],
+    },
+    // 4: the signed control plane. Per-account collections are small and
+    // indexed by account, so their limits are checked with a `COUNT(` over
+    // that index inside the writing statement. No foreign keys: rows are
+    // removed explicitly in the deleting transaction, and a later
+    // migration that rebuilds a parent table cannot cascade into them.
+    Migration {
+        version: 4,
+        statements: &[
+            "CREATE TABLE agentos_core_accounts (
+                account_id TEXT PRIMARY KEY CHECK (length(account_id) BETWEEN 1 AND 256),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms)
+            ) STRICT",
+            // A row with `revoked_at_ms` set refuses its signer until the
+            // account authorizes it again; a signer revoked before it was
+            // ever stored keeps a row without a role.
+            "CREATE TABLE agentos_core_signers (
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                signer TEXT NOT NULL CHECK (length(signer) BETWEEN 1 AND 256),
+                role TEXT
+                    CHECK (role IS NULL OR role = 'owner' OR role = 'agent' OR role = 'writer'),
+                capability_cid TEXT
+                    CHECK (capability_cid IS NULL OR length(capability_cid) BETWEEN 1 AND 256),
+                capability_blob BLOB
+                    CHECK (capability_blob IS NULL OR length(capability_blob) <= 65536),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms),
+                revoked_at_ms INTEGER,
+                PRIMARY KEY (account_id, signer),
+                CHECK (role IS NOT NULL OR revoked_at_ms IS NOT NULL),
+                CHECK ((capability_cid IS NULL) = (capability_blob IS NULL))
+            ) STRICT",
+            "CREATE INDEX agentos_core_signers_by_capability
+                ON agentos_core_signers (capability_cid) WHERE capability_cid IS NOT NULL",
+            "CREATE TABLE agentos_core_agents (
+                agent_id TEXT PRIMARY KEY CHECK (length(agent_id) BETWEEN 1 AND 64),
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                definition BLOB NOT NULL,
+                name TEXT NOT NULL CHECK (length(CAST(name AS BLOB)) <= 1024),
+                adapter TEXT NOT NULL CHECK (length(CAST(adapter AS BLOB)) BETWEEN 1 AND 256),
+                status TEXT NOT NULL DEFAULT 'idle'
+                    CHECK (status = 'idle' OR status = 'running' OR status = 'stopped'
+                           OR status = 'error'),
+                public_read INTEGER NOT NULL DEFAULT 0 CHECK (public_read = 0 OR public_read = 1),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms)
+            ) STRICT",
+            "CREATE INDEX agentos_core_agents_by_account
+                ON agentos_core_agents (account_id, created_at_ms, agent_id)",
+            "CREATE TABLE agentos_core_agent_collaborators (
+                agent_id TEXT NOT NULL,
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                role TEXT NOT NULL CHECK (role = 'reader' OR role = 'writer'),
+                status TEXT NOT NULL CHECK (status = 'pending' OR status = 'accepted'),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms),
+                accepted_at_ms INTEGER,
+                PRIMARY KEY (agent_id, account_id),
+                CHECK ((status = 'accepted') = (accepted_at_ms IS NOT NULL))
+            ) STRICT",
+            "CREATE INDEX agentos_core_agent_collaborators_by_account
+                ON agentos_core_agent_collaborators (account_id, status, agent_id)",
+            // The session rows themselves belong to the sessions service;
+            // this is only which Seed agent (and owner) a session serves.
+            "CREATE TABLE agentos_core_agent_sessions (
+                session_id TEXT PRIMARY KEY CHECK (length(session_id) BETWEEN 1 AND 256),
+                agent_id TEXT NOT NULL,
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                created_at_ms INTEGER NOT NULL
+            ) STRICT",
+            "CREATE INDEX agentos_core_agent_sessions_by_agent
+                ON agentos_core_agent_sessions (agent_id, session_id)",
+            "CREATE INDEX agentos_core_agent_sessions_by_account
+                ON agentos_core_agent_sessions (account_id, session_id)",
+            "CREATE TABLE agentos_core_model_providers (
+                provider_id TEXT PRIMARY KEY CHECK (length(provider_id) BETWEEN 1 AND 64),
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                name TEXT NOT NULL CHECK (length(CAST(name AS BLOB)) BETWEEN 1 AND 256),
+                type TEXT NOT NULL CHECK (length(CAST(type AS BLOB)) BETWEEN 1 AND 64),
+                config BLOB NOT NULL,
+                auth_mode TEXT
+                    CHECK (auth_mode IS NULL OR auth_mode = 'api-key'
+                           OR auth_mode = 'subscription'),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms),
+                UNIQUE (account_id, name)
+            ) STRICT",
+            // The secret names a provider's (opaque) config refers to, so a
+            // deleted provider takes exactly the secrets no other one uses.
+            "CREATE TABLE agentos_core_provider_secret_refs (
+                provider_id TEXT NOT NULL,
+                account_id TEXT NOT NULL,
+                secret_name TEXT NOT NULL
+                    CHECK (length(CAST(secret_name AS BLOB)) BETWEEN 1 AND 256),
+                PRIMARY KEY (provider_id, secret_name)
+            ) STRICT",
+            "CREATE INDEX agentos_core_provider_secret_refs_by_secret
+                ON agentos_core_provider_secret_refs (account_id, secret_name)",
+            // `ciphertext` is nonce (12 bytes) ‖ AES-256-GCM ciphertext and
+            // tag (16 bytes); `key_id` names the key that sealed it.
+            "CREATE TABLE agentos_core_secrets (
+                secret_id TEXT PRIMARY KEY CHECK (length(secret_id) BETWEEN 1 AND 64),
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                name TEXT NOT NULL CHECK (length(CAST(name AS BLOB)) BETWEEN 1 AND 256),
+                key_id TEXT NOT NULL CHECK (length(key_id) BETWEEN 1 AND 64),
+                ciphertext BLOB NOT NULL CHECK (length(ciphertext) >= 28),
+                metadata BLOB,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms),
+                UNIQUE (account_id, name)
+            ) STRICT",
+            // `record_id` orders the records by age (it only grows, and
+            // survives VACUUM as an INTEGER PRIMARY KEY), so pruning the
+            // oldest beyond the bound is one range delete.
+            "CREATE TABLE agentos_core_action_idempotency (
+                record_id INTEGER PRIMARY KEY,
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                action TEXT NOT NULL CHECK (length(action) BETWEEN 1 AND 64),
+                client_id TEXT NOT NULL CHECK (length(CAST(client_id AS BLOB)) BETWEEN 1 AND 256),
+                request_hash BLOB NOT NULL CHECK (length(request_hash) BETWEEN 1 AND 64),
+                response BLOB NOT NULL,
+                created_at_ms INTEGER NOT NULL,
+                UNIQUE (account_id, action, client_id)
+            ) STRICT",
         ],
     },
 ];
