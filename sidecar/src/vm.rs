@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedDatabase};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DatabaseDescriptor};
+use crate::control::{Control, ControlLimits, SecretBox, SecretKey};
+use crate::http::api::SignedApi;
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::vfs::acp::AcpFs;
@@ -27,6 +29,8 @@ pub enum VmError {
     Fs(#[from] FsError),
     #[error("{0}")]
     Io(String),
+    #[error("secrets: {0}")]
+    Secrets(#[from] crate::control::ControlError),
 }
 
 impl VmError {
@@ -38,6 +42,7 @@ impl VmError {
             VmError::Sessions(e) => e.code().as_str(),
             VmError::Fs(e) => e.code().as_str(),
             VmError::Io(_) => "io_error",
+            VmError::Secrets(e) => e.code(),
         }
     }
 }
@@ -53,9 +58,36 @@ pub struct Vm {
     pub recovered: Reconciliation,
     /// How adapters start: their directories and confinement.
     pub launcher: Arc<Launcher>,
+    /// The signed control plane's state: accounts, agents, secrets.
+    pub control: Control,
     /// The signed API's routes, served by the HTTP listener and by the host
     /// socket's `http/request`.
     pub http: axum::Router,
+}
+
+/// The environment variable that may hold the secrets key (hex or base64).
+pub const SECRETS_KEY_ENV: &str = "AGENTOS_SECRETS_KEY";
+
+/// The key that seals provider secrets: `secrets.keyFile`, else
+/// `AGENTOS_SECRETS_KEY`, else `secrets.key` beside a `sqlite_file`
+/// database. An `actor_uds` VM must name one: its database lives with the
+/// host, and the key must not sit beside it.
+pub fn secrets_key(config: &Config) -> Result<SecretKey, VmError> {
+    if let Some(path) = &config.secrets.key_file {
+        return Ok(SecretKey::load_or_create(path)?);
+    }
+    if let Ok(value) = std::env::var(SECRETS_KEY_ENV) {
+        return Ok(SecretKey::from_env_value(&value)?);
+    }
+    match &config.database {
+        DatabaseDescriptor::SqliteFile { .. } => Ok(SecretKey::load_or_create(
+            &config.data_dir().join("secrets.key"),
+        )?),
+        DatabaseDescriptor::ActorUds { .. } => Err(VmError::Config(ConfigError::new(
+            "secrets.keyFile",
+            format!("an actor_uds VM must name its secrets key file (or set {SECRETS_KEY_ENV})"),
+        ))),
+    }
 }
 
 impl Vm {
@@ -84,12 +116,20 @@ impl Vm {
         if recovered != Reconciliation::default() {
             tracing::warn!(?recovered, "recovered interrupted turns at start");
         }
+        let control = Control::new(
+            db.clone(),
+            ControlLimits::default(),
+            SecretBox::new(secrets_key(&config)?),
+        );
+        let api = SignedApi::new(control.clone(), sessions.clone(), config.http.clone());
         let http = crate::http::router(Arc::new(crate::http::HttpState {
             config: config.http.clone(),
             started,
             database_kind: db.kind().as_str(),
+            api,
         }));
         Ok(Arc::new(Vm {
+            control,
             http,
             database_kind: db.kind(),
             db,

@@ -4,3 +4,4 @@
 
 pub mod crash;
 pub mod http;
+pub mod seed;

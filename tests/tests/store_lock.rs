@@ -19,7 +19,11 @@ async fn second_sidecar_is_refused(backend: Backend) {
         Backend::SqliteFile => json!({"type": "sqlite_file", "path": root.join("vm.sqlite")}),
         Backend::ActorUds => json!({"type": "actor_uds", "path": root.join("ars.sock")}),
     };
-    let config = json!({"database": database, "socket": root.join("second.sock")});
+    let config = json!({
+        "database": database,
+        "socket": root.join("second.sock"),
+        "secrets": {"keyFile": root.join("secrets.key")},
+    });
     let mut child = Command::new(binary("agentos-sidecar"))
         .args(["serve", "--config", "-"])
         .stdin(Stdio::piped())

@@ -13,6 +13,7 @@ pub mod capability;
 pub mod cbor;
 mod envelope;
 mod error;
+pub mod event;
 mod principal;
 pub mod response;
 pub mod vocab;

@@ -5,7 +5,9 @@
 //! authorizes, calls the services and renders; it holds no SQL and no
 //! domain rules.
 
+pub mod api;
 mod health;
+mod message;
 pub mod proxy;
 mod server;
 
@@ -14,7 +16,7 @@ use std::time::Instant;
 
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use tower_http::cors::{Any, CorsLayer};
 
@@ -30,6 +32,7 @@ pub struct HttpState {
     pub config: HttpConfig,
     pub started: Instant,
     pub database_kind: &'static str,
+    pub api: api::SignedApi,
 }
 
 /// The API's routes; everything else is 404. CORS is open (`*`), with
@@ -42,6 +45,8 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .allow_headers(Any)
         .expose_headers(Any);
     Router::new()
+        .route("/api/message", post(message::post))
+        .route("/agents/api/message", post(message::post))
         .route("/api/health", get(health::get))
         .route("/agents/api/health", get(health::get))
         .fallback(not_found)

@@ -232,6 +232,37 @@ impl Sessions {
         self.info(&row).await
     }
 
+    /// Renames a session (at most 1,024 bytes).
+    pub async fn set_title(
+        &self,
+        session_id: &str,
+        title: &str,
+    ) -> Result<SessionInfo, SessionError> {
+        if title.len() > 1024 {
+            return Err(SessionError::InvalidArgument(
+                "a title is at most 1024 bytes".into(),
+            ));
+        }
+        let now = crate::sessions::store::clock_ms();
+        if !self.shared.store.set_title(session_id, title, now).await? {
+            return Err(SessionError::NotFound(session_id.to_owned()));
+        }
+        self.get(session_id).await
+    }
+
+    /// The sequence of the last event a finished prompt's turn wrote.
+    pub async fn prompt_last_output(
+        &self,
+        session_id: &str,
+        prompt_id: &str,
+    ) -> Result<Option<u64>, SessionError> {
+        Ok(self
+            .shared
+            .store
+            .prompt_last_output(session_id, prompt_id)
+            .await?)
+    }
+
     pub async fn get(&self, session_id: &str) -> Result<SessionInfo, SessionError> {
         let row = self.row(session_id).await?;
         self.info(&row).await

@@ -87,6 +87,7 @@ impl<'a> Trial<'a> {
             eprintln!("cannot create the prompt log {}: {e}", log.display());
         }
         json!({
+            "secrets": {"keyFile": dir.join("secrets.key")},
             "database": database,
             "socket": dir.join("h.sock"),
             "agents": {"echo": {

@@ -211,6 +211,7 @@ impl Sidecar {
             "socket": socket,
             "agents": agents,
             "limits": limits,
+            "secrets": {"keyFile": root.join("secrets.key")},
         });
         merge(&mut config, &options.config);
         let mut child = Command::new(&sidecar)

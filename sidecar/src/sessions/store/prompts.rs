@@ -77,6 +77,27 @@ impl SessionStore {
         }))
     }
 
+    /// The last sequence a prompt's turn wrote, if it wrote any.
+    pub async fn prompt_last_output(
+        &self,
+        session_id: &str,
+        prompt_id: &str,
+    ) -> Result<Option<u64>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT last_output_sequence FROM agentos_core_prompts \
+                 WHERE session_id = ?1 AND prompt_id = ?2",
+                vec![session_id.into(), prompt_id.into()],
+            )
+            .await?;
+        let Some(values) = rows.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut r = Row::new(PROMPTS, values, 1)?;
+        Ok(r.opt_int(0)?.and_then(|s| u64::try_from(s).ok()))
+    }
+
     /// Statements accepting a prompt: session → running (only from idle or
     /// failed), prompt row `accepted` (the partial unique index allows one),
     /// and the counters.

@@ -99,6 +99,24 @@ pub struct NewSession {
 }
 
 impl SessionStore {
+    /// Sets a session's title; false when there is no such session.
+    pub async fn set_title(
+        &self,
+        session_id: &str,
+        title: &str,
+        now: i64,
+    ) -> Result<bool, DbError> {
+        let results = self
+            .db
+            .transaction(vec![Statement::new(
+                "UPDATE agentos_core_sessions SET title = ?2, \
+                   updated_at_ms = max(updated_at_ms, ?3) WHERE session_id = ?1",
+                vec![session_id.into(), title.into(), now.into()],
+            )])
+            .await?;
+        Ok(results.first().is_some_and(|r| r.changes == 1))
+    }
+
     pub async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, DbError> {
         let rows = self
             .db

@@ -1,0 +1,253 @@
+//! Stored session events as Seed session events: the same rows the host
+//! door renders, in the reference's `SessionEvent` shape. Pure.
+//!
+//! A user's words become `{type:"message", role:"user", content}`, the
+//! agent's `{type:"message", role:"assistant", content}`, a tool call
+//! `{type:"tool_call", id, name, input}` and its end `{type:"tool_result",
+//! toolCallId, name, output | error}`; every other ACP update keeps its
+//! native fields under its own `type` (the reference allows any record).
+//! Every event names its actor (`actor`, and for a user the exact
+//! `account` and `signer` when known).
+
+use std::collections::BTreeMap;
+
+use ipld_core::ipld::Ipld;
+use serde_json::Value;
+
+use super::response::SessionEvent;
+use crate::host::{Actor, EventKind, StoredEvent};
+
+/// The stable public id of an event: its session and sequence.
+pub fn event_id(session_id: &str, sequence: u64) -> String {
+    format!("{session_id}:{sequence}")
+}
+
+/// Renders one stored event.
+pub fn session_event(event: &StoredEvent) -> SessionEvent {
+    let native: Value = serde_json::from_str(&event.payload_json).unwrap_or(Value::Null);
+    let mut payload = match event.kind {
+        EventKind::SessionUpdate => update(&native),
+        EventKind::PermissionRequest => {
+            let mut map = object(&native);
+            map.insert("type".into(), Ipld::String("permission_request".into()));
+            if let Some(id) = &event.correlation_id {
+                map.insert("requestId".into(), Ipld::String(id.clone()));
+            }
+            map
+        }
+        EventKind::PermissionResponse => {
+            let mut map = object(&native);
+            map.insert("type".into(), Ipld::String("permission_response".into()));
+            if let Some(id) = &event.correlation_id {
+                map.insert("requestId".into(), Ipld::String(id.clone()));
+            }
+            if let Some(status) = &event.outcome_status {
+                map.insert("outcomeStatus".into(), Ipld::String(status.clone()));
+            }
+            if let Some(reason) = &event.terminal_reason {
+                map.insert("terminalReason".into(), Ipld::String(reason.clone()));
+            }
+            map
+        }
+    };
+    stamp_actor(&mut payload, &event.actor);
+    SessionEvent {
+        id: event_id(&event.session_id, event.sequence),
+        session_id: event.session_id.clone(),
+        seq: event.sequence,
+        event: Ipld::Map(payload),
+        created_at: event.timestamp_ms,
+    }
+}
+
+fn stamp_actor(payload: &mut BTreeMap<String, Ipld>, actor: &Actor) {
+    payload.insert("actor".into(), Ipld::String(actor.kind().into()));
+    if let Actor::User { account, signer } = actor {
+        if let Some(account) = account {
+            payload.insert("account".into(), Ipld::String(account.clone()));
+        }
+        if let Some(signer) = signer {
+            payload.insert("signer".into(), Ipld::String(signer.clone()));
+        }
+    }
+}
+
+fn text_of(content: &Value) -> Option<String> {
+    match content.get("type").and_then(Value::as_str) {
+        Some("text") => content
+            .get("text")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn update(native: &Value) -> BTreeMap<String, Ipld> {
+    let kind = native
+        .get("sessionUpdate")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let mut map = BTreeMap::new();
+    let message = |role: &str, map: &mut BTreeMap<String, Ipld>| -> bool {
+        let Some(text) = native.get("content").and_then(text_of) else {
+            return false;
+        };
+        map.insert("type".into(), Ipld::String("message".into()));
+        map.insert("role".into(), Ipld::String(role.into()));
+        map.insert("content".into(), Ipld::String(text));
+        true
+    };
+    match kind {
+        "user_message_chunk" if message("user", &mut map) => return map,
+        "agent_message_chunk" if message("assistant", &mut map) => return map,
+        "tool_call" => {
+            map.insert("type".into(), Ipld::String("tool_call".into()));
+            map.insert("id".into(), string_field(native, "toolCallId"));
+            map.insert("name".into(), string_field(native, "title"));
+            map.insert(
+                "input".into(),
+                native.get("rawInput").map(to_ipld).unwrap_or(Ipld::Null),
+            );
+            return map;
+        }
+        "tool_call_update" => {
+            let status = native.get("status").and_then(Value::as_str);
+            if matches!(status, Some("completed") | Some("failed")) {
+                map.insert("type".into(), Ipld::String("tool_result".into()));
+                map.insert("toolCallId".into(), string_field(native, "toolCallId"));
+                map.insert("name".into(), string_field(native, "title"));
+                let output = native
+                    .get("rawOutput")
+                    .or_else(|| native.get("content"))
+                    .map(to_ipld);
+                if status == Some("failed") {
+                    let message = native
+                        .get("rawOutput")
+                        .and_then(Value::as_str)
+                        .unwrap_or("the tool call failed");
+                    map.insert("error".into(), Ipld::String(message.into()));
+                } else if let Some(output) = output {
+                    map.insert("output".into(), output);
+                }
+                return map;
+            }
+        }
+        _ => {}
+    }
+    let mut map = object(native);
+    map.remove("sessionUpdate");
+    map.insert("type".into(), Ipld::String(kind.into()));
+    map
+}
+
+fn string_field(native: &Value, name: &str) -> Ipld {
+    Ipld::String(
+        native
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+fn object(native: &Value) -> BTreeMap<String, Ipld> {
+    match to_ipld(native) {
+        Ipld::Map(map) => map,
+        other => BTreeMap::from([("payload".to_owned(), other)]),
+    }
+}
+
+/// JSON as IPLD data: integers stay integers, other numbers are floats.
+pub fn to_ipld(value: &Value) -> Ipld {
+    match value {
+        Value::Null => Ipld::Null,
+        Value::Bool(b) => Ipld::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Ipld::Integer(i128::from(i)),
+            (None, Some(u)) => Ipld::Integer(i128::from(u)),
+            _ => match n.as_f64() {
+                Some(f) if f.is_finite() => Ipld::Float(f),
+                _ => Ipld::Null,
+            },
+        },
+        Value::String(s) => Ipld::String(s.clone()),
+        Value::Array(items) => Ipld::List(items.iter().map(to_ipld).collect()),
+        Value::Object(map) => Ipld::Map(map.iter().map(|(k, v)| (k.clone(), to_ipld(v))).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(payload: &str, actor: Actor) -> StoredEvent {
+        StoredEvent {
+            session_id: "s".into(),
+            sequence: 7,
+            timestamp_ms: 1_700_000_000_000,
+            kind: EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor,
+            payload_json: payload.into(),
+        }
+    }
+
+    fn field<'a>(event: &'a SessionEvent, name: &str) -> &'a Ipld {
+        match &event.event {
+            Ipld::Map(map) => map.get(name).unwrap_or(&Ipld::Null),
+            _ => &Ipld::Null,
+        }
+    }
+
+    #[test]
+    fn messages_name_their_role_and_actor() {
+        let user = Actor::User {
+            account: Some("zAcc".into()),
+            signer: Some("zSig".into()),
+        };
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"hi"}}"#,
+            user,
+        ));
+        assert_eq!(e.id, "s:7");
+        assert_eq!(e.seq, 7);
+        assert_eq!(field(&e, "type"), &Ipld::String("message".into()));
+        assert_eq!(field(&e, "role"), &Ipld::String("user".into()));
+        assert_eq!(field(&e, "content"), &Ipld::String("hi".into()));
+        assert_eq!(field(&e, "actor"), &Ipld::String("user".into()));
+        assert_eq!(field(&e, "account"), &Ipld::String("zAcc".into()));
+        assert_eq!(field(&e, "signer"), &Ipld::String("zSig".into()));
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"yo"}}"#,
+            Actor::Agent,
+        ));
+        assert_eq!(field(&e, "role"), &Ipld::String("assistant".into()));
+        assert_eq!(field(&e, "actor"), &Ipld::String("agent".into()));
+        assert_eq!(field(&e, "account"), &Ipld::Null);
+    }
+
+    #[test]
+    fn tools_map_to_calls_and_results_and_the_rest_keeps_its_fields() {
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"tool_call","toolCallId":"t1","title":"read","rawInput":{"n":1}}"#,
+            Actor::Agent,
+        ));
+        assert_eq!(field(&e, "type"), &Ipld::String("tool_call".into()));
+        assert_eq!(field(&e, "id"), &Ipld::String("t1".into()));
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed","rawOutput":"ok"}"#,
+            Actor::Agent,
+        ));
+        assert_eq!(field(&e, "type"), &Ipld::String("tool_result".into()));
+        assert_eq!(field(&e, "output"), &Ipld::String("ok".into()));
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"plan","entries":[{"content":"x","priority":"high","status":"pending"}]}"#,
+            Actor::Agent,
+        ));
+        assert_eq!(field(&e, "type"), &Ipld::String("plan".into()));
+        assert!(matches!(field(&e, "entries"), Ipld::List(l) if l.len() == 1));
+        assert_eq!(field(&e, "sessionUpdate"), &Ipld::Null);
+    }
+}

@@ -1,0 +1,228 @@
+//! Agents and their collaborators: `ListAgents`, `CreateAgent`, `GetAgent`,
+//! `UpdateAgent`, `DeleteAgent`, and the invitation actions. Readers see all
+//! of an agent, writers may also change it, only its owner manages access
+//! or deletes it; an agent the caller cannot read is `not_found`.
+
+use std::collections::BTreeMap;
+
+use agentos_protocol::seed::response::{
+    AcceptAgentInviteResponse, CreateAgentResponse, DeclineAgentInviteResponse,
+    DeleteAgentResponse, GetAgentResponse, InviteAgentCollaboratorResponse,
+    ListAgentCollaboratorsResponse, ListAgentInvitesResponse, ListAgentsResponse,
+    RemoveAgentCollaboratorResponse, SetAgentPublicReadResponse,
+};
+use agentos_protocol::seed::{cbor, encode_response, Action, AgentDefinition, Ipld};
+
+use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::config::BUILTIN_AGENT;
+use crate::control::{authz, AccessRole, CollaboratorRole, NewAgent, SessionScope};
+
+impl SignedApi {
+    /// The stored form of a definition; its adapter must be `builtin` or an
+    /// id of the VM's registry (a signed client never names a command).
+    fn new_agent(&self, definition: &AgentDefinition) -> Result<NewAgent, ApiError> {
+        let adapter = definition
+            .adapter
+            .clone()
+            .unwrap_or_else(|| BUILTIN_AGENT.to_owned());
+        if adapter != BUILTIN_AGENT && !self.adapters.contains(&adapter) {
+            return Err(ApiError::bad_request(
+                "unknown_adapter",
+                format!(
+                    "definition.adapter {adapter:?} is neither \"builtin\" nor an agent of this VM"
+                ),
+            ));
+        }
+        Ok(NewAgent {
+            definition: cbor::to_canonical(definition)?,
+            name: definition.name.clone(),
+            adapter,
+        })
+    }
+
+    async fn get_agent_response(
+        &self,
+        caller: &Caller,
+        access: &crate::control::AgentAccess,
+    ) -> Result<Vec<u8>, ApiError> {
+        let agent = render::agent(&access.agent, Some(access.access_role))?;
+        let agent_id = &access.agent.agent_id;
+        let response = if caller.protocol >= 2 {
+            GetAgentResponse {
+                agent,
+                sessions: None,
+                session_count: Some(self.control.session_count(agent_id).await?),
+            }
+        } else {
+            let page = self
+                .control
+                .list_sessions_page(&SessionScope::Agent(agent_id.clone()), None, 200)
+                .await?;
+            GetAgentResponse {
+                agent,
+                sessions: Some(self.render_sessions(&page.sessions).await?),
+                session_count: None,
+            }
+        };
+        ok(&response)
+    }
+
+    pub(super) async fn agents(
+        &self,
+        caller: &Caller,
+        action: Action,
+    ) -> Result<Vec<u8>, ApiError> {
+        let account = caller.account.as_str();
+        let control = &self.control;
+        match action {
+            Action::ListAgents => {
+                let agents = control.list_agents_for(account).await?;
+                let agents = agents
+                    .iter()
+                    .map(|a| render::agent(&a.agent, Some(a.access_role)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                ok(&ListAgentsResponse { agents })
+            }
+            Action::CreateAgent {
+                definition,
+                client_request_id,
+            } => {
+                let new = self.new_agent(&definition)?;
+                let render = |record: &crate::control::AgentRecord| {
+                    encode_response(&CreateAgentResponse {
+                        agent_id: record.agent_id.clone(),
+                    })
+                };
+                match client_request_id {
+                    Some(id) => {
+                        let fields = Ipld::Map(BTreeMap::from([(
+                            "definition".to_owned(),
+                            cbor::from_slice::<Ipld>(&new.definition, usize::MAX)?,
+                        )]));
+                        let key = Self::idempotency_key(caller, "CreateAgent", &id, fields)?;
+                        Ok(control
+                            .create_agent_idempotent(account, new, key, render)
+                            .await?
+                            .into_response())
+                    }
+                    None => Ok(render(&control.create_agent(account, new).await?)),
+                }
+            }
+            Action::GetAgent { agent_id } => {
+                let access = authz::require_read(control, account, &agent_id).await?;
+                self.get_agent_response(caller, &access).await
+            }
+            Action::UpdateAgent {
+                agent_id,
+                definition,
+            } => {
+                let access = authz::require_write(control, account, &agent_id).await?;
+                if access.access_role == AccessRole::Writer {
+                    let before = render::definition(&access.agent.definition)?;
+                    if before.signing_keys != definition.signing_keys
+                        || before.signing_key != definition.signing_key
+                    {
+                        return Err(ApiError::forbidden(
+                            "a writer may not change an agent's signing keys",
+                        ));
+                    }
+                }
+                let new = self.new_agent(&definition)?;
+                let agent = control.update_agent(&agent_id, new).await?;
+                let access = crate::control::AgentAccess {
+                    agent,
+                    access_role: access.access_role,
+                };
+                self.get_agent_response(caller, &access).await
+            }
+            Action::DeleteAgent { agent_id } => {
+                authz::require_owner(control, account, &agent_id).await?;
+                let sessions = control.delete_agent(&agent_id).await?;
+                // Nothing of it stays reachable: live turns stop with their
+                // sessions.
+                for session_id in sessions {
+                    match self.sessions.delete(&session_id).await {
+                        Ok(()) | Err(crate::sessions::SessionError::NotFound(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                ok(&DeleteAgentResponse { agent_id })
+            }
+            Action::ListAgentInvites => {
+                let invites = control.list_invites_for(account).await?;
+                ok(&ListAgentInvitesResponse {
+                    invites: invites.iter().map(render::invite).collect(),
+                })
+            }
+            Action::ListAgentCollaborators { agent_id } => {
+                let access = authz::require_read(control, account, &agent_id).await?;
+                let collaborators = control.list_collaborators(&agent_id).await?;
+                ok(&ListAgentCollaboratorsResponse {
+                    agent_id,
+                    public_read: access.agent.public_read,
+                    public_chat: None,
+                    collaborators: collaborators.iter().map(render::collaborator).collect(),
+                })
+            }
+            Action::InviteAgentCollaborator {
+                agent_id,
+                account_id,
+                role,
+            } => {
+                authz::require_owner(control, account, &agent_id).await?;
+                if account_id == account {
+                    return Err(ApiError::bad_request(
+                        "invalid_argument",
+                        "the owner cannot invite itself",
+                    ));
+                }
+                let role = CollaboratorRole::parse(role.as_str()).ok_or_else(|| {
+                    ApiError::bad_request("bad_request", "role must be reader or writer")
+                })?;
+                let record = control.invite(&agent_id, &account_id, role).await?;
+                ok(&InviteAgentCollaboratorResponse {
+                    collaborator: render::collaborator(&record),
+                })
+            }
+            Action::RemoveAgentCollaborator {
+                agent_id,
+                account_id,
+            } => {
+                authz::require_owner(control, account, &agent_id).await?;
+                control.remove_collaborator(&agent_id, &account_id).await?;
+                ok(&RemoveAgentCollaboratorResponse {
+                    agent_id,
+                    account_id,
+                })
+            }
+            Action::SetAgentPublicRead {
+                agent_id,
+                public_read,
+            } => {
+                authz::require_owner(control, account, &agent_id).await?;
+                let agent = control.set_public_read(&agent_id, public_read).await?;
+                ok(&SetAgentPublicReadResponse {
+                    agent: render::agent(&agent, Some(AccessRole::Owner))?,
+                })
+            }
+            Action::AcceptAgentInvite { agent_id } => {
+                let agent = control.accept_invite(&agent_id, account).await?;
+                let access = authz::access(control, account, &agent.agent_id).await?;
+                ok(&AcceptAgentInviteResponse {
+                    agent: render::agent(&agent, access.map(|a| a.access_role))?,
+                })
+            }
+            Action::DeclineAgentInvite { agent_id } => {
+                control.decline_invite(&agent_id, account).await?;
+                ok(&DeclineAgentInviteResponse { agent_id })
+            }
+            other => Err(ApiError::bad_request(
+                "unsupported_action",
+                format!(
+                    "the action {} is not supported by this server",
+                    other.name()
+                ),
+            )),
+        }
+    }
+}

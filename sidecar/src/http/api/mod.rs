@@ -1,0 +1,148 @@
+//! `POST /api/message`: one signed action in, one DAG-CBOR response out.
+//!
+//! bytes → [`Envelope::decode`] (bounded; bad CBOR or shape is 400) →
+//! [`SignedApi::verify`] (signature, window, signer, replay: 401) → the
+//! typed action (missing, extra or mistyped fields are 400) → one handler
+//! per domain (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`), each
+//! authorizing with `control::authz` and calling a service → a response
+//! struct rendered by `render.rs`. Actions of the reference that this
+//! sidecar does not offer answer 400 `unsupported_action`.
+
+mod agents;
+mod error;
+mod render;
+mod replay;
+mod sessions;
+mod signers;
+mod vault;
+mod verify;
+
+use std::collections::BTreeSet;
+
+use agentos_protocol::seed::{cbor, encode_response, Action, Envelope, Ipld};
+use serde::Serialize;
+
+pub use error::ApiError;
+pub use replay::ReplayCache;
+pub use verify::Caller;
+
+use crate::config::HttpConfig;
+use crate::control::{Control, IdempotencyKey};
+use crate::sessions::Sessions;
+
+/// The signed API over the services.
+pub struct SignedApi {
+    pub(crate) control: Control,
+    pub(crate) sessions: Sessions,
+    pub(crate) config: HttpConfig,
+    pub(crate) replay: ReplayCache,
+    /// Adapter ids a definition may name besides `builtin`: the VM config's
+    /// agent registry. A signed client never names a command.
+    pub(crate) adapters: BTreeSet<String>,
+}
+
+/// A response: the HTTP status and the DAG-CBOR body.
+pub struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+fn ok<T: Serialize>(response: &T) -> Result<Vec<u8>, ApiError> {
+    Ok(encode_response(response))
+}
+
+impl SignedApi {
+    pub fn new(control: Control, sessions: Sessions, config: HttpConfig) -> SignedApi {
+        let adapters = sessions.agents().keys().cloned().collect();
+        SignedApi {
+            replay: ReplayCache::new(config.replay_cache_entries),
+            control,
+            sessions,
+            config,
+            adapters,
+        }
+    }
+
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Decodes and verifies an envelope (also used by `/agents/ws`).
+    pub async fn open(&self, body: &[u8]) -> Result<(Envelope, Caller), ApiError> {
+        let max = usize::try_from(self.config.max_body_bytes).unwrap_or(usize::MAX);
+        let envelope = Envelope::decode(body, max)?;
+        let caller = self.verify(&envelope).await?;
+        Ok((envelope, caller))
+    }
+
+    /// Handles one request body.
+    pub async fn message(&self, body: &[u8]) -> Answer {
+        match self.message_inner(body).await {
+            Ok(body) => Answer { status: 200, body },
+            Err(e) => Answer {
+                status: e.status,
+                body: e.body(),
+            },
+        }
+    }
+
+    async fn message_inner(&self, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+        let (envelope, caller) = self.open(body).await?;
+        let action = envelope.typed_action()?;
+        self.dispatch(&caller, action).await
+    }
+
+    async fn dispatch(&self, caller: &Caller, action: Action) -> Result<Vec<u8>, ApiError> {
+        match action {
+            Action::Subscribe { .. } | Action::Unsubscribe { .. } => Err(ApiError::bad_request(
+                "websocket_only",
+                "Subscribe and Unsubscribe are sent on /agents/ws",
+            )),
+            Action::Unsupported(name) => Err(ApiError::bad_request(
+                "unsupported_action",
+                format!("the action {name} is not supported by this server"),
+            )),
+            Action::AuthorizeSigner { .. } | Action::RevokeSigner { .. } | Action::ListSigners => {
+                self.signers(caller, action).await
+            }
+            Action::SetSecret { .. }
+            | Action::ListSecrets
+            | Action::DeleteSecret { .. }
+            | Action::SetModelProvider { .. }
+            | Action::ListModelProviders { .. }
+            | Action::DeleteModelProvider { .. }
+            | Action::ListProviderModels { .. } => self.vault(caller, action).await,
+            Action::CreateSession { .. }
+            | Action::ListSessions { .. }
+            | Action::GetSession { .. }
+            | Action::UpdateSession { .. }
+            | Action::DeleteSession { .. }
+            | Action::MessageSession { .. }
+            | Action::StopSession { .. }
+            | Action::RetrySession { .. } => self.session_action(caller, action).await,
+            other => self.agents(caller, other).await,
+        }
+    }
+
+    /// The idempotency key of an action with a client id: the account, the
+    /// action, the id, and a hash of the identifying fields (never `ts`).
+    fn idempotency_key(
+        caller: &Caller,
+        action: &str,
+        client_id: &str,
+        fields: Ipld,
+    ) -> Result<IdempotencyKey, ApiError> {
+        use sha2::Digest;
+        let bytes = cbor::to_canonical(&fields)?;
+        Ok(IdempotencyKey {
+            account_id: caller.account.clone(),
+            action: action.to_owned(),
+            client_id: client_id.to_owned(),
+            request_hash: sha2::Sha256::digest(&bytes).to_vec(),
+        })
+    }
+}

@@ -1,0 +1,139 @@
+//! Domain values as the reference's response records. Stored documents
+//! (definitions, metadata) are canonical DAG-CBOR written by this module's
+//! callers and are decoded back here; a document that does not decode is a
+//! corrupt row, answered as a 500 with its code.
+
+use agentos_protocol::seed::response::{
+    AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, RedactedModelProvider, RedactedSecret,
+    SessionInfo, SignerInfo,
+};
+use agentos_protocol::seed::vocab::{
+    AccessRole, AgentStatus, AuthMode, CollaboratorRole, CollaboratorStatus, SessionStatus,
+};
+use agentos_protocol::seed::{cbor, AgentDefinition, Ipld, Role};
+
+use super::error::ApiError;
+use crate::control;
+use crate::sessions::{self, SessionState};
+
+/// Stored documents are ours and bounded; this only guards the decoder.
+const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+fn corrupt(what: &str) -> ApiError {
+    tracing::error!(what, "a stored control-plane document does not decode");
+    ApiError::new(500, "corrupt_row", "Internal server error")
+}
+
+pub fn definition(bytes: &[u8]) -> Result<AgentDefinition, ApiError> {
+    cbor::from_slice(bytes, MAX_DOCUMENT_BYTES).map_err(|_| corrupt("agent definition"))
+}
+
+pub fn document(bytes: &[u8]) -> Result<Ipld, ApiError> {
+    cbor::from_slice(bytes, MAX_DOCUMENT_BYTES).map_err(|_| corrupt("document"))
+}
+
+pub fn agent(
+    record: &control::AgentRecord,
+    access: Option<control::AccessRole>,
+) -> Result<AgentInfo, ApiError> {
+    Ok(AgentInfo {
+        id: record.agent_id.clone(),
+        account: record.account_id.clone(),
+        definition: definition(&record.definition)?,
+        state_dir: format!("agents/{}", record.agent_id),
+        status: AgentStatus::parse(record.status.as_str()).unwrap_or(AgentStatus::Idle),
+        created_at: record.created_at_ms,
+        updated_at: record.updated_at_ms,
+        access_role: access.and_then(|a| AccessRole::parse(a.as_str())),
+        public_read: Some(record.public_read),
+        public_chat: None,
+    })
+}
+
+pub fn session(info: &sessions::SessionInfo, link: &control::SessionLink) -> SessionInfo {
+    let status = match info.state {
+        SessionState::Idle => SessionStatus::Idle,
+        SessionState::Running { .. } | SessionState::Waiting { .. } => SessionStatus::Streaming,
+        SessionState::Failed { .. } => SessionStatus::Error,
+    };
+    SessionInfo {
+        id: info.session_id.clone(),
+        account: link.account_id.clone(),
+        agent_id: link.agent_id.clone(),
+        title: info.title.clone(),
+        status,
+        created_at: info.created_at_ms,
+        updated_at: info.updated_at_ms,
+        parent_session_id: None,
+        run_id: None,
+        child_session_count: None,
+        model_override: None,
+        description: None,
+        plan: None,
+    }
+}
+
+pub fn collaborator(record: &control::CollaboratorRecord) -> AgentCollaboratorInfo {
+    AgentCollaboratorInfo {
+        account_id: record.account_id.clone(),
+        role: AccessRole::parse(record.role.as_str()).unwrap_or(AccessRole::Reader),
+        status: CollaboratorStatus::parse(record.status.as_str())
+            .unwrap_or(CollaboratorStatus::Pending),
+        created_at: record.created_at_ms,
+        updated_at: record.updated_at_ms,
+    }
+}
+
+pub fn invite(invite: &control::Invite) -> AgentInviteInfo {
+    AgentInviteInfo {
+        agent_id: invite.agent_id.clone(),
+        agent_name: invite.agent_name.clone(),
+        owner_account_id: invite.owner_account_id.clone(),
+        role: CollaboratorRole::parse(invite.role.as_str()).unwrap_or(CollaboratorRole::Reader),
+        created_at: invite.created_at_ms,
+        updated_at: invite.updated_at_ms,
+    }
+}
+
+pub fn provider(p: &control::RedactedProvider) -> RedactedModelProvider {
+    RedactedModelProvider {
+        id: p.id.clone(),
+        name: p.name.clone(),
+        provider_type: p.provider_type.clone(),
+        has_secrets: p.has_secrets,
+        auth_mode: p.auth_mode.and_then(|m| AuthMode::parse(m.as_str())),
+        created_at: p.created_at_ms,
+        updated_at: p.updated_at_ms,
+    }
+}
+
+pub fn secret(s: &control::RedactedSecret) -> Result<RedactedSecret, ApiError> {
+    Ok(RedactedSecret {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        metadata: s.metadata.as_deref().map(document).transpose()?,
+        has_value: true,
+        created_at: s.created_at_ms,
+        updated_at: s.updated_at_ms,
+    })
+}
+
+pub fn signer_role(role: control::SignerRole) -> Role {
+    match role {
+        control::SignerRole::Writer => Role::Writer,
+        control::SignerRole::Agent => Role::Agent,
+        control::SignerRole::Owner => Role::Other("OWNER".into()),
+    }
+}
+
+pub fn signer(record: &control::SignerRecord) -> Option<SignerInfo> {
+    if record.revoked_at_ms.is_some() {
+        return None;
+    }
+    Some(SignerInfo {
+        signer_id: record.signer.clone(),
+        role: signer_role(record.role?),
+        capability: record.capability_cid.clone(),
+        created_at: record.created_at_ms,
+    })
+}

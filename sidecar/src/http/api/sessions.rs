@@ -1,0 +1,328 @@
+//! Seed sessions: the same `agentos_core_sessions` rows and event log as the
+//! host door's, linked to a Seed agent, driven by the same turn engine.
+//! `MessageSession` waits behind a live turn in arrival order (several
+//! writers at once) and names its acting account and exact signer in the
+//! events it appends.
+
+use std::collections::BTreeMap;
+
+use agentos_protocol::host::{Actor, OpenSessionParams};
+use agentos_protocol::seed::event::{event_id, session_event};
+use agentos_protocol::seed::response::{
+    CreateSessionResponse, DeleteSessionResponse, GetSessionResponse, ListSessionsResponse,
+    MessageSessionResponse, SessionEvent, SessionInfo, StopSessionResponse, UpdateSessionResponse,
+};
+use agentos_protocol::seed::{
+    encode_response, Action, ContentPart, Ipld, SessionListCursor, SystemPrompt,
+};
+use serde_json::{json, Value};
+
+use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
+use crate::sessions::{CancelStatus, SessionError};
+
+const DEFAULT_PAGE: u64 = 50;
+const MAX_PAGE: u64 = 200;
+/// A client message id, as the part of the turn's idempotency key.
+const MAX_CLIENT_ID_BYTES: usize = 128;
+
+fn content_blocks(parts: Vec<ContentPart>) -> Result<(Vec<Value>, Option<String>), ApiError> {
+    let mut blocks = Vec::new();
+    let mut part_id = None;
+    for part in parts {
+        match part {
+            ContentPart::Text {
+                text,
+                client_message_id,
+                ..
+            } => {
+                blocks.push(json!({"type": "text", "text": text}));
+                part_id = part_id.or(client_message_id);
+            }
+            ContentPart::Context { lines } => blocks.push(json!({
+                "type": "text",
+                "text": lines.join("\n"),
+                "_meta": {"seed": {"kind": "context"}},
+            })),
+            ContentPart::Attachment { .. } => {
+                return Err(ApiError::bad_request(
+                    "unsupported_action",
+                    "attachments are not supported by this server",
+                ))
+            }
+        }
+    }
+    if blocks.is_empty() {
+        return Err(ApiError::bad_request(
+            "bad_request",
+            "MessageSession: content holds no part",
+        ));
+    }
+    Ok((blocks, part_id))
+}
+
+impl SignedApi {
+    /// Sessions of list rows, skipping any deleted meanwhile.
+    pub(super) async fn render_sessions(
+        &self,
+        rows: &[SessionListRow],
+    ) -> Result<Vec<SessionInfo>, ApiError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let info = match self.sessions.get(&row.session_id).await {
+                Ok(info) => info,
+                Err(SessionError::NotFound(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let link = SessionLink {
+                session_id: row.session_id.clone(),
+                agent_id: row.agent_id.clone(),
+                account_id: row.account_id.clone(),
+                created_at_ms: row.created_at_ms,
+            };
+            out.push(render::session(&info, &link));
+        }
+        Ok(out)
+    }
+
+    async fn session_info(&self, link: &SessionLink) -> Result<SessionInfo, ApiError> {
+        let info = self.sessions.get(&link.session_id).await?;
+        Ok(render::session(&info, link))
+    }
+
+    /// Every retained event after `after`, in pages.
+    pub(crate) async fn events_after(
+        &self,
+        session_id: &str,
+        after: u64,
+    ) -> Result<Vec<SessionEvent>, ApiError> {
+        let info = self.sessions.get(session_id).await?;
+        let mut cursor = after.max(info.oldest_retained_sequence.saturating_sub(1));
+        let page = self.sessions.limits().max_history_page_entries;
+        let mut events = Vec::new();
+        loop {
+            let history = self
+                .sessions
+                .history(session_id, None, Some(cursor), Some(page))
+                .await?;
+            for event in &history.events {
+                cursor = event.sequence;
+                events.push(session_event(event));
+            }
+            if !history.has_more_after || history.events.is_empty() {
+                return Ok(events);
+            }
+        }
+    }
+
+    pub(super) async fn session_action(
+        &self,
+        caller: &Caller,
+        action: Action,
+    ) -> Result<Vec<u8>, ApiError> {
+        let account = caller.account.as_str();
+        let control = &self.control;
+        match action {
+            Action::CreateSession {
+                agent_id,
+                title,
+                client_request_id,
+            } => {
+                let access = authz::require_write(control, account, &agent_id).await?;
+                let create = || async {
+                    let session_id = uuid::Uuid::new_v4().to_string();
+                    self.sessions
+                        .open(OpenSessionParams {
+                            session_id: Some(session_id.clone()),
+                            agent: access.agent.adapter.clone(),
+                            title: title.clone(),
+                            ..OpenSessionParams::default()
+                        })
+                        .await?;
+                    if let Err(e) = control.link_session(&session_id, &agent_id).await {
+                        let _ = self.sessions.delete(&session_id).await;
+                        return Err(e.into());
+                    }
+                    Ok::<_, ApiError>(encode_response(&CreateSessionResponse { session_id }))
+                };
+                match client_request_id {
+                    Some(id) => {
+                        let mut fields = BTreeMap::from([(
+                            "agentId".to_owned(),
+                            Ipld::String(agent_id.clone()),
+                        )]);
+                        if let Some(title) = &title {
+                            fields.insert("title".into(), Ipld::String(title.clone()));
+                        }
+                        let key =
+                            Self::idempotency_key(caller, "CreateSession", &id, Ipld::Map(fields))?;
+                        Ok(control.idempotent(key, create).await?.into_response())
+                    }
+                    None => create().await,
+                }
+            }
+            Action::ListSessions {
+                agent_id,
+                limit,
+                cursor,
+                parent_session_id,
+                ..
+            } => {
+                let scope = match &agent_id {
+                    Some(agent_id) => {
+                        authz::require_read(control, account, agent_id).await?;
+                        SessionScope::Agent(agent_id.clone())
+                    }
+                    None => SessionScope::Account(account.to_owned()),
+                };
+                if parent_session_id.is_some() {
+                    // No session here has children.
+                    return ok(&ListSessionsResponse {
+                        sessions: vec![],
+                        agents: vec![],
+                        next_cursor: None,
+                    });
+                }
+                let limit = limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE) as u32;
+                let cursor = cursor.map(|c| SessionCursor {
+                    updated_before: c.updated_before,
+                    id_before: c.id_before,
+                });
+                let page = control
+                    .list_sessions_page(&scope, cursor.as_ref(), limit)
+                    .await?;
+                let sessions = self.render_sessions(&page.sessions).await?;
+                let mut agents = Vec::new();
+                let mut seen = std::collections::BTreeSet::new();
+                for row in &page.sessions {
+                    if seen.insert(row.agent_id.clone()) {
+                        if let Some(a) = authz::access(control, account, &row.agent_id).await? {
+                            agents.push(render::agent(&a.agent, Some(a.access_role))?);
+                        }
+                    }
+                }
+                ok(&ListSessionsResponse {
+                    sessions,
+                    agents,
+                    next_cursor: page.next_cursor.map(|c| SessionListCursor {
+                        updated_before: c.updated_before,
+                        id_before: c.id_before,
+                    }),
+                })
+            }
+            Action::GetSession {
+                session_id,
+                after_seq,
+            } => {
+                let (link, access) =
+                    authz::require_session(control, account, &session_id, AccessRole::Reader)
+                        .await?;
+                let session = self.session_info(&link).await?;
+                let events = self
+                    .events_after(&session_id, after_seq.unwrap_or(0))
+                    .await?;
+                let system_prompt_markdown =
+                    match render::definition(&access.agent.definition)?.system_prompt {
+                        SystemPrompt::Text(text) => text,
+                        SystemPrompt::Blocks(_) => String::new(),
+                    };
+                ok(&GetSessionResponse {
+                    session,
+                    events,
+                    system_prompt_markdown,
+                    has_more_before: None,
+                })
+            }
+            Action::UpdateSession {
+                session_id,
+                title,
+                model_override,
+            } => {
+                let (link, _) =
+                    authz::require_session(control, account, &session_id, AccessRole::Writer)
+                        .await?;
+                if model_override.is_some() {
+                    return Err(ApiError::bad_request(
+                        "unsupported_field",
+                        "modelOverride needs the builtin model agent, which this server does not run yet",
+                    ));
+                }
+                if let Some(title) = title {
+                    self.sessions.set_title(&session_id, &title).await?;
+                }
+                ok(&UpdateSessionResponse {
+                    session: self.session_info(&link).await?,
+                })
+            }
+            Action::DeleteSession { session_id } => {
+                let (link, _) =
+                    authz::require_session(control, account, &session_id, AccessRole::Writer)
+                        .await?;
+                match self.sessions.delete(&session_id).await {
+                    Ok(()) | Err(SessionError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                control.unlink_session(&session_id).await?;
+                ok(&DeleteSessionResponse {
+                    session_id,
+                    agent_id: link.agent_id,
+                })
+            }
+            Action::MessageSession {
+                session_id,
+                content,
+                client_message_id,
+            } => {
+                authz::require_session(control, account, &session_id, AccessRole::Writer).await?;
+                let (blocks, part_id) = content_blocks(content)?;
+                let client_id = client_message_id.or(part_id);
+                if client_id
+                    .as_ref()
+                    .is_some_and(|id| id.is_empty() || id.len() > MAX_CLIENT_ID_BYTES)
+                {
+                    return Err(ApiError::bad_request(
+                        "bad_request",
+                        format!("clientMessageId must be 1..={MAX_CLIENT_ID_BYTES} bytes"),
+                    ));
+                }
+                // Keyed by the acting account: two accounts never collide.
+                let key = client_id.map(|id| format!("seed:{account}:{id}"));
+                let actor = Actor::User {
+                    account: Some(caller.account.clone()),
+                    signer: Some(caller.signer.clone()),
+                };
+                let outcome = self
+                    .sessions
+                    .prompt_in_turn(&session_id, blocks, key, actor)
+                    .await?;
+                let last = self
+                    .sessions
+                    .prompt_last_output(&session_id, &outcome.prompt_id)
+                    .await?;
+                let has_reply = !outcome.message.content.is_empty();
+                ok(&MessageSessionResponse {
+                    session_id: session_id.clone(),
+                    assistant_event_id: match last {
+                        Some(seq) if has_reply => event_id(&session_id, seq),
+                        _ => String::new(),
+                    },
+                })
+            }
+            Action::StopSession { session_id } => {
+                authz::require_session(control, account, &session_id, AccessRole::Writer).await?;
+                let status = self.sessions.cancel(&session_id).await?;
+                ok(&StopSessionResponse {
+                    session_id,
+                    stopped: status == CancelStatus::Cancelled,
+                })
+            }
+            other => Err(ApiError::bad_request(
+                "unsupported_action",
+                format!(
+                    "the action {} is not supported by this server",
+                    other.name()
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Providers and secrets: `SetSecret`, `ListSecrets`, `DeleteSecret`,
+//! `SetModelProvider`, `ListModelProviders`, `DeleteModelProvider`,
+//! `ListProviderModels`. Everything belongs to the acting account; no
+//! answer ever holds a secret's value.
+
+use agentos_protocol::seed::response::{
+    DeleteModelProviderResponse, DeleteSecretResponse, ListModelProvidersResponse,
+    ListSecretsResponse, SetModelProviderResponse, SetSecretResponse,
+};
+use agentos_protocol::seed::{cbor, Action};
+
+use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::control::{AuthMode, NewProvider, SecretPlaintext};
+
+impl SignedApi {
+    pub(super) async fn vault(&self, caller: &Caller, action: Action) -> Result<Vec<u8>, ApiError> {
+        let account = &caller.account;
+        let control = &self.control;
+        match action {
+            Action::SetSecret {
+                name,
+                value,
+                metadata,
+            } => {
+                let metadata = metadata.as_ref().map(cbor::to_canonical).transpose()?;
+                let secret = control
+                    .set_secret(account, &name, SecretPlaintext::new(value), metadata)
+                    .await?;
+                ok(&SetSecretResponse {
+                    secret: render::secret(&secret)?,
+                })
+            }
+            Action::ListSecrets => {
+                let secrets = control.list_secrets(account).await?;
+                let secrets = secrets
+                    .iter()
+                    .map(render::secret)
+                    .collect::<Result<Vec<_>, _>>()?;
+                ok(&ListSecretsResponse { secrets })
+            }
+            Action::DeleteSecret { name } => {
+                control.delete_secret(account, &name).await?;
+                ok(&DeleteSecretResponse { name })
+            }
+            Action::SetModelProvider { name, provider } => {
+                let config = cbor::to_canonical(&provider)?;
+                let secret_refs = provider
+                    .secret_refs
+                    .as_ref()
+                    .map(|refs| refs.values().cloned().collect())
+                    .unwrap_or_default();
+                let auth_mode = provider.auth_mode.and_then(|m| AuthMode::parse(m.as_str()));
+                let stored = control
+                    .set_provider(
+                        account,
+                        NewProvider {
+                            name,
+                            provider_type: provider.provider_type.clone(),
+                            config,
+                            auth_mode,
+                            secret_refs,
+                        },
+                    )
+                    .await?;
+                ok(&SetModelProviderResponse {
+                    provider: render::provider(&stored),
+                })
+            }
+            Action::ListModelProviders { .. } => {
+                let providers = control.list_providers(account).await?;
+                ok(&ListModelProvidersResponse {
+                    providers: providers.iter().map(render::provider).collect(),
+                })
+            }
+            Action::DeleteModelProvider { name } => {
+                let deleted = control.delete_provider(account, &name).await?;
+                ok(&DeleteModelProviderResponse { name: deleted.name })
+            }
+            Action::ListProviderModels { provider, .. } => {
+                if control.get_provider(account, &provider).await?.is_none() {
+                    return Err(ApiError::new(
+                        404,
+                        "not_found",
+                        format!("provider {provider:?} not found"),
+                    ));
+                }
+                // Listing a provider's models is a call to the provider,
+                // which the builtin model agent makes; until it exists here
+                // the provider is not reached.
+                Err(ApiError::new(
+                    502,
+                    "provider_unreachable",
+                    format!("provider {provider:?} cannot be reached from this sidecar yet"),
+                ))
+            }
+            _ => Err(ApiError::bad_request(
+                "unsupported_action",
+                "not a vault action",
+            )),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Who is asking: an envelope's signature, its timestamp window, the replay
+//! cache and the signer's authority for the account, in that order, before
+//! any of the action's fields are looked at.
+//!
+//! The account's own key is its owner. Another key acts for the account
+//! when the account authorized it (`AuthorizeSigner`, stored) or when the
+//! envelope carries a Capability the account issued to it (the reference's
+//! protocol 2: the blob verifies, its CID matches, `delegate == signer`, the
+//! role is AGENT or WRITER, the issuer is the account and not the delegate).
+//! A verified capability is stored, so later envelopes may carry only its
+//! CID; a CID never seen, without its blob, is refused (there is no network
+//! fetch). A revoked signer is refused whatever it shows.
+
+use agentos_protocol::seed::{cid_of, Capability, Envelope, Role};
+
+use super::error::ApiError;
+use super::replay::Refusal;
+use super::SignedApi;
+use crate::control::{ControlError, SignerRole};
+
+/// A verified caller.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// The account the action runs as (`z…`).
+    pub account: String,
+    /// The exact key that signed (`z…`).
+    pub signer: String,
+    pub role: SignerRole,
+    /// The client's protocol version (1 when absent).
+    pub protocol: u64,
+}
+
+impl Caller {
+    pub fn is_account_key(&self) -> bool {
+        self.account == self.signer
+    }
+}
+
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl SignedApi {
+    /// Verifies `envelope` and admits it to the replay cache.
+    pub async fn verify(&self, envelope: &Envelope) -> Result<Caller, ApiError> {
+        envelope.verify_signature()?;
+        let ts = envelope.ts_ms()?;
+        let now = now_ms();
+        let window = i64::try_from(self.config.timestamp_window_ms).unwrap_or(i64::MAX);
+        if (now - ts).abs() > window {
+            return Err(ApiError::unauthorized(
+                "timestamp_out_of_window",
+                format!("Action timestamp is outside allowed window ({window} ms either way)"),
+            ));
+        }
+        let account = envelope.account.to_string();
+        let signer = envelope.signer.to_string();
+        let role = self.signer_authority(envelope, &account, &signer).await?;
+        match self.replay.admit(&envelope.sig, ts, now, window) {
+            Ok(()) => {}
+            Err(Refusal::Replayed) => {
+                return Err(ApiError::unauthorized(
+                    "replayed",
+                    "this signed request was already accepted",
+                ))
+            }
+            Err(Refusal::Forgotten) => {
+                return Err(ApiError::unauthorized(
+                    "replayed",
+                    "the request is older than what the replay cache remembers; sign it again",
+                ))
+            }
+        }
+        Ok(Caller {
+            account,
+            signer,
+            role,
+            protocol: envelope.protocol.unwrap_or(1),
+        })
+    }
+
+    async fn signer_authority(
+        &self,
+        envelope: &Envelope,
+        account: &str,
+        signer: &str,
+    ) -> Result<SignerRole, ApiError> {
+        if account == signer {
+            return Ok(SignerRole::Owner);
+        }
+        if let Some(role) = self.control.signer_role(account, signer).await? {
+            return Ok(role);
+        }
+        let refused = || {
+            ApiError::unauthorized(
+                "signer_not_authorized",
+                "Signer is not authorized for account",
+            )
+        };
+        let Some(cid) = &envelope.capability else {
+            return Err(refused());
+        };
+        let Some(blob) = &envelope.capability_blob else {
+            // A stored capability that still stands would have given a role
+            // above; anything else is unknown here.
+            return Err(ApiError::unauthorized(
+                "capability_unknown",
+                format!("capability {cid} is not known here; send capabilityBlob with it"),
+            ));
+        };
+        let capability = Capability::decode_and_verify(blob)?;
+        let bad = |m: &str| ApiError::unauthorized("bad_capability", m.to_owned());
+        if cid_of(blob) != *cid {
+            return Err(bad("the capability CID does not match its blob"));
+        }
+        if capability.delegate != envelope.signer {
+            return Err(bad("the capability delegates to another key"));
+        }
+        if capability.signer != envelope.account {
+            return Err(bad("the capability was not issued by the account"));
+        }
+        if capability.signer == capability.delegate {
+            return Err(bad("a self-issued capability delegates nothing"));
+        }
+        let role = match capability.role {
+            Role::Agent => SignerRole::Agent,
+            Role::Writer => SignerRole::Writer,
+            Role::Other(_) => return Err(bad("the capability's role is not AGENT or WRITER")),
+        };
+        match self
+            .control
+            .store_delegation(account, signer, role, cid, blob.clone())
+            .await
+        {
+            Ok(_) => Ok(role),
+            Err(ControlError::Forbidden(m)) => Err(ApiError::unauthorized("signer_revoked", m)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The transport of `POST /api/message`: `application/cbor` or 415, the body
+//! bounded by `http.maxBodyBytes` (413), then the signed API; DAG-CBOR back,
+//! with the protocol version we speak in `X-Agents-Protocol`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::api::ApiError;
+use super::HttpState;
+
+const CBOR: &str = "application/cbor";
+
+fn reply(status: u16, body: Vec<u8>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CBOR));
+    headers.insert(
+        "x-agents-protocol",
+        HeaderValue::from(super::PROTOCOL_VERSION),
+    );
+    response
+}
+
+fn refuse(e: ApiError) -> Response {
+    reply(e.status, e.body())
+}
+
+pub(super) async fn post(
+    State(state): State<Arc<HttpState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let is_cbor = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(CBOR));
+    if !is_cbor {
+        return refuse(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "Content-Type must be application/cbor",
+        ));
+    }
+    let max = usize::try_from(state.config.max_body_bytes).unwrap_or(usize::MAX);
+    let bytes = match axum::body::to_bytes(body, max).await {
+        Ok(bytes) => bytes,
+        Err(e)
+            if std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) =>
+        {
+            return refuse(ApiError::new(
+                413,
+                "body_too_large",
+                format!("the body exceeds http.maxBodyBytes ({max} bytes)"),
+            ))
+        }
+        Err(_) => {
+            return refuse(ApiError::bad_request(
+                "bad_body",
+                "the request body could not be read",
+            ))
+        }
+    };
+    let answer = state.api.message(&bytes).await;
+    reply(answer.status, answer.body)
+}

@@ -1,0 +1,159 @@
+//! A signing client for the end-to-end tests of the signed API: a key, the
+//! account it acts for, and JSON-described actions turned into signed
+//! DAG-CBOR envelopes, sent with the minimal HTTP client (`http.rs`).
+//! Responses come back as IPLD.
+
+use agentos_protocol::seed::{
+    cbor, generate_signing_key, ActionMap, Envelope, Ipld, Principal, SigningKey,
+};
+use serde_json::Value;
+
+use crate::http::{request, Reply, Target};
+
+/// JSON to IPLD: integers stay integers; `{"/": {"bytes": "<utf-8>"}}` is
+/// a byte string of that text (enough for tests).
+pub fn ipld(value: &Value) -> Ipld {
+    match value {
+        Value::Null => Ipld::Null,
+        Value::Bool(b) => Ipld::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Ipld::Integer(i128::from(i)),
+            None => Ipld::Float(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => Ipld::String(s.clone()),
+        Value::Array(items) => Ipld::List(items.iter().map(ipld).collect()),
+        Value::Object(map) => {
+            if let Some(text) = map
+                .get("/")
+                .and_then(|v| v.get("bytes"))
+                .and_then(Value::as_str)
+            {
+                return Ipld::Bytes(text.as_bytes().to_vec());
+            }
+            Ipld::Map(map.iter().map(|(k, v)| (k.clone(), ipld(v))).collect())
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One signing identity.
+pub struct Signer {
+    pub key: SigningKey,
+    pub account: Principal,
+    /// Set on every envelope (`protocol`), when present.
+    pub protocol: Option<u64>,
+}
+
+impl Signer {
+    pub fn new() -> Signer {
+        let key = generate_signing_key();
+        let account = Principal::of_key(&key);
+        Signer {
+            key,
+            account,
+            protocol: Some(2),
+        }
+    }
+
+    /// A key acting for another account.
+    pub fn delegate_of(account: Principal) -> Signer {
+        Signer {
+            key: generate_signing_key(),
+            account,
+            protocol: Some(2),
+        }
+    }
+
+    pub fn principal(&self) -> Principal {
+        Principal::of_key(&self.key)
+    }
+
+    pub fn id(&self) -> String {
+        self.account.to_string()
+    }
+
+    /// The signed envelope of `action` (`{"_": name, ...}`) at `ts`.
+    pub fn envelope_at(&self, action: &Value, ts: i64) -> Envelope {
+        let Ipld::Map(map) = ipld(action) else {
+            panic!("an action is a map");
+        };
+        let map: ActionMap = map;
+        let mut envelope = Envelope::unsigned(map, self.account, self.principal(), ts);
+        envelope.protocol = self.protocol;
+        envelope.sign_with(&self.key).expect("sign");
+        envelope
+    }
+
+    pub fn sign(&self, action: &Value) -> Vec<u8> {
+        self.envelope_at(action, now_ms()).encode().expect("encode")
+    }
+}
+
+impl Default for Signer {
+    fn default() -> Self {
+        Signer::new()
+    }
+}
+
+/// A decoded answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Ipld,
+    pub raw: Reply,
+}
+
+impl Answer {
+    pub fn field(&self, name: &str) -> &Ipld {
+        field(&self.body, name)
+    }
+
+    pub fn text(&self, name: &str) -> String {
+        match self.field(name) {
+            Ipld::String(s) => s.clone(),
+            other => panic!("{name} is not a string: {other:?} in {:?}", self.body),
+        }
+    }
+
+    /// `code` of an error answer.
+    pub fn code(&self) -> String {
+        self.text("code")
+    }
+}
+
+pub fn field<'a>(value: &'a Ipld, name: &str) -> &'a Ipld {
+    match value {
+        Ipld::Map(map) => map.get(name).unwrap_or(&Ipld::Null),
+        _ => &Ipld::Null,
+    }
+}
+
+/// POSTs `body` as CBOR to `/api/message`.
+pub async fn post(target: &Target, body: &[u8]) -> Answer {
+    let raw = request(
+        target,
+        "POST",
+        "/api/message",
+        &[("content-type", "application/cbor")],
+        body,
+    )
+    .await
+    .expect("POST /api/message");
+    let body = cbor::from_slice(&raw.body, 64 << 20).unwrap_or(Ipld::Null);
+    Answer {
+        status: raw.status,
+        body,
+        raw,
+    }
+}
+
+/// Signs and sends `action`.
+pub async fn call(target: &Target, signer: &Signer, action: Value) -> Answer {
+    post(target, &signer.sign(&action)).await
+}

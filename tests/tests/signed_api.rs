@@ -1,0 +1,239 @@
+//! The signed API end to end: a real sidecar, a real listener, envelopes
+//! signed by test keys. Agents, sessions driven by a registry adapter, the
+//! builtin agent's typed refusal, and what bad input gets.
+
+mod common;
+
+use agentos_protocol::seed::Ipld;
+use agentos_tests::http::Target;
+use agentos_tests::seed::{call, field, post, Signer};
+use common::{Backend, Options, Sidecar};
+use serde_json::json;
+
+async fn start(backend: Backend) -> (Sidecar, Target) {
+    let sc = Sidecar::start_with(
+        backend,
+        Options {
+            config: json!({"http": {"listen": "127.0.0.1:0"}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    let target = Target::from_ready(sc.ready["http"].as_str().expect("http"));
+    (sc, target)
+}
+
+fn definition(adapter: Option<&str>) -> serde_json::Value {
+    let mut d = json!({
+        "name": "Helper",
+        "systemPrompt": "Be brief.",
+        "modelProvider": "openai",
+        "model": "gpt-5-mini",
+    });
+    if let Some(adapter) = adapter {
+        d["adapter"] = json!(adapter);
+    }
+    d
+}
+
+async fn agents_sessions_and_turns(backend: Backend) {
+    let (_sc, t) = start(backend).await;
+    let owner = Signer::new();
+    let created = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": definition(Some("echo"))}),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    assert_eq!(created.text("_"), "CreateAgentResponse");
+    let agent_id = created.text("agentId");
+
+    let got = call(&t, &owner, json!({"_": "GetAgent", "agentId": agent_id})).await;
+    assert_eq!(got.status, 200);
+    let agent = got.field("agent");
+    assert_eq!(field(agent, "account"), &Ipld::String(owner.id()));
+    assert_eq!(
+        field(field(agent, "definition"), "name"),
+        &Ipld::String("Helper".into())
+    );
+    assert_eq!(got.field("sessionCount"), &Ipld::Integer(0));
+
+    let session = call(
+        &t,
+        &owner,
+        json!({"_": "CreateSession", "agentId": agent_id, "title": "first"}),
+    )
+    .await;
+    assert_eq!(session.status, 200, "{:?}", session.body);
+    let session_id = session.text("sessionId");
+    let said = call(
+        &t,
+        &owner,
+        json!({"_": "MessageSession", "sessionId": session_id,
+               "content": [{"type": "text", "text": "echo hello there"}]}),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{:?}", said.body);
+    assert!(!said.text("assistantEventId").is_empty());
+
+    let got = call(
+        &t,
+        &owner,
+        json!({"_": "GetSession", "sessionId": session_id}),
+    )
+    .await;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    let Ipld::List(events) = got.field("events") else {
+        panic!("events: {:?}", got.body)
+    };
+    assert_eq!(events.len(), 2);
+    let user = field(&events[0], "event");
+    assert_eq!(field(user, "type"), &Ipld::String("message".into()));
+    assert_eq!(field(user, "role"), &Ipld::String("user".into()));
+    assert_eq!(field(user, "actor"), &Ipld::String("user".into()));
+    assert_eq!(field(user, "account"), &Ipld::String(owner.id()));
+    assert_eq!(field(user, "signer"), &Ipld::String(owner.id()));
+    let reply = field(&events[1], "event");
+    assert_eq!(field(reply, "role"), &Ipld::String("assistant".into()));
+    assert_eq!(field(reply, "content"), &Ipld::String("hello there".into()));
+    assert_eq!(
+        field(&events[1], "id"),
+        &Ipld::String(said.text("assistantEventId"))
+    );
+    assert_eq!(got.text("systemPromptMarkdown"), "Be brief.");
+
+    let listed = call(&t, &owner, json!({"_": "ListSessions"})).await;
+    assert_eq!(listed.status, 200);
+    let Ipld::List(sessions) = listed.field("sessions") else {
+        panic!()
+    };
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(field(&sessions[0], "title"), &Ipld::String("first".into()));
+    let Ipld::List(agents) = listed.field("agents") else {
+        panic!()
+    };
+    assert_eq!(agents.len(), 1);
+
+    // A builtin agent (the default adapter) is typed, not a crash.
+    let builtin = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": definition(None)}),
+    )
+    .await;
+    let builtin_id = builtin.text("agentId");
+    let s = call(
+        &t,
+        &owner,
+        json!({"_": "CreateSession", "agentId": builtin_id}),
+    )
+    .await;
+    let said = call(
+        &t,
+        &owner,
+        json!({"_": "MessageSession", "sessionId": s.text("sessionId"),
+               "content": [{"type": "text", "text": "hi"}]}),
+    )
+    .await;
+    assert_eq!(said.status, 409);
+    assert_eq!(said.code(), "builtin_agent_unavailable");
+
+    // A definition never names a command: only builtin or a registry id.
+    let bad = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": definition(Some("/bin/sh"))}),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.code(), "unknown_adapter");
+
+    // Deleting the agent leaves none of it reachable.
+    let deleted = call(&t, &owner, json!({"_": "DeleteAgent", "agentId": agent_id})).await;
+    assert_eq!(deleted.status, 200);
+    let gone = call(
+        &t,
+        &owner,
+        json!({"_": "GetSession", "sessionId": session_id}),
+    )
+    .await;
+    assert_eq!(gone.status, 404);
+    let gone = call(&t, &owner, json!({"_": "GetAgent", "agentId": agent_id})).await;
+    assert_eq!(gone.status, 404);
+}
+
+both_backends!(agents_sessions_and_turns);
+
+#[tokio::test]
+async fn bad_requests_get_typed_errors_and_the_server_stays_up() {
+    let (_sc, t) = start(Backend::SqliteFile).await;
+    let me = Signer::new();
+    let raw = agentos_tests::http::request(
+        &t,
+        "POST",
+        "/api/message",
+        &[("content-type", "application/json")],
+        b"{}",
+    )
+    .await
+    .expect("415");
+    assert_eq!(raw.status, 415);
+    let a = post(&t, b"\xff\x00garbage").await;
+    assert_eq!((a.status, a.code().as_str()), (400, "bad_cbor"));
+    // Tampered: one byte of the action flipped after signing.
+    let mut bytes = me.sign(&json!({"_": "ListAgents"}));
+    let at = bytes
+        .windows(10)
+        .position(|w| w == b"ListAgents")
+        .expect("name");
+    bytes[at] = b'M';
+    let a = post(&t, &bytes).await;
+    assert_eq!(a.status, 401, "{:?}", a.body);
+    // Skewed clock.
+    let old = me
+        .envelope_at(
+            &json!({"_": "ListAgents"}),
+            agentos_tests::seed::now_ms() - 10 * 60 * 1000,
+        )
+        .encode()
+        .expect("encode");
+    let a = post(&t, &old).await;
+    assert_eq!(
+        (a.status, a.code().as_str()),
+        (401, "timestamp_out_of_window")
+    );
+    // Replay.
+    let once = me.sign(&json!({"_": "ListAgents"}));
+    assert_eq!(post(&t, &once).await.status, 200);
+    let a = post(&t, &once).await;
+    assert_eq!((a.status, a.code().as_str()), (401, "replayed"));
+    // Unknown and unsupported actions, extra and missing fields.
+    for (action, code) in [
+        (json!({"_": "NoSuchAction"}), "unsupported_action"),
+        (
+            json!({"_": "CreateAgentTrigger", "agentId": "x"}),
+            "unsupported_action",
+        ),
+        (json!({"_": "GetAgent"}), "bad_request"),
+        (
+            json!({"_": "GetAgent", "agentId": "x", "extra": 1}),
+            "bad_request",
+        ),
+        (json!({"_": "GetAgent", "agentId": 5}), "bad_request"),
+        (
+            json!({"_": "Subscribe", "key": "account/x"}),
+            "websocket_only",
+        ),
+    ] {
+        let a = call(&t, &me, action.clone()).await;
+        assert_eq!((a.status, a.code()), (400, code.to_owned()), "{action}");
+    }
+    // Oversize.
+    let big = vec![0u8; 17 * 1024 * 1024];
+    let a = post(&t, &big).await;
+    assert_eq!(a.status, 413);
+    // Still serving.
+    let a = call(&t, &me, json!({"_": "ListAgents"})).await;
+    assert_eq!(a.status, 200);
+}
