@@ -7,6 +7,7 @@ pub mod ctl;
 pub mod db;
 pub mod host;
 pub mod http;
+pub mod maintenance;
 pub mod private;
 pub mod sandbox;
 pub mod serve;

@@ -34,6 +34,21 @@ enum Command {
     },
     /// Operate a running sidecar through its host socket.
     Ctl(CtlArgs),
+    /// The key that seals provider secrets.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Subcommand)]
+enum SecretsCommand {
+    /// Re-seal every secret under a fresh key, in one transaction, while no
+    /// sidecar serves the store. The old key is kept as <keyFile>.old.
+    RotateKey {
+        /// The VM config (JSON); `-` reads it from standard input. Without
+        /// it, the embedded default's store under ./agentos-data.
+        #[arg(long)]
+        config: Option<String>,
+    },
 }
 
 fn load_config(arg: Option<&str>) -> Result<Config, String> {
@@ -99,6 +114,15 @@ fn main() -> ExitCode {
         Command::ArsServe { db, socket } => runtime
             .block_on(agentos_sidecar::db::ars_server::run_cli(&db, &socket))
             .map_err(|e| format!("{}: {e}", e.code())),
+        Command::Secrets(SecretsCommand::RotateKey { config }) => {
+            match load_config(config.as_deref()) {
+                Ok(config) => runtime
+                    .block_on(agentos_sidecar::maintenance::rotate_secrets_key(&config))
+                    .map(|report| println!("{report}"))
+                    .map_err(|e| format!("{}: {e}", e.code())),
+                Err(message) => Err(format!("invalid_config: {message}")),
+            }
+        }
         Command::Ctl(args) => {
             let code = runtime.block_on(agentos_sidecar::ctl::run(args));
             return ExitCode::from(code as u8);

@@ -8,7 +8,7 @@ use std::time::Instant;
 use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedDatabase};
 
 use crate::config::{Config, ConfigError, DatabaseDescriptor};
-use crate::control::{Control, ControlLimits, SecretBox, SecretKey};
+use crate::control::{Control, SecretBox, SecretKey};
 use crate::http::api::SignedApi;
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
@@ -118,7 +118,7 @@ impl Vm {
         }
         let control = Control::new(
             db.clone(),
-            ControlLimits::default(),
+            config.limits.control.clone(),
             SecretBox::new(secrets_key(&config)?),
         );
         let api = SignedApi::new(control.clone(), sessions.clone(), config.http.clone());

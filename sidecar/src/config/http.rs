@@ -1,6 +1,7 @@
-//! `http` and `secrets`: the signed control plane's listener, its bounds, and
-//! where the secrets key lives. Plain data and validation, like the rest of
-//! the config; the `http/` module and `control::secrets` read it.
+//! The signed control plane's settings: `http` (the listener and its
+//! bounds), `secrets` (where the key lives) and `limits.control` (the
+//! bounds of its collections). Plain data and validation, like the rest of
+//! the config; the `http/` module and `control/` read it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -168,6 +169,92 @@ pub struct SecretsConfig {
     /// a `sqlite_file` database (an `actor_uds` VM must name one).
     #[serde(default)]
     pub key_file: Option<PathBuf>,
+}
+
+/// The bounds of every control-plane collection. A full collection answers
+/// `ControlError::Limit` naming the setting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ControlLimits {
+    /// Accounts the VM stores (any verified key can make one).
+    pub max_accounts: u64,
+    pub max_agents_per_account: u64,
+    pub max_providers_per_account: u64,
+    pub max_secrets_per_account: u64,
+    /// Collaborators of one agent, pending and accepted.
+    pub max_collaborators_per_agent: u64,
+    /// Collaborations one account holds on others' agents, pending and
+    /// accepted (so invitations to one account are bounded too).
+    pub max_collaborations_per_account: u64,
+    /// Signer rows of one account, revoked ones included.
+    pub max_signers_per_account: u64,
+    /// Idempotency records VM-wide; the oldest beyond this are pruned.
+    pub max_idempotency_records: u64,
+    /// Bytes of one stored agent definition.
+    pub max_agent_definition_bytes: u64,
+}
+
+impl Default for ControlLimits {
+    fn default() -> Self {
+        ControlLimits {
+            max_accounts: 10_000,
+            max_agents_per_account: 1_000,
+            max_providers_per_account: 100,
+            max_secrets_per_account: 1_000,
+            max_collaborators_per_agent: 100,
+            max_collaborations_per_account: 1_000,
+            max_signers_per_account: 100,
+            max_idempotency_records: 100_000,
+            max_agent_definition_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// The setting names, as `ControlError::Limit` and the config use them.
+impl ControlLimits {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("limits.control.maxAccounts", self.max_accounts),
+            (
+                "limits.control.maxAgentsPerAccount",
+                self.max_agents_per_account,
+            ),
+            (
+                "limits.control.maxProvidersPerAccount",
+                self.max_providers_per_account,
+            ),
+            (
+                "limits.control.maxSecretsPerAccount",
+                self.max_secrets_per_account,
+            ),
+            (
+                "limits.control.maxCollaboratorsPerAgent",
+                self.max_collaborators_per_agent,
+            ),
+            (
+                "limits.control.maxCollaborationsPerAccount",
+                self.max_collaborations_per_account,
+            ),
+            (
+                "limits.control.maxSignersPerAccount",
+                self.max_signers_per_account,
+            ),
+            (
+                "limits.control.maxIdempotencyRecords",
+                self.max_idempotency_records,
+            ),
+            (
+                "limits.control.maxAgentDefinitionBytes",
+                self.max_agent_definition_bytes,
+            ),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::new(field, "must be greater than 0"));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

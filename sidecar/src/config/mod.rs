@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod http;
-pub use http::{HttpConfig, HttpListen, SecretsConfig, WsLimits};
+pub use http::{ControlLimits, HttpConfig, HttpListen, SecretsConfig, WsLimits};
 
 /// Why a config was refused. The message always starts with the field path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -184,6 +184,8 @@ pub struct Limits {
     pub acp: AcpLimits,
     #[serde(default)]
     pub fs: FsLimits,
+    #[serde(default)]
+    pub control: ControlLimits,
 }
 
 /// The agent id of the builtin model agent: always known, reserved in the
@@ -695,6 +697,7 @@ impl Config {
         self.limits.fs.validate()?;
         self.filesystem.validate()?;
         self.http.validate()?;
+        self.limits.control.validate()?;
         if let Some(path) = &self.secrets.key_file {
             validate_path("secrets.keyFile", path)?;
         }

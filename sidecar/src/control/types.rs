@@ -4,45 +4,9 @@
 //! the caller encoded, and times are Unix milliseconds. Each front door
 //! renders these in its own wire form.
 
-/// The bounds of every control-plane collection. A full collection answers
-/// `ControlError::Limit` naming the setting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ControlLimits {
-    /// Accounts the VM stores (any verified key can make one).
-    pub max_accounts: u64,
-    pub max_agents_per_account: u64,
-    pub max_providers_per_account: u64,
-    pub max_secrets_per_account: u64,
-    /// Collaborators of one agent, pending and accepted.
-    pub max_collaborators_per_agent: u64,
-    /// Collaborations one account holds on others' agents, pending and
-    /// accepted (so invitations to one account are bounded too).
-    pub max_collaborations_per_account: u64,
-    /// Signer rows of one account, revoked ones included.
-    pub max_signers_per_account: u64,
-    /// Idempotency records VM-wide; the oldest beyond this are pruned.
-    pub max_idempotency_records: u64,
-    /// Bytes of one stored agent definition.
-    pub max_agent_definition_bytes: u64,
-}
+pub use crate::config::ControlLimits;
 
-impl Default for ControlLimits {
-    fn default() -> Self {
-        ControlLimits {
-            max_accounts: 10_000,
-            max_agents_per_account: 1_000,
-            max_providers_per_account: 100,
-            max_secrets_per_account: 1_000,
-            max_collaborators_per_agent: 100,
-            max_collaborations_per_account: 1_000,
-            max_signers_per_account: 100,
-            max_idempotency_records: 100_000,
-            max_agent_definition_bytes: 256 * 1024,
-        }
-    }
-}
-
-/// The setting names, as `ControlError::Limit` and the config use them.
+/// The settings that name each bound, for errors and warnings.
 pub mod setting {
     pub const MAX_ACCOUNTS: &str = "limits.control.maxAccounts";
     pub const MAX_AGENTS: &str = "limits.control.maxAgentsPerAccount";
