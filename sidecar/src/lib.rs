@@ -9,6 +9,7 @@ pub mod host;
 pub mod http;
 pub mod private;
 pub mod sandbox;
+pub mod seed_client;
 pub mod serve;
 pub mod sessions;
 pub mod vfs;
