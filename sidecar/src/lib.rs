@@ -10,6 +10,7 @@ pub mod http;
 pub mod maintenance;
 pub mod private;
 pub mod sandbox;
+pub mod seed_client;
 pub mod serve;
 pub mod sessions;
 pub mod vfs;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use agentos_sidecar::config::Config;
 use agentos_sidecar::ctl::CtlArgs;
-use clap::{Parser, Subcommand};
+use agentos_sidecar::seed_client::cli::{self as seed_cli, CallOptions, SubscribeOptions, Target};
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "agentos-sidecar", version, about)]
@@ -37,6 +38,49 @@ enum Command {
     /// The key that seals provider secrets.
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Signing keys for the signed API.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Sign one action and send it to the signed API; prints
+    /// {"status", "response"} and exits 0 only on a 2xx answer.
+    Call {
+        /// The action's name, e.g. ListAgents.
+        action: String,
+        /// The key file (`keys new`).
+        #[arg(long = "key", value_name = "FILE")]
+        key_file: PathBuf,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// The account to act as (z6Mk…); by default the key's own.
+        #[arg(long)]
+        account: Option<String>,
+        /// The action's fields as a JSON object (DAG-JSON: bytes are
+        /// {"/": {"bytes": "<base64>"}}); `-` reads standard input.
+        #[arg(long)]
+        json: Option<String>,
+    },
+    /// Subscribe on the signed API's WebSocket and print each event as a
+    /// JSON line.
+    Subscribe {
+        /// account/<id>, agents/<id> or sessions/<id>.
+        #[arg(value_name = "KEY")]
+        subscription: String,
+        /// The key file (`keys new`).
+        #[arg(long = "key", value_name = "FILE")]
+        key_file: PathBuf,
+        /// The listener: http://host:port or unix:/path.
+        #[arg(long)]
+        url: String,
+        /// The account to act as (z6Mk…); by default the key's own.
+        #[arg(long)]
+        account: Option<String>,
+        /// Replay durable events after this sequence number.
+        #[arg(long)]
+        after_seq: Option<u64>,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -49,6 +93,28 @@ enum SecretsCommand {
         #[arg(long)]
         config: Option<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key file (mode 0600; an existing file is never
+    /// overwritten) and print its principal.
+    New {
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+}
+
+/// Where the signed API is.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct TargetArgs {
+    /// The listener: http://host:port or unix:/path.
+    #[arg(long)]
+    url: Option<String>,
+    /// A sidecar's host socket, when it has no listener.
+    #[arg(long, value_name = "HOST_SOCKET")]
+    socket: Option<PathBuf>,
 }
 
 fn load_config(arg: Option<&str>) -> Result<Config, String> {
@@ -84,6 +150,27 @@ fn load_config(arg: Option<&str>) -> Result<Config, String> {
                 ));
             }
             Ok(Config::embedded_default(&dir, &fake))
+        }
+    }
+}
+
+/// Prints a signed-API command's JSON result (or its error) on standard
+/// output; success means a 2xx answer.
+fn print_outcome(
+    outcome: Result<(serde_json::Value, bool), agentos_sidecar::seed_client::ClientError>,
+) -> ExitCode {
+    match outcome {
+        Ok((value, success)) => {
+            println!("{value}");
+            if success {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            println!("{}", seed_cli::error_json(&error));
+            ExitCode::FAILURE
         }
     }
 }
@@ -126,6 +213,59 @@ fn main() -> ExitCode {
         Command::Ctl(args) => {
             let code = runtime.block_on(agentos_sidecar::ctl::run(args));
             return ExitCode::from(code as u8);
+        }
+        Command::Keys(KeysCommand::New { out }) => {
+            return print_outcome(seed_cli::keys_new(&out).map(|value| (value, true)));
+        }
+        Command::Call {
+            action,
+            key_file,
+            target,
+            account,
+            json,
+        } => {
+            let target = match (target.url, target.socket) {
+                (Some(url), _) => Target::Url(url),
+                (None, Some(socket)) => Target::Socket(socket),
+                // clap's group requires exactly one of the two.
+                (None, None) => return ExitCode::from(2),
+            };
+            let options = CallOptions {
+                action,
+                key_file,
+                target,
+                account,
+                json,
+            };
+            return print_outcome(runtime.block_on(seed_cli::call(&options)));
+        }
+        Command::Subscribe {
+            subscription,
+            key_file,
+            url,
+            account,
+            after_seq,
+            count,
+        } => {
+            let options = SubscribeOptions {
+                key: subscription,
+                key_file,
+                url,
+                account,
+                after_seq,
+                count,
+            };
+            let outcome = {
+                let mut stdout = std::io::stdout().lock();
+                runtime.block_on(seed_cli::subscribe(&options, &mut stdout))
+            };
+            return match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    println!("{}", seed_cli::error_json(&error));
+                    ExitCode::FAILURE
+                }
+            };
         }
     };
     match result {
