@@ -57,6 +57,8 @@ error_codes! {
     /// The session's agent is `builtin`, the builtin model agent, which this
     /// sidecar does not run yet.
     BuiltinAgentUnavailable => "builtin_agent_unavailable",
+    /// A retry found no failed latest prompt whose input is still retained.
+    NothingToRetry => "nothing_to_retry",
     /// The session already runs a prompt.
     SessionBusy => "session_busy",
     /// A prompt with this idempotency key is still running.

@@ -1,8 +1,9 @@
 //! Prompts that wait behind a live turn (`Sessions::prompt_in_turn`, what the
 //! signed API's `MessageSession` uses): they run one after another in arrival
 //! order with no interleaving, a plain prompt still answers `session_busy`,
-//! the wait is bounded, and a `builtin` session (the builtin model agent,
-//! not available yet) fails its turn with a typed error.
+//! the wait is bounded, a failed prompt is retried without its input being
+//! appended again (`RetrySession`), and a `builtin` session (the builtin
+//! model agent, not available yet) fails its turn with a typed error.
 
 mod common;
 
@@ -155,6 +156,47 @@ async fn a_builtin_session_opens_but_its_turn_is_unavailable() {
             .await
             .expect_err("unknown agent");
         assert_eq!(missing.code(), ErrorCode::AgentNotFound);
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_prompt_is_retried_without_appending_its_input_again() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("r", "echo")).await.expect("open");
+        let none = env
+            .sessions
+            .retry("r", user())
+            .await
+            .expect_err("no prompt yet");
+        assert_eq!(none.code(), ErrorCode::NothingToRetry);
+        prompt(&env, "r", "fail_once back again")
+            .await
+            .expect_err("the first try fails");
+        let outcome = env.sessions.retry("r", user()).await.expect("the retry");
+        assert_eq!(outcome.stop_reason, "end_turn", "{}", backend.name);
+        let types: Vec<String> = history(&env, "r")
+            .await
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(
+            types,
+            ["user_message_chunk", "agent_message_chunk"],
+            "{}: the input is in the log once",
+            backend.name
+        );
+        let log = prompt_log(&env);
+        assert_eq!(log.len(), 2, "the agent got the input twice");
+        assert_eq!(log[1]["prompt"], log[0]["prompt"]);
+        let again = env
+            .sessions
+            .retry("r", user())
+            .await
+            .expect_err("it succeeded");
+        assert_eq!(again.code(), ErrorCode::NothingToRetry);
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }

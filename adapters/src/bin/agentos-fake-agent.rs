@@ -49,6 +49,7 @@
 //! - `flood_chunks <n>`: n message chunks as fast as possible.
 //! - `sleep <ms>`: waits, then a chunk "slept".
 //! - `fail`: answers the prompt with error -32603.
+//! - `fail_once TEXT`: fails so the first time in the process, then echoes TEXT.
 //! - `bad_stop`: answers with the invalid stopReason "exploded".
 //! - `fs_read <path>`: asks the client `fs/read_text_file` and echoes the
 //!   content (or the error message).
@@ -537,6 +538,16 @@ impl Agent {
             "fail" => {
                 return Some(Err(RpcError::internal("Internal error")
                     .with_data(json!({"details": "scripted failure"}))))
+            }
+            // Fails the first time in this process, then echoes the rest:
+            // what a retry of the same input meets after a transient error.
+            "fail_once" => {
+                static FAILED: AtomicBool = AtomicBool::new(false);
+                if !FAILED.swap(true, Ordering::SeqCst) {
+                    return Some(Err(RpcError::internal("Internal error")
+                        .with_data(json!({"details": "scripted transient failure"}))));
+                }
+                self.chunk(session_id, rest);
             }
             "bad_stop" => return Some(Ok(json!({"stopReason": "exploded"}))),
             "fs_read" => {

@@ -18,6 +18,8 @@ pub enum SessionError {
     AgentNotFound(String),
     #[error("the builtin model agent is not available in this sidecar yet")]
     BuiltinAgentUnavailable,
+    #[error("nothing to retry: {0}")]
+    NothingToRetry(String),
     #[error("session {0} already has an active prompt")]
     Busy(String),
     #[error("the prompt with this idempotency key is still in progress")]
@@ -87,6 +89,7 @@ impl SessionError {
             SessionError::Conflict { .. } => ErrorCode::SessionConflict,
             SessionError::AgentNotFound(_) => ErrorCode::AgentNotFound,
             SessionError::BuiltinAgentUnavailable => ErrorCode::BuiltinAgentUnavailable,
+            SessionError::NothingToRetry(_) => ErrorCode::NothingToRetry,
             SessionError::Busy(_) => ErrorCode::SessionBusy,
             SessionError::PromptInProgress => ErrorCode::PromptInProgress,
             SessionError::IdempotencyConflict => ErrorCode::IdempotencyConflict,

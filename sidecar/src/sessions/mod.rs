@@ -445,6 +445,51 @@ impl Sessions {
             .await
     }
 
+    /// Runs the latest prompt again when it failed, without appending its
+    /// input again: the agent gets the same content. Refused while a turn is
+    /// live (`session_busy`) and when the latest prompt did not fail or its
+    /// input is no longer retained (`nothing_to_retry`).
+    pub async fn retry(
+        &self,
+        session_id: &str,
+        actor: Actor,
+    ) -> Result<PromptOutcome, SessionError> {
+        self.row(session_id).await?;
+        let store = &self.shared.store;
+        let nothing = |why: &str| Err(SessionError::NothingToRetry(why.to_owned()));
+        let Some((_, state, first_input)) = store.latest_prompt(session_id).await? else {
+            return nothing("the session has no prompt");
+        };
+        if state != PromptState::Failed {
+            return nothing("the latest prompt did not fail");
+        }
+        let Some(first) = first_input else {
+            return nothing("the latest prompt's input is not recorded");
+        };
+        let limit = self.shared.limits.max_prompt_blocks;
+        let page = store
+            .history(session_id, None, Some(first.saturating_sub(1)), limit)
+            .await?;
+        let mut content = Vec::new();
+        let mut message_id = None;
+        for event in &page.events {
+            let payload: Value = serde_json::from_str(&event.payload_json).unwrap_or(Value::Null);
+            if event.sequence < first
+                || payload["sessionUpdate"] != "user_message_chunk"
+                || (message_id.is_some() && message_id != Some(payload["messageId"].clone()))
+            {
+                break;
+            }
+            message_id = Some(payload["messageId"].clone());
+            content.push(payload["content"].clone());
+        }
+        if content.is_empty() || page.events.first().is_none_or(|e| e.sequence != first) {
+            return nothing("the latest prompt's input is no longer retained");
+        }
+        self.prompt_request(session_id, content, None, actor, false, Some(first))
+            .await
+    }
+
     async fn prompt_with(
         &self,
         session_id: &str,
@@ -452,6 +497,19 @@ impl Sessions {
         idempotency_key: Option<String>,
         actor: Actor,
         queue: bool,
+    ) -> Result<PromptOutcome, SessionError> {
+        self.prompt_request(session_id, content, idempotency_key, actor, queue, None)
+            .await
+    }
+
+    async fn prompt_request(
+        &self,
+        session_id: &str,
+        content: Vec<Value>,
+        idempotency_key: Option<String>,
+        actor: Actor,
+        queue: bool,
+        retry_of: Option<u64>,
     ) -> Result<PromptOutcome, SessionError> {
         let limits = &self.shared.limits;
         if content.is_empty() {
@@ -520,6 +578,7 @@ impl Sessions {
                     input_hash: hash.clone(),
                     actor: actor.clone(),
                     queue,
+                    retry_of,
                 };
                 Command::Prompt { request, reply }
             })

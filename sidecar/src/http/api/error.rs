@@ -97,6 +97,7 @@ impl From<SessionError> for ApiError {
             | ErrorCode::IdempotencyConflict
             | ErrorCode::SessionConflict
             | ErrorCode::BuiltinAgentUnavailable
+            | ErrorCode::NothingToRetry
             | ErrorCode::AgentNotFound => 409,
             _ => 500,
         };

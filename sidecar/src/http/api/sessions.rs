@@ -10,7 +10,8 @@ use agentos_protocol::host::{Actor, OpenSessionParams};
 use agentos_protocol::seed::event::{event_id, session_event};
 use agentos_protocol::seed::response::{
     CreateSessionResponse, DeleteSessionResponse, GetSessionResponse, ListSessionsResponse,
-    MessageSessionResponse, SessionEvent, SessionInfo, StopSessionResponse, UpdateSessionResponse,
+    MessageSessionResponse, RetrySessionResponse, SessionEvent, SessionInfo, StopSessionResponse,
+    UpdateSessionResponse,
 };
 use agentos_protocol::seed::{
     encode_response, Action, ContentPart, Ipld, SessionListCursor, SystemPrompt,
@@ -314,6 +315,26 @@ impl SignedApi {
                 ok(&StopSessionResponse {
                     session_id,
                     stopped: status == CancelStatus::Cancelled,
+                })
+            }
+            Action::RetrySession { session_id } => {
+                authz::require_session(control, account, &session_id, AccessRole::Writer).await?;
+                let actor = Actor::User {
+                    account: Some(caller.account.clone()),
+                    signer: Some(caller.signer.clone()),
+                };
+                let outcome = self.sessions.retry(&session_id, actor).await?;
+                let last = self
+                    .sessions
+                    .prompt_last_output(&session_id, &outcome.prompt_id)
+                    .await?;
+                let has_reply = !outcome.message.content.is_empty();
+                ok(&RetrySessionResponse {
+                    session_id: session_id.clone(),
+                    assistant_event_id: match last {
+                        Some(seq) if has_reply => event_id(&session_id, seq),
+                        _ => String::new(),
+                    },
                 })
             }
             other => Err(ApiError::bad_request(

@@ -57,6 +57,9 @@ pub(crate) struct PromptRequest {
     /// Wait behind a live turn (in arrival order) instead of failing with
     /// `session_busy`: the signed API's messages, several writers at once.
     pub queue: bool,
+    /// A retry: `content` is already in the log from this sequence on, so
+    /// it is sent to the agent again without being appended again.
+    pub retry_of: Option<u64>,
 }
 
 /// Prompts one route keeps waiting behind its live turn. Each is bounded by

@@ -50,8 +50,12 @@ impl Route {
         commands: &mut mpsc::Receiver<Command>,
     ) -> Option<(StopReason, oneshot::Sender<()>)> {
         let now = clock_ms();
-        let first_input = self.counters.latest_sequence + 1;
-        let user_events: Vec<NewEvent> = {
+        let first_input = request
+            .retry_of
+            .unwrap_or(self.counters.latest_sequence + 1);
+        let user_events: Vec<NewEvent> = if request.retry_of.is_some() {
+            Vec::new()
+        } else {
             let message_id = uuid::Uuid::new_v4().to_string();
             request
                 .content

@@ -77,6 +77,31 @@ impl SessionStore {
         }))
     }
 
+    /// The session's latest prompt: its id, state and where its input
+    /// starts in the log.
+    pub async fn latest_prompt(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(String, PromptState, Option<u64>)>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT prompt_id, state, first_input_sequence FROM agentos_core_prompts \
+                 WHERE session_id = ?1 ORDER BY created_at_ms DESC, rowid DESC LIMIT 1",
+                vec![session_id.into()],
+            )
+            .await?;
+        let Some(values) = rows.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut r = Row::new(PROMPTS, values, 3)?;
+        Ok(Some((
+            r.text(0)?,
+            r.parse(1, PromptState::parse)?,
+            r.opt_int(2)?.and_then(|s| u64::try_from(s).ok()),
+        )))
+    }
+
     /// The last sequence a prompt's turn wrote, if it wrote any.
     pub async fn prompt_last_output(
         &self,

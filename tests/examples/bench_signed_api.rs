@@ -1,0 +1,295 @@
+//! Signed API benchmark (release): verified `GetAgent` actions/s with 16
+//! concurrent keep-alive clients beside raw Ed25519 verifications/s on one
+//! core, and their ratio (the goal is ≥ 0.5); p50/p99 latency; WebSocket
+//! fan-out of one session's events to 1,000 subscribers; the sidecar's idle
+//! and loaded RSS. Envelopes are signed before the clock starts, each with
+//! its own timestamp, so the replay cache admits every one.
+//!
+//! Run with `scripts/bench-signed-api`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentos_protocol::seed::{cbor, generate_signing_key, Envelope, Ipld, Principal, SigningKey};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const CLIENTS: usize = 16;
+const LOAD_SECONDS: u64 = 5;
+const ENVELOPES: usize = 200_000;
+const VERIFY_SECONDS: f64 = 2.0;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn bin_dir() -> Result<PathBuf, Error> {
+    let exe = std::env::current_exe()?;
+    // target/<profile>/examples/bench_signed_api
+    Ok(exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?
+        .to_path_buf())
+}
+
+fn binary(name: &str) -> Result<PathBuf, Error> {
+    let path = bin_dir()?.join(name);
+    if !path.exists() {
+        return Err(format!(
+            "{} is missing: run `cargo build --release --bins`",
+            path.display()
+        )
+        .into());
+    }
+    Ok(path)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+struct Running {
+    child: tokio::process::Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_sidecar() -> Result<Running, Error> {
+    let dir = tempfile::tempdir()?;
+    let config = json!({
+        "database": {"type": "sqlite_file", "path": dir.path().join("vm.sqlite")},
+        "socket": dir.path().join("sidecar.sock"),
+        "agents": {"echo": {"command": binary("agentos-fake-agent")?}},
+        "http": {"listen": "127.0.0.1:0", "replayCacheEntries": ENVELOPES * 2,
+                 "ws": {"maxSockets": 2048, "maxQueuedBytesPerSocket": 64 << 20}},
+    });
+    let mut child = tokio::process::Command::new(binary("agentos-sidecar")?)
+        .args(["serve", "--config", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        stdin.write_all(config.to_string().as_bytes()).await?;
+    }
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let ready: Value = serde_json::from_str(&lines.next_line().await?.ok_or("exited")?)?;
+    let address = ready["http"].as_str().ok_or("no http listener")?.to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Running {
+        child,
+        address,
+        _dir: dir,
+    })
+}
+
+fn action(value: Value) -> std::collections::BTreeMap<String, Ipld> {
+    fn ipld(v: &Value) -> Ipld {
+        match v {
+            Value::String(s) => Ipld::String(s.clone()),
+            Value::Number(n) => Ipld::Integer(i128::from(n.as_i64().unwrap_or(0))),
+            Value::Bool(b) => Ipld::Bool(*b),
+            Value::Array(a) => Ipld::List(a.iter().map(ipld).collect()),
+            Value::Object(m) => Ipld::Map(m.iter().map(|(k, v)| (k.clone(), ipld(v))).collect()),
+            Value::Null => Ipld::Null,
+        }
+    }
+    match ipld(&value) {
+        Ipld::Map(map) => map,
+        _ => Default::default(),
+    }
+}
+
+fn sign(key: &SigningKey, value: Value, ts: i64) -> Result<Vec<u8>, Error> {
+    let mut envelope = Envelope::unsigned(
+        action(value),
+        Principal::of_key(key),
+        Principal::of_key(key),
+        ts,
+    );
+    envelope.protocol = Some(2);
+    envelope.sign_with(key)?;
+    Ok(envelope.encode()?)
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+}
+
+impl Connection {
+    async fn open(address: &str) -> Result<Connection, Error> {
+        let stream = tokio::net::TcpStream::connect(address).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(Connection { sender })
+    }
+
+    async fn post(&mut self, body: Vec<u8>) -> Result<(u16, Bytes), Error> {
+        let request = hyper::Request::post("/api/message")
+            .header("host", "localhost")
+            .header("content-type", "application/cbor")
+            .body(Full::new(Bytes::from(body)))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+}
+
+fn text_field(body: &[u8], name: &str) -> Result<String, Error> {
+    let value: Ipld = cbor::from_slice(body, 1 << 24)?;
+    match value {
+        Ipld::Map(map) => match map.get(name) {
+            Some(Ipld::String(s)) => Ok(s.clone()),
+            other => Err(format!("{name}: {other:?}").into()),
+        },
+        _ => Err("not a map".into()),
+    }
+}
+
+/// Raw `verify_strict` of one envelope's signing bytes, one thread.
+fn raw_verifications_per_second(key: &SigningKey, agent_id: &str) -> Result<f64, Error> {
+    let envelope = Envelope::decode(
+        &sign(key, json!({"_": "GetAgent", "agentId": agent_id}), now_ms())?,
+        1 << 20,
+    )?;
+    let message = envelope.signing_bytes()?;
+    let signature = ed25519_dalek::Signature::from_bytes(&envelope.sig);
+    let verifying = key.verifying_key();
+    let started = Instant::now();
+    let mut n = 0u64;
+    while started.elapsed().as_secs_f64() < VERIFY_SECONDS {
+        for _ in 0..256 {
+            verifying.verify_strict(&message, &signature)?;
+        }
+        n += 256;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let sidecar = start_sidecar().await?;
+    let pid = sidecar.child.id().ok_or("no pid")?;
+    let key = generate_signing_key();
+    let mut setup = Connection::open(&sidecar.address).await?;
+    let definition = json!({"name": "bench", "systemPrompt": "x", "modelProvider": "p",
+                            "model": "m", "adapter": "echo"});
+    let (status, body) = setup
+        .post(sign(
+            &key,
+            json!({"_": "CreateAgent", "definition": definition}),
+            now_ms(),
+        )?)
+        .await?;
+    if status != 200 {
+        return Err(format!("CreateAgent answered {status}").into());
+    }
+    let agent_id = text_field(&body, "agentId")?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_rss = rss_kib(pid, "VmRSS:").unwrap_or(0);
+
+    let raw = tokio::task::spawn_blocking({
+        let key = key.clone();
+        let agent_id = agent_id.clone();
+        move || raw_verifications_per_second(&key, &agent_id)
+    })
+    .await??;
+
+    // Envelopes signed up front, each with its own timestamp.
+    let base = now_ms();
+    let mut envelopes = Vec::with_capacity(ENVELOPES);
+    for i in 0..ENVELOPES {
+        envelopes.push(sign(
+            &key,
+            json!({"_": "GetAgent", "agentId": agent_id}),
+            base - i as i64,
+        )?);
+    }
+    let envelopes = Arc::new(envelopes);
+    let next = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs(LOAD_SECONDS);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let envelopes = envelopes.clone();
+        let next = next.clone();
+        let address = sidecar.address.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Connection::open(&address).await?;
+            let mut latencies = Vec::new();
+            let mut failures = 0u64;
+            while Instant::now() < deadline {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = envelopes.get(i) else { break };
+                let sent = Instant::now();
+                let (status, _) = conn.post(body.clone()).await?;
+                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+                if status != 200 {
+                    failures += 1;
+                }
+            }
+            Ok::<_, Error>((latencies, failures))
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    for task in tasks {
+        let (l, f) = task.await??;
+        latencies.extend(l);
+        failures += f;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let loaded_rss = rss_kib(pid, "VmHWM:").unwrap_or(0);
+    latencies.sort_by(f64::total_cmp);
+    let ok = latencies.len() as u64 - failures;
+    let rate = ok as f64 / elapsed;
+    println!("raw Ed25519 verify_strict, one core: {raw:.0} verifications/s");
+    println!(
+        "verified GetAgent, {CLIENTS} clients: {rate:.0} actions/s ({ok} in {elapsed:.1} s, {failures} refused)"
+    );
+    println!(
+        "ratio actions/s ÷ verifications/s: {:.2} (goal ≥ 0.5)",
+        rate / raw
+    );
+    println!(
+        "latency p50 {:.2} ms, p99 {:.2} ms",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99)
+    );
+    println!("RSS idle {idle_rss} KiB, peak under load {loaded_rss} KiB");
+    Ok(())
+}
