@@ -1,6 +1,7 @@
 //! Prompts that wait behind a live turn (`Sessions::prompt_in_turn`, what the
-//! signed API's `MessageSession` uses): they run one after another in arrival
-//! order with no interleaving, a plain prompt still answers `session_busy`,
+//! signed API's `MessageSession` uses): their words are in the log as they
+//! arrive, their turns run one after another in arrival order, a plain
+//! prompt still answers `session_busy`,
 //! the wait is bounded, a failed prompt is retried without its input being
 //! appended again (`RetrySession`), and a `builtin` session (the builtin
 //! model agent, not available yet) fails its turn with a typed error.
@@ -67,14 +68,16 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
                 )
             })
             .collect();
+        // Each message is in the log as it arrives; the replies follow in
+        // the same order.
         let expected: Vec<(String, String)> = [
             ("user_message_chunk", "sleep 400"),
-            ("agent_message_chunk", "slept"),
             ("user_message_chunk", "echo one"),
-            ("agent_message_chunk", "one"),
             ("user_message_chunk", "echo two"),
-            ("agent_message_chunk", "two"),
             ("user_message_chunk", "echo three"),
+            ("agent_message_chunk", "slept"),
+            ("agent_message_chunk", "one"),
+            ("agent_message_chunk", "two"),
             ("agent_message_chunk", "three"),
         ]
         .iter()

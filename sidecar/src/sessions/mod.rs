@@ -432,8 +432,9 @@ impl Sessions {
     }
 
     /// As [`Sessions::prompt`], but a prompt that arrives while a turn is live
-    /// waits behind it, in arrival order (a bounded number; past it,
-    /// `session_busy`): several writers may message one session at once.
+    /// is appended to the log at once and its turn waits behind the live
+    /// one, in arrival order (a bounded number; past it, `session_busy`):
+    /// several writers may message one session at once.
     pub async fn prompt_in_turn(
         &self,
         session_id: &str,
@@ -509,7 +510,7 @@ impl Sessions {
         idempotency_key: Option<String>,
         actor: Actor,
         queue: bool,
-        retry_of: Option<u64>,
+        input_at: Option<u64>,
     ) -> Result<PromptOutcome, SessionError> {
         let limits = &self.shared.limits;
         if content.is_empty() {
@@ -578,7 +579,7 @@ impl Sessions {
                     input_hash: hash.clone(),
                     actor: actor.clone(),
                     queue,
-                    retry_of,
+                    input_at,
                 };
                 Command::Prompt { request, reply }
             })

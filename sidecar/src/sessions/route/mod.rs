@@ -57,9 +57,10 @@ pub(crate) struct PromptRequest {
     /// Wait behind a live turn (in arrival order) instead of failing with
     /// `session_busy`: the signed API's messages, several writers at once.
     pub queue: bool,
-    /// A retry: `content` is already in the log from this sequence on, so
-    /// it is sent to the agent again without being appended again.
-    pub retry_of: Option<u64>,
+    /// `content` is already in the log from this sequence on (a retry, or a
+    /// prompt appended when it queued): it is sent to the agent without
+    /// being appended again.
+    pub input_at: Option<u64>,
 }
 
 /// Prompts one route keeps waiting behind its live turn. Each is bounded by
@@ -258,8 +259,15 @@ impl Route {
         self.shared.route_ended(&self.session_id, self.generation);
         // Whatever was queued behind the end was never started: say so, so
         // the service can retry on a new route.
+        // A queued prompt's words are already in the log: it is not retried
+        // on a new route (that would append them again).
         for (_, reply) in self.waiting.drain(..) {
-            let _ = reply.send(Err(SessionError::RouteGone));
+            let _ = reply.send(Err(SessionError::Adapter {
+                code: ErrorCode::AdapterExited,
+                message:
+                    "the adapter ended before this queued message ran; its words are in the log"
+                        .into(),
+            }));
         }
         commands.close();
         while let Ok(command) = commands.try_recv() {

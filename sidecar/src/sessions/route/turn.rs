@@ -51,22 +51,12 @@ impl Route {
     ) -> Option<(StopReason, oneshot::Sender<()>)> {
         let now = clock_ms();
         let first_input = request
-            .retry_of
+            .input_at
             .unwrap_or(self.counters.latest_sequence + 1);
-        let user_events: Vec<NewEvent> = if request.retry_of.is_some() {
+        let user_events = if request.input_at.is_some() {
             Vec::new()
         } else {
-            let message_id = uuid::Uuid::new_v4().to_string();
-            request
-                .content
-                .iter()
-                .map(|block| {
-                    NewEvent::update(
-                        request.actor.clone(),
-                        &json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": message_id}),
-                    )
-                })
-                .collect()
+            user_events(&request)
         };
         let (mut accept, pruned) = match self.prompt_retention().await {
             Ok(v) => v,
@@ -187,12 +177,15 @@ impl Route {
                             // The same key: the caller replays the stored
                             // prompt (in progress, or a conflict on other input).
                             let same_key = request.idempotency_key.is_some()
-                                && request.idempotency_key == turn.idempotency_key;
+                                && (request.idempotency_key == turn.idempotency_key
+                                    || self.waiting.iter().any(|(w, _)| {
+                                        w.idempotency_key == request.idempotency_key
+                                    }));
                             let waits = request.queue
                                 && !same_key
                                 && self.waiting.len() < super::MAX_WAITING_PROMPTS;
                             if waits {
-                                self.waiting.push_back((request, reply));
+                                self.enqueue(request, reply).await;
                                 continue;
                             }
                             let _ = reply.send(Err(if same_key {
@@ -232,6 +225,21 @@ impl Route {
         let (outcome, stop) = self.finish(&mut turn, end).await;
         let _ = reply.send(outcome);
         stop
+    }
+
+    /// Queues a prompt behind the live turn, its words appended to the log
+    /// at once (they run later as a turn whose input is already there).
+    async fn enqueue(&mut self, mut request: PromptRequest, reply: oneshot::Sender<PromptReply>) {
+        let first = self.counters.latest_sequence + 1;
+        match self.commit(user_events(&request), Vec::new()).await {
+            Ok(()) => {
+                request.input_at = Some(first);
+                self.waiting.push_back((request, reply));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
     }
 
     /// Processes a batch of adapter events during a turn, committing durable
@@ -570,4 +578,20 @@ impl Route {
         };
         (reply, stop)
     }
+}
+
+/// A prompt's words as `user_message_chunk` events, one per block, naming
+/// their actor and sharing one message id.
+fn user_events(request: &PromptRequest) -> Vec<NewEvent> {
+    let message_id = uuid::Uuid::new_v4().to_string();
+    request
+        .content
+        .iter()
+        .map(|block| {
+            NewEvent::update(
+                request.actor.clone(),
+                &json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": message_id}),
+            )
+        })
+        .collect()
 }
