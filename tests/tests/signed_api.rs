@@ -237,3 +237,65 @@ async fn bad_requests_get_typed_errors_and_the_server_stays_up() {
     let a = call(&t, &me, json!({"_": "ListAgents"})).await;
     assert_eq!(a.status, 200);
 }
+
+#[tokio::test]
+async fn an_operator_authorizes_and_revokes_signers_over_the_host_socket() {
+    let (sc, t) = start(Backend::SqliteFile).await;
+    let owner = Signer::new();
+    let delegate = Signer::delegate_of(owner.account);
+    let refused = call(&t, &delegate, json!({"_": "ListAgents"})).await;
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (401, "signer_not_authorized")
+    );
+    let entry = sc
+        .call(
+            "signers/authorize",
+            json!({"account": owner.id(), "signer": delegate.principal().to_string(), "role": "WRITER"}),
+        )
+        .await
+        .expect("authorize");
+    assert_eq!(entry["role"], "WRITER");
+    let ok = call(
+        &t,
+        &delegate,
+        json!({"_": "CreateAgent", "definition": definition(Some("echo"))}),
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+    // The agent is the account's, not the delegate's.
+    let listed = call(&t, &owner, json!({"_": "ListAgents"})).await;
+    let Ipld::List(agents) = listed.field("agents") else {
+        panic!()
+    };
+    assert_eq!(agents.len(), 1);
+    let list = sc
+        .call("signers/list", json!({"account": owner.id()}))
+        .await
+        .expect("list");
+    assert_eq!(list["signers"].as_array().map(Vec::len), Some(1));
+    sc.call(
+        "signers/revoke",
+        json!({"account": owner.id(), "signer": delegate.principal().to_string()}),
+    )
+    .await
+    .expect("revoke");
+    let refused = call(&t, &delegate, json!({"_": "ListAgents"})).await;
+    assert_eq!(refused.status, 401);
+    let bad = sc
+        .call(
+            "signers/authorize",
+            json!({"account": owner.id(), "signer": "zNotAKey", "role": "WRITER"}),
+        )
+        .await
+        .expect_err("bad principal");
+    assert_eq!(bad.code(), "rpc_-32602");
+    let bad = sc
+        .call(
+            "signers/authorize",
+            json!({"account": owner.id(), "signer": delegate.principal().to_string(), "role": "OWNER"}),
+        )
+        .await
+        .expect_err("bad role");
+    assert_eq!(bad.code(), "rpc_-32602");
+}

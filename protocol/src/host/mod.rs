@@ -62,6 +62,9 @@ pub mod methods {
     pub const FS_RENAME: &str = "fs/rename";
     pub const FS_REMOVE: &str = "fs/remove";
     pub const HTTP_REQUEST: &str = "http/request";
+    pub const SIGNERS_AUTHORIZE: &str = "signers/authorize";
+    pub const SIGNERS_REVOKE: &str = "signers/revoke";
+    pub const SIGNERS_LIST: &str = "signers/list";
 
     // Notifications from the sidecar.
     pub const EVENT: &str = "sessions/event";

@@ -207,3 +207,22 @@ pub struct HttpRequestParams {
     #[serde(default)]
     pub body_base64: Option<String>,
 }
+
+/// `signers/authorize` and `signers/revoke`: an operator lets `signer` act
+/// for `account` on the signed API (role `AGENT` or `WRITER`), or stops it.
+/// Principals are `z…` base58btc strings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignerParams {
+    pub account: String,
+    pub signer: String,
+    #[serde(default)]
+    pub role: Option<String>,
+}
+
+/// `signers/list`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AccountParams {
+    pub account: String,
+}

@@ -274,3 +274,26 @@ pub struct HttpResponseResult {
     pub headers: std::collections::BTreeMap<String, String>,
     pub body_base64: String,
 }
+
+/// One signer of an account, as `signers/*` answer it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignerEntry {
+    pub account: String,
+    pub signer: String,
+    /// `AGENT` or `WRITER`; absent for a key revoked before it was known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    pub created_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// `signers/list`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignersList {
+    pub signers: Vec<SignerEntry>,
+}

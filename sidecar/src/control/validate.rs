@@ -22,19 +22,17 @@ pub const MAX_CLIENT_ID_BYTES: usize = 256;
 /// Largest response an idempotency record keeps.
 pub const MAX_RECORDED_RESPONSE_BYTES: usize = 64 * 1024;
 
-const BASE58_ALPHABET: &str = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
-
 /// A principal in its `z…` base58btc multibase text form.
 pub fn principal(field: &str, text: &str) -> Result<(), ControlError> {
-    let ok = text.len() >= 2
-        && text.len() <= MAX_PRINCIPAL_CHARS
-        && text.starts_with('z')
-        && text[1..].chars().all(|c| BASE58_ALPHABET.contains(c));
+    // The wire layer decides what a principal is: an Ed25519 key with its
+    // multicodec prefix, in base58btc text.
+    let ok = text.len() <= MAX_PRINCIPAL_CHARS
+        && text.parse::<agentos_protocol::seed::Principal>().is_ok();
     if ok {
         Ok(())
     } else {
         Err(ControlError::invalid(format!(
-            "{field} is not a principal in base58btc text form (z…)"
+            "{field} is not an Ed25519 principal in base58btc text form (z6Mk…)"
         )))
     }
 }

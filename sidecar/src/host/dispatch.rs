@@ -195,6 +195,9 @@ pub(super) async fn dispatch(
                 .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
             reply(&answer)
         }
+        methods::SIGNERS_AUTHORIZE => super::signers::authorize(&vm.control, params(raw)?).await,
+        methods::SIGNERS_REVOKE => super::signers::revoke(&vm.control, params(raw)?).await,
+        methods::SIGNERS_LIST => super::signers::list(&vm.control, params(raw)?).await,
         methods::VM_STATUS => {
             let status = sessions.status().await.map_err(session)?;
             // The file system's use is shown when it can be read; status

@@ -21,6 +21,7 @@ mod connection;
 mod dispatch;
 mod fs;
 mod render;
+mod signers;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -58,20 +58,13 @@ pub async fn envs_with(limits: ControlLimits) -> Vec<Env> {
     envs
 }
 
-const BASE58: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
-
-/// A distinct principal text for each `seed`, shaped like an Ed25519 one.
+/// A distinct real principal for each `seed`: the Ed25519 key derived
+/// from it.
 pub fn principal(seed: u32) -> String {
-    let mut state = u64::from(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let tail: String = (0..44)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            BASE58[(state % BASE58.len() as u64) as usize] as char
-        })
-        .collect();
-    format!("z6Mk{tail}")
+    let mut bytes = [0u8; 32];
+    bytes[..4].copy_from_slice(&seed.to_le_bytes());
+    let key = agentos_protocol::seed::SigningKey::from_bytes(&bytes);
+    agentos_protocol::seed::Principal::of_key(&key).to_string()
 }
 
 pub fn new_agent(name: &str) -> NewAgent {
