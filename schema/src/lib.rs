@@ -6,11 +6,13 @@
 //! expected change count (compare-and-set). That narrow shape is what lets the
 //! local-file backend and the actor runtime socket backend serve the same
 //! stores. This crate also owns all DDL: the migration runner and the three
-//! independent ladders (`agentos_fs_*`, `agentos_core_*`, `agentos_actor_*`).
+//! independent ladders (`agentos_fs_*`, `agentos_core_*`, `agentos_actor_*`),
+//! and [`row::Row`], the checked reader every store decodes rows with.
 
 mod db;
 pub mod ladders;
 mod migrate;
+pub mod row;
 
 pub use db::{Database, DatabaseKind, DbError, Rows, SharedDatabase, SqlValue, Statement};
 pub use migrate::{

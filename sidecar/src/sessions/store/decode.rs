@@ -5,9 +5,8 @@
 //! column is nullable.
 
 use agentos_protocol::host::{Actor, EventKind, PermissionPolicy, StoredEvent};
+pub(super) use agentos_schema::row::{count, texts, Row};
 use agentos_schema::{DbError, Rows, SqlValue};
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use super::{SessionRow, SessionStatus};
 
@@ -23,172 +22,9 @@ pub(super) const SESSION_WIDTH: usize = 28;
 /// Columns of an event row, in `EVENT_COLUMNS` order.
 pub(super) const EVENT_WIDTH: usize = 11;
 
-pub(super) fn corrupt(table: &str, message: impl Into<String>) -> DbError {
-    DbError::CorruptRow {
-        table: table.to_owned(),
-        message: message.into(),
-    }
-}
-
-fn type_name(v: &SqlValue) -> &'static str {
-    match v {
-        SqlValue::Null => "NULL",
-        SqlValue::Integer(_) => "an integer",
-        SqlValue::Real(_) => "a real",
-        SqlValue::Text(_) => "text",
-        SqlValue::Blob(_) => "a blob",
-    }
-}
-
-/// One row read back, its width checked. Values move out as they are
-/// taken, so each column is taken once.
-pub(super) struct Row {
-    table: &'static str,
-    values: Vec<SqlValue>,
-}
-
-impl Row {
-    pub(super) fn new(
-        table: &'static str,
-        values: Vec<SqlValue>,
-        width: usize,
-    ) -> Result<Row, DbError> {
-        if values.len() != width {
-            return Err(corrupt(
-                table,
-                format!("{} columns, expected {width}", values.len()),
-            ));
-        }
-        Ok(Row { table, values })
-    }
-
-    /// The first row of `rows`, which must be there.
-    pub(super) fn first(rows: Rows, table: &'static str, width: usize) -> Result<Row, DbError> {
-        match rows.rows.into_iter().next() {
-            Some(values) => Row::new(table, values, width),
-            None => Err(corrupt(table, "the row is missing")),
-        }
-    }
-
-    /// Every row of `rows`, each decoded by `decode`.
-    pub(super) fn all<T>(
-        rows: Rows,
-        table: &'static str,
-        width: usize,
-        mut decode: impl FnMut(Row) -> Result<T, DbError>,
-    ) -> Result<Vec<T>, DbError> {
-        rows.rows
-            .into_iter()
-            .map(|values| decode(Row::new(table, values, width)?))
-            .collect()
-    }
-
-    fn take(&mut self, i: usize) -> Result<SqlValue, DbError> {
-        match self.values.get_mut(i) {
-            Some(v) => Ok(std::mem::replace(v, SqlValue::Null)),
-            None => Err(corrupt(self.table, format!("no column {i}"))),
-        }
-    }
-
-    fn wrong(&self, i: usize, expected: &str, found: &SqlValue) -> DbError {
-        corrupt(
-            self.table,
-            format!(
-                "column {i}: expected {expected}, found {}",
-                type_name(found)
-            ),
-        )
-    }
-
-    pub(super) fn text(&mut self, i: usize) -> Result<String, DbError> {
-        match self.take(i)? {
-            SqlValue::Text(t) => Ok(t),
-            other => Err(self.wrong(i, "text", &other)),
-        }
-    }
-
-    pub(super) fn opt_text(&mut self, i: usize) -> Result<Option<String>, DbError> {
-        match self.take(i)? {
-            SqlValue::Null => Ok(None),
-            SqlValue::Text(t) => Ok(Some(t)),
-            other => Err(self.wrong(i, "text or NULL", &other)),
-        }
-    }
-
-    pub(super) fn int(&mut self, i: usize) -> Result<i64, DbError> {
-        match self.take(i)? {
-            SqlValue::Integer(v) => Ok(v),
-            other => Err(self.wrong(i, "an integer", &other)),
-        }
-    }
-
-    pub(super) fn opt_int(&mut self, i: usize) -> Result<Option<i64>, DbError> {
-        match self.take(i)? {
-            SqlValue::Null => Ok(None),
-            SqlValue::Integer(v) => Ok(Some(v)),
-            other => Err(self.wrong(i, "an integer or NULL", &other)),
-        }
-    }
-
-    /// A count, size or sequence: a non-negative integer.
-    pub(super) fn uint(&mut self, i: usize) -> Result<u64, DbError> {
-        let v = self.int(i)?;
-        u64::try_from(v).map_err(|_| corrupt(self.table, format!("column {i}: {v} is negative")))
-    }
-
-    pub(super) fn blob(&mut self, i: usize) -> Result<Vec<u8>, DbError> {
-        match self.take(i)? {
-            SqlValue::Blob(b) => Ok(b),
-            other => Err(self.wrong(i, "a blob", &other)),
-        }
-    }
-
-    /// A NOT NULL JSON column, parsed into `T`.
-    pub(super) fn json<T: DeserializeOwned>(&mut self, i: usize) -> Result<T, DbError> {
-        let text = self.text(i)?;
-        serde_json::from_str(&text)
-            .map_err(|e| corrupt(self.table, format!("column {i}: unexpected JSON: {e}")))
-    }
-
-    /// A nullable JSON column.
-    pub(super) fn opt_json(&mut self, i: usize) -> Result<Option<Value>, DbError> {
-        match self.opt_text(i)? {
-            None => Ok(None),
-            Some(text) => serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| corrupt(self.table, format!("column {i}: invalid JSON: {e}"))),
-        }
-    }
-
-    /// A NOT NULL text column of a closed vocabulary, parsed by `parse`.
-    pub(super) fn parse<T>(
-        &mut self,
-        i: usize,
-        parse: impl FnOnce(&str) -> Option<T>,
-    ) -> Result<T, DbError> {
-        let text = self.text(i)?;
-        parse(&text).ok_or_else(|| {
-            corrupt(
-                self.table,
-                format!("column {i}: {text:?} is outside its vocabulary"),
-            )
-        })
-    }
-}
-
 /// Rows of `(session_id, key)`.
 pub(super) fn pairs(rows: Rows, table: &'static str) -> Result<Vec<(String, String)>, DbError> {
     Row::all(rows, table, 2, |mut r| Ok((r.text(0)?, r.text(1)?)))
-}
-
-/// Rows of one NOT NULL text column.
-pub(super) fn texts(rows: Rows, table: &'static str) -> Result<Vec<String>, DbError> {
-    Row::all(rows, table, 1, |mut r| r.text(0))
-}
-
-/// The one non-negative integer a query selects (a counter read back).
-pub(super) fn count(rows: Rows, table: &'static str) -> Result<u64, DbError> {
-    Row::first(rows, table, 1)?.uint(0)
 }
 
 /// Decodes a session row (`SESSION_COLUMNS`).
