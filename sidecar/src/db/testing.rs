@@ -5,7 +5,8 @@
 //! Actor Runtime Socket server and reached through the actor_uds client. The
 //! guards (temp dir, server) live as long as the [`TestDb`].
 //! [`CountingDatabase`] wraps any handle and records what it was asked to do,
-//! so tests can pin statement counts and SQL shapes.
+//! so tests can pin statement counts and SQL shapes. [`OddRows`] answers
+//! every query with a row of the wrong shape.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -289,4 +290,32 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
     }
+}
+
+/// A database whose every answer is one row of one integer, as a
+/// misbehaving socket server might send: stores must answer `corrupt_row`.
+pub struct OddRows;
+
+#[async_trait]
+impl Database for OddRows {
+    fn kind(&self) -> DatabaseKind {
+        DatabaseKind::ActorUds
+    }
+
+    async fn query(&self, _sql: &str, _params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        Ok(Rows {
+            rows: vec![vec![SqlValue::Integer(1)]],
+            ..Rows::default()
+        })
+    }
+
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
+        let mut results = Vec::new();
+        for _ in statements {
+            results.push(self.query("", Vec::new()).await?);
+        }
+        Ok(results)
+    }
+
+    async fn close(&self) {}
 }

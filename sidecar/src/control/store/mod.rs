@@ -106,39 +106,10 @@ fn nth(results: &mut [Rows], index: usize, table: &'static str) -> Result<Rows, 
 mod tests {
     use std::sync::Arc;
 
-    use agentos_schema::{Database, DatabaseKind, SqlValue, Statement};
-    use async_trait::async_trait;
-
     use super::*;
     use crate::control::ControlError;
 
-    /// A database whose every answer is one row of one integer, as a
-    /// misbehaving socket server might send.
-    struct OddRows;
-
-    #[async_trait]
-    impl Database for OddRows {
-        fn kind(&self) -> DatabaseKind {
-            DatabaseKind::ActorUds
-        }
-
-        async fn query(&self, _sql: &str, _params: Vec<SqlValue>) -> Result<Rows, DbError> {
-            Ok(Rows {
-                rows: vec![vec![SqlValue::Integer(1)]],
-                ..Rows::default()
-            })
-        }
-
-        async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
-            let mut results = Vec::new();
-            for _ in statements {
-                results.push(self.query("", Vec::new()).await?);
-            }
-            Ok(results)
-        }
-
-        async fn close(&self) {}
-    }
+    use crate::db::testing::OddRows;
 
     fn code<T: std::fmt::Debug>(result: Result<T, DbError>) -> String {
         match result {
