@@ -100,6 +100,48 @@ pub fn remove_stale_socket(path: &Path) -> Result<(), StaleSocketError> {
     std::fs::remove_file(path).map_err(|e| StaleSocketError::Remove(e.to_string()))
 }
 
+/// Creates `path` holding `bytes`, mode 0600 whatever the umask, whole or
+/// not at all: the bytes go to a private temporary file beside it (synced)
+/// that is then hard-linked into place. An existing `path` is never
+/// replaced: the link fails with `AlreadyExists` and the temporary file
+/// goes.
+pub fn create_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(format!(
+        ".{}.{:016x}.tmp",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let temporary = path.with_file_name(name);
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&temporary)?;
+        // The umask may have narrowed the mode; make it exact.
+        file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
+        std::io::Write::write_all(&mut file, bytes)?;
+        file.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(e);
+    }
+    let linked = std::fs::hard_link(&temporary, path);
+    let _ = std::fs::remove_file(&temporary);
+    linked?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Ok(dir) = std::fs::File::open(parent) {
+            let _ = dir.sync_all();
+        }
+    }
+    Ok(())
+}
+
 /// Binds a Unix socket of mode 0600 at `path` in a private directory,
 /// replacing only a stale socket. The socket is created under umask 0177, so
 /// there is no window in which others could connect.

@@ -9,10 +9,10 @@
 //! their `Debug` shows no bytes. [`rotate`] re-seals every secret under a
 //! new key in one transaction: all or nothing.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -24,7 +24,7 @@ use zeroize::{Zeroize, Zeroizing};
 use super::error::ControlError;
 use super::store::Reseal;
 use super::Control;
-use crate::private::{create_private_dir, FILE_MODE};
+use crate::private::create_private_dir;
 
 /// Largest secret value, in bytes.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
@@ -156,50 +156,14 @@ fn create_key_file(path: &Path) -> Result<SecretKey, ControlError> {
         .unwrap_or(Path::new("."));
     create_private_dir(parent).map_err(|e| io("create the directory of", e))?;
     let key = SecretKey::generate();
-    let temporary = temporary_path(path);
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&temporary)?;
-        // The umask may have narrowed the mode further; make it exact.
-        file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
-        file.write_all(&key.bytes[..])?;
-        file.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(io("write the key file", e));
-    }
-    let linked = std::fs::hard_link(&temporary, path);
-    let _ = std::fs::remove_file(&temporary);
-    match linked {
-        Ok(()) => {
-            if let Ok(dir) = File::open(parent) {
-                let _ = dir.sync_all();
-            }
-            Ok(key)
-        }
+    match crate::private::create_private_file(path, &key.bytes[..]) {
+        Ok(()) => Ok(key),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let file = File::open(path).map_err(|e| io("open the key file", e))?;
             read_key_file(file, path)
         }
         Err(e) => Err(io("create the key file", e)),
     }
-}
-
-fn temporary_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(
-        ".{}.{:016x}.tmp",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    path.with_file_name(name)
 }
 
 /// A secret value in memory: zeroized on drop, never printed.

@@ -7,17 +7,16 @@
 //! only key), and it is refused when group or others may read it, because
 //! anyone who reads it can act as the account.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use agentos_protocol::seed::{generate_signing_key, Principal, SigningKey};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use super::ClientError;
-use crate::private::FILE_MODE;
 
 /// A key file is a few dozen bytes; anything much larger is not one.
 const MAX_KEY_FILE_BYTES: u64 = 4096;
@@ -77,28 +76,10 @@ impl Identity {
             })
             .map_err(|e| ClientError::KeyFile(format!("cannot render the key file: {e}")))?,
         );
-        let temporary = temporary_path(path);
-        let written = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(FILE_MODE)
-                .open(&temporary)?;
-            // The umask may have narrowed the mode; make it exact.
-            file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
-            file.write_all(text.as_bytes())?;
-            file.write_all(b"\n")?;
-            file.sync_all()
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(fail("write", e));
-        }
-        // A hard link fails if the name exists, so a file made meanwhile by
-        // someone else is kept.
-        let linked = std::fs::hard_link(&temporary, path);
-        let _ = std::fs::remove_file(&temporary);
-        match linked {
+        let mut bytes = Zeroizing::new(text.as_bytes().to_vec());
+        bytes.push(b'\n');
+        // A file made meanwhile by someone else is kept.
+        match crate::private::create_private_file(path, &bytes) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(ClientError::KeyFile(
                 format!("{shown} exists; a key file is never overwritten"),
@@ -173,24 +154,11 @@ impl std::fmt::Debug for Identity {
     }
 }
 
-fn temporary_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(
-        ".{}.{:016x}.tmp",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    path.with_file_name(name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn key_path(dir: &tempfile::TempDir) -> PathBuf {
+    fn key_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
         dir.path().join("id.key")
     }
 
