@@ -23,6 +23,8 @@ const CLIENTS: usize = 16;
 const LOAD_SECONDS: u64 = 5;
 const ENVELOPES: usize = 200_000;
 const VERIFY_SECONDS: f64 = 2.0;
+const SUBSCRIBERS: usize = 1_000;
+const FANOUT_EVENTS: u64 = 200;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -193,6 +195,112 @@ fn raw_verifications_per_second(key: &SigningKey, agent_id: &str) -> Result<f64,
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
+/// One subscriber: connects, subscribes with `envelope`, and counts the
+/// durable appends it receives until it has `want` of them, recording each
+/// one's delay from its commit (`createdAt`, the same machine's clock).
+async fn subscriber(
+    address: String,
+    envelope: Vec<u8>,
+    want: u64,
+    ready: tokio::sync::mpsc::Sender<()>,
+) -> Result<Vec<f64>, Error> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{address}/agents/ws")).await?;
+    ws.send(Message::Binary(envelope.into())).await?;
+    let mut delays = Vec::with_capacity(want as usize);
+    let mut subscribed = false;
+    while let Some(message) = ws.next().await {
+        let Message::Text(text) = message? else {
+            continue;
+        };
+        let event: Value = serde_json::from_str(&text)?;
+        match event["_"].as_str() {
+            Some("subscribed") if !subscribed => {
+                subscribed = true;
+                let _ = ready.send(()).await;
+            }
+            Some("append") => {
+                let created = event["event"]["createdAt"].as_i64().unwrap_or(0);
+                delays.push((now_ms() - created) as f64);
+                if delays.len() as u64 >= want {
+                    break;
+                }
+            }
+            Some("error") => return Err(format!("subscriber error: {text}").into()),
+            _ => {}
+        }
+    }
+    Ok(delays)
+}
+
+/// WebSocket fan-out: `SUBSCRIBERS` sockets on one session while one turn
+/// appends `FANOUT_EVENTS` durable events (plus the user's message).
+async fn fan_out(
+    address: &str,
+    key: &SigningKey,
+    agent_id: &str,
+) -> Result<(f64, f64, u64), Error> {
+    let mut conn = Connection::open(address).await?;
+    let (status, body) = conn
+        .post(sign(
+            key,
+            json!({"_": "CreateSession", "agentId": agent_id}),
+            now_ms(),
+        )?)
+        .await?;
+    if status != 200 {
+        return Err(format!("CreateSession answered {status}").into());
+    }
+    let session_id = text_field(&body, "sessionId")?;
+    let want = FANOUT_EVENTS + 1;
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(SUBSCRIBERS);
+    let base = now_ms();
+    let mut tasks = Vec::with_capacity(SUBSCRIBERS);
+    for i in 0..SUBSCRIBERS {
+        let envelope = sign(
+            key,
+            json!({"_": "Subscribe", "key": format!("sessions/{session_id}")}),
+            base - i as i64,
+        )?;
+        tasks.push(tokio::spawn(subscriber(
+            address.to_owned(),
+            envelope,
+            want,
+            ready_tx.clone(),
+        )));
+    }
+    for _ in 0..SUBSCRIBERS {
+        tokio::time::timeout(Duration::from_secs(60), ready_rx.recv())
+            .await?
+            .ok_or("a subscriber ended before it subscribed")?;
+    }
+    let started = Instant::now();
+    let (status, _) = conn
+        .post(sign(
+            key,
+            json!({"_": "MessageSession", "sessionId": session_id,
+                   "content": [{"type": "text", "text": format!("flood {FANOUT_EVENTS}")}]}),
+            now_ms(),
+        )?)
+        .await?;
+    if status != 200 {
+        return Err(format!("MessageSession answered {status}").into());
+    }
+    let mut delays = Vec::new();
+    for task in tasks {
+        delays.extend(tokio::time::timeout(Duration::from_secs(120), task).await???);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    delays.sort_by(f64::total_cmp);
+    let delivered = delays.len() as u64;
+    Ok((
+        delivered as f64 / elapsed,
+        percentile(&delays, 0.99),
+        delivered,
+    ))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -290,6 +398,13 @@ async fn main() -> Result<(), Error> {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99)
     );
-    println!("RSS idle {idle_rss} KiB, peak under load {loaded_rss} KiB");
+    let (rate, p99, delivered) = fan_out(&sidecar.address, &key, &agent_id).await?;
+    let fanout_rss = rss_kib(pid, "VmHWM:").unwrap_or(0);
+    println!(
+        "WebSocket fan-out, {SUBSCRIBERS} subscribers of one session: {rate:.0} events/s delivered ({delivered} in all), p99 delay {p99:.0} ms"
+    );
+    println!(
+        "RSS idle {idle_rss} KiB, peak under HTTP load {loaded_rss} KiB, peak with {SUBSCRIBERS} sockets {fanout_rss} KiB"
+    );
     Ok(())
 }
