@@ -60,9 +60,11 @@ enum Act {
     MessageSession,
     StopSession,
     ListSessions,
+    /// `ListModelProviders{agentId}`: the owner's providers, redacted.
+    ListModelProviders,
 }
 
-const ACTS: [Act; 14] = [
+const ACTS: [Act; 15] = [
     Act::GetAgent,
     Act::UpdateAgent,
     Act::DeleteAgent,
@@ -77,21 +79,22 @@ const ACTS: [Act; 14] = [
     Act::MessageSession,
     Act::StopSession,
     Act::ListSessions,
+    Act::ListModelProviders,
 ];
 
 /// The rule. Columns follow `ACTS`.
 #[rustfmt::skip]
-const MATRIX: [(Caller, [u16; 14]); 9] = [
-    //                          GetA  UpdA  DelA  LCol  Inv   RemC  PubR  NewS  GetS  UpdS  DelS  Msg   Stop  LstS
-    (Caller::Owner,           [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200]),
-    (Caller::Writer,          [200,  200,  403,  200,  403,  403,  403,  200,  200,  200,  200,  200,  200,  200]),
-    (Caller::Reader,          [200,  403,  403,  200,  403,  403,  403,  403,  200,  403,  403,  403,  403,  200]),
-    (Caller::PublicReader,    [200,  403,  403,  200,  403,  403,  403,  403,  200,  403,  403,  403,  403,  200]),
-    (Caller::Stranger,        [404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404]),
-    (Caller::PendingInvitee,  [404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404]),
-    (Caller::DelegatedSigner, [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200]),
-    (Caller::CapabilitySigner,[200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200]),
-    (Caller::RevokedSigner,   [401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401]),
+const MATRIX: [(Caller, [u16; 15]); 9] = [
+    //                          GetA  UpdA  DelA  LCol  Inv   RemC  PubR  NewS  GetS  UpdS  DelS  Msg   Stop  LstS  LPrv
+    (Caller::Owner,           [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200]),
+    (Caller::Writer,          [200,  200,  403,  200,  403,  403,  403,  200,  200,  200,  200,  200,  200,  200,  200]),
+    (Caller::Reader,          [200,  403,  403,  200,  403,  403,  403,  403,  200,  403,  403,  403,  403,  200,  200]),
+    (Caller::PublicReader,    [200,  403,  403,  200,  403,  403,  403,  403,  200,  403,  403,  403,  403,  200,  200]),
+    (Caller::Stranger,        [404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404]),
+    (Caller::PendingInvitee,  [404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404]),
+    (Caller::DelegatedSigner, [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200]),
+    (Caller::CapabilitySigner,[200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200]),
+    (Caller::RevokedSigner,   [401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401,  401]),
 ];
 
 async fn start(backend: Backend) -> Sidecar {
@@ -171,6 +174,12 @@ async fn world(t: &Target, public: bool) -> World {
         )
         .await;
     }
+    ok(
+        t,
+        &owner,
+        json!({"_": "SetModelProvider", "name": "openai", "provider": {"type": "openai"}}),
+    )
+    .await;
     let session = ok(
         t,
         &owner,
@@ -256,6 +265,7 @@ fn action(act: Act, w: &World) -> Value {
                                       "content": [{"type": "text", "text": "echo hi"}]}),
         Act::StopSession => json!({"_": "StopSession", "sessionId": session}),
         Act::ListSessions => json!({"_": "ListSessions", "agentId": agent}),
+        Act::ListModelProviders => json!({"_": "ListModelProviders", "agentId": agent}),
     }
 }
 
@@ -312,6 +322,32 @@ async fn unchanged(t: &Target, w: &World, what: &str) {
     assert_eq!(list.len(), 1, "{what}");
 }
 
+fn list_len(answer: &Answer, name: &str, what: &str) -> usize {
+    match answer.field(name) {
+        Ipld::List(items) => items.len(),
+        other => panic!("{what}: {name} is {other:?}"),
+    }
+}
+
+/// What an accepted read shows: the owner's providers for the agent, and
+/// pending invitations only to the owner's account.
+fn sees_what_it_may(caller: Caller, act: Act, answer: &Answer, what: &str) {
+    let owner_account = matches!(
+        caller,
+        Caller::Owner | Caller::DelegatedSigner | Caller::CapabilitySigner
+    );
+    match act {
+        Act::ListModelProviders => {
+            assert_eq!(list_len(answer, "providers", what), 1, "{what}");
+        }
+        Act::ListAgentCollaborators => {
+            let expected = if owner_account { 3 } else { 2 };
+            assert_eq!(list_len(answer, "collaborators", what), expected, "{what}");
+        }
+        _ => {}
+    }
+}
+
 async fn authorization_matrix(backend: Backend) {
     let sc = start(backend).await;
     let t = sc.api();
@@ -331,6 +367,7 @@ async fn authorization_matrix(backend: Backend) {
                     other => format!("{other:?}Response"),
                 };
                 assert_eq!(answer.text("_"), name, "{what}");
+                sees_what_it_may(caller, act, &answer, &what);
             } else {
                 assert_eq!(answer.code(), expected_code(expected), "{what}");
                 assert_eq!(answer.text("_"), "Error", "{what}");
