@@ -43,6 +43,21 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The clock in milliseconds, but later than every earlier call's answer:
+/// Ed25519 signatures are deterministic, so the same action signed twice in
+/// one millisecond would be the same bytes.
+pub fn fresh_ts() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = now_ms();
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(now);
+    now.max(previous + 1)
+}
+
 /// One signing identity.
 #[derive(Clone)]
 pub struct Signer {
@@ -138,8 +153,13 @@ impl Signer {
         envelope
     }
 
+    /// The signed envelope of `action` now. Each call gets its own `ts`
+    /// (see [`fresh_ts`]), so two identical actions are never the same
+    /// bytes, which the server would refuse as a replay.
     pub fn sign(&self, action: &Value) -> Vec<u8> {
-        self.envelope_at(action, now_ms()).encode().expect("encode")
+        self.envelope_at(action, fresh_ts())
+            .encode()
+            .expect("encode")
     }
 }
 

@@ -9,7 +9,7 @@ mod common;
 
 use agentos_protocol::seed::{cbor, Envelope, Ipld};
 use agentos_tests::http::request;
-use agentos_tests::seed::{call, now_ms, post, Answer, Signer};
+use agentos_tests::seed::{call, fresh_ts, now_ms, post, Answer, Signer};
 use base64::Engine;
 use common::{Backend, Options, Sidecar};
 use serde_json::json;
@@ -27,7 +27,7 @@ async fn start() -> Sidecar {
 
 /// A signed envelope of `ListAgents` before encoding, to be spoiled.
 fn list_agents(me: &Signer) -> Envelope {
-    me.envelope_at(&json!({"_": "ListAgents"}), now_ms())
+    me.envelope_at(&json!({"_": "ListAgents"}), fresh_ts())
 }
 
 /// The envelope's wire map, to add or change keys the type cannot hold.
@@ -53,7 +53,7 @@ fn bad_bodies(me: &Signer) -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
     ));
 
     // 10,000 nested arrays where an action field would be.
-    let envelope = me.envelope_at(&json!({"_": "ListAgents", "x": 0}), now_ms());
+    let envelope = me.envelope_at(&json!({"_": "ListAgents", "x": 0}), fresh_ts());
     let bytes = envelope.encode().expect("encode");
     let at = bytes
         .windows(3)
