@@ -75,7 +75,7 @@ impl Watch {
                 hex.to_ascii_uppercase().into_bytes(),
             ));
             // The first 24 characters do not depend on what follows.
-            forms.push((format!("{marker} as base64"), b64[..24].as_bytes().to_vec()));
+            forms.push((format!("{marker} as base64"), b64.as_bytes()[..24].to_vec()));
             forms.push((format!("{marker} as a byte list"), list.into_bytes()));
         }
         forms
