@@ -408,6 +408,23 @@ async fn no_access_answers_exactly_as_no_such_agent() {
         }
         assert_eq!(message, b.text("message"));
     }
+    // A session of the host's own, serving no Seed agent, is no Seed
+    // session for anyone.
+    sc.open("host-only", "echo").await;
+    for who in [&w.owner, &stranger] {
+        for action in [
+            json!({"_": "GetSession", "sessionId": "host-only"}),
+            json!({"_": "MessageSession", "sessionId": "host-only",
+                   "content": [{"type": "text", "text": "echo hi"}]}),
+            json!({"_": "DeleteSession", "sessionId": "host-only"}),
+        ] {
+            let a = call(&t, who, action.clone()).await;
+            assert_eq!((a.status, a.code()), (404, "not_found".into()), "{action}");
+        }
+    }
+    assert!(sc.delivered_prompts().is_empty());
+    sc.ok("sessions/get", json!({"sessionId": "host-only"}))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
