@@ -273,3 +273,42 @@ async fn the_host_proxy_answers_every_envelope_exactly_as_the_listener() {
     let (status, _, body) = through_host(&sc, &once).await;
     assert_eq!((status, body), (401, replayed.raw.body.clone()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_stored_document_is_500_without_details() {
+    let sc = start().await;
+    let t = sc.api();
+    let me = Signer::new();
+    let created = call(
+        &t,
+        &me,
+        json!({"_": "CreateAgent", "definition": {"name": "A", "systemPrompt": "p",
+               "modelProvider": "openai", "model": "m"}}),
+    )
+    .await;
+    assert_eq!(created.status, 200);
+    let agent = created.text("agentId");
+    // Damage the stored definition behind the sidecar's back.
+    let db = rusqlite::Connection::open(sc.dir.path().join("vm.sqlite")).expect("open");
+    db.busy_timeout(std::time::Duration::from_secs(10))
+        .expect("busy timeout");
+    let changed = db
+        .execute(
+            "UPDATE agentos_core_agents SET definition = x'ff00' WHERE agent_id = ?1",
+            [&agent],
+        )
+        .expect("update");
+    assert_eq!(changed, 1);
+    drop(db);
+    for action in [
+        json!({"_": "GetAgent", "agentId": agent}),
+        json!({"_": "ListAgents"}),
+    ] {
+        let answer = call(&t, &me, action.clone()).await;
+        check(&action.to_string(), &answer, 500, "corrupt_row");
+        assert_eq!(answer.text("message"), "Internal server error");
+    }
+    // Everything else still works.
+    let fine = call(&t, &me, json!({"_": "ListSecrets"})).await;
+    assert_eq!(fine.status, 200);
+}
