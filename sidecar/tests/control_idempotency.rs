@@ -288,3 +288,49 @@ async fn records_beyond_the_bound_are_pruned_oldest_first() {
         env.done().await;
     }
 }
+
+#[tokio::test]
+async fn a_session_link_commits_with_its_record() {
+    for env in envs().await {
+        let c = &env.control;
+        let owner = principal(8);
+        let agent = c
+            .create_agent(&owner, new_agent("linked"))
+            .await
+            .expect("agent");
+        let k = key(&owner, "s", 1);
+        // No session row: no link, and no record either.
+        let err = c
+            .link_session_recorded("s1", &agent.agent_id, &k, b"s1")
+            .await
+            .expect_err("no session");
+        assert_eq!(err.code(), "not_found");
+        assert_eq!(c.stored_answer(&k).await.expect("read"), None);
+        insert_session(env.db(), "s1", 10).await;
+        c.link_session_recorded("s1", &agent.agent_id, &k, b"s1")
+            .await
+            .expect("link");
+        assert_eq!(
+            c.stored_answer(&k).await.expect("read"),
+            Some(b"s1".to_vec()),
+            "{}",
+            env.name()
+        );
+        assert_eq!(
+            c.stored_answer(&key(&owner, "s", 2))
+                .await
+                .expect_err("another request")
+                .code(),
+            "conflict"
+        );
+        // A second session under the recorded key is not linked: the
+        // record it would duplicate rolls the link back.
+        insert_session(env.db(), "s2", 20).await;
+        c.link_session_recorded("s2", &agent.agent_id, &k, b"s2")
+            .await
+            .expect_err("recorded already");
+        assert_eq!(c.session_agent("s2").await.expect("read"), None);
+        assert_eq!(c.session_count(&agent.agent_id).await.expect("count"), 1);
+        env.done().await;
+    }
+}

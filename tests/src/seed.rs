@@ -4,7 +4,8 @@
 //! Responses come back as IPLD.
 
 use agentos_protocol::seed::{
-    cbor, generate_signing_key, ActionMap, Envelope, Ipld, Principal, SigningKey,
+    cbor, cid_of, generate_signing_key, ActionMap, Capability, Envelope, Ipld, Principal, Role,
+    SigningKey,
 };
 use serde_json::Value;
 
@@ -42,12 +43,33 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The clock in milliseconds, but later than every earlier call's answer:
+/// Ed25519 signatures are deterministic, so the same action signed twice in
+/// one millisecond would be the same bytes.
+pub fn fresh_ts() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = now_ms();
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(now);
+    now.max(previous + 1)
+}
+
 /// One signing identity.
+#[derive(Clone)]
 pub struct Signer {
     pub key: SigningKey,
     pub account: Principal,
     /// Set on every envelope (`protocol`), when present.
     pub protocol: Option<u64>,
+    /// The CID of a Capability by which `account` delegated to this key,
+    /// set on every envelope when present.
+    pub capability: Option<String>,
+    /// That Capability's bytes, sent beside the CID when present.
+    pub capability_blob: Option<Vec<u8>>,
 }
 
 impl Signer {
@@ -58,6 +80,8 @@ impl Signer {
             key,
             account,
             protocol: Some(2),
+            capability: None,
+            capability_blob: None,
         }
     }
 
@@ -67,7 +91,44 @@ impl Signer {
             key: generate_signing_key(),
             account,
             protocol: Some(2),
+            capability: None,
+            capability_blob: None,
         }
+    }
+
+    /// A fresh key holding a Capability that `issuer`'s account issued to
+    /// it with `role`: its envelopes act for that account and carry the CID
+    /// and the blob (drop the blob with [`Signer::cid_only`]).
+    pub fn with_capability(issuer: &Signer, role: Role) -> Signer {
+        Signer::delegate_of(issuer.account).holding_capability(issuer, role)
+    }
+
+    /// This key, given a fresh Capability from `issuer` with `role`.
+    pub fn holding_capability(mut self, issuer: &Signer, role: Role) -> Signer {
+        let blob = Capability::issue(&issuer.key, self.principal(), role, now_ms(), None, None)
+            .expect("issue a capability");
+        self.capability = Some(cid_of(&blob));
+        self.capability_blob = Some(blob);
+        self
+    }
+
+    /// From now on, envelopes carry only the capability's CID.
+    pub fn cid_only(&mut self) {
+        self.capability_blob = None;
+    }
+
+    /// The key's own principal as text (`z6Mk…`), as actions name signers.
+    pub fn key_id(&self) -> String {
+        self.principal().to_string()
+    }
+
+    /// The 32-byte seed of the key, in hex (what a Node signer is given).
+    pub fn seed_hex(&self) -> String {
+        self.key
+            .to_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     pub fn principal(&self) -> Principal {
@@ -86,12 +147,19 @@ impl Signer {
         let map: ActionMap = map;
         let mut envelope = Envelope::unsigned(map, self.account, self.principal(), ts);
         envelope.protocol = self.protocol;
+        envelope.capability = self.capability.clone();
+        envelope.capability_blob = self.capability_blob.clone();
         envelope.sign_with(&self.key).expect("sign");
         envelope
     }
 
+    /// The signed envelope of `action` now. Each call gets its own `ts`
+    /// (see [`fresh_ts`]), so two identical actions are never the same
+    /// bytes, which the server would refuse as a replay.
     pub fn sign(&self, action: &Value) -> Vec<u8> {
-        self.envelope_at(action, now_ms()).encode().expect("encode")
+        self.envelope_at(action, fresh_ts())
+            .encode()
+            .expect("encode")
     }
 }
 

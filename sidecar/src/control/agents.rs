@@ -314,7 +314,46 @@ impl Control {
         session_id: &str,
         agent_id: &str,
     ) -> Result<SessionLink, ControlError> {
-        match self.store().link_session(session_id, agent_id).await? {
+        self.link_session_with(session_id, agent_id, Vec::new())
+            .await
+    }
+
+    /// `link_session` for a session made under a client request id: the
+    /// link and the idempotency record of `response` commit in one
+    /// transaction, so a retry finds both or neither (and then makes a
+    /// session again; one made but never linked is no Seed session). The
+    /// caller holds the key's turn ([`Control::one_at_a_time`]) and has
+    /// checked [`Control::stored_answer`].
+    pub async fn link_session_recorded(
+        &self,
+        session_id: &str,
+        agent_id: &str,
+        key: &IdempotencyKey,
+        response: &[u8],
+    ) -> Result<SessionLink, ControlError> {
+        check_key(key)?;
+        validate::bytes(
+            "response",
+            response,
+            0,
+            validate::MAX_RECORDED_RESPONSE_BYTES,
+        )?;
+        let record = self.idempotency_statements(key, response);
+        self.link_session_with(session_id, agent_id, record).await
+    }
+
+    async fn link_session_with(
+        &self,
+        session_id: &str,
+        agent_id: &str,
+        with: Vec<agentos_schema::Statement>,
+    ) -> Result<SessionLink, ControlError> {
+        let recorded = !with.is_empty();
+        match self
+            .store()
+            .link_session(session_id, agent_id, with)
+            .await?
+        {
             Ok(link) => Ok(link),
             Err(LinkRefusal::NoAgent) => Err(Self::agent_not_found(agent_id)),
             Err(LinkRefusal::NoSession) => {
@@ -322,6 +361,10 @@ impl Control {
             }
             Err(LinkRefusal::AlreadyLinked) => {
                 match self.store().session_agent(session_id).await? {
+                    // Without its record: the record must not be lost.
+                    Some(_) if recorded => Err(ControlError::Conflict(format!(
+                        "session {session_id} is linked already"
+                    ))),
                     Some(link) if link.agent_id == agent_id => Ok(link),
                     _ => Err(ControlError::Conflict(format!(
                         "session {session_id} serves another agent"

@@ -8,8 +8,10 @@
 //! An action that fails leaves no record, so a retry runs it again.
 //!
 //! Where an action is a pure store write (`create_agent_idempotent`), its
-//! rows and the record commit in one transaction; a generic action (one
-//! that calls another service) is recorded right after it succeeds.
+//! rows and the record commit in one transaction; so do a new session's
+//! link and its record (`link_session_recorded`, after the sessions
+//! service made the session); a generic action (one that calls another
+//! service) is recorded right after it succeeds.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,7 +31,7 @@ type KeyParts = (String, String, String);
 pub(super) struct InFlight(Mutex<HashMap<KeyParts, Slot>>);
 
 /// Held while one request of a key runs; dropping it lets the next in.
-pub(super) struct InFlightGuard<'a> {
+pub struct InFlightGuard<'a> {
     owner: &'a InFlight,
     key: KeyParts,
     held: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -44,11 +46,15 @@ impl InFlight {
     }
 
     pub(super) async fn enter(&self, key: &IdempotencyKey) -> InFlightGuard<'_> {
-        let parts = (
+        self.enter_parts((
             key.account_id.clone(),
             key.action.clone(),
             key.client_id.clone(),
-        );
+        ))
+        .await
+    }
+
+    async fn enter_parts(&self, parts: KeyParts) -> InFlightGuard<'_> {
         let slot = self.slots().entry(parts.clone()).or_default().clone();
         let held = slot.lock_owned().await;
         InFlightGuard {
@@ -98,6 +104,35 @@ pub(super) fn check_key(key: &IdempotencyKey) -> Result<(), ControlError> {
 impl Control {
     pub(super) async fn enter_idempotent(&self, key: &IdempotencyKey) -> InFlightGuard<'_> {
         self.inner.inflight.enter(key).await
+    }
+
+    /// Waits until no other request with this (account, action, client id)
+    /// runs, and holds that turn while the guard lives. For an action
+    /// whose record is written elsewhere (a session's prompt record, or a
+    /// session link's transaction): a concurrent duplicate waits for the
+    /// first to finish, then finds its record instead of running too.
+    pub async fn one_at_a_time(
+        &self,
+        account: &str,
+        action: &str,
+        client_id: &str,
+    ) -> Result<InFlightGuard<'_>, ControlError> {
+        validate::principal("account", account)?;
+        validate::name("action", action, 64)?;
+        validate::name("client id", client_id, validate::MAX_CLIENT_ID_BYTES)?;
+        let parts = (account.to_owned(), action.to_owned(), client_id.to_owned());
+        Ok(self.inner.inflight.enter_parts(parts).await)
+    }
+
+    /// The answer recorded for `key`, if any; `conflict` when it was
+    /// recorded for a different request. For callers that record with
+    /// their own transaction, holding the key's turn.
+    pub async fn stored_answer(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Vec<u8>>, ControlError> {
+        check_key(key)?;
+        Ok(self.replay(key).await?.map(Idempotent::into_response))
     }
 
     /// The stored answer for `key`: a replay when the hash matches, a

@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use agentos_schema::SharedDatabase;
 
 pub use error::ControlError;
+pub use idempotency::InFlightGuard;
 pub use secrets::{SecretBox, SecretKey, SecretPlaintext};
 pub use store::ControlStore;
 pub use types::*;

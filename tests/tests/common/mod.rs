@@ -129,6 +129,16 @@ fn merge(base: &mut Value, extra: &Value) {
     }
 }
 
+/// Opens `path` for appending, creating it: a restarted sidecar adds to
+/// the logs of the one before.
+fn append_to(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open a log file")
+}
+
 /// The first stdout line of a child that announces readiness as JSON
 /// (`{"event":"ready",...}`); its stdout keeps being drained afterwards.
 async fn wait_for_ready_line(child: &mut Child, stderr: PathBuf) -> Value {
@@ -155,6 +165,27 @@ impl Sidecar {
 
     pub async fn start_with(backend: Backend, options: Options) -> Sidecar {
         let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(dir, backend, options).await
+    }
+
+    /// Stops this sidecar (SIGTERM, and its socket server) and starts a new
+    /// one on the same directory, database and secrets key file.
+    pub async fn restart(mut self, options: Options) -> Sidecar {
+        self.terminate().await;
+        if let Some(mut ars) = self.ars.take() {
+            let pid = ars.id().expect("ars-serve is running") as libc::pid_t;
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            tokio::time::timeout(PATIENCE, ars.wait())
+                .await
+                .expect("ars-serve did not exit after SIGTERM")
+                .expect("wait for ars-serve");
+        }
+        let Sidecar { backend, dir, .. } = self;
+        Self::start_in(dir, backend, options).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, backend: Backend, options: Options) -> Sidecar {
         let root = dir.path();
         let sidecar = binary("agentos-sidecar");
         let fake = binary("agentos-fake-agent").display().to_string();
@@ -172,9 +203,7 @@ impl Sidecar {
                     .arg(&ars_socket)
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
-                    .stderr(Stdio::from(
-                        std::fs::File::create(root.join("ars.stderr")).expect("stderr file"),
-                    ))
+                    .stderr(Stdio::from(append_to(&root.join("ars.stderr"))))
                     .kill_on_drop(true)
                     .spawn()
                     .expect("start ars-serve");
@@ -191,7 +220,7 @@ impl Sidecar {
         // Confined agents may write only where the registry says, and a
         // Landlock rule names an existing path: create both first.
         std::fs::create_dir_all(&state).expect("agent state dir");
-        std::fs::File::create(&log).expect("prompt log");
+        append_to(&log);
         let sandbox = json!({"writePaths": [state, log]});
         let mut agents = json!({
             "echo": {"command": fake, "env": {"AGENTOS_FAKE_AGENT_LOG": log},
@@ -221,9 +250,7 @@ impl Sidecar {
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::from(
-                std::fs::File::create(root.join("sidecar.stderr")).expect("stderr file"),
-            ))
+            .stderr(Stdio::from(append_to(&root.join("sidecar.stderr"))))
             .kill_on_drop(true)
             .spawn()
             .expect("start the sidecar");
@@ -262,6 +289,15 @@ impl Sidecar {
             child,
             ars,
         }
+    }
+
+    /// Where the signed API listens (the config must set `http.listen`).
+    pub fn api(&self) -> agentos_tests::http::Target {
+        agentos_tests::http::Target::from_ready(
+            self.ready["http"]
+                .as_str()
+                .expect("the ready line names the http listener"),
+        )
     }
 
     /// A second, independent connection.

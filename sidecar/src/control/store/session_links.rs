@@ -46,12 +46,15 @@ impl ControlStore {
     /// Links an existing session to an existing agent (and its owner).
     /// Links of the same agent whose sessions are gone are dropped in the
     /// same transaction, so links never outnumber sessions for long.
+    /// `with` are statements that commit with the link or not at all (an
+    /// idempotency record).
     pub async fn link_session(
         &self,
         session_id: &str,
         agent_id: &str,
+        with: Vec<Statement>,
     ) -> Result<Result<SessionLink, LinkRefusal>, DbError> {
-        let statements = vec![
+        let mut statements = vec![
             Statement::new(
                 "DELETE FROM agentos_core_agent_sessions WHERE agent_id = ?1 \
                    AND NOT EXISTS (SELECT 1 FROM agentos_core_sessions s \
@@ -70,6 +73,7 @@ impl ControlStore {
             .expect_changes(1),
             select_link(session_id),
         ];
+        statements.extend(with);
         match guarded(&self.db, statements, 1).await? {
             Some(mut results) => {
                 let row = Row::first(

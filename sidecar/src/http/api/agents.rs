@@ -15,7 +15,9 @@ use agentos_protocol::seed::{cbor, encode_response, Action, AgentDefinition, Ipl
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::config::BUILTIN_AGENT;
-use crate::control::{authz, AccessRole, CollaboratorRole, NewAgent, SessionScope};
+use crate::control::{
+    authz, AccessRole, CollaboratorRole, CollaboratorStatus, NewAgent, SessionScope,
+};
 
 impl SignedApi {
     /// The stored form of a definition; its adapter must be `builtin` or an
@@ -157,11 +159,18 @@ impl SignedApi {
             Action::ListAgentCollaborators { agent_id } => {
                 let access = authz::require_read(control, account, &agent_id).await?;
                 let collaborators = control.list_collaborators(&agent_id).await?;
+                // Who was invited and has not answered is the owner's
+                // business: others see accepted collaborators only.
+                let is_owner = access.access_role == AccessRole::Owner;
                 ok(&ListAgentCollaboratorsResponse {
                     agent_id,
                     public_read: access.agent.public_read,
                     public_chat: None,
-                    collaborators: collaborators.iter().map(render::collaborator).collect(),
+                    collaborators: collaborators
+                        .iter()
+                        .filter(|c| is_owner || c.status == CollaboratorStatus::Accepted)
+                        .map(render::collaborator)
+                        .collect(),
                 })
             }
             Action::InviteAgentCollaborator {

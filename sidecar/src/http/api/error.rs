@@ -48,16 +48,18 @@ impl ApiError {
 
 impl From<SeedError> for ApiError {
     fn from(e: SeedError) -> Self {
+        // A principal that is not an Ed25519 one, or a `ts` that is missing
+        // or not an integer, is the envelope's shape (400), like a missing
+        // key; 401 is kept for what fails verification.
         let status = match e {
             SeedError::BadCbor { .. }
             | SeedError::TooDeep { .. }
             | SeedError::BadEnvelope { .. }
+            | SeedError::BadPrincipal { .. }
+            | SeedError::BadTimestamp { .. }
             | SeedError::BadAction { .. } => 400,
             SeedError::TooLarge { .. } => 413,
-            SeedError::BadPrincipal { .. }
-            | SeedError::BadSignature
-            | SeedError::BadTimestamp { .. }
-            | SeedError::BadCapability { .. } => 401,
+            SeedError::BadSignature | SeedError::BadCapability { .. } => 401,
             SeedError::Encode { .. } => 500,
         };
         ApiError::new(status, e.code(), e.to_string())

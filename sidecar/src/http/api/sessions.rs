@@ -130,23 +130,7 @@ impl SignedApi {
                 client_request_id,
             } => {
                 let access = authz::require_write(control, account, &agent_id).await?;
-                let create = || async {
-                    let session_id = uuid::Uuid::new_v4().to_string();
-                    self.sessions
-                        .open(OpenSessionParams {
-                            session_id: Some(session_id.clone()),
-                            agent: access.agent.adapter.clone(),
-                            title: title.clone(),
-                            ..OpenSessionParams::default()
-                        })
-                        .await?;
-                    if let Err(e) = control.link_session(&session_id, &agent_id).await {
-                        let _ = self.sessions.delete(&session_id).await;
-                        return Err(e.into());
-                    }
-                    Ok::<_, ApiError>(encode_response(&CreateSessionResponse { session_id }))
-                };
-                match client_request_id {
+                let key = match &client_request_id {
                     Some(id) => {
                         let mut fields = BTreeMap::from([(
                             "agentId".to_owned(),
@@ -155,12 +139,55 @@ impl SignedApi {
                         if let Some(title) = &title {
                             fields.insert("title".into(), Ipld::String(title.clone()));
                         }
-                        let key =
-                            Self::idempotency_key(caller, "CreateSession", &id, Ipld::Map(fields))?;
-                        Ok(control.idempotent(key, create).await?.into_response())
+                        Some(Self::idempotency_key(
+                            caller,
+                            "CreateSession",
+                            id,
+                            Ipld::Map(fields),
+                        )?)
                     }
-                    None => create().await,
+                    None => None,
+                };
+                let _turn = match &key {
+                    Some(k) => Some(
+                        control
+                            .one_at_a_time(&k.account_id, &k.action, &k.client_id)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                if let Some(k) = &key {
+                    if let Some(stored) = control.stored_answer(k).await? {
+                        return Ok(stored);
+                    }
                 }
+                let session_id = uuid::Uuid::new_v4().to_string();
+                self.sessions
+                    .open(OpenSessionParams {
+                        session_id: Some(session_id.clone()),
+                        agent: access.agent.adapter.clone(),
+                        title: title.clone(),
+                        ..OpenSessionParams::default()
+                    })
+                    .await?;
+                let response = encode_response(&CreateSessionResponse {
+                    session_id: session_id.clone(),
+                });
+                // The link makes it a Seed session; with a client id, the
+                // record commits with it.
+                let linked = match &key {
+                    Some(k) => {
+                        control
+                            .link_session_recorded(&session_id, &agent_id, k, &response)
+                            .await
+                    }
+                    None => control.link_session(&session_id, &agent_id).await,
+                };
+                if let Err(e) = linked {
+                    let _ = self.sessions.delete(&session_id).await;
+                    return Err(e.into());
+                }
+                Ok(response)
             }
             Action::ListSessions {
                 agent_id,
@@ -286,6 +313,18 @@ impl SignedApi {
                         format!("clientMessageId must be 1..={MAX_CLIENT_ID_BYTES} bytes"),
                     ));
                 }
+                // A duplicate sent while the first still runs waits for it
+                // and replays its answer rather than hearing it is in
+                // progress. The session's prompt record is the idempotency
+                // record: it commits with the turn's acceptance.
+                let _turn = match &client_id {
+                    Some(id) => Some(
+                        control
+                            .one_at_a_time(account, "MessageSession", &format!("{session_id}/{id}"))
+                            .await?,
+                    ),
+                    None => None,
+                };
                 // Keyed by the acting account: two accounts never collide.
                 let key = client_id.map(|id| format!("seed:{account}:{id}"));
                 let actor = Actor::User {

@@ -1,7 +1,8 @@
 //! Providers and secrets: `SetSecret`, `ListSecrets`, `DeleteSecret`,
 //! `SetModelProvider`, `ListModelProviders`, `DeleteModelProvider`,
-//! `ListProviderModels`. Everything belongs to the acting account; no
-//! answer ever holds a secret's value.
+//! `ListProviderModels`. Everything belongs to the acting account, except
+//! that a listing naming an agent reads the agent owner's providers (for a
+//! caller who may read the agent); no answer ever holds a secret's value.
 
 use agentos_protocol::seed::response::{
     DeleteModelProviderResponse, DeleteSecretResponse, ListModelProvidersResponse,
@@ -10,9 +11,27 @@ use agentos_protocol::seed::response::{
 use agentos_protocol::seed::{cbor, Action};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
-use crate::control::{AuthMode, NewProvider, SecretPlaintext};
+use crate::control::{authz, AuthMode, NewProvider, SecretPlaintext};
 
 impl SignedApi {
+    /// Whose providers a listing reads: the caller's own, or, when it names
+    /// an agent the caller may read, the agent owner's (whose providers the
+    /// agent's sessions use). An agent the caller cannot read is
+    /// `not_found`, as everywhere.
+    async fn provider_account(
+        &self,
+        caller: &Caller,
+        agent_id: Option<&str>,
+    ) -> Result<String, ApiError> {
+        match agent_id {
+            None => Ok(caller.account.clone()),
+            Some(agent_id) => {
+                let access = authz::require_read(&self.control, &caller.account, agent_id).await?;
+                Ok(access.agent.account_id)
+            }
+        }
+    }
+
     pub(super) async fn vault(&self, caller: &Caller, action: Action) -> Result<Vec<u8>, ApiError> {
         let account = &caller.account;
         let control = &self.control;
@@ -66,8 +85,9 @@ impl SignedApi {
                     provider: render::provider(&stored),
                 })
             }
-            Action::ListModelProviders { .. } => {
-                let providers = control.list_providers(account).await?;
+            Action::ListModelProviders { agent_id } => {
+                let owner = self.provider_account(caller, agent_id.as_deref()).await?;
+                let providers = control.list_providers(&owner).await?;
                 ok(&ListModelProvidersResponse {
                     providers: providers.iter().map(render::provider).collect(),
                 })
@@ -76,8 +96,9 @@ impl SignedApi {
                 let deleted = control.delete_provider(account, &name).await?;
                 ok(&DeleteModelProviderResponse { name: deleted.name })
             }
-            Action::ListProviderModels { provider, .. } => {
-                if control.get_provider(account, &provider).await?.is_none() {
+            Action::ListProviderModels { provider, agent_id } => {
+                let owner = self.provider_account(caller, agent_id.as_deref()).await?;
+                if control.get_provider(&owner, &provider).await?.is_none() {
                     return Err(ApiError::new(
                         404,
                         "not_found",
