@@ -12,7 +12,10 @@
 //!   and hears nothing more of them.
 //! - `sessions/<id>`: the session's new state whenever a turn takes or
 //!   releases keep-awake (it starts, or it reached its terminal commit),
-//!   and after an update such as a new title.
+//!   and after an update such as a new title. A state is read when its
+//!   notice arrives, so one read as a short turn ended may reach a client
+//!   after that turn's message; the release's state follows it, and the
+//!   last `change` is always the current state.
 //!
 //! Delivery is a push into each socket's byte-bounded queue: a socket that
 //! cannot take it is closed, and no publisher ever waits.

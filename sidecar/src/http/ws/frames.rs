@@ -134,7 +134,7 @@ async fn subscribe(
             let sink: Arc<dyn Sink> = socket.clone();
             // A retained history starts later than the cursor after
             // pruning: the replay starts at what is retained, as GetSession.
-            let (sub_id, after) = loop {
+            let (sub_id, after, start) = loop {
                 let after = after_seq
                     .unwrap_or(0)
                     .max(info.oldest_retained_sequence.saturating_sub(1));
@@ -143,7 +143,8 @@ async fn subscribe(
                     .subscribe(session_id, Some(after), sink.clone(), started, u64::MAX)
                     .await
                 {
-                    Ok(sub_id) => break (Arc::<str>::from(sub_id), (after, start)),
+                    Ok(sub_id) => break (Arc::<str>::from(sub_id), after, start),
+                    // Pruned meanwhile: start at what is retained now.
                     Err(SessionError::HistoryCursorExpired { earliest })
                         if earliest > info.oldest_retained_sequence =>
                     {
@@ -152,7 +153,6 @@ async fn subscribe(
                     Err(e) => return Err(not_found(e)),
                 }
             };
-            let (after, start) = after;
             replace(
                 state,
                 socket,
