@@ -63,6 +63,8 @@ pub struct Vm {
     /// The signed API's routes, served by the HTTP listener and by the host
     /// socket's `http/request`.
     pub http: axum::Router,
+    /// The signed API's open WebSockets, closed first at shutdown.
+    pub sockets: Arc<crate::http::ws::Sockets>,
 }
 
 /// The environment variable that may hold the secrets key (hex or base64).
@@ -122,6 +124,7 @@ impl Vm {
             SecretBox::new(secrets_key(&config)?),
         );
         let api = SignedApi::new(control.clone(), sessions.clone(), config.http.clone());
+        let sockets = api.sockets().clone();
         let http = crate::http::router(Arc::new(crate::http::HttpState {
             config: config.http.clone(),
             started,
@@ -131,6 +134,7 @@ impl Vm {
         Ok(Arc::new(Vm {
             control,
             http,
+            sockets,
             database_kind: db.kind(),
             db,
             config,

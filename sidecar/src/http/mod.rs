@@ -10,6 +10,7 @@ mod health;
 mod message;
 pub mod proxy;
 mod server;
+pub mod ws;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,6 +50,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/agents/api/message", post(message::post))
         .route("/api/health", get(health::get))
         .route("/agents/api/health", get(health::get))
+        .route("/agents/ws", get(ws::get))
         .fallback(not_found)
         .layer(cors)
         .layer(tower::limit::ConcurrencyLimitLayer::new(

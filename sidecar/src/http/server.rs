@@ -1,7 +1,10 @@
 //! The listener of the signed API: a loopback TCP port or a private Unix
-//! socket, served by axum until shutdown, then drained.
+//! socket, served by axum until shutdown, then drained. Its WebSockets
+//! are closed first (1001, "server shutting down"), since an upgraded
+//! connection is no longer a request the drain would wait for.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -9,6 +12,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::ws::Sockets;
 use crate::config::HttpListen;
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +47,7 @@ pub struct Running {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     socket: Option<std::path::PathBuf>,
+    sockets: Arc<Sockets>,
 }
 
 impl HttpServer {
@@ -79,8 +84,9 @@ impl HttpServer {
         }
     }
 
-    /// Serves `router` until [`Running::shutdown`].
-    pub fn serve(self, router: Router) -> Running {
+    /// Serves `router` until [`Running::shutdown`]; `sockets` are the
+    /// router's WebSockets.
+    pub fn serve(self, router: Router, sockets: Arc<Sockets>) -> Running {
         let (stop, mut stopped) = watch::channel(false);
         let signal = async move {
             let _ = stopped.wait_for(|s| *s).await;
@@ -91,7 +97,12 @@ impl HttpServer {
                 (tokio::spawn(serve_on(listener, router, signal)), Some(path))
             }
         };
-        Running { stop, task, socket }
+        Running {
+            stop,
+            task,
+            socket,
+            sockets,
+        }
     }
 }
 
@@ -109,12 +120,16 @@ where
 }
 
 impl Running {
-    /// Stops accepting, lets requests in flight finish within `deadline`,
-    /// and removes a Unix socket file. True when everything drained.
+    /// Closes every WebSocket (1001), stops accepting, lets requests in
+    /// flight finish, all within `deadline`, and removes a Unix socket
+    /// file. True when everything closed and drained.
     pub async fn shutdown(self, deadline: Duration) -> bool {
+        let started = tokio::time::Instant::now();
+        let closed = self.sockets.close_all(deadline).await;
         let _ = self.stop.send(true);
         let task = self.task;
-        let drained = tokio::time::timeout(deadline, task).await.is_ok();
+        let left = deadline.saturating_sub(started.elapsed());
+        let drained = tokio::time::timeout(left, task).await.is_ok() && closed;
         if let Some(path) = self.socket {
             let _ = std::fs::remove_file(path);
         }

@@ -16,8 +16,9 @@ use agentos_protocol::seed::{cbor, encode_response, Action, AgentDefinition, Ipl
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::config::BUILTIN_AGENT;
 use crate::control::{
-    authz, AccessRole, CollaboratorRole, CollaboratorStatus, NewAgent, SessionScope,
+    authz, AccessRole, CollaboratorRole, CollaboratorStatus, Idempotent, NewAgent, SessionScope,
 };
+use crate::http::ws::reason;
 
 impl SignedApi {
     /// The stored form of a definition; its adapter must be `builtin` or an
@@ -95,20 +96,37 @@ impl SignedApi {
                         agent_id: record.agent_id.clone(),
                     })
                 };
-                match client_request_id {
+                // Told once, when the agent is new (not on a replay).
+                let mut created = None;
+                let response = match client_request_id {
                     Some(id) => {
                         let fields = Ipld::Map(BTreeMap::from([(
                             "definition".to_owned(),
                             cbor::from_slice::<Ipld>(&new.definition, usize::MAX)?,
                         )]));
                         let key = Self::idempotency_key(caller, "CreateAgent", &id, fields)?;
-                        Ok(control
-                            .create_agent_idempotent(account, new, key, render)
-                            .await?
-                            .into_response())
+                        let outcome = control
+                            .create_agent_idempotent(account, new, key, |record| {
+                                created = Some(record.agent_id.clone());
+                                render(record)
+                            })
+                            .await?;
+                        if matches!(outcome, Idempotent::Replayed(_)) {
+                            created = None;
+                        }
+                        outcome.into_response()
                     }
-                    None => Ok(render(&control.create_agent(account, new).await?)),
+                    None => {
+                        let record = control.create_agent(account, new).await?;
+                        created = Some(record.agent_id.clone());
+                        render(&record)
+                    }
+                };
+                if let Some(agent_id) = created {
+                    self.announce_agent(&agent_id, reason::AGENT_CREATED, &[])
+                        .await;
                 }
+                Ok(response)
             }
             Action::GetAgent { agent_id } => {
                 let access = authz::require_read(control, account, &agent_id).await?;
@@ -135,11 +153,15 @@ impl SignedApi {
                     agent,
                     access_role: access.access_role,
                 };
+                self.announce_agent(&agent_id, reason::AGENT_UPDATED, &[])
+                    .await;
                 self.get_agent_response(caller, &access).await
             }
             Action::DeleteAgent { agent_id } => {
                 authz::require_owner(control, account, &agent_id).await?;
+                let audience = self.audience_of(&agent_id).await;
                 let sessions = control.delete_agent(&agent_id).await?;
+                self.sockets.agent_deleted(&agent_id);
                 // Nothing of it stays reachable: live turns stop with their
                 // sessions.
                 for session_id in sessions {
@@ -148,6 +170,12 @@ impl SignedApi {
                         Err(e) => return Err(e.into()),
                     }
                 }
+                self.sockets.account_changed(
+                    &audience,
+                    reason::AGENT_DELETED,
+                    Some(&agent_id),
+                    None,
+                );
                 ok(&DeleteAgentResponse { agent_id })
             }
             Action::ListAgentInvites => {
@@ -189,6 +217,14 @@ impl SignedApi {
                     ApiError::bad_request("bad_request", "role must be reader or writer")
                 })?;
                 let record = control.invite(&agent_id, &account_id, role).await?;
+                self.announce_agent(&agent_id, reason::COLLABORATORS_CHANGED, &[])
+                    .await;
+                self.sockets.account_changed(
+                    std::slice::from_ref(&account_id),
+                    reason::AGENT_INVITED,
+                    Some(&agent_id),
+                    None,
+                );
                 ok(&InviteAgentCollaboratorResponse {
                     collaborator: render::collaborator(&record),
                 })
@@ -199,6 +235,14 @@ impl SignedApi {
             } => {
                 authz::require_owner(control, account, &agent_id).await?;
                 control.remove_collaborator(&agent_id, &account_id).await?;
+                self.announce_agent(&agent_id, reason::COLLABORATORS_CHANGED, &[])
+                    .await;
+                self.sockets.account_changed(
+                    std::slice::from_ref(&account_id),
+                    reason::AGENT_ACCESS_REMOVED,
+                    Some(&agent_id),
+                    None,
+                );
                 ok(&RemoveAgentCollaboratorResponse {
                     agent_id,
                     account_id,
@@ -210,12 +254,16 @@ impl SignedApi {
             } => {
                 authz::require_owner(control, account, &agent_id).await?;
                 let agent = control.set_public_read(&agent_id, public_read).await?;
+                self.announce_agent(&agent_id, reason::AGENT_UPDATED, &[])
+                    .await;
                 ok(&SetAgentPublicReadResponse {
                     agent: render::agent(&agent, Some(AccessRole::Owner))?,
                 })
             }
             Action::AcceptAgentInvite { agent_id } => {
                 let agent = control.accept_invite(&agent_id, account).await?;
+                self.announce_agent(&agent_id, reason::COLLABORATORS_CHANGED, &[])
+                    .await;
                 let access = authz::access(control, account, &agent.agent_id).await?;
                 ok(&AcceptAgentInviteResponse {
                     agent: render::agent(&agent, access.map(|a| a.access_role))?,
@@ -223,6 +271,8 @@ impl SignedApi {
             }
             Action::DeclineAgentInvite { agent_id } => {
                 control.decline_invite(&agent_id, account).await?;
+                self.announce_agent(&agent_id, reason::COLLABORATORS_CHANGED, &[])
+                    .await;
                 ok(&DeclineAgentInviteResponse { agent_id })
             }
             other => Err(ApiError::bad_request(

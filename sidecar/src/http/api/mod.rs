@@ -10,7 +10,8 @@
 
 mod agents;
 mod error;
-mod render;
+mod notify;
+pub(crate) mod render;
 mod replay;
 mod sessions;
 mod signers;
@@ -18,6 +19,7 @@ mod vault;
 mod verify;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use agentos_protocol::seed::{cbor, encode_response, Action, Envelope, Ipld};
 use serde::Serialize;
@@ -28,6 +30,7 @@ pub use verify::Caller;
 
 use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
+use crate::http::ws::Sockets;
 use crate::sessions::Sessions;
 
 /// The signed API over the services.
@@ -39,6 +42,8 @@ pub struct SignedApi {
     /// Adapter ids a definition may name besides `builtin`: the VM config's
     /// agent registry. A signed client never names a command.
     pub(crate) adapters: BTreeSet<String>,
+    /// The open `/agents/ws` sockets, which the handlers tell of changes.
+    pub(crate) sockets: Arc<Sockets>,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -56,6 +61,7 @@ impl SignedApi {
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
             replay: ReplayCache::new(config.replay_cache_entries),
+            sockets: Arc::new(Sockets::new(config.ws.clone(), sessions.clone())),
             control,
             sessions,
             config,
@@ -69,6 +75,11 @@ impl SignedApi {
 
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    /// The open `/agents/ws` sockets (closed at shutdown).
+    pub fn sockets(&self) -> &Arc<Sockets> {
+        &self.sockets
     }
 
     /// Decodes and verifies an envelope (also used by `/agents/ws`).

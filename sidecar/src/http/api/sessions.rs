@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
+use crate::http::ws::reason;
 use crate::sessions::{CancelStatus, SessionError};
 
 const DEFAULT_PAGE: u64 = 50;
@@ -187,6 +188,8 @@ impl SignedApi {
                     let _ = self.sessions.delete(&session_id).await;
                     return Err(e.into());
                 }
+                self.announce_session(&agent_id, &session_id, reason::SESSION_CREATED)
+                    .await;
                 Ok(response)
             }
             Action::ListSessions {
@@ -277,6 +280,8 @@ impl SignedApi {
                 }
                 if let Some(title) = title {
                     self.sessions.set_title(&session_id, &title).await?;
+                    self.announce_session(&link.agent_id, &session_id, reason::SESSION_UPDATED)
+                        .await;
                 }
                 ok(&UpdateSessionResponse {
                     session: self.session_info(&link).await?,
@@ -291,6 +296,8 @@ impl SignedApi {
                     Err(e) => return Err(e.into()),
                 }
                 control.unlink_session(&session_id).await?;
+                self.announce_session(&link.agent_id, &session_id, reason::SESSION_DELETED)
+                    .await;
                 ok(&DeleteSessionResponse {
                     session_id,
                     agent_id: link.agent_id,

@@ -1,0 +1,224 @@
+//! The change feed: `change` events the signed API's handlers publish
+//! after a successful write, and the session states the session service
+//! announces, delivered to the sockets holding the matching key.
+//!
+//! - `account/<id>`: `{reason, agentId?, sessionId?}` for the owner and
+//!   every accepted collaborator of the agent concerned (an invitation
+//!   goes to the invitee).
+//! - `agents/<id>`: the agent as each subscriber may see it (its own
+//!   `accessRole`). A change of who may read an agent re-checks every
+//!   socket watching it, through `agents/<id>` or one of its sessions: a
+//!   socket that lost access loses those subscriptions (`access_revoked`)
+//!   and hears nothing more of them.
+//! - `sessions/<id>`: the session's new state whenever a turn takes or
+//!   releases keep-awake (it starts, or it reached its terminal commit),
+//!   and after an update such as a new title. A state is read when its
+//!   notice arrives, so one read as a short turn ended may reach a client
+//!   after that turn's message; the release's state follows it, and the
+//!   last `change` is always the current state.
+//!
+//! Delivery is a push into each socket's byte-bounded queue: a socket that
+//! cannot take it is closed, and no publisher ever waits.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use agentos_protocol::seed::response::AgentInfo;
+use agentos_protocol::seed::ws::{AccountChange, ChangeValue, WsEvent};
+use tokio::sync::broadcast;
+
+use super::error::WsError;
+use super::outbox::Out;
+use super::socket::{Hold, Socket};
+use super::sockets::Sockets;
+use crate::control::{authz, AccessRole, AgentRecord, CollaboratorRecord};
+use crate::sessions::{Notice, SessionInfo};
+
+/// Why an account's view changed.
+pub mod reason {
+    pub const AGENT_CREATED: &str = "agent_created";
+    pub const AGENT_UPDATED: &str = "agent_updated";
+    pub const AGENT_DELETED: &str = "agent_deleted";
+    pub const AGENT_INVITED: &str = "agent_invited";
+    pub const COLLABORATORS_CHANGED: &str = "collaborators_changed";
+    pub const AGENT_ACCESS_REMOVED: &str = "agent_access_removed";
+    pub const SESSION_CREATED: &str = "session_created";
+    pub const SESSION_UPDATED: &str = "session_updated";
+    pub const SESSION_DELETED: &str = "session_deleted";
+}
+
+/// The accounts told about an agent: its owner and accepted collaborators.
+pub fn audience(agent: &AgentRecord, collaborators: &[CollaboratorRecord]) -> Vec<String> {
+    let mut accounts = vec![agent.account_id.clone()];
+    accounts.extend(
+        collaborators
+            .iter()
+            .filter(|c| c.status == crate::control::CollaboratorStatus::Accepted)
+            .map(|c| c.account_id.clone()),
+    );
+    accounts
+}
+
+impl Sockets {
+    /// Tells each of `accounts` (its `account/<id>` subscribers) why its
+    /// view changed.
+    pub fn account_changed(
+        &self,
+        accounts: &[String],
+        reason: &str,
+        agent_id: Option<&str>,
+        session_id: Option<&str>,
+    ) {
+        for account in accounts {
+            let key = format!("account/{account}");
+            let holders = self.holders(&key);
+            if holders.is_empty() {
+                continue;
+            }
+            let frame = WsEvent::Change {
+                key: key.clone(),
+                value: ChangeValue::Account(AccountChange {
+                    reason: reason.to_owned(),
+                    agent_id: agent_id.map(str::to_owned),
+                    session_id: session_id.map(str::to_owned),
+                }),
+            }
+            .to_json();
+            for socket in holders {
+                if socket.holds(&key) {
+                    socket.outbox.frame(frame.clone());
+                }
+            }
+        }
+    }
+
+    /// An agent or who may read it changed: every socket watching it is
+    /// checked against `agent` and `collaborators`; those still allowed
+    /// and subscribed to `agents/<id>` get `render(role)`.
+    pub fn agent_changed(
+        &self,
+        agent: &AgentRecord,
+        collaborators: &[CollaboratorRecord],
+        render: impl Fn(AccessRole) -> Option<AgentInfo>,
+    ) {
+        let key = format!("agents/{}", agent.agent_id);
+        for socket in self.watchers(&agent.agent_id) {
+            let Some(account) = socket.account() else {
+                continue;
+            };
+            let collaboration = collaborators
+                .iter()
+                .find(|c| c.account_id == account)
+                .map(|c| (c.role, c.status));
+            match authz::role_for(&account, agent, collaboration) {
+                None => self.revoke(&socket, &agent.agent_id, |key| {
+                    WsError::AccessRevoked(key.to_owned())
+                }),
+                Some(role) if socket.holds(&key) => {
+                    if let Some(info) = render(role) {
+                        socket.outbox.frame(
+                            WsEvent::Change {
+                                key: key.clone(),
+                                value: ChangeValue::Agent(info),
+                            }
+                            .to_json(),
+                        );
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// The agent is gone: its subscribers are told, and its sessions'
+    /// subscriptions end as the sessions are deleted.
+    pub fn agent_deleted(&self, agent_id: &str) {
+        let key = format!("agents/{agent_id}");
+        for socket in self.holders(&key) {
+            if let Some(hold) = socket.release(&key) {
+                self.unindex(socket.id, &key, hold.agent());
+                socket
+                    .outbox
+                    .frame(WsError::AgentDeleted(key.clone()).frame());
+            }
+        }
+    }
+
+    /// Ends every subscription of `socket` that depends on `agent_id`,
+    /// telling it `error(key)` after its last frame.
+    fn revoke(&self, socket: &Arc<Socket>, agent_id: &str, error: impl Fn(&str) -> WsError) {
+        for (key, hold) in socket.release_agent(agent_id) {
+            self.unindex(socket.id, &key, hold.agent());
+            let frame = error(&key).frame();
+            match hold {
+                Hold::Session { sub_id, .. } => {
+                    self.sessions.hub().unsubscribe(&sub_id);
+                    let _ = socket.outbox.push(Out::End {
+                        sub_id,
+                        frame: Some(frame),
+                    });
+                }
+                Hold::Account | Hold::Agent(_) => {
+                    socket.outbox.frame(frame);
+                }
+            }
+        }
+    }
+
+    /// A session's new state, for its `sessions/<id>` subscribers.
+    pub fn session_changed(&self, info: SessionInfo) {
+        let key = format!("sessions/{}", info.session_id);
+        let info = Arc::new(info);
+        for socket in self.holders(&key) {
+            if socket.holds(&key) {
+                let _ = socket.outbox.push(Out::State(info.clone()));
+            }
+        }
+    }
+
+    /// Starts relaying session states from the session service's notices,
+    /// once.
+    pub(super) fn relay_session_states(self: &Arc<Self>) {
+        if self.relaying.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let notices = self.sessions.notices();
+        tokio::spawn(relay(Arc::downgrade(self), notices));
+    }
+}
+
+/// A turn takes keep-awake after its accept commit and releases it after
+/// its terminal commit: both are the moments a session's state changes.
+async fn relay(sockets: Weak<Sockets>, mut notices: broadcast::Receiver<Notice>) {
+    loop {
+        let notice = match notices.recv().await {
+            Ok(notice) => notice,
+            Err(broadcast::error::RecvError::Lagged(skipped)) => {
+                tracing::warn!(
+                    skipped,
+                    "websocket session states lagged behind the notices"
+                );
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Notice::KeepAwake { session_id, .. } = notice else {
+            continue;
+        };
+        let Some(sockets) = sockets.upgrade() else {
+            return;
+        };
+        if sockets
+            .holders(&format!("sessions/{session_id}"))
+            .is_empty()
+        {
+            continue;
+        }
+        match sockets.sessions.get(&session_id).await {
+            Ok(info) => sockets.session_changed(info),
+            Err(e) => {
+                tracing::debug!(session = %session_id, error = %e, "no state to relay")
+            }
+        }
+    }
+}

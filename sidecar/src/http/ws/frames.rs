@@ -1,0 +1,260 @@
+//! A client frame's action: the envelope verified exactly as over HTTP
+//! (signature, window, replay cache, signer), the socket's account bound
+//! or checked, then `Subscribe` or `Unsubscribe`.
+//!
+//! Keys: `account/<id>` must be the socket's own account; `agents/<id>` and
+//! `sessions/<id>` need read access, and a key the account cannot read is
+//! answered exactly like one that does not exist. A session subscription
+//! sends `subscribed`, a `change` with the session, every retained event
+//! after `afterSeq` (all of them when absent) and then live events, through
+//! the session hub's replay-then-live, which has no gap and no duplicate.
+
+use std::sync::Arc;
+
+use agentos_protocol::seed::ws::{ChangeValue, WsEvent};
+use agentos_protocol::seed::Action;
+use tokio::sync::oneshot;
+
+use super::error::WsError;
+use super::outbox::Out;
+use super::socket::{Hold, Socket};
+use crate::control::{authz, AccessRole, ControlError};
+use crate::http::api::{render, ApiError};
+use crate::http::HttpState;
+use crate::sessions::{SessionError, Sink};
+
+/// Longest key accepted.
+const MAX_KEY_BYTES: usize = 512;
+
+/// What a key names.
+#[derive(Debug, PartialEq, Eq)]
+enum Key<'a> {
+    Account(&'a str),
+    Agent(&'a str),
+    Session(&'a str),
+}
+
+fn parse_key(key: &str) -> Result<Key<'_>, WsError> {
+    let bad = || WsError::BadKey(key.chars().take(64).collect());
+    if key.len() > MAX_KEY_BYTES {
+        return Err(bad());
+    }
+    let (kind, id) = key.split_once('/').ok_or_else(bad)?;
+    if id.is_empty() || id.contains('/') {
+        return Err(bad());
+    }
+    match kind {
+        "account" => Ok(Key::Account(id)),
+        "agents" => Ok(Key::Agent(id)),
+        "sessions" => Ok(Key::Session(id)),
+        "runs" => Err(WsError::UnsupportedAction(
+            "runs/ subscriptions are not supported by this server".into(),
+        )),
+        _ => Err(bad()),
+    }
+}
+
+/// Handles the signed envelope in `bytes`.
+pub(super) async fn handle(
+    state: &HttpState,
+    socket: &Arc<Socket>,
+    bytes: &[u8],
+) -> Result<(), WsError> {
+    let (envelope, caller) = state.api.open(bytes).await?;
+    socket.bind_account(&caller.account)?;
+    let action = envelope.typed_action().map_err(ApiError::from)?;
+    match action {
+        Action::Subscribe { key, after_seq } => {
+            subscribe(state, socket, &caller.account, &key, after_seq).await
+        }
+        Action::Unsubscribe { key } => {
+            unsubscribe(state, socket, &key);
+            Ok(())
+        }
+        other => Err(WsError::UnsupportedAction(format!(
+            "{} is not sent on /agents/ws (POST it to /api/message)",
+            other.name()
+        ))),
+    }
+}
+
+/// Read access or `not_found`, whichever way it was refused.
+fn unseen(key: &str) -> impl Fn(ControlError) -> WsError + '_ {
+    move |e| match e {
+        ControlError::NotFound(_) | ControlError::Forbidden(_) => WsError::NotFound(key.to_owned()),
+        other => WsError::Api(other.into()),
+    }
+}
+
+async fn subscribe(
+    state: &HttpState,
+    socket: &Arc<Socket>,
+    account: &str,
+    key: &str,
+    after_seq: Option<u64>,
+) -> Result<(), WsError> {
+    let parsed = parse_key(key)?;
+    let max = state.config.ws.max_subscriptions_per_socket;
+    let again = socket.holds(key);
+    if !again && socket.held() >= max as usize {
+        return Err(WsError::SubscriptionsLimit(max));
+    }
+    let control = &state.api.control;
+    let subscribed = WsEvent::Subscribed {
+        key: key.to_owned(),
+        account_id: account.to_owned(),
+    }
+    .to_json();
+    match parsed {
+        Key::Account(id) => {
+            if id != account {
+                return Err(WsError::ForeignAccount(key.to_owned()));
+            }
+            replace(state, socket, key, Hold::Account);
+            socket.outbox.frame(subscribed);
+        }
+        Key::Agent(agent_id) => {
+            authz::require_read(control, account, agent_id)
+                .await
+                .map_err(unseen(key))?;
+            replace(state, socket, key, Hold::Agent(agent_id.to_owned()));
+            socket.outbox.frame(subscribed);
+        }
+        Key::Session(session_id) => {
+            let (link, _) =
+                authz::require_session(control, account, session_id, AccessRole::Reader)
+                    .await
+                    .map_err(unseen(key))?;
+            let sessions = &state.api.sessions;
+            let not_found = |e: SessionError| match e {
+                SessionError::NotFound(_) => WsError::NotFound(key.to_owned()),
+                other => WsError::Api(other.into()),
+            };
+            let mut info = sessions.get(session_id).await.map_err(not_found)?;
+            let sink: Arc<dyn Sink> = socket.clone();
+            // A retained history starts later than the cursor after
+            // pruning: the replay starts at what is retained, as GetSession.
+            let (sub_id, after, start) = loop {
+                let after = after_seq
+                    .unwrap_or(0)
+                    .max(info.oldest_retained_sequence.saturating_sub(1));
+                let (start, started) = oneshot::channel();
+                match sessions
+                    .subscribe(session_id, Some(after), sink.clone(), started, u64::MAX)
+                    .await
+                {
+                    Ok(sub_id) => break (Arc::<str>::from(sub_id), after, start),
+                    // Pruned meanwhile: start at what is retained now.
+                    Err(SessionError::HistoryCursorExpired { earliest })
+                        if earliest > info.oldest_retained_sequence =>
+                    {
+                        info.oldest_retained_sequence = earliest;
+                    }
+                    Err(e) => return Err(not_found(e)),
+                }
+            };
+            replace(
+                state,
+                socket,
+                key,
+                Hold::Session {
+                    agent_id: link.agent_id.clone(),
+                    sub_id: sub_id.clone(),
+                },
+            );
+            let change = WsEvent::Change {
+                key: key.to_owned(),
+                value: ChangeValue::Session(render::session(&info, &link)),
+            }
+            .to_json();
+            let queued = socket.outbox.frame(subscribed)
+                && socket.outbox.frame(change)
+                && socket
+                    .outbox
+                    .push(Out::Open {
+                        sub_id,
+                        key: key.to_owned(),
+                        link,
+                        after,
+                    })
+                    .is_ok();
+            if queued {
+                let _ = start.send(());
+            }
+            // Otherwise the socket is closing: dropping `start` ends the
+            // hub subscription before it delivers anything.
+        }
+    }
+    Ok(())
+}
+
+/// Holds `key` (ending what it held before, for a repeated subscribe) and
+/// indexes it for the change feed.
+fn replace(state: &HttpState, socket: &Arc<Socket>, key: &str, hold: Hold) {
+    let agent = hold.agent().map(str::to_owned);
+    if let Some(old) = socket.release(key) {
+        end(state, socket, key, &old, None);
+    }
+    socket.hold(key, hold);
+    state.api.sockets.index(socket.id, key, agent.as_deref());
+}
+
+/// Ends what `hold` held; `frame` is sent after the last of it.
+pub(super) fn end(
+    state: &HttpState,
+    socket: &Arc<Socket>,
+    key: &str,
+    hold: &Hold,
+    frame: Option<String>,
+) {
+    state.api.sockets.unindex(socket.id, key, hold.agent());
+    match hold {
+        Hold::Session { sub_id, .. } => {
+            state.api.sessions.hub().unsubscribe(sub_id);
+            let _ = socket.outbox.push(Out::End {
+                sub_id: sub_id.clone(),
+                frame,
+            });
+        }
+        Hold::Account | Hold::Agent(_) => {
+            if let Some(frame) = frame {
+                socket.outbox.frame(frame);
+            }
+        }
+    }
+}
+
+fn unsubscribe(state: &HttpState, socket: &Arc<Socket>, key: &str) {
+    let frame = WsEvent::Unsubscribed {
+        key: key.to_owned(),
+    }
+    .to_json();
+    match socket.release(key) {
+        Some(hold) => end(state, socket, key, &hold, Some(frame)),
+        // Unsubscribing from what is not held is already done.
+        None => {
+            socket.outbox.frame(frame);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_an_account_an_agent_or_a_session() {
+        assert_eq!(parse_key("account/z6Mk"), Ok(Key::Account("z6Mk")));
+        assert_eq!(parse_key("agents/a1"), Ok(Key::Agent("a1")));
+        assert_eq!(parse_key("sessions/s1"), Ok(Key::Session("s1")));
+        assert_eq!(
+            parse_key("runs/r1").unwrap_err().code(),
+            "unsupported_action"
+        );
+        for bad in ["", "account", "account/", "sessions/a/b", "users/x", "/x"] {
+            assert_eq!(parse_key(bad).unwrap_err().code(), "bad_key", "{bad}");
+        }
+        let long = format!("agents/{}", "x".repeat(MAX_KEY_BYTES));
+        assert_eq!(parse_key(&long).unwrap_err().code(), "bad_key");
+    }
+}

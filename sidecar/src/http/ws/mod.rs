@@ -1,0 +1,67 @@
+//! `GET /agents/ws`: the signed API's live feed. Server events are JSON
+//! text frames (`protocol::seed::ws`); a client sends signed envelopes
+//! (binary DAG-CBOR, or text holding a JSON array of byte values) whose
+//! action is `Subscribe{key, afterSeq?}` or `Unsubscribe{key}`.
+//!
+//! `socket.rs` runs one socket (its account, its keys, the reading loop,
+//! idle timeout); `frames.rs` verifies a client frame and subscribes;
+//! `writer.rs` renders and sends, pings and closes; `outbox.rs` is the
+//! byte-bounded queue between them; `sockets.rs` the registry of open
+//! sockets (the `http.ws.maxSockets` cap, the index of keys, shutdown);
+//! `changes.rs` the change feed the API's handlers publish to; `error.rs`
+//! the error frames. Every bound is an `http.ws.*` setting.
+
+mod changes;
+mod error;
+mod frames;
+mod outbox;
+mod socket;
+mod sockets;
+mod writer;
+
+use std::sync::Arc;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+pub use changes::{audience, reason};
+pub use error::WsError;
+pub use sockets::{Permit, Sockets};
+
+use super::HttpState;
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Upgrades a request to a socket, or refuses it with 503 when
+/// `http.ws.maxSockets` are open or the server is shutting down.
+pub(super) async fn get(
+    State(state): State<Arc<HttpState>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let sockets = state.api.sockets.clone();
+    let Some(permit) = sockets.try_open() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no more sockets: http.ws.maxSockets are open, or the server is shutting down",
+        )
+            .into_response();
+    };
+    sockets.relay_session_states();
+    let max_frame = usize::try_from(state.config.ws.max_frame_bytes).unwrap_or(usize::MAX);
+    upgrade
+        .max_frame_size(max_frame)
+        .max_message_size(max_frame)
+        .on_upgrade(move |ws| socket::run(ws, state, permit))
+}

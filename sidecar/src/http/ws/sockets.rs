@@ -1,0 +1,219 @@
+//! Every open `/agents/ws` socket: how many there may be
+//! (`http.ws.maxSockets`), which keys each holds (so the change feed
+//! reaches only the sockets that asked), and the graceful close of all of
+//! them at shutdown.
+//!
+//! The index is one lock held only for lookups and inserts; nothing is
+//! sent while it is held, and no other lock is taken under it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::outbox::CLOSE_SHUTDOWN;
+use super::socket::Socket;
+use crate::config::WsLimits;
+use crate::sessions::Sessions;
+
+#[derive(Default)]
+struct Index {
+    sockets: HashMap<u64, Arc<Socket>>,
+    /// Sockets holding each key.
+    by_key: HashMap<String, HashSet<u64>>,
+    /// Sockets holding keys that depend on each agent, with how many.
+    by_agent: HashMap<String, HashMap<u64, usize>>,
+}
+
+/// The registry of open sockets; also the change feed (`changes.rs`).
+pub struct Sockets {
+    pub(super) limits: WsLimits,
+    pub(super) sessions: Sessions,
+    open: AtomicUsize,
+    next_id: AtomicU64,
+    shutting_down: AtomicBool,
+    closed_all: Notify,
+    index: Mutex<Index>,
+    /// Whether the task relaying session states to sockets runs.
+    pub(super) relaying: AtomicBool,
+}
+
+/// A socket's place under `http.ws.maxSockets`, released on drop.
+pub struct Permit {
+    sockets: Arc<Sockets>,
+    pub(super) id: u64,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.sockets.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.sockets.closed_all.notify_waiters();
+        }
+    }
+}
+
+impl Sockets {
+    pub fn new(limits: WsLimits, sessions: Sessions) -> Sockets {
+        Sockets {
+            limits,
+            sessions,
+            open: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+            closed_all: Notify::new(),
+            index: Mutex::new(Index::default()),
+            relaying: AtomicBool::new(false),
+        }
+    }
+
+    fn index_lock(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for one more socket, unless the server is shutting down or
+    /// `http.ws.maxSockets` are open.
+    pub fn try_open(self: &Arc<Self>) -> Option<Permit> {
+        if self.shutting_down.load(Ordering::Acquire) {
+            return None;
+        }
+        let max = self.limits.max_sockets as usize;
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            })
+            .ok()?;
+        Some(Permit {
+            sockets: self.clone(),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// Sockets open now.
+    pub fn open_sockets(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    pub(super) fn register(&self, socket: Arc<Socket>) {
+        let mut index = self.index_lock();
+        index.sockets.insert(socket.id, socket.clone());
+        drop(index);
+        // A socket that opened as shutdown began closes with the others.
+        if self.shutting_down.load(Ordering::Acquire) {
+            socket.outbox.close(CLOSE_SHUTDOWN);
+        }
+    }
+
+    /// Forgets a closed socket and every key it held.
+    pub(super) fn unregister(&self, socket: &Socket) {
+        let keys = socket.keys();
+        let mut index = self.index_lock();
+        index.sockets.remove(&socket.id);
+        for (key, hold) in keys {
+            index.remove(socket.id, &key, hold.agent());
+        }
+    }
+
+    pub(super) fn index(&self, socket: u64, key: &str, agent: Option<&str>) {
+        let mut index = self.index_lock();
+        index
+            .by_key
+            .entry(key.to_owned())
+            .or_default()
+            .insert(socket);
+        if let Some(agent) = agent {
+            *index
+                .by_agent
+                .entry(agent.to_owned())
+                .or_default()
+                .entry(socket)
+                .or_default() += 1;
+        }
+    }
+
+    pub(super) fn unindex(&self, socket: u64, key: &str, agent: Option<&str>) {
+        self.index_lock().remove(socket, key, agent);
+    }
+
+    /// The sockets indexed under `key` (each still checks that it holds
+    /// it).
+    pub(super) fn holders(&self, key: &str) -> Vec<Arc<Socket>> {
+        let index = self.index_lock();
+        index
+            .by_key
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| index.sockets.get(id).cloned())
+            .collect()
+    }
+
+    /// The sockets holding any key that depends on `agent_id`.
+    pub(super) fn watchers(&self, agent_id: &str) -> Vec<Arc<Socket>> {
+        let index = self.index_lock();
+        index
+            .by_agent
+            .get(agent_id)
+            .into_iter()
+            .flat_map(HashMap::keys)
+            .filter_map(|id| index.sockets.get(id).cloned())
+            .collect()
+    }
+
+    /// True when no socket holds any key: the change feed has nobody to
+    /// tell.
+    pub fn is_quiet(&self) -> bool {
+        self.index_lock().by_key.is_empty()
+    }
+
+    /// Closes every socket with 1001 "server shutting down", refuses new
+    /// ones, and waits (at most `deadline`) until all are gone. True when
+    /// they all closed in time.
+    pub async fn close_all(&self, deadline: Duration) -> bool {
+        self.shutting_down.store(true, Ordering::Release);
+        let sockets: Vec<Arc<Socket>> = self.index_lock().sockets.values().cloned().collect();
+        for socket in &sockets {
+            socket.outbox.close(CLOSE_SHUTDOWN);
+        }
+        drop(sockets);
+        let all_closed = async {
+            loop {
+                let closed = self.closed_all.notified();
+                tokio::pin!(closed);
+                closed.as_mut().enable();
+                if self.open.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                closed.await;
+            }
+        };
+        tokio::time::timeout(deadline, all_closed).await.is_ok()
+    }
+}
+
+impl Index {
+    fn remove(&mut self, socket: u64, key: &str, agent: Option<&str>) {
+        if let Some(ids) = self.by_key.get_mut(key) {
+            ids.remove(&socket);
+            if ids.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+        let Some(agent) = agent else {
+            return;
+        };
+        let Some(counts) = self.by_agent.get_mut(agent) else {
+            return;
+        };
+        if let Some(count) = counts.get_mut(&socket) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&socket);
+            }
+        }
+        if counts.is_empty() {
+            self.by_agent.remove(agent);
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! A socket's writer task: takes entries off the outbox in order, renders
+//! session items as Seed events, sends them, pings every
+//! `http.ws.pingIntervalMs`, and on a close request stops sending data,
+//! drops what is still queued and sends the close frame.
+//!
+//! Session items are rendered here, not where they are published, so a
+//! session's writer and the hub never wait on JSON. Each session
+//! subscription keeps its live-message state here too: agent text chunks
+//! become `appendPartial` with one `partialId` per assistant message, and
+//! the first durable event after them (the assistant message itself, in a
+//! turn that completes) is preceded by `patch.done`. A session's new state
+//! is held back until the subscription has delivered the rows committed
+//! before it, so `change` never overtakes the events it follows.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentos_protocol::seed::event::session_event;
+use agentos_protocol::seed::vocab::SessionStatus;
+use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, WsEvent};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::stream::SplitSink;
+use futures_util::SinkExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::outbox::{Close, Out};
+use super::socket::Socket;
+use crate::control::SessionLink;
+use crate::http::api::render;
+use crate::sessions::{Item, SessionInfo};
+
+/// One session subscription as its frames are rendered.
+struct SessionView {
+    key: String,
+    link: SessionLink,
+    /// The assistant message being streamed, if any.
+    partial: Option<String>,
+    /// The last durable sequence rendered.
+    last_seq: u64,
+    /// A state to announce once `last_seq` reaches its sequence.
+    pending: Option<Arc<SessionInfo>>,
+}
+
+impl SessionView {
+    fn done(&mut self, out: &mut Vec<String>) {
+        if let Some(partial_id) = self.partial.take() {
+            out.push(
+                WsEvent::AppendPartial {
+                    key: self.key.clone(),
+                    partial_id,
+                    patch: PartialPatch {
+                        done: Some(true),
+                        ..PartialPatch::default()
+                    },
+                }
+                .to_json(),
+            );
+        }
+    }
+
+    fn change(&mut self, info: &SessionInfo, out: &mut Vec<String>) {
+        let value = render::session(info, &self.link);
+        if value.status != SessionStatus::Streaming {
+            // A turn that ended without its message leaves none open.
+            self.done(out);
+        }
+        out.push(
+            WsEvent::Change {
+                key: self.key.clone(),
+                value: ChangeValue::Session(value),
+            }
+            .to_json(),
+        );
+    }
+
+    fn state(&mut self, info: Arc<SessionInfo>, out: &mut Vec<String>) {
+        if info.latest_sequence <= self.last_seq {
+            self.pending = None;
+            self.change(&info, out);
+        } else {
+            self.pending = Some(info);
+        }
+    }
+
+    fn item(&mut self, item: &Item, out: &mut Vec<String>) {
+        match item {
+            Item::Durable(event, _) => {
+                self.done(out);
+                self.last_seq = event.sequence;
+                out.push(
+                    WsEvent::Append {
+                        key: self.key.clone(),
+                        event: session_event(event),
+                    }
+                    .to_json(),
+                );
+                if let Some(info) = self.pending.take() {
+                    self.state(info, out);
+                }
+            }
+            Item::Ephemeral { update, .. } => {
+                let Some(text) = agent_text(update) else {
+                    return;
+                };
+                let partial_id = self
+                    .partial
+                    .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
+                    .clone();
+                out.push(
+                    WsEvent::AppendPartial {
+                        key: self.key.clone(),
+                        partial_id,
+                        patch: PartialPatch {
+                            text_delta: Some(text.to_owned()),
+                            ..PartialPatch::default()
+                        },
+                    }
+                    .to_json(),
+                );
+            }
+        }
+    }
+}
+
+/// The text of a live agent message chunk.
+fn agent_text(update: &Value) -> Option<&str> {
+    if update.get("sessionUpdate").and_then(Value::as_str) != Some("agent_message_chunk") {
+        return None;
+    }
+    let content = update.get("content")?;
+    if content.get("type").and_then(Value::as_str) != Some("text") {
+        return None;
+    }
+    content.get("text").and_then(Value::as_str)
+}
+
+/// The session subscriptions of one socket, by hub subscription id.
+#[derive(Default)]
+pub(super) struct Render {
+    views: HashMap<Arc<str>, SessionView>,
+}
+
+impl Render {
+    /// The frames one entry becomes.
+    pub(super) fn frames(&mut self, entry: Out) -> Vec<String> {
+        let mut out = Vec::new();
+        match entry {
+            Out::Frame(text) => out.push(text),
+            Out::Open {
+                sub_id,
+                key,
+                link,
+                after,
+            } => {
+                self.views.insert(
+                    sub_id,
+                    SessionView {
+                        key,
+                        link,
+                        partial: None,
+                        last_seq: after,
+                        pending: None,
+                    },
+                );
+            }
+            Out::Item { sub_id, item } => {
+                if let Some(view) = self.views.get_mut(&sub_id) {
+                    view.item(&item, &mut out);
+                }
+            }
+            Out::State(info) => {
+                for view in self.views.values_mut() {
+                    if view.link.session_id == info.session_id {
+                        view.state(info.clone(), &mut out);
+                    }
+                }
+            }
+            Out::End { sub_id, frame } => {
+                if let Some(mut view) = self.views.remove(&sub_id) {
+                    view.done(&mut out);
+                }
+                out.extend(frame);
+            }
+        }
+        out
+    }
+}
+
+type WsSink = SplitSink<WebSocket, Message>;
+
+/// Runs until the socket closes; returns once the close frame is sent (or
+/// could not be, within `close_wait`).
+pub(super) async fn run(
+    mut sink: WsSink,
+    socket: Arc<Socket>,
+    mut queue: mpsc::UnboundedReceiver<(Out, usize)>,
+    ping_every: Duration,
+    close_wait: Duration,
+) {
+    let mut closing = socket.outbox.closing();
+    let mut render = Render::default();
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent_ok = true;
+    'run: loop {
+        if closing.borrow_and_update().is_some() {
+            break;
+        }
+        let messages: Vec<Message> = tokio::select! {
+            biased;
+            _ = closing.changed() => continue,
+            entry = queue.recv() => match entry {
+                Some((entry, n)) => {
+                    socket.outbox.taken(n);
+                    render.frames(entry).into_iter().map(|t| Message::Text(t.into())).collect()
+                }
+                None => break,
+            },
+            _ = ping.tick() => vec![Message::Ping(Default::default())],
+        };
+        for message in messages {
+            // A send to a client that does not read waits; a close request
+            // (its queue overflowing, shutdown) cuts the wait short. The
+            // frame is then either wholly in the connection's buffer or
+            // not sent at all.
+            tokio::select! {
+                biased;
+                _ = closing.changed() => continue 'run,
+                sent = sink.send(message) => if sent.is_err() {
+                    sent_ok = false;
+                    break 'run;
+                },
+            }
+        }
+    }
+    // Nothing queued is sent once the socket closes.
+    queue.close();
+    while let Ok((_, n)) = queue.try_recv() {
+        socket.outbox.taken(n);
+    }
+    if !sent_ok {
+        socket.outbox.close(super::outbox::CLOSE_NORMAL);
+        return;
+    }
+    let close = closing
+        .borrow()
+        .clone()
+        .unwrap_or(super::outbox::CLOSE_NORMAL);
+    let Close { code, reason } = close;
+    let frame = CloseFrame {
+        code,
+        reason: reason.into(),
+    };
+    let _ = tokio::time::timeout(close_wait, sink.send(Message::Close(Some(frame)))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use agentos_protocol::host::{Actor, EventKind, StoredEvent};
+    use serde_json::json;
+
+    use super::*;
+    use crate::sessions::SessionState;
+
+    fn link() -> SessionLink {
+        SessionLink {
+            session_id: "s".into(),
+            agent_id: "a".into(),
+            account_id: "z".into(),
+            created_at_ms: 1,
+        }
+    }
+
+    fn durable(seq: u64, payload: Value) -> Item {
+        Item::durable(StoredEvent {
+            session_id: "s".into(),
+            sequence: seq,
+            timestamp_ms: 5,
+            kind: EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor: Actor::Agent,
+            payload_json: payload.to_string(),
+        })
+    }
+
+    fn chunk(text: &str) -> Item {
+        Item::Ephemeral {
+            session_id: Arc::from("s"),
+            after_sequence: 1,
+            update: Arc::new(json!({"sessionUpdate": "agent_message_chunk",
+                                    "content": {"type": "text", "text": text}})),
+        }
+    }
+
+    fn info(seq: u64, state: SessionState) -> Arc<SessionInfo> {
+        Arc::new(SessionInfo {
+            session_id: "s".into(),
+            agent: "echo".into(),
+            cwd: "/".into(),
+            additional_directories: vec![],
+            permission_policy: agentos_protocol::host::PermissionPolicy::Ask,
+            state,
+            latest_sequence: seq,
+            oldest_retained_sequence: 1,
+            retained_event_count: seq,
+            retained_event_bytes: 0,
+            title: None,
+            metadata: None,
+            created_at_ms: 1,
+            updated_at_ms: 2,
+        })
+    }
+
+    fn parse(frames: Vec<String>) -> Vec<Value> {
+        frames
+            .iter()
+            .map(|f| serde_json::from_str(f).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn partials_close_before_the_message_and_states_wait_for_their_rows() {
+        let sub: Arc<str> = Arc::from("sub");
+        let mut render = Render::default();
+        let key = "sessions/s".to_string();
+        assert!(render
+            .frames(Out::Open {
+                sub_id: sub.clone(),
+                key,
+                link: link(),
+                after: 1,
+            })
+            .is_empty());
+        let item = |item| Out::Item {
+            sub_id: sub.clone(),
+            item,
+        };
+        let a = parse(render.frames(item(chunk("Hel"))));
+        let b = parse(render.frames(item(chunk("lo"))));
+        assert_eq!(a[0]["_"], "appendPartial");
+        assert_eq!(a[0]["patch"]["textDelta"], "Hel");
+        assert_eq!(a[0]["partialId"], b[0]["partialId"]);
+        // The state after the turn names row 2, not rendered yet: held.
+        assert!(render
+            .frames(Out::State(info(2, SessionState::Idle)))
+            .is_empty());
+        let frames = parse(render.frames(item(durable(
+            2,
+            json!({"sessionUpdate": "agent_message_chunk",
+                   "content": {"type": "text", "text": "Hello"}}),
+        ))));
+        assert_eq!(frames.len(), 3, "{frames:?}");
+        assert_eq!(frames[0]["patch"]["done"], true);
+        assert_eq!(frames[0]["partialId"], a[0]["partialId"]);
+        assert_eq!(frames[1]["_"], "append");
+        assert_eq!(frames[1]["event"]["seq"], 2);
+        assert_eq!(frames[1]["event"]["event"]["role"], "assistant");
+        assert_eq!(frames[2]["_"], "change");
+        assert_eq!(frames[2]["value"]["status"], "idle");
+        // The next message has a new id.
+        let c = parse(render.frames(item(chunk("again"))));
+        assert_ne!(c[0]["partialId"], a[0]["partialId"]);
+        // A turn that ends without its message still closes the partial.
+        let frames = parse(render.frames(Out::State(info(2, SessionState::Idle))));
+        assert_eq!(frames[0]["patch"]["done"], true);
+        assert_eq!(frames[1]["_"], "change");
+        // Items of a subscription that ended are not rendered.
+        let end = render.frames(Out::End {
+            sub_id: sub.clone(),
+            frame: Some("bye".into()),
+        });
+        assert_eq!(end, vec!["bye".to_string()]);
+        assert!(render.frames(item(chunk("late"))).is_empty());
+    }
+}
