@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use agentos_protocol::seed::{
     cbor, Action, ActionMap, Capability, Envelope, Ipld, Principal, Role, SeedError, SigningKey,
+    VerifyingKey,
 };
 
 const MAX: usize = 1 << 20;
@@ -80,6 +81,16 @@ fn a_wrong_signature_fails() {
     let mut envelope = signed();
     envelope.signer = Principal::of_key(&key(2));
     assert_eq!(envelope.verify_signature(), Err(SeedError::BadSignature));
+
+    // A key given ahead must be the signer's own.
+    let envelope = signed();
+    let own = VerifyingKey::from_bytes(&envelope.signer.public_key()).unwrap();
+    assert_eq!(envelope.verify_signature_with(&own), Ok(()));
+    let other = key(2).verifying_key();
+    assert_eq!(
+        envelope.verify_signature_with(&other),
+        Err(SeedError::BadSignature)
+    );
 }
 
 #[test]

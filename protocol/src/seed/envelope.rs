@@ -207,6 +207,17 @@ impl Envelope {
     pub fn verify_signature(&self) -> Result<(), SeedError> {
         let key = VerifyingKey::from_bytes(&self.signer.public_key())
             .map_err(|_| SeedError::BadSignature)?;
+        self.verify_signature_with(&key)
+    }
+
+    /// As [`Envelope::verify_signature`], with the signer's key already
+    /// decompressed (a server keeps the keys it sees often, since
+    /// decompressing one costs a good part of a verification). `key` must
+    /// be the signer's: any other fails.
+    pub fn verify_signature_with(&self, key: &VerifyingKey) -> Result<(), SeedError> {
+        if key.as_bytes() != &self.signer.public_key() {
+            return Err(SeedError::BadSignature);
+        }
         let bytes = self.signing_bytes()?;
         key.verify_strict(&bytes, &Signature::from_bytes(&self.sig))
             .map_err(|_| SeedError::BadSignature)

@@ -10,6 +10,7 @@
 
 mod agents;
 mod error;
+mod keys;
 mod notify;
 pub(crate) mod render;
 mod replay;
@@ -39,6 +40,7 @@ pub struct SignedApi {
     pub(crate) sessions: Sessions,
     pub(crate) config: HttpConfig,
     pub(crate) replay: ReplayCache,
+    pub(crate) keys: keys::KeyCache,
     /// Adapter ids a definition may name besides `builtin`: the VM config's
     /// agent registry. A signed client never names a command.
     pub(crate) adapters: BTreeSet<String>,
@@ -61,6 +63,7 @@ impl SignedApi {
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
             replay: ReplayCache::new(config.replay_cache_entries),
+            keys: keys::KeyCache::default(),
             sockets: Arc::new(Sockets::new(config.ws.clone(), sessions.clone())),
             control,
             sessions,

@@ -46,7 +46,8 @@ pub(super) fn now_ms() -> i64 {
 impl SignedApi {
     /// Verifies `envelope` and admits it to the replay cache.
     pub async fn verify(&self, envelope: &Envelope) -> Result<Caller, ApiError> {
-        envelope.verify_signature()?;
+        let key = self.keys.get(envelope.signer.public_key())?;
+        envelope.verify_signature_with(&key)?;
         let ts = envelope.ts_ms()?;
         let now = now_ms();
         let window = i64::try_from(self.config.timestamp_window_ms).unwrap_or(i64::MAX);
