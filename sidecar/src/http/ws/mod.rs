@@ -31,6 +31,9 @@ pub use changes::{audience, reason};
 pub use error::WsError;
 pub use sockets::{Permit, Sockets};
 
+/// The read and write buffer of one socket.
+const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
+
 use super::HttpState;
 
 pub(crate) fn now_ms() -> i64 {
@@ -60,7 +63,13 @@ pub(super) async fn get(
     };
     sockets.relay_session_states();
     let max_frame = usize::try_from(state.config.ws.max_frame_bytes).unwrap_or(usize::MAX);
+    // Client frames are small signed envelopes and our frames go out one
+    // at a time from the outbox (which holds the bytes that wait), so small
+    // socket buffers serve; tungstenite's defaults (128 KiB each way) would
+    // cost a quarter of a megabyte per socket.
     upgrade
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(SOCKET_BUFFER_BYTES)
         .max_frame_size(max_frame)
         .max_message_size(max_frame)
         .on_upgrade(move |ws| socket::run(ws, state, permit))
