@@ -8,7 +8,11 @@
 //! subscription keeps its live-message state here too: agent text chunks
 //! become `appendPartial` with one `partialId` per assistant message, and
 //! the first durable event after them (the assistant message itself, in a
-//! turn that completes) is preceded by `patch.done`. A session's new state
+//! turn that completes) is preceded by `patch.done`. `patch.activity` says
+//! what the agent is doing whenever that changes: `starting` when a turn
+//! begins, `thinking` on thought chunks, `responding` with the first text,
+//! `tool` (with its name and call id) after a tool call is stored; `usage`
+//! is never sent (ACP reports none). A session's new state
 //! is held back until the subscription has delivered the rows committed
 //! before it, so `change` never overtakes the events it follows.
 
@@ -18,7 +22,8 @@ use std::time::Duration;
 
 use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
-use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, WsEvent};
+use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
+use agentos_protocol::seed::Ipld;
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::SinkExt;
@@ -41,6 +46,9 @@ struct SessionView {
     last_seq: u64,
     /// A state to announce once `last_seq` reaches its sequence.
     pending: Option<Arc<SessionInfo>>,
+    /// What the agent was last said to be doing (`activity`), with the
+    /// tool call it runs when that is `tool`.
+    activity: Option<RunActivity>,
 }
 
 impl SessionView {
@@ -60,11 +68,40 @@ impl SessionView {
         }
     }
 
+    /// A patch that says what the agent is doing now, when that changed;
+    /// the text of `delta` rides along.
+    fn activity(&mut self, now: RunActivity, text_delta: Option<String>, out: &mut Vec<String>) {
+        let changed = self.activity.as_ref() != Some(&now);
+        if !changed && text_delta.is_none() {
+            return;
+        }
+        let partial_id = self
+            .partial
+            .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
+            .clone();
+        out.push(
+            WsEvent::AppendPartial {
+                key: self.key.clone(),
+                partial_id,
+                patch: PartialPatch {
+                    text_delta,
+                    activity: changed.then(|| now.clone()),
+                    ..PartialPatch::default()
+                },
+            }
+            .to_json(),
+        );
+        self.activity = Some(now);
+    }
+
     fn change(&mut self, info: &SessionInfo, out: &mut Vec<String>) {
         let value = render::session(info, &self.link);
         if value.status != SessionStatus::Streaming {
             // A turn that ended without its message leaves none open.
             self.done(out);
+            self.activity = None;
+        } else if self.activity.is_none() {
+            self.activity(phase("starting"), None, out);
         }
         out.push(
             WsEvent::Change {
@@ -89,39 +126,60 @@ impl SessionView {
             Item::Durable(event, _) => {
                 self.done(out);
                 self.last_seq = event.sequence;
+                let event = session_event(event);
+                let tool = tool_call(&event.event);
                 out.push(
                     WsEvent::Append {
                         key: self.key.clone(),
-                        event: session_event(event),
+                        event,
                     }
                     .to_json(),
                 );
+                if let Some((name, id)) = tool {
+                    let mut now = phase("tool");
+                    now.tool_name = Some(name);
+                    now.tool_call_id = Some(id);
+                    self.activity(now, None, out);
+                }
                 if let Some(info) = self.pending.take() {
                     self.state(info, out);
                 }
             }
             Item::Ephemeral { update, .. } => {
-                let Some(text) = agent_text(update) else {
-                    return;
-                };
-                let partial_id = self
-                    .partial
-                    .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
-                    .clone();
-                out.push(
-                    WsEvent::AppendPartial {
-                        key: self.key.clone(),
-                        partial_id,
-                        patch: PartialPatch {
-                            text_delta: Some(text.to_owned()),
-                            ..PartialPatch::default()
-                        },
-                    }
-                    .to_json(),
-                );
+                if let Some(text) = agent_text(update) {
+                    self.activity(phase("responding"), Some(text.to_owned()), out);
+                } else if is_thought(update) {
+                    self.activity(phase("thinking"), None, out);
+                }
             }
         }
     }
+}
+
+fn phase(name: &str) -> RunActivity {
+    RunActivity {
+        phase: name.to_owned(),
+        tool_name: None,
+        tool_call_id: None,
+        detail: None,
+        output_tail: None,
+    }
+}
+
+/// The name and id of a rendered `tool_call` event.
+fn tool_call(event: &Ipld) -> Option<(String, String)> {
+    let Ipld::Map(map) = event else { return None };
+    if map.get("type") != Some(&Ipld::String("tool_call".into())) {
+        return None;
+    }
+    match (map.get("name"), map.get("id")) {
+        (Some(Ipld::String(name)), Some(Ipld::String(id))) => Some((name.clone(), id.clone())),
+        _ => None,
+    }
+}
+
+fn is_thought(update: &Value) -> bool {
+    update.get("sessionUpdate").and_then(Value::as_str) == Some("agent_thought_chunk")
 }
 
 /// The text of a live agent message chunk.
@@ -162,6 +220,7 @@ impl Render {
                         partial: None,
                         last_seq: after,
                         pending: None,
+                        activity: None,
                     },
                 );
             }
@@ -343,7 +402,10 @@ mod tests {
         let b = parse(render.frames(item(chunk("lo"))));
         assert_eq!(a[0]["_"], "appendPartial");
         assert_eq!(a[0]["patch"]["textDelta"], "Hel");
+        assert_eq!(a[0]["patch"]["activity"]["phase"], "responding");
         assert_eq!(a[0]["partialId"], b[0]["partialId"]);
+        // The phase is said when it changes, not with every delta.
+        assert!(b[0]["patch"].get("activity").is_none());
         // The state after the turn names row 2, not rendered yet: held.
         assert!(render
             .frames(Out::State(info(2, SessionState::Idle)))
@@ -375,5 +437,44 @@ mod tests {
         });
         assert_eq!(end, vec!["bye".to_string()]);
         assert!(render.frames(item(chunk("late"))).is_empty());
+    }
+
+    #[test]
+    fn activity_follows_the_turn_start_thoughts_and_tool_calls() {
+        let sub: Arc<str> = Arc::from("sub");
+        let mut render = Render::default();
+        render.frames(Out::Open {
+            sub_id: sub.clone(),
+            key: "sessions/s".into(),
+            link: link(),
+            after: 1,
+        });
+        let item = |item| Out::Item {
+            sub_id: sub.clone(),
+            item,
+        };
+        let running = SessionState::Running {
+            prompt_id: Some("p".into()),
+            started_at_ms: Some(1),
+        };
+        let started = parse(render.frames(Out::State(info(1, running))));
+        assert_eq!(started[0]["patch"]["activity"]["phase"], "starting");
+        assert_eq!(started[1]["_"], "change");
+        let thought = parse(render.frames(item(Item::Ephemeral {
+            session_id: Arc::from("s"),
+            after_sequence: 1,
+            update: Arc::new(json!({"sessionUpdate": "agent_thought_chunk",
+                                    "content": {"type": "text", "text": "hmm"}})),
+        })));
+        assert_eq!(thought[0]["patch"]["activity"]["phase"], "thinking");
+        assert!(thought[0]["patch"].get("textDelta").is_none());
+        let tool = parse(render.frames(item(durable(
+            2,
+            json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "read"}),
+        ))));
+        assert_eq!(tool[1]["_"], "append");
+        assert_eq!(tool[2]["patch"]["activity"]["phase"], "tool");
+        assert_eq!(tool[2]["patch"]["activity"]["toolName"], "read");
+        assert_eq!(tool[2]["patch"]["activity"]["toolCallId"], "t1");
     }
 }
