@@ -1,7 +1,9 @@
 //! Secrets never leak, end to end. Every secret value is a unique marker;
 //! after every action that touches secrets, providers, agents and sessions
 //! (as the owner and as a collaborator), the marker is looked for in every
-//! response body, in the sidecar's debug log, and in every file of the data
+//! response body, in every frame of a WebSocket subscribed to the account's,
+//! the agent's and the session's keys, in the sidecar's debug log, and in
+//! every file of the data
 //! directory (the database, its WAL, the key file, adapters' directories),
 //! as text, hex, base64 and a byte list. It is never there.
 //!
@@ -287,6 +289,18 @@ async fn secrets_never_leak(backend: Backend) {
         .ok(&t, &owner, json!({"_": "CreateSession", "agentId": agent}))
         .await
         .text("sessionId");
+    // Every WebSocket key of this account sees the rest: its frames are
+    // searched too.
+    let frames = Frames::collect(
+        &t,
+        &owner,
+        &[
+            format!("account/{}", owner.id()),
+            format!("agents/{agent}"),
+            format!("sessions/{session}"),
+        ],
+    )
+    .await;
     for (who, text) in [(&owner, "env"), (&writer, "cwd"), (&writer, "echo hello")] {
         w.ok(
             &t,
@@ -373,8 +387,16 @@ async fn secrets_never_leak(backend: Backend) {
         .await;
     assert_eq!(again.status, 404);
 
-    // Nothing so far holds a value, in any answer or file (the WAL is
-    // still there while the sidecar runs).
+    // Nothing so far holds a value, in any answer, frame or file (the WAL
+    // is still there while the sidecar runs).
+    let frames = frames.finish().await;
+    assert!(
+        frames.iter().any(|f| f.contains("\"append\"")),
+        "the session's events came: {frames:?}"
+    );
+    for frame in &frames {
+        w.assert_absent("a WebSocket frame", frame.as_bytes());
+    }
     w.assert_nowhere(sc.dir.path());
 
     // A restart with the same key file still has the secret, redacted.
@@ -399,6 +421,64 @@ async fn secrets_never_leak(backend: Backend) {
     )
     .await;
     w.assert_nowhere(sc.dir.path());
+}
+
+/// Frames of one WebSocket subscribed to some keys, read until `finish`.
+struct Frames {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Frames {
+    async fn collect(t: &Target, signer: &Signer, keys: &[String]) -> Frames {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let Target::Tcp(addr) = t else {
+            panic!("a TCP listener")
+        };
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/ws"))
+            .await
+            .expect("connect");
+        let mut frames = Vec::new();
+        for key in keys {
+            let envelope = signer.sign(&json!({"_": "Subscribe", "key": key}));
+            ws.send(Message::Binary(envelope.into()))
+                .await
+                .expect("send");
+            loop {
+                let Some(Ok(Message::Text(text))) = ws.next().await else {
+                    panic!("the socket ended")
+                };
+                let text = text.to_string();
+                let done = text.contains("\"subscribed\"");
+                frames.push(text);
+                if done {
+                    break;
+                }
+            }
+        }
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return frames,
+                    message = ws.next() => match message {
+                        Some(Ok(Message::Text(text))) => frames.push(text.to_string()),
+                        Some(Ok(_)) => {}
+                        _ => return frames,
+                    },
+                }
+            }
+        });
+        Frames { stop, task }
+    }
+
+    async fn finish(self) -> Vec<String> {
+        // Let what is in flight arrive.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let _ = self.stop.send(());
+        self.task.await.expect("frames")
+    }
 }
 
 both_backends!(secrets_never_leak);
