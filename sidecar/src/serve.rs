@@ -111,7 +111,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         None => None,
     };
     let http_address = http.as_ref().map(|h| h.address.clone());
-    let http = http.map(|h| h.serve(vm.http.clone(), vm.sockets.clone()));
+    let http = http.map(|h| h.serve(vm.http.clone(), vm.sockets.clone(), &vm.config.http));
     let ready = serde_json::json!({
         "event": "ready",
         "socket": socket,

@@ -177,3 +177,80 @@ async fn the_host_proxy_answers_as_the_listener_does() {
         assert_eq!(e.code(), "rpc_-32602", "{bad}");
     }
 }
+
+#[tokio::test]
+async fn a_peer_that_sends_no_headers_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            config: json!({"http": {"listen": "127.0.0.1:0", "headerReadTimeoutMs": 300}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    let addr = sc.ready["http"].as_str().expect("http").to_owned();
+    for partial in [&b""[..], b"GET /api/health HTTP/1.1\r\nhost: x\r\n"] {
+        let mut stream = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        stream.write_all(partial).await.expect("write");
+        let mut rest = Vec::new();
+        // The server closes it (a 408 may come first); it never hangs.
+        tokio::time::timeout(PATIENCE, stream.read_to_end(&mut rest))
+            .await
+            .expect("closed in time")
+            .ok();
+    }
+    // A kept-alive connection that goes quiet is closed the same way.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET /api/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut all = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut all))
+        .await
+        .expect("closed in time")
+        .ok();
+    assert!(
+        all.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&all)
+    );
+}
+
+#[tokio::test]
+async fn connections_past_the_bound_wait_for_a_free_one() {
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            config: json!({"http": {"listen": "127.0.0.1:0", "maxConnections": 2}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    let t = target(&sc);
+    let addr = sc.ready["http"].as_str().expect("http").to_owned();
+    let idle_a = tokio::net::TcpStream::connect(&addr).await.expect("a");
+    let idle_b = tokio::net::TcpStream::connect(&addr).await.expect("b");
+    let waiting = tokio::spawn({
+        let t = t.clone();
+        async move { request(&t, "GET", "/api/health", &[], b"").await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a third connection was served at once"
+    );
+    drop(idle_a);
+    let served = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("served once a connection closed")
+        .expect("join")
+        .expect("health");
+    assert_eq!(served.status, 200);
+    drop(idle_b);
+}

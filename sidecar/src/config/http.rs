@@ -26,6 +26,11 @@ pub struct HttpConfig {
     pub replay_cache_entries: u64,
     /// Requests served at once; more wait for a slot.
     pub max_concurrent_requests: u32,
+    /// Connections open at once; more wait in the listen backlog.
+    pub max_connections: u32,
+    /// How long a connection may take to send a request's headers, idle
+    /// keep-alive time included; past it the connection is closed.
+    pub header_read_timeout_ms: u64,
     #[serde(default)]
     pub ws: WsLimits,
 }
@@ -38,6 +43,8 @@ impl Default for HttpConfig {
             timestamp_window_ms: 5 * 60 * 1000,
             replay_cache_entries: 100_000,
             max_concurrent_requests: 256,
+            max_connections: 1024,
+            header_read_timeout_ms: 30_000,
             ws: WsLimits::default(),
         }
     }
@@ -123,7 +130,9 @@ impl HttpConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listener()?;
-        let positive: [(&str, u64); 10] = [
+        let positive: [(&str, u64); 12] = [
+            ("http.maxConnections", u64::from(self.max_connections)),
+            ("http.headerReadTimeoutMs", self.header_read_timeout_ms),
             ("http.maxBodyBytes", self.max_body_bytes),
             ("http.timestampWindowMs", self.timestamp_window_ms),
             ("http.replayCacheEntries", self.replay_cache_entries),

@@ -1,19 +1,23 @@
 //! The listener of the signed API: a loopback TCP port or a private Unix
-//! socket, served by axum until shutdown, then drained. Its WebSockets
+//! socket, served by the router over hyper's HTTP/1.1 until shutdown, then
+//! drained. Connections are bounded (`http.maxConnections`) and each must
+//! send its request headers within `http.headerReadTimeoutMs`, so idle or
+//! slow peers cannot hold the listener. Its WebSockets
 //! are closed first (1001, "server shutting down"), since an upgraded
 //! connection is no longer a request the drain would wait for.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::ws::Sockets;
-use crate::config::HttpListen;
+use crate::config::{HttpConfig, HttpListen};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -85,17 +89,26 @@ impl HttpServer {
     }
 
     /// Serves `router` until [`Running::shutdown`]; `sockets` are the
-    /// router's WebSockets.
-    pub fn serve(self, router: Router, sockets: Arc<Sockets>) -> Running {
-        let (stop, mut stopped) = watch::channel(false);
-        let signal = async move {
-            let _ = stopped.wait_for(|s| *s).await;
+    /// router's WebSockets. At most `http.maxConnections` connections are
+    /// open at once (more wait in the backlog), and one that takes longer
+    /// than `http.headerReadTimeoutMs` to send a request's headers (idle
+    /// keep-alive time included) is closed.
+    pub fn serve(self, router: Router, sockets: Arc<Sockets>, config: &HttpConfig) -> Running {
+        let (stop, stopped) = watch::channel(false);
+        let bounds = Bounds {
+            connections: Arc::new(Semaphore::new(config.max_connections as usize)),
+            max: config.max_connections,
+            header_timeout: Duration::from_millis(config.header_read_timeout_ms),
         };
         let (task, socket) = match self.bound {
-            Bound::Tcp(listener) => (tokio::spawn(serve_on(listener, router, signal)), None),
-            Bound::Unix(listener, path) => {
-                (tokio::spawn(serve_on(listener, router, signal)), Some(path))
-            }
+            Bound::Tcp(listener) => (
+                tokio::spawn(serve_on(listener, router, stopped, bounds)),
+                None,
+            ),
+            Bound::Unix(listener, path) => (
+                tokio::spawn(serve_on(listener, router, stopped, bounds)),
+                Some(path),
+            ),
         };
         Running {
             stop,
@@ -106,17 +119,62 @@ impl HttpServer {
     }
 }
 
-async fn serve_on<L>(listener: L, router: Router, signal: impl Future<Output = ()> + Send + 'static)
-where
+struct Bounds {
+    connections: Arc<Semaphore>,
+    max: u32,
+    header_timeout: Duration,
+}
+
+/// Accepts until `stopped`, one task per connection holding its permit;
+/// then waits for the connections to finish what they are doing.
+async fn serve_on<L>(
+    mut listener: L,
+    router: Router,
+    mut stopped: watch::Receiver<bool>,
+    bounds: Bounds,
+) where
     L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
 {
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(signal)
-        .await
-    {
-        tracing::error!(error = %e, "the HTTP listener failed");
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(bounds.header_timeout);
+    let service = TowerToHyperService::new(router);
+    loop {
+        let permit = tokio::select! {
+            permit = bounds.connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = stopped.wait_for(|s| *s) => break,
+        };
+        // axum's listeners retry failed accepts with a backoff themselves.
+        let (io, _) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.wait_for(|s| *s) => break,
+        };
+        let connection = http
+            .serve_connection(TokioIo::new(io), service.clone())
+            .with_upgrades();
+        let mut stop = stopped.clone();
+        tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                    // Finish the request in flight, then close.
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "an HTTP connection ended with an error");
+            }
+            drop(permit);
+        });
     }
+    drop(listener);
+    // Every connection holds a permit until it is done.
+    let _ = bounds.connections.acquire_many(bounds.max).await;
 }
 
 impl Running {
