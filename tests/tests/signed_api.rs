@@ -299,3 +299,63 @@ async fn an_operator_authorizes_and_revokes_signers_over_the_host_socket() {
         .expect_err("bad role");
     assert_eq!(bad.code(), "rpc_-32602");
 }
+
+#[tokio::test]
+async fn get_session_answers_one_bounded_page_at_a_time() {
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            config: json!({"http": {"listen": "127.0.0.1:0"}}),
+            limits: json!({"acp": {"maxHistoryPageEntries": 3}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    let t = Target::from_ready(sc.ready["http"].as_str().expect("http"));
+    let owner = Signer::new();
+    let agent = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": definition(Some("echo"))}),
+    )
+    .await
+    .text("agentId");
+    let session = call(&t, &owner, json!({"_": "CreateSession", "agentId": agent}))
+        .await
+        .text("sessionId");
+    let said = call(
+        &t,
+        &owner,
+        json!({"_": "MessageSession", "sessionId": session,
+               "content": [{"type": "text", "text": "flood 7"}]}),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{:?}", said.body);
+    let mut seen = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = call(
+            &t,
+            &owner,
+            json!({"_": "GetSession", "sessionId": session, "afterSeq": after}),
+        )
+        .await;
+        assert_eq!(page.status, 200);
+        let Ipld::List(events) = page.field("events") else {
+            panic!()
+        };
+        assert!(events.len() <= 3);
+        for event in events {
+            let Ipld::Integer(seq) = field(event, "seq") else {
+                panic!()
+            };
+            seen.push(*seq as u64);
+            after = *seq as u64;
+        }
+        if page.field("hasMoreAfter") != &Ipld::Bool(true) {
+            break;
+        }
+    }
+    // The user's message and the agent's seven updates, each once, in order.
+    assert_eq!(seen, (1..=8).collect::<Vec<u64>>());
+}

@@ -166,6 +166,10 @@ responses! {
         system_prompt_markdown: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         has_more_before: Option<bool>,
+        /// Ours: the answer holds one bounded page; more events follow the
+        /// last `seq` (ask again with it as `afterSeq`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        has_more_after: Option<bool>,
     }
     /// `UpdateSession`.
     UpdateSessionResponse => "UpdateSessionResponse" {

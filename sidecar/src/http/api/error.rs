@@ -87,6 +87,19 @@ impl From<ControlError> for ApiError {
 impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> Self {
         let code = e.code();
+        // A failed turn answers the code it failed with, and the agent's own
+        // words about it.
+        if let SessionError::PromptFailed { error } = &e {
+            let code = error
+                .get("code")
+                .and_then(|c| c.as_str())
+                .unwrap_or(code.as_str());
+            let message = error
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("the turn failed");
+            return ApiError::new(502, code, message);
+        }
         let status = match code {
             ErrorCode::SessionNotFound => 404,
             ErrorCode::InvalidArgument
@@ -98,32 +111,40 @@ impl From<SessionError> for ApiError {
             | ErrorCode::PromptInProgress
             | ErrorCode::IdempotencyConflict
             | ErrorCode::SessionConflict
+            | ErrorCode::SessionDeleted
             | ErrorCode::BuiltinAgentUnavailable
             | ErrorCode::NothingToRetry
+            | ErrorCode::HistoryCursorExpired
             | ErrorCode::AgentNotFound => 409,
+            ErrorCode::VmShutdown => 503,
+            // A bounded collection is full: the message names the setting.
+            _ if e.setting().is_some() => 409,
+            // The agent failed the turn (spawn, I/O, protocol, exit).
+            ErrorCode::AdapterSpawnFailed
+            | ErrorCode::AdapterIo
+            | ErrorCode::AdapterRpcError
+            | ErrorCode::AdapterTimeout
+            | ErrorCode::AdapterExited
+            | ErrorCode::AdapterLineTooLong
+            | ErrorCode::AdapterInvalidJson
+            | ErrorCode::AdapterClosed
+            | ErrorCode::AcpProtocolError
+            | ErrorCode::AdapterRouteEnded
+            | ErrorCode::SessionRestoreFailed
+            | ErrorCode::PromptDeliveryUncertain
+            | ErrorCode::PromptInterrupted
+            | ErrorCode::InvalidStopReason
+            | ErrorCode::ResourceLimit => {
+                // Details name commands and paths of the VM: logged, not sent.
+                tracing::warn!(code = code.as_str(), error = %e, "a turn failed");
+                return ApiError::new(502, code.as_str(), "the agent failed the turn");
+            }
             _ => 500,
         };
-        let message = match &e {
-            SessionError::PromptFailed { error } => error
-                .get("message")
-                .and_then(|m| m.as_str())
-                .unwrap_or("the turn failed")
-                .to_owned(),
-            other => other.to_string(),
-        };
-        let code = match &e {
-            // A failed turn answers the code it failed with.
-            SessionError::PromptFailed { error } => error
-                .get("code")
-                .and_then(|c| c.as_str())
-                .unwrap_or(code.as_str())
-                .to_owned(),
-            _ => code.as_str().to_owned(),
-        };
-        ApiError {
-            status,
-            code,
-            message,
+        if status == 500 {
+            tracing::error!(code = code.as_str(), error = %e, "a session action failed");
+            return ApiError::new(500, code.as_str(), "Internal server error");
         }
+        ApiError::new(status, code.as_str(), e.to_string())
     }
 }

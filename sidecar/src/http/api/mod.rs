@@ -22,7 +22,7 @@ mod verify;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use agentos_protocol::seed::{cbor, encode_response, Action, Envelope, Ipld};
+use agentos_protocol::seed::{cbor, try_encode_response, Action, Envelope, Ipld};
 use serde::Serialize;
 
 pub use error::ApiError;
@@ -54,8 +54,10 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
+/// A success answer's bytes; one that cannot be encoded is a 500, never a
+/// 200 carrying an error (nor a stored idempotent answer).
 fn ok<T: Serialize>(response: &T) -> Result<Vec<u8>, ApiError> {
-    Ok(encode_response(response))
+    Ok(try_encode_response(response)?)
 }
 
 impl SignedApi {

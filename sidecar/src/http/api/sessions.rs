@@ -24,6 +24,9 @@ use crate::http::ws::reason;
 use crate::sessions::{CancelStatus, SessionError};
 
 const DEFAULT_PAGE: u64 = 50;
+/// Payload bytes one `GetSession` answer carries at most (a single larger
+/// event still goes alone).
+const MAX_PAGE_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
 const MAX_PAGE: u64 = 200;
 /// A client message id, as the part of the turn's idempotency key.
 const MAX_CLIENT_ID_BYTES: usize = 128;
@@ -92,29 +95,32 @@ impl SignedApi {
         Ok(render::session(&info, link))
     }
 
-    /// Every retained event after `after`, in pages.
+    /// The retained events after `after`: one page of at most
+    /// `limits.acp.maxHistoryPageEntries` events and about
+    /// `MAX_PAGE_PAYLOAD_BYTES` of payload (at least one event), and whether
+    /// more follow (the caller continues from the last `seq`).
     pub(crate) async fn events_after(
         &self,
         session_id: &str,
         after: u64,
-    ) -> Result<Vec<SessionEvent>, ApiError> {
+    ) -> Result<(Vec<SessionEvent>, bool), ApiError> {
         let info = self.sessions.get(session_id).await?;
-        let mut cursor = after.max(info.oldest_retained_sequence.saturating_sub(1));
+        let cursor = after.max(info.oldest_retained_sequence.saturating_sub(1));
         let page = self.sessions.limits().max_history_page_entries;
-        let mut events = Vec::new();
-        loop {
-            let history = self
-                .sessions
-                .history(session_id, None, Some(cursor), Some(page))
-                .await?;
-            for event in &history.events {
-                cursor = event.sequence;
-                events.push(session_event(event));
+        let history = self
+            .sessions
+            .history(session_id, None, Some(cursor), Some(page))
+            .await?;
+        let mut events = Vec::with_capacity(history.events.len());
+        let mut bytes = 0usize;
+        for event in &history.events {
+            if !events.is_empty() && bytes + event.payload_json.len() > MAX_PAGE_PAYLOAD_BYTES {
+                return Ok((events, true));
             }
-            if !history.has_more_after || history.events.is_empty() {
-                return Ok(events);
-            }
+            bytes += event.payload_json.len();
+            events.push(session_event(event));
         }
+        Ok((events, history.has_more_after))
     }
 
     pub(super) async fn session_action(
@@ -249,7 +255,7 @@ impl SignedApi {
                     authz::require_session(control, account, &session_id, AccessRole::Reader)
                         .await?;
                 let session = self.session_info(&link).await?;
-                let events = self
+                let (events, more) = self
                     .events_after(&session_id, after_seq.unwrap_or(0))
                     .await?;
                 let system_prompt_markdown =
@@ -262,6 +268,7 @@ impl SignedApi {
                     events,
                     system_prompt_markdown,
                     has_more_before: None,
+                    has_more_after: more.then_some(true),
                 })
             }
             Action::UpdateSession {
