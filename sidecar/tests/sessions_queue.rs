@@ -33,7 +33,7 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
             let sessions = env.sessions.clone();
             tokio::spawn(async move {
                 sessions
-                    .prompt_in_turn("q", text("sleep 400"), None, user())
+                    .prompt_in_turn("q", text("sleep 1500"), None, user())
                     .await
             })
         };
@@ -50,8 +50,21 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
                     .prompt_in_turn("q", text(&format!("echo {word}")), None, user())
                     .await
             }));
-            // Arrival order is what the test checks; give each a moment to arrive.
-            tokio::time::sleep(Duration::from_millis(40)).await;
+            // Arrival order is what the test checks: each message is in the
+            // log as it arrives, so the next is sent only after it.
+            let said = format!("echo {word}");
+            let mut arrived = false;
+            for _ in 0..500 {
+                arrived = history(&env, "q")
+                    .await
+                    .iter()
+                    .any(|e| e["content"]["text"] == said.as_str());
+                if arrived {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(arrived, "{said} reached the log");
         }
         first.await.expect("join").expect("the live turn");
         for handle in queued {
@@ -71,7 +84,7 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
         // Each message is in the log as it arrives; the replies follow in
         // the same order.
         let expected: Vec<(String, String)> = [
-            ("user_message_chunk", "sleep 400"),
+            ("user_message_chunk", "sleep 1500"),
             ("user_message_chunk", "echo one"),
             ("user_message_chunk", "echo two"),
             ("user_message_chunk", "echo three"),
@@ -128,6 +141,7 @@ async fn the_wait_behind_a_turn_is_bounded() {
                 Ok(_) => ran += 1,
                 Err(e) => {
                     assert_eq!(e.code(), ErrorCode::SessionBusy, "{}", backend.name);
+                    assert_eq!(e.setting(), Some("limits.acp.maxQueuedPromptsPerSession"));
                     refused += 1;
                 }
             }

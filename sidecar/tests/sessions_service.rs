@@ -645,3 +645,26 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
         backend.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn titles_are_bounded_when_opened_and_when_renamed() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        let mut params = open("t", "echo");
+        params.title = Some("x".repeat(1025));
+        let e = env.sessions.open(params).await.expect_err("too long");
+        assert_eq!(e.code(), agentos_protocol::ErrorCode::InvalidArgument);
+        let mut params = open("t", "echo");
+        params.title = Some("x".repeat(1024));
+        env.sessions.open(params).await.expect("at the bound");
+        let e = env
+            .sessions
+            .set_title("t", &"y".repeat(1025))
+            .await
+            .expect_err("too long");
+        assert_eq!(e.code(), agentos_protocol::ErrorCode::InvalidArgument);
+        let renamed = env.sessions.set_title("t", "short").await.expect("rename");
+        assert_eq!(renamed.title.as_deref(), Some("short"));
+        backend.shutdown().await;
+    }
+}

@@ -272,6 +272,9 @@ pub struct AcpLimits {
     pub max_session_list_entries: u64,
     pub max_sessions_per_vm: u64,
     pub max_prompts_per_session: u64,
+    /// Prompts waiting behind a session's live turn (the signed API's
+    /// messages from several writers); past it, `session_busy`.
+    pub max_queued_prompts_per_session: u64,
     pub max_prompts_per_vm: u64,
     pub max_pending_permissions_per_session: u64,
     pub max_pending_permissions_per_vm: u64,
@@ -305,6 +308,7 @@ impl Default for AcpLimits {
             max_session_list_entries: 10_000,
             max_sessions_per_vm: 10_000,
             max_prompts_per_session: 100_000,
+            max_queued_prompts_per_session: 32,
             max_prompts_per_vm: 1_000_000,
             max_pending_permissions_per_session: 1_000,
             max_pending_permissions_per_vm: 10_000,
@@ -357,6 +361,10 @@ impl AcpLimits {
             ),
             ("limits.acp.maxSessionsPerVm", a.max_sessions_per_vm),
             ("limits.acp.maxPromptsPerSession", a.max_prompts_per_session),
+            (
+                "limits.acp.maxQueuedPromptsPerSession",
+                a.max_queued_prompts_per_session,
+            ),
             ("limits.acp.maxPromptsPerVm", a.max_prompts_per_vm),
             (
                 "limits.acp.maxPendingPermissionsPerSession",

@@ -66,6 +66,18 @@ pub fn input_hash(content: &[Value]) -> Vec<u8> {
     Sha256::digest(canonical.to_string().as_bytes()).to_vec()
 }
 
+/// Titles travel in every list and change event: at most 1,024 bytes.
+const MAX_TITLE_BYTES: usize = 1024;
+
+fn check_title(title: Option<&str>) -> Result<(), SessionError> {
+    if title.is_some_and(|t| t.len() > MAX_TITLE_BYTES) {
+        return Err(SessionError::InvalidArgument(format!(
+            "title must be at most {MAX_TITLE_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
 fn check_absolute(field: &str, path: &str) -> Result<(), SessionError> {
     if !path.starts_with('/') || path.contains('\0') {
         return Err(SessionError::InvalidArgument(format!(
@@ -184,6 +196,7 @@ impl Sessions {
             )
         });
         check_absolute("cwd", &cwd)?;
+        check_title(params.title.as_deref())?;
         let dirs = params.additional_directories.clone().unwrap_or_default();
         for dir in &dirs {
             check_absolute("additionalDirectories", dir)?;
@@ -232,17 +245,13 @@ impl Sessions {
         self.info(&row).await
     }
 
-    /// Renames a session (at most 1,024 bytes).
+    /// Renames a session.
     pub async fn set_title(
         &self,
         session_id: &str,
         title: &str,
     ) -> Result<SessionInfo, SessionError> {
-        if title.len() > 1024 {
-            return Err(SessionError::InvalidArgument(
-                "a title is at most 1024 bytes".into(),
-            ));
-        }
+        check_title(Some(title))?;
         let now = crate::sessions::store::clock_ms();
         if !self.shared.store.set_title(session_id, title, now).await? {
             return Err(SessionError::NotFound(session_id.to_owned()));

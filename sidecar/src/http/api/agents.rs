@@ -163,11 +163,12 @@ impl SignedApi {
                 let sessions = control.delete_agent(&agent_id).await?;
                 self.sockets.agent_deleted(&agent_id);
                 // Nothing of it stays reachable: live turns stop with their
-                // sessions.
+                // sessions, every one of them even when one fails.
+                let mut failed = None;
                 for session_id in sessions {
                     match self.sessions.delete(&session_id).await {
                         Ok(()) | Err(crate::sessions::SessionError::NotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
+                        Err(e) => failed = failed.or(Some(e)),
                     }
                 }
                 self.sockets.account_changed(
@@ -176,7 +177,10 @@ impl SignedApi {
                     Some(&agent_id),
                     None,
                 );
-                ok(&DeleteAgentResponse { agent_id })
+                match failed {
+                    Some(e) => Err(e.into()),
+                    None => ok(&DeleteAgentResponse { agent_id }),
+                }
             }
             Action::ListAgentInvites => {
                 let invites = control.list_invites_for(account).await?;

@@ -63,9 +63,9 @@ pub(crate) struct PromptRequest {
     pub input_at: Option<u64>,
 }
 
-/// Prompts one route keeps waiting behind its live turn. Each is bounded by
-/// `limits.acp.maxPromptBytes`; past this count a prompt is `session_busy`.
-pub(crate) const MAX_WAITING_PROMPTS: usize = 32;
+/// The setting that bounds the prompts one route keeps waiting behind its
+/// live turn (each is bounded by `limits.acp.maxPromptBytes`).
+pub(crate) const QUEUED_PROMPTS_SETTING: &str = "limits.acp.maxQueuedPromptsPerSession";
 
 /// A prompt's terminal result as returned to the host.
 pub(crate) type PromptReply = Result<PromptOutcome, SessionError>;
@@ -155,7 +155,7 @@ pub(crate) struct Route {
     stderr_rate: TokenBucket,
     stderr_dropped: u64,
     /// Prompts waiting for the live turn to end, oldest first (at most
-    /// `MAX_WAITING_PROMPTS`).
+    /// `limits.acp.maxQueuedPromptsPerSession`).
     waiting: VecDeque<(PromptRequest, oneshot::Sender<PromptReply>)>,
 }
 

@@ -181,11 +181,19 @@ impl Route {
                                     || self.waiting.iter().any(|(w, _)| {
                                         w.idempotency_key == request.idempotency_key
                                     }));
-                            let waits = request.queue
-                                && !same_key
-                                && self.waiting.len() < super::MAX_WAITING_PROMPTS;
-                            if waits {
-                                self.enqueue(request, reply).await;
+                            if request.queue && !same_key {
+                                let limit = self.shared.limits.max_queued_prompts_per_session;
+                                let queued = self.waiting.len() as u64;
+                                if queued < limit {
+                                    self.enqueue(request, reply).await;
+                                } else {
+                                    let _ = reply.send(Err(SessionError::Limit {
+                                        code: ErrorCode::SessionBusy,
+                                        setting: super::QUEUED_PROMPTS_SETTING,
+                                        used: queued,
+                                        limit,
+                                    }));
+                                }
                                 continue;
                             }
                             let _ = reply.send(Err(if same_key {
