@@ -218,9 +218,24 @@ fn bad_bytes_are_typed_errors() {
         Envelope::decode(&bytes, bytes.len() - 1),
         Err(SeedError::TooLarge {
             size: bytes.len(),
-            limit: bytes.len() - 1
+            limit: bytes.len() - 1,
+            unit: "bytes",
         })
     );
+}
+
+#[test]
+fn an_envelope_holding_too_many_items_is_refused_before_decoding() {
+    // A map whose one value is an array of 200k zeros: 200 KB of bytes.
+    let mut bytes = vec![0xa1, 0x66];
+    bytes.extend_from_slice(b"action");
+    bytes.push(0x9a);
+    bytes.extend_from_slice(&200_000u32.to_be_bytes());
+    bytes.resize(bytes.len() + 200_000, 0x00);
+    assert!(matches!(
+        Envelope::decode(&bytes, 16 << 20),
+        Err(SeedError::TooLarge { unit: "items", .. })
+    ));
 }
 
 #[test]

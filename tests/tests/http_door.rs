@@ -223,6 +223,53 @@ async fn a_peer_that_sends_no_headers_is_closed() {
 }
 
 #[tokio::test]
+async fn a_body_that_stalls_is_answered_408() {
+    use tokio::io::AsyncReadExt;
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            config: json!({"http": {"listen": "127.0.0.1:0", "bodyReadTimeoutMs": 300}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    let addr = sc.ready["http"].as_str().expect("http").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    // 10 of the 100 bytes announced, then nothing; the stream stays open.
+    stream
+        .write_all(
+            b"POST /api/message HTTP/1.1\r\nhost: x\r\n\
+              content-type: application/cbor\r\ncontent-length: 100\r\n\r\n0123456789",
+        )
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, async {
+        let mut chunk = [0u8; 1024];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("answered or closed in time");
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The server is still serving.
+    let health = request(&target(&sc), "GET", "/api/health", &[], b"")
+        .await
+        .expect("health");
+    assert_eq!(health.status, 200);
+}
+
+#[tokio::test]
 async fn connections_past_the_bound_wait_for_a_free_one() {
     let sc = Sidecar::start_with(
         Backend::SqliteFile,

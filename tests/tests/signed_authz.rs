@@ -13,9 +13,9 @@
 
 mod common;
 
-use agentos_protocol::seed::{Ipld, Role};
+use agentos_protocol::seed::{cid_of, Capability, Ipld, Role};
 use agentos_tests::http::Target;
-use agentos_tests::seed::{call, field, Answer, Signer};
+use agentos_tests::seed::{call, field, now_ms, Answer, Signer};
 use common::{Backend, Options, Sidecar};
 use serde_json::{json, Value};
 
@@ -473,6 +473,21 @@ async fn only_the_account_key_manages_signers_and_capabilities_are_checked() {
     let mut mismatched = Signer::with_capability(&owner, Role::Writer);
     mismatched.capability = capable.capability.clone();
     let a = call(&t, &mismatched, json!({"_": "ListAgents"})).await;
+    assert_eq!((a.status, a.code()), (401, "bad_capability".into()));
+    // A capability scoped to one document does not delegate the account.
+    let mut scoped = Signer::delegate_of(owner.account);
+    let blob = Capability::issue(
+        &owner.key,
+        scoped.principal(),
+        Role::Writer,
+        now_ms(),
+        Some("/notes"),
+        None,
+    )
+    .expect("issue a capability");
+    scoped.capability = Some(cid_of(&blob));
+    scoped.capability_blob = Some(blob);
+    let a = call(&t, &scoped, json!({"_": "ListAgents"})).await;
     assert_eq!((a.status, a.code()), (401, "bad_capability".into()));
     // A key with neither authorization nor capability is refused.
     let a = call(

@@ -110,6 +110,20 @@ fn bad_bodies(me: &Signer) -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
         ));
     }
 
+    // Signed properly at timestamps where `now - ts` overflows an i64.
+    for (what, ts) in [
+        ("a ts at the bottom of i64", i64::MIN + 1),
+        ("a ts at the top of i64", i64::MAX),
+    ] {
+        let envelope = me.envelope_at(&json!({"_": "ListAgents"}), ts);
+        cases.push((
+            what,
+            envelope.encode().expect("encode"),
+            401,
+            "timestamp_out_of_window",
+        ));
+    }
+
     // Signed by one key, claiming another as its signer (and account).
     let other = Signer::new();
     let mut envelope = list_agents(me);

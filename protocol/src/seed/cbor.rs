@@ -7,13 +7,16 @@
 //! keys.
 //!
 //! Decoding first walks the input once without recursion: it enforces the
-//! caller's byte bound and a nesting limit, and refuses what DAG-CBOR forbids
+//! caller's byte bound, a nesting limit and an item budget, and refuses what DAG-CBOR forbids
 //! (indefinite lengths, tags other than 42, simple values other than
 //! false/true/null, floats narrower than 64 bits, NaN and infinities,
 //! non-string and duplicate map keys, trailing bytes, a length larger than
 //! what is left). Only input that passes reaches the
 //! serde decoder, so hostile input can neither overflow the stack nor make
-//! it allocate for a length the input does not hold.
+//! it allocate for a length the input does not hold. The item budget exists
+//! because bytes alone do not bound memory: a decoded value costs about a
+//! hundred bytes per item, so a 16 MiB array of one-byte zeros would become
+//! gigabytes before any signature is checked.
 
 use std::collections::HashSet;
 
@@ -27,6 +30,14 @@ use super::SeedError;
 /// user-chosen structure.
 pub const MAX_DEPTH: usize = 64;
 
+/// Most items one decoded document may hold: every scalar, string, array,
+/// map, map key and map value counts one (a tagged link counts one). A
+/// legitimate envelope stays far below it: an agent definition with its
+/// prompt blocks is hundreds of items, a 64 KiB secret is one byte string,
+/// message content parts a handful each. At about 110 bytes per decoded
+/// item this bounds a decoded document to roughly 11 MB.
+pub const MAX_ITEMS: u64 = 100_000;
+
 /// The CBOR tag of an IPLD link (a CID), the only tag DAG-CBOR allows.
 const TAG_CID: u64 = 42;
 
@@ -37,8 +48,9 @@ pub fn to_canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, SeedErr
     })
 }
 
-/// Decodes DAG-CBOR from outside the process: at most `max_bytes` bytes and
-/// [`MAX_DEPTH`] levels of nesting, well-formed as [`check`] defines.
+/// Decodes DAG-CBOR from outside the process: at most `max_bytes` bytes,
+/// [`MAX_DEPTH`] levels of nesting and [`MAX_ITEMS`] items, well-formed as
+/// [`check`] defines.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8], max_bytes: usize) -> Result<T, SeedError> {
     check(bytes, max_bytes)?;
     serde_ipld_dagcbor::from_slice(bytes).map_err(|error| SeedError::bad_cbor(error.to_string()))
@@ -51,6 +63,7 @@ pub fn check(bytes: &[u8], max_bytes: usize) -> Result<(), SeedError> {
         return Err(SeedError::TooLarge {
             size: bytes.len(),
             limit: max_bytes,
+            unit: "bytes",
         });
     }
     Scanner::new(bytes).run()
@@ -75,6 +88,8 @@ struct Scanner<'a> {
     bytes: &'a [u8],
     pos: usize,
     stack: Vec<Frame<'a>>,
+    /// Items seen so far, the top-level one included.
+    items: u64,
 }
 
 impl<'a> Scanner<'a> {
@@ -83,6 +98,7 @@ impl<'a> Scanner<'a> {
             bytes,
             pos: 0,
             stack: Vec::new(),
+            items: 0,
         }
     }
 
@@ -93,6 +109,7 @@ impl<'a> Scanner<'a> {
         loop {
             let expects_key = self.stack.last().is_some_and(Frame::expects_key);
             let (major, arg) = self.header()?;
+            self.count(1)?;
             if expects_key && major != 3 {
                 return Err(SeedError::bad_cbor("map keys must be text strings"));
             }
@@ -127,6 +144,9 @@ impl<'a> Scanner<'a> {
                     if items > self.left() {
                         return Err(SeedError::bad_cbor("truncated input"));
                     }
+                    // Refused from the header alone: the items it announces
+                    // would all be counted anyway.
+                    self.budget(items)?;
                     if items > 0 {
                         self.stack.push(Frame {
                             remaining: items,
@@ -168,6 +188,26 @@ impl<'a> Scanner<'a> {
             self.stack.pop();
         }
         true
+    }
+
+    /// Counts `n` more items against [`MAX_ITEMS`].
+    fn count(&mut self, n: u64) -> Result<(), SeedError> {
+        self.budget(n)?;
+        self.items += n;
+        Ok(())
+    }
+
+    /// Fails when `n` more items would exceed [`MAX_ITEMS`].
+    fn budget(&self, n: u64) -> Result<(), SeedError> {
+        let total = self.items.saturating_add(n);
+        if total > MAX_ITEMS {
+            return Err(SeedError::TooLarge {
+                size: usize::try_from(total).unwrap_or(usize::MAX),
+                limit: MAX_ITEMS as usize,
+                unit: "items",
+            });
+        }
+        Ok(())
     }
 
     fn left(&self) -> u64 {
@@ -278,10 +318,47 @@ mod tests {
             from_slice::<Ipld>(&bytes, 50),
             Err(SeedError::TooLarge {
                 size: bytes.len(),
-                limit: 50
+                limit: 50,
+                unit: "bytes",
             })
         );
         assert!(from_slice::<Ipld>(&bytes, bytes.len()).is_ok());
+    }
+
+    /// An array of `n` zeros: `n + 1` items in about `n` bytes.
+    fn zeros(n: u32) -> Vec<u8> {
+        let mut bytes = vec![0x9a];
+        bytes.extend_from_slice(&n.to_be_bytes());
+        bytes.resize(bytes.len() + n as usize, 0x00);
+        bytes
+    }
+
+    #[test]
+    fn too_many_items_are_refused_before_decoding() {
+        // 200k zeros are 200 KB, far below the byte bound, but would decode
+        // to some 20 MB of values; the header alone refuses them.
+        let bytes = zeros(200_000);
+        let error = from_slice::<Ipld>(&bytes, 1 << 24).unwrap_err();
+        assert_eq!(error.code(), "too_large");
+        assert!(matches!(error, SeedError::TooLarge { unit: "items", .. }));
+        // Many small arrays add up the same way.
+        let mut nested = vec![0x9a];
+        nested.extend_from_slice(&1_000u32.to_be_bytes());
+        for _ in 0..1_000 {
+            nested.extend_from_slice(&[0x98, 200]);
+            nested.resize(nested.len() + 200, 0x00);
+        }
+        let error = from_slice::<Ipld>(&nested, 1 << 24).unwrap_err();
+        assert!(
+            matches!(error, SeedError::TooLarge { unit: "items", .. }),
+            "{error}"
+        );
+        // Exactly the budget passes: the array itself plus its elements.
+        let bytes = zeros(MAX_ITEMS as u32 - 1);
+        let value: Ipld = from_slice(&bytes, 1 << 24).unwrap();
+        assert!(matches!(value, Ipld::List(list) if list.len() == MAX_ITEMS as usize - 1));
+        let bytes = zeros(MAX_ITEMS as u32);
+        assert!(from_slice::<Ipld>(&bytes, 1 << 24).is_err());
     }
 
     #[test]

@@ -16,9 +16,15 @@ pub enum SeedError {
     /// Nesting deeper than the decoder accepts.
     #[error("CBOR nesting deeper than {limit} levels")]
     TooDeep { limit: usize },
-    /// More bytes than the caller allowed.
-    #[error("{size} bytes exceed the limit of {limit}")]
-    TooLarge { size: usize, limit: usize },
+    /// More bytes than the caller allowed, or more items (scalars, strings,
+    /// arrays, maps, keys) than one decoded document may hold; `unit` says
+    /// which (`"bytes"` or `"items"`).
+    #[error("{size} {unit} exceed the limit of {limit}")]
+    TooLarge {
+        size: usize,
+        limit: usize,
+        unit: &'static str,
+    },
     /// The envelope map has the wrong shape: a missing or unknown key, a
     /// wrong type, a signature that is not 64 bytes, an action that is not a
     /// map or has no string `_`.

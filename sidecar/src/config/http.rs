@@ -31,6 +31,10 @@ pub struct HttpConfig {
     /// How long a connection may take to send a request's headers, idle
     /// keep-alive time included; past it the connection is closed.
     pub header_read_timeout_ms: u64,
+    /// How long a request may take to send its body once its headers are
+    /// in; past it the request is answered 408 `body_timeout`, so a client
+    /// trickling bytes cannot hold a request slot and a body buffer.
+    pub body_read_timeout_ms: u64,
     #[serde(default)]
     pub ws: WsLimits,
 }
@@ -45,6 +49,7 @@ impl Default for HttpConfig {
             max_concurrent_requests: 256,
             max_connections: 1024,
             header_read_timeout_ms: 30_000,
+            body_read_timeout_ms: 30_000,
             ws: WsLimits::default(),
         }
     }
@@ -130,9 +135,10 @@ impl HttpConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listener()?;
-        let positive: [(&str, u64); 12] = [
+        let positive: [(&str, u64); 13] = [
             ("http.maxConnections", u64::from(self.max_connections)),
             ("http.headerReadTimeoutMs", self.header_read_timeout_ms),
+            ("http.bodyReadTimeoutMs", self.body_read_timeout_ms),
             ("http.maxBodyBytes", self.max_body_bytes),
             ("http.timestampWindowMs", self.timestamp_window_ms),
             ("http.replayCacheEntries", self.replay_cache_entries),

@@ -1,5 +1,6 @@
 //! The transport of `POST /api/message`: `application/cbor` or 415, the body
-//! bounded by `http.maxBodyBytes` (413), then the signed API; DAG-CBOR back,
+//! bounded by `http.maxBodyBytes` (413) and read within
+//! `http.bodyReadTimeoutMs` (408), then the signed API; DAG-CBOR back,
 //! with the protocol version we speak in `X-Agents-Protocol`.
 
 use std::sync::Arc;
@@ -48,7 +49,18 @@ pub(super) async fn post(
         ));
     }
     let max = usize::try_from(state.config.max_body_bytes).unwrap_or(usize::MAX);
-    let bytes = match axum::body::to_bytes(body, max).await {
+    let limit = std::time::Duration::from_millis(state.config.body_read_timeout_ms);
+    let Ok(read) = tokio::time::timeout(limit, axum::body::to_bytes(body, max)).await else {
+        return refuse(ApiError::new(
+            408,
+            "body_timeout",
+            format!(
+                "the body was not received within http.bodyReadTimeoutMs ({} ms)",
+                state.config.body_read_timeout_ms
+            ),
+        ));
+    };
+    let bytes = match read {
         Ok(bytes) => bytes,
         Err(e)
             if std::error::Error::source(&e)

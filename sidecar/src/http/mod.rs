@@ -53,7 +53,9 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/agents/ws", get(ws::get))
         .fallback(not_found)
         .layer(cors)
-        .layer(tower::limit::ConcurrencyLimitLayer::new(
+        // Global: a plain concurrency layer on a Router is cloned per route,
+        // which would give each route its own pool.
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
             state.config.max_concurrent_requests as usize,
         ))
         .with_state(state)

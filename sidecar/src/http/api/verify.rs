@@ -6,7 +6,9 @@
 //! when the account authorized it (`AuthorizeSigner`, stored) or when the
 //! envelope carries a Capability the account issued to it (the reference's
 //! protocol 2: the blob verifies, its CID matches, `delegate == signer`, the
-//! role is AGENT or WRITER, the issuer is the account and not the delegate).
+//! role is AGENT or WRITER, the issuer is the account and not the delegate,
+//! and it carries no `path`: a grant scoped to one document does not
+//! delegate the account).
 //! A verified capability is stored, so later envelopes may carry only its
 //! CID; a CID never seen, without its blob, is refused (there is no network
 //! fetch). A revoked signer is refused whatever it shows.
@@ -43,6 +45,19 @@ pub(super) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Whether `ts` is at most `window` ms away from `now`, either way. Computed
+/// without overflow: `ts` comes from outside and may be any `i64`.
+fn within_window(ts: i64, now: i64, window: i64) -> bool {
+    u64::try_from(window).is_ok_and(|window| now.abs_diff(ts) <= window)
+}
+
+fn out_of_window(window: i64) -> ApiError {
+    ApiError::unauthorized(
+        "timestamp_out_of_window",
+        format!("Action timestamp is outside allowed window ({window} ms either way)"),
+    )
+}
+
 impl SignedApi {
     /// Verifies `envelope` and admits it to the replay cache.
     pub async fn verify(&self, envelope: &Envelope) -> Result<Caller, ApiError> {
@@ -51,16 +66,17 @@ impl SignedApi {
         let ts = envelope.ts_ms()?;
         let now = now_ms();
         let window = i64::try_from(self.config.timestamp_window_ms).unwrap_or(i64::MAX);
-        if (now - ts).abs() > window {
-            return Err(ApiError::unauthorized(
-                "timestamp_out_of_window",
-                format!("Action timestamp is outside allowed window ({window} ms either way)"),
-            ));
+        if !within_window(ts, now, window) {
+            return Err(out_of_window(window));
         }
         let account = envelope.account.to_string();
         let signer = envelope.signer.to_string();
         let role = self.signer_authority(envelope, &account, &signer).await?;
-        match self.replay.admit(&envelope.sig, ts, now, window) {
+        let signer_key = envelope.signer.public_key();
+        match self
+            .replay
+            .admit(&signer_key, &envelope.sig, ts, now, window)
+        {
             Ok(()) => {}
             Err(Refusal::Replayed) => {
                 return Err(ApiError::unauthorized(
@@ -74,6 +90,7 @@ impl SignedApi {
                     "the request is older than what the replay cache remembers; sign it again",
                 ))
             }
+            Err(Refusal::Expired) => return Err(out_of_window(window)),
         }
         Ok(Caller {
             account,
@@ -123,6 +140,15 @@ impl SignedApi {
         if capability.signer != envelope.account {
             return Err(bad("the capability was not issued by the account"));
         }
+        if capability
+            .path
+            .as_deref()
+            .is_some_and(|path| !path.is_empty())
+        {
+            return Err(bad(
+                "a path-scoped capability does not delegate the account",
+            ));
+        }
         if capability.signer == capability.delegate {
             return Err(bad("a self-issued capability delegates nothing"));
         }
@@ -140,5 +166,23 @@ impl SignedApi {
             Err(ControlError::Forbidden(m)) => Err(ApiError::unauthorized("signer_revoked", m)),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_window;
+
+    #[test]
+    fn the_window_check_does_not_overflow_on_extreme_timestamps() {
+        let now = 1_700_000_000_000;
+        assert!(within_window(now + 300_000, now, 300_000));
+        assert!(within_window(now - 300_000, now, 300_000));
+        assert!(!within_window(now - 300_001, now, 300_000));
+        for ts in [i64::MIN, i64::MIN + 1, i64::MAX, -1] {
+            assert!(!within_window(ts, now, 300_000), "{ts}");
+        }
+        assert!(!within_window(i64::MIN, i64::MAX, i64::MAX));
+        assert!(!within_window(0, 0, -1));
     }
 }
