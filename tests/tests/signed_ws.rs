@@ -296,7 +296,7 @@ async fn a_socket_holds_at_most_its_subscriptions() {
     let refused = ws
         .subscribe(&owner, &format!("sessions/{session_id}"), None)
         .await;
-    assert_eq!(refused["code"], "subscriptions_limit");
+    assert_eq!(refused["code"], "socket_subscriptions_limit");
     assert!(refused["message"]
         .as_str()
         .unwrap()
