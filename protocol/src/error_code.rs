@@ -121,6 +121,24 @@ error_codes! {
     /// `limits.host.maxSubscriptionsPerConnection`.
     SubscriptionsLimit => "subscriptions_limit",
 
+    // --- Control plane (agents, collaborators, signers, secrets) -------------
+    /// A control-plane collection is full; `data.setting` names the limit
+    /// (`limits.control.*`).
+    ControlLimit => "control_limit",
+    /// The control-plane record named (an account's agent, collaborator,
+    /// session link) does not exist, or the caller may not know it does.
+    ControlNotFound => "control_not_found",
+    /// The control plane refused the operation (for example a delegation
+    /// shown by a signer the account revoked).
+    ControlForbidden => "control_forbidden",
+    /// A duplicate control-plane record, or an idempotency key reused with a
+    /// different request.
+    ControlConflict => "control_conflict",
+    /// The secrets key cannot be loaded or does not open a stored secret.
+    SecretsKeyError => "secrets_key_error",
+    /// The control plane's storage failed (a damaged row is `corrupt_row`).
+    ControlStorageError => "control_storage_error",
+
     // --- Adapters -----------------------------------------------------------
     /// The adapter process could not be started.
     AdapterSpawnFailed => "adapter_spawn_failed",

@@ -296,7 +296,7 @@ async fn a_socket_holds_at_most_its_subscriptions() {
     let refused = ws
         .subscribe(&owner, &format!("sessions/{session_id}"), None)
         .await;
-    assert_eq!(refused["code"], "subscriptions_limit");
+    assert_eq!(refused["code"], "socket_subscriptions_limit");
     assert!(refused["message"]
         .as_str()
         .unwrap()
@@ -520,4 +520,69 @@ async fn collaborators_hear_the_agents_changes() {
         after.iter().all(|e| e["key"] != agent_key.as_str()),
         "{after:?}"
     );
+}
+
+/// Subscribes `delegate` on a fresh socket to the account and the session.
+async fn delegate_feed(addr: &str, delegate: &Signer, account_key: &str, session_key: &str) -> Ws {
+    let mut feed = Ws::open(addr).await;
+    feed.subscribed(delegate, account_key, None).await;
+    feed.subscribed(delegate, session_key, None).await;
+    feed
+}
+
+#[tokio::test]
+async fn a_revoked_signer_loses_its_sockets_whichever_door_revokes_it() {
+    let (sc, t, addr) = start().await;
+    let owner = Signer::new();
+    let (agent_id, session_id) = agent_and_session(&t, &owner).await;
+    let account_key = format!("account/{}", owner.id());
+    let session_key = format!("sessions/{session_id}");
+    let mut own = Ws::open(&addr).await;
+    own.subscribed(&owner, &account_key, None).await;
+
+    // The account revokes its delegate over the signed API.
+    let by_account = Signer::delegate_of(owner.account);
+    let authorized = call(
+        &t,
+        &owner,
+        json!({"_": "AuthorizeSigner", "signer": by_account.key_id(), "role": "AGENT"}),
+    )
+    .await;
+    assert_eq!(authorized.status, 200, "{:?}", authorized.body);
+    let mut feed = delegate_feed(&addr, &by_account, &account_key, &session_key).await;
+    let revoked = call(
+        &t,
+        &owner,
+        json!({"_": "RevokeSigner", "signer": by_account.key_id()}),
+    )
+    .await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    let (code, reason, _) = feed.closed().await;
+    assert_eq!((code, reason.as_str()), (1008, "signer revoked"));
+
+    // The operator revokes another over the host socket.
+    let by_operator = Signer::delegate_of(owner.account);
+    let pair = json!({"account": owner.id(), "signer": by_operator.key_id()});
+    let mut authorize = pair.clone();
+    authorize["role"] = json!("WRITER");
+    sc.ok("signers/authorize", authorize).await;
+    let mut feed = delegate_feed(&addr, &by_operator, &account_key, &session_key).await;
+    sc.ok("signers/revoke", pair).await;
+    let (code, reason, _) = feed.closed().await;
+    assert_eq!((code, reason.as_str()), (1008, "signer revoked"));
+
+    // The account's own socket was never signed by either: it stays open
+    // and keeps hearing its account.
+    own.barrier(&owner).await;
+    let created = call(
+        &t,
+        &owner,
+        json!({"_": "CreateSession", "agentId": agent_id}),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let change = own
+        .next_where(|e| e["_"] == "change" && e["value"]["reason"] == "session_created")
+        .await;
+    assert_eq!(change["key"], account_key.as_str());
 }

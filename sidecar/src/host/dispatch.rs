@@ -196,7 +196,9 @@ pub(super) async fn dispatch(
             reply(&answer)
         }
         methods::SIGNERS_AUTHORIZE => super::signers::authorize(&vm.control, params(raw)?).await,
-        methods::SIGNERS_REVOKE => super::signers::revoke(&vm.control, params(raw)?).await,
+        methods::SIGNERS_REVOKE => {
+            super::signers::revoke(&vm.control, &vm.sockets, params(raw)?).await
+        }
         methods::SIGNERS_LIST => super::signers::list(&vm.control, params(raw)?).await,
         methods::VM_STATUS => {
             let status = sessions.status().await.map_err(session)?;

@@ -1,10 +1,12 @@
-//! The session service's domain values and errors in the host protocol's
-//! wire form (`protocol::host`). The only place the host door turns a
-//! domain value into its wire shape.
+//! The session service's domain values and errors, and the control plane's
+//! errors, in the host protocol's wire form (`protocol::host`). The only
+//! place the host door turns a domain value or error into its wire shape.
 
 use agentos_protocol::host::{self as wire, rfc3339_ms, ErrorObject};
+use agentos_protocol::ErrorCode;
 use serde_json::{json, Map};
 
+use crate::control::ControlError;
 use crate::sessions::{
     LimitUse, PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage,
     SessionState, Usage, VmStatus,
@@ -176,4 +178,78 @@ pub fn fs_error_object(e: &FsError) -> ErrorObject {
         extra.insert("setting".into(), json!(setting));
     }
     ErrorObject::application(e.code(), e.to_string(), extra)
+}
+
+/// The JSON-RPC error for a control-plane error (the `signers/*` methods).
+/// A bad argument is `invalid_params`, as for every other method.
+pub fn control_error_object(e: &ControlError) -> ErrorObject {
+    let mut extra = Map::new();
+    let code = match e {
+        ControlError::InvalidArgument(_) | ControlError::SecretTooLarge { .. } => {
+            return ErrorObject::invalid_params(e.to_string());
+        }
+        ControlError::Limit { setting, limit } => {
+            extra.insert("setting".into(), json!(setting));
+            extra.insert("limit".into(), json!(limit));
+            ErrorCode::ControlLimit
+        }
+        ControlError::NotFound(_) => ErrorCode::ControlNotFound,
+        ControlError::Forbidden(_) => ErrorCode::ControlForbidden,
+        ControlError::Conflict(_) => ErrorCode::ControlConflict,
+        ControlError::SecretKey(_) | ControlError::SecretUnreadable(_) => {
+            ErrorCode::SecretsKeyError
+        }
+        ControlError::CorruptRow { .. } => ErrorCode::CorruptRow,
+        ControlError::Storage(_) => ErrorCode::ControlStorageError,
+    };
+    ErrorObject::application(code, e.to_string(), extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data_code(e: &ControlError) -> Option<String> {
+        let object = control_error_object(e);
+        let data = object.data?;
+        data["code"].as_str().map(str::to_owned)
+    }
+
+    #[test]
+    fn control_errors_get_control_codes() {
+        let limit = control_error_object(&ControlError::Limit {
+            setting: "limits.control.maxSignersPerAccount",
+            limit: 4,
+        });
+        let data = limit.data.unwrap();
+        assert_eq!(data["code"], "control_limit");
+        assert_eq!(data["setting"], "limits.control.maxSignersPerAccount");
+        assert_eq!(data["limit"], 4);
+        let cases = [
+            (ControlError::NotFound("signer".into()), "control_not_found"),
+            (
+                ControlError::Forbidden("revoked".into()),
+                "control_forbidden",
+            ),
+            (ControlError::Conflict("twice".into()), "control_conflict"),
+            (ControlError::SecretKey("gone".into()), "secrets_key_error"),
+            (
+                ControlError::CorruptRow {
+                    table: "t".into(),
+                    message: "m".into(),
+                },
+                "corrupt_row",
+            ),
+            (
+                ControlError::Storage(agentos_schema::DbError::Closed),
+                "control_storage_error",
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(data_code(&e).as_deref(), Some(code), "{e}");
+        }
+        let bad = control_error_object(&ControlError::InvalidArgument("signer".into()));
+        assert_eq!(bad.code, agentos_protocol::host::codes::INVALID_PARAMS);
+        assert_eq!(bad.data, None);
+    }
 }

@@ -1,14 +1,15 @@
 //! `signers/authorize`, `signers/revoke`, `signers/list`: the operator's way
 //! to manage which keys act for an account on the signed API, the same rows
 //! the account's own `AuthorizeSigner`/`RevokeSigner` write. A revoked key
-//! is refused from its next request.
+//! is refused from its next request, and every `/agents/ws` socket it
+//! signed on is closed.
 
 use agentos_protocol::host::{AccountParams, ErrorObject, SignerEntry, SignerParams, SignersList};
-use agentos_protocol::ErrorCode;
-use serde_json::{json, value::RawValue, Map};
+use serde_json::value::RawValue;
 
 use super::codec::reply;
 use crate::control::{Control, ControlError, SignerRecord, SignerRole};
+use crate::http::ws::Sockets;
 
 fn role_name(role: SignerRole) -> &'static str {
     match role {
@@ -30,27 +31,7 @@ fn entry(record: SignerRecord) -> SignerEntry {
 }
 
 fn error(e: ControlError) -> ErrorObject {
-    match e {
-        ControlError::InvalidArgument(m) => ErrorObject::invalid_params(m),
-        ControlError::Limit { setting, limit } => {
-            let mut extra = Map::new();
-            extra.insert("setting".into(), json!(setting));
-            extra.insert("limit".into(), json!(limit));
-            ErrorObject::application(
-                ErrorCode::ResourceLimit,
-                format!("{setting} ({limit}) reached"),
-                extra,
-            )
-        }
-        ControlError::CorruptRow { .. } => {
-            ErrorObject::application(ErrorCode::CorruptRow, e.to_string(), Map::new())
-        }
-        other => ErrorObject::application(
-            ErrorCode::SessionStorageError,
-            other.to_string(),
-            Map::new(),
-        ),
-    }
+    super::render::control_error_object(&e)
 }
 
 pub(super) async fn authorize(
@@ -75,6 +56,7 @@ pub(super) async fn authorize(
 
 pub(super) async fn revoke(
     control: &Control,
+    sockets: &Sockets,
     p: SignerParams,
 ) -> Result<Box<RawValue>, ErrorObject> {
     if p.role.is_some() {
@@ -84,6 +66,7 @@ pub(super) async fn revoke(
         .revoke_signer(&p.account, &p.signer)
         .await
         .map_err(error)?;
+    sockets.close_signer(&p.account, &p.signer);
     reply(&entry(record))
 }
 

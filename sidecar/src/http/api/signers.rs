@@ -1,6 +1,6 @@
 //! `AuthorizeSigner`, `RevokeSigner`, `ListSigners`: the account's own key
 //! manages which other keys may act for it. A revoked key is refused from
-//! its next request.
+//! its next request, and every `/agents/ws` socket it signed on is closed.
 
 use agentos_protocol::seed::response::{
     AuthorizeSignerResponse, ListSignersResponse, RevokeSignerResponse,
@@ -48,19 +48,24 @@ impl SignedApi {
                 let signer = signer.to_string();
                 let was = self.control.signer_role(account, &signer).await?;
                 self.control.revoke_signer(account, &signer).await?;
+                self.sockets.close_signer(account, &signer);
                 ok(&RevokeSignerResponse {
                     account_id: account.clone(),
                     signer_id: signer,
                     revoked: was.is_some(),
                 })
             }
-            _ => {
+            Action::ListSigners => {
                 let signers = self.control.list_signers(account).await?;
                 ok(&ListSignersResponse {
                     account_id: account.clone(),
                     signers: signers.iter().filter_map(render::signer).collect(),
                 })
             }
+            other => Err(ApiError::bad_request(
+                "bad_request",
+                format!("{} is not a signer action", other.name()),
+            )),
         }
     }
 }

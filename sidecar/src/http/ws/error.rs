@@ -51,7 +51,7 @@ impl WsError {
             WsError::BadKey(_) => "bad_key",
             WsError::ForeignAccount(_) => "forbidden",
             WsError::NotFound(_) => "not_found",
-            WsError::SubscriptionsLimit(_) => "subscriptions_limit",
+            WsError::SubscriptionsLimit(_) => "socket_subscriptions_limit",
             WsError::SessionDeleted(_) => "session_deleted",
             WsError::AgentDeleted(_) => "agent_deleted",
             WsError::AccessRevoked(_) => "access_revoked",
@@ -92,7 +92,7 @@ mod tests {
         let frame: serde_json::Value =
             serde_json::from_str(&WsError::SubscriptionsLimit(2).frame()).unwrap();
         assert_eq!(frame["_"], "error");
-        assert_eq!(frame["code"], "subscriptions_limit");
+        assert_eq!(frame["code"], "socket_subscriptions_limit");
         assert!(frame["message"]
             .as_str()
             .unwrap()

@@ -16,7 +16,7 @@ use agentos_protocol::seed::Action;
 use tokio::sync::oneshot;
 
 use super::error::WsError;
-use super::outbox::Out;
+use super::outbox::{Out, CLOSE_REVOKED};
 use super::socket::{Hold, Socket};
 use crate::control::{authz, AccessRole, ControlError};
 use crate::http::api::{render, ApiError};
@@ -62,6 +62,21 @@ pub(super) async fn handle(
 ) -> Result<(), WsError> {
     let (envelope, caller) = state.api.open(bytes).await?;
     socket.bind_account(&caller.account)?;
+    if socket.note_signer(&caller.signer) && !caller.is_account_key() {
+        // A revocation that committed after `open` verified this signer
+        // scanned the sockets before the signer was noted here and closed
+        // nothing: ask again now that any later revocation will find it.
+        let still = state
+            .api
+            .control
+            .signer_role(&caller.account, &caller.signer)
+            .await
+            .map_err(ApiError::from)?;
+        if still.is_none() {
+            socket.outbox.close(CLOSE_REVOKED);
+            return Ok(());
+        }
+    }
     let action = envelope.typed_action().map_err(ApiError::from)?;
     match action {
         Action::Subscribe { key, after_seq } => {
@@ -118,6 +133,8 @@ async fn subscribe(
                 .await
                 .map_err(unseen(key))?;
             replace(state, socket, key, Hold::Agent(agent_id.to_owned()));
+            let recheck = authz::require_read(control, account, agent_id).await;
+            recheck.map_err(|e| withdraw(state, socket, key, e))?;
             socket.outbox.frame(subscribed);
         }
         Key::Session(session_id) => {
@@ -162,6 +179,11 @@ async fn subscribe(
                     sub_id: sub_id.clone(),
                 },
             );
+            // On refusal `start` is dropped unsent: the hub subscription
+            // ends before it delivers anything.
+            let recheck =
+                authz::require_session(control, account, session_id, AccessRole::Reader).await;
+            recheck.map_err(|e| withdraw(state, socket, key, e))?;
             let change = WsEvent::Change {
                 key: key.to_owned(),
                 value: ChangeValue::Session(render::session(&info, &link)),
@@ -188,8 +210,29 @@ async fn subscribe(
     Ok(())
 }
 
+/// Drops a subscription whose access was refused on the check made after
+/// it was indexed, without a frame (the client was never told it was
+/// subscribed), and answers the refusal.
+fn withdraw(state: &HttpState, socket: &Arc<Socket>, key: &str, e: ControlError) -> WsError {
+    if let Some(hold) = socket.release(key) {
+        state.api.sockets.unindex(socket.id, key, hold.agent());
+        if let Hold::Session { sub_id, .. } = &hold {
+            state.api.sessions.hub().unsubscribe(sub_id);
+        }
+    }
+    unseen(key)(e)
+}
+
 /// Holds `key` (ending what it held before, for a repeated subscribe) and
 /// indexes it for the change feed.
+///
+/// The caller checks access twice, before and after this: a removal of
+/// access commits, then announces itself to the sockets indexed under the
+/// agent (`Sockets::agent_changed`). Were access checked only before
+/// indexing, a removal committed between the check and the index would be
+/// announced to no one and the subscription would outlive it. Checked again
+/// after indexing, either that check sees the committed removal, or the
+/// removal commits later and its announcement finds this socket indexed.
 fn replace(state: &HttpState, socket: &Arc<Socket>, key: &str, hold: Hold) {
     let agent = hold.agent().map(str::to_owned);
     if let Some(old) = socket.release(key) {

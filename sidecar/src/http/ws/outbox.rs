@@ -45,6 +45,12 @@ pub const CLOSE_OVERFLOW: Close = Close {
     code: 1008,
     reason: "fell behind: queued frames exceed http.ws.maxQueuedBytesPerSocket",
 };
+/// 1008 when a key that signed on the socket is revoked: its feed ends
+/// with its authority.
+pub const CLOSE_REVOKED: Close = Close {
+    code: 1008,
+    reason: "signer revoked",
+};
 /// 1009 when a client frame is too large.
 pub const CLOSE_TOO_BIG: Close = Close {
     code: 1009,

@@ -1,6 +1,7 @@
 //! One open `/agents/ws` socket: its account (bound by the first verified
-//! envelope, never switched), the keys it holds, its place as a session
-//! hub sink, and the reading loop that runs it.
+//! envelope, never switched), the signer keys that acted on it (so revoking
+//! one closes the socket), the keys it holds, its place as a session hub
+//! sink, and the reading loop that runs it.
 //!
 //! The loop reads client frames one at a time and answers each in order.
 //! Any frame, a pong included, counts as a sign of life; a socket that sends
@@ -9,7 +10,7 @@
 //! and then waits, at most the idle timeout again, for the client's close
 //! reply before the connection is dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -46,6 +47,10 @@ impl Hold {
 #[derive(Default)]
 struct State {
     account: Option<String>,
+    /// Every key that signed a verified frame here. Each was an unrevoked
+    /// signer of `account` when it did, so `limits.control.maxSignersPerAccount`
+    /// (plus the account's own key) bounds this set.
+    signers: HashSet<String>,
     keys: HashMap<String, Hold>,
 }
 
@@ -81,6 +86,21 @@ impl Socket {
             Some(bound) if bound == account => Ok(()),
             Some(bound) => Err(WsError::AccountMismatch(bound.clone())),
         }
+    }
+
+    /// Remembers that `signer` acted on this socket; true the first time.
+    pub(super) fn note_signer(&self, signer: &str) -> bool {
+        let mut state = self.state();
+        if state.signers.contains(signer) {
+            return false;
+        }
+        state.signers.insert(signer.to_owned())
+    }
+
+    /// Whether `signer` acted on this socket for `account`.
+    pub(super) fn used_by(&self, account: &str, signer: &str) -> bool {
+        let state = self.state();
+        state.account.as_deref() == Some(account) && state.signers.contains(signer)
     }
 
     pub(super) fn account(&self) -> Option<String> {

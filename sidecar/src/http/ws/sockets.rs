@@ -1,7 +1,7 @@
 //! Every open `/agents/ws` socket: how many there may be
 //! (`http.ws.maxSockets`), which keys each holds (so the change feed
-//! reaches only the sockets that asked), and the graceful close of all of
-//! them at shutdown.
+//! reaches only the sockets that asked), the close of the sockets a revoked
+//! signer used, and the graceful close of all of them at shutdown.
 //!
 //! The index is one lock held only for lookups and inserts; nothing is
 //! sent while it is held, and no other lock is taken under it.
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::outbox::CLOSE_SHUTDOWN;
+use super::outbox::{CLOSE_REVOKED, CLOSE_SHUTDOWN};
 use super::socket::Socket;
 use crate::config::WsLimits;
 use crate::sessions::Sessions;
@@ -165,6 +165,23 @@ impl Sockets {
     /// tell.
     pub fn is_quiet(&self) -> bool {
         self.index_lock().by_key.is_empty()
+    }
+
+    /// Closes, with 1008 "signer revoked", every socket on which `signer`
+    /// signed a frame for `account`; answers how many. Called after the
+    /// revocation committed: a frame verified before it and noted after this
+    /// scan is caught by the check `frames.rs` makes after noting a signer.
+    pub fn close_signer(&self, account: &str, signer: &str) -> usize {
+        // Revocations are rare; a scan keeps the hot index free of signers.
+        let sockets: Vec<Arc<Socket>> = self.index_lock().sockets.values().cloned().collect();
+        let mut closed = 0;
+        for socket in sockets {
+            if socket.used_by(account, signer) {
+                socket.outbox.close(CLOSE_REVOKED);
+                closed += 1;
+            }
+        }
+        closed
     }
 
     /// Closes every socket with 1001 "server shutting down", refuses new
