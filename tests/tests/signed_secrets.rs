@@ -299,6 +299,8 @@ async fn secrets_never_leak(backend: Backend) {
             format!("agents/{agent}"),
             format!("sessions/{session}"),
         ],
+        // The turns below append six events; the sixth comes last.
+        |f| f.contains("\"append\"") && f.contains("\"seq\":6"),
     )
     .await;
     for (who, text) in [(&owner, "env"), (&writer, "cwd"), (&writer, "echo hello")] {
@@ -423,14 +425,19 @@ async fn secrets_never_leak(backend: Backend) {
     w.assert_nowhere(sc.dir.path());
 }
 
-/// Frames of one WebSocket subscribed to some keys, read until `finish`.
+/// Frames of one WebSocket subscribed to some keys, read until the frame
+/// known to come last.
 struct Frames {
-    stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Vec<String>>,
 }
 
 impl Frames {
-    async fn collect(t: &Target, signer: &Signer, keys: &[String]) -> Frames {
+    async fn collect(
+        t: &Target,
+        signer: &Signer,
+        keys: &[String],
+        last: impl Fn(&str) -> bool + Send + 'static,
+    ) -> Frames {
         use futures_util::{SinkExt, StreamExt};
         use tokio_tungstenite::tungstenite::Message;
         let Target::Tcp(addr) = t else {
@@ -457,27 +464,31 @@ impl Frames {
                 }
             }
         }
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => return frames,
-                    message = ws.next() => match message {
-                        Some(Ok(Message::Text(text))) => frames.push(text.to_string()),
-                        Some(Ok(_)) => {}
-                        _ => return frames,
-                    },
+            while let Some(message) = ws.next().await {
+                match message {
+                    Ok(Message::Text(text)) => {
+                        let text = text.to_string();
+                        let done = last(&text);
+                        frames.push(text);
+                        if done {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
                 }
             }
+            frames
         });
-        Frames { stop, task }
+        Frames { task }
     }
 
     async fn finish(self) -> Vec<String> {
-        // Let what is in flight arrive.
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        let _ = self.stop.send(());
-        self.task.await.expect("frames")
+        tokio::time::timeout(common::PATIENCE, self.task)
+            .await
+            .expect("the last frame came in time")
+            .expect("frames")
     }
 }
 
