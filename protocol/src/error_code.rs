@@ -2,7 +2,9 @@
 //!
 //! A code is the stable machine-readable reason of a failure: the host door
 //! sends it as `data.code` of a -32000 error, stored prompt failures keep it
-//! in their error object, and later front doors render the same codes. The
+//! in their error object, and the signed API answers a session failure with
+//! the same code (its own envelope and access codes are listed beside these
+//! in ARCHITECTURE.md, "Signed API codes"). The
 //! list is closed: a layer's error enum maps each variant to one of these,
 //! and a code read back from storage that is not in the list is refused as
 //! corrupt rather than passed on. ARCHITECTURE.md documents every code; a
