@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::codec::{params, reply};
 use super::render;
+use crate::http::proxy::ProxyError;
 use crate::sessions::{LimitUse, SessionConfig, SessionError, Sink};
 use crate::vm::Vm;
 
@@ -192,7 +193,16 @@ pub(super) async fn dispatch(
                 (vm.config.limits.host.max_frame_bytes as usize / 4 * 3).saturating_sub(64 * 1024);
             let answer = crate::http::proxy::forward(vm.http.clone(), p, max)
                 .await
-                .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+                .map_err(|e| match e {
+                    // Our answer would not fit a frame: not the host's
+                    // mistake, and the setting to raise is the frame bound.
+                    ProxyError::TooLarge(_) => {
+                        let mut extra = Map::new();
+                        extra.insert("setting".into(), json!("limits.host.maxFrameBytes"));
+                        ErrorObject::application(ErrorCode::FrameTooLarge, e.to_string(), extra)
+                    }
+                    ProxyError::Invalid(_) => ErrorObject::invalid_params(e.to_string()),
+                })?;
             reply(&answer)
         }
         methods::SIGNERS_AUTHORIZE => super::signers::authorize(&vm.control, params(raw)?).await,

@@ -9,7 +9,8 @@ use axum::http::{HeaderName, HeaderValue, Method, Request};
 use base64::Engine;
 use tower::ServiceExt;
 
-/// Why a forwarded request could not be built (the host's mistake, -32602).
+/// Why a forwarded request failed: it could not be built (the host's
+/// mistake, -32602), or the answer is too large for a host frame.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error("invalid forwarded request: {0}")]

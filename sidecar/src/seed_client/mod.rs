@@ -14,7 +14,6 @@ mod transport;
 mod ws;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use agentos_protocol::seed::{cbor, Action, ActionMap, Envelope, Ipld, Principal};
 
@@ -284,13 +283,7 @@ pub fn action_from_json(name: &str, fields: &serde_json::Value) -> Result<Action
     Ok(action)
 }
 
-/// Milliseconds since the Unix epoch, as the envelope's `ts` wants.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+use crate::clock::unix_ms as now_ms;
 
 /// The start of a body that is not what was expected, for the error.
 fn excerpt(body: &[u8]) -> String {

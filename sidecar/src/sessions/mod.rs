@@ -483,7 +483,12 @@ impl Sessions {
         let mut content = Vec::new();
         let mut message_id = None;
         for event in &page.events {
-            let payload: Value = serde_json::from_str(&event.payload_json).unwrap_or(Value::Null);
+            let payload: Value = serde_json::from_str(&event.payload_json).map_err(|e| {
+                SessionError::Storage(agentos_schema::DbError::CorruptRow {
+                    table: "agentos_core_events".into(),
+                    message: format!("event {}: {e}", event.sequence),
+                })
+            })?;
             if event.sequence < first
                 || payload["sessionUpdate"] != "user_message_chunk"
                 || (message_id.is_some() && message_id != Some(payload["messageId"].clone()))

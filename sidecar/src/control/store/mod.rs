@@ -65,12 +65,7 @@ impl ControlStore {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub(crate) use crate::clock::unix_ms as now_ms;
 
 /// A limit as a bound parameter (limits above `i64::MAX` are unbounded).
 fn bound(limit: u64) -> agentos_schema::SqlValue {

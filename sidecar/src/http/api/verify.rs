@@ -38,12 +38,7 @@ impl Caller {
     }
 }
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(super) use crate::clock::unix_ms as now_ms;
 
 /// Whether `ts` is at most `window` ms away from `now`, either way. Computed
 /// without overflow: `ts` comes from outside and may be any `i64`.

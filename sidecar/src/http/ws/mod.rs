@@ -36,12 +36,7 @@ const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
 
 use super::HttpState;
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use crate::clock::unix_ms as now_ms;
 
 /// Upgrades a request to a socket, or refuses it with 503 when
 /// `http.ws.maxSockets` are open or the server is shutting down.

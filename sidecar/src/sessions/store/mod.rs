@@ -40,16 +40,8 @@ pub struct SessionStore {
     db: SharedDatabase,
 }
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-pub(crate) fn clock_ms() -> i64 {
-    now_ms()
-}
+pub(super) use crate::clock::unix_ms as now_ms;
+pub(crate) use crate::clock::unix_ms as clock_ms;
 
 pub(super) fn json_text(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
