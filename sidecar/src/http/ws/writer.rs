@@ -42,6 +42,9 @@ struct SessionView {
     link: SessionLink,
     /// The assistant message being streamed, if any.
     partial: Option<String>,
+    /// Whether text went out under `partial` (a patch that only said what
+    /// the agent was doing opens no message, so it gets no `done`).
+    partial_text: bool,
     /// The last durable sequence rendered.
     last_seq: u64,
     /// A state to announce once `last_seq` reaches its sequence.
@@ -53,7 +56,8 @@ struct SessionView {
 
 impl SessionView {
     fn done(&mut self, out: &mut Vec<String>) {
-        if let Some(partial_id) = self.partial.take() {
+        let had_text = std::mem::take(&mut self.partial_text);
+        if let Some(partial_id) = self.partial.take().filter(|_| had_text) {
             out.push(
                 WsEvent::AppendPartial {
                     key: self.key.clone(),
@@ -79,6 +83,7 @@ impl SessionView {
             .partial
             .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
             .clone();
+        self.partial_text |= text_delta.is_some();
         out.push(
             WsEvent::AppendPartial {
                 key: self.key.clone(),
@@ -218,6 +223,7 @@ impl Render {
                         key,
                         link,
                         partial: None,
+                        partial_text: false,
                         last_seq: after,
                         pending: None,
                         activity: None,
@@ -472,9 +478,12 @@ mod tests {
             2,
             json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "read"}),
         ))));
-        assert_eq!(tool[1]["_"], "append");
-        assert_eq!(tool[2]["patch"]["activity"]["phase"], "tool");
-        assert_eq!(tool[2]["patch"]["activity"]["toolName"], "read");
-        assert_eq!(tool[2]["patch"]["activity"]["toolCallId"], "t1");
+        // No text went out, so no message is closed: the call, then the
+        // new activity.
+        assert_eq!(tool.len(), 2, "{tool:?}");
+        assert_eq!(tool[0]["_"], "append");
+        assert_eq!(tool[1]["patch"]["activity"]["phase"], "tool");
+        assert_eq!(tool[1]["patch"]["activity"]["toolName"], "read");
+        assert_eq!(tool[1]["patch"]["activity"]["toolCallId"], "t1");
     }
 }
