@@ -6,14 +6,12 @@
 //! (3) 1,000 sessions doing echo turns concurrently: turns/s and the
 //! sidecar's peak RSS.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agentos_adapters::{AdapterCommand, AdapterConnection, AdapterOptions};
 use agentos_sidecar::ctl::HostClient;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const FLOOD: u64 = 100_000;
 const ROUNDS: usize = 5;
@@ -22,85 +20,14 @@ const SESSIONS: usize = 1_000;
 const TURNS_PER_SESSION: usize = 5;
 const CONNECTIONS: usize = 16;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-
-fn bin_dir() -> Result<PathBuf, Error> {
-    let exe = std::env::current_exe()?;
-    // target/<profile>/examples/bench_sessions
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot locate the target directory")?;
-    Ok(dir.to_path_buf())
-}
-
-fn binary(name: &str) -> Result<PathBuf, Error> {
-    let path = bin_dir()?.join(name);
-    if !path.exists() {
-        return Err(format!(
-            "{} is missing: run `cargo build --release --bins` first",
-            path.display()
-        )
-        .into());
-    }
-    Ok(path)
-}
-
-struct Running {
-    child: tokio::process::Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-async fn start_sidecar() -> Result<Running, Error> {
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("sidecar.sock");
-    let fake = binary("agentos-fake-agent")?;
-    let config = json!({
-        "database": {"type": "sqlite_file", "path": dir.path().join("vm.sqlite")},
-        "socket": socket,
-        "agents": {"echo": {"command": fake}},
-    });
-    let mut child = tokio::process::Command::new(binary("agentos-sidecar")?)
-        .args(["serve", "--config", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().ok_or("no stdin")?;
-        stdin.write_all(config.to_string().as_bytes()).await?;
-    }
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = lines.next_line().await?.ok_or("the sidecar exited")?;
-    let ready: Value = serde_json::from_str(&ready)?;
-    if ready["event"] != "ready" {
-        return Err(format!("unexpected first line {ready}").into());
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Running {
-        child,
-        socket,
-        _dir: dir,
-    })
-}
+use agentos_tests::bench::{binary, start_sidecar, status_kib, Error};
 
 fn text(t: &str) -> Value {
     json!([{"type": "text", "text": t}])
 }
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    status_kib(pid, "VmHWM:")
 }
 
 /// CPU time (user + system) a process has used, from /proc.
@@ -236,7 +163,7 @@ impl LeanSubscriber {
 
 /// (1a) End to end: prompt sent → subscriber holds the last durable event.
 async fn end_to_end_events_per_second() -> Result<f64, Error> {
-    let sc = start_sidecar().await?;
+    let sc = start_sidecar(json!({})).await?;
     let (client, _notes) = HostClient::connect(&sc.socket).await?;
     client
         .call(
@@ -334,7 +261,7 @@ fn raw_sqlite_rows_per_second() -> Result<f64, Error> {
 
 /// (2) Round trips of echo turns through the sidecar and directly.
 async fn dispatch_overhead() -> Result<(Vec<Duration>, Vec<Duration>), Error> {
-    let sc = start_sidecar().await?;
+    let sc = start_sidecar(json!({})).await?;
     let (client, _notes) = HostClient::connect(&sc.socket).await?;
     client
         .call("sessions/open", json!({"sessionId": "d", "agent": "echo"}))
@@ -377,7 +304,7 @@ async fn dispatch_overhead() -> Result<(Vec<Duration>, Vec<Duration>), Error> {
 
 /// (3) Many sessions at once: turns per second and the sidecar's peak RSS.
 async fn many_sessions() -> Result<(f64, u64), Error> {
-    let sc = start_sidecar().await?;
+    let sc = start_sidecar(json!({})).await?;
     let pid = sc.child.id().ok_or("the sidecar exited")?;
     let mut clients = Vec::new();
     for _ in 0..CONNECTIONS {

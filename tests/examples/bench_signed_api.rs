@@ -7,8 +7,6 @@
 //!
 //! Run with `scripts/bench-signed-api`.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +15,6 @@ use agentos_protocol::seed::{cbor, generate_signing_key, Envelope, Ipld, Princip
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CLIENTS: usize = 16;
 const LOAD_SECONDS: u64 = 5;
@@ -26,85 +23,13 @@ const VERIFY_SECONDS: f64 = 2.0;
 const SUBSCRIBERS: usize = 1_000;
 const FANOUT_EVENTS: u64 = 200;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-
-fn bin_dir() -> Result<PathBuf, Error> {
-    let exe = std::env::current_exe()?;
-    // target/<profile>/examples/bench_signed_api
-    Ok(exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot locate the target directory")?
-        .to_path_buf())
-}
-
-fn binary(name: &str) -> Result<PathBuf, Error> {
-    let path = bin_dir()?.join(name);
-    if !path.exists() {
-        return Err(format!(
-            "{} is missing: run `cargo build --release --bins`",
-            path.display()
-        )
-        .into());
-    }
-    Ok(path)
-}
+use agentos_tests::bench::{start_sidecar, status_kib as rss_kib, Error};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn rss_kib(pid: u32, field: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-struct Running {
-    child: tokio::process::Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-async fn start_sidecar() -> Result<Running, Error> {
-    let dir = tempfile::tempdir()?;
-    let config = json!({
-        "database": {"type": "sqlite_file", "path": dir.path().join("vm.sqlite")},
-        "socket": dir.path().join("sidecar.sock"),
-        "agents": {"echo": {"command": binary("agentos-fake-agent")?}},
-        "http": {"listen": "127.0.0.1:0", "replayCacheEntries": ENVELOPES * 2,
-                 "ws": {"maxSockets": 2048, "maxQueuedBytesPerSocket": 64 << 20}},
-    });
-    let mut child = tokio::process::Command::new(binary("agentos-sidecar")?)
-        .args(["serve", "--config", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().ok_or("no stdin")?;
-        stdin.write_all(config.to_string().as_bytes()).await?;
-    }
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let ready: Value = serde_json::from_str(&lines.next_line().await?.ok_or("exited")?)?;
-    let address = ready["http"].as_str().ok_or("no http listener")?.to_owned();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Running {
-        child,
-        address,
-        _dir: dir,
-    })
 }
 
 fn action(value: Value) -> std::collections::BTreeMap<String, Ipld> {
@@ -310,10 +235,18 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let sidecar = start_sidecar().await?;
+    let sidecar = start_sidecar(json!({
+        "http": {"listen": "127.0.0.1:0", "replayCacheEntries": ENVELOPES * 2,
+                 "ws": {"maxSockets": 2048, "maxQueuedBytesPerSocket": 64 << 20}},
+    }))
+    .await?;
     let pid = sidecar.child.id().ok_or("no pid")?;
+    let address = sidecar.ready["http"]
+        .as_str()
+        .ok_or("no http listener")?
+        .to_owned();
     let key = generate_signing_key();
-    let mut setup = Connection::open(&sidecar.address).await?;
+    let mut setup = Connection::open(&address).await?;
     let definition = json!({"name": "bench", "systemPrompt": "x", "modelProvider": "p",
                             "model": "m", "adapter": "echo"});
     let (status, body) = setup
@@ -355,7 +288,7 @@ async fn main() -> Result<(), Error> {
     for _ in 0..CLIENTS {
         let envelopes = envelopes.clone();
         let next = next.clone();
-        let address = sidecar.address.clone();
+        let address = address.clone();
         tasks.push(tokio::spawn(async move {
             let mut conn = Connection::open(&address).await?;
             let mut latencies = Vec::new();
@@ -398,7 +331,7 @@ async fn main() -> Result<(), Error> {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99)
     );
-    let (rate, p99, delivered) = fan_out(&sidecar.address, &key, &agent_id).await?;
+    let (rate, p99, delivered) = fan_out(&address, &key, &agent_id).await?;
     let fanout_rss = rss_kib(pid, "VmHWM:").unwrap_or(0);
     println!(
         "WebSocket fan-out, {SUBSCRIBERS} subscribers of one session: {rate:.0} events/s delivered ({delivered} in all), p99 delay {p99:.0} ms"

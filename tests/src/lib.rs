@@ -2,6 +2,7 @@
 //! binary, real adapters and a real socket server. `crash` is the
 //! crash-recovery driver behind `scripts/crash-test` and `tests/crash.rs`.
 
+pub mod bench;
 pub mod crash;
 pub mod http;
 pub mod seed;

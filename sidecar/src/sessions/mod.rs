@@ -436,7 +436,7 @@ impl Sessions {
         idempotency_key: Option<String>,
         actor: Actor,
     ) -> Result<PromptOutcome, SessionError> {
-        self.prompt_with(session_id, content, idempotency_key, actor, false)
+        self.prompt_request(session_id, content, idempotency_key, actor, false, None)
             .await
     }
 
@@ -451,7 +451,7 @@ impl Sessions {
         idempotency_key: Option<String>,
         actor: Actor,
     ) -> Result<PromptOutcome, SessionError> {
-        self.prompt_with(session_id, content, idempotency_key, actor, true)
+        self.prompt_request(session_id, content, idempotency_key, actor, true, None)
             .await
     }
 
@@ -502,18 +502,6 @@ impl Sessions {
             return nothing("the latest prompt's input is no longer retained");
         }
         self.prompt_request(session_id, content, None, actor, false, Some(first))
-            .await
-    }
-
-    async fn prompt_with(
-        &self,
-        session_id: &str,
-        content: Vec<Value>,
-        idempotency_key: Option<String>,
-        actor: Actor,
-        queue: bool,
-    ) -> Result<PromptOutcome, SessionError> {
-        self.prompt_request(session_id, content, idempotency_key, actor, queue, None)
             .await
     }
 
