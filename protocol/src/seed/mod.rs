@@ -11,6 +11,7 @@
 pub mod action;
 pub mod capability;
 pub mod cbor;
+pub mod code;
 mod envelope;
 mod error;
 pub mod event;
@@ -23,6 +24,7 @@ pub use action::{
     Action, AgentDefinition, ContentPart, ModelProviderConfig, SessionListCursor, SystemPrompt,
 };
 pub use capability::{cid_of, Capability, Role};
+pub use code::ApiCode;
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use envelope::{generate_signing_key, ActionMap, Envelope, ENVELOPE_TYPE, SIGNATURE_LEN};
 pub use error::SeedError;

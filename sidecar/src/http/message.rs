@@ -3,6 +3,7 @@
 //! `http.bodyReadTimeoutMs` (408), then the signed API; DAG-CBOR back,
 //! with the protocol version we speak in `X-Agents-Protocol`.
 
+use agentos_protocol::seed::ApiCode;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -44,7 +45,7 @@ pub(super) async fn post(
     if !is_cbor {
         return refuse(ApiError::new(
             415,
-            "unsupported_media_type",
+            ApiCode::UnsupportedMediaType,
             "Content-Type must be application/cbor",
         ));
     }
@@ -53,7 +54,7 @@ pub(super) async fn post(
     let Ok(read) = tokio::time::timeout(limit, axum::body::to_bytes(body, max)).await else {
         return refuse(ApiError::new(
             408,
-            "body_timeout",
+            ApiCode::BodyTimeout,
             format!(
                 "the body was not received within http.bodyReadTimeoutMs ({} ms)",
                 state.config.body_read_timeout_ms
@@ -68,13 +69,13 @@ pub(super) async fn post(
         {
             return refuse(ApiError::new(
                 413,
-                "body_too_large",
+                ApiCode::BodyTooLarge,
                 format!("the body exceeds http.maxBodyBytes ({max} bytes)"),
             ))
         }
         Err(_) => {
             return refuse(ApiError::bad_request(
-                "bad_body",
+                ApiCode::BadBody,
                 "the request body could not be read",
             ))
         }

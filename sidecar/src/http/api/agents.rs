@@ -3,6 +3,7 @@
 //! of an agent, writers may also change it, only its owner manages access
 //! or deletes it; an agent the caller cannot read is `not_found`.
 
+use agentos_protocol::seed::ApiCode;
 use std::collections::BTreeMap;
 
 use agentos_protocol::seed::response::{
@@ -30,7 +31,7 @@ impl SignedApi {
             .unwrap_or_else(|| BUILTIN_AGENT.to_owned());
         if adapter != BUILTIN_AGENT && !self.adapters.contains(&adapter) {
             return Err(ApiError::bad_request(
-                "unknown_adapter",
+                ApiCode::UnknownAdapter,
                 format!(
                     "definition.adapter {adapter:?} is neither \"builtin\" nor an agent of this VM"
                 ),
@@ -213,12 +214,12 @@ impl SignedApi {
                 authz::require_owner(control, account, &agent_id).await?;
                 if account_id == account {
                     return Err(ApiError::bad_request(
-                        "invalid_argument",
+                        ApiCode::InvalidArgument,
                         "the owner cannot invite itself",
                     ));
                 }
                 let role = CollaboratorRole::parse(role.as_str()).ok_or_else(|| {
-                    ApiError::bad_request("bad_request", "role must be reader or writer")
+                    ApiError::bad_request(ApiCode::BadRequest, "role must be reader or writer")
                 })?;
                 let record = control.invite(&agent_id, &account_id, role).await?;
                 self.announce_agent(&agent_id, reason::COLLABORATORS_CHANGED, &[])
@@ -280,7 +281,7 @@ impl SignedApi {
                 ok(&DeclineAgentInviteResponse { agent_id })
             }
             other => Err(ApiError::bad_request(
-                "unsupported_action",
+                ApiCode::UnsupportedAction,
                 format!(
                     "the action {} is not supported by this server",
                     other.name()

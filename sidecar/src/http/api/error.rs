@@ -3,6 +3,7 @@
 //! lower layer's typed error maps here; internal failures keep their code
 //! but never their details.
 
+use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{encode_response, ErrorResponse, SeedError};
 use agentos_protocol::ErrorCode;
 
@@ -17,7 +18,13 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: u16, code: &str, message: impl Into<String>) -> ApiError {
+    /// One of the door's own refusals.
+    pub fn new(status: u16, code: ApiCode, message: impl Into<String>) -> ApiError {
+        ApiError::passed_on(status, code.as_str(), message)
+    }
+
+    /// A lower layer's code, passed on as it is.
+    fn passed_on(status: u16, code: &str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             code: code.to_owned(),
@@ -25,16 +32,16 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(code: &str, message: impl Into<String>) -> ApiError {
+    pub fn bad_request(code: ApiCode, message: impl Into<String>) -> ApiError {
         ApiError::new(400, code, message)
     }
 
-    pub fn unauthorized(code: &str, message: impl Into<String>) -> ApiError {
+    pub fn unauthorized(code: ApiCode, message: impl Into<String>) -> ApiError {
         ApiError::new(401, code, message)
     }
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::new(403, "forbidden", message)
+        ApiError::new(403, ApiCode::Forbidden, message)
     }
 
     /// The DAG-CBOR body.
@@ -62,7 +69,7 @@ impl From<SeedError> for ApiError {
             SeedError::BadSignature | SeedError::BadCapability { .. } => 401,
             SeedError::Encode { .. } => 500,
         };
-        ApiError::new(status, e.code(), e.to_string())
+        ApiError::passed_on(status, e.code(), e.to_string())
     }
 }
 
@@ -78,9 +85,9 @@ impl From<ControlError> for ApiError {
         };
         if status == 500 {
             tracing::error!(code = e.code(), error = %e, "a control-plane action failed");
-            return ApiError::new(500, e.code(), "Internal server error");
+            return ApiError::passed_on(500, e.code(), "Internal server error");
         }
-        ApiError::new(status, e.code(), e.to_string())
+        ApiError::passed_on(status, e.code(), e.to_string())
     }
 }
 
@@ -98,7 +105,7 @@ impl From<SessionError> for ApiError {
                 .get("message")
                 .and_then(|m| m.as_str())
                 .unwrap_or("the turn failed");
-            return ApiError::new(502, code, message);
+            return ApiError::passed_on(502, code, message);
         }
         let status = match code {
             ErrorCode::SessionNotFound => 404,
@@ -137,14 +144,14 @@ impl From<SessionError> for ApiError {
             | ErrorCode::ResourceLimit => {
                 // Details name commands and paths of the VM: logged, not sent.
                 tracing::warn!(code = code.as_str(), error = %e, "a turn failed");
-                return ApiError::new(502, code.as_str(), "the agent failed the turn");
+                return ApiError::passed_on(502, code.as_str(), "the agent failed the turn");
             }
             _ => 500,
         };
         if status == 500 {
             tracing::error!(code = code.as_str(), error = %e, "a session action failed");
-            return ApiError::new(500, code.as_str(), "Internal server error");
+            return ApiError::passed_on(500, code.as_str(), "Internal server error");
         }
-        ApiError::new(status, code.as_str(), e.to_string())
+        ApiError::passed_on(status, code.as_str(), e.to_string())
     }
 }

@@ -19,6 +19,7 @@ mod signers;
 mod vault;
 mod verify;
 
+use agentos_protocol::seed::ApiCode;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -115,11 +116,11 @@ impl SignedApi {
     async fn dispatch(&self, caller: &Caller, action: Action) -> Result<Vec<u8>, ApiError> {
         match action {
             Action::Subscribe { .. } | Action::Unsubscribe { .. } => Err(ApiError::bad_request(
-                "websocket_only",
+                ApiCode::WebsocketOnly,
                 "Subscribe and Unsubscribe are sent on /agents/ws",
             )),
             Action::Unsupported(name) => Err(ApiError::bad_request(
-                "unsupported_action",
+                ApiCode::UnsupportedAction,
                 format!("the action {name} is not supported by this server"),
             )),
             Action::AuthorizeSigner { .. } | Action::RevokeSigner { .. } | Action::ListSigners => {

@@ -10,6 +10,7 @@ use agentos_protocol::seed::response::{
 use agentos_protocol::seed::vocab::{
     AccessRole, AgentStatus, AuthMode, CollaboratorRole, CollaboratorStatus, SessionStatus,
 };
+use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, AgentDefinition, Ipld, Role};
 
 use super::error::ApiError;
@@ -21,7 +22,7 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 
 fn corrupt(what: &str) -> ApiError {
     tracing::error!(what, "a stored control-plane document does not decode");
-    ApiError::new(500, "corrupt_row", "Internal server error")
+    ApiError::new(500, ApiCode::CorruptRow, "Internal server error")
 }
 
 pub fn definition(bytes: &[u8]) -> Result<AgentDefinition, ApiError> {

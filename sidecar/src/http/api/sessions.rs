@@ -4,6 +4,7 @@
 //! writers at once) and names its acting account and exact signer in the
 //! events it appends.
 
+use agentos_protocol::seed::ApiCode;
 use std::collections::BTreeMap;
 
 use agentos_protocol::host::{Actor, OpenSessionParams};
@@ -51,7 +52,7 @@ fn content_blocks(parts: Vec<ContentPart>) -> Result<(Vec<Value>, Option<String>
             })),
             ContentPart::Attachment { .. } => {
                 return Err(ApiError::bad_request(
-                    "unsupported_action",
+                    ApiCode::UnsupportedAction,
                     "attachments are not supported by this server",
                 ))
             }
@@ -59,7 +60,7 @@ fn content_blocks(parts: Vec<ContentPart>) -> Result<(Vec<Value>, Option<String>
     }
     if blocks.is_empty() {
         return Err(ApiError::bad_request(
-            "bad_request",
+            ApiCode::BadRequest,
             "MessageSession: content holds no part",
         ));
     }
@@ -281,7 +282,7 @@ impl SignedApi {
                         .await?;
                 if model_override.is_some() {
                     return Err(ApiError::bad_request(
-                        "unsupported_field",
+                        ApiCode::UnsupportedField,
                         "modelOverride needs the builtin model agent, which this server does not run yet",
                     ));
                 }
@@ -323,7 +324,7 @@ impl SignedApi {
                     .is_some_and(|id| id.is_empty() || id.len() > MAX_CLIENT_ID_BYTES)
                 {
                     return Err(ApiError::bad_request(
-                        "bad_request",
+                        ApiCode::BadRequest,
                         format!("clientMessageId must be 1..={MAX_CLIENT_ID_BYTES} bytes"),
                     ));
                 }
@@ -391,7 +392,7 @@ impl SignedApi {
                 })
             }
             other => Err(ApiError::bad_request(
-                "unsupported_action",
+                ApiCode::UnsupportedAction,
                 format!(
                     "the action {} is not supported by this server",
                     other.name()

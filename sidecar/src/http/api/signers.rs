@@ -5,6 +5,7 @@
 use agentos_protocol::seed::response::{
     AuthorizeSignerResponse, ListSignersResponse, RevokeSignerResponse,
 };
+use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{Action, Role};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
@@ -29,7 +30,7 @@ impl SignedApi {
                     Role::Writer => SignerRole::Writer,
                     Role::Other(other) => {
                         return Err(ApiError::bad_request(
-                            "bad_request",
+                            ApiCode::BadRequest,
                             format!("AuthorizeSigner: role must be AGENT or WRITER, not {other:?}"),
                         ))
                     }
@@ -63,7 +64,7 @@ impl SignedApi {
                 })
             }
             other => Err(ApiError::bad_request(
-                "bad_request",
+                ApiCode::BadRequest,
                 format!("{} is not a signer action", other.name()),
             )),
         }

@@ -8,6 +8,7 @@ use agentos_protocol::seed::response::{
     DeleteModelProviderResponse, DeleteSecretResponse, ListModelProvidersResponse,
     ListSecretsResponse, SetModelProviderResponse, SetSecretResponse,
 };
+use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, Action};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
@@ -101,7 +102,7 @@ impl SignedApi {
                 if control.get_provider(&owner, &provider).await?.is_none() {
                     return Err(ApiError::new(
                         404,
-                        "not_found",
+                        ApiCode::NotFound,
                         format!("provider {provider:?} not found"),
                     ));
                 }
@@ -110,12 +111,12 @@ impl SignedApi {
                 // the provider is not reached.
                 Err(ApiError::new(
                     502,
-                    "provider_unreachable",
+                    ApiCode::ProviderUnreachable,
                     format!("provider {provider:?} cannot be reached from this sidecar yet"),
                 ))
             }
             _ => Err(ApiError::bad_request(
-                "unsupported_action",
+                ApiCode::UnsupportedAction,
                 "not a vault action",
             )),
         }

@@ -13,6 +13,7 @@
 //! CID; a CID never seen, without its blob, is refused (there is no network
 //! fetch). A revoked signer is refused whatever it shows.
 
+use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cid_of, Capability, Envelope, Role};
 
 use super::error::ApiError;
@@ -48,7 +49,7 @@ fn within_window(ts: i64, now: i64, window: i64) -> bool {
 
 fn out_of_window(window: i64) -> ApiError {
     ApiError::unauthorized(
-        "timestamp_out_of_window",
+        ApiCode::TimestampOutOfWindow,
         format!("Action timestamp is outside allowed window ({window} ms either way)"),
     )
 }
@@ -75,13 +76,13 @@ impl SignedApi {
             Ok(()) => {}
             Err(Refusal::Replayed) => {
                 return Err(ApiError::unauthorized(
-                    "replayed",
+                    ApiCode::Replayed,
                     "this signed request was already accepted",
                 ))
             }
             Err(Refusal::Forgotten) => {
                 return Err(ApiError::unauthorized(
-                    "replayed",
+                    ApiCode::Replayed,
                     "the request is older than what the replay cache remembers; sign it again",
                 ))
             }
@@ -109,7 +110,7 @@ impl SignedApi {
         }
         let refused = || {
             ApiError::unauthorized(
-                "signer_not_authorized",
+                ApiCode::SignerNotAuthorized,
                 "Signer is not authorized for account",
             )
         };
@@ -120,12 +121,12 @@ impl SignedApi {
             // A stored capability that still stands would have given a role
             // above; anything else is unknown here.
             return Err(ApiError::unauthorized(
-                "capability_unknown",
+                ApiCode::CapabilityUnknown,
                 format!("capability {cid} is not known here; send capabilityBlob with it"),
             ));
         };
         let capability = Capability::decode_and_verify(blob)?;
-        let bad = |m: &str| ApiError::unauthorized("bad_capability", m.to_owned());
+        let bad = |m: &str| ApiError::unauthorized(ApiCode::BadCapability, m.to_owned());
         if cid_of(blob) != *cid {
             return Err(bad("the capability CID does not match its blob"));
         }
@@ -158,7 +159,9 @@ impl SignedApi {
             .await
         {
             Ok(_) => Ok(role),
-            Err(ControlError::Forbidden(m)) => Err(ApiError::unauthorized("signer_revoked", m)),
+            Err(ControlError::Forbidden(m)) => {
+                Err(ApiError::unauthorized(ApiCode::SignerRevoked, m))
+            }
             Err(e) => Err(e.into()),
         }
     }

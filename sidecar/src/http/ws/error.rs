@@ -97,7 +97,10 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("http.ws.maxSubscriptionsPerSocket"));
-        let api = WsError::from(ApiError::unauthorized("replayed", "again"));
+        let api = WsError::from(ApiError::unauthorized(
+            agentos_protocol::seed::ApiCode::Replayed,
+            "again",
+        ));
         assert_eq!(api.code(), "replayed");
         assert_eq!(api.to_string(), "again");
         assert_eq!(
