@@ -7,29 +7,19 @@ use std::path::{Path, PathBuf};
 use agentos_schema::migrate_all;
 use serde_json::{json, Value};
 
-use crate::config::{Config, ConfigError, DatabaseDescriptor};
+use crate::config::{Config, ConfigError};
 use crate::control::{Control, SecretBox, SecretKey};
 use crate::private::StoreLock;
-use crate::vm::{VmError, SECRETS_KEY_ENV};
+use crate::vm::{secrets_key_source, KeySource, VmError, SECRETS_KEY_ENV};
 
-/// The key file a VM uses: `secrets.keyFile`, else `secrets.key` beside a
-/// `sqlite_file` database. A key given in the environment is not a file
+/// The key file a VM uses. A key given in the environment is not a file
 /// and cannot be rotated here.
 fn key_file(config: &Config) -> Result<PathBuf, VmError> {
-    if let Some(path) = &config.secrets.key_file {
-        return Ok(path.clone());
-    }
-    if std::env::var_os(SECRETS_KEY_ENV).is_some() {
-        return Err(VmError::Config(ConfigError::new(
+    match secrets_key_source(config)? {
+        KeySource::File(path) => Ok(path),
+        KeySource::Env(_) => Err(VmError::Config(ConfigError::new(
             "secrets.keyFile",
             format!("the key comes from {SECRETS_KEY_ENV}; rotate it by re-sealing with a key file (set secrets.keyFile)"),
-        )));
-    }
-    match &config.database {
-        DatabaseDescriptor::SqliteFile { .. } => Ok(config.data_dir().join("secrets.key")),
-        DatabaseDescriptor::ActorUds { .. } => Err(VmError::Config(ConfigError::new(
-            "secrets.keyFile",
-            "an actor_uds VM names its secrets key file",
         ))),
     }
 }
@@ -52,7 +42,7 @@ pub async fn rotate_secrets_key(config: &Config) -> Result<Value, VmError> {
     let old = with_suffix(&path, ".old");
     if next.exists() {
         return Err(VmError::Io(format!(
-            "{} exists: an earlier rotation did not finish; the database is sealed with the key that file holds or with {} (compare the key ids with vm/status) and the right one must be put in place by hand",
+            "{} exists: an earlier rotation did not finish; the database is sealed with the key that file holds or with {} (each stored secret names its key id, the first 16 hex digits of the key's SHA-256) and the right one must be put in place by hand",
             next.display(),
             path.display()
         )));

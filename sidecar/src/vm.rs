@@ -70,26 +70,40 @@ pub struct Vm {
 /// The environment variable that may hold the secrets key (hex or base64).
 pub const SECRETS_KEY_ENV: &str = "AGENTOS_SECRETS_KEY";
 
-/// The key that seals provider secrets: `secrets.keyFile`, else
-/// `AGENTOS_SECRETS_KEY`, else `secrets.key` beside a `sqlite_file`
-/// database. An `actor_uds` VM must name one: its database lives with the
-/// host, and the key must not sit beside it.
-pub fn secrets_key(config: &Config) -> Result<SecretKey, VmError> {
+/// Where the key that seals provider secrets comes from.
+pub enum KeySource {
+    File(std::path::PathBuf),
+    /// The value of `AGENTOS_SECRETS_KEY`.
+    Env(String),
+}
+
+/// `secrets.keyFile`, else `AGENTOS_SECRETS_KEY`, else `secrets.key` beside
+/// a `sqlite_file` database. An `actor_uds` VM must name one: its database
+/// lives with the host, and the key must not sit beside it.
+pub fn secrets_key_source(config: &Config) -> Result<KeySource, VmError> {
     if let Some(path) = &config.secrets.key_file {
-        return Ok(SecretKey::load_or_create(path)?);
+        return Ok(KeySource::File(path.clone()));
     }
     if let Ok(value) = std::env::var(SECRETS_KEY_ENV) {
-        return Ok(SecretKey::from_env_value(&value)?);
+        return Ok(KeySource::Env(value));
     }
     match &config.database {
-        DatabaseDescriptor::SqliteFile { .. } => Ok(SecretKey::load_or_create(
-            &config.data_dir().join("secrets.key"),
-        )?),
+        DatabaseDescriptor::SqliteFile { .. } => {
+            Ok(KeySource::File(config.data_dir().join("secrets.key")))
+        }
         DatabaseDescriptor::ActorUds { .. } => Err(VmError::Config(ConfigError::new(
             "secrets.keyFile",
             format!("an actor_uds VM must name its secrets key file (or set {SECRETS_KEY_ENV})"),
         ))),
     }
+}
+
+/// The key that seals provider secrets (a missing key file is created).
+pub fn secrets_key(config: &Config) -> Result<SecretKey, VmError> {
+    Ok(match secrets_key_source(config)? {
+        KeySource::File(path) => SecretKey::load_or_create(&path)?,
+        KeySource::Env(value) => SecretKey::from_env_value(&value)?,
+    })
 }
 
 impl Vm {
