@@ -6,14 +6,12 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Stdio;
 
 use agentos_tests::http::{request, Target};
 use base64::Engine;
-use common::{binary, Backend, Options, Sidecar, PATIENCE};
+use common::{Backend, Options, Sidecar, PATIENCE};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 async fn with_http(listen: Value) -> Sidecar {
     Sidecar::start_with(
@@ -115,24 +113,7 @@ async fn a_port_in_use_is_a_clear_error_naming_the_setting() {
         "socket": dir.path().join("h.sock"),
         "http": {"listen": format!("127.0.0.1:{port}")},
     });
-    let mut child = Command::new(binary("agentos-sidecar"))
-        .args(["serve", "--config", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(config.to_string().as_bytes())
-        .await
-        .expect("config");
-    drop(stdin);
-    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
-        .await
-        .expect("it exits")
-        .expect("wait");
+    let out = common::serve_until_exit(&config).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("http_bind_failed"), "{stderr}");

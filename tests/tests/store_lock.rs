@@ -3,12 +3,8 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use common::{binary, text_of, Backend, Sidecar, PATIENCE};
+use common::{text_of, Backend, Sidecar};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 async fn second_sidecar_is_refused(backend: Backend) {
     let mut sc = Sidecar::start(backend).await;
@@ -24,24 +20,7 @@ async fn second_sidecar_is_refused(backend: Backend) {
         "socket": root.join("second.sock"),
         "secrets": {"keyFile": root.join("secrets.key")},
     });
-    let mut child = Command::new(binary("agentos-sidecar"))
-        .args(["serve", "--config", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start a second sidecar");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(config.to_string().as_bytes())
-        .await
-        .expect("config");
-    drop(stdin);
-    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
-        .await
-        .expect("the second sidecar exits")
-        .expect("wait");
+    let out = common::serve_until_exit(&config).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("store_locked"), "{stderr}");

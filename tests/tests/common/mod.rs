@@ -461,3 +461,27 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Runs `agentos-sidecar serve` on `config` and waits (at most `PATIENCE`)
+/// for it to exit: for configs that must be refused at start.
+pub async fn serve_until_exit(config: &Value) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(binary("agentos-sidecar"))
+        .args(["serve", "--config", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a sidecar");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(config.to_string().as_bytes())
+        .await
+        .expect("config");
+    drop(stdin);
+    tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .expect("the sidecar exits")
+        .expect("wait")
+}
