@@ -16,9 +16,7 @@ use agentos_protocol::seed::{cbor, encode_response, Action, AgentDefinition, Ipl
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::config::BUILTIN_AGENT;
-use crate::control::{
-    authz, AccessRole, CollaboratorRole, CollaboratorStatus, Idempotent, NewAgent, SessionScope,
-};
+use crate::control::{authz, AccessRole, CollaboratorStatus, Idempotent, NewAgent, SessionScope};
 use crate::http::ws::reason;
 
 impl SignedApi {
@@ -218,9 +216,7 @@ impl SignedApi {
                         "the owner cannot invite itself",
                     ));
                 }
-                let role = CollaboratorRole::parse(role.as_str()).ok_or_else(|| {
-                    ApiError::bad_request(ApiCode::BadRequest, "role must be reader or writer")
-                })?;
+                let role = render::stored_collaborator_role(role);
                 let record = control.invite(&agent_id, &account_id, role).await?;
                 self.announce_agent(&agent_id, reason::COLLABORATORS_CHANGED, &[])
                     .await;

@@ -42,10 +42,10 @@ pub fn agent(
         account: record.account_id.clone(),
         definition: definition(&record.definition)?,
         state_dir: format!("agents/{}", record.agent_id),
-        status: AgentStatus::parse(record.status.as_str()).unwrap_or(AgentStatus::Idle),
+        status: agent_status(record.status),
         created_at: record.created_at_ms,
         updated_at: record.updated_at_ms,
-        access_role: access.and_then(|a| AccessRole::parse(a.as_str())),
+        access_role: access.map(access_role),
         public_read: Some(record.public_read),
         public_chat: None,
     })
@@ -77,9 +77,8 @@ pub fn session(info: &sessions::SessionInfo, link: &control::SessionLink) -> Ses
 pub fn collaborator(record: &control::CollaboratorRecord) -> AgentCollaboratorInfo {
     AgentCollaboratorInfo {
         account_id: record.account_id.clone(),
-        role: AccessRole::parse(record.role.as_str()).unwrap_or(AccessRole::Reader),
-        status: CollaboratorStatus::parse(record.status.as_str())
-            .unwrap_or(CollaboratorStatus::Pending),
+        role: access_role(record.role.into()),
+        status: collaborator_status(record.status),
         created_at: record.created_at_ms,
         updated_at: record.updated_at_ms,
     }
@@ -90,7 +89,7 @@ pub fn invite(invite: &control::Invite) -> AgentInviteInfo {
         agent_id: invite.agent_id.clone(),
         agent_name: invite.agent_name.clone(),
         owner_account_id: invite.owner_account_id.clone(),
-        role: CollaboratorRole::parse(invite.role.as_str()).unwrap_or(CollaboratorRole::Reader),
+        role: collaborator_role(invite.role),
         created_at: invite.created_at_ms,
         updated_at: invite.updated_at_ms,
     }
@@ -102,7 +101,7 @@ pub fn provider(p: &control::RedactedProvider) -> RedactedModelProvider {
         name: p.name.clone(),
         provider_type: p.provider_type.clone(),
         has_secrets: p.has_secrets,
-        auth_mode: p.auth_mode.and_then(|m| AuthMode::parse(m.as_str())),
+        auth_mode: p.auth_mode.map(auth_mode),
         created_at: p.created_at_ms,
         updated_at: p.updated_at_ms,
     }
@@ -137,4 +136,61 @@ pub fn signer(record: &control::SignerRecord) -> Option<SignerInfo> {
         capability: record.capability_cid.clone(),
         created_at: record.created_at_ms,
     })
+}
+
+// The control plane's vocabularies and the wire's, matched exhaustively: a
+// word added on either side is a compile error here, never a silent default.
+
+fn agent_status(status: control::AgentStatus) -> AgentStatus {
+    match status {
+        control::AgentStatus::Idle => AgentStatus::Idle,
+        control::AgentStatus::Running => AgentStatus::Running,
+        control::AgentStatus::Stopped => AgentStatus::Stopped,
+        control::AgentStatus::Error => AgentStatus::Error,
+    }
+}
+
+fn access_role(role: control::AccessRole) -> AccessRole {
+    match role {
+        control::AccessRole::Reader => AccessRole::Reader,
+        control::AccessRole::Writer => AccessRole::Writer,
+        control::AccessRole::Owner => AccessRole::Owner,
+    }
+}
+
+fn collaborator_role(role: control::CollaboratorRole) -> CollaboratorRole {
+    match role {
+        control::CollaboratorRole::Reader => CollaboratorRole::Reader,
+        control::CollaboratorRole::Writer => CollaboratorRole::Writer,
+    }
+}
+
+fn collaborator_status(status: control::CollaboratorStatus) -> CollaboratorStatus {
+    match status {
+        control::CollaboratorStatus::Pending => CollaboratorStatus::Pending,
+        control::CollaboratorStatus::Accepted => CollaboratorStatus::Accepted,
+    }
+}
+
+fn auth_mode(mode: control::AuthMode) -> AuthMode {
+    match mode {
+        control::AuthMode::ApiKey => AuthMode::ApiKey,
+        control::AuthMode::Subscription => AuthMode::Subscription,
+    }
+}
+
+/// A wire auth mode as the control plane stores it.
+pub fn stored_auth_mode(mode: AuthMode) -> control::AuthMode {
+    match mode {
+        AuthMode::ApiKey => control::AuthMode::ApiKey,
+        AuthMode::Subscription => control::AuthMode::Subscription,
+    }
+}
+
+/// A wire collaborator role as the control plane stores it.
+pub fn stored_collaborator_role(role: CollaboratorRole) -> control::CollaboratorRole {
+    match role {
+        CollaboratorRole::Reader => control::CollaboratorRole::Reader,
+        CollaboratorRole::Writer => control::CollaboratorRole::Writer,
+    }
 }

@@ -12,7 +12,7 @@ use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, Action};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
-use crate::control::{authz, AuthMode, NewProvider, SecretPlaintext};
+use crate::control::{authz, NewProvider, SecretPlaintext};
 
 impl SignedApi {
     /// Whose providers a listing reads: the caller's own, or, when it names
@@ -69,7 +69,7 @@ impl SignedApi {
                     .as_ref()
                     .map(|refs| refs.values().cloned().collect())
                     .unwrap_or_default();
-                let auth_mode = provider.auth_mode.and_then(|m| AuthMode::parse(m.as_str()));
+                let auth_mode = provider.auth_mode.map(render::stored_auth_mode);
                 let stored = control
                     .set_provider(
                         account,
