@@ -9,6 +9,7 @@
 //! (`ErrorCode`).
 
 pub mod acp;
+pub mod agent_ext;
 pub mod ars;
 mod error_code;
 pub mod host;

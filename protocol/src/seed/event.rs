@@ -5,7 +5,8 @@
 //! agent's `{type:"message", role:"assistant", content}`, a tool call
 //! `{type:"tool_call", id, name, input}` and its end `{type:"tool_result",
 //! toolCallId, name, output | error}`; every other ACP update keeps its
-//! native fields under its own `type` (the reference allows any record).
+//! native fields under its own `type` (the reference allows any record),
+//! except the builtin agent's failure update, `{type:"error", message}`.
 //! Every event names its actor (`actor`, and for a user the exact
 //! `account` and `signer` when known).
 
@@ -132,6 +133,14 @@ fn update(native: &Value) -> BTreeMap<String, Ipld> {
                 return map;
             }
         }
+        crate::agent_ext::ERROR_UPDATE => {
+            map.insert("type".into(), Ipld::String("error".into()));
+            map.insert("message".into(), string_field(native, "message"));
+            if let Some(code) = native.get("code").and_then(Value::as_str) {
+                map.insert("code".into(), Ipld::String(code.into()));
+            }
+            return map;
+        }
         _ => {}
     }
     let mut map = object(native);
@@ -249,5 +258,20 @@ mod tests {
         assert_eq!(field(&e, "type"), &Ipld::String("plan".into()));
         assert!(matches!(field(&e, "entries"), Ipld::List(l) if l.len() == 1));
         assert_eq!(field(&e, "sessionUpdate"), &Ipld::Null);
+    }
+
+    #[test]
+    fn the_builtin_agents_failure_is_an_error_event() {
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"_agentos/error","message":"provider said no","code":"provider_auth"}"#,
+            Actor::Agent,
+        ));
+        assert_eq!(field(&e, "type"), &Ipld::String("error".into()));
+        assert_eq!(
+            field(&e, "message"),
+            &Ipld::String("provider said no".into())
+        );
+        assert_eq!(field(&e, "code"), &Ipld::String("provider_auth".into()));
+        assert_eq!(field(&e, "actor"), &Ipld::String("agent".into()));
     }
 }

@@ -1,0 +1,211 @@
+//! `_agentos/*`: the ACP extension requests the builtin model agent sends to
+//! its client, the sidecar, for what only the sidecar holds.
+//!
+//! The builtin agent keeps no state of its own. At the start of every turn it
+//! asks for the turn's context (the system prompt with the agent's
+//! instructions and its `<space>` index, the provider to call, the tools the
+//! provider may see, and the transcript rebuilt from the session's durable
+//! events), right before each provider call for the provider's key, and for
+//! every tool call the model makes, that the sidecar run the verb. A key
+//! therefore never travels in argv or the environment, and a restarted agent
+//! resumes any session from the log alone.
+//!
+//! The sidecar answers these methods only on a route it started for the
+//! builtin agent; any other adapter that sends them hears "method not found".
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Method names.
+pub mod methods {
+    /// [`ContextParams`] → [`TurnContext`].
+    pub const CONTEXT: &str = "_agentos/context";
+    /// [`ProviderKeyParams`] → [`ProviderKey`].
+    pub const PROVIDER_KEY: &str = "_agentos/provider_key";
+    /// [`VerbParams`] → [`VerbResult`].
+    pub const VERB: &str = "_agentos/verb";
+}
+
+/// The `sessionUpdate` kind of a turn's failure, stored like any update and
+/// shown to a Seed client as `{type:"error", message}`.
+pub const ERROR_UPDATE: &str = "_agentos/error";
+
+/// Bytes of one tool result the model receives; the rest is cut on a UTF-8
+/// boundary with a notice.
+pub const MODEL_RESULT_BYTES: usize = 8 * 1024;
+/// Bytes of one tool result the durable event keeps.
+pub const STORED_RESULT_BYTES: usize = 256 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextParams {
+    pub session_id: String,
+}
+
+/// Everything one turn needs from the sidecar.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnContext {
+    pub agent_id: String,
+    /// The agent's instructions, the shared runtime prompt and the
+    /// `<space>` index, assembled.
+    pub system_prompt: String,
+    pub provider: ProviderRef,
+    /// The verbs and the callables this thread has promoted, in the order
+    /// the provider should see them.
+    pub tools: Vec<ToolSpec>,
+    /// The session's conversation before this turn's prompt, oldest first.
+    pub transcript: Vec<TranscriptItem>,
+    /// Most output tokens per model call.
+    pub max_tokens: u32,
+}
+
+/// The provider a turn calls: its Seed `type`, the endpoint the sidecar
+/// resolved for it (pinned per type, except for custom endpoints), and the
+/// model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRef {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub provider_type: String,
+    pub base_url: String,
+    pub model: String,
+}
+
+/// A tool as the provider sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema with an object root.
+    pub parameters: Value,
+}
+
+/// One item of a rebuilt conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TranscriptItem {
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    /// At most [`MODEL_RESULT_BYTES`] of the result.
+    ToolResult {
+        id: String,
+        name: String,
+        output: String,
+        #[serde(rename = "isError")]
+        is_error: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderKeyParams {
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderKey {
+    /// `None` for a provider configured without a key (a local endpoint).
+    pub api_key: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerbParams {
+    pub session_id: String,
+    pub tool_call_id: String,
+    /// A verb (`read`, `write`, `call`, …) or a promoted callable's name.
+    pub name: String,
+    #[serde(default)]
+    pub input: Value,
+}
+
+/// What a tool call produced. A failed verb is a result the model reads
+/// (`is_error`), not a JSON-RPC error; those are kept for a broken request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerbResult {
+    pub output: Value,
+    #[serde(default)]
+    pub is_error: bool,
+    /// The verb ended the turn (`continue_session` handed the work to a
+    /// successor session): the agent stops after reporting the result.
+    #[serde(default)]
+    pub ends_turn: bool,
+}
+
+/// `text` cut to at most `max` bytes on a UTF-8 boundary, with a notice
+/// saying how much was left out.
+pub fn cut_with_notice(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let notice_room = 96.min(max);
+    let mut end = max - notice_room;
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(max);
+    out.push_str(&text[..end]);
+    let notice = format!(
+        "\n[truncated: {} of {} bytes shown]",
+        end,
+        text.len()
+    );
+    if out.len() + notice.len() <= max {
+        out.push_str(&notice);
+    }
+    out
+}
+
+/// A tool output as text: strings as they are, anything else as JSON.
+pub fn output_text(output: &Value) -> String {
+    match output {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutting_keeps_utf8_and_says_so() {
+        let text = "é".repeat(10_000);
+        let cut = cut_with_notice(&text, MODEL_RESULT_BYTES);
+        assert!(cut.len() <= MODEL_RESULT_BYTES);
+        assert!(cut.contains("[truncated:"));
+        assert!(cut.starts_with("éé"));
+        assert_eq!(cut_with_notice("short", 10), "short");
+        // A bound smaller than the notice still never exceeds itself.
+        assert!(cut_with_notice(&text, 50).len() <= 50);
+    }
+
+    #[test]
+    fn transcript_items_are_tagged() {
+        let item = TranscriptItem::ToolResult {
+            id: "c1".into(),
+            name: "read".into(),
+            output: "x".into(),
+            is_error: false,
+        };
+        let json = serde_json::to_value(&item).unwrap();
+        assert_eq!(json["type"], "tool_result");
+        assert_eq!(json["isError"], false);
+        let back: TranscriptItem = serde_json::from_value(json).unwrap();
+        assert_eq!(back, item);
+    }
+}
