@@ -35,6 +35,10 @@ enum Command {
     },
     /// Operate a running sidecar through its host socket.
     Ctl(CtlArgs),
+    /// Run the builtin model agent as an ACP agent on standard input and
+    /// output. Under the sidecar it asks its client for everything; under
+    /// any other ACP client it uses the provider named here.
+    Agent(AgentArgs),
     /// The key that seals provider secrets.
     #[command(subcommand)]
     Secrets(SecretsCommand),
@@ -81,6 +85,26 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+}
+
+#[derive(Args)]
+struct AgentArgs {
+    /// The provider's type for a plain ACP client: openai, anthropic,
+    /// google, or an OpenAI-compatible one (custom, ollama, …).
+    #[arg(long)]
+    provider_type: Option<String>,
+    /// The provider's endpoint; required for a type without a default.
+    #[arg(long)]
+    base_url: Option<String>,
+    #[arg(long)]
+    model: Option<String>,
+    /// A file holding the API key, read at each call (a key is never taken
+    /// from the command line or the environment).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Instructions prepended to the system prompt.
+    #[arg(long)]
+    instructions: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -184,6 +208,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    let command = match cli.command {
+        Command::Agent(args) => return run_agent(args),
+        other => other,
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -191,7 +219,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command {
+    let result = match command {
+        // Served above, on its own runtime.
+        Command::Agent(_) => Ok(()),
         Command::Serve { config } => match load_config(config.as_deref()) {
             Ok(config) => runtime
                 .block_on(agentos_sidecar::serve::serve(config))
@@ -272,6 +302,54 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The builtin agent on stdio, on a single-threaded runtime: one process
+/// per session, so it stays small.
+fn run_agent(args: AgentArgs) -> ExitCode {
+    use agentos_adapters::builtin::agent::{serve, AgentOptions};
+    use agentos_adapters::builtin::local::LocalConfig;
+    let local = match (args.provider_type, args.model) {
+        (Some(provider_type), Some(model)) => match LocalConfig::new(
+            &provider_type,
+            args.base_url,
+            &model,
+            args.key_file,
+            args.instructions,
+        ) {
+            Ok(config) => Some(config),
+            Err(message) => {
+                eprintln!("invalid_argument: {message}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => None,
+        _ => {
+            eprintln!("invalid_argument: --provider-type and --model go together");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = AgentOptions {
+        local,
+        ..AgentOptions::default()
+    };
+    match runtime.block_on(serve(tokio::io::stdin(), tokio::io::stdout(), options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agent: {e}");
             ExitCode::FAILURE
         }
     }

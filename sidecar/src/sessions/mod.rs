@@ -7,6 +7,7 @@
 //! one. One route start at a time per session. The service knows nothing of
 //! JSON-RPC or sockets: it returns domain values and `SessionError`s.
 
+mod agent_host;
 pub mod coalesce;
 mod counters;
 mod error;
@@ -28,6 +29,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
 
+pub use agent_host::{AgentHost, TurnScope};
 pub use counters::{MemoryCounters, MemorySnapshot};
 pub use error::SessionError;
 pub use hub::{Hub, Item, Sink, SinkRefusal};
@@ -97,6 +99,16 @@ impl Sessions {
         Sessions {
             shared: Arc::new(Shared::new(store, agents, limits, fs)),
         }
+    }
+
+    /// Lets sessions of the builtin model agent start: `spec` runs it, and
+    /// `host` answers its `_agentos/*` requests. Set once; a second call is
+    /// refused with `false`.
+    pub fn set_builtin(&self, spec: AgentSpec, host: Arc<dyn AgentHost>) -> bool {
+        self.shared
+            .builtin
+            .set(shared::BuiltinAgent { spec, host })
+            .is_ok()
     }
 
     /// Starts adapters through `launcher`; call it on a service just built.

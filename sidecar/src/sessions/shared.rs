@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use agentos_protocol::ErrorCode;
 use tokio::sync::broadcast;
@@ -13,12 +13,19 @@ use tokio::sync::broadcast;
 use super::notice::{KeepAwake, Notice};
 use super::route::RouteHandle;
 use super::store::{HistoryCounters, PermissionState, SessionStore};
-use super::{FsBridge, Hub, MemoryCounters, NotPendingReason, SessionError};
+use super::{AgentHost, FsBridge, Hub, MemoryCounters, NotPendingReason, SessionError};
 use crate::config::{AcpLimits, AgentSpec};
 use crate::sandbox::Launcher;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The builtin model agent: the command that starts it and the service
+/// that answers it.
+pub(crate) struct BuiltinAgent {
+    pub spec: AgentSpec,
+    pub host: Arc<dyn AgentHost>,
 }
 
 /// State shared by the service and its route tasks.
@@ -33,6 +40,10 @@ pub(crate) struct Shared {
     /// Where and how adapters start (their directories and confinement).
     pub launcher: Arc<Launcher>,
     pub counters: Arc<MemoryCounters>,
+    /// How to start the builtin model agent and who answers its
+    /// `_agentos/*` requests; unset, its sessions answer
+    /// `builtin_agent_unavailable`.
+    pub(crate) builtin: OnceLock<BuiltinAgent>,
     pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
     /// One route start at a time per session.
     pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -63,6 +74,7 @@ impl Shared {
             fs,
             launcher: Arc::new(Launcher::inherit()),
             counters: Arc::default(),
+            builtin: OnceLock::new(),
             routes: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),

@@ -1,6 +1,7 @@
-//! ACP `fs/*` requests from the agent, served through the file system
-//! bridge narrowed to the session's directories; without a bridge they are
-//! unknown methods. A read answers at most `limits.acp.maxReadTextFileBytes`.
+//! Requests from the agent: ACP `fs/*`, served through the file system
+//! bridge narrowed to the session's directories (without a bridge they are
+//! unknown methods; a read answers at most `limits.acp.maxReadTextFileBytes`),
+//! and, for the builtin agent only, `_agentos/*`, answered by the agent host.
 
 use agentos_adapters::RpcError;
 use serde_json::{json, Value};
@@ -14,6 +15,17 @@ impl Route {
         method: &str,
         params: Value,
     ) -> Result<Value, RpcError> {
+        if method.starts_with("_agentos/") {
+            let host = self.shared.builtin.get().filter(|_| self.builtin);
+            let Some(agent) = host else {
+                return Err(RpcError::method_not_found(method));
+            };
+            let scope = crate::sessions::TurnScope {
+                session_id: &self.session_id,
+                input_floor: self.input_floor,
+            };
+            return agent.host.serve(scope, method, params).await;
+        }
         match (method, &self.shared.fs) {
             ("fs/read_text_file", Some(fs)) => {
                 let path = params

@@ -124,6 +124,11 @@ enum Incoming {
 
 pub(crate) struct Route {
     shared: Arc<Shared>,
+    /// The adapter is the builtin model agent, whose `_agentos/*` requests
+    /// this route answers.
+    builtin: bool,
+    /// The running prompt's first input sequence (see `TurnScope`).
+    input_floor: Option<u64>,
     session_id: String,
     acp_session_id: String,
     policy: PermissionPolicy,
@@ -304,7 +309,9 @@ impl Route {
     ) -> bool {
         let mut next = Some((request, reply));
         while let Some((request, reply)) = next {
-            match self.turn(request, reply, commands).await {
+            let ended = self.turn(request, reply, commands).await;
+            self.input_floor = None;
+            match ended {
                 Some((_, done)) => {
                     let _ = done.send(());
                     return false;

@@ -66,11 +66,13 @@ impl Route {
         row: SessionRow,
         generation: u64,
     ) -> Result<RouteHandle, SessionError> {
+        let builtin = row.agent == crate::config::BUILTIN_AGENT;
         let spec = match shared.agents.get(&row.agent) {
             Some(spec) => spec,
-            None if row.agent == crate::config::BUILTIN_AGENT => {
-                return Err(SessionError::BuiltinAgentUnavailable)
-            }
+            None if builtin => match shared.builtin.get() {
+                Some(agent) => &agent.spec,
+                None => return Err(SessionError::BuiltinAgentUnavailable),
+            },
             None => return Err(SessionError::AgentNotFound(row.agent.clone())),
         };
         let mut env: BTreeMap<String, String> = spec.env.clone();
@@ -138,6 +140,8 @@ impl Route {
         let stderr_rate = super::TokenBucket::new(shared.limits.max_stderr_bytes_per_second);
         let route = Route {
             shared,
+            builtin,
+            input_floor: None,
             session_id: row.session_id.clone(),
             acp_session_id,
             policy,

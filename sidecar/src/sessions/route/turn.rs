@@ -99,6 +99,7 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
+        self.input_floor = Some(first_input);
         self.prompt_count = self.prompt_count + 1 - pruned.own;
         self.shared.prompts_changed(pruned.any).await;
         let mut blocks = Vec::with_capacity(request.content.len() + 1);

@@ -109,12 +109,52 @@ impl SessionStore {
         let results = self
             .db
             .transaction(vec![Statement::new(
-                "UPDATE agentos_core_sessions SET title = ?2, \
+                "UPDATE agentos_core_sessions SET title = ?2, title_source = 'user', \
                    updated_at_ms = max(updated_at_ms, ?3) WHERE session_id = ?1",
                 vec![session_id.into(), title.into(), now.into()],
             )])
             .await?;
         Ok(results.first().is_some_and(|r| r.changes == 1))
+    }
+
+    /// The agent's `status`: its title replaces any title but the user's,
+    /// and its description replaces the last one. `None` when the session
+    /// does not exist; otherwise whether a user-set title was kept.
+    pub async fn set_agent_status(
+        &self,
+        session_id: &str,
+        title: Option<&str>,
+        description: Option<&str>,
+        now: i64,
+    ) -> Result<Option<bool>, DbError> {
+        let text = |v: Option<&str>| v.map_or(SqlValue::Null, |t| t.into());
+        let results = self
+            .db
+            .transaction(vec![Statement::new(
+                "UPDATE agentos_core_sessions SET \
+                   title = CASE WHEN title_source = 'user' OR ?2 IS NULL THEN title ELSE ?2 END, \
+                   title_source = CASE WHEN title_source = 'user' OR ?2 IS NULL \
+                     THEN title_source ELSE 'agent' END, \
+                   description = coalesce(?3, description), \
+                   updated_at_ms = max(updated_at_ms, ?4) WHERE session_id = ?1",
+                vec![session_id.into(), text(title), text(description), now.into()],
+            )])
+            .await?;
+        if !results.first().is_some_and(|r| r.changes == 1) {
+            return Ok(None);
+        }
+        let rows = self
+            .db
+            .query(
+                "SELECT title_source FROM agentos_core_sessions WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        let user = matches!(
+            rows.rows.first().and_then(|r| r.first()),
+            Some(SqlValue::Text(source)) if source == "user"
+        );
+        Ok(Some(title.is_some() && user))
     }
 
     pub async fn get_session(&self, session_id: &str) -> Result<Option<SessionRow>, DbError> {

@@ -1,0 +1,304 @@
+//! The builtin model agent as an ACP agent: the request loop over one byte
+//! stream, its sessions and their cancellation.
+//!
+//! It answers `initialize`, `session/new`, `session/resume` and
+//! `session/load` (both accepted for any id: the conversation is rebuilt
+//! from the client's log at every turn, so there is nothing to replay), runs
+//! each `session/prompt` as its own task (`turn.rs`) and stops it on
+//! `session/cancel`. Everything else is "method not found". A line longer
+//! than [`MAX_LINE_BYTES`] or one that is not JSON is skipped, never fatal.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agentos_protocol::acp::RpcError;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio::sync::watch;
+
+use super::local::LocalConfig;
+use super::peer::Peer;
+use super::provider::{Message, Provider, ProviderOptions};
+use super::turn;
+
+/// The longest line accepted from the client.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// The provider to use when the client is not the sidecar (it does not
+    /// answer `_agentos/context`); without it such a client's prompts fail
+    /// with a message saying so.
+    pub local: Option<LocalConfig>,
+    pub provider: ProviderOptions,
+    /// Model calls in one turn, at most; then the turn ends with
+    /// `max_turn_requests`.
+    pub max_steps: u32,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            local: None,
+            provider: ProviderOptions::default(),
+            max_steps: 32,
+        }
+    }
+}
+
+/// A cancellation signal for one running prompt.
+#[derive(Clone)]
+pub(super) struct Cancel(watch::Sender<bool>);
+
+impl Cancel {
+    fn new() -> Self {
+        Cancel(watch::channel(false).0)
+    }
+
+    fn cancel(&self) {
+        self.0.send_replace(true);
+    }
+
+    pub(super) fn is_cancelled(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    pub(super) async fn cancelled(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|cancelled| *cancelled).await;
+    }
+}
+
+#[derive(Default)]
+pub(super) struct SessionState {
+    pub(super) cwd: Option<PathBuf>,
+    /// The running prompt's signal.
+    running: Option<Cancel>,
+    /// The conversation, kept here only when the client is not the sidecar
+    /// (the sidecar's log is the conversation otherwise).
+    pub(super) local_transcript: Vec<Message>,
+}
+
+pub(super) struct Agent {
+    pub(super) peer: Peer,
+    pub(super) options: AgentOptions,
+    pub(super) provider: Provider,
+    /// Whether the client serves `fs/read_text_file` / `fs/write_text_file`.
+    pub(super) client_fs: Mutex<(bool, bool)>,
+    pub(super) sessions: Mutex<HashMap<String, SessionState>>,
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain maps and flags: consistent whatever panicked holding them.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Serves one client until its input ends.
+pub async fn serve<R, W>(input: R, output: W, options: AgentOptions) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let provider = Provider::new(options.provider.clone())
+        .map_err(|e| std::io::Error::other(e.message))?;
+    let agent = Arc::new(Agent {
+        peer: Peer::start(output),
+        options,
+        provider,
+        client_fs: Mutex::new((false, false)),
+        sessions: Mutex::new(HashMap::new()),
+    });
+    let mut reader = BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match read_line(&mut reader, &mut line).await? {
+            Line::End => break,
+            Line::TooLong => {
+                tracing::warn!("skipped a client line over {MAX_LINE_BYTES} bytes");
+                continue;
+            }
+            Line::Complete => {}
+        }
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                tracing::warn!("skipped a client line that is not JSON");
+            }
+            continue;
+        };
+        agent.dispatch(message).await;
+    }
+    agent.peer.close();
+    for state in lock(&agent.sessions).values() {
+        if let Some(running) = &state.running {
+            running.cancel();
+        }
+    }
+    Ok(())
+}
+
+enum Line {
+    Complete,
+    TooLong,
+    End,
+}
+
+async fn read_line<R: AsyncBufReadExt + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Line> {
+    let mut too_long = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(if line.is_empty() && !too_long {
+                Line::End
+            } else if too_long {
+                Line::TooLong
+            } else {
+                Line::Complete
+            });
+        }
+        let (chunk, done) = match memchr(buf) {
+            Some(i) => (&buf[..i], i + 1),
+            None => (buf, buf.len()),
+        };
+        let found = done > chunk.len();
+        if !too_long {
+            if line.len() + chunk.len() > MAX_LINE_BYTES {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        reader.consume(done);
+        if found {
+            return Ok(if too_long {
+                Line::TooLong
+            } else {
+                Line::Complete
+            });
+        }
+    }
+}
+
+fn memchr(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|b| *b == b'\n')
+}
+
+impl Agent {
+    async fn dispatch(self: &Arc<Self>, message: Value) {
+        let method = message.get("method").and_then(Value::as_str);
+        let id = message.get("id").cloned();
+        match (method, id) {
+            (None, Some(_)) => self.peer.resolve(&message),
+            (Some(method), Some(id)) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.request(method.to_owned(), id, params).await;
+            }
+            (Some("session/cancel"), None) => {
+                let session = message["params"]["sessionId"].as_str().unwrap_or_default();
+                if let Some(running) = lock(&self.sessions)
+                    .get(session)
+                    .and_then(|s| s.running.clone())
+                {
+                    running.cancel();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn request(self: &Arc<Self>, method: String, id: Value, params: Value) {
+        let answer = match method.as_str() {
+            "initialize" => {
+                let fs = &params["clientCapabilities"]["fs"];
+                *lock(&self.client_fs) = (
+                    fs["readTextFile"].as_bool().unwrap_or(false),
+                    fs["writeTextFile"].as_bool().unwrap_or(false),
+                );
+                Ok(json!({
+                    "protocolVersion": agentos_protocol::acp::PROTOCOL_VERSION,
+                    "agentCapabilities": {
+                        "loadSession": true,
+                        "sessionCapabilities": {"resume": {}},
+                        "promptCapabilities": {"embeddedContext": true},
+                    },
+                    "agentInfo": {"name": "agentos-builtin", "version": env!("CARGO_PKG_VERSION")},
+                    "authMethods": [],
+                }))
+            }
+            "session/new" => {
+                let session = uuid::Uuid::new_v4().to_string();
+                self.open_session(&session, &params);
+                Ok(json!({ "sessionId": session }))
+            }
+            "session/resume" | "session/load" => match params["sessionId"].as_str() {
+                Some(session) if !session.is_empty() => {
+                    self.open_session(session, &params);
+                    Ok(json!({}))
+                }
+                _ => Err(RpcError::invalid_params("sessionId must be a string")),
+            },
+            "session/prompt" => {
+                let Some(session) = params["sessionId"].as_str().map(str::to_owned) else {
+                    self.peer
+                        .respond(id, Err(RpcError::invalid_params("sessionId must be a string")))
+                        .await;
+                    return;
+                };
+                let cancel = Cancel::new();
+                {
+                    let mut sessions = lock(&self.sessions);
+                    let Some(state) = sessions.get_mut(&session) else {
+                        drop(sessions);
+                        self.peer
+                            .respond(
+                                id,
+                                Err(RpcError::resource_not_found(format!(
+                                    "no session {session:?}"
+                                ))),
+                            )
+                            .await;
+                        return;
+                    };
+                    if state.running.is_some() {
+                        drop(sessions);
+                        self.peer
+                            .respond(
+                                id,
+                                Err(RpcError::invalid_params(
+                                    "the session is already running a prompt",
+                                )),
+                            )
+                            .await;
+                        return;
+                    }
+                    state.running = Some(cancel.clone());
+                }
+                let prompt = params["prompt"].as_array().cloned().unwrap_or_default();
+                let agent = Arc::clone(self);
+                tokio::spawn(async move {
+                    let answer = turn::run(&agent, &session, prompt, &cancel).await;
+                    if let Some(state) = lock(&agent.sessions).get_mut(&session) {
+                        state.running = None;
+                    }
+                    agent.peer.respond(id, answer).await;
+                });
+                return;
+            }
+            other => Err(RpcError::method_not_found(other)),
+        };
+        self.peer.respond(id, answer).await;
+    }
+
+    fn open_session(&self, session: &str, params: &Value) {
+        let cwd = params["cwd"].as_str().map(PathBuf::from);
+        let mut sessions = lock(&self.sessions);
+        let state = sessions.entry(session.to_owned()).or_default();
+        state.cwd = cwd;
+    }
+}

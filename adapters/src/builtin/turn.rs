@@ -1,0 +1,544 @@
+//! One prompt of the builtin agent: the model loop.
+//!
+//! The turn asks its client for the context (`_agentos/context`; a client
+//! that does not know the method gets the local configuration instead),
+//! then calls the model until it stops asking for tools, at most
+//! `max_steps` times. Text and reasoning stream out as
+//! `agent_message_chunk` / `agent_thought_chunk` (one `messageId` per model
+//! call); every tool call is reported as `tool_call` then `tool_call_update`
+//! with its result (up to [`STORED_RESULT_BYTES`] kept), and the model gets
+//! at most [`MODEL_RESULT_BYTES`] of it. A provider failure is reported as an
+//! `_agentos/error` update and answers the prompt with an error naming its
+//! class, so the client decides whether to retry. Cancellation drops the
+//! provider stream at once and answers `cancelled`.
+
+use agentos_protocol::acp::RpcError;
+use agentos_protocol::agent_ext::{
+    self, cut_with_notice, output_text, ProviderKey, TranscriptItem, TurnContext, VerbResult,
+    MODEL_RESULT_BYTES, STORED_RESULT_BYTES,
+};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::agent::{lock, Agent, Cancel};
+use super::provider::{
+    Endpoint, ErrorClass, Message, ModelRequest, ProviderError, ProviderKind, StopKind,
+    StreamEvent, ToolCall, ToolSpec, Usage,
+};
+
+/// The JSON-RPC error code of a failed turn; `data.code` says why.
+pub const TURN_FAILED: i64 = -32000;
+
+/// Where the turn's context came from.
+enum Source {
+    /// The sidecar: context, key and verbs through `_agentos/*`.
+    Sidecar(Box<TurnContext>),
+    /// A plain ACP client: the local configuration.
+    Local,
+}
+
+pub(super) async fn run(
+    agent: &Agent,
+    session: &str,
+    prompt: Vec<Value>,
+    cancel: &Cancel,
+) -> Result<Value, RpcError> {
+    let text = prompt_text(&prompt);
+    let source = match agent
+        .peer
+        .request(
+            agent_ext::methods::CONTEXT,
+            json!({ "sessionId": session }),
+        )
+        .await
+    {
+        Ok(value) => Source::Sidecar(Box::new(serde_json::from_value(value).map_err(|e| {
+            RpcError::internal(format!("the client's turn context is malformed: {e}"))
+        })?)),
+        Err(e) if e.code == agentos_protocol::acp::error_codes::METHOD_NOT_FOUND => {
+            if agent.options.local.is_none() {
+                return Err(fail(
+                    agent,
+                    session,
+                    "agent_unconfigured",
+                    false,
+                    "this agent has no model provider: run it with --provider-type, --model and \
+                     --key-file, or through the agentos sidecar"
+                        .into(),
+                )
+                .await);
+            }
+            Source::Local
+        }
+        Err(e) => return Err(e),
+    };
+    let (system, tools, mut messages, max_tokens) = match &source {
+        Source::Sidecar(ctx) => (
+            ctx.system_prompt.clone(),
+            ctx.tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect::<Vec<_>>(),
+            transcript_messages(&ctx.transcript),
+            ctx.max_tokens,
+        ),
+        Source::Local => {
+            let local = agent.options.local.as_ref().map(|l| l.system_prompt());
+            let history = lock(&agent.sessions)
+                .get(session)
+                .map(|s| s.local_transcript.clone())
+                .unwrap_or_default();
+            (
+                local.unwrap_or_default(),
+                super::local::tools(agent),
+                history,
+                16_384,
+            )
+        }
+    };
+    messages.push(Message::User { text });
+    let mut usage = Usage {
+        input_tokens: 0,
+        output_tokens: 0,
+    };
+    let mut stop = "max_turn_requests";
+    for _ in 0..agent.options.max_steps.max(1) {
+        if cancel.is_cancelled() {
+            stop = "cancelled";
+            break;
+        }
+        let endpoint = match endpoint(agent, session, &source).await {
+            Ok(endpoint) => endpoint,
+            Err(e) => return Err(e),
+        };
+        let request = ModelRequest {
+            model: model(agent, &source),
+            system: system.clone(),
+            messages: messages.clone(),
+            tools: tools.clone(),
+            max_tokens,
+        };
+        let step = match call_model(agent, session, &endpoint, &request, cancel).await {
+            Step::Done(step) => step,
+            Step::Cancelled => {
+                stop = "cancelled";
+                break;
+            }
+            Step::Failed(e) => {
+                return Err(fail(agent, session, e.code, retryable(&e), e.message).await);
+            }
+        };
+        usage.input_tokens += step.usage.input_tokens;
+        usage.output_tokens += step.usage.output_tokens;
+        messages.push(Message::Assistant {
+            text: step.text.clone(),
+            tool_calls: step.calls.clone(),
+        });
+        if step.calls.is_empty() {
+            stop = match step.stop {
+                StopKind::EndTurn | StopKind::ToolUse => "end_turn",
+                StopKind::MaxTokens => "max_tokens",
+                StopKind::Refusal => "refusal",
+            };
+            break;
+        }
+        let mut ends = false;
+        for call in &step.calls {
+            let result = run_tool(agent, session, &source, call).await;
+            ends |= result.ends_turn;
+            messages.push(Message::ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: cut_with_notice(&output_text(&result.output), MODEL_RESULT_BYTES),
+                is_error: result.is_error,
+            });
+        }
+        if ends {
+            stop = "end_turn";
+            break;
+        }
+    }
+    if matches!(source, Source::Local) {
+        if let Some(state) = lock(&agent.sessions).get_mut(session) {
+            state.local_transcript = messages;
+        }
+    }
+    Ok(json!({
+        "stopReason": stop,
+        "_meta": {"agentos": {"usage": {
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+        }}},
+    }))
+}
+
+fn retryable(e: &ProviderError) -> bool {
+    matches!(e.class, ErrorClass::Retryable)
+}
+
+/// Reports a failure as a durable update and builds the prompt's error.
+async fn fail(agent: &Agent, session: &str, code: &str, retryable: bool, message: String) -> RpcError {
+    agent
+        .peer
+        .notify(
+            "session/update",
+            json!({
+                "sessionId": session,
+                "update": {
+                    "sessionUpdate": agent_ext::ERROR_UPDATE,
+                    "message": message,
+                    "code": code,
+                    "retryable": retryable,
+                },
+            }),
+        )
+        .await;
+    RpcError::new(TURN_FAILED, message).with_data(json!({ "code": code, "retryable": retryable }))
+}
+
+fn model(agent: &Agent, source: &Source) -> String {
+    match source {
+        Source::Sidecar(ctx) => ctx.provider.model.clone(),
+        Source::Local => agent
+            .options
+            .local
+            .as_ref()
+            .map(|l| l.model.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The endpoint with its key, asked for right before the call.
+async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpoint, RpcError> {
+    match source {
+        Source::Sidecar(ctx) => {
+            let key = agent
+                .peer
+                .request(
+                    agent_ext::methods::PROVIDER_KEY,
+                    json!({ "sessionId": session }),
+                )
+                .await?;
+            let key: ProviderKey = serde_json::from_value(key)
+                .map_err(|e| RpcError::internal(format!("malformed provider key answer: {e}")))?;
+            Ok(Endpoint {
+                kind: ProviderKind::from_type(&ctx.provider.provider_type),
+                base_url: ctx.provider.base_url.clone(),
+                api_key: key.api_key,
+            })
+        }
+        Source::Local => {
+            let Some(local) = &agent.options.local else {
+                return Err(RpcError::internal("no local provider"));
+            };
+            let api_key = local.read_key().map_err(|e| {
+                RpcError::new(TURN_FAILED, e.clone())
+                    .with_data(json!({"code": "agent_unconfigured", "retryable": false}))
+            })?;
+            Ok(Endpoint {
+                kind: ProviderKind::from_type(&local.provider_type),
+                base_url: local.base_url.clone(),
+                api_key,
+            })
+        }
+    }
+}
+
+struct StepOutput {
+    text: String,
+    calls: Vec<ToolCall>,
+    stop: StopKind,
+    usage: Usage,
+}
+
+enum Step {
+    Done(StepOutput),
+    Cancelled,
+    Failed(ProviderError),
+}
+
+/// One streamed model call; deltas go out as they arrive.
+async fn call_model(
+    agent: &Agent,
+    session: &str,
+    endpoint: &Endpoint,
+    request: &ModelRequest,
+    cancel: &Cancel,
+) -> Step {
+    let message_id = uuid::Uuid::new_v4().to_string();
+    // The provider layer bounds what one response may hold, so this queue is
+    // bounded by it too.
+    let (tx, mut rx) = mpsc::unbounded_channel::<StreamEvent>();
+    let peer = agent.peer.clone();
+    let session_id = session.to_owned();
+    let forward = async move {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        let mut usage = Usage {
+            input_tokens: 0,
+            output_tokens: 0,
+        };
+        while let Some(event) = rx.recv().await {
+            match event {
+                StreamEvent::TextDelta(delta) => {
+                    text.push_str(&delta);
+                    peer.notify("session/update", chunk(&session_id, "agent_message_chunk", &message_id, delta))
+                        .await;
+                }
+                StreamEvent::ReasoningDelta(delta) => {
+                    peer.notify("session/update", chunk(&session_id, "agent_thought_chunk", &message_id, delta))
+                        .await;
+                }
+                StreamEvent::ToolCall(call) => calls.push(call),
+                StreamEvent::Usage(u) => usage = u,
+            }
+        }
+        (text, calls, usage)
+    };
+    let call = async {
+        let mut on_event = |event: StreamEvent| {
+            let _ = tx.send(event);
+        };
+        let result = agent.provider.stream(endpoint, request, &mut on_event).await;
+        drop(on_event);
+        drop(tx);
+        result
+    };
+    let both = async { tokio::join!(call, forward) };
+    tokio::select! {
+        (result, (text, calls, usage)) = both => match result {
+            Ok(stop) => Step::Done(StepOutput { text, calls, stop, usage }),
+            Err(e) => Step::Failed(e),
+        },
+        _ = cancel.cancelled() => Step::Cancelled,
+    }
+}
+
+fn chunk(session: &str, kind: &str, message_id: &str, text: String) -> Value {
+    json!({
+        "sessionId": session,
+        "update": {
+            "sessionUpdate": kind,
+            "messageId": message_id,
+            "content": {"type": "text", "text": text},
+        },
+    })
+}
+
+/// What kind of ACP tool call a verb is, for clients that draw them.
+fn tool_kind(name: &str) -> &'static str {
+    match name {
+        "read" => "read",
+        "write" => "edit",
+        "status" | "plan" => "think",
+        _ => "other",
+    }
+}
+
+/// Reports the call, runs it (through the sidecar or locally), reports the
+/// result.
+async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall) -> VerbResult {
+    agent
+        .peer
+        .notify(
+            "session/update",
+            json!({
+                "sessionId": session,
+                "update": {
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": call.id,
+                    "title": call.name,
+                    "kind": tool_kind(&call.name),
+                    "status": "in_progress",
+                    "rawInput": call.arguments,
+                },
+            }),
+        )
+        .await;
+    let result = match source {
+        Source::Sidecar(_) => match agent
+            .peer
+            .request(
+                agent_ext::methods::VERB,
+                json!({
+                    "sessionId": session,
+                    "toolCallId": call.id,
+                    "name": call.name,
+                    "input": call.arguments,
+                }),
+            )
+            .await
+        {
+            Ok(value) => serde_json::from_value(value).unwrap_or_else(|e| VerbResult {
+                output: Value::String(format!("the client's verb answer is malformed: {e}")),
+                is_error: true,
+                ends_turn: false,
+            }),
+            Err(e) => VerbResult {
+                output: Value::String(e.message),
+                is_error: true,
+                ends_turn: false,
+            },
+        },
+        Source::Local => super::local::run_verb(agent, session, call).await,
+    };
+    let text = output_text(&result.output);
+    let stored = if text.len() <= STORED_RESULT_BYTES {
+        result.output.clone()
+    } else {
+        Value::String(cut_with_notice(&text, STORED_RESULT_BYTES))
+    };
+    agent
+        .peer
+        .notify(
+            "session/update",
+            json!({
+                "sessionId": session,
+                "update": {
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": call.id,
+                    "title": call.name,
+                    "status": if result.is_error { "failed" } else { "completed" },
+                    "rawOutput": stored,
+                },
+            }),
+        )
+        .await;
+    result
+}
+
+/// The prompt's blocks as the user's text: text as it is, resources by
+/// their text or link.
+fn prompt_text(blocks: &[Value]) -> String {
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("text") => {
+                if let Some(text) = block["text"].as_str() {
+                    parts.push(text.to_owned());
+                }
+            }
+            Some("resource") => {
+                let resource = &block["resource"];
+                let uri = resource["uri"].as_str().unwrap_or_default();
+                if let Some(text) = resource["text"].as_str() {
+                    parts.push(format!("<resource uri=\"{uri}\">\n{text}\n</resource>"));
+                }
+            }
+            Some("resource_link") => {
+                if let Some(uri) = block["uri"].as_str() {
+                    parts.push(format!("[resource: {uri}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+    parts.join("\n\n")
+}
+
+/// The rebuilt conversation as provider messages: an assistant's text and
+/// the tool calls that follow it form one message.
+fn transcript_messages(items: &[TranscriptItem]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    for item in items {
+        match item {
+            TranscriptItem::User { text } => match out.last_mut() {
+                Some(Message::User { text: last }) => {
+                    last.push_str("\n\n");
+                    last.push_str(text);
+                }
+                _ => out.push(Message::User { text: text.clone() }),
+            },
+            TranscriptItem::Assistant { text } => match out.last_mut() {
+                Some(Message::Assistant {
+                    text: last,
+                    tool_calls,
+                }) if tool_calls.is_empty() => last.push_str(text),
+                _ => out.push(Message::Assistant {
+                    text: text.clone(),
+                    tool_calls: Vec::new(),
+                }),
+            },
+            TranscriptItem::ToolCall { id, name, input } => {
+                let call = ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: input.clone(),
+                };
+                match out.last_mut() {
+                    Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call),
+                    _ => out.push(Message::Assistant {
+                        text: String::new(),
+                        tool_calls: vec![call],
+                    }),
+                }
+            }
+            TranscriptItem::ToolResult {
+                id,
+                name,
+                output,
+                is_error,
+            } => out.push(Message::ToolResult {
+                call_id: id.clone(),
+                name: name.clone(),
+                content: output.clone(),
+                is_error: *is_error,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transcript_groups_text_and_calls_into_one_assistant_message() {
+        let items = vec![
+            TranscriptItem::User { text: "hi".into() },
+            TranscriptItem::Assistant {
+                text: "let me look".into(),
+            },
+            TranscriptItem::ToolCall {
+                id: "c1".into(),
+                name: "read".into(),
+                input: json!({"address": "~/memory/a"}),
+            },
+            TranscriptItem::ToolResult {
+                id: "c1".into(),
+                name: "read".into(),
+                output: "x".into(),
+                is_error: false,
+            },
+            TranscriptItem::Assistant {
+                text: "done".into(),
+            },
+            TranscriptItem::User { text: "a".into() },
+            TranscriptItem::User { text: "b".into() },
+        ];
+        let messages = transcript_messages(&items);
+        assert_eq!(messages.len(), 5);
+        assert!(matches!(&messages[1], Message::Assistant { text, tool_calls } if text == "let me look" && tool_calls.len() == 1));
+        assert!(matches!(&messages[2], Message::ToolResult { call_id, .. } if call_id == "c1"));
+        assert!(matches!(&messages[4], Message::User { text } if text == "a\n\nb"));
+    }
+
+    #[test]
+    fn prompt_blocks_become_text() {
+        let text = prompt_text(&[
+            json!({"type": "text", "text": "look at"}),
+            json!({"type": "resource_link", "uri": "file:///a", "name": "a"}),
+            json!({"type": "resource", "resource": {"uri": "file:///b", "text": "B"}}),
+            json!({"type": "image", "data": "..."}),
+        ]);
+        assert_eq!(
+            text,
+            "look at\n\n[resource: file:///a]\n\n<resource uri=\"file:///b\">\nB\n</resource>"
+        );
+    }
+}

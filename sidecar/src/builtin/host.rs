@@ -1,0 +1,322 @@
+//! The sidecar's answers to the builtin agent's `_agentos/*` requests.
+//!
+//! A session of the builtin agent is a Seed session: its link names the
+//! agent, the agent's definition names its provider (one of the owner's),
+//! and the provider's `secretRefs.apiKey` names the sealed key. `context`
+//! assembles the turn from those and from the log; `provider_key` opens the
+//! key at call time and hands it only to this route's agent; `verb` runs a
+//! tool call as the agent.
+
+use std::collections::BTreeMap;
+
+use agentos_adapters::builtin::provider::ProviderKind;
+use agentos_adapters::RpcError;
+use agentos_protocol::agent_ext::{
+    self, ContextParams, ProviderKey, ProviderRef, TranscriptItem, TurnContext, VerbParams,
+};
+use agentos_protocol::host::Actor;
+use agentos_protocol::seed::{cbor, AgentDefinition, ModelProviderConfig};
+use serde_json::{json, Value};
+
+use super::prompt;
+use super::transcript;
+use super::verbs::{Verbs, VerbScope};
+use crate::control::{AgentRecord, Control};
+use crate::sessions::{AgentHost, SessionStore, TurnScope};
+
+/// Stored documents are ours and bounded; this only guards the decoder.
+const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+/// Output tokens per model call (the reference's fixed value).
+const MAX_TOKENS: u32 = 16_384;
+/// The endpoint of a local Ollama when its provider names none.
+const OLLAMA_DEFAULT: &str = "http://127.0.0.1:11434/v1";
+
+/// The JSON-RPC error code of a request the sidecar cannot serve for this
+/// session (not a Seed session, a missing provider, …); `data.code` says
+/// which.
+pub const UNSERVABLE: i64 = -32000;
+
+fn unservable(code: &str, message: impl Into<String>) -> RpcError {
+    RpcError::new(UNSERVABLE, message).with_data(json!({ "code": code, "retryable": false }))
+}
+
+/// Endpoints the operator pins per provider type instead of the public
+/// ones (a proxy, or a scripted provider in tests). Signed clients can name
+/// an endpoint only for the types without a public one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProviderEndpoints(pub BTreeMap<String, String>);
+
+impl ProviderEndpoints {
+    /// Where a provider of `provider_type` is called.
+    pub fn resolve(&self, config: &ModelProviderConfig) -> Result<String, RpcError> {
+        let kind = ProviderKind::from_type(&config.provider_type);
+        if let Some(pinned) = self.0.get(&config.provider_type) {
+            return Ok(pinned.clone());
+        }
+        if let Some(default) = kind.default_base_url() {
+            return Ok(default.to_owned());
+        }
+        match (&config.base_url, config.provider_type.as_str()) {
+            (Some(url), _) if !url.is_empty() => Ok(url.trim_end_matches('/').to_owned()),
+            (_, "ollama") => Ok(OLLAMA_DEFAULT.to_owned()),
+            _ => Err(unservable(
+                "provider_unconfigured",
+                format!(
+                    "provider type {:?} needs a baseUrl",
+                    config.provider_type
+                ),
+            )),
+        }
+    }
+}
+
+/// Everything a builtin session's turn is made from.
+pub struct Resolved {
+    pub agent: AgentRecord,
+    pub definition: AgentDefinition,
+    pub provider_name: String,
+    pub provider: ModelProviderConfig,
+}
+
+pub struct Host {
+    control: Control,
+    store: SessionStore,
+    verbs: Verbs,
+    endpoints: ProviderEndpoints,
+}
+
+impl Host {
+    pub fn new(
+        control: Control,
+        store: SessionStore,
+        verbs: Verbs,
+        endpoints: ProviderEndpoints,
+    ) -> Host {
+        Host {
+            control,
+            store,
+            verbs,
+            endpoints,
+        }
+    }
+
+    /// The session's agent, its definition and its provider.
+    pub async fn resolve(&self, session_id: &str) -> Result<Resolved, RpcError> {
+        let storage = |e: crate::control::ControlError| {
+            RpcError::internal(format!("control-plane storage: {}", e.code()))
+        };
+        let link = self
+            .control
+            .session_agent(session_id)
+            .await
+            .map_err(storage)?
+            .ok_or_else(|| {
+                unservable(
+                    "not_a_seed_session",
+                    "this session belongs to no agent: sessions of the builtin agent are \
+                     created with the signed API's CreateSession",
+                )
+            })?;
+        let agent = self
+            .control
+            .get_agent(&link.agent_id)
+            .await
+            .map_err(storage)?
+            .ok_or_else(|| unservable("agent_not_found", "the session's agent was deleted"))?;
+        let definition: AgentDefinition = cbor::from_slice(&agent.definition, MAX_DOCUMENT_BYTES)
+            .map_err(|_| RpcError::internal("the agent's stored definition does not decode"))?;
+        let record = self
+            .control
+            .get_provider(&agent.account_id, &definition.model_provider)
+            .await
+            .map_err(storage)?
+            .ok_or_else(|| {
+                unservable(
+                    "provider_not_found",
+                    format!(
+                        "the agent's model provider {:?} does not exist",
+                        definition.model_provider
+                    ),
+                )
+            })?;
+        let provider: ModelProviderConfig = cbor::from_slice(&record.config, MAX_DOCUMENT_BYTES)
+            .map_err(|_| RpcError::internal("the provider's stored config does not decode"))?;
+        Ok(Resolved {
+            provider_name: definition.model_provider.clone(),
+            agent,
+            definition,
+            provider,
+        })
+    }
+
+    async fn context(&self, turn: TurnScope<'_>) -> Result<TurnContext, RpcError> {
+        let resolved = self.resolve(turn.session_id).await?;
+        let base_url = self.endpoints.resolve(&resolved.provider)?;
+        let items = transcript::rebuild(&self.store, turn.session_id, turn.input_floor)
+            .await
+            .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
+        let scope = VerbScope::new(&resolved, turn.session_id, Actor::Agent);
+        let promoted = promoted(&items);
+        let tools = self
+            .verbs
+            .provider_tools(&scope, &promoted)
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        let index = self.verbs.space_index(&scope).await;
+        Ok(TurnContext {
+            agent_id: resolved.agent.agent_id.clone(),
+            system_prompt: prompt::system_prompt(&resolved.definition.system_prompt, &index),
+            provider: ProviderRef {
+                name: resolved.provider_name.clone(),
+                provider_type: resolved.provider.provider_type.clone(),
+                base_url,
+                model: resolved.definition.model.clone(),
+            },
+            tools,
+            transcript: items,
+            max_tokens: MAX_TOKENS,
+        })
+    }
+
+    async fn provider_key(&self, session_id: &str) -> Result<ProviderKey, RpcError> {
+        let resolved = self.resolve(session_id).await?;
+        let Some(name) = resolved
+            .provider
+            .secret_refs
+            .as_ref()
+            .and_then(|refs| refs.get("apiKey"))
+        else {
+            return Ok(ProviderKey { api_key: None });
+        };
+        let secret = self
+            .control
+            .secret_plaintext(&resolved.agent.account_id, name)
+            .await
+            .map_err(|e| unservable(e.code(), "the provider's key cannot be opened"))?
+            .ok_or_else(|| {
+                unservable(
+                    "secret_not_found",
+                    format!("the provider's key secret {name:?} does not exist"),
+                )
+            })?;
+        let key = std::str::from_utf8(secret.as_bytes())
+            .map_err(|_| unservable("secret_not_text", "the provider's key is not UTF-8 text"))?;
+        Ok(ProviderKey {
+            api_key: Some(key.trim().to_owned()),
+        })
+    }
+}
+
+/// The callables this thread has expanded: every tool the agent read as
+/// `~/tools/<name>` or named in `call`. The verb layer intersects them with
+/// the grants.
+pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for item in items {
+        let TranscriptItem::ToolCall { name, input, .. } = item else {
+            continue;
+        };
+        let touched = match name.as_str() {
+            "read" => input["address"]
+                .as_str()
+                .and_then(|a| a.strip_prefix("~/tools/"))
+                .filter(|rest| !rest.is_empty()),
+            "call" => input["tool"].as_str(),
+            _ => None,
+        };
+        if let Some(tool) = touched {
+            let tool = tool.trim_end_matches('/');
+            if !names.iter().any(|n| n == tool) {
+                names.push(tool.to_owned());
+            }
+        }
+    }
+    names
+}
+
+fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(e.to_string()))
+}
+
+#[async_trait::async_trait]
+impl AgentHost for Host {
+    async fn serve(
+        &self,
+        turn: TurnScope<'_>,
+        method: &str,
+        value: Value,
+    ) -> Result<Value, RpcError> {
+        let encode = |v: Result<_, RpcError>| {
+            v.and_then(|v| serde_json::to_value(v).map_err(|e| RpcError::internal(e.to_string())))
+        };
+        match method {
+            agent_ext::methods::CONTEXT => {
+                let _: ContextParams = params(value)?;
+                encode(self.context(turn).await)
+            }
+            agent_ext::methods::PROVIDER_KEY => encode(self.provider_key(turn.session_id).await),
+            agent_ext::methods::VERB => {
+                let call: VerbParams = params(value)?;
+                let resolved = self.resolve(turn.session_id).await?;
+                let scope = VerbScope::new(&resolved, turn.session_id, Actor::Agent);
+                encode(Ok(self.verbs.run(&scope, &call.name, call.input).await))
+            }
+            other => Err(RpcError::method_not_found(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(provider_type: &str, base_url: Option<&str>) -> ModelProviderConfig {
+        ModelProviderConfig {
+            provider_type: provider_type.into(),
+            model_defaults: None,
+            secret_refs: None,
+            base_url: base_url.map(str::to_owned),
+            auth_mode: None,
+        }
+    }
+
+    #[test]
+    fn public_providers_are_pinned_and_custom_ones_named() {
+        let none = ProviderEndpoints::default();
+        assert_eq!(
+            none.resolve(&config("openai", Some("http://evil.example"))).unwrap(),
+            "https://api.openai.com/v1"
+        );
+        assert_eq!(
+            none.resolve(&config("custom", Some("http://127.0.0.1:9/v1/"))).unwrap(),
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(none.resolve(&config("ollama", None)).unwrap(), OLLAMA_DEFAULT);
+        assert!(none.resolve(&config("custom", None)).is_err());
+        let pinned = ProviderEndpoints(BTreeMap::from([(
+            "anthropic".to_owned(),
+            "http://127.0.0.1:1".to_owned(),
+        )]));
+        assert_eq!(
+            pinned.resolve(&config("anthropic", None)).unwrap(),
+            "http://127.0.0.1:1"
+        );
+    }
+
+    #[test]
+    fn reading_or_calling_a_tool_promotes_it_once() {
+        let call = |name: &str, input: Value| TranscriptItem::ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            input,
+        };
+        let items = vec![
+            call("read", json!({"address": "~/tools/search"})),
+            call("call", json!({"tool": "web_fetch", "input": {}})),
+            call("call", json!({"tool": "search"})),
+            call("read", json!({"address": "~/tools/"})),
+            call("read", json!({"address": "~/memory/x"})),
+        ];
+        assert_eq!(promoted(&items), vec!["search", "web_fetch"]);
+    }
+}

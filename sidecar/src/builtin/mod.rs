@@ -1,0 +1,27 @@
+//! The sidecar's side of the builtin model agent: how it is started (this
+//! same binary, `agentos-sidecar agent`, as any adapter is, confined the
+//! same way), the answers to its `_agentos/*` requests (`host.rs`: the turn's
+//! context, the provider key at call time, the verbs), the conversation
+//! rebuilt from the log (`transcript.rs`), the system prompt (`prompt.rs`)
+//! with its `<space>` index (`index.rs`), the verbs shared by the agent and
+//! the user (`verbs/`), and bounded web reads (`fetch.rs`).
+
+pub mod fetch;
+pub mod host;
+pub mod index;
+pub mod prompt;
+pub mod transcript;
+pub mod verbs;
+
+use crate::config::{AgentSpec, SandboxSpec};
+
+/// How the builtin agent is started: this executable with `agent`.
+pub fn agent_spec() -> std::io::Result<AgentSpec> {
+    let exe = std::env::current_exe()?;
+    Ok(AgentSpec {
+        command: exe.display().to_string(),
+        args: vec!["agent".to_owned()],
+        env: Default::default(),
+        sandbox: SandboxSpec::default(),
+    })
+}

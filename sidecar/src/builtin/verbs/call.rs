@@ -1,0 +1,293 @@
+//! `call{tool, input}` and promoted callables: resolution (a granted
+//! builtin, else an enabled authored tool), touch-expand (a tool this thread
+//! has not read answers with its contract, and invalid input with the
+//! contract and the validation errors), and the builtins themselves:
+//! `search` over the agent's memory and the account's thread titles, and
+//! `web_fetch`. Authored tools run in the script engine, which arrives
+//! with runs; until then calling one says so.
+
+use agentos_protocol::agent_ext::{ToolSpec, VerbResult};
+use agentos_protocol::seed::{Ipld, ToolKind};
+use serde_json::{json, Map, Value};
+
+use super::{failure, success, VerbScope, Verbs};
+use crate::control::SessionScope;
+use crate::space::error::SpaceError;
+use crate::space::tools::{LambdaInput, ToolRecord};
+use crate::space::{registry, schema};
+
+/// Memory a `search` reads, at most: files and bytes.
+const SEARCH_FILES: usize = 500;
+const SEARCH_BYTES: u64 = 8 * 1024 * 1024;
+const SEARCH_FILE_BYTES: u64 = 256 * 1024;
+
+/// IPLD data as JSON (bytes as base64 text; schemas hold none).
+pub(crate) fn ipld_json(value: &Ipld) -> Value {
+    match value {
+        Ipld::Null => Value::Null,
+        Ipld::Bool(b) => Value::Bool(*b),
+        Ipld::Integer(i) => i64::try_from(*i)
+            .map(Value::from)
+            .unwrap_or_else(|_| Value::String(i.to_string())),
+        Ipld::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Ipld::String(s) => Value::String(s.clone()),
+        Ipld::Bytes(b) => Value::String(base64_text(b)),
+        Ipld::List(items) => Value::Array(items.iter().map(ipld_json).collect()),
+        Ipld::Map(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), ipld_json(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        Ipld::Link(cid) => Value::String(cid.to_string()),
+    }
+}
+
+fn base64_text(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// An authored tool document written through `write ~/tools/<name>`.
+pub(super) fn lambda_input(name: &str, document: &Value) -> Result<LambdaInput, String> {
+    let text = |field: &str| document[field].as_str().map(str::to_owned);
+    Ok(LambdaInput {
+        name: name.to_owned(),
+        description: text("description").ok_or("`description` must be a string")?,
+        input: document
+            .get("input")
+            .cloned()
+            .ok_or("`input` must be a JSON Schema")?,
+        output: document.get("output").cloned(),
+        source: text("source").ok_or("`source` must be a string")?,
+        runtime: text("runtime"),
+        summary: text("summary"),
+        enabled: document["enabled"].as_bool(),
+    })
+}
+
+/// Whether the scope may run this record.
+fn allowed(record: &ToolRecord) -> Result<(), VerbResult> {
+    if !record.granted {
+        return Err(failure(
+            "not_granted",
+            format!(
+                "{} is not in this agent's grants; its owner can grant it",
+                record.document.name
+            ),
+        ));
+    }
+    if !record.enabled {
+        return Err(failure(
+            "not_granted",
+            format!("{} is disabled", record.document.name),
+        ));
+    }
+    Ok(())
+}
+
+/// A promoted callable as a provider tool, when it is granted and can run.
+pub(super) async fn direct_spec(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    name: &str,
+) -> Result<Option<ToolSpec>, SpaceError> {
+    if registry::VERBS.contains(&name) {
+        return Ok(None);
+    }
+    let Some(record) = verbs
+        .tools
+        .get(&scope.account_id, &scope.agent_id, name)
+        .await?
+    else {
+        return Ok(None);
+    };
+    if record.document.kind != ToolKind::Builtin || allowed(&record).is_err() {
+        return Ok(None);
+    }
+    Ok(Some(ToolSpec {
+        name: record.document.name.clone(),
+        description: record.document.description.clone(),
+        parameters: ipld_json(&record.document.input),
+    }))
+}
+
+/// Runs a callable. `direct` is a promoted tool called by its own name
+/// (already expanded by definition).
+pub(super) async fn run(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    tool: &str,
+    input: Value,
+    direct: bool,
+) -> VerbResult {
+    let record = match verbs
+        .tools
+        .get(&scope.account_id, &scope.agent_id, tool)
+        .await
+    {
+        Ok(record) => record,
+        Err(e) => return failure(e.code(), e),
+    };
+    let Some(record) = record else {
+        let listing = super::read::run(verbs, scope, &json!({"address": "~/tools/"})).await;
+        let listing = agentos_protocol::agent_ext::output_text(&listing.output);
+        return failure(
+            "not_found",
+            format!("no callable tool named {tool:?}.\n{listing}"),
+        );
+    };
+    if let Err(refused) = allowed(&record) {
+        return refused;
+    }
+    if !direct && !verbs.is_expanded(&scope.session_id, tool) {
+        return success(Value::String(format!(
+            "{}\n\nThis is the tool's contract (first use in this thread). Call it again with \
+             input that fits.",
+            record.contract_markdown()
+        )));
+    }
+    let input = if input.is_null() { json!({}) } else { input };
+    let errors = schema::validate(&ipld_json(&record.document.input), &input);
+    if !errors.is_empty() {
+        return failure(
+            "invalid_input",
+            format!(
+                "{}\n\n{}\n\nThe input does not fit the contract above.",
+                errors.join("\n"),
+                record.contract_markdown()
+            ),
+        );
+    }
+    match (record.document.kind, record.document.name.as_str()) {
+        (ToolKind::Builtin, "search") => search(verbs, scope, &input).await,
+        (ToolKind::Builtin, "web_fetch") => {
+            let url = input["url"].as_str().unwrap_or_default();
+            if !url.starts_with("https://") {
+                return failure("invalid_argument", "only https:// URLs can be fetched");
+            }
+            match verbs.fetcher.fetch(url).await {
+                Ok(page) => success(Value::String(page)),
+                Err(e) => failure(e.code(), e),
+            }
+        }
+        (ToolKind::Builtin, other) => failure(
+            "runtime_unavailable",
+            format!("the builtin {other:?} is not provided by this sidecar"),
+        ),
+        (ToolKind::Lambda, name) => failure(
+            "runtime_unavailable",
+            format!(
+                "{name} is an authored tool; authored tools run in the script engine, which \
+                 arrives with runs and is not in this sidecar yet"
+            ),
+        ),
+    }
+}
+
+/// Case-insensitive search of memory file names and text and of the
+/// account's thread titles, bounded in files and bytes read.
+async fn search(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
+    let query = input["query"].as_str().unwrap_or_default().to_lowercase();
+    if query.is_empty() {
+        return failure("invalid_input", "/query: must not be empty");
+    }
+    let limit = input["limit"].as_u64().unwrap_or(10).clamp(1, 50) as usize;
+    let mut hits: Vec<Value> = Vec::new();
+    let entries = match verbs.memory.list(&scope.agent_id).await {
+        Ok(entries) => entries,
+        Err(e) => return failure(e.code(), e),
+    };
+    let mut read_bytes = 0u64;
+    for entry in entries.iter().filter(|e| !e.is_dir).take(SEARCH_FILES) {
+        if hits.len() >= limit {
+            break;
+        }
+        if entry.path.to_lowercase().contains(&query) {
+            hits.push(json!({"kind": "memory", "address": format!("~/memory/{}", entry.path)}));
+            continue;
+        }
+        if entry.size > SEARCH_FILE_BYTES || read_bytes + entry.size > SEARCH_BYTES {
+            continue;
+        }
+        read_bytes += entry.size;
+        let Ok(file) = verbs
+            .memory
+            .read(&scope.agent_id, &entry.path, SEARCH_FILE_BYTES)
+            .await
+        else {
+            continue;
+        };
+        let Ok(text) = String::from_utf8(file.data) else {
+            continue;
+        };
+        if let Some((number, line)) = text
+            .lines()
+            .enumerate()
+            .find(|(_, line)| line.to_lowercase().contains(&query))
+        {
+            let excerpt: String = line.chars().take(200).collect();
+            hits.push(json!({
+                "kind": "memory",
+                "address": format!("~/memory/{}", entry.path),
+                "line": number + 1,
+                "excerpt": excerpt,
+            }));
+        }
+    }
+    if hits.len() < limit {
+        if let Ok(page) = verbs
+            .control
+            .list_sessions_page(&SessionScope::Account(scope.account_id.clone()), None, 200)
+            .await
+        {
+            for row in page.sessions {
+                if hits.len() >= limit {
+                    break;
+                }
+                let Ok(Some(session)) = verbs.store.get_session(&row.session_id).await else {
+                    continue;
+                };
+                let title = session.title.unwrap_or_default();
+                if title.to_lowercase().contains(&query) {
+                    hits.push(json!({
+                        "kind": "thread",
+                        "address": format!("thread:{}", row.session_id),
+                        "title": title,
+                    }));
+                }
+            }
+        }
+    }
+    success(json!({ "query": query, "hits": hits }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn ipld_becomes_json() {
+        let value = Ipld::Map(BTreeMap::from([
+            ("type".to_owned(), Ipld::String("object".into())),
+            ("n".to_owned(), Ipld::Integer(3)),
+            ("l".to_owned(), Ipld::List(vec![Ipld::Bool(true), Ipld::Null])),
+        ]));
+        assert_eq!(
+            ipld_json(&value),
+            json!({"type": "object", "n": 3, "l": [true, null]})
+        );
+    }
+
+    #[test]
+    fn a_tool_document_needs_its_fields() {
+        let ok = lambda_input(
+            "word_count",
+            &json!({"description": "d", "input": {"type": "object"}, "source": "export default () => 1"}),
+        )
+        .unwrap();
+        assert_eq!(ok.name, "word_count");
+        assert!(lambda_input("x", &json!({"input": {}, "source": "s"})).is_err());
+        assert!(lambda_input("x", &json!({"description": "d", "source": "s"})).is_err());
+    }
+}

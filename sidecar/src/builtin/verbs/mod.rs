@@ -1,0 +1,218 @@
+//! The verbs, run for the agent and for the user alike: `read`, `write` and
+//! `call` over the agent's Space (memory files, tool documents), the
+//! account's threads and the web; `status` and `continue_session` on the
+//! session. The same implementation serves the builtin agent's tool calls
+//! and a user's `InvokeSessionTool`, so the log is symmetric.
+//!
+//! A verb's failure is a result the caller reads (`is_error`, the text
+//! starting with a stable code such as `not_granted:` or
+//! `address_unavailable:`), never a crash or a protocol error. Grants are
+//! checked here, on every call: an expanded tool whose grant was withdrawn
+//! is refused.
+
+mod call;
+mod read;
+pub mod specs;
+mod session;
+mod write;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use agentos_protocol::agent_ext::{ToolSpec, VerbResult};
+use agentos_protocol::host::Actor;
+use serde_json::Value;
+
+use super::fetch::Fetcher;
+use super::host::Resolved;
+use super::index;
+use crate::control::Control;
+use crate::sessions::{SessionStore, Sessions};
+use crate::space::memory::AgentMemory;
+use crate::space::tools::ToolDocuments;
+
+/// Sessions whose expanded tools are remembered at once, at most; past it
+/// the memory starts again (a call then shows a contract once more).
+const MAX_REMEMBERED_SESSIONS: usize = 4096;
+
+/// Who runs a verb, for which agent and session.
+#[derive(Clone, Debug)]
+pub struct VerbScope {
+    pub account_id: String,
+    pub agent_id: String,
+    pub agent_name: String,
+    pub model: String,
+    pub provider: String,
+    pub session_id: String,
+    pub actor: Actor,
+    /// The definition's `tools`: the grant set.
+    pub grants: Option<Vec<String>>,
+}
+
+impl VerbScope {
+    pub fn new(resolved: &Resolved, session_id: &str, actor: Actor) -> VerbScope {
+        VerbScope {
+            account_id: resolved.agent.account_id.clone(),
+            agent_id: resolved.agent.agent_id.clone(),
+            agent_name: resolved.agent.name.clone(),
+            model: resolved.definition.model.clone(),
+            provider: resolved.provider_name.clone(),
+            session_id: session_id.to_owned(),
+            actor,
+            grants: resolved.definition.tools.clone(),
+        }
+    }
+
+    pub(super) fn grants(&self) -> Option<&[String]> {
+        self.grants.as_deref()
+    }
+}
+
+/// A failed verb: `code: message`, as the model and the log see it.
+pub(crate) fn failure(code: &str, message: impl std::fmt::Display) -> VerbResult {
+    VerbResult {
+        output: Value::String(format!("{code}: {message}")),
+        is_error: true,
+        ends_turn: false,
+    }
+}
+
+pub(crate) fn success(output: Value) -> VerbResult {
+    VerbResult {
+        output,
+        is_error: false,
+        ends_turn: false,
+    }
+}
+
+#[derive(Clone)]
+pub struct Verbs {
+    pub(crate) control: Control,
+    pub(crate) store: SessionStore,
+    pub(crate) tools: ToolDocuments,
+    pub(crate) memory: AgentMemory,
+    pub(crate) fetcher: Fetcher,
+    /// The session service, for `continue_session` (set once the service
+    /// exists: it holds this through the agent host).
+    pub(crate) sessions: Arc<OnceLock<Sessions>>,
+    /// The tools each session's thread has expanded: set from the log at
+    /// every turn's context, grown by the reads and calls of the turn.
+    expanded: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Verbs {
+    pub fn new(
+        control: Control,
+        store: SessionStore,
+        tools: ToolDocuments,
+        memory: AgentMemory,
+        fetcher: Fetcher,
+    ) -> Verbs {
+        Verbs {
+            control,
+            store,
+            tools,
+            memory,
+            fetcher,
+            sessions: Arc::new(OnceLock::new()),
+            expanded: Arc::default(),
+        }
+    }
+
+    /// Gives `continue_session` the session service.
+    pub fn attach(&self, sessions: Sessions) {
+        let _ = self.sessions.set(sessions);
+    }
+
+    fn remember(&self, session_id: &str, names: impl IntoIterator<Item = String>) {
+        let mut expanded = lock(&self.expanded);
+        if expanded.len() >= MAX_REMEMBERED_SESSIONS && !expanded.contains_key(session_id) {
+            expanded.clear();
+        }
+        expanded
+            .entry(session_id.to_owned())
+            .or_default()
+            .extend(names);
+    }
+
+    pub(crate) fn is_expanded(&self, session_id: &str, tool: &str) -> bool {
+        lock(&self.expanded)
+            .get(session_id)
+            .is_some_and(|names| names.contains(tool))
+    }
+
+    /// The tools the provider sees this turn: the verbs, then the promoted
+    /// callables that are granted and can run here.
+    pub async fn provider_tools(
+        &self,
+        scope: &VerbScope,
+        promoted: &[String],
+    ) -> Result<Vec<ToolSpec>, crate::space::error::SpaceError> {
+        {
+            let mut expanded = lock(&self.expanded);
+            if expanded.len() >= MAX_REMEMBERED_SESSIONS {
+                expanded.clear();
+            }
+            expanded.insert(
+                scope.session_id.clone(),
+                promoted.iter().cloned().collect(),
+            );
+        }
+        let mut tools = specs::offered();
+        for name in promoted {
+            if let Some(spec) = call::direct_spec(self, scope, name).await? {
+                tools.push(spec);
+            }
+        }
+        Ok(tools)
+    }
+
+    /// The `<space>` index of the agent (empty when it cannot be read).
+    pub async fn space_index(&self, scope: &VerbScope) -> String {
+        index::build(self, scope).await
+    }
+
+    /// Runs one verb (or a promoted callable by its own name).
+    pub async fn run(&self, scope: &VerbScope, name: &str, input: Value) -> VerbResult {
+        let user = matches!(scope.actor, Actor::User { .. });
+        match name {
+            "read" => {
+                let result = read::run(self, scope, &input).await;
+                if let Some(tool) = input["address"]
+                    .as_str()
+                    .and_then(|a| a.strip_prefix("~/tools/"))
+                    .filter(|t| !t.is_empty())
+                {
+                    self.remember(&scope.session_id, [tool.trim_end_matches('/').to_owned()]);
+                }
+                result
+            }
+            "write" => write::run(self, scope, &input).await,
+            "call" => {
+                let Some(tool) = input["tool"].as_str() else {
+                    return failure("invalid_argument", "`tool` must be a string");
+                };
+                let tool = tool.to_owned();
+                let args = input.get("input").cloned().unwrap_or(Value::Null);
+                let result = call::run(self, scope, &tool, args, false).await;
+                self.remember(&scope.session_id, [tool]);
+                result
+            }
+            "status" | "continue_session" if user => failure(
+                "invalid_argument",
+                format!("{name} is the agent's; a user may run read, write and call"),
+            ),
+            "status" => session::status(self, scope, &input).await,
+            "continue_session" => session::continue_session(self, scope, &input).await,
+            "delegate" | "plan" | "return_result" => failure(
+                "runs_unavailable",
+                format!("{name} needs the runs engine, which this sidecar does not have yet"),
+            ),
+            other => call::run(self, scope, other, input, true).await,
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! `read{address, format?, options?}`: memory files and listings, tool
+//! contracts, the agent itself, the account's threads, and web pages when
+//! granted. `hm://` needs a Seed node this sidecar does not have and `run:`
+//! the runs engine; both answer a result the model can read.
+
+use agentos_protocol::agent_ext::{cut_with_notice, output_text, VerbResult, STORED_RESULT_BYTES};
+use agentos_protocol::host::{EventKind, StoredEvent};
+use serde_json::{json, Value};
+
+use super::{failure, success, VerbScope, Verbs};
+use crate::control::SessionScope;
+use crate::space::registry;
+
+/// Events `thread:<id>` shows, newest last.
+const THREAD_EVENTS: u64 = 200;
+/// Threads `thread:` lists.
+const THREAD_LIST: u32 = 50;
+
+pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
+    let Some(address) = input["address"].as_str() else {
+        return failure("invalid_argument", "`address` must be a string");
+    };
+    let address = address.trim();
+    if address == "~/memory" || address.starts_with("~/memory/") {
+        let path = address
+            .strip_prefix("~/memory")
+            .unwrap_or_default()
+            .trim_matches('/');
+        return memory(verbs, scope, path).await;
+    }
+    if address == "~/tools" || address == "~/tools/" {
+        return tool_listing(verbs, scope).await;
+    }
+    if let Some(name) = address.strip_prefix("~/tools/") {
+        return contract(verbs, scope, name.trim_end_matches('/')).await;
+    }
+    if address == "~/self" {
+        return success(json!({
+            "agentId": scope.agent_id,
+            "name": scope.agent_name,
+            "model": scope.model,
+            "modelProvider": scope.provider,
+            "grants": registry::effective_grants(scope.grants()),
+            "sessionId": scope.session_id,
+        }));
+    }
+    if address == "thread:" {
+        let query = input["options"]["query"].as_str().unwrap_or_default();
+        return threads(verbs, scope, query).await;
+    }
+    if let Some(id) = address.strip_prefix("thread:") {
+        return thread(verbs, scope, id).await;
+    }
+    if let Some(id) = address.strip_prefix("run:") {
+        return failure(
+            "not_found",
+            format!("no run {id:?}: runs arrive with the runs engine, which this sidecar does not have yet"),
+        );
+    }
+    if address.starts_with("hm://") || address.starts_with("ipfs://") {
+        return failure(
+            "address_unavailable",
+            "hm:// and ipfs:// addresses need a Seed node, which this sidecar does not have",
+        );
+    }
+    if address.starts_with("https://") {
+        if !registry::granted(scope.grants(), "web_fetch") {
+            return failure(
+                "not_granted",
+                "reading web pages needs the agent's web_fetch grant",
+            );
+        }
+        return match verbs.fetcher.fetch(address).await {
+            Ok(page) => success(Value::String(page)),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    if address.starts_with("http://") {
+        return failure("invalid_address", "only https:// pages can be read");
+    }
+    failure(
+        "invalid_address",
+        format!("{address:?} is not an address this agent can read; see the read verb's description"),
+    )
+}
+
+async fn memory(verbs: &Verbs, scope: &VerbScope, path: &str) -> VerbResult {
+    let listing = |entries: Vec<crate::space::memory::MemoryEntry>| {
+        let lines: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                if e.is_dir {
+                    format!("{}/", e.path)
+                } else {
+                    format!("{} ({} bytes)", e.path, e.size)
+                }
+            })
+            .collect();
+        if lines.is_empty() {
+            success(Value::String("(empty)".into()))
+        } else {
+            success(Value::String(lines.join("\n")))
+        }
+    };
+    if path.is_empty() {
+        return match verbs.memory.list(&scope.agent_id).await {
+            Ok(entries) => listing(entries),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    match verbs
+        .memory
+        .read(&scope.agent_id, path, STORED_RESULT_BYTES as u64)
+        .await
+    {
+        Ok(file) => match String::from_utf8(file.data) {
+            Ok(text) => success(Value::String(text)),
+            Err(_) => success(Value::String(format!(
+                "{path} is a binary file of {} bytes",
+                file.size
+            ))),
+        },
+        Err(e) if e.is_directory() => match verbs.memory.list_dir(&scope.agent_id, path).await {
+            Ok(entries) => listing(entries),
+            Err(e) => failure(e.code(), e),
+        },
+        Err(e) => failure(e.code(), e),
+    }
+}
+
+async fn tool_listing(verbs: &Verbs, scope: &VerbScope) -> VerbResult {
+    match verbs
+        .tools
+        .list(&scope.account_id, &scope.agent_id, scope.grants())
+        .await
+    {
+        Ok(tools) => {
+            let lines: Vec<String> = tools
+                .iter()
+                .map(|t| {
+                    let mut line = format!("- {} — {}", t.document.name, t.document.summary);
+                    if !t.granted {
+                        line.push_str(" (not granted)");
+                    } else if !t.enabled {
+                        line.push_str(" (disabled)");
+                    }
+                    line
+                })
+                .collect();
+            success(Value::String(format!(
+                "Callable tools (read ~/tools/<name> for a contract):\n{}",
+                lines.join("\n")
+            )))
+        }
+        Err(e) => failure(e.code(), e),
+    }
+}
+
+async fn contract(verbs: &Verbs, scope: &VerbScope, name: &str) -> VerbResult {
+    match verbs.tools.get(&scope.account_id, &scope.agent_id, name).await {
+        Ok(Some(record)) => success(Value::String(record.contract_markdown())),
+        Ok(None) => failure("not_found", format!("no tool named {name:?}; read ~/tools/ for the list")),
+        Err(e) => failure(e.code(), e),
+    }
+}
+
+async fn threads(verbs: &Verbs, scope: &VerbScope, query: &str) -> VerbResult {
+    let page = match verbs
+        .control
+        .list_sessions_page(&SessionScope::Account(scope.account_id.clone()), None, THREAD_LIST)
+        .await
+    {
+        Ok(page) => page,
+        Err(e) => return failure(e.code(), "the account's threads cannot be read"),
+    };
+    let needle = query.to_lowercase();
+    let mut lines = Vec::new();
+    for row in page.sessions {
+        let title = match verbs.store.get_session(&row.session_id).await {
+            Ok(Some(session)) => session.title.unwrap_or_default(),
+            Ok(None) => continue,
+            Err(_) => return failure("storage", "the account's threads cannot be read"),
+        };
+        if !needle.is_empty() && !title.to_lowercase().contains(&needle) {
+            continue;
+        }
+        let here = if row.session_id == scope.session_id {
+            " (this thread)"
+        } else {
+            ""
+        };
+        let shown = if title.is_empty() { "(untitled)" } else { &title };
+        lines.push(format!("- thread:{} {shown}{here}", row.session_id));
+    }
+    if lines.is_empty() {
+        return success(Value::String("no threads".into()));
+    }
+    success(Value::String(lines.join("\n")))
+}
+
+async fn thread(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
+    let link = match verbs.control.session_agent(id).await {
+        Ok(link) => link,
+        Err(e) => return failure(e.code(), "the thread cannot be read"),
+    };
+    // Another account's thread is exactly as absent as a missing one.
+    let Some(link) = link.filter(|l| l.account_id == scope.account_id) else {
+        return failure("not_found", format!("no thread {id:?}"));
+    };
+    let page = match verbs
+        .store
+        .history(&link.session_id, None, None, THREAD_EVENTS)
+        .await
+    {
+        Ok(page) => page,
+        Err(_) => return failure("storage", "the thread cannot be read"),
+    };
+    let lines: Vec<String> = page.events.iter().filter_map(event_line).collect();
+    success(Value::String(lines.join("\n")))
+}
+
+/// One event of another thread as a line of text: who said or did what.
+fn event_line(event: &StoredEvent) -> Option<String> {
+    if event.kind != EventKind::SessionUpdate {
+        return None;
+    }
+    let update: Value = serde_json::from_str(&event.payload_json).ok()?;
+    let who = event.actor.kind();
+    let text = match update["sessionUpdate"].as_str()? {
+        "user_message_chunk" | "agent_message_chunk" => {
+            update["content"]["text"].as_str()?.to_owned()
+        }
+        "tool_call" => format!(
+            "[tool call {} {}]",
+            update["title"].as_str().unwrap_or_default(),
+            update.get("rawInput").map(Value::to_string).unwrap_or_default()
+        ),
+        "tool_call_update" => format!(
+            "[tool result {}: {}]",
+            update["status"].as_str().unwrap_or_default(),
+            update.get("rawOutput").map(output_text).unwrap_or_default()
+        ),
+        _ => return None,
+    };
+    Some(format!("#{} {who}: {}", event.sequence, cut_with_notice(&text, 2048)))
+}

@@ -1,0 +1,120 @@
+//! The session verbs: `status` names the session (a title the user set is
+//! never overwritten) and `continue_session` hands the work to a successor
+//! session of the same agent that starts from the handoff, then ends the
+//! turn.
+
+use agentos_protocol::agent_ext::VerbResult;
+use agentos_protocol::host::{Actor, OpenSessionParams};
+use serde_json::{json, Value};
+
+use super::{failure, success, VerbScope, Verbs};
+use crate::config::BUILTIN_AGENT;
+
+/// Bytes of a title or a description the agent may set.
+const MAX_TITLE_BYTES: usize = 1024;
+const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// Bytes of a handoff.
+const MAX_HANDOFF_BYTES: usize = 64 * 1024;
+
+fn bounded<'a>(input: &'a Value, field: &str, max: usize) -> Result<Option<&'a str>, VerbResult> {
+    match &input[field] {
+        Value::Null => Ok(None),
+        Value::String(text) if text.len() <= max => Ok(Some(text.trim())),
+        Value::String(_) => Err(failure(
+            "invalid_argument",
+            format!("`{field}` is longer than {max} bytes"),
+        )),
+        _ => Err(failure("invalid_argument", format!("`{field}` must be a string"))),
+    }
+}
+
+pub(super) async fn status(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
+    let title = match bounded(input, "title", MAX_TITLE_BYTES) {
+        Ok(title) => title.filter(|t| !t.is_empty()),
+        Err(refused) => return refused,
+    };
+    let description = match bounded(input, "description", MAX_DESCRIPTION_BYTES) {
+        Ok(description) => description,
+        Err(refused) => return refused,
+    };
+    if title.is_none() && description.is_none() {
+        return failure("invalid_argument", "give a title, a description or both");
+    }
+    let now = crate::sessions::store::clock_ms();
+    match verbs
+        .store
+        .set_agent_status(&scope.session_id, title, description, now)
+        .await
+    {
+        Ok(Some(kept_user_title)) => success(json!({
+            "title": if kept_user_title { Value::String("kept: the user set this session's title".into()) } else { json!(title) },
+            "description": description,
+        })),
+        Ok(None) => failure("not_found", "the session no longer exists"),
+        Err(_) => failure("storage", "the session's status could not be saved"),
+    }
+}
+
+pub(super) async fn continue_session(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    input: &Value,
+) -> VerbResult {
+    let (reason, title, handoff) = match (
+        bounded(input, "reason", MAX_DESCRIPTION_BYTES),
+        bounded(input, "title", MAX_TITLE_BYTES),
+        bounded(input, "handoff", MAX_HANDOFF_BYTES),
+    ) {
+        (Ok(Some(reason)), Ok(Some(title)), Ok(Some(handoff)))
+            if !title.is_empty() && !handoff.is_empty() =>
+        {
+            (reason, title, handoff)
+        }
+        (Err(refused), _, _) | (_, Err(refused), _) | (_, _, Err(refused)) => return refused,
+        _ => {
+            return failure(
+                "invalid_argument",
+                "`reason`, `title` and `handoff` are required",
+            )
+        }
+    };
+    let Some(sessions) = verbs.sessions.get() else {
+        return failure("unavailable", "sessions cannot be started here");
+    };
+    let successor = uuid::Uuid::new_v4().to_string();
+    if let Err(e) = sessions
+        .open(OpenSessionParams {
+            session_id: Some(successor.clone()),
+            agent: BUILTIN_AGENT.to_owned(),
+            title: Some(title.to_owned()),
+            ..OpenSessionParams::default()
+        })
+        .await
+    {
+        return failure(e.code().as_str(), e);
+    }
+    if let Err(e) = verbs.control.link_session(&successor, &scope.agent_id).await {
+        let _ = sessions.delete(&successor).await;
+        return failure(e.code(), "the successor session could not be linked");
+    }
+    let text = format!(
+        "[continued from thread:{} — {reason}]\n\n{handoff}",
+        scope.session_id
+    );
+    let background = sessions.clone();
+    let id = successor.clone();
+    tokio::spawn(async move {
+        let content = vec![json!({"type": "text", "text": text})];
+        if let Err(e) = background
+            .prompt_in_turn(&id, content, None, Actor::System)
+            .await
+        {
+            tracing::warn!(session = %id, error = %e, "the continued session's first turn failed");
+        }
+    });
+    VerbResult {
+        output: json!({ "sessionId": successor, "title": title }),
+        is_error: false,
+        ends_turn: true,
+    }
+}

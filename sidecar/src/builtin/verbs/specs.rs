@@ -1,0 +1,107 @@
+//! The verbs as the provider sees them: names, model-facing descriptions
+//! and input schemas. `delegate`, `plan` and `return_result` are not offered:
+//! they need the runs engine (a call by name still gets a clear answer).
+
+use agentos_protocol::agent_ext::ToolSpec;
+use serde_json::json;
+
+/// The verbs offered to the provider, in this order.
+pub fn offered() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "read".into(),
+            description: "Read an address: `~/memory/<path>` (a file, or a directory's listing), \
+                          `~/tools/` (the tool listing) or `~/tools/<name>` (a contract), `~/self`, \
+                          `thread:` (this account's threads; options.query filters by title), \
+                          `thread:<id>` (its latest events), `https://…` (a web page, when granted)."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "address": {"type": "string"},
+                    "format": {"type": "string", "enum": ["markdown", "json"]},
+                    "options": {"type": "object"},
+                },
+                "required": ["address"],
+            }),
+        },
+        ToolSpec {
+            name: "write".into(),
+            description: "Write an address: `~/memory/<path>` with `content` (creates parents; \
+                          options.delete removes the file or directory), or `~/tools/<name>` with \
+                          `content` a JSON tool document {description, input, output?, source, \
+                          runtime?}. dryRun reports what would happen."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "address": {"type": "string"},
+                    "content": {"type": "string"},
+                    "options": {"type": "object"},
+                    "dryRun": {"type": "boolean"},
+                },
+                "required": ["address"],
+            }),
+        },
+        ToolSpec {
+            name: "call".into(),
+            description: "Call a callable tool by name with its input. A tool you have not read \
+                          yet answers with its contract first; `read ~/tools/` lists them."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "tool": {"type": "string"},
+                    "input": {"type": "object"},
+                },
+                "required": ["tool"],
+            }),
+        },
+        ToolSpec {
+            name: "status".into(),
+            description: "Set this session's title (and a one-line description of what it is \
+                          doing). A title the user set is kept."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string"},
+                    "description": {"type": "string"},
+                },
+            }),
+        },
+        ToolSpec {
+            name: "continue_session".into(),
+            description: "Hand this work to a fresh session when this one grows too long: the \
+                          successor starts from your handoff. Ends this turn."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "reason": {"type": "string"},
+                    "title": {"type": "string"},
+                    "description": {"type": "string"},
+                    "handoff": {"type": "string"},
+                },
+                "required": ["reason", "title", "handoff"],
+            }),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_offered_verb_has_an_object_schema() {
+        let specs = offered();
+        assert_eq!(
+            specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["read", "write", "call", "status", "continue_session"]
+        );
+        for spec in specs {
+            assert_eq!(spec.parameters["type"], "object", "{}", spec.name);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `write{address, content?, options?, dryRun?}`: memory files (never
+//! gated) and authored tool documents. An option nobody knows is refused,
+//! as in the reference.
+
+use agentos_protocol::agent_ext::VerbResult;
+use serde_json::{json, Value};
+
+use super::{failure, success, VerbScope, Verbs};
+
+const MEMORY_OPTIONS: &[&str] = &["delete"];
+const TOOL_OPTIONS: &[&str] = &["delete", "previousName"];
+
+fn unknown_option(options: &Value, known: &[&str]) -> Option<VerbResult> {
+    let map = options.as_object()?;
+    map.keys()
+        .find(|k| !known.contains(&k.as_str()))
+        .map(|k| failure("invalid_argument", format!("unknown option {k:?}")))
+}
+
+pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
+    let Some(address) = input["address"].as_str() else {
+        return failure("invalid_argument", "`address` must be a string");
+    };
+    let options = &input["options"];
+    if !options.is_null() && !options.is_object() {
+        return failure("invalid_argument", "`options` must be an object");
+    }
+    let dry_run = input["dryRun"].as_bool().unwrap_or(false);
+    let delete = options["delete"].as_bool().unwrap_or(false);
+    if let Some(path) = address.strip_prefix("~/memory/") {
+        if let Some(refused) = unknown_option(options, MEMORY_OPTIONS) {
+            return refused;
+        }
+        let path = path.trim_matches('/');
+        if delete {
+            if dry_run {
+                return success(Value::String(format!("would delete ~/memory/{path}")));
+            }
+            return match verbs.memory.delete(&scope.agent_id, path).await {
+                Ok(deleted) => success(json!({ "path": path, "deleted": deleted })),
+                Err(e) => failure(e.code(), e),
+            };
+        }
+        let Some(content) = input["content"].as_str() else {
+            return failure("invalid_argument", "`content` must be a string");
+        };
+        if dry_run {
+            return success(Value::String(format!(
+                "would write {} bytes to ~/memory/{path}",
+                content.len()
+            )));
+        }
+        return match verbs
+            .memory
+            .write(&scope.agent_id, path, content.as_bytes())
+            .await
+        {
+            Ok(entry) => success(json!({ "path": entry.path, "size": entry.size })),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    if let Some(name) = address.strip_prefix("~/tools/") {
+        if let Some(refused) = unknown_option(options, TOOL_OPTIONS) {
+            return refused;
+        }
+        let name = name.trim_end_matches('/');
+        if delete {
+            if dry_run {
+                return success(Value::String(format!("would delete ~/tools/{name}")));
+            }
+            return match verbs
+                .tools
+                .delete_lambda(&scope.account_id, &scope.agent_id, name)
+                .await
+            {
+                Ok(deleted) => success(json!({ "name": name, "deleted": deleted })),
+                Err(e) => failure(e.code(), e),
+            };
+        }
+        let document = match &input["content"] {
+            Value::String(text) => match serde_json::from_str::<Value>(text) {
+                Ok(value) => value,
+                Err(e) => {
+                    return failure(
+                        "invalid_argument",
+                        format!("`content` must be a JSON tool document: {e}"),
+                    )
+                }
+            },
+            Value::Object(_) => input["content"].clone(),
+            _ => {
+                return failure(
+                    "invalid_argument",
+                    "`content` must be a JSON tool document {description, input, output?, source, runtime?}",
+                )
+            }
+        };
+        let lambda = match super::call::lambda_input(name, &document) {
+            Ok(lambda) => lambda,
+            Err(message) => return failure("invalid_argument", message),
+        };
+        if dry_run {
+            return success(Value::String(format!("would save the tool {name}")));
+        }
+        let previous = options["previousName"].as_str();
+        return match verbs
+            .tools
+            .save_lambda(&scope.account_id, &scope.agent_id, lambda, previous)
+            .await
+        {
+            Ok(record) => success(json!({ "name": record.document.name, "cid": record.cid })),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    if address.starts_with("hm://") || address.starts_with("ipfs://") {
+        return failure(
+            "address_unavailable",
+            "hm:// and ipfs:// addresses need a Seed node, which this sidecar does not have",
+        );
+    }
+    failure(
+        "invalid_address",
+        format!("{address:?} cannot be written; memory (~/memory/…) and tools (~/tools/…) can"),
+    )
+}
