@@ -1,0 +1,487 @@
+//! OpenAI chat completions, which OpenAI and every OpenAI-compatible
+//! server (Ollama, OpenRouter, vLLM, …) speak: the request body, the chunk
+//! stream read back (tool calls arrive as fragments keyed by index and are
+//! handed over whole at the finish), and the model list.
+
+use std::collections::BTreeMap;
+
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+use super::transport::{secret_header, EventStream, Transport};
+use super::{
+    parse_arguments, parse_event, u64_at, Endpoint, Message, ModelInfo, ModelRequest,
+    ProviderError, ProviderKind, StopKind, StreamEvent, ToolCall, Usage,
+};
+
+pub(super) async fn stream(
+    transport: &Transport,
+    endpoint: &Endpoint,
+    request: &ModelRequest,
+    on_event: &mut (dyn FnMut(StreamEvent) + Send),
+) -> Result<StopKind, ProviderError> {
+    let url = transport.url(endpoint, "/chat/completions")?;
+    let body = request_body(endpoint.kind, request);
+    let mut events = transport
+        .post_stream(url, headers(endpoint)?, &body)
+        .await?;
+    read_stream(&mut events, on_event).await
+}
+
+pub(super) async fn list_models(
+    transport: &Transport,
+    endpoint: &Endpoint,
+) -> Result<Vec<ModelInfo>, ProviderError> {
+    let url = transport.url(endpoint, "/models")?;
+    let body = transport.get_json(url, headers(endpoint)?).await?;
+    parse_models(&body)
+}
+
+fn headers(endpoint: &Endpoint) -> Result<HeaderMap, ProviderError> {
+    let mut headers = HeaderMap::new();
+    // Local servers (Ollama, vLLM) take no key; an empty one is none.
+    if let Some(key) = endpoint.api_key.as_deref().filter(|k| !k.is_empty()) {
+        secret_header(&mut headers, "authorization", &format!("Bearer {key}"))?;
+    }
+    Ok(headers)
+}
+
+pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    for message in &request.messages {
+        messages.push(match message {
+            Message::User { text } => json!({"role": "user", "content": text}),
+            Message::Assistant { text, tool_calls } => {
+                let mut entry = json!({"role": "assistant"});
+                entry["content"] = if text.is_empty() && !tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text.clone())
+                };
+                if !tool_calls.is_empty() {
+                    let calls: Vec<Value> = tool_calls
+                        .iter()
+                        .map(|call| {
+                            json!({
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": arguments_text(&call.arguments)},
+                            })
+                        })
+                        .collect();
+                    entry["tool_calls"] = Value::Array(calls);
+                }
+                entry
+            }
+            Message::ToolResult {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                // The API has no error flag on a tool message; the model
+                // learns of the failure from the text.
+                let content = if *is_error {
+                    format!("Error: {content}")
+                } else {
+                    content.clone()
+                };
+                json!({"role": "tool", "tool_call_id": call_id, "content": content})
+            }
+        });
+    }
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    // OpenAI's reasoning models refuse `max_tokens`; compatible servers
+    // mostly know only `max_tokens`.
+    let max_tokens_field = match kind {
+        ProviderKind::OpenAi => "max_completion_tokens",
+        _ => "max_tokens",
+    };
+    body[max_tokens_field] = json!(request.max_tokens);
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                })
+            })
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    body
+}
+
+/// Arguments as the API carries them: a JSON text. Text kept because it
+/// did not parse goes back as the model wrote it.
+fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn read_stream(
+    events: &mut EventStream,
+    on_event: &mut (dyn FnMut(StreamEvent) + Send),
+) -> Result<StopKind, ProviderError> {
+    let mut state = StreamState::default();
+    loop {
+        match events.next().await? {
+            Some(event) => {
+                if state.on_data(&event.data, on_event)? {
+                    return state.finish(on_event);
+                }
+            }
+            // Some compatible servers end the body after the finish
+            // without `[DONE]`; without a finish the answer was cut.
+            None if state.finish_reason.is_some() => return state.finish(on_event),
+            None => return Err(events.truncated()),
+        }
+    }
+}
+
+/// A tool call being assembled from its fragments.
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[derive(Default)]
+pub(super) struct StreamState {
+    calls: BTreeMap<u64, PartialCall>,
+    calls_emitted: bool,
+    finish_reason: Option<String>,
+    refused: bool,
+    usage: Option<Usage>,
+}
+
+impl StreamState {
+    /// Reads one event's data; true once `[DONE]` ends the stream.
+    pub(super) fn on_data(
+        &mut self,
+        data: &str,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<bool, ProviderError> {
+        if data.trim() == "[DONE]" {
+            return Ok(true);
+        }
+        let chunk = parse_event(data)?;
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .or_else(|| error.as_str())
+                .unwrap_or("no message");
+            let status = error
+                .get("code")
+                .and_then(Value::as_u64)
+                .and_then(|c| u16::try_from(c).ok());
+            return Err(ProviderError::in_stream(status, message));
+        }
+        if chunk.get("usage").is_some_and(Value::is_object) {
+            self.usage = Some(Usage {
+                input_tokens: u64_at(&chunk, "/usage/prompt_tokens"),
+                output_tokens: u64_at(&chunk, "/usage/completion_tokens"),
+            });
+        }
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        // One completion is asked for: the choice of index 0.
+        let Some(choice) = choices.and_then(|c| {
+            c.iter()
+                .find(|choice| choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
+        }) else {
+            return Ok(false);
+        };
+        if let Some(delta) = choice.get("delta") {
+            self.on_delta(delta, on_event)?;
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+            self.emit_calls(on_event)?;
+        }
+        Ok(false)
+    }
+
+    fn on_delta(
+        &mut self,
+        delta: &Value,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<(), ProviderError> {
+        for field in ["reasoning_content", "reasoning"] {
+            if let Some(text) = delta.get(field).and_then(Value::as_str) {
+                if !text.is_empty() {
+                    on_event(StreamEvent::ReasoningDelta(text.to_owned()));
+                }
+            }
+        }
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            if !text.is_empty() {
+                on_event(StreamEvent::TextDelta(text.to_owned()));
+            }
+        }
+        if let Some(text) = delta.get("refusal").and_then(Value::as_str) {
+            if !text.is_empty() {
+                self.refused = true;
+                on_event(StreamEvent::TextDelta(text.to_owned()));
+            }
+        }
+        let Some(fragments) = delta.get("tool_calls").and_then(Value::as_array) else {
+            return Ok(());
+        };
+        for fragment in fragments {
+            let index = match fragment.get("index").and_then(Value::as_u64) {
+                Some(index) => index,
+                // Servers that omit the index send each call whole, or
+                // continue the last one without an id.
+                None => {
+                    let last = self.calls.keys().next_back().copied();
+                    match (fragment.get("id").and_then(Value::as_str), last) {
+                        (None, Some(last)) => last,
+                        (Some(id), Some(last)) if self.calls[&last].id == id => last,
+                        (_, last) => last.map_or(0, |l| l + 1),
+                    }
+                }
+            };
+            let call = self.calls.entry(index).or_default();
+            if let Some(id) = fragment.get("id").and_then(Value::as_str) {
+                if !id.is_empty() {
+                    call.id = id.to_owned();
+                }
+            }
+            if let Some(function) = fragment.get("function") {
+                if let Some(name) = function.get("name").and_then(Value::as_str) {
+                    call.name.push_str(name);
+                }
+                if let Some(arguments) = function.get("arguments") {
+                    match arguments {
+                        Value::String(text) => call.arguments.push_str(text),
+                        // A few servers send the arguments as an object.
+                        Value::Object(_) => call.arguments.push_str(&arguments.to_string()),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn emit_calls(
+        &mut self,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<(), ProviderError> {
+        if self.calls_emitted {
+            return Ok(());
+        }
+        self.calls_emitted = true;
+        for (index, call) in &self.calls {
+            if call.name.is_empty() {
+                return Err(ProviderError::protocol(format!(
+                    "tool call {index} of the stream has no name"
+                )));
+            }
+        }
+        for call in self.calls.values() {
+            let id = if call.id.is_empty() {
+                format!("call_{}", uuid::Uuid::new_v4().simple())
+            } else {
+                call.id.clone()
+            };
+            on_event(StreamEvent::ToolCall(ToolCall {
+                id,
+                name: call.name.clone(),
+                arguments: parse_arguments(&call.arguments),
+            }));
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish(
+        mut self,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<StopKind, ProviderError> {
+        // A stream ended by `[DONE]` without a finish reason: the calls that
+        // came are complete, since nothing more will.
+        self.emit_calls(on_event)?;
+        if let Some(usage) = self.usage {
+            on_event(StreamEvent::Usage(usage));
+        }
+        Ok(match self.finish_reason.as_deref() {
+            Some("length") => StopKind::MaxTokens,
+            Some("content_filter") => StopKind::Refusal,
+            _ if self.refused => StopKind::Refusal,
+            // Some servers finish with `stop` after calling tools: the calls
+            // decide.
+            _ if !self.calls.is_empty() => StopKind::ToolUse,
+            _ => StopKind::EndTurn,
+        })
+    }
+}
+
+pub(super) fn parse_models(body: &Value) -> Result<Vec<ModelInfo>, ProviderError> {
+    let data = body
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ProviderError::protocol("the model list has no `data` array".to_owned()))?;
+    Ok(data
+        .iter()
+        .filter_map(|model| model.get("id").and_then(Value::as_str))
+        .map(|id| ModelInfo {
+            id: id.to_owned(),
+            name: id.to_owned(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtin::provider::ToolSpec;
+
+    fn collect(datas: &[&str]) -> (Result<Option<StopKind>, ProviderError>, Vec<StreamEvent>) {
+        let mut state = StreamState::default();
+        let mut seen = Vec::new();
+        let mut sink = |e: StreamEvent| seen.push(e);
+        for data in datas {
+            match state.on_data(data, &mut sink) {
+                Ok(true) => {
+                    let stop = state.finish(&mut sink);
+                    return (stop.map(Some), seen);
+                }
+                Ok(false) => {}
+                Err(e) => return (Err(e), seen),
+            }
+        }
+        (Ok(None), seen)
+    }
+
+    #[test]
+    fn body_carries_system_tools_and_history() {
+        let request = ModelRequest {
+            model: "m".into(),
+            system: "be brief".into(),
+            messages: vec![
+                Message::User { text: "hi".into() },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "read".into(),
+                        arguments: json!({"address": "/a"}),
+                    }],
+                },
+                Message::ToolResult {
+                    call_id: "c1".into(),
+                    name: "read".into(),
+                    content: "nope".into(),
+                    is_error: true,
+                },
+            ],
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "reads".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            max_tokens: 100,
+        };
+        let body = request_body(ProviderKind::OpenAi, &request);
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "be brief"})
+        );
+        assert_eq!(body["messages"][2]["content"], Value::Null);
+        assert_eq!(
+            body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            json!("{\"address\":\"/a\"}")
+        );
+        assert_eq!(
+            body["messages"][3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "Error: nope"})
+        );
+        assert_eq!(body["tools"][0]["function"]["name"], "read");
+        assert_eq!(body["max_completion_tokens"], 100);
+        let body = request_body(ProviderKind::OpenAiCompatible, &request);
+        assert_eq!(body["max_tokens"], 100);
+    }
+
+    #[test]
+    fn fragments_without_index_are_assembled() {
+        let (stop, seen) = collect(&[
+            r#"{"choices":[{"delta":{"tool_calls":[{"id":"a","function":{"name":"x","arguments":"{\"k\""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":":1}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"y","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(stop, Ok(Some(StopKind::ToolUse)));
+        assert_eq!(
+            seen,
+            vec![
+                StreamEvent::ToolCall(ToolCall {
+                    id: "a".into(),
+                    name: "x".into(),
+                    arguments: json!({"k": 1})
+                }),
+                StreamEvent::ToolCall(ToolCall {
+                    id: "b".into(),
+                    name: "y".into(),
+                    arguments: json!({})
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn finish_reasons_map_to_stop_kinds() {
+        for (reason, kind) in [
+            ("stop", StopKind::EndTurn),
+            ("length", StopKind::MaxTokens),
+            ("content_filter", StopKind::Refusal),
+            ("tool_calls", StopKind::EndTurn),
+        ] {
+            let finish = format!(r#"{{"choices":[{{"delta":{{}},"finish_reason":"{reason}"}}]}}"#);
+            let (stop, _) = collect(&[&finish, "[DONE]"]);
+            assert_eq!(stop, Ok(Some(kind)), "{reason}");
+        }
+    }
+
+    #[test]
+    fn an_error_chunk_is_classified() {
+        let (stop, _) = collect(&[r#"{"error":{"message":"upstream overloaded","code":502}}"#]);
+        let error = stop.unwrap_err();
+        assert!(error.is_retryable());
+        assert!(error.message.contains("upstream overloaded"));
+        let (stop, _) = collect(&["{not json"]);
+        assert_eq!(stop.unwrap_err().code, super::super::PROVIDER_PROTOCOL);
+    }
+
+    #[test]
+    fn model_list() {
+        let models = parse_models(&json!({"data": [{"id": "a"}, {"id": "b"}, {"x": 1}]})).unwrap();
+        assert_eq!(models.len(), 2);
+        assert_eq!(
+            models[1],
+            ModelInfo {
+                id: "b".into(),
+                name: "b".into()
+            }
+        );
+        assert!(parse_models(&json!({"models": []})).is_err());
+    }
+}
