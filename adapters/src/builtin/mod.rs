@@ -1,6 +1,13 @@
 //! The builtin model agent: an ACP agent that runs inside this crate and
 //! answers prompts by calling an LLM provider over HTTP, rather than
 //! spawning a third-party agent. `provider` is its client for the
-//! providers' APIs.
+//! providers' APIs; `agent` serves ACP (the request loop and sessions),
+//! `turn` runs one prompt's model loop, `peer` is the JSON-RPC line
+//! connection and `local` the configuration used under a client that is not
+//! the sidecar.
 
+pub mod agent;
+pub mod local;
+mod peer;
 pub mod provider;
+mod turn;

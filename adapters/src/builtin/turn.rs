@@ -304,7 +304,6 @@ async fn call_model(
             let _ = tx.send(event);
         };
         let result = agent.provider.stream(endpoint, request, &mut on_event).await;
-        drop(on_event);
         drop(tx);
         result
     };

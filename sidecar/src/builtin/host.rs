@@ -75,7 +75,23 @@ pub struct Resolved {
     pub agent: AgentRecord,
     pub definition: AgentDefinition,
     pub provider_name: String,
-    pub provider: ModelProviderConfig,
+    /// `None` when the account has no provider of that name (the verbs
+    /// still run; a model call cannot).
+    pub provider: Option<ModelProviderConfig>,
+}
+
+impl Resolved {
+    pub fn provider(&self) -> Result<&ModelProviderConfig, RpcError> {
+        self.provider.as_ref().ok_or_else(|| {
+            unservable(
+                "provider_not_found",
+                format!(
+                    "the agent's model provider {:?} does not exist",
+                    self.provider_name
+                ),
+            )
+        })
+    }
 }
 
 pub struct Host {
@@ -125,22 +141,20 @@ impl Host {
             .ok_or_else(|| unservable("agent_not_found", "the session's agent was deleted"))?;
         let definition: AgentDefinition = cbor::from_slice(&agent.definition, MAX_DOCUMENT_BYTES)
             .map_err(|_| RpcError::internal("the agent's stored definition does not decode"))?;
-        let record = self
+        let provider = match self
             .control
             .get_provider(&agent.account_id, &definition.model_provider)
             .await
             .map_err(storage)?
-            .ok_or_else(|| {
-                unservable(
-                    "provider_not_found",
-                    format!(
-                        "the agent's model provider {:?} does not exist",
-                        definition.model_provider
-                    ),
-                )
-            })?;
-        let provider: ModelProviderConfig = cbor::from_slice(&record.config, MAX_DOCUMENT_BYTES)
-            .map_err(|_| RpcError::internal("the provider's stored config does not decode"))?;
+        {
+            Some(record) => Some(
+                cbor::from_slice::<ModelProviderConfig>(&record.config, MAX_DOCUMENT_BYTES)
+                    .map_err(|_| {
+                        RpcError::internal("the provider's stored config does not decode")
+                    })?,
+            ),
+            None => None,
+        };
         Ok(Resolved {
             provider_name: definition.model_provider.clone(),
             agent,
@@ -151,7 +165,8 @@ impl Host {
 
     async fn context(&self, turn: TurnScope<'_>) -> Result<TurnContext, RpcError> {
         let resolved = self.resolve(turn.session_id).await?;
-        let base_url = self.endpoints.resolve(&resolved.provider)?;
+        let provider = resolved.provider()?.clone();
+        let base_url = self.endpoints.resolve(&provider)?;
         let items = transcript::rebuild(&self.store, turn.session_id, turn.input_floor)
             .await
             .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
@@ -168,7 +183,7 @@ impl Host {
             system_prompt: prompt::system_prompt(&resolved.definition.system_prompt, &index),
             provider: ProviderRef {
                 name: resolved.provider_name.clone(),
-                provider_type: resolved.provider.provider_type.clone(),
+                provider_type: provider.provider_type.clone(),
                 base_url,
                 model: resolved.definition.model.clone(),
             },
@@ -181,7 +196,7 @@ impl Host {
     async fn provider_key(&self, session_id: &str) -> Result<ProviderKey, RpcError> {
         let resolved = self.resolve(session_id).await?;
         let Some(name) = resolved
-            .provider
+            .provider()?
             .secret_refs
             .as_ref()
             .and_then(|refs| refs.get("apiKey"))

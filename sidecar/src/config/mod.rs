@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod builtin;
 mod http;
+pub use builtin::BuiltinConfig;
 pub use http::{ControlLimits, HttpConfig, HttpListen, SecretsConfig, WsLimits};
 
 /// Why a config was refused. The message always starts with the field path.
@@ -123,6 +125,9 @@ pub struct Config {
     /// Where the key of the provider secrets lives.
     #[serde(default)]
     pub secrets: SecretsConfig,
+    /// How the builtin model agent reaches providers.
+    #[serde(default)]
+    pub builtin: BuiltinConfig,
 }
 
 /// `filesystem`: the VM's mount policy as configured. The VFS normalises it
@@ -585,6 +590,7 @@ impl Config {
                 ..HttpConfig::default()
             },
             secrets: SecretsConfig::default(),
+            builtin: BuiltinConfig::default(),
         }
     }
 
@@ -706,6 +712,7 @@ impl Config {
         self.filesystem.validate()?;
         self.http.validate()?;
         self.limits.control.validate()?;
+        self.builtin.validate()?;
         if let Some(path) = &self.secrets.key_file {
             validate_path("secrets.keyFile", path)?;
         }

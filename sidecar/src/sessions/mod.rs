@@ -271,6 +271,39 @@ impl Sessions {
         self.get(session_id).await
     }
 
+    /// Appends `updates` (ACP `session/update` payloads) to the log as
+    /// `actor`, outside a turn: a user's own verb on the shared log. Goes
+    /// through the session's route, the log's only writer (starting it if
+    /// needed); `session_busy` while a turn is live. Answers the sequence of
+    /// the last event.
+    pub async fn append(
+        &self,
+        session_id: &str,
+        actor: Actor,
+        updates: Vec<Value>,
+    ) -> Result<u64, SessionError> {
+        self.row(session_id).await?;
+        let events: Vec<store::NewEvent> = updates
+            .iter()
+            .map(|update| store::NewEvent::update(actor.clone(), update))
+            .collect();
+        let bytes: u64 = events.iter().map(store::NewEvent::bytes).sum();
+        if bytes > self.shared.limits.max_turn_output_bytes {
+            return Err(SessionError::InvalidArgument(format!(
+                "the events to append hold {bytes} bytes, over limits.acp.maxTurnOutputBytes"
+            )));
+        }
+        self.send_to_route(
+            session_id,
+            || Err(SessionError::RouteGone),
+            |reply| Command::Append {
+                events: events.clone(),
+                reply,
+            },
+        )
+        .await
+    }
+
     /// The sequence of the last event a finished prompt's turn wrote.
     pub async fn prompt_last_output(
         &self,

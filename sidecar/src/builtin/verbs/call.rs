@@ -22,7 +22,7 @@ const SEARCH_BYTES: u64 = 8 * 1024 * 1024;
 const SEARCH_FILE_BYTES: u64 = 256 * 1024;
 
 /// IPLD data as JSON (bytes as base64 text; schemas hold none).
-pub(crate) fn ipld_json(value: &Ipld) -> Value {
+pub fn ipld_json(value: &Ipld) -> Value {
     match value {
         Ipld::Null => Value::Null,
         Ipld::Bool(b) => Value::Bool(*b),

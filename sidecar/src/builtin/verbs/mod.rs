@@ -11,6 +11,7 @@
 //! is refused.
 
 mod call;
+pub use call::ipld_json;
 mod read;
 pub mod specs;
 mod session;

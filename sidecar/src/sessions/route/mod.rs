@@ -99,6 +99,12 @@ pub(crate) enum Command {
         reason: StopReason,
         reply: oneshot::Sender<()>,
     },
+    /// Appends events outside a turn (a user's own verb); refused with
+    /// `session_busy` while a turn is live. Answers the last sequence.
+    Append {
+        events: Vec<NewEvent>,
+        reply: oneshot::Sender<Result<u64, SessionError>>,
+    },
 }
 
 /// The service's handle on a running route.
@@ -255,6 +261,14 @@ impl Route {
                         let _ = reply.send(());
                         break;
                     }
+                    Some(Command::Append { events, reply }) => {
+                        let result = self.commit(events, vec![]).await;
+                        let _ = reply.send(result.map(|()| self.counters.latest_sequence));
+                        if self.lost_commit.is_some() {
+                            self.end_after_lost_commit().await;
+                            break;
+                        }
+                    }
                 },
             }
             if self.exited {
@@ -293,6 +307,9 @@ impl Route {
                 }
                 Command::Stop { reply, .. } => {
                     let _ = reply.send(());
+                }
+                Command::Append { reply, .. } => {
+                    let _ = reply.send(Err(SessionError::RouteGone));
                 }
             }
         }

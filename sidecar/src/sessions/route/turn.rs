@@ -215,6 +215,9 @@ impl Route {
                             let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
                         }
                         Some(Command::Stop { reason, reply }) => break TurnEnd::Stopped(reason, reply),
+                        Some(Command::Append { reply, .. }) => {
+                            let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
+                        }
                     }
                 }
                 result = &mut answer => {
