@@ -14,5 +14,6 @@ pub mod sandbox;
 pub mod seed_client;
 pub mod serve;
 pub mod sessions;
+pub mod space;
 pub mod vfs;
 pub mod vm;

@@ -1,6 +1,7 @@
 //! The Seed Agents signed control plane, as bytes: canonical DAG-CBOR,
 //! principals, the signed action envelope, Capability blobs, typed actions,
-//! responses and WebSocket events. Pure: no I/O, no clock, no storage.
+//! responses, WebSocket events and tool documents. Pure: no I/O, no clock,
+//! no storage.
 //!
 //! A request travels: bytes → [`Envelope::decode`] (bounded, shape only) →
 //! [`Envelope::verify_signature`] and [`Envelope::ts_ms`] (the server checks
@@ -17,11 +18,13 @@ mod error;
 pub mod event;
 mod principal;
 pub mod response;
+pub mod tool;
 pub mod vocab;
 pub mod ws;
 
 pub use action::{
-    Action, AgentDefinition, ContentPart, ModelProviderConfig, SessionListCursor, SystemPrompt,
+    Action, AgentDefinition, AgentToolInput, ContentPart, MemoryContent, ModelProviderConfig,
+    SessionListCursor, SystemPrompt,
 };
 pub use capability::{cid_of, Capability, Role};
 pub use code::ApiCode;
@@ -31,3 +34,4 @@ pub use error::SeedError;
 pub use ipld_core::ipld::Ipld;
 pub use principal::{Principal, ED25519_PREFIX, PRINCIPAL_LEN};
 pub use response::{encode_response, try_encode_response, ErrorResponse};
+pub use tool::{ToolDocument, MAX_TOOL_DOCUMENT_BYTES};

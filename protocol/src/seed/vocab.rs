@@ -132,6 +132,41 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// What a tool document is: a binding to code the server ships
+    /// (`builtin`), or a tool an agent or its owner authored (`lambda`).
+    ToolKind {
+        Builtin => "builtin",
+        Lambda => "lambda",
+    }
+}
+
+string_enum! {
+    /// The verbs a user may run on a session's log (`InvokeSessionTool`).
+    ToolVerb {
+        Read => "read",
+        Write => "write",
+        Call => "call",
+    }
+}
+
+string_enum! {
+    /// What an entry of an agent's memory is.
+    MemoryEntryType {
+        File => "file",
+        Dir => "dir",
+    }
+}
+
+string_enum! {
+    /// How a memory file's content travels: `utf8` in `content`, `binary`
+    /// in `data`.
+    MemoryEncoding {
+        Utf8 => "utf8",
+        Binary => "binary",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

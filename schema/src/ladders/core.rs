@@ -5,7 +5,8 @@
 //! counter row so that limits are checked without `COUNT(` scans; and the
 //! signed control plane's state (migration 4): accounts and their signers,
 //! agents with their collaborators and session links, model providers,
-//! encrypted secrets and the idempotency records of signed actions.
+//! encrypted secrets and the idempotency records of signed actions; and
+//! (migration 5) agents' tool documents and a session title's source.
 
 use crate::migrate::Migration;
 
@@ -372,6 +373,33 @@ pub const MIGRATIONS: &[Migration] = &[
                 created_at_ms INTEGER NOT NULL,
                 UNIQUE (account_id, action, client_id)
             ) STRICT",
+        ],
+    },
+    // 5: an agent's tool documents (its `~/tools`), and where a session's
+    // title came from, so a title a user typed is never overwritten by the
+    // agent. A tool document is canonical DAG-CBOR named by its CID; the
+    // builtins are written lazily the first time an agent's tools are
+    // listed, and rewritten only when the registry's CID changes.
+    Migration {
+        version: 5,
+        statements: &[
+            "CREATE TABLE agentos_core_tool_documents (
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                agent_id TEXT NOT NULL CHECK (length(agent_id) BETWEEN 1 AND 64),
+                name TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 64),
+                kind TEXT NOT NULL CHECK (kind = 'builtin' OR kind = 'lambda'),
+                cid TEXT NOT NULL CHECK (length(cid) BETWEEN 1 AND 256),
+                document BLOB NOT NULL CHECK (length(document) >= 1),
+                enabled INTEGER NOT NULL DEFAULT 1 CHECK (enabled = 0 OR enabled = 1),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms),
+                PRIMARY KEY (agent_id, name)
+            ) STRICT",
+            // No other index: every read and the per-agent limit's count
+            // are by agent, which the primary key serves (an agent has at
+            // most `maxToolsPerAgent` lambdas and a few builtins).
+            "ALTER TABLE agentos_core_sessions ADD COLUMN title_source TEXT NOT NULL DEFAULT 'none'
+                CHECK (title_source = 'none' OR title_source = 'user' OR title_source = 'agent')",
         ],
     },
 ];

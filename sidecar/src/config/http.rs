@@ -207,6 +207,9 @@ pub struct ControlLimits {
     pub max_idempotency_records: u64,
     /// Bytes of one stored agent definition.
     pub max_agent_definition_bytes: u64,
+    /// Authored (lambda) tool documents of one agent; its builtins do not
+    /// count.
+    pub max_tools_per_agent: u64,
 }
 
 impl Default for ControlLimits {
@@ -221,6 +224,7 @@ impl Default for ControlLimits {
             max_signers_per_account: 100,
             max_idempotency_records: 100_000,
             max_agent_definition_bytes: 256 * 1024,
+            max_tools_per_agent: 200,
         }
     }
 }
@@ -262,6 +266,7 @@ impl ControlLimits {
                 "limits.control.maxAgentDefinitionBytes",
                 self.max_agent_definition_bytes,
             ),
+            ("limits.control.maxToolsPerAgent", self.max_tools_per_agent),
         ];
         for (field, value) in positive {
             if value == 0 {
@@ -307,5 +312,20 @@ mod tests {
         let mut http = HttpConfig::default();
         http.ws.idle_timeout_ms = http.ws.ping_interval_ms;
         assert_eq!(http.validate().unwrap_err().field, "http.ws.idleTimeoutMs");
+    }
+
+    #[test]
+    fn tools_per_agent_is_a_positive_control_limit() {
+        let limits: ControlLimits = serde_json::from_str(r#"{"maxToolsPerAgent": 3}"#).unwrap();
+        assert_eq!(limits.max_tools_per_agent, 3);
+        assert_eq!(ControlLimits::default().max_tools_per_agent, 200);
+        let zero = ControlLimits {
+            max_tools_per_agent: 0,
+            ..ControlLimits::default()
+        };
+        assert_eq!(
+            zero.validate().unwrap_err().field,
+            "limits.control.maxToolsPerAgent"
+        );
     }
 }

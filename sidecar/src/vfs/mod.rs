@@ -73,6 +73,10 @@ const GC_BATCH_AFTER_MUTATION: u32 = 256;
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
 /// Mode callers use for directories when they have no other.
 pub const DEFAULT_DIR_MODE: u32 = 0o755;
+/// The subtree the sidecar keeps for its own services (agents' memory is
+/// `/.agentos/agents/<agentId>/memory`), reached through
+/// [`Vfs::reserved_view`].
+pub const RESERVED_ROOT: &str = "/.agentos";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -224,6 +228,24 @@ impl Vfs {
             inner: Arc::clone(&self.inner),
             policy: Arc::new(self.policy.narrowed(roots)?),
         })
+    }
+
+    /// A view of exactly [`RESERVED_ROOT`], read-write, whatever the VM's
+    /// configured roots and read-only subtrees are: the sidecar's own
+    /// services keep their files there (agents' memory). Nothing else
+    /// reaches it through this view's policy: a session's view is narrowed
+    /// from the VM's roots to its cwd and additional directories, so it
+    /// includes `/.agentos` only when a host session's cwd (or one of its
+    /// additional directories) is `/` or lies inside `/.agentos`, which
+    /// only a trusted host can ask for.
+    pub fn reserved_view(&self) -> Vfs {
+        Vfs {
+            inner: Arc::clone(&self.inner),
+            policy: Arc::new(VfsPolicy {
+                roots: vec![RESERVED_ROOT.to_owned()],
+                read_only: Vec::new(),
+            }),
+        }
     }
 
     pub fn policy(&self) -> &VfsPolicy {

@@ -72,6 +72,15 @@ impl Fields {
         }
     }
 
+    /// A required field of any value, null included (Seed's `unknown`):
+    /// only an absent field is missing.
+    pub(crate) fn req_any(&mut self, key: &str) -> Result<Ipld, SeedError> {
+        let path = self.path(key);
+        self.map
+            .remove(key)
+            .ok_or_else(|| SeedError::bad_action(format!("missing field `{path}`")))
+    }
+
     /// A required byte string.
     pub(crate) fn req_bytes(&mut self, key: &str) -> Result<Vec<u8>, SeedError> {
         let path = self.path(key);

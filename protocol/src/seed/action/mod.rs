@@ -6,25 +6,27 @@
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
 //! server does not implement (triggers, signing identities, uploads, runs,
-//! memory, MCP, OAuth, `RegisterSigner`, …), and a name nobody knows, read
-//! as [`Action::Unsupported`], which the server answers with
-//! `unsupported_action`.
+//! memory downloads and IPFS, MCP, OAuth, `RegisterSigner`, …), and a name
+//! nobody knows, read as [`Action::Unsupported`], which the server answers
+//! with `unsupported_action`.
 //!
 //! Encoding ([`Action::to_map`]) leaves absent fields out rather than
 //! writing nulls, because a null would be signed.
 
 pub(crate) mod fields;
+mod space;
 mod types;
 
 use ipld_core::ipld::Ipld;
 use serde::{Serialize, Serializer};
 
 use self::fields::Fields;
+pub use self::space::{AgentToolInput, MemoryContent};
 pub use self::types::{
     AgentDefinition, ContentPart, ModelProviderConfig, SessionListCursor, SystemPrompt,
 };
 use super::envelope::ActionMap;
-use super::vocab::CollaboratorRole;
+use super::vocab::{CollaboratorRole, ToolVerb};
 use super::{Principal, Role, SeedError};
 
 /// One decoded action. Field names are Seed's, in snake case.
@@ -72,6 +74,38 @@ pub enum Action {
     },
     DeleteAgent {
         agent_id: String,
+    },
+
+    // --- An agent's Space: its tools and memory -----------------------------
+    ListAgentTools {
+        agent_id: String,
+    },
+    SaveAgentTool {
+        agent_id: String,
+        tool: AgentToolInput,
+        /// The tool's name before this save, when it is renamed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        previous_name: Option<String>,
+    },
+    DeleteAgentTool {
+        agent_id: String,
+        name: String,
+    },
+    ListAgentMemory {
+        agent_id: String,
+    },
+    ReadAgentMemoryFile {
+        agent_id: String,
+        path: String,
+    },
+    WriteAgentMemoryFile {
+        agent_id: String,
+        path: String,
+        content: MemoryContent,
+    },
+    DeleteAgentMemoryFile {
+        agent_id: String,
+        path: String,
     },
 
     // --- Secrets and providers -------------------------------------------
@@ -154,6 +188,13 @@ pub enum Action {
     RetrySession {
         session_id: String,
     },
+    /// Runs one verb as the user on the session's log.
+    InvokeSessionTool {
+        session_id: String,
+        verb: ToolVerb,
+        /// The verb's input, any value, kept as sent.
+        input: Ipld,
+    },
 
     // --- Subscriptions (WebSocket only) ----------------------------------
     Subscribe {
@@ -218,6 +259,13 @@ impl Action {
             Action::GetAgent { .. } => "GetAgent",
             Action::UpdateAgent { .. } => "UpdateAgent",
             Action::DeleteAgent { .. } => "DeleteAgent",
+            Action::ListAgentTools { .. } => "ListAgentTools",
+            Action::SaveAgentTool { .. } => "SaveAgentTool",
+            Action::DeleteAgentTool { .. } => "DeleteAgentTool",
+            Action::ListAgentMemory { .. } => "ListAgentMemory",
+            Action::ReadAgentMemoryFile { .. } => "ReadAgentMemoryFile",
+            Action::WriteAgentMemoryFile { .. } => "WriteAgentMemoryFile",
+            Action::DeleteAgentMemoryFile { .. } => "DeleteAgentMemoryFile",
             Action::SetSecret { .. } => "SetSecret",
             Action::ListSecrets => "ListSecrets",
             Action::DeleteSecret { .. } => "DeleteSecret",
@@ -233,6 +281,7 @@ impl Action {
             Action::MessageSession { .. } => "MessageSession",
             Action::StopSession { .. } => "StopSession",
             Action::RetrySession { .. } => "RetrySession",
+            Action::InvokeSessionTool { .. } => "InvokeSessionTool",
             Action::Subscribe { .. } => "Subscribe",
             Action::Unsubscribe { .. } => "Unsubscribe",
             Action::AuthorizeSigner { .. } => "AuthorizeSigner",
@@ -302,6 +351,34 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "DeleteAgent" => Action::DeleteAgent {
             agent_id: f.req("agentId")?,
         },
+        "ListAgentTools" => Action::ListAgentTools {
+            agent_id: f.req("agentId")?,
+        },
+        "SaveAgentTool" => Action::SaveAgentTool {
+            agent_id: f.req("agentId")?,
+            tool: f.req("tool")?,
+            previous_name: f.opt("previousName")?,
+        },
+        "DeleteAgentTool" => Action::DeleteAgentTool {
+            agent_id: f.req("agentId")?,
+            name: f.req("name")?,
+        },
+        "ListAgentMemory" => Action::ListAgentMemory {
+            agent_id: f.req("agentId")?,
+        },
+        "ReadAgentMemoryFile" => Action::ReadAgentMemoryFile {
+            agent_id: f.req("agentId")?,
+            path: f.req("path")?,
+        },
+        "WriteAgentMemoryFile" => Action::WriteAgentMemoryFile {
+            agent_id: f.req("agentId")?,
+            path: f.req("path")?,
+            content: f.req("content")?,
+        },
+        "DeleteAgentMemoryFile" => Action::DeleteAgentMemoryFile {
+            agent_id: f.req("agentId")?,
+            path: f.req("path")?,
+        },
         "SetSecret" => Action::SetSecret {
             name: f.req("name")?,
             value: f.req_bytes("value")?,
@@ -359,6 +436,11 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         },
         "RetrySession" => Action::RetrySession {
             session_id: f.req("sessionId")?,
+        },
+        "InvokeSessionTool" => Action::InvokeSessionTool {
+            session_id: f.req("sessionId")?,
+            verb: f.req("verb")?,
+            input: f.req_any("input")?,
         },
         "Subscribe" => Action::Subscribe {
             key: f.req("key")?,

@@ -4,6 +4,7 @@ use ipld_core::ipld::Ipld;
 
 use super::fields::FromField;
 use super::*;
+use crate::seed::vocab::ToolVerb;
 
 fn s(text: &str) -> Ipld {
     Ipld::String(text.to_string())
@@ -30,6 +31,19 @@ fn definition() -> Ipld {
         ("modelProvider", s("openai")),
         ("model", s("gpt-5-mini")),
     ]))
+}
+
+fn tool_input() -> AgentToolInput {
+    AgentToolInput {
+        name: "word_count".into(),
+        summary: None,
+        description: "Counts words.".into(),
+        input: Ipld::Map(map(&[("type", s("object"))])),
+        output: None,
+        source: "export default () => 1".into(),
+        runtime: None,
+        enabled: None,
+    }
 }
 
 fn message(error: SeedError) -> String {
@@ -179,6 +193,55 @@ fn every_implemented_action_round_trips() {
         },
         Action::RevokeSigner { signer: principal },
         Action::ListSigners,
+        Action::ListAgentTools {
+            agent_id: "a".into(),
+        },
+        Action::SaveAgentTool {
+            agent_id: "a".into(),
+            tool: tool_input(),
+            previous_name: Some("old_name".into()),
+        },
+        Action::SaveAgentTool {
+            agent_id: "a".into(),
+            tool: AgentToolInput {
+                summary: Some("Counts.".into()),
+                output: Some(Ipld::Map(map(&[("type", s("integer"))]))),
+                runtime: Some("python".into()),
+                enabled: Some(false),
+                ..tool_input()
+            },
+            previous_name: None,
+        },
+        Action::DeleteAgentTool {
+            agent_id: "a".into(),
+            name: "word_count".into(),
+        },
+        Action::ListAgentMemory {
+            agent_id: "a".into(),
+        },
+        Action::ReadAgentMemoryFile {
+            agent_id: "a".into(),
+            path: "notes/today.md".into(),
+        },
+        Action::WriteAgentMemoryFile {
+            agent_id: "a".into(),
+            path: "notes/today.md".into(),
+            content: MemoryContent::Text("hello".into()),
+        },
+        Action::WriteAgentMemoryFile {
+            agent_id: "a".into(),
+            path: "pic.png".into(),
+            content: MemoryContent::Bytes(vec![0x89, b'P', 0, 255]),
+        },
+        Action::DeleteAgentMemoryFile {
+            agent_id: "a".into(),
+            path: "notes".into(),
+        },
+        Action::InvokeSessionTool {
+            session_id: "s".into(),
+            verb: ToolVerb::Call,
+            input: Ipld::Map(map(&[("tool", s("search"))])),
+        },
     ];
     for original in actions {
         let mut encoded = original.to_map().unwrap();
@@ -333,6 +396,22 @@ fn wrong_types_are_named() {
             action("AuthorizeSigner", &[("signer", s("not-a-principal")), ("role", s("AGENT"))]),
             "AuthorizeSigner: `signer`: bad principal: expected base58btc multibase (a leading 'z')",
         ),
+        (
+            action("InvokeSessionTool", &[("sessionId", s("s")), ("verb", s("delegate")), ("input", Ipld::Null)]),
+            "InvokeSessionTool: `verb` must be one of \"read\", \"write\", \"call\"",
+        ),
+        (
+            action("WriteAgentMemoryFile", &[("agentId", s("a")), ("path", s("p")), ("content", Ipld::Integer(1))]),
+            "WriteAgentMemoryFile: `content` must be a string or bytes",
+        ),
+        (
+            action("SaveAgentTool", &[("agentId", s("a")), ("tool", Ipld::Map(map(&[("name", s("n")), ("description", s("d")), ("input", s("{}")), ("source", s("x"))])))]),
+            "SaveAgentTool: `tool.input` must be a map",
+        ),
+        (
+            action("SaveAgentTool", &[("agentId", s("a")), ("tool", Ipld::Map(map(&[("name", s("n")), ("description", s("d")), ("input", Ipld::Map(map(&[]))), ("source", s("x")), ("enabled", s("yes"))])))]),
+            "SaveAgentTool: `tool.enabled` must be a boolean",
+        ),
     ];
     for (map, expected) in cases {
         assert_eq!(message(Action::from_map(&map).unwrap_err()), expected);
@@ -381,7 +460,8 @@ fn unknown_and_reference_only_actions_are_unsupported() {
     for name in [
         "CreateAgentTrigger",
         "RegisterSigner",
-        "InvokeSessionTool",
+        "DownloadAgentMemoryFile",
+        "UploadAgentMemoryFileToIpfs",
         "BeginFileUpload",
         "NoSuchThing",
     ] {
@@ -414,4 +494,51 @@ fn definitions_read_through_serde_as_strictly() {
     }
     let bytes = crate::seed::cbor::to_canonical(&extended).unwrap();
     assert!(crate::seed::cbor::from_slice::<AgentDefinition>(&bytes, 1 << 16).is_err());
+}
+
+#[test]
+fn space_actions_name_what_is_missing_or_unknown() {
+    let error = Action::from_map(&action(
+        "InvokeSessionTool",
+        &[("sessionId", s("s")), ("verb", s("read"))],
+    ))
+    .unwrap_err();
+    assert_eq!(message(error), "InvokeSessionTool: missing field `input`");
+    // `input` is any value, null included.
+    let decoded = Action::from_map(&action(
+        "InvokeSessionTool",
+        &[
+            ("sessionId", s("s")),
+            ("verb", s("read")),
+            ("input", Ipld::Null),
+        ],
+    ))
+    .unwrap();
+    assert!(matches!(
+        decoded,
+        Action::InvokeSessionTool {
+            verb: ToolVerb::Read,
+            input: Ipld::Null,
+            ..
+        }
+    ));
+    let tool = Ipld::Map(map(&[
+        ("name", s("n")),
+        ("description", s("d")),
+        ("input", Ipld::Map(map(&[]))),
+        ("source", s("x")),
+        ("binding", s("search")),
+    ]));
+    let error = Action::from_map(&action(
+        "SaveAgentTool",
+        &[("agentId", s("a")), ("tool", tool)],
+    ))
+    .unwrap_err();
+    assert_eq!(
+        message(error),
+        "SaveAgentTool: unknown field `tool.binding`"
+    );
+    let error =
+        Action::from_map(&action("ReadAgentMemoryFile", &[("agentId", s("a"))])).unwrap_err();
+    assert_eq!(message(error), "ReadAgentMemoryFile: missing field `path`");
 }

@@ -7,13 +7,16 @@
 //! a success by the HTTP status, then decodes the type it expects.
 
 mod shapes;
+mod space;
 
+use ipld_core::ipld::Ipld;
 use serde::{Deserialize, Serialize};
 
 pub use self::shapes::{
     AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, ProviderModelInfo, RedactedModelProvider,
     RedactedSecret, SessionEvent, SessionInfo, SignerInfo,
 };
+pub use self::space::{AgentMemoryEntry, AgentMemoryFile, AgentToolInfo};
 use super::action::SessionListCursor;
 use super::{cbor, Role, SeedError};
 
@@ -119,6 +122,46 @@ responses! {
         agent_id: String,
     }
 
+    /// `ListAgentTools`: builtins first, then authored tools, each by name.
+    ListAgentToolsResponse => "ListAgentToolsResponse" {
+        agent_id: String,
+        tools: Vec<AgentToolInfo>,
+    }
+    /// `SaveAgentTool`.
+    SaveAgentToolResponse => "SaveAgentToolResponse" {
+        agent_id: String,
+        tool: AgentToolInfo,
+    }
+    /// `DeleteAgentTool`; `deleted` is false when there was no such tool.
+    DeleteAgentToolResponse => "DeleteAgentToolResponse" {
+        agent_id: String,
+        name: String,
+        deleted: bool,
+    }
+    /// `ListAgentMemory`: every file and directory, by path.
+    ListAgentMemoryResponse => "ListAgentMemoryResponse" {
+        agent_id: String,
+        entries: Vec<AgentMemoryEntry>,
+        /// Bytes of every file together.
+        total_bytes: u64,
+    }
+    /// `ReadAgentMemoryFile`.
+    ReadAgentMemoryFileResponse => "ReadAgentMemoryFileResponse" {
+        agent_id: String,
+        file: AgentMemoryFile,
+    }
+    /// `WriteAgentMemoryFile`.
+    WriteAgentMemoryFileResponse => "WriteAgentMemoryFileResponse" {
+        agent_id: String,
+        entry: AgentMemoryEntry,
+    }
+    /// `DeleteAgentMemoryFile`; `deleted` is false when nothing was there.
+    DeleteAgentMemoryFileResponse => "DeleteAgentMemoryFileResponse" {
+        agent_id: String,
+        path: String,
+        deleted: bool,
+    }
+
     /// `SetSecret`.
     SetSecretResponse => "SetSecretResponse" {
         secret: RedactedSecret,
@@ -195,6 +238,17 @@ responses! {
     RetrySessionResponse => "RetrySessionResponse" {
         session_id: String,
         assistant_event_id: String,
+    }
+
+    /// `InvokeSessionTool`: the durable id of the appended result, and the
+    /// verb's output or its error.
+    InvokeSessionToolResponse => "InvokeSessionToolResponse" {
+        session_id: String,
+        result_event_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Ipld>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     }
 
     /// `AuthorizeSigner`.

@@ -199,3 +199,87 @@ fn response_keys_are_in_canonical_order() {
     let session_id = bytes.windows(9).position(|w| w == b"sessionId").unwrap();
     assert!(underscore < stopped && stopped < session_id);
 }
+
+#[test]
+fn space_records_use_reference_names_and_bytes_stay_bytes() {
+    use crate::seed::vocab::{MemoryEncoding, MemoryEntryType, ToolKind};
+    let binary = ReadAgentMemoryFileResponse {
+        agent_id: "a1".into(),
+        file: AgentMemoryFile {
+            path: "pic.png".into(),
+            size: 3,
+            updated_at: 5,
+            mime_type: Some("image/png".into()),
+            encoding: MemoryEncoding::Binary,
+            content: None,
+            data: Some(vec![0, 159, 255]),
+        },
+    };
+    let bytes = encode_response(&binary);
+    let map = decode_map(&bytes);
+    let Some(Ipld::Map(file)) = map.get("file") else {
+        panic!("no file");
+    };
+    assert_eq!(file.get("data"), Some(&Ipld::Bytes(vec![0, 159, 255])));
+    assert_eq!(file.get("encoding"), Some(&Ipld::String("binary".into())));
+    assert_eq!(
+        file.get("mimeType"),
+        Some(&Ipld::String("image/png".into()))
+    );
+    assert!(!file.contains_key("content"));
+    let back: ReadAgentMemoryFileResponse = cbor::from_slice(&bytes, 1 << 20).unwrap();
+    assert_eq!(back, binary);
+
+    let listed = ListAgentMemoryResponse {
+        agent_id: "a1".into(),
+        entries: vec![AgentMemoryEntry {
+            path: "notes".into(),
+            entry_type: MemoryEntryType::Dir,
+            size: 0,
+            updated_at: 5,
+            mime_type: None,
+        }],
+        total_bytes: 0,
+    };
+    let map = decode_map(&encode_response(&listed));
+    assert_eq!(map.get("totalBytes"), Some(&Ipld::Integer(0)));
+    let Some(Ipld::List(entries)) = map.get("entries") else {
+        panic!("no entries");
+    };
+    let Ipld::Map(entry) = &entries[0] else {
+        panic!("not a map");
+    };
+    assert_eq!(entry.get("type"), Some(&Ipld::String("dir".into())));
+
+    let tools = ListAgentToolsResponse {
+        agent_id: "a1".into(),
+        tools: vec![AgentToolInfo {
+            name: "search".into(),
+            kind: ToolKind::Builtin,
+            summary: "s".into(),
+            description: "d".into(),
+            input: Ipld::Map(BTreeMap::new()),
+            output: None,
+            source: None,
+            runtime: None,
+            cid: "bafy".into(),
+            enabled: true,
+            granted: false,
+            created_at: 1,
+            updated_at: 2,
+        }],
+    };
+    let bytes = encode_response(&tools);
+    let map = decode_map(&bytes);
+    let Some(Ipld::List(tools_out)) = map.get("tools") else {
+        panic!("no tools");
+    };
+    let Ipld::Map(tool) = &tools_out[0] else {
+        panic!("not a map");
+    };
+    assert_eq!(tool.get("kind"), Some(&Ipld::String("builtin".into())));
+    assert_eq!(tool.get("granted"), Some(&Ipld::Bool(false)));
+    assert!(!tool.contains_key("source") && !tool.contains_key("output"));
+    let back: ListAgentToolsResponse = cbor::from_slice(&bytes, 1 << 20).unwrap();
+    assert_eq!(back, tools);
+}

@@ -1,7 +1,8 @@
 //! All SQL of the control plane, one file per table group: `accounts.rs`,
 //! `signers.rs`, `agents.rs`, `collaborators.rs`, `providers.rs` (with the
-//! secret names each provider refers to), `secrets.rs`, `session_links.rs`
-//! and `idempotency.rs`; `decode.rs` reads rows back.
+//! secret names each provider refers to), `secrets.rs`, `session_links.rs`,
+//! `idempotency.rs` and `tool_documents.rs` (agents' `~/tools`, used by the
+//! Space's `ToolDocuments`); `decode.rs` reads rows back.
 //!
 //! A bounded insert is one `INSERT … SELECT … WHERE (count) < limit`
 //! statement expected to change one row, so the check and the write are
@@ -18,10 +19,12 @@ mod providers;
 mod secrets;
 mod session_links;
 mod signers;
+mod tool_documents;
 
 pub use idempotency::IdempotencyRecord;
 pub use secrets::StoredSecret;
 pub use session_links::LinkRefusal;
+pub use tool_documents::{StoredTool, StoredToolKind, ToolRow};
 
 pub(crate) use agents::{insert_agent_statements, inserted_agent};
 pub(crate) use idempotency::record_statements;
@@ -38,6 +41,7 @@ pub(crate) const SECRET_REFS: &str = "agentos_core_provider_secret_refs";
 pub(crate) const SECRETS: &str = "agentos_core_secrets";
 pub(crate) const SESSION_LINKS: &str = "agentos_core_agent_sessions";
 pub(crate) const IDEMPOTENCY: &str = "agentos_core_action_idempotency";
+pub(crate) const TOOL_DOCUMENTS: &str = "agentos_core_tool_documents";
 
 /// The outcome of a guarded write.
 #[derive(Clone, Debug, PartialEq, Eq)]
