@@ -1,6 +1,7 @@
 //! The sidecar: composition of config, the one database handle, the domain
 //! services and the front doors. `main.rs` only parses the command line.
 
+pub mod builtin;
 pub mod clock;
 pub mod config;
 pub mod control;

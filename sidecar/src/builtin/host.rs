@@ -249,6 +249,10 @@ pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
     names
 }
 
+fn encode<T: serde::Serialize>(value: Result<T, RpcError>) -> Result<Value, RpcError> {
+    value.and_then(|v| serde_json::to_value(v).map_err(|e| RpcError::internal(e.to_string())))
+}
+
 fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
     serde_json::from_value(params).map_err(|e| RpcError::invalid_params(e.to_string()))
 }
@@ -261,9 +265,6 @@ impl AgentHost for Host {
         method: &str,
         value: Value,
     ) -> Result<Value, RpcError> {
-        let encode = |v: Result<_, RpcError>| {
-            v.and_then(|v| serde_json::to_value(v).map_err(|e| RpcError::internal(e.to_string())))
-        };
         match method {
             agent_ext::methods::CONTEXT => {
                 let _: ContextParams = params(value)?;

@@ -3,7 +3,7 @@
 //! (`(authored)` for its own), and a memory line with its top-level
 //! entries. Within [`INDEX_BYTES`]; over it, the index collapses to counts.
 
-use agentos_protocol::seed::ToolKind;
+use agentos_protocol::seed::vocab::ToolKind;
 
 use super::verbs::{VerbScope, Verbs};
 

@@ -7,13 +7,14 @@
 //! with runs; until then calling one says so.
 
 use agentos_protocol::agent_ext::{ToolSpec, VerbResult};
-use agentos_protocol::seed::{Ipld, ToolKind};
-use serde_json::{json, Map, Value};
+use agentos_protocol::seed::vocab::ToolKind;
+use agentos_protocol::seed::Ipld;
+use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 use crate::control::SessionScope;
 use crate::space::error::SpaceError;
-use crate::space::tools::{LambdaInput, ToolRecord};
+use crate::space::ToolRecord;
 use crate::space::{registry, schema};
 
 /// Memory a `search` reads, at most: files and bytes.
@@ -21,48 +22,10 @@ const SEARCH_FILES: usize = 500;
 const SEARCH_BYTES: u64 = 8 * 1024 * 1024;
 const SEARCH_FILE_BYTES: u64 = 256 * 1024;
 
-/// IPLD data as JSON (bytes as base64 text; schemas hold none).
+/// IPLD data as JSON; what JSON cannot hold (bytes, links, huge
+/// integers) becomes null. Tool schemas and verb inputs hold none.
 pub fn ipld_json(value: &Ipld) -> Value {
-    match value {
-        Ipld::Null => Value::Null,
-        Ipld::Bool(b) => Value::Bool(*b),
-        Ipld::Integer(i) => i64::try_from(*i)
-            .map(Value::from)
-            .unwrap_or_else(|_| Value::String(i.to_string())),
-        Ipld::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
-        Ipld::String(s) => Value::String(s.clone()),
-        Ipld::Bytes(b) => Value::String(base64_text(b)),
-        Ipld::List(items) => Value::Array(items.iter().map(ipld_json).collect()),
-        Ipld::Map(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), ipld_json(v)))
-                .collect::<Map<_, _>>(),
-        ),
-        Ipld::Link(cid) => Value::String(cid.to_string()),
-    }
-}
-
-fn base64_text(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// An authored tool document written through `write ~/tools/<name>`.
-pub(super) fn lambda_input(name: &str, document: &Value) -> Result<LambdaInput, String> {
-    let text = |field: &str| document[field].as_str().map(str::to_owned);
-    Ok(LambdaInput {
-        name: name.to_owned(),
-        description: text("description").ok_or("`description` must be a string")?,
-        input: document
-            .get("input")
-            .cloned()
-            .ok_or("`input` must be a JSON Schema")?,
-        output: document.get("output").cloned(),
-        source: text("source").ok_or("`source` must be a string")?,
-        runtime: text("runtime"),
-        summary: text("summary"),
-        enabled: document["enabled"].as_bool(),
-    })
+    schema::to_json(value).unwrap_or(Value::Null)
 }
 
 /// Whether the scope may run this record.
@@ -259,35 +222,4 @@ async fn search(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
         }
     }
     success(json!({ "query": query, "hits": hits }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    #[test]
-    fn ipld_becomes_json() {
-        let value = Ipld::Map(BTreeMap::from([
-            ("type".to_owned(), Ipld::String("object".into())),
-            ("n".to_owned(), Ipld::Integer(3)),
-            ("l".to_owned(), Ipld::List(vec![Ipld::Bool(true), Ipld::Null])),
-        ]));
-        assert_eq!(
-            ipld_json(&value),
-            json!({"type": "object", "n": 3, "l": [true, null]})
-        );
-    }
-
-    #[test]
-    fn a_tool_document_needs_its_fields() {
-        let ok = lambda_input(
-            "word_count",
-            &json!({"description": "d", "input": {"type": "object"}, "source": "export default () => 1"}),
-        )
-        .unwrap();
-        assert_eq!(ok.name, "word_count");
-        assert!(lambda_input("x", &json!({"input": {}, "source": "s"})).is_err());
-        assert!(lambda_input("x", &json!({"description": "d", "source": "s"})).is_err());
-    }
 }

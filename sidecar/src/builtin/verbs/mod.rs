@@ -12,6 +12,7 @@
 
 mod call;
 pub use call::ipld_json;
+pub use crate::space::registry::granted;
 mod read;
 pub mod specs;
 mod session;
@@ -29,8 +30,7 @@ use super::host::Resolved;
 use super::index;
 use crate::control::Control;
 use crate::sessions::{SessionStore, Sessions};
-use crate::space::memory::AgentMemory;
-use crate::space::tools::ToolDocuments;
+use crate::space::{AgentMemory, Space, ToolDocuments};
 
 /// Sessions whose expanded tools are remembered at once, at most; past it
 /// the memory starts again (a call then shows a contract once more).
@@ -106,18 +106,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Verbs {
-    pub fn new(
-        control: Control,
-        store: SessionStore,
-        tools: ToolDocuments,
-        memory: AgentMemory,
-        fetcher: Fetcher,
-    ) -> Verbs {
+    pub fn new(control: Control, store: SessionStore, space: Space, fetcher: Fetcher) -> Verbs {
         Verbs {
             control,
             store,
-            tools,
-            memory,
+            tools: space.tools,
+            memory: space.memory,
             fetcher,
             sessions: Arc::new(OnceLock::new()),
             expanded: Arc::default(),

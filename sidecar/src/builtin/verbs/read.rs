@@ -40,7 +40,7 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             "name": scope.agent_name,
             "model": scope.model,
             "modelProvider": scope.provider,
-            "grants": registry::effective_grants(scope.grants()),
+            "grants": granted_names(scope),
             "sessionId": scope.session_id,
         }));
     }
@@ -84,8 +84,17 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
     )
 }
 
+/// The builtins the agent's grants offer.
+fn granted_names(scope: &VerbScope) -> Vec<String> {
+    registry::builtins()
+        .into_iter()
+        .map(|doc| doc.name)
+        .filter(|name| registry::granted(scope.grants(), name))
+        .collect()
+}
+
 async fn memory(verbs: &Verbs, scope: &VerbScope, path: &str) -> VerbResult {
-    let listing = |entries: Vec<crate::space::memory::MemoryEntry>| {
+    let listing = |entries: Vec<crate::space::MemoryEntry>| {
         let lines: Vec<String> = entries
             .iter()
             .map(|e| {
@@ -108,6 +117,17 @@ async fn memory(verbs: &Verbs, scope: &VerbScope, path: &str) -> VerbResult {
             Err(e) => failure(e.code(), e),
         };
     }
+    match verbs.memory.stat(&scope.agent_id, path).await {
+        Ok(Some(entry)) if entry.is_dir => {
+            return match verbs.memory.list_dir(&scope.agent_id, path).await {
+                Ok(entries) => listing(entries),
+                Err(e) => failure(e.code(), e),
+            }
+        }
+        Ok(Some(_)) => {}
+        Ok(None) => return failure("not_found", format!("~/memory/{path} does not exist")),
+        Err(e) => return failure(e.code(), e),
+    }
     match verbs
         .memory
         .read(&scope.agent_id, path, STORED_RESULT_BYTES as u64)
@@ -119,10 +139,6 @@ async fn memory(verbs: &Verbs, scope: &VerbScope, path: &str) -> VerbResult {
                 "{path} is a binary file of {} bytes",
                 file.size
             ))),
-        },
-        Err(e) if e.is_directory() => match verbs.memory.list_dir(&scope.agent_id, path).await {
-            Ok(entries) => listing(entries),
-            Err(e) => failure(e.code(), e),
         },
         Err(e) => failure(e.code(), e),
     }

@@ -95,9 +95,9 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
                 )
             }
         };
-        let lambda = match super::call::lambda_input(name, &document) {
+        let lambda = match crate::space::LambdaInput::from_json(name, &document) {
             Ok(lambda) => lambda,
-            Err(message) => return failure("invalid_argument", message),
+            Err(e) => return failure(e.code(), e),
         };
         if dry_run {
             return success(Value::String(format!("would save the tool {name}")));
