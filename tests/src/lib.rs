@@ -5,4 +5,5 @@
 pub mod bench;
 pub mod crash;
 pub mod http;
+pub mod provider_server;
 pub mod seed;

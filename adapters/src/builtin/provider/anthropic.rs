@@ -262,7 +262,8 @@ impl StreamState {
         Ok(false)
     }
 
-    /// Usage counts are running totals: the latest of each wins. Input
+    /// Usage counts are running totals: the largest of each wins (a later
+    /// event may leave a count out or report it as zero). Input
     /// read from or written to the prompt cache is input all the same.
     fn read_usage(&mut self, usage: &Value) {
         let input: Option<u64> = [
@@ -274,11 +275,11 @@ impl StreamState {
         .filter_map(|field| usage.get(field).and_then(Value::as_u64))
         .reduce(|a, b| a + b);
         if let Some(input) = input {
-            self.usage.input_tokens = input;
+            self.usage.input_tokens = self.usage.input_tokens.max(input);
             self.saw_usage = true;
         }
         if let Some(output) = usage.get("output_tokens").and_then(Value::as_u64) {
-            self.usage.output_tokens = output;
+            self.usage.output_tokens = self.usage.output_tokens.max(output);
             self.saw_usage = true;
         }
     }

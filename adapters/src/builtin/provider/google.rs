@@ -209,23 +209,18 @@ pub(super) fn sanitize_schema(schema: &Value) -> Value {
                     }
                 }
             }
-            "const" => {
-                if value.is_string() {
-                    out.insert("enum".into(), json!([value]));
-                }
+            "const" if value.is_string() => {
+                out.insert("enum".into(), json!([value]));
             }
-            "enum" => {
+            "enum"
                 if value
                     .as_array()
-                    .is_some_and(|v| v.iter().all(Value::is_string))
-                {
-                    out.insert(key.clone(), value.clone());
-                }
+                    .is_some_and(|v| v.iter().all(Value::is_string)) =>
+            {
+                out.insert(key.clone(), value.clone());
             }
-            "format" => {
-                if value.as_str().is_some_and(|f| FORMATS.contains(&f)) {
-                    out.insert(key.clone(), value.clone());
-                }
+            "format" if value.as_str().is_some_and(|f| FORMATS.contains(&f)) => {
+                out.insert(key.clone(), value.clone());
             }
             "description" | "title" | "nullable" | "required" | "minItems" | "maxItems"
             | "minimum" | "maximum" | "minLength" | "maxLength" | "pattern" | "minProperties"

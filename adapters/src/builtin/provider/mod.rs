@@ -255,6 +255,9 @@ impl ProviderError {
         match status {
             Some(status) if (400..=599).contains(&status) => {
                 let mut error = ProviderError::from_status(status, &[]);
+                // The answer's HTTP status was a success; the number only
+                // classifies.
+                error.status = None;
                 error.message = format!("the provider failed mid-stream ({status}): {message}");
                 error
             }
@@ -506,6 +509,27 @@ mod tests {
             api_key: Some("sk-secret".into()),
         };
         assert!(!format!("{endpoint:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn calls_can_move_between_threads() {
+        fn assert_send<T: Send>(_: &T) {}
+        let provider = Provider::new(ProviderOptions::default()).unwrap();
+        let endpoint = Endpoint {
+            kind: ProviderKind::Google,
+            base_url: "http://127.0.0.1:1".into(),
+            api_key: None,
+        };
+        let request = ModelRequest {
+            model: "m".into(),
+            system: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            max_tokens: 1,
+        };
+        let mut sink = |_e: StreamEvent| {};
+        assert_send(&provider.stream(&endpoint, &request, &mut sink));
+        assert_send(&provider.list_models(&endpoint));
     }
 
     #[test]
