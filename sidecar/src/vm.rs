@@ -12,6 +12,7 @@ use crate::control::{Control, SecretBox, SecretKey};
 use crate::http::api::SignedApi;
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
+use crate::space::Space;
 use crate::vfs::acp::AcpFs;
 use crate::vfs::{FsError, Vfs};
 
@@ -31,6 +32,8 @@ pub enum VmError {
     Io(String),
     #[error("secrets: {0}")]
     Secrets(#[from] crate::control::ControlError),
+    #[error("space: {0}")]
+    Space(#[from] crate::space::SpaceError),
 }
 
 impl VmError {
@@ -43,6 +46,7 @@ impl VmError {
             VmError::Fs(e) => e.code().as_str(),
             VmError::Io(_) => "io_error",
             VmError::Secrets(e) => e.code(),
+            VmError::Space(e) => e.code(),
         }
     }
 }
@@ -60,6 +64,8 @@ pub struct Vm {
     pub launcher: Arc<Launcher>,
     /// The signed control plane's state: accounts, agents, secrets.
     pub control: Control,
+    /// Agents' tools and memory.
+    pub space: Space,
     /// The signed API's routes, served by the HTTP listener and by the host
     /// socket's `http/request`.
     pub http: axum::Router,
@@ -137,7 +143,13 @@ impl Vm {
             config.limits.control.clone(),
             SecretBox::new(secrets_key(&config)?),
         );
-        let api = SignedApi::new(control.clone(), sessions.clone(), config.http.clone());
+        let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
+        let api = SignedApi::new(
+            control.clone(),
+            sessions.clone(),
+            config.http.clone(),
+            space.clone(),
+        );
         let sockets = api.sockets().clone();
         let http = crate::http::router(Arc::new(crate::http::HttpState {
             config: config.http.clone(),
@@ -147,6 +159,7 @@ impl Vm {
         }));
         Ok(Arc::new(Vm {
             control,
+            space,
             http,
             sockets,
             database_kind: db.kind(),

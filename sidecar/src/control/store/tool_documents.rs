@@ -320,3 +320,68 @@ impl ControlStore {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agentos_schema::{ladders, migrate, migrate_all, Owner, Statement};
+
+    use crate::db::testing::all_backends;
+
+    /// Core migration 5 on both backends: a store at 4 with a session in it
+    /// gains the tool documents table and the session's `title_source`, and
+    /// the new columns refuse what their checks forbid.
+    #[tokio::test]
+    async fn migration_5_adds_tool_documents_and_a_title_source() {
+        for backend in all_backends().await {
+            let db = backend.db.clone();
+            let core = ladders::core::MIGRATIONS;
+            migrate(db.as_ref(), Owner::Core, &core[..4])
+                .await
+                .expect("to 4");
+            db.transaction(vec![Statement::new(
+                "INSERT INTO agentos_core_sessions (session_id, agent, cwd, permission_policy, \
+                   created_at_ms, updated_at_ms) VALUES ('kept', 'echo', '/', 'ask', 1, 1)",
+                vec![],
+            )])
+            .await
+            .expect("a session at 4");
+            let outcome = migrate(db.as_ref(), Owner::Core, &core[..5])
+                .await
+                .expect("to 5");
+            assert_eq!((outcome.from, outcome.to), (4, 5), "{}", backend.name);
+            migrate_all(db.as_ref()).await.expect("the rest");
+            let source = db
+                .query(
+                    "SELECT title_source FROM agentos_core_sessions WHERE session_id = 'kept'",
+                    vec![],
+                )
+                .await
+                .expect("read");
+            assert_eq!(
+                source.scalar().and_then(|v| v.as_str()),
+                Some("none"),
+                "{}",
+                backend.name
+            );
+            for refused in [
+                "UPDATE agentos_core_sessions SET title_source = 'robot'",
+                "INSERT INTO agentos_core_tool_documents (account_id, agent_id, name, kind, cid, \
+                   document, enabled, created_at_ms, updated_at_ms) \
+                 VALUES ('z1', 'a', 'n', 'macro', 'b', x'a0', 1, 1, 1)",
+                "INSERT INTO agentos_core_tool_documents (account_id, agent_id, name, kind, cid, \
+                   document, enabled, created_at_ms, updated_at_ms) \
+                 VALUES ('z1', 'a', 'n', 'lambda', 'b', x'a0', 2, 1, 1)",
+                "INSERT INTO agentos_core_tool_documents (account_id, agent_id, name, kind, cid, \
+                   document, enabled, created_at_ms, updated_at_ms) \
+                 VALUES ('z1', 'a', 'n', 'lambda', 'b', 'text', 1, 1, 1)",
+            ] {
+                let error = db
+                    .transaction(vec![Statement::new(refused, vec![])])
+                    .await
+                    .expect_err(refused);
+                assert!(error.is_constraint(), "{refused}: {error:?}");
+            }
+            backend.shutdown().await;
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! Agents and their collaborators: `ListAgents`, `CreateAgent`, `GetAgent`,
-//! `UpdateAgent`, `DeleteAgent`, and the invitation actions. Readers see all
+//! `UpdateAgent`, `DeleteAgent` (with the agent's sessions and Space), and
+//! the invitation actions. Readers see all
 //! of an agent, writers may also change it, only its owner manages access
 //! or deletes it; an agent the caller cannot read is `not_found`.
 
@@ -162,13 +163,17 @@ impl SignedApi {
                 let sessions = control.delete_agent(&agent_id).await?;
                 self.sockets.agent_deleted(&agent_id);
                 // Nothing of it stays reachable: live turns stop with their
-                // sessions, every one of them even when one fails.
-                let mut failed = None;
+                // sessions, every one of them even when one fails, and its
+                // memory goes (its tool documents went with its row).
+                let mut failed: Option<ApiError> = None;
                 for session_id in sessions {
                     match self.sessions.delete(&session_id).await {
                         Ok(()) | Err(crate::sessions::SessionError::NotFound(_)) => {}
-                        Err(e) => failed = failed.or(Some(e)),
+                        Err(e) => failed = failed.or(Some(e.into())),
                     }
+                }
+                if let Err(e) = self.space.memory.delete_agent(&agent_id).await {
+                    failed = failed.or(Some(e.into()));
                 }
                 self.sockets.account_changed(
                     &audience,
@@ -177,7 +182,7 @@ impl SignedApi {
                     None,
                 );
                 match failed {
-                    Some(e) => Err(e.into()),
+                    Some(e) => Err(e),
                     None => ok(&DeleteAgentResponse { agent_id }),
                 }
             }

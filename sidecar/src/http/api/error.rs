@@ -9,6 +9,7 @@ use agentos_protocol::ErrorCode;
 
 use crate::control::ControlError;
 use crate::sessions::SessionError;
+use crate::space::SpaceError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
@@ -85,6 +86,23 @@ impl From<ControlError> for ApiError {
         };
         if status == 500 {
             tracing::error!(code = e.code(), error = %e, "a control-plane action failed");
+            return ApiError::passed_on(500, e.code(), "Internal server error");
+        }
+        ApiError::passed_on(status, e.code(), e.to_string())
+    }
+}
+
+impl From<SpaceError> for ApiError {
+    fn from(e: SpaceError) -> Self {
+        let status = match &e {
+            SpaceError::NotFound(_) => 404,
+            SpaceError::InvalidArgument(_) | SpaceError::InvalidPath { .. } => 400,
+            SpaceError::Conflict(_) | SpaceError::Limit { .. } => 409,
+            SpaceError::TooLarge { .. } => 413,
+            SpaceError::CorruptRow { .. } | SpaceError::Storage(_) => 500,
+        };
+        if status == 500 {
+            tracing::error!(code = e.code(), error = %e, "a Space action failed");
             return ApiError::passed_on(500, e.code(), "Internal server error");
         }
         ApiError::passed_on(status, e.code(), e.to_string())

@@ -3,10 +3,11 @@
 //! bytes → [`Envelope::decode`] (bounded; bad CBOR or shape is 400) →
 //! [`SignedApi::verify`] (signature, window, signer, replay: 401) → the
 //! typed action (missing, extra or mistyped fields are 400) → one handler
-//! per domain (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`), each
-//! authorizing with `control::authz` and calling a service → a response
-//! struct rendered by `render.rs`. Actions of the reference that this
-//! sidecar does not offer answer 400 `unsupported_action`.
+//! per domain (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`,
+//! `space.rs`), each authorizing with `control::authz` and calling a
+//! service → a response struct rendered by `render.rs`. Actions of the
+//! reference that this sidecar does not offer answer 400
+//! `unsupported_action`.
 
 mod agents;
 mod error;
@@ -16,6 +17,7 @@ pub(crate) mod render;
 mod replay;
 mod sessions;
 mod signers;
+mod space;
 mod vault;
 mod verify;
 
@@ -34,6 +36,7 @@ use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
 use crate::http::ws::Sockets;
 use crate::sessions::Sessions;
+use crate::space::Space;
 
 /// The signed API over the services.
 pub struct SignedApi {
@@ -47,6 +50,8 @@ pub struct SignedApi {
     pub(crate) adapters: BTreeSet<String>,
     /// The open `/agents/ws` sockets, which the handlers tell of changes.
     pub(crate) sockets: Arc<Sockets>,
+    /// Agents' tools and memory.
+    pub(crate) space: Space,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -62,7 +67,12 @@ fn ok<T: Serialize>(response: &T) -> Result<Vec<u8>, ApiError> {
 }
 
 impl SignedApi {
-    pub fn new(control: Control, sessions: Sessions, config: HttpConfig) -> SignedApi {
+    pub fn new(
+        control: Control,
+        sessions: Sessions,
+        config: HttpConfig,
+        space: Space,
+    ) -> SignedApi {
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
             replay: ReplayCache::new(config.replay_cache_entries),
@@ -72,6 +82,7 @@ impl SignedApi {
             sessions,
             config,
             adapters,
+            space,
         }
     }
 
@@ -81,6 +92,10 @@ impl SignedApi {
 
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    pub fn space(&self) -> &Space {
+        &self.space
     }
 
     /// The open `/agents/ws` sockets (closed at shutdown).
@@ -123,6 +138,11 @@ impl SignedApi {
                 ApiCode::UnsupportedAction,
                 format!("the action {name} is not supported by this server"),
             )),
+            // Decoded, but running verbs as the user is not offered yet.
+            Action::InvokeSessionTool { .. } => Err(ApiError::bad_request(
+                ApiCode::UnsupportedAction,
+                "the action InvokeSessionTool is not supported by this server",
+            )),
             Action::AuthorizeSigner { .. } | Action::RevokeSigner { .. } | Action::ListSigners => {
                 self.signers(caller, action).await
             }
@@ -141,6 +161,13 @@ impl SignedApi {
             | Action::MessageSession { .. }
             | Action::StopSession { .. }
             | Action::RetrySession { .. } => self.session_action(caller, action).await,
+            Action::ListAgentTools { .. }
+            | Action::SaveAgentTool { .. }
+            | Action::DeleteAgentTool { .. }
+            | Action::ListAgentMemory { .. }
+            | Action::ReadAgentMemoryFile { .. }
+            | Action::WriteAgentMemoryFile { .. }
+            | Action::DeleteAgentMemoryFile { .. } => self.space_action(caller, action).await,
             other => self.agents(caller, other).await,
         }
     }

@@ -1,14 +1,16 @@
-//! Domain values as the reference's response records. Stored documents
-//! (definitions, metadata) are canonical DAG-CBOR written by this module's
-//! callers and are decoded back here; a document that does not decode is a
-//! corrupt row, answered as a 500 with its code.
+//! Domain values as the reference's response records (agents, sessions,
+//! collaborators, providers, signers, an agent's tools and memory). Stored
+//! documents (definitions, metadata) are canonical DAG-CBOR written by this
+//! module's callers and are decoded back here; a document that does not
+//! decode is a corrupt row, answered as a 500 with its code.
 
 use agentos_protocol::seed::response::{
-    AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, RedactedModelProvider, RedactedSecret,
-    SessionInfo, SignerInfo,
+    AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, AgentMemoryEntry, AgentMemoryFile,
+    AgentToolInfo, RedactedModelProvider, RedactedSecret, SessionInfo, SignerInfo,
 };
 use agentos_protocol::seed::vocab::{
-    AccessRole, AgentStatus, AuthMode, CollaboratorRole, CollaboratorStatus, SessionStatus,
+    AccessRole, AgentStatus, AuthMode, CollaboratorRole, CollaboratorStatus, MemoryEncoding,
+    MemoryEntryType, SessionStatus,
 };
 use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, AgentDefinition, Ipld, Role};
@@ -16,6 +18,7 @@ use agentos_protocol::seed::{cbor, AgentDefinition, Ipld, Role};
 use super::error::ApiError;
 use crate::control;
 use crate::sessions::{self, SessionState};
+use crate::space;
 
 /// Stored documents are ours and bounded; this only guards the decoder.
 const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
@@ -136,6 +139,73 @@ pub fn signer(record: &control::SignerRecord) -> Option<SignerInfo> {
         capability: record.capability_cid.clone(),
         created_at: record.created_at_ms,
     })
+}
+
+/// Memory files up to this size that are clean UTF-8 travel as text.
+pub const MAX_TEXT_FILE_BYTES: usize = 1024 * 1024;
+
+fn time(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// One of an agent's tools, as the owner's transparency view shows it.
+pub fn tool(record: &space::ToolRecord) -> AgentToolInfo {
+    let document = &record.document;
+    AgentToolInfo {
+        name: document.name.clone(),
+        kind: document.kind,
+        summary: document.summary.clone(),
+        description: document.description.clone(),
+        input: document.input.clone(),
+        output: document.output.clone(),
+        source: document.source.clone(),
+        runtime: document.runtime.clone(),
+        cid: record.cid.clone(),
+        enabled: record.enabled,
+        granted: record.granted,
+        created_at: time(record.created_at_ms),
+        updated_at: time(record.updated_at_ms),
+    }
+}
+
+pub fn memory_entry(entry: &space::MemoryEntry) -> AgentMemoryEntry {
+    AgentMemoryEntry {
+        path: entry.path.clone(),
+        entry_type: if entry.is_dir {
+            MemoryEntryType::Dir
+        } else {
+            MemoryEntryType::File
+        },
+        size: entry.size,
+        updated_at: time(entry.updated_at_ms),
+        mime_type: (!entry.is_dir)
+            .then(|| space::memory::mime_type(&entry.path))
+            .flatten()
+            .map(str::to_owned),
+    }
+}
+
+/// A memory file: clean UTF-8 up to [`MAX_TEXT_FILE_BYTES`] as text,
+/// anything else as bytes.
+pub fn memory_file(file: space::MemoryFile) -> AgentMemoryFile {
+    let mime_type = space::memory::mime_type(&file.path).map(str::to_owned);
+    let (encoding, content, data) = if file.data.len() <= MAX_TEXT_FILE_BYTES {
+        match String::from_utf8(file.data) {
+            Ok(text) => (MemoryEncoding::Utf8, Some(text), None),
+            Err(e) => (MemoryEncoding::Binary, None, Some(e.into_bytes())),
+        }
+    } else {
+        (MemoryEncoding::Binary, None, Some(file.data))
+    };
+    AgentMemoryFile {
+        path: file.path,
+        size: file.size,
+        updated_at: time(file.updated_at_ms),
+        mime_type,
+        encoding,
+        content,
+        data,
+    }
 }
 
 // The control plane's vocabularies and the wire's, matched exhaustively: a
