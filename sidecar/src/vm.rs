@@ -34,6 +34,8 @@ pub enum VmError {
     Secrets(#[from] crate::control::ControlError),
     #[error("space: {0}")]
     Space(#[from] crate::space::SpaceError),
+    #[error("builtin agent: {0}")]
+    Builtin(String),
 }
 
 impl VmError {
@@ -47,6 +49,7 @@ impl VmError {
             VmError::Io(_) => "io_error",
             VmError::Secrets(e) => e.code(),
             VmError::Space(e) => e.code(),
+            VmError::Builtin(_) => "builtin_agent_failed",
         }
     }
 }
@@ -112,6 +115,44 @@ pub fn secrets_key(config: &Config) -> Result<SecretKey, VmError> {
     })
 }
 
+/// The builtin model agent: its verbs and host, and the command sessions
+/// of `builtin` start (this executable's `agent`).
+fn builtin_services(
+    config: &Config,
+    control: &Control,
+    db: &agentos_schema::SharedDatabase,
+    space: &Space,
+    sessions: &Sessions,
+) -> Result<crate::builtin::Services, VmError> {
+    use crate::builtin::{fetch::Fetcher, host, verbs::Verbs};
+    let fetcher = Fetcher::new().map_err(|e| VmError::Builtin(e.to_string()))?;
+    let verbs = Verbs::new(
+        control.clone(),
+        SessionStore::new(db.clone()),
+        space.clone(),
+        fetcher,
+    );
+    verbs.attach(sessions.clone());
+    let host = Arc::new(
+        host::Host::new(
+            control.clone(),
+            SessionStore::new(db.clone()),
+            verbs.clone(),
+            host::ProviderEndpoints(config.builtin.provider_endpoints.clone()),
+        )
+        .map_err(|e| VmError::Builtin(e.message))?,
+    );
+    match crate::builtin::agent_spec() {
+        Ok(spec) => {
+            sessions.set_builtin(spec, host.clone());
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "this executable cannot be found; builtin sessions cannot start")
+        }
+    }
+    Ok(crate::builtin::Services { host, verbs })
+}
+
 impl Vm {
     /// Resolves the descriptor once, migrates every owner, recovers
     /// interrupted turns and builds the services.
@@ -144,12 +185,14 @@ impl Vm {
             SecretBox::new(secrets_key(&config)?),
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
+        let builtin = builtin_services(&config, &control, &db, &space, &sessions)?;
         let api = SignedApi::new(
             control.clone(),
             sessions.clone(),
             config.http.clone(),
             space.clone(),
-        );
+        )
+        .with_builtin(builtin);
         let sockets = api.sockets().clone();
         let http = crate::http::router(Arc::new(crate::http::HttpState {
             config: config.http.clone(),

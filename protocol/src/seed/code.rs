@@ -34,6 +34,7 @@ api_codes! {
     Forbidden => "forbidden",
     InvalidArgument => "invalid_argument",
     NotFound => "not_found",
+    ProviderRejected => "provider_rejected",
     ProviderUnreachable => "provider_unreachable",
     Replayed => "replayed",
     SignerNotAuthorized => "signer_not_authorized",

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use agentos_adapters::builtin::provider::ProviderKind;
+use agentos_adapters::builtin::provider::{
+    Endpoint, ModelInfo, Provider, ProviderError, ProviderKind, ProviderOptions,
+};
 use agentos_adapters::RpcError;
 use agentos_protocol::agent_ext::{
     self, ContextParams, ProviderKey, ProviderRef, TranscriptItem, TurnContext, VerbParams,
@@ -70,6 +72,16 @@ impl ProviderEndpoints {
     }
 }
 
+/// Why a model listing failed.
+#[derive(Debug)]
+pub enum ListModelsError {
+    NotFound,
+    /// The sidecar could not make the call (no endpoint, no key, storage).
+    Refused(RpcError),
+    /// The provider answered with a failure.
+    Provider(ProviderError),
+}
+
 /// Everything a builtin session's turn is made from.
 pub struct Resolved {
     pub agent: AgentRecord,
@@ -99,6 +111,8 @@ pub struct Host {
     store: SessionStore,
     verbs: Verbs,
     endpoints: ProviderEndpoints,
+    /// The provider client, for model listings made by the sidecar itself.
+    provider: Provider,
 }
 
 impl Host {
@@ -107,13 +121,53 @@ impl Host {
         store: SessionStore,
         verbs: Verbs,
         endpoints: ProviderEndpoints,
-    ) -> Host {
-        Host {
+    ) -> Result<Host, ProviderError> {
+        Ok(Host {
             control,
             store,
             verbs,
             endpoints,
-        }
+            provider: Provider::new(ProviderOptions::default())?,
+        })
+    }
+
+    /// The models of one of `account`'s providers, listed by the provider
+    /// with its key, opened for this call only.
+    pub async fn list_models(
+        &self,
+        account: &str,
+        provider_name: &str,
+    ) -> Result<Vec<ModelInfo>, ListModelsError> {
+        let record = self
+            .control
+            .get_provider(account, provider_name)
+            .await
+            .map_err(|e| ListModelsError::Refused(RpcError::internal(e.code())))?
+            .ok_or(ListModelsError::NotFound)?;
+        let config: ModelProviderConfig = cbor::from_slice(&record.config, MAX_DOCUMENT_BYTES)
+            .map_err(|_| {
+                ListModelsError::Refused(RpcError::internal(
+                    "the provider's stored config does not decode",
+                ))
+            })?;
+        let base_url = self
+            .endpoints
+            .resolve(&config)
+            .map_err(ListModelsError::Refused)?;
+        let api_key = self
+            .open_key(account, &config)
+            .await
+            .map_err(ListModelsError::Refused)?
+            .api_key;
+        let endpoint = Endpoint {
+            kind: ProviderKind::from_type(&config.provider_type),
+            base_url,
+            api_key,
+        };
+        self.provider
+            .list_models(&endpoint)
+            .await
+            .map_err(ListModelsError::Provider)
     }
 
     /// The session's agent, its definition and its provider.
@@ -195,8 +249,17 @@ impl Host {
 
     async fn provider_key(&self, session_id: &str) -> Result<ProviderKey, RpcError> {
         let resolved = self.resolve(session_id).await?;
-        let Some(name) = resolved
-            .provider()?
+        self.open_key(&resolved.agent.account_id, resolved.provider()?)
+            .await
+    }
+
+    /// The provider's `secretRefs.apiKey`, opened.
+    async fn open_key(
+        &self,
+        account: &str,
+        provider: &ModelProviderConfig,
+    ) -> Result<ProviderKey, RpcError> {
+        let Some(name) = provider
             .secret_refs
             .as_ref()
             .and_then(|refs| refs.get("apiKey"))
@@ -205,7 +268,7 @@ impl Host {
         };
         let secret = self
             .control
-            .secret_plaintext(&resolved.agent.account_id, name)
+            .secret_plaintext(account, name)
             .await
             .map_err(|e| unservable(e.code(), "the provider's key cannot be opened"))?
             .ok_or_else(|| {

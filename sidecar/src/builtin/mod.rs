@@ -13,6 +13,8 @@ pub mod prompt;
 pub mod transcript;
 pub mod verbs;
 
+use std::sync::Arc;
+
 use crate::config::{AgentSpec, SandboxSpec};
 
 pub use verbs::ipld_json;
@@ -26,4 +28,12 @@ pub fn agent_spec() -> std::io::Result<AgentSpec> {
         env: Default::default(),
         sandbox: SandboxSpec::default(),
     })
+}
+
+/// What the signed door needs of the builtin agent: the host (sessions'
+/// agents and providers) and the verbs a user runs (`InvokeSessionTool`).
+#[derive(Clone)]
+pub struct Services {
+    pub host: Arc<host::Host>,
+    pub verbs: verbs::Verbs,
 }

@@ -16,13 +16,12 @@ use agentos_protocol::agent_ext::{
 use agentos_protocol::host::Actor;
 use agentos_protocol::seed::event::{event_id, to_ipld};
 use agentos_protocol::seed::response::InvokeSessionToolResponse;
-use agentos_protocol::seed::vocab::AccessRole;
 use agentos_protocol::seed::{Action, ApiCode};
 use serde_json::{json, Value};
 
 use super::{ok, ApiError, Caller, SignedApi};
 use crate::builtin::verbs::VerbScope;
-use crate::control::authz;
+use crate::control::{authz, AccessRole};
 use crate::sessions::SessionError;
 
 impl SignedApi {
@@ -37,7 +36,10 @@ impl SignedApi {
             input,
         } = action
         else {
-            return Err(ApiError::bad_request("not InvokeSessionTool"));
+            return Err(ApiError::bad_request(
+                ApiCode::BadRequest,
+                "not InvokeSessionTool",
+            ));
         };
         let account = caller.account.as_str();
         authz::require_session(&self.control, account, &session_id, AccessRole::Writer).await?;

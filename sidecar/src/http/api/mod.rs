@@ -11,6 +11,7 @@
 
 mod agents;
 mod error;
+mod invoke;
 mod keys;
 mod notify;
 pub(crate) mod render;
@@ -52,6 +53,9 @@ pub struct SignedApi {
     pub(crate) sockets: Arc<Sockets>,
     /// Agents' tools and memory.
     pub(crate) space: Space,
+    /// The builtin agent's host and verbs, for `InvokeSessionTool` and
+    /// model listings; absent, both are refused.
+    pub(crate) builtin: Option<crate::builtin::Services>,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -83,7 +87,15 @@ impl SignedApi {
             config,
             adapters,
             space,
+            builtin: None,
         }
+    }
+
+    /// Serves the verbs and provider calls through the builtin agent's
+    /// services.
+    pub fn with_builtin(mut self, services: crate::builtin::Services) -> SignedApi {
+        self.builtin = Some(services);
+        self
     }
 
     pub fn control(&self) -> &Control {
@@ -139,10 +151,7 @@ impl SignedApi {
                 format!("the action {name} is not supported by this server"),
             )),
             // Decoded, but running verbs as the user is not offered yet.
-            Action::InvokeSessionTool { .. } => Err(ApiError::bad_request(
-                ApiCode::UnsupportedAction,
-                "the action InvokeSessionTool is not supported by this server",
-            )),
+            Action::InvokeSessionTool { .. } => self.invoke_session_tool(caller, action).await,
             Action::AuthorizeSigner { .. } | Action::RevokeSigner { .. } | Action::ListSigners => {
                 self.signers(caller, action).await
             }

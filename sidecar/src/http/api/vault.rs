@@ -5,13 +5,14 @@
 //! caller who may read the agent); no answer ever holds a secret's value.
 
 use agentos_protocol::seed::response::{
-    DeleteModelProviderResponse, DeleteSecretResponse, ListModelProvidersResponse,
+    DeleteModelProviderResponse, ListProviderModelsResponse, ProviderModelInfo, DeleteSecretResponse, ListModelProvidersResponse,
     ListSecretsResponse, SetModelProviderResponse, SetSecretResponse,
 };
 use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, Action};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::builtin::host::ListModelsError;
 use crate::control::{authz, NewProvider, SecretPlaintext};
 
 impl SignedApi {
@@ -99,21 +100,46 @@ impl SignedApi {
             }
             Action::ListProviderModels { provider, agent_id } => {
                 let owner = self.provider_account(caller, agent_id.as_deref()).await?;
-                if control.get_provider(&owner, &provider).await?.is_none() {
-                    return Err(ApiError::new(
+                let not_found = || {
+                    ApiError::new(
                         404,
                         ApiCode::NotFound,
                         format!("provider {provider:?} not found"),
+                    )
+                };
+                let Some(builtin) = &self.builtin else {
+                    return Err(ApiError::new(
+                        502,
+                        ApiCode::ProviderUnreachable,
+                        "this sidecar calls no providers",
                     ));
+                };
+                match builtin.host.list_models(&owner, &provider).await {
+                    Ok(models) => ok(&ListProviderModelsResponse {
+                        models: models
+                            .into_iter()
+                            .map(|m| ProviderModelInfo {
+                                id: m.id,
+                                name: m.name,
+                            })
+                            .collect(),
+                    }),
+                    Err(ListModelsError::NotFound) => Err(not_found()),
+                    Err(ListModelsError::Refused(e)) => Err(ApiError::new(
+                        400,
+                        ApiCode::ProviderRejected,
+                        e.message,
+                    )),
+                    Err(ListModelsError::Provider(e)) => Err(ApiError::new(
+                        502,
+                        if e.is_retryable() {
+                            ApiCode::ProviderUnreachable
+                        } else {
+                            ApiCode::ProviderRejected
+                        },
+                        format!("{}: {}", e.code, e.message),
+                    )),
                 }
-                // Listing a provider's models is a call to the provider,
-                // which the builtin model agent makes; until it exists here
-                // the provider is not reached.
-                Err(ApiError::new(
-                    502,
-                    ApiCode::ProviderUnreachable,
-                    format!("provider {provider:?} cannot be reached from this sidecar yet"),
-                ))
             }
             _ => Err(ApiError::bad_request(
                 ApiCode::UnsupportedAction,
