@@ -122,7 +122,7 @@ fn shape(schema: &Value, pointer: &str, depth: usize, errors: &mut Vec<String>) 
                 _ => errors.push(format!("{here}: must be a boolean or a schema")),
             },
             "enum" => {
-                if !value.as_array().is_some_and(|values| !values.is_empty()) {
+                if value.as_array().is_none_or(Vec::is_empty) {
                     errors.push(format!("{here}: must be a non-empty list"));
                 }
             }
