@@ -159,11 +159,7 @@ pub fn cut_with_notice(text: &str, max: usize) -> String {
     }
     let mut out = String::with_capacity(max);
     out.push_str(&text[..end]);
-    let notice = format!(
-        "\n[truncated: {} of {} bytes shown]",
-        end,
-        text.len()
-    );
+    let notice = format!("\n[truncated: {} of {} bytes shown]", end, text.len());
     if out.len() + notice.len() <= max {
         out.push_str(&notice);
     }

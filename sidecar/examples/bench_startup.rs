@@ -75,6 +75,7 @@ fn config(path: &Path) -> Config {
         filesystem: Default::default(),
         http: Default::default(),
         secrets: Default::default(),
+        builtin: Default::default(),
     }
 }
 

@@ -152,8 +152,11 @@ fn last_body(provider: &ScriptedProvider) -> Value {
 async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
     let w = world(Flavor::OpenAi, Backend::SqliteFile).await;
     let session = w.session().await;
-    w.provider
-        .push(Reply::Text(vec!["Hel".into(), "lo".into(), " there".into()]));
+    w.provider.push(Reply::Text(vec![
+        "Hel".into(),
+        "lo".into(),
+        " there".into(),
+    ]));
     let said = w.message(&session, "hi").await;
     assert_eq!(said.status, 200, "{:?}", said.body);
     assert!(!said.text("assistantEventId").is_empty());
@@ -175,7 +178,10 @@ async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
                 .collect()
         })
         .unwrap_or_default();
-    assert_eq!(tools, ["read", "write", "call", "status", "continue_session"]);
+    assert_eq!(
+        tools,
+        ["read", "write", "call", "status", "continue_session"]
+    );
     assert_eq!(body["messages"].as_array().map(Vec::len), Some(2));
     assert_eq!(body["messages"][1]["content"], "hi");
     // A second turn carries the first one back from the log.

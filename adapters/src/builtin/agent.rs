@@ -92,7 +92,9 @@ pub(super) struct Agent {
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Plain maps and flags: consistent whatever panicked holding them.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Serves one client until its input ends.
@@ -101,8 +103,8 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let provider = Provider::new(options.provider.clone())
-        .map_err(|e| std::io::Error::other(e.message))?;
+    let provider =
+        Provider::new(options.provider.clone()).map_err(|e| std::io::Error::other(e.message))?;
     let agent = Arc::new(Agent {
         peer: Peer::start(output),
         options,
@@ -246,38 +248,32 @@ impl Agent {
             "session/prompt" => {
                 let Some(session) = params["sessionId"].as_str().map(str::to_owned) else {
                     self.peer
-                        .respond(id, Err(RpcError::invalid_params("sessionId must be a string")))
+                        .respond(
+                            id,
+                            Err(RpcError::invalid_params("sessionId must be a string")),
+                        )
                         .await;
                     return;
                 };
                 let cancel = Cancel::new();
-                {
+                let refused = {
                     let mut sessions = lock(&self.sessions);
-                    let Some(state) = sessions.get_mut(&session) else {
-                        drop(sessions);
-                        self.peer
-                            .respond(
-                                id,
-                                Err(RpcError::resource_not_found(format!(
-                                    "no session {session:?}"
-                                ))),
-                            )
-                            .await;
-                        return;
-                    };
-                    if state.running.is_some() {
-                        drop(sessions);
-                        self.peer
-                            .respond(
-                                id,
-                                Err(RpcError::invalid_params(
-                                    "the session is already running a prompt",
-                                )),
-                            )
-                            .await;
-                        return;
+                    match sessions.get_mut(&session) {
+                        None => Some(RpcError::resource_not_found(format!(
+                            "no session {session:?}"
+                        ))),
+                        Some(state) if state.running.is_some() => Some(RpcError::invalid_params(
+                            "the session is already running a prompt",
+                        )),
+                        Some(state) => {
+                            state.running = Some(cancel.clone());
+                            None
+                        }
                     }
-                    state.running = Some(cancel.clone());
+                };
+                if let Some(refused) = refused {
+                    self.peer.respond(id, Err(refused)).await;
+                    return;
                 }
                 let prompt = params["prompt"].as_array().cloned().unwrap_or_default();
                 let agent = Arc::clone(self);

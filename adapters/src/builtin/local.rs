@@ -44,7 +44,9 @@ impl LocalConfig {
                 .default_base_url()
                 .map(str::to_owned)
                 .ok_or_else(|| {
-                    format!("provider type {provider_type:?} has no default endpoint: pass --base-url")
+                    format!(
+                        "provider type {provider_type:?} has no default endpoint: pass --base-url"
+                    )
                 })?,
         };
         if model.is_empty() {
@@ -202,8 +204,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("key");
         std::fs::write(&file, "sk-test\n").unwrap();
-        let config =
-            LocalConfig::new("openai", None, "gpt", Some(file.clone()), None).unwrap();
+        let config = LocalConfig::new("openai", None, "gpt", Some(file.clone()), None).unwrap();
         assert_eq!(config.read_key().unwrap().as_deref(), Some("sk-test"));
         std::fs::remove_file(&file).unwrap();
         assert!(config.read_key().is_err());

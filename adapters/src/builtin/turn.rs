@@ -46,10 +46,7 @@ pub(super) async fn run(
     let text = prompt_text(&prompt);
     let source = match agent
         .peer
-        .request(
-            agent_ext::methods::CONTEXT,
-            json!({ "sessionId": session }),
-        )
+        .request(agent_ext::methods::CONTEXT, json!({ "sessionId": session }))
         .await
     {
         Ok(value) => Source::Sidecar(Box::new(serde_json::from_value(value).map_err(|e| {
@@ -181,7 +178,13 @@ fn retryable(e: &ProviderError) -> bool {
 }
 
 /// Reports a failure as a durable update and builds the prompt's error.
-async fn fail(agent: &Agent, session: &str, code: &str, retryable: bool, message: String) -> RpcError {
+async fn fail(
+    agent: &Agent,
+    session: &str,
+    code: &str,
+    retryable: bool,
+    message: String,
+) -> RpcError {
     agent
         .peer
         .notify(
@@ -286,12 +289,18 @@ async fn call_model(
             match event {
                 StreamEvent::TextDelta(delta) => {
                     text.push_str(&delta);
-                    peer.notify("session/update", chunk(&session_id, "agent_message_chunk", &message_id, delta))
-                        .await;
+                    peer.notify(
+                        "session/update",
+                        chunk(&session_id, "agent_message_chunk", &message_id, delta),
+                    )
+                    .await;
                 }
                 StreamEvent::ReasoningDelta(delta) => {
-                    peer.notify("session/update", chunk(&session_id, "agent_thought_chunk", &message_id, delta))
-                        .await;
+                    peer.notify(
+                        "session/update",
+                        chunk(&session_id, "agent_thought_chunk", &message_id, delta),
+                    )
+                    .await;
                 }
                 StreamEvent::ToolCall(call) => calls.push(call),
                 StreamEvent::Usage(u) => usage = u,
@@ -303,7 +312,10 @@ async fn call_model(
         let mut on_event = |event: StreamEvent| {
             let _ = tx.send(event);
         };
-        let result = agent.provider.stream(endpoint, request, &mut on_event).await;
+        let result = agent
+            .provider
+            .stream(endpoint, request, &mut on_event)
+            .await;
         drop(tx);
         result
     };
@@ -522,7 +534,9 @@ mod tests {
         ];
         let messages = transcript_messages(&items);
         assert_eq!(messages.len(), 5);
-        assert!(matches!(&messages[1], Message::Assistant { text, tool_calls } if text == "let me look" && tool_calls.len() == 1));
+        assert!(
+            matches!(&messages[1], Message::Assistant { text, tool_calls } if text == "let me look" && tool_calls.len() == 1)
+        );
         assert!(matches!(&messages[2], Message::ToolResult { call_id, .. } if call_id == "c1"));
         assert!(matches!(&messages[4], Message::User { text } if text == "a\n\nb"));
     }

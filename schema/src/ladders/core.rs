@@ -400,6 +400,9 @@ pub const MIGRATIONS: &[Migration] = &[
             // most `maxToolsPerAgent` lambdas and a few builtins).
             "ALTER TABLE agentos_core_sessions ADD COLUMN title_source TEXT NOT NULL DEFAULT 'none'
                 CHECK (title_source = 'none' OR title_source = 'user' OR title_source = 'agent')",
+            // What the agent says the session is doing (its `status`).
+            "ALTER TABLE agentos_core_sessions ADD COLUMN description TEXT
+                CHECK (description IS NULL OR length(CAST(description AS BLOB)) <= 4096)",
         ],
     },
 ];

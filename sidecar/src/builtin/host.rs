@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use super::prompt;
 use super::transcript;
-use super::verbs::{Verbs, VerbScope};
+use super::verbs::{VerbScope, Verbs};
 use crate::control::{AgentRecord, Control};
 use crate::sessions::{AgentHost, SessionStore, TurnScope};
 
@@ -63,10 +63,7 @@ impl ProviderEndpoints {
             (_, "ollama") => Ok(OLLAMA_DEFAULT.to_owned()),
             _ => Err(unservable(
                 "provider_unconfigured",
-                format!(
-                    "provider type {:?} needs a baseUrl",
-                    config.provider_type
-                ),
+                format!("provider type {:?} needs a baseUrl", config.provider_type),
             )),
         }
     }
@@ -193,8 +190,9 @@ impl Host {
             .await
             .map_err(storage)?
             .ok_or_else(|| unservable("agent_not_found", "the session's agent was deleted"))?;
-        let definition: AgentDefinition = cbor::from_slice(&agent.definition, MAX_DOCUMENT_BYTES)
-            .map_err(|_| RpcError::internal("the agent's stored definition does not decode"))?;
+        let definition: AgentDefinition =
+            cbor::from_slice(&agent.definition, MAX_DOCUMENT_BYTES)
+                .map_err(|_| RpcError::internal("the agent's stored definition does not decode"))?;
         let provider = match self
             .control
             .get_provider(&agent.account_id, &definition.model_provider)
@@ -363,14 +361,19 @@ mod tests {
     fn public_providers_are_pinned_and_custom_ones_named() {
         let none = ProviderEndpoints::default();
         assert_eq!(
-            none.resolve(&config("openai", Some("http://evil.example"))).unwrap(),
+            none.resolve(&config("openai", Some("http://evil.example")))
+                .unwrap(),
             "https://api.openai.com/v1"
         );
         assert_eq!(
-            none.resolve(&config("custom", Some("http://127.0.0.1:9/v1/"))).unwrap(),
+            none.resolve(&config("custom", Some("http://127.0.0.1:9/v1/")))
+                .unwrap(),
             "http://127.0.0.1:9/v1"
         );
-        assert_eq!(none.resolve(&config("ollama", None)).unwrap(), OLLAMA_DEFAULT);
+        assert_eq!(
+            none.resolve(&config("ollama", None)).unwrap(),
+            OLLAMA_DEFAULT
+        );
         assert!(none.resolve(&config("custom", None)).is_err());
         let pinned = ProviderEndpoints(BTreeMap::from([(
             "anthropic".to_owned(),

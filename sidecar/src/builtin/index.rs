@@ -45,7 +45,14 @@ pub async fn build(verbs: &Verbs, scope: &VerbScope) -> String {
             tool.document.name, tool.document.summary
         ));
     }
-    full.push_str(&format!("memory (~/memory/): {}\n", if top.is_empty() { "empty".to_owned() } else { top.join(", ") }));
+    full.push_str(&format!(
+        "memory (~/memory/): {}\n",
+        if top.is_empty() {
+            "empty".to_owned()
+        } else {
+            top.join(", ")
+        }
+    ));
     full.push_str("</space>");
     if full.len() <= INDEX_BYTES {
         return full;

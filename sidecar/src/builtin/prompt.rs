@@ -92,15 +92,25 @@ mod tests {
     #[test]
     fn blocks_are_flattened_to_their_text() {
         let leaf = |t: &str| {
-            Ipld::Map(BTreeMap::from([
-                ("block".to_owned(), Ipld::Map(BTreeMap::from([("text".to_owned(), Ipld::String(t.into()))]))),
-            ]))
+            Ipld::Map(BTreeMap::from([(
+                "block".to_owned(),
+                Ipld::Map(BTreeMap::from([(
+                    "text".to_owned(),
+                    Ipld::String(t.into()),
+                )])),
+            )]))
         };
         let mut parent = BTreeMap::from([(
             "block".to_owned(),
-            Ipld::Map(BTreeMap::from([("text".to_owned(), Ipld::String("Rules".into()))])),
+            Ipld::Map(BTreeMap::from([(
+                "text".to_owned(),
+                Ipld::String("Rules".into()),
+            )])),
         )]);
-        parent.insert("children".into(), Ipld::List(vec![leaf("one"), leaf("two")]));
+        parent.insert(
+            "children".into(),
+            Ipld::List(vec![leaf("one"), leaf("two")]),
+        );
         let prompt = system_prompt(&SystemPrompt::Blocks(vec![Ipld::Map(parent)]), "");
         assert!(prompt.starts_with("Rules\none\ntwo\n\n"));
     }

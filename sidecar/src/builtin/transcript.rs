@@ -168,7 +168,8 @@ impl Builder {
 
     fn call(&mut self, id: String, name: String, input: Value) {
         self.open.push((id.clone(), name.clone()));
-        self.items.push(TranscriptItem::ToolCall { id, name, input });
+        self.items
+            .push(TranscriptItem::ToolCall { id, name, input });
     }
 
     fn result(&mut self, id: &str, output: String, failed: bool) {
@@ -267,9 +268,19 @@ mod tests {
         ];
         let items = items(&events, None);
         assert_eq!(items.len(), 5);
-        assert_eq!(items[0], TranscriptItem::User { text: "read my notes".into() });
+        assert_eq!(
+            items[0],
+            TranscriptItem::User {
+                text: "read my notes".into()
+            }
+        );
         match &items[3] {
-            TranscriptItem::ToolResult { id, output, is_error, .. } => {
+            TranscriptItem::ToolResult {
+                id,
+                output,
+                is_error,
+                ..
+            } => {
                 assert_eq!(id, "c1");
                 assert!(output.len() <= MODEL_RESULT_BYTES);
                 assert!(output.contains("[truncated:"));
@@ -277,7 +288,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(items[4], TranscriptItem::Assistant { text: "Done".into() });
+        assert_eq!(
+            items[4],
+            TranscriptItem::Assistant {
+                text: "Done".into()
+            }
+        );
     }
 
     #[test]
@@ -285,14 +301,22 @@ mod tests {
         let events = vec![
             event(1, user(), text("user_message_chunk", "first")),
             event(2, user(), text("user_message_chunk", "queued second")),
-            event(3, Actor::Agent, text("agent_message_chunk", "answer to first")),
+            event(
+                3,
+                Actor::Agent,
+                text("agent_message_chunk", "answer to first"),
+            ),
         ];
         let items = items(&events, Some(2));
         assert_eq!(
             items,
             vec![
-                TranscriptItem::User { text: "first".into() },
-                TranscriptItem::Assistant { text: "answer to first".into() },
+                TranscriptItem::User {
+                    text: "first".into()
+                },
+                TranscriptItem::Assistant {
+                    text: "answer to first".into()
+                },
             ]
         );
     }
@@ -308,7 +332,9 @@ mod tests {
             event(2, user(), text("user_message_chunk", "hello?")),
         ];
         let items = items(&events, None);
-        assert!(matches!(&items[1], TranscriptItem::ToolResult { output, is_error: true, .. } if output == INTERRUPTED));
+        assert!(
+            matches!(&items[1], TranscriptItem::ToolResult { output, is_error: true, .. } if output == INTERRUPTED)
+        );
         assert!(matches!(&items[2], TranscriptItem::User { .. }));
     }
 

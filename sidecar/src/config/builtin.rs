@@ -57,7 +57,9 @@ mod tests {
             "builtin.providerEndpoints.custom"
         );
         let mut config = BuiltinConfig::default();
-        config.provider_endpoints.insert("google".into(), "ftp://x".into());
+        config
+            .provider_endpoints
+            .insert("google".into(), "ftp://x".into());
         assert!(config.validate().is_err());
     }
 }

@@ -80,6 +80,8 @@ pub struct SessionInfo {
     pub retained_event_count: u64,
     pub retained_event_bytes: u64,
     pub title: Option<String>,
+    /// What the agent says the session is doing.
+    pub description: Option<String>,
     pub metadata: Option<Value>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -99,6 +101,7 @@ impl SessionInfo {
             retained_event_count: row.retained_event_count,
             retained_event_bytes: row.retained_event_bytes,
             title: row.title.clone(),
+            description: row.description.clone(),
             metadata: row.metadata.clone(),
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,

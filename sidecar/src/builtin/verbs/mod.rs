@@ -11,11 +11,11 @@
 //! is refused.
 
 mod call;
-pub use call::ipld_json;
 pub use crate::space::registry::granted;
+pub use call::ipld_json;
 mod read;
-pub mod specs;
 mod session;
+pub mod specs;
 mod write;
 
 use std::collections::{BTreeSet, HashMap};
@@ -152,10 +152,7 @@ impl Verbs {
             if expanded.len() >= MAX_REMEMBERED_SESSIONS {
                 expanded.clear();
             }
-            expanded.insert(
-                scope.session_id.clone(),
-                promoted.iter().cloned().collect(),
-            );
+            expanded.insert(scope.session_id.clone(), promoted.iter().cloned().collect());
         }
         let mut tools = specs::offered();
         for name in promoted {

@@ -80,7 +80,9 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
     }
     failure(
         "invalid_address",
-        format!("{address:?} is not an address this agent can read; see the read verb's description"),
+        format!(
+            "{address:?} is not an address this agent can read; see the read verb's description"
+        ),
     )
 }
 
@@ -173,9 +175,16 @@ async fn tool_listing(verbs: &Verbs, scope: &VerbScope) -> VerbResult {
 }
 
 async fn contract(verbs: &Verbs, scope: &VerbScope, name: &str) -> VerbResult {
-    match verbs.tools.get(&scope.account_id, &scope.agent_id, name).await {
+    match verbs
+        .tools
+        .get(&scope.account_id, &scope.agent_id, name)
+        .await
+    {
         Ok(Some(record)) => success(Value::String(record.contract_markdown())),
-        Ok(None) => failure("not_found", format!("no tool named {name:?}; read ~/tools/ for the list")),
+        Ok(None) => failure(
+            "not_found",
+            format!("no tool named {name:?}; read ~/tools/ for the list"),
+        ),
         Err(e) => failure(e.code(), e),
     }
 }
@@ -183,7 +192,11 @@ async fn contract(verbs: &Verbs, scope: &VerbScope, name: &str) -> VerbResult {
 async fn threads(verbs: &Verbs, scope: &VerbScope, query: &str) -> VerbResult {
     let page = match verbs
         .control
-        .list_sessions_page(&SessionScope::Account(scope.account_id.clone()), None, THREAD_LIST)
+        .list_sessions_page(
+            &SessionScope::Account(scope.account_id.clone()),
+            None,
+            THREAD_LIST,
+        )
         .await
     {
         Ok(page) => page,
@@ -205,7 +218,11 @@ async fn threads(verbs: &Verbs, scope: &VerbScope, query: &str) -> VerbResult {
         } else {
             ""
         };
-        let shown = if title.is_empty() { "(untitled)" } else { &title };
+        let shown = if title.is_empty() {
+            "(untitled)"
+        } else {
+            &title
+        };
         lines.push(format!("- thread:{} {shown}{here}", row.session_id));
     }
     if lines.is_empty() {
@@ -249,7 +266,10 @@ fn event_line(event: &StoredEvent) -> Option<String> {
         "tool_call" => format!(
             "[tool call {} {}]",
             update["title"].as_str().unwrap_or_default(),
-            update.get("rawInput").map(Value::to_string).unwrap_or_default()
+            update
+                .get("rawInput")
+                .map(Value::to_string)
+                .unwrap_or_default()
         ),
         "tool_call_update" => format!(
             "[tool result {}: {}]",
@@ -258,5 +278,9 @@ fn event_line(event: &StoredEvent) -> Option<String> {
         ),
         _ => return None,
     };
-    Some(format!("#{} {who}: {}", event.sequence, cut_with_notice(&text, 2048)))
+    Some(format!(
+        "#{} {who}: {}",
+        event.sequence,
+        cut_with_notice(&text, 2048)
+    ))
 }

@@ -24,7 +24,10 @@ fn bounded<'a>(input: &'a Value, field: &str, max: usize) -> Result<Option<&'a s
             "invalid_argument",
             format!("`{field}` is longer than {max} bytes"),
         )),
-        _ => Err(failure("invalid_argument", format!("`{field}` must be a string"))),
+        _ => Err(failure(
+            "invalid_argument",
+            format!("`{field}` must be a string"),
+        )),
     }
 }
 
@@ -93,7 +96,11 @@ pub(super) async fn continue_session(
     {
         return failure(e.code().as_str(), e);
     }
-    if let Err(e) = verbs.control.link_session(&successor, &scope.agent_id).await {
+    if let Err(e) = verbs
+        .control
+        .link_session(&successor, &scope.agent_id)
+        .await
+    {
         let _ = sessions.delete(&successor).await;
         return failure(e.code(), "the successor session could not be linked");
     }

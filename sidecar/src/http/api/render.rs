@@ -72,7 +72,7 @@ pub fn session(info: &sessions::SessionInfo, link: &control::SessionLink) -> Ses
         run_id: None,
         child_session_count: None,
         model_override: None,
-        description: None,
+        description: info.description.clone(),
         plan: None,
     }
 }

@@ -5,8 +5,9 @@
 //! caller who may read the agent); no answer ever holds a secret's value.
 
 use agentos_protocol::seed::response::{
-    DeleteModelProviderResponse, ListProviderModelsResponse, ProviderModelInfo, DeleteSecretResponse, ListModelProvidersResponse,
-    ListSecretsResponse, SetModelProviderResponse, SetSecretResponse,
+    DeleteModelProviderResponse, DeleteSecretResponse, ListModelProvidersResponse,
+    ListProviderModelsResponse, ListSecretsResponse, ProviderModelInfo, SetModelProviderResponse,
+    SetSecretResponse,
 };
 use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, Action};
@@ -125,11 +126,9 @@ impl SignedApi {
                             .collect(),
                     }),
                     Err(ListModelsError::NotFound) => Err(not_found()),
-                    Err(ListModelsError::Refused(e)) => Err(ApiError::new(
-                        400,
-                        ApiCode::ProviderRejected,
-                        e.message,
-                    )),
+                    Err(ListModelsError::Refused(e)) => {
+                        Err(ApiError::new(400, ApiCode::ProviderRejected, e.message))
+                    }
                     Err(ListModelsError::Provider(e)) => Err(ApiError::new(
                         502,
                         if e.is_retryable() {

@@ -374,6 +374,7 @@ mod tests {
             retained_event_count: seq,
             retained_event_bytes: 0,
             title: None,
+            description: None,
             metadata: None,
             created_at_ms: 1,
             updated_at_ms: 2,

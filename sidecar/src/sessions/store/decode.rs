@@ -18,7 +18,7 @@ pub(super) const PERMISSION_OUTCOMES: &str = "agentos_core_permission_outcomes";
 pub(super) const VM_COUNTERS: &str = "agentos_core_vm_counters";
 
 /// Columns of a session row, in `SESSION_COLUMNS` order.
-pub(super) const SESSION_WIDTH: usize = 28;
+pub(super) const SESSION_WIDTH: usize = 29;
 /// Columns of an event row, in `EVENT_COLUMNS` order.
 pub(super) const EVENT_WIDTH: usize = 11;
 
@@ -59,6 +59,7 @@ pub(super) fn decode_session(values: Vec<SqlValue>) -> Result<SessionRow, DbErro
         outcome_count: r.uint(25)?,
         created_at_ms: r.int(26)?,
         updated_at_ms: r.int(27)?,
+        description: r.opt_text(28)?,
     })
 }
 

@@ -17,7 +17,7 @@ const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permissio
     config_revision, config_options_json, pending_preamble, title, metadata_json, state, \
     state_prompt_id, state_started_at_ms, state_error_json, latest_sequence, \
     oldest_retained_sequence, retained_event_count, retained_event_bytes, prompt_count, \
-    pending_permission_count, outcome_count, created_at_ms, updated_at_ms";
+    pending_permission_count, outcome_count, created_at_ms, updated_at_ms, description";
 
 /// A session's status: the `state` column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +68,8 @@ pub struct SessionRow {
     pub config_options: Vec<Value>,
     pub pending_preamble: Option<String>,
     pub title: Option<String>,
+    /// The agent's account of what the session is doing (`status`).
+    pub description: Option<String>,
     pub metadata: Option<Value>,
     pub state: SessionStatus,
     pub state_prompt_id: Option<String>,
@@ -137,10 +139,15 @@ impl SessionStore {
                      THEN title_source ELSE 'agent' END, \
                    description = coalesce(?3, description), \
                    updated_at_ms = max(updated_at_ms, ?4) WHERE session_id = ?1",
-                vec![session_id.into(), text(title), text(description), now.into()],
+                vec![
+                    session_id.into(),
+                    text(title),
+                    text(description),
+                    now.into(),
+                ],
             )])
             .await?;
-        if !results.first().is_some_and(|r| r.changes == 1) {
+        if results.first().is_none_or(|r| r.changes != 1) {
             return Ok(None);
         }
         let rows = self
