@@ -67,7 +67,7 @@ pub(super) async fn run(
             }
             Source::Local
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(refused(agent, session, e).await),
     };
     let (system, tools, mut messages, max_tokens) = match &source {
         Source::Sidecar(ctx) => (
@@ -110,7 +110,7 @@ pub(super) async fn run(
         }
         let endpoint = match endpoint(agent, session, &source).await {
             Ok(endpoint) => endpoint,
-            Err(e) => return Err(e),
+            Err(e) => return Err(refused(agent, session, e).await),
         };
         let request = ModelRequest {
             model: model(agent, &source),
@@ -201,6 +201,16 @@ async fn fail(
         )
         .await;
     RpcError::new(TURN_FAILED, message).with_data(json!({ "code": code, "retryable": retryable }))
+}
+
+/// The client could not serve the turn (no such agent or provider, a key
+/// that does not open): reported in the log like a provider failure, with
+/// the client's code.
+async fn refused(agent: &Agent, session: &str, e: RpcError) -> RpcError {
+    let data = e.data.clone().unwrap_or(Value::Null);
+    let code = data["code"].as_str().unwrap_or("agent_context_failed").to_owned();
+    let retryable = data["retryable"].as_bool().unwrap_or(false);
+    fail(agent, session, &code, retryable, e.message).await
 }
 
 fn model(agent: &Agent, source: &Source) -> String {

@@ -12,7 +12,6 @@ use agentos_protocol::seed::Ipld;
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
-use crate::control::SessionScope;
 use crate::space::error::SpaceError;
 use crate::space::ToolRecord;
 use crate::space::{registry, schema};
@@ -200,12 +199,15 @@ async fn search(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
     if hits.len() < limit {
         if let Ok(page) = verbs
             .control
-            .list_sessions_page(&SessionScope::Account(scope.account_id.clone()), None, 200)
+            .list_sessions_page(&scope.threads(), None, 200)
             .await
         {
             for row in page.sessions {
                 if hits.len() >= limit {
                     break;
+                }
+                if !scope.sees_thread(&row.account_id, &row.agent_id) {
+                    continue;
                 }
                 let Ok(Some(session)) = verbs.store.get_session(&row.session_id).await else {
                     continue;

@@ -67,6 +67,31 @@ impl VerbScope {
     pub(super) fn grants(&self) -> Option<&[String]> {
         self.grants.as_deref()
     }
+
+    /// Whose threads `thread:` and `search` see: the agent and its owner
+    /// see the owner's; a collaborator running a verb sees this agent's
+    /// only (what its access already shows it).
+    pub(super) fn threads(&self) -> crate::control::SessionScope {
+        match &self.actor {
+            Actor::User {
+                account: Some(account),
+                ..
+            } if *account != self.account_id => {
+                crate::control::SessionScope::Agent(self.agent_id.clone())
+            }
+            _ => crate::control::SessionScope::Account(self.account_id.clone()),
+        }
+    }
+
+    /// Whether a thread of `agent_id` owned by `owner` is within
+    /// [`VerbScope::threads`].
+    pub(super) fn sees_thread(&self, owner: &str, agent_id: &str) -> bool {
+        owner == self.account_id
+            && match self.threads() {
+                crate::control::SessionScope::Agent(own) => own == agent_id,
+                crate::control::SessionScope::Account(_) => true,
+            }
+    }
 }
 
 /// A failed verb: `code: message`, as the model and the log see it.

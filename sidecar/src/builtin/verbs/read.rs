@@ -8,7 +8,6 @@ use agentos_protocol::host::{EventKind, StoredEvent};
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
-use crate::control::SessionScope;
 use crate::space::registry;
 
 /// Events `thread:<id>` shows, newest last.
@@ -192,11 +191,7 @@ async fn contract(verbs: &Verbs, scope: &VerbScope, name: &str) -> VerbResult {
 async fn threads(verbs: &Verbs, scope: &VerbScope, query: &str) -> VerbResult {
     let page = match verbs
         .control
-        .list_sessions_page(
-            &SessionScope::Account(scope.account_id.clone()),
-            None,
-            THREAD_LIST,
-        )
+        .list_sessions_page(&scope.threads(), None, THREAD_LIST)
         .await
     {
         Ok(page) => page,
@@ -205,6 +200,11 @@ async fn threads(verbs: &Verbs, scope: &VerbScope, query: &str) -> VerbResult {
     let needle = query.to_lowercase();
     let mut lines = Vec::new();
     for row in page.sessions {
+        // Sessions of agents the owner only collaborates on are not the
+        // agent's to read.
+        if !scope.sees_thread(&row.account_id, &row.agent_id) {
+            continue;
+        }
         let title = match verbs.store.get_session(&row.session_id).await {
             Ok(Some(session)) => session.title.unwrap_or_default(),
             Ok(None) => continue,
@@ -237,7 +237,7 @@ async fn thread(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
         Err(e) => return failure(e.code(), "the thread cannot be read"),
     };
     // Another account's thread is exactly as absent as a missing one.
-    let Some(link) = link.filter(|l| l.account_id == scope.account_id) else {
+    let Some(link) = link.filter(|l| scope.sees_thread(&l.account_id, &l.agent_id)) else {
         return failure("not_found", format!("no thread {id:?}"));
     };
     let page = match verbs
