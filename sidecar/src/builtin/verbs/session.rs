@@ -15,6 +15,31 @@ const MAX_TITLE_BYTES: usize = 1024;
 const MAX_DESCRIPTION_BYTES: usize = 4096;
 /// Bytes of a handoff.
 const MAX_HANDOFF_BYTES: usize = 64 * 1024;
+/// How a successor's first message begins.
+const CONTINUED_FROM: &str = "[continued from thread:";
+/// Events read to tell a successor that has not heard from a user yet.
+const LOOP_GUARD_EVENTS: u64 = 256;
+
+/// Whether the session is a successor whose only user message so far is
+/// the copied handoff: continuing it again would loop.
+async fn only_a_handoff(verbs: &Verbs, session_id: &str) -> bool {
+    let Ok(page) = verbs
+        .store
+        .history(session_id, None, Some(0), LOOP_GUARD_EVENTS)
+        .await
+    else {
+        return false;
+    };
+    let mut users = page.events.iter().filter_map(|event| {
+        let update: Value = serde_json::from_str(&event.payload_json).ok()?;
+        (update["sessionUpdate"] == "user_message_chunk")
+            .then(|| update["content"]["text"].as_str().unwrap_or_default().to_owned())
+    });
+    let first_is_handoff = users
+        .next()
+        .is_some_and(|text| text.starts_with(CONTINUED_FROM));
+    first_is_handoff && users.next().is_none()
+}
 
 fn bounded<'a>(input: &'a Value, field: &str, max: usize) -> Result<Option<&'a str>, VerbResult> {
     match &input[field] {
@@ -84,6 +109,12 @@ pub(super) async fn continue_session(
     let Some(sessions) = verbs.sessions.get() else {
         return failure("unavailable", "sessions cannot be started here");
     };
+    if only_a_handoff(verbs, &scope.session_id).await {
+        return failure(
+            "loop_guard",
+            "this session was itself just continued from another; work in it first",
+        );
+    }
     let successor = uuid::Uuid::new_v4().to_string();
     if let Err(e) = sessions
         .open(OpenSessionParams {
@@ -105,7 +136,7 @@ pub(super) async fn continue_session(
         return failure(e.code(), "the successor session could not be linked");
     }
     let text = format!(
-        "[continued from thread:{} — {reason}]\n\n{handoff}",
+        "{CONTINUED_FROM}{} — {reason}]\n\n{handoff}",
         scope.session_id
     );
     let background = sessions.clone();
