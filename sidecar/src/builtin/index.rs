@@ -17,10 +17,14 @@ pub async fn build(verbs: &Verbs, scope: &VerbScope) -> String {
         .await
         .unwrap_or_default();
     let usable: Vec<_> = tools.iter().filter(|t| t.granted && t.enabled).collect();
-    let memory = verbs.memory.list(&scope.agent_id).await.unwrap_or_default();
+    // The top level only: the index never walks the whole memory.
+    let memory = verbs
+        .memory
+        .list_dir(&scope.agent_id, "")
+        .await
+        .unwrap_or_default();
     let top: Vec<String> = memory
         .iter()
-        .filter(|e| !e.path.contains('/'))
         .map(|e| {
             if e.is_dir {
                 format!("{}/", e.path)
@@ -57,10 +61,9 @@ pub async fn build(verbs: &Verbs, scope: &VerbScope) -> String {
     if full.len() <= INDEX_BYTES {
         return full;
     }
-    let files = memory.iter().filter(|e| !e.is_dir).count();
     format!(
-        "<space>\ntools: {} callable (read ~/tools/ for the list)\nmemory: {} files (read ~/memory/ for the list)\n</space>",
+        "<space>\ntools: {} callable (read ~/tools/ for the list)\nmemory: {} top-level entries (read ~/memory/ for the list)\n</space>",
         usable.len(),
-        files
+        memory.len()
     )
 }
