@@ -115,7 +115,9 @@ async fn agents_sessions_and_turns(backend: Backend) {
     };
     assert_eq!(agents.len(), 1);
 
-    // A builtin agent (the default adapter) is typed, not a crash.
+    // A builtin agent (the default adapter) whose provider the account
+    // never configured: the turn fails with a typed error, and the log says
+    // why.
     let builtin = call(
         &t,
         &owner,
@@ -136,8 +138,26 @@ async fn agents_sessions_and_turns(backend: Backend) {
                "content": [{"type": "text", "text": "hi"}]}),
     )
     .await;
-    assert_eq!(said.status, 409);
-    assert_eq!(said.code(), "builtin_agent_unavailable");
+    assert_eq!(said.status, 502, "{:?}", said.body);
+    assert_eq!(said.code(), "prompt_failed");
+    let got = call(
+        &t,
+        &owner,
+        json!({"_": "GetSession", "sessionId": s.text("sessionId")}),
+    )
+    .await;
+    let Ipld::List(events) = got.field("events") else {
+        panic!("events: {:?}", got.body);
+    };
+    let error = events
+        .iter()
+        .map(|e| field(e, "event"))
+        .find(|e| field(e, "type") == &Ipld::String("error".into()))
+        .expect("an error event");
+    assert_eq!(
+        field(error, "code"),
+        &Ipld::String("provider_not_found".into())
+    );
 
     // A definition never names a command: only builtin or a registry id.
     let bad = call(
