@@ -26,7 +26,15 @@ use serde_json::{json, Value};
 
 fn options() -> Options {
     Options {
-        config: json!({"http": {"listen": "127.0.0.1:0"}}),
+        // Providers point at a closed loopback port: a listing never leaves
+        // the machine, and fails as unreachable.
+        config: json!({
+            "http": {"listen": "127.0.0.1:0"},
+            "builtin": {"providerEndpoints": {
+                "openai": "http://127.0.0.1:1/v1",
+                "anthropic": "http://127.0.0.1:1",
+            }},
+        }),
         env: vec![("AGENTOS_LOG".into(), "debug".into())],
         ..Options::default()
     }
@@ -237,7 +245,7 @@ async fn secrets_never_leak(backend: Backend) {
         names(&listed, "providers"),
         ["anthropic", "local", "openai"]
     );
-    // Listing models is a provider call this sidecar does not make yet.
+    // Listing models is a call to the provider, which cannot be reached.
     let models = w
         .send(
             &t,
