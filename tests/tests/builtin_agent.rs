@@ -1,156 +1,29 @@
 //! The builtin model agent end to end: a real sidecar whose `builtin`
 //! sessions start `agentos-sidecar agent`, a scripted provider on loopback
-//! standing in for OpenAI, Anthropic or Google, and signed actions driving
-//! turns. What the provider was sent (system prompt, tools, transcript, key)
-//! and what the log holds afterwards are both checked.
+//! standing in for OpenAI, Anthropic or Google, and signed actions (or the
+//! host socket) driving turns. What the provider was sent (system prompt,
+//! tools, transcript, key) and what the log holds afterwards are both
+//! checked, as are live deltas, provider failures, cancellation, a restart,
+//! model listings, and that no other adapter reaches `_agentos/*`.
 
+#[path = "common/builtin.rs"]
+mod builtin;
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
 mod common;
 
-use agentos_protocol::seed::Ipld;
-use agentos_tests::http::Target;
-use agentos_tests::provider_server::{Flavor, Reply, ScriptedProvider};
-use agentos_tests::seed::{call, field, Answer, Signer};
-use common::{Backend, Options, Sidecar};
+use agentos_tests::provider_server::{Flavor, Reply};
+use agentos_tests::seed::call;
+use builtin::{answer_text, endless, key_header, kinds, ok, world, Sent, World, KEY};
+use client::Ws;
 use serde_json::{json, Value};
 
-pub struct World {
-    pub _sc: Sidecar,
-    pub target: Target,
-    pub provider: ScriptedProvider,
-    pub owner: Signer,
-    pub agent_id: String,
-}
-
-fn flavor_type(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::OpenAi => "openai",
-        Flavor::Anthropic => "anthropic",
-        Flavor::Google => "google",
-    }
-}
-
-/// A sidecar whose `flavor` provider is the scripted server, an account
-/// with a key and a provider, and a builtin agent using it.
-async fn world(flavor: Flavor, backend: Backend) -> World {
-    let provider = ScriptedProvider::start(flavor).await;
-    let kind = flavor_type(flavor);
-    let sc = Sidecar::start_with(
-        backend,
-        Options {
-            config: json!({
-                "http": {"listen": "127.0.0.1:0"},
-                "builtin": {"providerEndpoints": {kind: provider.base_url()}},
-            }),
-            ..Options::default()
-        },
-    )
-    .await;
-    let target = Target::from_ready(sc.ready["http"].as_str().expect("http"));
-    let owner = Signer::new();
-    let ok = |a: &Answer| assert_eq!(a.status, 200, "{:?}", a.body);
-    ok(&call(
-        &target,
-        &owner,
-        json!({"_": "SetSecret", "name": "key", "value": {"/": {"bytes": "sk-scripted"}}}),
-    )
-    .await);
-    ok(&call(
-        &target,
-        &owner,
-        json!({"_": "SetModelProvider", "name": "main",
-               "provider": {"type": kind, "secretRefs": {"apiKey": "key"}}}),
-    )
-    .await);
-    let created = call(
-        &target,
-        &owner,
-        json!({"_": "CreateAgent", "definition": {
-            "name": "Scribe", "systemPrompt": "Be brief.",
-            "modelProvider": "main", "model": "scripted-model"}}),
-    )
-    .await;
-    ok(&created);
-    World {
-        agent_id: created.text("agentId"),
-        _sc: sc,
-        target,
-        provider,
-        owner,
-    }
-}
-
-impl World {
-    async fn session(&self) -> String {
-        let created = call(
-            &self.target,
-            &self.owner,
-            json!({"_": "CreateSession", "agentId": self.agent_id}),
-        )
-        .await;
-        assert_eq!(created.status, 200, "{:?}", created.body);
-        created.text("sessionId")
-    }
-
-    async fn message(&self, session: &str, text: &str) -> Answer {
-        call(
-            &self.target,
-            &self.owner,
-            json!({"_": "MessageSession", "sessionId": session,
-                   "content": [{"type": "text", "text": text}]}),
-        )
-        .await
-    }
-
-    /// The session's events as JSON-ish maps: (type, the event).
-    async fn events(&self, session: &str) -> Vec<Ipld> {
-        let got = call(
-            &self.target,
-            &self.owner,
-            json!({"_": "GetSession", "sessionId": session}),
-        )
-        .await;
-        assert_eq!(got.status, 200, "{:?}", got.body);
-        match got.field("events") {
-            Ipld::List(events) => events.iter().map(|e| field(e, "event").clone()).collect(),
-            other => panic!("events: {other:?}"),
-        }
-    }
-}
-
-fn text_of(event: &Ipld, name: &str) -> String {
-    match field(event, name) {
-        Ipld::String(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn kinds(events: &[Ipld]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| {
-            let kind = text_of(e, "type");
-            if kind == "message" {
-                format!("{}:{}", text_of(e, "role"), text_of(e, "content"))
-            } else if kind == "tool_call" || kind == "tool_result" {
-                format!("{kind}:{}", text_of(e, "name"))
-            } else {
-                kind
-            }
-        })
-        .collect()
-}
-
-fn last_body(provider: &ScriptedProvider) -> Value {
-    provider
-        .requests()
-        .last()
-        .map(|r| r.body.clone())
-        .expect("the provider was called")
-}
+const VERBS: [&str; 5] = ["read", "write", "call", "status", "continue_session"];
 
 #[tokio::test]
 async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
-    let w = world(Flavor::OpenAi, Backend::SqliteFile).await;
+    let w = world(Flavor::OpenAi).await;
     let session = w.session().await;
     w.provider.push(Reply::Text(vec![
         "Hel".into(),
@@ -158,47 +31,38 @@ async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
         " there".into(),
     ]));
     let said = w.message(&session, "hi").await;
-    assert_eq!(said.status, 200, "{:?}", said.body);
-    assert!(!said.text("assistantEventId").is_empty());
+    ok(&said);
+    assert!(!answer_text(&said, "assistantEventId").is_empty());
     let events = w.events(&session).await;
     assert_eq!(kinds(&events), ["user:hi", "assistant:Hello there"]);
-    assert_eq!(text_of(&events[1], "actor"), "agent");
-    let request = w.provider.requests().pop().expect("one call");
-    assert_eq!(request.header("authorization"), Some("Bearer sk-scripted"));
+    assert_eq!(events[1]["actor"], "agent");
+    let request = w.last_request();
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
     let body = request.body;
     assert_eq!(body["model"], "scripted-model");
     let system = body["messages"][0]["content"].as_str().unwrap_or_default();
     assert!(system.starts_with("Be brief."), "{system}");
     assert!(system.contains("<space>"), "{system}");
-    let tools: Vec<&str> = body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["function"]["name"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        tools,
-        ["read", "write", "call", "status", "continue_session"]
-    );
+    assert_eq!(Sent::new(Flavor::OpenAi, &body).tools(), VERBS);
     assert_eq!(body["messages"].as_array().map(Vec::len), Some(2));
     assert_eq!(body["messages"][1]["content"], "hi");
     // A second turn carries the first one back from the log.
     w.provider.push(Reply::Text(vec!["again".into()]));
-    assert_eq!(w.message(&session, "more").await.status, 200);
-    let body = last_body(&w.provider);
-    let roles: Vec<&str> = body["messages"]
-        .as_array()
-        .map(|m| m.iter().filter_map(|m| m["role"].as_str()).collect())
-        .unwrap_or_default();
-    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    ok(&w.message(&session, "more").await);
+    let body = w.last_body();
+    assert_eq!(
+        Sent::new(Flavor::OpenAi, &body).roles(),
+        ["system", "user", "assistant", "user"]
+    );
     assert_eq!(body["messages"][2]["content"], "Hello there");
 }
 
 #[tokio::test]
 async fn memory_writes_and_reads_are_visible_tool_calls() {
-    let w = world(Flavor::OpenAi, Backend::SqliteFile).await;
+    let w = world(Flavor::OpenAi).await;
     let session = w.session().await;
     w.provider.push(Reply::ToolCalls(vec![(
         "c1".into(),
@@ -206,8 +70,7 @@ async fn memory_writes_and_reads_are_visible_tool_calls() {
         json!({"address": "~/memory/notes.md", "content": "remember the milk"}),
     )]));
     w.provider.push(Reply::Text(vec!["saved".into()]));
-    let said = w.message(&session, "note it").await;
-    assert_eq!(said.status, 200, "{:?}", said.body);
+    ok(&w.message(&session, "note it").await);
     let events = w.events(&session).await;
     assert_eq!(
         kinds(&events),
@@ -218,24 +81,540 @@ async fn memory_writes_and_reads_are_visible_tool_calls() {
             "assistant:saved"
         ]
     );
-    assert_eq!(text_of(&events[1], "actor"), "agent");
-    let read = call(
-        &w.target,
-        &w.owner,
-        json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "notes.md"}),
-    )
-    .await;
-    assert_eq!(read.status, 200, "{:?}", read.body);
+    assert_eq!(events[1]["actor"], "agent");
+    let read = w
+        .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "notes.md"}))
+        .await;
+    ok(&read);
     assert_eq!(
-        field(read.field("file"), "content"),
-        &Ipld::String("remember the milk".into())
+        builtin::json_of(read.field("file"))["content"],
+        "remember the milk"
     );
     // The tool result went back to the provider in its own message.
-    let body = last_body(&w.provider);
-    let tool = body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["role"] == "tool"))
+    let body = w.last_body();
+    let results = Sent::new(Flavor::OpenAi, &body).tool_results();
+    assert_eq!(results.len(), 1, "{body}");
+    assert_eq!(results[0].0, "c1");
+}
+
+/// A text turn, then a tool-call turn, in `flavor`'s API.
+async fn text_and_tool_turns(flavor: Flavor) {
+    let w = world(flavor).await;
+    let session = w.session().await;
+    w.provider
+        .push(Reply::Text(vec!["Hi".into(), " there".into()]));
+    ok(&w.message(&session, "hello").await);
+    let request = w.last_request();
+    let (header, value) = key_header(flavor);
+    assert_eq!(request.header(header), Some(value.as_str()), "{flavor:?}");
+    match flavor {
+        Flavor::Google => assert!(
+            request
+                .path
+                .starts_with("/v1beta/models/scripted-model:streamGenerateContent"),
+            "{}",
+            request.path
+        ),
+        _ => assert_eq!(request.body["model"], "scripted-model"),
+    }
+    let sent = Sent::new(flavor, &request.body);
+    let system = sent.system();
+    assert!(system.starts_with("Be brief."), "{system}");
+    assert!(system.contains("durable session"), "{system}");
+    assert!(
+        system.contains("<space>") && system.contains("- search — "),
+        "{system}"
+    );
+    assert_eq!(sent.tools(), VERBS);
+    assert_eq!(sent.user_texts(), ["hello"]);
+
+    w.provider.push(Reply::ToolCalls(vec![(
+        "c1".into(),
+        "write".into(),
+        json!({"address": "~/memory/a.md", "content": "alpha"}),
+    )]));
+    w.provider.push(Reply::Text(vec!["done".into()]));
+    ok(&w.message(&session, "save").await);
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "user:hello",
+            "assistant:Hi there",
+            "user:save",
+            "tool_call:write",
+            "tool_result:write",
+            "assistant:done"
+        ],
+        "{flavor:?}"
+    );
+    assert_eq!(events[3]["input"]["address"], "~/memory/a.md");
+    assert_eq!(events[4]["output"]["path"], "a.md");
+    let body = w.last_body();
+    let sent = Sent::new(flavor, &body);
+    let results = sent.tool_results();
+    assert_eq!(results.len(), 1, "{body}");
+    // Google has no call ids: its results name the function.
+    let expected_id = if flavor == Flavor::Google {
+        "write"
+    } else {
+        "c1"
+    };
+    assert_eq!(results[0].0, expected_id, "{body}");
+    assert!(results[0].1.contains("a.md"), "{body}");
+    let (roles, call) = match flavor {
+        Flavor::OpenAi => (
+            vec!["system", "user", "assistant", "user", "assistant", "tool"],
+            body["messages"][4]["tool_calls"][0].clone(),
+        ),
+        Flavor::Anthropic => (
+            vec!["user", "assistant", "user", "assistant", "user"],
+            body["messages"][3]["content"][0].clone(),
+        ),
+        Flavor::Google => (
+            vec!["user", "model", "user", "model", "user"],
+            body["contents"][3]["parts"][0].clone(),
+        ),
+    };
+    assert_eq!(sent.roles(), roles, "{body}");
+    match flavor {
+        Flavor::OpenAi => {
+            assert_eq!(call["id"], "c1");
+            assert_eq!(call["function"]["name"], "write");
+        }
+        Flavor::Anthropic => {
+            assert_eq!(call["type"], "tool_use");
+            assert_eq!(call["id"], "c1");
+            assert_eq!(call["input"]["content"], "alpha");
+        }
+        Flavor::Google => {
+            assert_eq!(call["functionCall"]["name"], "write");
+            assert_eq!(call["functionCall"]["args"]["content"], "alpha");
+        }
+    }
+    let read = w
+        .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "a.md"}))
+        .await;
+    ok(&read);
+}
+
+#[tokio::test]
+async fn openai_text_and_tool_turns() {
+    text_and_tool_turns(Flavor::OpenAi).await;
+}
+
+#[tokio::test]
+async fn anthropic_text_and_tool_turns() {
+    text_and_tool_turns(Flavor::Anthropic).await;
+}
+
+#[tokio::test]
+async fn google_text_and_tool_turns() {
+    text_and_tool_turns(Flavor::Google).await;
+}
+
+#[tokio::test]
+async fn websocket_subscribers_see_deltas_then_the_message_once() {
+    let w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
+    let mut ws = Ws::open(&addr).await;
+    ws.subscribed(&w.owner, &format!("sessions/{session}"), None)
+        .await;
+    assert_eq!(ws.next().await["_"], "change");
+    let deltas: Vec<String> = ["Once ", "upon ", "a ", "time"].map(str::to_owned).to_vec();
+    w.provider.push(Reply::Slow {
+        deltas: deltas.clone(),
+        gap: std::time::Duration::from_millis(40),
+    });
+    let turn = w.message_in_background(&session, "tell me");
+    let user = ws.next_where(|e| e["_"] == "append").await;
+    assert_eq!(user["event"]["event"]["role"], "user");
+    let mut pieces = Vec::new();
+    let mut partial_id = None;
+    loop {
+        let event = ws.next().await;
+        match event["_"].as_str() {
+            Some("appendPartial") if event["patch"]["done"] == true => {
+                assert_eq!(event["partialId"].as_str(), partial_id.as_deref());
+                break;
+            }
+            Some("appendPartial") => {
+                let id = event["partialId"].as_str().expect("partialId").to_owned();
+                assert_eq!(partial_id.get_or_insert(id.clone()), &id);
+                if let Some(delta) = event["patch"]["textDelta"].as_str() {
+                    pieces.push(delta.to_owned());
+                }
+            }
+            Some("change") => {}
+            _ => panic!("before the message: {event}"),
+        }
+    }
+    assert_eq!(pieces, deltas, "every delta, in order");
+    let message = ws.next().await;
+    assert_eq!(message["_"], "append", "{message}");
+    assert_eq!(message["event"]["event"]["role"], "assistant");
+    assert_eq!(message["event"]["event"]["content"], "Once upon a time");
+    let idle = ws
+        .next_where(|e| {
+            e["_"] == "append" || (e["_"] == "change" && e["value"]["status"] == "idle")
+        })
+        .await;
+    assert_eq!(idle["_"], "change", "the message is appended once: {idle}");
+    ok(&turn.await.expect("the turn task"));
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        ["user:tell me", "assistant:Once upon a time"]
+    );
+}
+
+#[tokio::test]
+async fn a_host_socket_prompt_runs_a_builtin_turn() {
+    let mut w = world(Flavor::Google).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    w.provider.push(Reply::Text(vec![
+        "from".into(),
+        " the".into(),
+        " host".into(),
+    ]));
+    let answer =
+        w.sc.prompt(&session, "over the socket")
+            .await
+            .expect("the prompt");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let mut live = String::new();
+    while live != "from the host" {
+        let (_, note) =
+            w.sc.next_note(|m, p| {
+                m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+            })
+            .await;
+        assert_eq!(note["sessionId"], session.as_str());
+        live.push_str(note["update"]["content"]["text"].as_str().unwrap_or(""));
+    }
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        ["user:over the socket", "assistant:from the host"]
+    );
+    let sent = Sent::new(Flavor::Google, &w.provider.requests()[0].body).user_texts();
+    assert_eq!(sent, ["over the socket"]);
+}
+
+/// The raw `_agentos/error` update the host socket's history holds.
+async fn stored_error(w: &World, session: &str) -> Value {
+    let history = w.sc.history(session).await;
+    history
+        .iter()
+        .rev()
+        .find(|e| e.to_string().contains("_agentos/error"))
         .cloned()
-        .expect("a tool message");
-    assert_eq!(tool["tool_call_id"], "c1");
+        .unwrap_or_else(|| panic!("no stored error update in {history:?}"))
+}
+
+#[tokio::test]
+async fn a_rejected_key_fails_the_turn_and_a_retry_succeeds() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Status(
+        401,
+        json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+            .to_string(),
+    ));
+    let failed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    assert!(
+        answer_text(&failed, "message").contains("Incorrect API key provided"),
+        "{:?}",
+        failed.body
+    );
+    let events = w.events(&session).await;
+    assert_eq!(kinds(&events), ["user:hi", "error"]);
+    let message = events[1]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Incorrect API key provided"), "{message}");
+    assert_eq!(events[1]["code"], "provider_auth");
+    let stored = stored_error(&w, &session).await;
+    assert!(
+        stored.to_string().contains("\"retryable\":false"),
+        "{stored}"
+    );
+
+    w.provider.push(Reply::Text(vec!["recovered".into()]));
+    let retried = w
+        .act(json!({"_": "RetrySession", "sessionId": session}))
+        .await;
+    ok(&retried);
+    assert!(!answer_text(&retried, "assistantEventId").is_empty());
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events).last().map(String::as_str),
+        Some("assistant:recovered")
+    );
+    // The retried prompt reaches the model once, and the failure not at all.
+    let body = w.last_body();
+    assert_eq!(Sent::new(Flavor::OpenAi, &body).user_texts(), ["hi"]);
+    assert!(!body.to_string().contains("Incorrect API key"), "{body}");
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retryable_failures() {
+    let w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    for (status, code) in [
+        (429, "provider_rate_limited"),
+        (503, "provider_server_error"),
+    ] {
+        w.provider.push(Reply::Status(
+            status,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": format!("scripted {status}")}})
+                .to_string(),
+        ));
+        let failed = w.message(&session, &format!("try {status}")).await;
+        assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+        assert!(
+            answer_text(&failed, "message").contains(&format!("scripted {status}")),
+            "{:?}",
+            failed.body
+        );
+        let events = w.events(&session).await;
+        let last = events.last().expect("events");
+        assert_eq!(last["type"], "error", "{last}");
+        assert_eq!(last["code"], code);
+        let stored = stored_error(&w, &session).await;
+        assert!(
+            stored.to_string().contains("\"retryable\":true"),
+            "{stored}"
+        );
+    }
+    // A stream that breaks after it began is retryable too.
+    w.provider.push(Reply::StreamError);
+    let failed = w.message(&session, "break").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    let stored = stored_error(&w, &session).await;
+    assert!(
+        stored.to_string().contains("\"retryable\":true"),
+        "{stored}"
+    );
+    // The session still works.
+    w.provider.push(Reply::Text(vec!["fine".into()]));
+    ok(&w.message(&session, "now?").await);
+}
+
+#[tokio::test]
+async fn stopping_cuts_a_long_stream_and_the_session_goes_on() {
+    let mut w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    // Far longer than PATIENCE: only a stop ends it in time.
+    let (deltas, gap) = endless(1000);
+    w.provider.push(Reply::Slow { deltas, gap });
+    let turn = w.message_in_background(&session, "go on forever");
+    // Mid-stream: a delta has come through.
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    let stopped = w.stop(&session).await;
+    ok(&stopped);
+    assert_eq!(builtin::json_of(&stopped.body)["stopped"], true);
+    ok(&turn.await.expect("the turn task"));
+    let info = w.get_session(&session).await;
+    assert_eq!(builtin::json_of(info.field("session"))["status"], "idle");
+    // A cancelled turn keeps no partial text.
+    assert_eq!(kinds(&w.events(&session).await), ["user:go on forever"]);
+    w.provider.push(Reply::Text(vec!["still here".into()]));
+    ok(&w.message(&session, "hello?").await);
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events).last().map(String::as_str),
+        Some("assistant:still here")
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_provider_is_cut_by_a_stop() {
+    let w = world(Flavor::Google).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Hang);
+    let turn = w.message_in_background(&session, "wait");
+    w.provider_called(1).await;
+    let stopped = w.stop(&session).await;
+    ok(&stopped);
+    assert_eq!(builtin::json_of(&stopped.body)["stopped"], true);
+    let answered = turn.await.expect("the turn task");
+    assert!(answered.status < 500, "{:?}", answered.body);
+    w.provider.push(Reply::Text(vec!["back".into()]));
+    ok(&w.message(&session, "again").await);
+    assert_eq!(
+        kinds(&w.events(&session).await).last().map(String::as_str),
+        Some("assistant:back")
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_sidecar_continues_from_the_log() {
+    let w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    w.provider.push(Reply::ToolCalls(vec![(
+        "c1".into(),
+        "write".into(),
+        json!({"address": "~/memory/plan.md", "content": "step one"}),
+    )]));
+    w.provider.push(Reply::Text(vec!["first answer".into()]));
+    ok(&w.message(&session, "one").await);
+    let w = w.restart().await;
+    w.provider.push(Reply::Text(vec!["second answer".into()]));
+    ok(&w.message(&session, "two").await);
+    let body = w.last_body();
+    let sent = Sent::new(Flavor::Anthropic, &body);
+    assert_eq!(sent.user_texts(), ["one", "two"], "{body}");
+    assert_eq!(sent.tool_results().len(), 1, "{body}");
+    assert_eq!(sent.tool_results()[0].0, "c1");
+    assert!(body.to_string().contains("first answer"), "{body}");
+    assert!(
+        !body.to_string().contains("[agentos continuation]"),
+        "no continuation preamble: {body}"
+    );
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        [
+            "user:one",
+            "tool_call:write",
+            "tool_result:write",
+            "assistant:first answer",
+            "user:two",
+            "assistant:second answer"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn provider_models_are_listed_through_the_key() {
+    for flavor in [Flavor::OpenAi, Flavor::Anthropic, Flavor::Google] {
+        let w = world(flavor).await;
+        w.provider.push(Reply::Models(vec![
+            ("m-one".into(), "Model One".into()),
+            ("m-two".into(), "Model Two".into()),
+        ]));
+        let listed = w
+            .act(json!({"_": "ListProviderModels", "provider": "main"}))
+            .await;
+        ok(&listed);
+        let models = builtin::json_of(listed.field("models"));
+        let ids: Vec<&str> = models
+            .as_array()
+            .expect("models")
+            .iter()
+            .filter_map(|m| m["id"].as_str())
+            .collect();
+        assert_eq!(ids, ["m-one", "m-two"], "{flavor:?}: {models}");
+        let request = w.last_request();
+        let (header, value) = key_header(flavor);
+        assert_eq!(request.header(header), Some(value.as_str()), "{flavor:?}");
+        assert_eq!(request.method, "GET");
+
+        w.provider.push(Reply::Status(
+            401,
+            json!({"error": {"message": "key revoked by the scripted provider"}}).to_string(),
+        ));
+        let refused = w
+            .act(json!({"_": "ListProviderModels", "provider": "main"}))
+            .await;
+        assert!(!(200..300).contains(&refused.status), "{:?}", refused.body);
+        assert!(
+            answer_text(&refused, "message").contains("key revoked by the scripted provider"),
+            "{:?}",
+            refused.body
+        );
+        let missing = w
+            .act(json!({"_": "ListProviderModels", "provider": "nope"}))
+            .await;
+        assert_eq!(missing.status, 404, "{:?}", missing.body);
+    }
+}
+
+#[tokio::test]
+async fn other_adapters_cannot_reach_the_agent_extension() {
+    let w = world(Flavor::OpenAi).await;
+    // A Seed agent on the scripted fake adapter, whose owner's provider
+    // has a key: the adapter asks for it and hears "method not found".
+    let mut definition = builtin::definition(None);
+    definition["adapter"] = json!("echo");
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": definition}))
+        .await;
+    ok(&created);
+    let seed_session = call(
+        &w.target,
+        &w.owner,
+        json!({"_": "CreateSession", "agentId": answer_text(&created, "agentId")}),
+    )
+    .await;
+    ok(&seed_session);
+    let seed_session = answer_text(&seed_session, "sessionId");
+    for method in ["_agentos/provider_key", "_agentos/context", "_agentos/verb"] {
+        ok(&w
+            .message(&seed_session, &format!("client_request {method}"))
+            .await);
+        let events = w.events(&seed_session).await;
+        let reply = events.last().expect("a reply")["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(reply.starts_with("error -32601"), "{method}: {reply}");
+        assert!(!reply.contains(KEY), "{reply}");
+    }
+    // A host-socket session of the same adapter, too.
+    w.sc.open("plain", "echo").await;
+    let answer =
+        w.sc.prompt("plain", "client_request _agentos/provider_key")
+            .await
+            .expect("the prompt");
+    assert_eq!(answer["stopReason"], "end_turn");
+    let history = w.sc.history("plain").await;
+    let reply = history
+        .iter()
+        .rev()
+        .find_map(|e| e["content"]["text"].as_str())
+        .unwrap_or_default();
+    assert!(reply.starts_with("error -32601"), "{reply}");
+    assert!(w.provider.requests().is_empty(), "no provider was called");
+}
+
+#[tokio::test]
+async fn a_turn_on_the_actor_socket_backend() {
+    let w = builtin::world_on(Flavor::OpenAi, common::Backend::ActorUds).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Text(vec!["over ars".into()]));
+    ok(&w.message(&session, "hi").await);
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        ["user:hi", "assistant:over ars"]
+    );
+}
+
+#[tokio::test]
+#[ignore = "known bug outside the builtin agent: the signed door's MessageSession answers a \
+            cancelled turn with assistantEventId naming the user's own message (the reply \
+            text is kept in the outcome though its event was discarded)"]
+async fn a_cancelled_turn_names_no_assistant_event() {
+    let mut w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    let (deltas, gap) = endless(1000);
+    w.provider.push(Reply::Slow { deltas, gap });
+    let turn = w.message_in_background(&session, "go on forever");
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    ok(&w.stop(&session).await);
+    let answered = turn.await.expect("the turn task");
+    ok(&answered);
+    assert_eq!(answer_text(&answered, "assistantEventId"), "");
 }
