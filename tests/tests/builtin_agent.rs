@@ -618,3 +618,43 @@ async fn a_cancelled_turn_names_no_assistant_event() {
     ok(&answered);
     assert_eq!(answer_text(&answered, "assistantEventId"), "");
 }
+
+#[tokio::test]
+async fn a_queued_message_sees_the_answer_it_waited_for() {
+    let mut w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    w.provider.push(Reply::Slow {
+        deltas: ["first ", "answer ", "in ", "pieces"]
+            .map(str::to_owned)
+            .to_vec(),
+        gap: std::time::Duration::from_millis(100),
+    });
+    w.provider.push(Reply::Text(vec!["second answer".into()]));
+    let first = w.message_in_background(&session, "first question");
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    // Sent while the first turn streams: queued behind it.
+    let second = w.message_in_background(&session, "second question");
+    ok(&first.await.expect("the first turn"));
+    ok(&second.await.expect("the second turn"));
+    let requests = w.provider.requests();
+    assert_eq!(requests.len(), 2);
+    let body = &requests[1].body;
+    let sent = Sent::new(Flavor::Anthropic, body);
+    assert_eq!(sent.roles(), ["user", "assistant", "user"], "{body}");
+    assert_eq!(sent.user_texts(), ["first question", "second question"]);
+    assert_eq!(
+        body["messages"][1]["content"][0]["text"],
+        "first answer in pieces"
+    );
+    let first_body = &requests[0].body;
+    assert_eq!(
+        Sent::new(Flavor::Anthropic, first_body).user_texts(),
+        ["first question"],
+        "a queued message is not part of the turn before it"
+    );
+}
