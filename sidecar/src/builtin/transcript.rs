@@ -16,13 +16,14 @@
 //!
 //! The agent's events from the input floor on are the answer to a prompt
 //! that was still running when this one was queued (the conversation before
-//! the floor then ends with that prompt's words), or else an earlier, failed
-//! attempt at this very prompt, which a retry runs again on its stored
-//! input. The first are kept; the second are left out, so a retried prompt
-//! starts over from the user's words, which the agent appends last: a replay
-//! would put the agent's work before the request that asked for it, and
-//! providers refuse a conversation that does not start with the user. The
-//! log keeps them.
+//! the floor then ends with that prompt's words, unanswered), or else an
+//! earlier, failed attempt at this very prompt, which a retry runs again on
+//! its stored input. A prompt counts as answered once the agent said
+//! anything, called a tool or reported its failure. The first are kept; the
+//! second are left out, so a retried prompt starts over from the user's
+//! words, which the agent appends last: a replay would put the agent's work
+//! before the request that asked for it, and providers refuse a
+//! conversation that does not start with the user. The log keeps them.
 
 use agentos_protocol::agent_ext::{
     cut_with_notice, output_text, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES,
@@ -143,7 +144,8 @@ pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<Transcript
                     out.user_action_result(id, &output, failed);
                 }
             }
-            k if k == ERROR_UPDATE => {}
+            // A failure ends its prompt's turn: the prompt is answered.
+            k if k == ERROR_UPDATE => out.awaiting_answer = false,
             _ => {}
         }
     }
@@ -406,6 +408,22 @@ mod tests {
         );
         // The first prompt of a session, retried.
         assert!(items(&events[2..], Some(3)).is_empty());
+        // A prompt that failed without a word before the retried one.
+        let mut after_failure = vec![
+            event(1, user(), text("user_message_chunk", "before")),
+            event(
+                2,
+                Actor::Agent,
+                json!({"sessionUpdate": ERROR_UPDATE, "message": "rate limited"}),
+            ),
+        ];
+        after_failure.extend(events[2..].iter().cloned());
+        assert_eq!(
+            items(&after_failure, Some(3)),
+            vec![TranscriptItem::User {
+                text: "before".into()
+            }]
+        );
     }
 
     #[test]
