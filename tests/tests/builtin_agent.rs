@@ -107,6 +107,14 @@ async fn text_and_tool_turns(flavor: Flavor) {
     let request = w.last_request();
     let (header, value) = key_header(flavor);
     assert_eq!(request.header(header), Some(value.as_str()), "{flavor:?}");
+    if flavor == Flavor::Anthropic {
+        assert!(request.header("anthropic-version").is_some());
+    }
+    for other in ["authorization", "x-api-key", "x-goog-api-key"] {
+        if other != header {
+            assert_eq!(request.header(other), None, "{flavor:?}: {other}");
+        }
+    }
     match flavor {
         Flavor::Google => assert!(
             request
@@ -342,6 +350,30 @@ async fn a_rejected_key_fails_the_turn_and_a_retry_succeeds() {
         "{stored}"
     );
 
+    // A provider that echoes the key back: neither the answer nor the log
+    // repeats it.
+    w.provider.push(Reply::Status(
+        401,
+        json!({"error": {"message": format!("Incorrect API key provided: {KEY}")}}).to_string(),
+    ));
+    let echoed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&echoed.status));
+    assert!(
+        !format!("{:?}", echoed.body).contains(KEY),
+        "{:?}",
+        echoed.body
+    );
+    let events = w.events(&session).await;
+    let last = events.last().expect("the error");
+    assert_eq!(last["type"], "error");
+    assert!(!last.to_string().contains(KEY), "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("<redacted>")),
+        "{last}"
+    );
+
     w.provider.push(Reply::Text(vec!["recovered".into()]));
     let retried = w
         .act(json!({"_": "RetrySession", "sessionId": session}))
@@ -353,9 +385,15 @@ async fn a_rejected_key_fails_the_turn_and_a_retry_succeeds() {
         kinds(&events).last().map(String::as_str),
         Some("assistant:recovered")
     );
-    // The retried prompt reaches the model once, and the failure not at all.
+    // The retried prompt reaches the model once (after the first one, which
+    // failed unanswered), and the failures not at all.
     let body = w.last_body();
-    assert_eq!(Sent::new(Flavor::OpenAi, &body).user_texts(), ["hi"]);
+    assert_eq!(Sent::new(Flavor::OpenAi, &body).user_texts(), ["hi", "hi"]);
+    assert_eq!(
+        Sent::new(Flavor::OpenAi, &body).roles(),
+        ["system", "user", "user"],
+        "{body}"
+    );
     assert!(!body.to_string().contains("Incorrect API key"), "{body}");
 }
 
@@ -389,15 +427,20 @@ async fn rate_limits_and_server_errors_are_retryable_failures() {
             "{stored}"
         );
     }
-    // A stream that breaks after it began is retryable too.
-    w.provider.push(Reply::StreamError);
-    let failed = w.message(&session, "break").await;
-    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
-    let stored = stored_error(&w, &session).await;
-    assert!(
-        stored.to_string().contains("\"retryable\":true"),
-        "{stored}"
-    );
+    // A stream that breaks after it began, and a connection closed without
+    // an answer, are retryable too.
+    for reply in [Reply::StreamError, Reply::Disconnect] {
+        w.provider.push(reply.clone());
+        let failed = w.message(&session, "break").await;
+        assert!(
+            !(200..300).contains(&failed.status),
+            "{reply:?}: {:?}",
+            failed.body
+        );
+        let stored = stored_error(&w, &session).await;
+        let text = stored.to_string();
+        assert!(text.contains("\"retryable\":true"), "{reply:?}: {stored}");
+    }
     // The session still works.
     w.provider.push(Reply::Text(vec!["fine".into()]));
     ok(&w.message(&session, "now?").await);

@@ -7,6 +7,9 @@
 
 #[path = "common/builtin.rs"]
 mod builtin;
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
 mod common;
 
 use agentos_protocol::agent_ext::MODEL_RESULT_BYTES;
@@ -557,4 +560,35 @@ async fn continue_session_hands_the_work_to_a_successor() {
     assert_eq!(users.len(), 1, "{first}");
     assert!(users[0].contains(&format!("thread:{session}")), "{users:?}");
     assert!(users[0].contains("finish the list"), "{users:?}");
+}
+
+#[tokio::test]
+async fn subscribers_see_the_users_verbs_as_they_are_logged() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
+    let mut ws = client::Ws::open(&addr).await;
+    ws.subscribed(&w.owner, &format!("sessions/{session}"), None)
+        .await;
+    let wrote = w
+        .invoke(
+            &session,
+            "write",
+            json!({"address": "~/memory/live.md", "content": "seen live"}),
+        )
+        .await;
+    ok(&wrote);
+    let call = ws.next_where(|e| e["_"] == "append").await;
+    assert_eq!(call["event"]["event"]["type"], "tool_call", "{call}");
+    assert_eq!(call["event"]["event"]["actor"], "user");
+    let result = ws.next_where(|e| e["_"] == "append").await;
+    assert_eq!(result["event"]["event"]["type"], "tool_result", "{result}");
+    assert_eq!(
+        result["event"]["id"],
+        answer_text(&wrote, "resultEventId").as_str()
+    );
+    assert_eq!(
+        result["event"]["event"]["signer"],
+        w.owner.key_id().as_str()
+    );
 }
