@@ -701,3 +701,41 @@ async fn a_queued_message_sees_the_answer_it_waited_for() {
         "a queued message is not part of the turn before it"
     );
 }
+
+#[tokio::test]
+async fn a_missing_provider_or_key_fails_the_turn_with_a_logged_error() {
+    let w = world(Flavor::OpenAi).await;
+    // The agent names a provider the account does not have.
+    let mut definition = builtin::definition(None);
+    definition["modelProvider"] = json!("nowhere");
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": definition}))
+        .await;
+    ok(&created);
+    let orphan = w
+        .act(json!({"_": "CreateSession", "agentId": answer_text(&created, "agentId")}))
+        .await;
+    ok(&orphan);
+    let orphan = answer_text(&orphan, "sessionId");
+    let failed = w.message(&orphan, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    assert!(
+        answer_text(&failed, "message").contains("nowhere"),
+        "{:?}",
+        failed.body
+    );
+    let events = w.events(&orphan).await;
+    assert_eq!(kinds(&events), ["user:hi", "error"], "{events:?}");
+    assert!(events[1]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("nowhere")));
+
+    // The provider's key secret is gone.
+    let session = w.session().await;
+    ok(&w.act(json!({"_": "DeleteSecret", "name": "key"})).await);
+    let failed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    let events = w.events(&session).await;
+    assert_eq!(kinds(&events), ["user:hi", "error"], "{events:?}");
+    assert!(w.provider.requests().is_empty());
+}

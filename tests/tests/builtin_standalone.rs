@@ -274,6 +274,12 @@ async fn a_missing_key_file_fails_the_turn_not_the_agent() {
     let error = client.prompt(&session, "hi").await.expect_err("no key");
     assert!(error.to_string().contains("key file"), "{error}");
     assert!(provider.requests().is_empty());
+    let reported = client
+        .updates()
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "_agentos/error")
+        .expect("the failure is reported as an update");
+    assert_eq!(reported["code"], "agent_unconfigured");
     // The agent is still there for the next prompt.
     assert!(client.conn.is_alive());
     client.conn.shutdown().await;

@@ -179,6 +179,28 @@ async fn grants_gate_the_web_and_a_withdrawn_grant_takes_a_promoted_tool_away() 
         .unwrap_or_default();
     assert!(error.starts_with("not_granted:"), "{error}");
     assert!(!error.contains("needle\n"), "{error}");
+
+    // Granted `web_fetch`, a page is fetched (here: nothing listens, so the
+    // fetch itself fails); only https is read.
+    ok(&w
+        .act(json!({"_": "UpdateAgent", "agentId": w.agent_id,
+                    "definition": builtin::definition(Some(json!(["web_fetch"])))}))
+        .await);
+    w.provider.push(tool_calls(&[
+        ("c5", "read", json!({"address": "https://127.0.0.1:9/"})),
+        ("c6", "read", json!({"address": "http://127.0.0.1:9/"})),
+    ]));
+    w.provider.push(text("offline"));
+    ok(&w.message(&session, "fetch it").await);
+    let events = w.events(&session).await;
+    let fetched = result_of(&events, "c5")["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(fetched.starts_with("fetch_failed:"), "{fetched}");
+    let plain = result_of(&events, "c6")["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(plain.starts_with("invalid_address:"), "{plain}");
 }
 
 #[tokio::test]
