@@ -1,156 +1,30 @@
 //! The builtin model agent end to end: a real sidecar whose `builtin`
 //! sessions start `agentos-sidecar agent`, a scripted provider on loopback
-//! standing in for OpenAI, Anthropic or Google, and signed actions driving
-//! turns. What the provider was sent (system prompt, tools, transcript, key)
-//! and what the log holds afterwards are both checked.
+//! standing in for OpenAI, Anthropic or Google, and signed actions (or the
+//! host socket) driving turns. What the provider was sent (system prompt,
+//! tools, transcript, key) and what the log holds afterwards are both
+//! checked, as are live deltas, a queued message, model listings, and that
+//! no other adapter reaches `_agentos/*`. Failures, stops and restarts are
+//! in `builtin_recovery.rs`, the verbs in `builtin_verbs.rs`.
 
+#[path = "common/builtin.rs"]
+mod builtin;
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
 mod common;
 
-use agentos_protocol::seed::Ipld;
-use agentos_tests::http::Target;
-use agentos_tests::provider_server::{Flavor, Reply, ScriptedProvider};
-use agentos_tests::seed::{call, field, Answer, Signer};
-use common::{Backend, Options, Sidecar};
-use serde_json::{json, Value};
+use agentos_tests::provider_server::{Flavor, Reply};
+use agentos_tests::seed::call;
+use builtin::{answer_text, key_header, kinds, ok, world, Sent, KEY};
+use client::Ws;
+use serde_json::json;
 
-pub struct World {
-    pub _sc: Sidecar,
-    pub target: Target,
-    pub provider: ScriptedProvider,
-    pub owner: Signer,
-    pub agent_id: String,
-}
-
-fn flavor_type(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::OpenAi => "openai",
-        Flavor::Anthropic => "anthropic",
-        Flavor::Google => "google",
-    }
-}
-
-/// A sidecar whose `flavor` provider is the scripted server, an account
-/// with a key and a provider, and a builtin agent using it.
-async fn world(flavor: Flavor, backend: Backend) -> World {
-    let provider = ScriptedProvider::start(flavor).await;
-    let kind = flavor_type(flavor);
-    let sc = Sidecar::start_with(
-        backend,
-        Options {
-            config: json!({
-                "http": {"listen": "127.0.0.1:0"},
-                "builtin": {"providerEndpoints": {kind: provider.base_url()}},
-            }),
-            ..Options::default()
-        },
-    )
-    .await;
-    let target = Target::from_ready(sc.ready["http"].as_str().expect("http"));
-    let owner = Signer::new();
-    let ok = |a: &Answer| assert_eq!(a.status, 200, "{:?}", a.body);
-    ok(&call(
-        &target,
-        &owner,
-        json!({"_": "SetSecret", "name": "key", "value": {"/": {"bytes": "sk-scripted"}}}),
-    )
-    .await);
-    ok(&call(
-        &target,
-        &owner,
-        json!({"_": "SetModelProvider", "name": "main",
-               "provider": {"type": kind, "secretRefs": {"apiKey": "key"}}}),
-    )
-    .await);
-    let created = call(
-        &target,
-        &owner,
-        json!({"_": "CreateAgent", "definition": {
-            "name": "Scribe", "systemPrompt": "Be brief.",
-            "modelProvider": "main", "model": "scripted-model"}}),
-    )
-    .await;
-    ok(&created);
-    World {
-        agent_id: created.text("agentId"),
-        _sc: sc,
-        target,
-        provider,
-        owner,
-    }
-}
-
-impl World {
-    async fn session(&self) -> String {
-        let created = call(
-            &self.target,
-            &self.owner,
-            json!({"_": "CreateSession", "agentId": self.agent_id}),
-        )
-        .await;
-        assert_eq!(created.status, 200, "{:?}", created.body);
-        created.text("sessionId")
-    }
-
-    async fn message(&self, session: &str, text: &str) -> Answer {
-        call(
-            &self.target,
-            &self.owner,
-            json!({"_": "MessageSession", "sessionId": session,
-                   "content": [{"type": "text", "text": text}]}),
-        )
-        .await
-    }
-
-    /// The session's events as JSON-ish maps: (type, the event).
-    async fn events(&self, session: &str) -> Vec<Ipld> {
-        let got = call(
-            &self.target,
-            &self.owner,
-            json!({"_": "GetSession", "sessionId": session}),
-        )
-        .await;
-        assert_eq!(got.status, 200, "{:?}", got.body);
-        match got.field("events") {
-            Ipld::List(events) => events.iter().map(|e| field(e, "event").clone()).collect(),
-            other => panic!("events: {other:?}"),
-        }
-    }
-}
-
-fn text_of(event: &Ipld, name: &str) -> String {
-    match field(event, name) {
-        Ipld::String(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn kinds(events: &[Ipld]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| {
-            let kind = text_of(e, "type");
-            if kind == "message" {
-                format!("{}:{}", text_of(e, "role"), text_of(e, "content"))
-            } else if kind == "tool_call" || kind == "tool_result" {
-                format!("{kind}:{}", text_of(e, "name"))
-            } else {
-                kind
-            }
-        })
-        .collect()
-}
-
-fn last_body(provider: &ScriptedProvider) -> Value {
-    provider
-        .requests()
-        .last()
-        .map(|r| r.body.clone())
-        .expect("the provider was called")
-}
+const VERBS: [&str; 5] = ["read", "write", "call", "status", "continue_session"];
 
 #[tokio::test]
 async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
-    let w = world(Flavor::OpenAi, Backend::SqliteFile).await;
+    let w = world(Flavor::OpenAi).await;
     let session = w.session().await;
     w.provider.push(Reply::Text(vec![
         "Hel".into(),
@@ -158,47 +32,38 @@ async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
         " there".into(),
     ]));
     let said = w.message(&session, "hi").await;
-    assert_eq!(said.status, 200, "{:?}", said.body);
-    assert!(!said.text("assistantEventId").is_empty());
+    ok(&said);
+    assert!(!answer_text(&said, "assistantEventId").is_empty());
     let events = w.events(&session).await;
     assert_eq!(kinds(&events), ["user:hi", "assistant:Hello there"]);
-    assert_eq!(text_of(&events[1], "actor"), "agent");
-    let request = w.provider.requests().pop().expect("one call");
-    assert_eq!(request.header("authorization"), Some("Bearer sk-scripted"));
+    assert_eq!(events[1]["actor"], "agent");
+    let request = w.last_request();
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
     let body = request.body;
     assert_eq!(body["model"], "scripted-model");
     let system = body["messages"][0]["content"].as_str().unwrap_or_default();
     assert!(system.starts_with("Be brief."), "{system}");
     assert!(system.contains("<space>"), "{system}");
-    let tools: Vec<&str> = body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["function"]["name"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert_eq!(
-        tools,
-        ["read", "write", "call", "status", "continue_session"]
-    );
+    assert_eq!(Sent::new(Flavor::OpenAi, &body).tools(), VERBS);
     assert_eq!(body["messages"].as_array().map(Vec::len), Some(2));
     assert_eq!(body["messages"][1]["content"], "hi");
     // A second turn carries the first one back from the log.
     w.provider.push(Reply::Text(vec!["again".into()]));
-    assert_eq!(w.message(&session, "more").await.status, 200);
-    let body = last_body(&w.provider);
-    let roles: Vec<&str> = body["messages"]
-        .as_array()
-        .map(|m| m.iter().filter_map(|m| m["role"].as_str()).collect())
-        .unwrap_or_default();
-    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    ok(&w.message(&session, "more").await);
+    let body = w.last_body();
+    assert_eq!(
+        Sent::new(Flavor::OpenAi, &body).roles(),
+        ["system", "user", "assistant", "user"]
+    );
     assert_eq!(body["messages"][2]["content"], "Hello there");
 }
 
 #[tokio::test]
 async fn memory_writes_and_reads_are_visible_tool_calls() {
-    let w = world(Flavor::OpenAi, Backend::SqliteFile).await;
+    let w = world(Flavor::OpenAi).await;
     let session = w.session().await;
     w.provider.push(Reply::ToolCalls(vec![(
         "c1".into(),
@@ -206,8 +71,7 @@ async fn memory_writes_and_reads_are_visible_tool_calls() {
         json!({"address": "~/memory/notes.md", "content": "remember the milk"}),
     )]));
     w.provider.push(Reply::Text(vec!["saved".into()]));
-    let said = w.message(&session, "note it").await;
-    assert_eq!(said.status, 200, "{:?}", said.body);
+    ok(&w.message(&session, "note it").await);
     let events = w.events(&session).await;
     assert_eq!(
         kinds(&events),
@@ -218,24 +82,378 @@ async fn memory_writes_and_reads_are_visible_tool_calls() {
             "assistant:saved"
         ]
     );
-    assert_eq!(text_of(&events[1], "actor"), "agent");
-    let read = call(
-        &w.target,
-        &w.owner,
-        json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "notes.md"}),
-    )
-    .await;
-    assert_eq!(read.status, 200, "{:?}", read.body);
+    assert_eq!(events[1]["actor"], "agent");
+    let read = w
+        .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "notes.md"}))
+        .await;
+    ok(&read);
     assert_eq!(
-        field(read.field("file"), "content"),
-        &Ipld::String("remember the milk".into())
+        builtin::json_of(read.field("file"))["content"],
+        "remember the milk"
     );
     // The tool result went back to the provider in its own message.
-    let body = last_body(&w.provider);
-    let tool = body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["role"] == "tool"))
-        .cloned()
-        .expect("a tool message");
-    assert_eq!(tool["tool_call_id"], "c1");
+    let body = w.last_body();
+    let results = Sent::new(Flavor::OpenAi, &body).tool_results();
+    assert_eq!(results.len(), 1, "{body}");
+    assert_eq!(results[0].0, "c1");
+}
+
+/// A text turn, then a tool-call turn, in `flavor`'s API.
+async fn text_and_tool_turns(flavor: Flavor) {
+    let w = world(flavor).await;
+    let session = w.session().await;
+    w.provider
+        .push(Reply::Text(vec!["Hi".into(), " there".into()]));
+    ok(&w.message(&session, "hello").await);
+    let request = w.last_request();
+    let (header, value) = key_header(flavor);
+    assert_eq!(request.header(header), Some(value.as_str()), "{flavor:?}");
+    if flavor == Flavor::Anthropic {
+        assert!(request.header("anthropic-version").is_some());
+    }
+    for other in ["authorization", "x-api-key", "x-goog-api-key"] {
+        if other != header {
+            assert_eq!(request.header(other), None, "{flavor:?}: {other}");
+        }
+    }
+    match flavor {
+        Flavor::Google => assert!(
+            request
+                .path
+                .starts_with("/v1beta/models/scripted-model:streamGenerateContent"),
+            "{}",
+            request.path
+        ),
+        _ => assert_eq!(request.body["model"], "scripted-model"),
+    }
+    let sent = Sent::new(flavor, &request.body);
+    let system = sent.system();
+    assert!(system.starts_with("Be brief."), "{system}");
+    assert!(system.contains("durable session"), "{system}");
+    assert!(
+        system.contains("<space>") && system.contains("- search — "),
+        "{system}"
+    );
+    assert_eq!(sent.tools(), VERBS);
+    assert_eq!(sent.user_texts(), ["hello"]);
+
+    w.provider.push(Reply::ToolCalls(vec![(
+        "c1".into(),
+        "write".into(),
+        json!({"address": "~/memory/a.md", "content": "alpha"}),
+    )]));
+    w.provider.push(Reply::Text(vec!["done".into()]));
+    ok(&w.message(&session, "save").await);
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "user:hello",
+            "assistant:Hi there",
+            "user:save",
+            "tool_call:write",
+            "tool_result:write",
+            "assistant:done"
+        ],
+        "{flavor:?}"
+    );
+    assert_eq!(events[3]["input"]["address"], "~/memory/a.md");
+    assert_eq!(events[4]["output"]["path"], "a.md");
+    let body = w.last_body();
+    let sent = Sent::new(flavor, &body);
+    let results = sent.tool_results();
+    assert_eq!(results.len(), 1, "{body}");
+    // Google has no call ids: its results name the function.
+    let expected_id = if flavor == Flavor::Google {
+        "write"
+    } else {
+        "c1"
+    };
+    assert_eq!(results[0].0, expected_id, "{body}");
+    assert!(results[0].1.contains("a.md"), "{body}");
+    let (roles, call) = match flavor {
+        Flavor::OpenAi => (
+            vec!["system", "user", "assistant", "user", "assistant", "tool"],
+            body["messages"][4]["tool_calls"][0].clone(),
+        ),
+        Flavor::Anthropic => (
+            vec!["user", "assistant", "user", "assistant", "user"],
+            body["messages"][3]["content"][0].clone(),
+        ),
+        Flavor::Google => (
+            vec!["user", "model", "user", "model", "user"],
+            body["contents"][3]["parts"][0].clone(),
+        ),
+    };
+    assert_eq!(sent.roles(), roles, "{body}");
+    match flavor {
+        Flavor::OpenAi => {
+            assert_eq!(call["id"], "c1");
+            assert_eq!(call["function"]["name"], "write");
+        }
+        Flavor::Anthropic => {
+            assert_eq!(call["type"], "tool_use");
+            assert_eq!(call["id"], "c1");
+            assert_eq!(call["input"]["content"], "alpha");
+        }
+        Flavor::Google => {
+            assert_eq!(call["functionCall"]["name"], "write");
+            assert_eq!(call["functionCall"]["args"]["content"], "alpha");
+        }
+    }
+    let read = w
+        .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "a.md"}))
+        .await;
+    ok(&read);
+}
+
+#[tokio::test]
+async fn openai_text_and_tool_turns() {
+    text_and_tool_turns(Flavor::OpenAi).await;
+}
+
+#[tokio::test]
+async fn anthropic_text_and_tool_turns() {
+    text_and_tool_turns(Flavor::Anthropic).await;
+}
+
+#[tokio::test]
+async fn google_text_and_tool_turns() {
+    text_and_tool_turns(Flavor::Google).await;
+}
+
+#[tokio::test]
+async fn websocket_subscribers_see_deltas_then_the_message_once() {
+    let w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
+    let mut ws = Ws::open(&addr).await;
+    ws.subscribed(&w.owner, &format!("sessions/{session}"), None)
+        .await;
+    assert_eq!(ws.next().await["_"], "change");
+    let deltas: Vec<String> = ["Once ", "upon ", "a ", "time"].map(str::to_owned).to_vec();
+    w.provider.push(Reply::Slow {
+        deltas: deltas.clone(),
+        gap: std::time::Duration::from_millis(40),
+    });
+    let turn = w.message_in_background(&session, "tell me");
+    let user = ws.next_where(|e| e["_"] == "append").await;
+    assert_eq!(user["event"]["event"]["role"], "user");
+    let mut pieces = Vec::new();
+    let mut partial_id = None;
+    loop {
+        let event = ws.next().await;
+        match event["_"].as_str() {
+            Some("appendPartial") if event["patch"]["done"] == true => {
+                assert_eq!(event["partialId"].as_str(), partial_id.as_deref());
+                break;
+            }
+            Some("appendPartial") => {
+                let id = event["partialId"].as_str().expect("partialId").to_owned();
+                assert_eq!(partial_id.get_or_insert(id.clone()), &id);
+                if let Some(delta) = event["patch"]["textDelta"].as_str() {
+                    pieces.push(delta.to_owned());
+                }
+            }
+            Some("change") => {}
+            _ => panic!("before the message: {event}"),
+        }
+    }
+    assert_eq!(pieces, deltas, "every delta, in order");
+    let message = ws.next().await;
+    assert_eq!(message["_"], "append", "{message}");
+    assert_eq!(message["event"]["event"]["role"], "assistant");
+    assert_eq!(message["event"]["event"]["content"], "Once upon a time");
+    let idle = ws
+        .next_where(|e| {
+            e["_"] == "append" || (e["_"] == "change" && e["value"]["status"] == "idle")
+        })
+        .await;
+    assert_eq!(idle["_"], "change", "the message is appended once: {idle}");
+    ok(&turn.await.expect("the turn task"));
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        ["user:tell me", "assistant:Once upon a time"]
+    );
+}
+
+#[tokio::test]
+async fn a_host_socket_prompt_runs_a_builtin_turn() {
+    let mut w = world(Flavor::Google).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    w.provider.push(Reply::Text(vec![
+        "from".into(),
+        " the".into(),
+        " host".into(),
+    ]));
+    let answer =
+        w.sc.prompt(&session, "over the socket")
+            .await
+            .expect("the prompt");
+    assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+    let mut live = String::new();
+    while live != "from the host" {
+        let (_, note) =
+            w.sc.next_note(|m, p| {
+                m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+            })
+            .await;
+        assert_eq!(note["sessionId"], session.as_str());
+        live.push_str(note["update"]["content"]["text"].as_str().unwrap_or(""));
+    }
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        ["user:over the socket", "assistant:from the host"]
+    );
+    let sent = Sent::new(Flavor::Google, &w.provider.requests()[0].body).user_texts();
+    assert_eq!(sent, ["over the socket"]);
+}
+
+#[tokio::test]
+async fn provider_models_are_listed_through_the_key() {
+    for flavor in [Flavor::OpenAi, Flavor::Anthropic, Flavor::Google] {
+        let w = world(flavor).await;
+        w.provider.push(Reply::Models(vec![
+            ("m-one".into(), "Model One".into()),
+            ("m-two".into(), "Model Two".into()),
+        ]));
+        let listed = w
+            .act(json!({"_": "ListProviderModels", "provider": "main"}))
+            .await;
+        ok(&listed);
+        let models = builtin::json_of(listed.field("models"));
+        let ids: Vec<&str> = models
+            .as_array()
+            .expect("models")
+            .iter()
+            .filter_map(|m| m["id"].as_str())
+            .collect();
+        assert_eq!(ids, ["m-one", "m-two"], "{flavor:?}: {models}");
+        let request = w.last_request();
+        let (header, value) = key_header(flavor);
+        assert_eq!(request.header(header), Some(value.as_str()), "{flavor:?}");
+        assert_eq!(request.method, "GET");
+
+        w.provider.push(Reply::Status(
+            401,
+            json!({"error": {"message": "key revoked by the scripted provider"}}).to_string(),
+        ));
+        let refused = w
+            .act(json!({"_": "ListProviderModels", "provider": "main"}))
+            .await;
+        assert!(!(200..300).contains(&refused.status), "{:?}", refused.body);
+        assert!(
+            answer_text(&refused, "message").contains("key revoked by the scripted provider"),
+            "{:?}",
+            refused.body
+        );
+        let missing = w
+            .act(json!({"_": "ListProviderModels", "provider": "nope"}))
+            .await;
+        assert_eq!(missing.status, 404, "{:?}", missing.body);
+    }
+}
+
+#[tokio::test]
+async fn other_adapters_cannot_reach_the_agent_extension() {
+    let w = world(Flavor::OpenAi).await;
+    // A Seed agent on the scripted fake adapter, whose owner's provider
+    // has a key: the adapter asks for it and hears "method not found".
+    let mut definition = builtin::definition(None);
+    definition["adapter"] = json!("echo");
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": definition}))
+        .await;
+    ok(&created);
+    let seed_session = call(
+        &w.target,
+        &w.owner,
+        json!({"_": "CreateSession", "agentId": answer_text(&created, "agentId")}),
+    )
+    .await;
+    ok(&seed_session);
+    let seed_session = answer_text(&seed_session, "sessionId");
+    for method in ["_agentos/provider_key", "_agentos/context", "_agentos/verb"] {
+        ok(&w
+            .message(&seed_session, &format!("client_request {method}"))
+            .await);
+        let events = w.events(&seed_session).await;
+        let reply = events.last().expect("a reply")["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(reply.starts_with("error -32601"), "{method}: {reply}");
+        assert!(!reply.contains(KEY), "{reply}");
+    }
+    // A host-socket session of the same adapter, too.
+    w.sc.open("plain", "echo").await;
+    let answer =
+        w.sc.prompt("plain", "client_request _agentos/provider_key")
+            .await
+            .expect("the prompt");
+    assert_eq!(answer["stopReason"], "end_turn");
+    let history = w.sc.history("plain").await;
+    let reply = history
+        .iter()
+        .rev()
+        .find_map(|e| e["content"]["text"].as_str())
+        .unwrap_or_default();
+    assert!(reply.starts_with("error -32601"), "{reply}");
+    assert!(w.provider.requests().is_empty(), "no provider was called");
+}
+
+#[tokio::test]
+async fn a_turn_on_the_actor_socket_backend() {
+    let w = builtin::world_on(Flavor::OpenAi, common::Backend::ActorUds).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Text(vec!["over ars".into()]));
+    ok(&w.message(&session, "hi").await);
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        ["user:hi", "assistant:over ars"]
+    );
+}
+
+#[tokio::test]
+async fn a_queued_message_sees_the_answer_it_waited_for() {
+    let mut w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    w.provider.push(Reply::Slow {
+        deltas: ["first ", "answer ", "in ", "pieces"]
+            .map(str::to_owned)
+            .to_vec(),
+        gap: std::time::Duration::from_millis(100),
+    });
+    w.provider.push(Reply::Text(vec!["second answer".into()]));
+    let first = w.message_in_background(&session, "first question");
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    // Sent while the first turn streams: queued behind it.
+    let second = w.message_in_background(&session, "second question");
+    ok(&first.await.expect("the first turn"));
+    ok(&second.await.expect("the second turn"));
+    let requests = w.provider.requests();
+    assert_eq!(requests.len(), 2);
+    let body = &requests[1].body;
+    let sent = Sent::new(Flavor::Anthropic, body);
+    assert_eq!(sent.roles(), ["user", "assistant", "user"], "{body}");
+    assert_eq!(sent.user_texts(), ["first question", "second question"]);
+    assert_eq!(
+        body["messages"][1]["content"][0]["text"],
+        "first answer in pieces"
+    );
+    let first_body = &requests[0].body;
+    assert_eq!(
+        Sent::new(Flavor::Anthropic, first_body).user_texts(),
+        ["first question"],
+        "a queued message is not part of the turn before it"
+    );
 }

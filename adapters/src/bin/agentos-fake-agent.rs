@@ -56,6 +56,8 @@
 //! - `fs_write <path> <content>`: asks `fs/write_text_file`, echoes "wrote"
 //!   (or the error message).
 //! - `inspect`: a chunk holding the JSON of the whole prompt array.
+//! - `client_request <method>`: sends the client `<method>` with
+//!   `{sessionId}` and echoes `ok <result>` or `error <code>: <message>`.
 //!
 //! Probes of what the agent process itself can reach (the confinement
 //! tests play a hostile agent with them):
@@ -630,6 +632,14 @@ impl Agent {
             }
             "inspect" => {
                 self.chunk(session_id, &Value::Array(prompt.to_vec()).to_string());
+            }
+            "client_request" => {
+                let answer = self.call_client(rest.trim(), json!({"sessionId": session_id}));
+                let text = match answer {
+                    Ok(result) => format!("ok {result}"),
+                    Err(error) => format!("error {}: {}", error.code, error.message),
+                };
+                self.chunk(session_id, &text);
             }
             "fs_flood" => {
                 let (n, path) = rest.trim().split_once(' ').unwrap_or((rest, ""));

@@ -7,9 +7,10 @@
 //! `agent_message_chunk` / `agent_thought_chunk` (one `messageId` per model
 //! call); every tool call is reported as `tool_call` then `tool_call_update`
 //! with its result (up to [`STORED_RESULT_BYTES`] kept), and the model gets
-//! at most [`MODEL_RESULT_BYTES`] of it. A provider failure is reported as an
-//! `_agentos/error` update and answers the prompt with an error naming its
-//! class, so the client decides whether to retry. Cancellation drops the
+//! at most [`MODEL_RESULT_BYTES`] of it. A provider failure, or a context or
+//! key the client could not give, is reported as an `_agentos/error` update
+//! and answers the prompt with an error naming its class, so the client
+//! decides whether to retry. Cancellation drops the
 //! provider stream at once and answers `cancelled`.
 
 use agentos_protocol::acp::RpcError;
@@ -49,9 +50,13 @@ pub(super) async fn run(
         .request(agent_ext::methods::CONTEXT, json!({ "sessionId": session }))
         .await
     {
-        Ok(value) => Source::Sidecar(Box::new(serde_json::from_value(value).map_err(|e| {
-            RpcError::internal(format!("the client's turn context is malformed: {e}"))
-        })?)),
+        Ok(value) => match serde_json::from_value(value) {
+            Ok(context) => Source::Sidecar(Box::new(context)),
+            Err(e) => {
+                let e = RpcError::internal(format!("the client's turn context is malformed: {e}"));
+                return Err(client_failed(agent, session, e).await);
+            }
+        },
         Err(e) if e.code == agentos_protocol::acp::error_codes::METHOD_NOT_FOUND => {
             if agent.options.local.is_none() {
                 return Err(fail(
@@ -67,7 +72,7 @@ pub(super) async fn run(
             }
             Source::Local
         }
-        Err(e) => return Err(refused(agent, session, e).await),
+        Err(e) => return Err(client_failed(agent, session, e).await),
     };
     let (system, tools, mut messages, max_tokens) = match &source {
         Source::Sidecar(ctx) => (
@@ -110,7 +115,7 @@ pub(super) async fn run(
         }
         let endpoint = match endpoint(agent, session, &source).await {
             Ok(endpoint) => endpoint,
-            Err(e) => return Err(refused(agent, session, e).await),
+            Err(e) => return Err(client_failed(agent, session, e).await),
         };
         let request = ModelRequest {
             model: model(agent, &source),
@@ -203,13 +208,17 @@ async fn fail(
     RpcError::new(TURN_FAILED, message).with_data(json!({ "code": code, "retryable": retryable }))
 }
 
-/// The client could not serve the turn (no such agent or provider, a key
-/// that does not open): reported in the log like a provider failure, with
-/// the client's code.
-async fn refused(agent: &Agent, session: &str, e: RpcError) -> RpcError {
-    let data = e.data.clone().unwrap_or(Value::Null);
-    let code = data["code"].as_str().unwrap_or("agent_context_failed").to_owned();
-    let retryable = data["retryable"].as_bool().unwrap_or(false);
+/// A turn that cannot start or call out because its context or key could
+/// not be had (a missing provider or secret, a key file that cannot be
+/// read): reported as durably as a provider failure, so a client watching
+/// the log sees why, with the code the client gave when it gave one.
+async fn client_failed(agent: &Agent, session: &str, e: RpcError) -> RpcError {
+    let data = e.data.as_ref();
+    let code = data
+        .and_then(|d| d["code"].as_str())
+        .unwrap_or("turn_unavailable")
+        .to_owned();
+    let retryable = data.and_then(|d| d["retryable"].as_bool()).unwrap_or(false);
     fail(agent, session, &code, retryable, e.message).await
 }
 

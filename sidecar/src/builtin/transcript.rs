@@ -13,6 +13,17 @@
 //! (`InvokeSessionTool`) is a user message framed as `<user_action>` and
 //! `<user_action_result>`, with that framing escaped inside. Failures and
 //! reasoning are not replayed.
+//!
+//! The agent's events from the input floor on are the answer to a prompt
+//! that was still running when this one was queued (the conversation before
+//! the floor then ends with that prompt's words, unanswered), or else an
+//! earlier, failed attempt at this very prompt, which a retry runs again on
+//! its stored input. A prompt counts as answered once the agent said
+//! anything, called a tool or reported its failure. The first are kept; the
+//! second are left out, so a retried prompt starts over from the user's
+//! words, which the agent appends last: a replay would put the agent's work
+//! before the request that asked for it, and providers refuse a
+//! conversation that does not start with the user. The log keeps them.
 
 use agentos_protocol::agent_ext::{
     cut_with_notice, output_text, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES,
@@ -71,6 +82,9 @@ pub async fn rebuild(
 /// The conversation the events hold (ascending by sequence).
 pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<TranscriptItem> {
     let mut out = Builder::default();
+    // Decided at the floor: whether the agent's events after it answer the
+    // prompt before it (kept) or are a failed attempt at this one (not).
+    let mut answers_queued: Option<bool> = None;
     for event in events {
         if event.kind != EventKind::SessionUpdate {
             continue;
@@ -80,13 +94,21 @@ pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<Transcript
         };
         let kind = update["sessionUpdate"].as_str().unwrap_or_default();
         let by_agent = matches!(event.actor, Actor::Agent);
+        let this_prompt = input_floor.is_some_and(|floor| event.sequence >= floor);
+        if this_prompt && answers_queued.is_none() {
+            answers_queued = Some(out.awaiting_answer);
+        }
+        if by_agent && answers_queued == Some(false) {
+            continue;
+        }
         match kind {
             "user_message_chunk" => {
-                if input_floor.is_some_and(|floor| event.sequence >= floor) {
+                if this_prompt {
                     continue;
                 }
                 if let Some(text) = update["content"]["text"].as_str() {
                     out.user(text.to_owned());
+                    out.awaiting_answer = true;
                 }
             }
             "agent_message_chunk" => {
@@ -122,7 +144,8 @@ pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<Transcript
                     out.user_action_result(id, &output, failed);
                 }
             }
-            k if k == ERROR_UPDATE => {}
+            // A failure ends its prompt's turn: the prompt is answered.
+            k if k == ERROR_UPDATE => out.awaiting_answer = false,
             _ => {}
         }
     }
@@ -136,6 +159,8 @@ struct Builder {
     open: Vec<(String, String)>,
     /// User verbs without a result yet: (id, verb, input).
     user_actions: Vec<(String, String, Value)>,
+    /// The last prompt's words have no answer from the agent yet.
+    awaiting_answer: bool,
 }
 
 impl Builder {
@@ -158,6 +183,7 @@ impl Builder {
 
     fn assistant(&mut self, text: &str) {
         self.close_open();
+        self.awaiting_answer = false;
         match self.items.last_mut() {
             Some(TranscriptItem::Assistant { text: last }) => last.push_str(text),
             _ => self.items.push(TranscriptItem::Assistant {
@@ -167,6 +193,7 @@ impl Builder {
     }
 
     fn call(&mut self, id: String, name: String, input: Value) {
+        self.awaiting_answer = false;
         self.open.push((id.clone(), name.clone()));
         self.items
             .push(TranscriptItem::ToolCall { id, name, input });
@@ -318,6 +345,84 @@ mod tests {
                     text: "answer to first".into()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_retry_does_not_replay_the_failed_attempt() {
+        let events = vec![
+            event(1, user(), text("user_message_chunk", "before")),
+            event(
+                2,
+                Actor::Agent,
+                text("agent_message_chunk", "earlier answer"),
+            ),
+            event(3, user(), text("user_message_chunk", "do it")),
+            event(
+                4,
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "write", "rawInput": {}}),
+            ),
+            event(
+                5,
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "write", "status": "completed", "rawOutput": "ok"}),
+            ),
+            event(
+                6,
+                Actor::Agent,
+                json!({"sessionUpdate": ERROR_UPDATE, "message": "overloaded"}),
+            ),
+        ];
+        let expected = vec![
+            TranscriptItem::User {
+                text: "before".into(),
+            },
+            TranscriptItem::Assistant {
+                text: "earlier answer".into(),
+            },
+        ];
+        assert_eq!(items(&events, Some(3)), expected);
+        // A user's own verb before the retry is no answer from the agent.
+        let mut with_action = events.clone();
+        with_action.splice(
+            2..2,
+            [
+                event(
+                    2,
+                    user(),
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "u1", "title": "read", "rawInput": {}}),
+                ),
+                event(
+                    2,
+                    user(),
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "u1", "title": "read", "status": "completed", "rawOutput": "x"}),
+                ),
+            ],
+        );
+        let got = items(&with_action, Some(3));
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[..2], expected[..]);
+        assert!(
+            matches!(&got[2], TranscriptItem::User { text } if text.starts_with("<user_action"))
+        );
+        // The first prompt of a session, retried.
+        assert!(items(&events[2..], Some(3)).is_empty());
+        // A prompt that failed without a word before the retried one.
+        let mut after_failure = vec![
+            event(1, user(), text("user_message_chunk", "before")),
+            event(
+                2,
+                Actor::Agent,
+                json!({"sessionUpdate": ERROR_UPDATE, "message": "rate limited"}),
+            ),
+        ];
+        after_failure.extend(events[2..].iter().cloned());
+        assert_eq!(
+            items(&after_failure, Some(3)),
+            vec![TranscriptItem::User {
+                text: "before".into()
+            }]
         );
     }
 

@@ -1,0 +1,329 @@
+//! The builtin model agent when things go wrong, end to end: provider
+//! failures (a rejected key, rate limits, server errors, broken streams, a
+//! key echoed back), a missing provider or key, a stop mid-stream or on a
+//! stalled provider, and restarts (between turns, and in the middle of
+//! one), each followed by a turn that works.
+
+#[path = "common/builtin.rs"]
+mod builtin;
+mod common;
+
+use agentos_tests::provider_server::{Flavor, Reply};
+use builtin::{answer_text, endless, kinds, ok, world, Sent, World, KEY};
+use serde_json::{json, Value};
+
+/// The raw `_agentos/error` update the host socket's history holds.
+async fn stored_error(w: &World, session: &str) -> Value {
+    let history = w.sc.history(session).await;
+    history
+        .iter()
+        .rev()
+        .find(|e| e.to_string().contains("_agentos/error"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no stored error update in {history:?}"))
+}
+
+#[tokio::test]
+async fn a_rejected_key_fails_the_turn_and_a_retry_succeeds() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Status(
+        401,
+        json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+            .to_string(),
+    ));
+    let failed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    assert!(
+        answer_text(&failed, "message").contains("Incorrect API key provided"),
+        "{:?}",
+        failed.body
+    );
+    let events = w.events(&session).await;
+    assert_eq!(kinds(&events), ["user:hi", "error"]);
+    let message = events[1]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Incorrect API key provided"), "{message}");
+    assert_eq!(events[1]["code"], "provider_auth");
+    let stored = stored_error(&w, &session).await;
+    assert!(
+        stored.to_string().contains("\"retryable\":false"),
+        "{stored}"
+    );
+
+    // A provider that echoes the key back: neither the answer nor the log
+    // repeats it.
+    w.provider.push(Reply::Status(
+        401,
+        json!({"error": {"message": format!("Incorrect API key provided: {KEY}")}}).to_string(),
+    ));
+    let echoed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&echoed.status));
+    assert!(
+        !format!("{:?}", echoed.body).contains(KEY),
+        "{:?}",
+        echoed.body
+    );
+    let events = w.events(&session).await;
+    let last = events.last().expect("the error");
+    assert_eq!(last["type"], "error");
+    assert!(!last.to_string().contains(KEY), "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("<redacted>")),
+        "{last}"
+    );
+
+    w.provider.push(Reply::Text(vec!["recovered".into()]));
+    let retried = w
+        .act(json!({"_": "RetrySession", "sessionId": session}))
+        .await;
+    ok(&retried);
+    assert!(!answer_text(&retried, "assistantEventId").is_empty());
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events).last().map(String::as_str),
+        Some("assistant:recovered")
+    );
+    // The retried prompt reaches the model once (after the first one, which
+    // failed unanswered), and the failures not at all.
+    let body = w.last_body();
+    assert_eq!(Sent::new(Flavor::OpenAi, &body).user_texts(), ["hi", "hi"]);
+    assert_eq!(
+        Sent::new(Flavor::OpenAi, &body).roles(),
+        ["system", "user", "user"],
+        "{body}"
+    );
+    assert!(!body.to_string().contains("Incorrect API key"), "{body}");
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retryable_failures() {
+    let w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    for (status, code) in [
+        (429, "provider_rate_limited"),
+        (503, "provider_server_error"),
+    ] {
+        w.provider.push(Reply::Status(
+            status,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": format!("scripted {status}")}})
+                .to_string(),
+        ));
+        let failed = w.message(&session, &format!("try {status}")).await;
+        assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+        assert!(
+            answer_text(&failed, "message").contains(&format!("scripted {status}")),
+            "{:?}",
+            failed.body
+        );
+        let events = w.events(&session).await;
+        let last = events.last().expect("events");
+        assert_eq!(last["type"], "error", "{last}");
+        assert_eq!(last["code"], code);
+        let stored = stored_error(&w, &session).await;
+        assert!(
+            stored.to_string().contains("\"retryable\":true"),
+            "{stored}"
+        );
+    }
+    // A stream that breaks after it began, and a connection closed without
+    // an answer, are retryable too.
+    for reply in [Reply::StreamError, Reply::Disconnect] {
+        w.provider.push(reply.clone());
+        let failed = w.message(&session, "break").await;
+        assert!(
+            !(200..300).contains(&failed.status),
+            "{reply:?}: {:?}",
+            failed.body
+        );
+        let stored = stored_error(&w, &session).await;
+        let text = stored.to_string();
+        assert!(text.contains("\"retryable\":true"), "{reply:?}: {stored}");
+    }
+    // The session still works.
+    w.provider.push(Reply::Text(vec!["fine".into()]));
+    ok(&w.message(&session, "now?").await);
+}
+
+#[tokio::test]
+async fn stopping_cuts_a_long_stream_and_the_session_goes_on() {
+    let mut w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    // Far longer than PATIENCE: only a stop ends it in time.
+    let (deltas, gap) = endless(1000);
+    w.provider.push(Reply::Slow { deltas, gap });
+    let turn = w.message_in_background(&session, "go on forever");
+    // Mid-stream: a delta has come through.
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    let stopped = w.stop(&session).await;
+    ok(&stopped);
+    assert_eq!(builtin::json_of(&stopped.body)["stopped"], true);
+    ok(&turn.await.expect("the turn task"));
+    let info = w.get_session(&session).await;
+    assert_eq!(builtin::json_of(info.field("session"))["status"], "idle");
+    // A cancelled turn keeps no partial text.
+    assert_eq!(kinds(&w.events(&session).await), ["user:go on forever"]);
+    w.provider.push(Reply::Text(vec!["still here".into()]));
+    ok(&w.message(&session, "hello?").await);
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events).last().map(String::as_str),
+        Some("assistant:still here")
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_provider_is_cut_by_a_stop() {
+    let w = world(Flavor::Google).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Hang);
+    let turn = w.message_in_background(&session, "wait");
+    w.provider_called(1).await;
+    let stopped = w.stop(&session).await;
+    ok(&stopped);
+    assert_eq!(builtin::json_of(&stopped.body)["stopped"], true);
+    let answered = turn.await.expect("the turn task");
+    assert!(answered.status < 500, "{:?}", answered.body);
+    w.provider.push(Reply::Text(vec!["back".into()]));
+    ok(&w.message(&session, "again").await);
+    assert_eq!(
+        kinds(&w.events(&session).await).last().map(String::as_str),
+        Some("assistant:back")
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_sidecar_continues_from_the_log() {
+    let w = world(Flavor::Anthropic).await;
+    let session = w.session().await;
+    w.provider.push(Reply::ToolCalls(vec![(
+        "c1".into(),
+        "write".into(),
+        json!({"address": "~/memory/plan.md", "content": "step one"}),
+    )]));
+    w.provider.push(Reply::Text(vec!["first answer".into()]));
+    ok(&w.message(&session, "one").await);
+    let w = w.restart().await;
+    w.provider.push(Reply::Text(vec!["second answer".into()]));
+    ok(&w.message(&session, "two").await);
+    let body = w.last_body();
+    let sent = Sent::new(Flavor::Anthropic, &body);
+    assert_eq!(sent.user_texts(), ["one", "two"], "{body}");
+    assert_eq!(sent.tool_results().len(), 1, "{body}");
+    assert_eq!(sent.tool_results()[0].0, "c1");
+    assert!(body.to_string().contains("first answer"), "{body}");
+    assert!(
+        !body.to_string().contains("[agentos continuation]"),
+        "no continuation preamble: {body}"
+    );
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        [
+            "user:one",
+            "tool_call:write",
+            "tool_result:write",
+            "assistant:first answer",
+            "user:two",
+            "assistant:second answer"
+        ]
+    );
+}
+
+#[tokio::test]
+#[ignore = "known bug outside the builtin agent: the signed door's MessageSession answers a \
+            cancelled turn with assistantEventId naming the user's own message (the reply \
+            text is kept in the outcome though its event was discarded)"]
+async fn a_cancelled_turn_names_no_assistant_event() {
+    let mut w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    let (deltas, gap) = endless(1000);
+    w.provider.push(Reply::Slow { deltas, gap });
+    let turn = w.message_in_background(&session, "go on forever");
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    ok(&w.stop(&session).await);
+    let answered = turn.await.expect("the turn task");
+    ok(&answered);
+    assert_eq!(answer_text(&answered, "assistantEventId"), "");
+}
+
+#[tokio::test]
+async fn a_missing_provider_or_key_fails_the_turn_with_a_logged_error() {
+    let w = world(Flavor::OpenAi).await;
+    // The agent names a provider the account does not have.
+    let mut definition = builtin::definition(None);
+    definition["modelProvider"] = json!("nowhere");
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": definition}))
+        .await;
+    ok(&created);
+    let orphan = w
+        .act(json!({"_": "CreateSession", "agentId": answer_text(&created, "agentId")}))
+        .await;
+    ok(&orphan);
+    let orphan = answer_text(&orphan, "sessionId");
+    let failed = w.message(&orphan, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    assert!(
+        answer_text(&failed, "message").contains("nowhere"),
+        "{:?}",
+        failed.body
+    );
+    let events = w.events(&orphan).await;
+    assert_eq!(kinds(&events), ["user:hi", "error"], "{events:?}");
+    assert!(events[1]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("nowhere")));
+
+    // The provider's key secret is gone.
+    let session = w.session().await;
+    ok(&w.act(json!({"_": "DeleteSecret", "name": "key"})).await);
+    let failed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    let events = w.events(&session).await;
+    assert_eq!(kinds(&events), ["user:hi", "error"], "{events:?}");
+    assert!(w.provider.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_turn_cut_by_a_restart_can_be_retried() {
+    let mut w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
+        .await;
+    let (deltas, gap) = endless(1000);
+    w.provider.push(Reply::Slow { deltas, gap });
+    let turn = w.message_in_background(&session, "interrupted question");
+    w.sc.next_note(|m, p| {
+        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+    })
+    .await;
+    let w = w.restart().await;
+    let cut = turn.await.expect("the turn task");
+    assert!(!(200..300).contains(&cut.status), "{:?}", cut.raw.status);
+    w.provider.push(Reply::Text(vec!["answered now".into()]));
+    let retried = w
+        .act(json!({"_": "RetrySession", "sessionId": session}))
+        .await;
+    ok(&retried);
+    let body = w.last_body();
+    assert_eq!(
+        Sent::new(Flavor::OpenAi, &body).user_texts(),
+        ["interrupted question"],
+        "{body}"
+    );
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        ["user:interrupted question", "assistant:answered now"]
+    );
+}
