@@ -354,7 +354,9 @@ impl SignedApi {
                     .sessions
                     .prompt_last_output(&session_id, &outcome.prompt_id)
                     .await?;
-                let has_reply = !outcome.message.content.is_empty();
+                // A cancelled turn keeps no final assistant message.
+                let has_reply =
+                    !outcome.message.content.is_empty() && outcome.stop_reason != "cancelled";
                 ok(&MessageSessionResponse {
                     session_id: session_id.clone(),
                     assistant_event_id: match last {
@@ -382,7 +384,9 @@ impl SignedApi {
                     .sessions
                     .prompt_last_output(&session_id, &outcome.prompt_id)
                     .await?;
-                let has_reply = !outcome.message.content.is_empty();
+                // A cancelled turn keeps no final assistant message.
+                let has_reply =
+                    !outcome.message.content.is_empty() && outcome.stop_reason != "cancelled";
                 ok(&RetrySessionResponse {
                     session_id: session_id.clone(),
                     assistant_event_id: match last {
