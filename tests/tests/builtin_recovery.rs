@@ -126,6 +126,23 @@ async fn rate_limits_and_server_errors_are_retryable_failures() {
             stored.to_string().contains("\"retryable\":true"),
             "{stored}"
         );
+        // The failed prompt's own error, as the host socket answers it,
+        // keeps the agent's code and class.
+        w.provider.push(Reply::Status(
+            status,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "again"}})
+                .to_string(),
+        ));
+        let error = w
+            .sc
+            .err(
+                "sessions/prompt",
+                json!({"sessionId": session, "content": [{"type": "text", "text": "host try"}]}),
+            )
+            .await;
+        let data = error.data.unwrap_or_default();
+        assert_eq!(data["agentCode"], code, "{data}");
+        assert_eq!(data["retryable"], true, "{data}");
     }
     // A stream that breaks after it began, and a connection closed without
     // an answer, are retryable too.

@@ -419,6 +419,14 @@ impl Route {
             self.end_after_lost_commit().await;
             return (Err(lost), stop);
         }
+        // What an agent said of its own failure (`data.code`, `data.retryable`,
+        // as the builtin agent answers): kept with the stored error.
+        let agent_detail = match &end {
+            TurnEnd::Answered(Err(AdapterError::Rpc(rpc))) if turn.failure.is_none() => {
+                rpc.data.clone()
+            }
+            _ => None,
+        };
         let outcome: Result<Value, (ErrorCode, String)> = match end {
             TurnEnd::Answered(Ok(result)) => match turn.failure.take() {
                 Some(f) => Err(f),
@@ -547,6 +555,14 @@ impl Route {
                 let mut error = error_json(*code, message);
                 if let Some(setting) = turn.failure_setting.take() {
                     error["setting"] = json!(setting);
+                }
+                if let Some(detail) = &agent_detail {
+                    if let Some(agent_code) = detail.get("code").and_then(Value::as_str) {
+                        error["agentCode"] = json!(agent_code);
+                    }
+                    if detail.get("retryable") == Some(&Value::Bool(true)) {
+                        error["retryable"] = json!(true);
+                    }
                 }
                 let session_error = route_lost.then(|| error.clone());
                 (PromptState::Failed, None, Some(error), session_error)
