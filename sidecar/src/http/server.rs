@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -101,10 +102,20 @@ impl HttpServer {
             header_timeout: Duration::from_millis(config.header_read_timeout_ms),
         };
         let (task, socket) = match self.bound {
-            Bound::Tcp(listener) => (
-                tokio::spawn(serve_on(listener, router, stopped, bounds)),
-                None,
-            ),
+            Bound::Tcp(listener) => {
+                // Without it, a small frame written while the previous one
+                // is unacknowledged waits for the peer's delayed ACK (up to
+                // 40 ms): a streamed token or an answer would stall.
+                let listener = listener.tap_io(|tcp| {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "TCP_NODELAY could not be set");
+                    }
+                });
+                (
+                    tokio::spawn(serve_on(listener, router, stopped, bounds)),
+                    None,
+                )
+            }
             Bound::Unix(listener, path) => (
                 tokio::spawn(serve_on(listener, router, stopped, bounds)),
                 Some(path),
