@@ -133,9 +133,8 @@ async fn rate_limits_and_server_errors_are_retryable_failures() {
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "again"}})
                 .to_string(),
         ));
-        let error = w
-            .sc
-            .err(
+        let error =
+            w.sc.err(
                 "sessions/prompt",
                 json!({"sessionId": session, "content": [{"type": "text", "text": "host try"}]}),
             )

@@ -32,8 +32,12 @@ async fn only_a_handoff(verbs: &Verbs, session_id: &str) -> bool {
     };
     let mut users = page.events.iter().filter_map(|event| {
         let update: Value = serde_json::from_str(&event.payload_json).ok()?;
-        (update["sessionUpdate"] == "user_message_chunk")
-            .then(|| update["content"]["text"].as_str().unwrap_or_default().to_owned())
+        (update["sessionUpdate"] == "user_message_chunk").then(|| {
+            update["content"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
     });
     let first_is_handoff = users
         .next()
