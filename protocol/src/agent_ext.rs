@@ -71,6 +71,10 @@ pub struct ProviderRef {
     pub provider_type: String,
     pub base_url: String,
     pub model: String,
+    /// The base URL is a client's choice (a custom provider's `baseUrl`):
+    /// the agent may call it only at a public address.
+    #[serde(default)]
+    pub public_only: bool,
 }
 
 /// A tool as the provider sees it.
@@ -164,6 +168,50 @@ pub fn cut_with_notice(text: &str, max: usize) -> String {
         out.push_str(&notice);
     }
     out
+}
+
+/// One ACP content block as the text a model reads: text as it is, an
+/// embedded resource by its text, a resource link by its URI; `None` for
+/// what has no text (an image).
+pub fn block_text(block: &Value) -> Option<String> {
+    match block.get("type").and_then(Value::as_str) {
+        Some("text") => block.get("text").and_then(Value::as_str).map(str::to_owned),
+        Some("resource") => {
+            let resource = block.get("resource")?;
+            let uri = resource
+                .get("uri")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let text = resource.get("text").and_then(Value::as_str)?;
+            Some(format!("<resource uri=\"{uri}\">\n{text}\n</resource>"))
+        }
+        Some("resource_link") => block
+            .get("uri")
+            .and_then(Value::as_str)
+            .map(|uri| format!("[resource: {uri}]")),
+        _ => None,
+    }
+}
+
+/// A tool result as the durable event keeps it: the output itself when
+/// its text fits [`STORED_RESULT_BYTES`], else that text cut with a notice.
+pub fn stored_output(output: &Value) -> Value {
+    let text = output_text(output);
+    if text.len() <= STORED_RESULT_BYTES {
+        output.clone()
+    } else {
+        Value::String(cut_with_notice(&text, STORED_RESULT_BYTES))
+    }
+}
+
+/// The ACP `kind` of a tool call, for clients that draw them.
+pub fn tool_kind(name: &str) -> &'static str {
+    match name {
+        "read" => "read",
+        "write" => "edit",
+        "status" | "plan" => "think",
+        _ => "other",
+    }
 }
 
 /// A tool output as text: strings as they are, anything else as JSON.

@@ -138,7 +138,10 @@ fn builtin_services(
             control.clone(),
             SessionStore::new(db.clone()),
             verbs.clone(),
-            host::ProviderEndpoints(config.builtin.provider_endpoints.clone()),
+            host::ProviderEndpoints {
+                pinned: config.builtin.provider_endpoints.clone(),
+                allow_private: config.builtin.allow_private_endpoints,
+            },
         )
         .map_err(|e| VmError::Builtin(e.message))?,
     );

@@ -457,3 +457,48 @@ async fn a_queued_message_sees_the_answer_it_waited_for() {
         "a queued message is not part of the turn before it"
     );
 }
+
+#[tokio::test]
+async fn a_clients_endpoint_on_this_machine_is_never_called() {
+    let w = world(Flavor::OpenAi).await;
+    // A custom provider whose baseUrl is the (loopback) scripted server:
+    // an account must not make the sidecar call what only the machine
+    // reaches.
+    ok(&w
+        .act(json!({"_": "SetModelProvider", "name": "local",
+                    "provider": {"type": "custom", "baseUrl": w.provider.base_url(),
+                                 "secretRefs": {"apiKey": "key"}}}))
+        .await);
+    let mut definition = builtin::definition(None);
+    definition["modelProvider"] = json!("local");
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": definition}))
+        .await;
+    ok(&created);
+    let session = w
+        .act(json!({"_": "CreateSession", "agentId": answer_text(&created, "agentId")}))
+        .await;
+    ok(&session);
+    let session = answer_text(&session, "sessionId");
+    let failed = w.message(&session, "hi").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    let events = w.events(&session).await;
+    let error = events.last().expect("an error event");
+    assert_eq!(error["type"], "error", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not a public address")),
+        "{error}"
+    );
+    let listed = w
+        .act(json!({"_": "ListProviderModels", "provider": "local"}))
+        .await;
+    assert_eq!(
+        (listed.status, listed.code().as_str()),
+        (502, "provider_rejected"),
+        "{:?}",
+        listed.body
+    );
+    assert_eq!(w.provider.requests().len(), 0, "the provider was called");
+}

@@ -180,8 +180,9 @@ async fn grants_gate_the_web_and_a_withdrawn_grant_takes_a_promoted_tool_away() 
     assert!(error.starts_with("not_granted:"), "{error}");
     assert!(!error.contains("needle\n"), "{error}");
 
-    // Granted `web_fetch`, a page is fetched (here: nothing listens, so the
-    // fetch itself fails); only https is read.
+    // Granted `web_fetch`, a page is read only at a public address over
+    // https: a private one (cloud metadata, this machine) is refused before
+    // any connection, and plain http is not an address the agent reads.
     ok(&w
         .act(json!({"_": "UpdateAgent", "agentId": w.agent_id,
                     "definition": builtin::definition(Some(json!(["web_fetch"])))}))
@@ -196,7 +197,7 @@ async fn grants_gate_the_web_and_a_withdrawn_grant_takes_a_promoted_tool_away() 
     let fetched = result_of(&events, "c5")["error"]
         .as_str()
         .unwrap_or_default();
-    assert!(fetched.starts_with("fetch_failed:"), "{fetched}");
+    assert!(fetched.starts_with("address_refused:"), "{fetched}");
     let plain = result_of(&events, "c6")["error"]
         .as_str()
         .unwrap_or_default();

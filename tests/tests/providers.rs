@@ -31,6 +31,7 @@ fn endpoint(server: &ScriptedProvider) -> Endpoint {
         kind: kind(server.flavor()),
         base_url: server.base_url(),
         api_key: Some(KEY.to_owned()),
+        public_only: false,
     }
 }
 
@@ -607,6 +608,7 @@ async fn a_compatible_server_without_key_gets_no_auth_and_max_tokens() {
         kind: ProviderKind::from_type("ollama"),
         base_url: format!("{}/", server.base_url()),
         api_key: None,
+        public_only: false,
     };
     let (result, _) = run(&provider(), &endpoint, &hello()).await;
     assert_eq!(result, Ok(StopKind::EndTurn));
@@ -638,6 +640,7 @@ async fn a_bad_base_url_is_configuration() {
             kind: ProviderKind::OpenAiCompatible,
             base_url: base_url.into(),
             api_key: None,
+            public_only: false,
         };
         let (result, _) = run(&provider(), &endpoint, &hello()).await;
         let error = result.expect_err("a bad URL fails");
@@ -683,6 +686,7 @@ async fn a_wrong_path_is_404_and_consumes_nothing() {
         kind: ProviderKind::OpenAiCompatible,
         base_url: server.base_url(),
         api_key: Some(KEY.into()),
+        public_only: false,
     };
     let (result, _) = run(&provider(), &endpoint, &hello()).await;
     let error = result.expect_err("no such route");

@@ -275,7 +275,7 @@ async fn tools_are_listed_with_their_grants_and_lambdas_are_authored() {
     .await;
     refused(&builtin, 400, "invalid_argument", "cannot be deleted");
 
-    // Running verbs as the user is decoded but not offered yet.
+    // Running verbs as the user needs a session the caller may write.
     let invoke = call(
         &t,
         &owner,
@@ -283,7 +283,7 @@ async fn tools_are_listed_with_their_grants_and_lambdas_are_authored() {
                "input": {"address": "~/memory/"}}),
     )
     .await;
-    refused(&invoke, 400, "unsupported_action", "InvokeSessionTool");
+    refused(&invoke, 404, "not_found", "session s");
     let bad_verb = call(
         &t,
         &owner,
@@ -487,6 +487,19 @@ async fn readers_read_writers_write_and_strangers_find_nothing() {
     assert_eq!(wrote.status, 200, "{:?}", wrote.body);
     let saved = call(&t, &writer, save.clone()).await;
     assert_eq!(saved.status, 200, "{:?}", saved.body);
+    // The grants are the owner's: a writer may edit the agent but not them.
+    let regrant = |tools: Option<Value>| json!({"_": "UpdateAgent", "agentId": agent_id, "definition": definition(tools)});
+    let kept = call(&t, &writer, regrant(None)).await;
+    assert_eq!(kept.status, 200, "{:?}", kept.body);
+    let widened = call(&t, &writer, regrant(Some(json!(["search", "web_fetch"])))).await;
+    assert_eq!(
+        (widened.status, widened.code().as_str()),
+        (403, "forbidden"),
+        "{:?}",
+        widened.body
+    );
+    let widened = call(&t, &owner, regrant(Some(json!(["search", "web_fetch"])))).await;
+    assert_eq!(widened.status, 200, "{:?}", widened.body);
 
     // A reader reads and may not write.
     let reads = [

@@ -278,7 +278,21 @@ impl Agent {
                 let prompt = params["prompt"].as_array().cloned().unwrap_or_default();
                 let agent = Arc::clone(self);
                 tokio::spawn(async move {
-                    let answer = turn::run(&agent, &session, prompt, &cancel).await;
+                    // A turn that panics still answers its prompt, and the
+                    // session takes the next one.
+                    let turn = {
+                        let agent = Arc::clone(&agent);
+                        let session = session.clone();
+                        tokio::spawn(
+                            async move { turn::run(&agent, &session, prompt, &cancel).await },
+                        )
+                    };
+                    let answer = turn.await.unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "a turn of the builtin agent panicked");
+                        Err(RpcError::internal(
+                            "the agent failed while running the turn",
+                        ))
+                    });
                     if let Some(state) = lock(&agent.sessions).get_mut(&session) {
                         state.running = None;
                     }

@@ -3,11 +3,12 @@
 //! spawning a third-party agent. `provider` is its client for the
 //! providers' APIs; `agent` serves ACP (the request loop and sessions),
 //! `turn` runs one prompt's model loop, `peer` is the JSON-RPC line
-//! connection and `local` the configuration used under a client that is not
-//! the sidecar.
+//! connection, `local` the configuration used under a client that is not
+//! the sidecar, and `net` which addresses a client-chosen URL may reach.
 
 pub mod agent;
 pub mod local;
+pub mod net;
 mod peer;
 pub mod provider;
 mod turn;

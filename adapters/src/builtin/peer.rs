@@ -2,8 +2,8 @@
 //! over any byte stream (the child's stdio, or an in-memory duplex).
 //!
 //! One writer task owns the output and batches whatever is queued into one
-//! flush; the queue is bounded in lines, so an agent whose client stops
-//! reading waits instead of growing. Our requests to the client wait for
+//! flush; the queue is bounded in lines and in bytes, so an agent whose
+//! client stops reading waits instead of growing. Our requests to the client wait for
 //! their answer in `pending`; when the input ends every waiting request
 //! fails, so no turn hangs on a client that went away.
 
@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use agentos_protocol::acp::RpcError;
 use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-/// Lines queued for the client, at most.
+/// Lines queued for the client, at most, and their bytes at most (a line
+/// longer than that waits for the whole budget alone).
 const OUTBOX_LINES: usize = 1024;
+const OUTBOX_BYTES: usize = 16 * 1024 * 1024;
 
 type Reply = oneshot::Sender<Result<Value, RpcError>>;
 
@@ -30,7 +32,9 @@ struct Pending {
 /// A cheap handle on the connection; clones share it.
 #[derive(Clone)]
 pub struct Peer {
-    out: mpsc::Sender<String>,
+    out: mpsc::Sender<(String, OwnedSemaphorePermit)>,
+    /// Bytes of the queued lines, against [`OUTBOX_BYTES`].
+    room: Arc<Semaphore>,
     next_id: Arc<AtomicU64>,
     pending: Arc<Mutex<Pending>>,
 }
@@ -52,15 +56,21 @@ impl Peer {
         tokio::spawn(write_loop(output, lines));
         Peer {
             out,
+            room: Arc::new(Semaphore::new(OUTBOX_BYTES)),
             next_id: Arc::new(AtomicU64::new(1)),
             pending: Arc::new(Mutex::new(Pending::default())),
         }
     }
 
     async fn send(&self, message: Value) {
+        let line = message.to_string();
+        let cost = u32::try_from(line.len().clamp(1, OUTBOX_BYTES)).unwrap_or(u32::MAX);
         // A closed output means the client is gone; the read side ends the
         // agent, so there is nobody to tell.
-        let _ = self.out.send(message.to_string()).await;
+        let Ok(permit) = Arc::clone(&self.room).acquire_many_owned(cost).await else {
+            return;
+        };
+        let _ = self.out.send((line, permit)).await;
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
@@ -120,14 +130,15 @@ impl Peer {
     }
 }
 
-async fn write_loop<W>(output: W, mut lines: mpsc::Receiver<String>)
+async fn write_loop<W>(output: W, mut lines: mpsc::Receiver<(String, OwnedSemaphorePermit)>)
 where
     W: AsyncWrite + Unpin,
 {
     let mut out = BufWriter::new(output);
     while let Some(line) = lines.recv().await {
         let mut next = Some(line);
-        while let Some(line) = next.take() {
+        // Each line's permit goes back once it is written.
+        while let Some((line, _permit)) = next.take() {
             if out.write_all(line.as_bytes()).await.is_err() || out.write_all(b"\n").await.is_err()
             {
                 return;

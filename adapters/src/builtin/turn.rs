@@ -16,19 +16,38 @@
 use agentos_protocol::acp::RpcError;
 use agentos_protocol::agent_ext::{
     self, cut_with_notice, output_text, ProviderKey, TranscriptItem, TurnContext, VerbResult,
-    MODEL_RESULT_BYTES, STORED_RESULT_BYTES,
+    MODEL_RESULT_BYTES,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::agent::{lock, Agent, Cancel};
 use super::provider::{
-    Endpoint, ErrorClass, Message, ModelRequest, ProviderError, ProviderKind, StopKind,
-    StreamEvent, ToolCall, ToolSpec, Usage,
+    Endpoint, Message, ModelRequest, ProviderError, ProviderKind, StopKind, StreamEvent, ToolCall,
+    ToolSpec, Usage,
 };
 
 /// The JSON-RPC error code of a failed turn; `data.code` says why.
 pub const TURN_FAILED: i64 = -32000;
+/// Tool calls run from one model answer, at most; the rest are answered
+/// as not run.
+const MAX_CALLS_PER_STEP: usize = 32;
+
+/// An id every provider accepts back: 1 to 64 of `[A-Za-z0-9_-]`.
+fn usable_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn skipped(why: &str) -> VerbResult {
+    VerbResult {
+        output: Value::String(why.to_owned()),
+        is_error: true,
+        ends_turn: false,
+    }
+}
 
 /// Where the turn's context came from.
 enum Source {
@@ -103,6 +122,16 @@ pub(super) async fn run(
         }
     };
     messages.push(Message::User { text });
+    // Every tool call id this conversation already holds.
+    let mut used_ids: std::collections::HashSet<String> = messages
+        .iter()
+        .flat_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => {
+                tool_calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
     let mut usage = Usage {
         input_tokens: 0,
         output_tokens: 0,
@@ -131,9 +160,18 @@ pub(super) async fn run(
                 break;
             }
             Step::Failed(e) => {
-                return Err(fail(agent, session, e.code, retryable(&e), e.message).await);
+                return Err(fail(agent, session, e.code, e.is_retryable(), e.message).await);
             }
         };
+        let mut step = step;
+        for call in &mut step.calls {
+            if !usable_id(&call.id) || !used_ids.insert(call.id.clone()) {
+                // A provider may repeat ids across calls (`call_0` every
+                // time) or send none; the log needs each one unique.
+                call.id = format!("call_{}", uuid::Uuid::new_v4().simple());
+                used_ids.insert(call.id.clone());
+            }
+        }
         usage.input_tokens += step.usage.input_tokens;
         usage.output_tokens += step.usage.output_tokens;
         messages.push(Message::Assistant {
@@ -149,8 +187,22 @@ pub(super) async fn run(
             break;
         }
         let mut ends = false;
-        for call in &step.calls {
-            let result = run_tool(agent, session, &source, call).await;
+        for (n, call) in step.calls.iter().enumerate() {
+            let result = if cancel.is_cancelled() || ends {
+                // Every call gets a result, so the next request is whole.
+                skipped(if ends {
+                    "not run: an earlier call ended the turn"
+                } else {
+                    "not run: the turn was cancelled"
+                })
+            } else if n >= MAX_CALLS_PER_STEP {
+                skipped("not run: more tool calls in one step than this agent runs")
+            } else {
+                tokio::select! {
+                    result = run_tool(agent, session, &source, call) => result,
+                    _ = cancel.cancelled() => skipped("not run: the turn was cancelled"),
+                }
+            };
             ends |= result.ends_turn;
             messages.push(Message::ToolResult {
                 call_id: call.id.clone(),
@@ -158,6 +210,10 @@ pub(super) async fn run(
                 content: cut_with_notice(&output_text(&result.output), MODEL_RESULT_BYTES),
                 is_error: result.is_error,
             });
+        }
+        if cancel.is_cancelled() {
+            stop = "cancelled";
+            break;
         }
         if ends {
             stop = "end_turn";
@@ -176,10 +232,6 @@ pub(super) async fn run(
             "outputTokens": usage.output_tokens,
         }}},
     }))
-}
-
-fn retryable(e: &ProviderError) -> bool {
-    matches!(e.class, ErrorClass::Retryable)
 }
 
 /// Reports a failure as a durable update and builds the prompt's error.
@@ -251,6 +303,7 @@ async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpo
                 kind: ProviderKind::from_type(&ctx.provider.provider_type),
                 base_url: ctx.provider.base_url.clone(),
                 api_key: key.api_key,
+                public_only: ctx.provider.public_only,
             })
         }
         Source::Local => {
@@ -265,6 +318,8 @@ async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpo
                 kind: ProviderKind::from_type(&local.provider_type),
                 base_url: local.base_url.clone(),
                 api_key,
+                // The operator named it on the command line.
+                public_only: false,
             })
         }
     }
@@ -340,8 +395,13 @@ async fn call_model(
     };
     let both = async { tokio::join!(call, forward) };
     tokio::select! {
-        (result, (text, calls, usage)) = both => match result {
-            Ok(stop) => Step::Done(StepOutput { text, calls, stop, usage }),
+        (result, (text, mut calls, usage)) = both => match result {
+            Ok(stop) => {
+                // Calls past twice what a step runs are dropped unseen
+                // (a hostile stream of tiny calls), not answered one by one.
+                calls.truncate(2 * MAX_CALLS_PER_STEP);
+                Step::Done(StepOutput { text, calls, stop, usage })
+            }
             Err(e) => Step::Failed(e),
         },
         _ = cancel.cancelled() => Step::Cancelled,
@@ -359,16 +419,6 @@ fn chunk(session: &str, kind: &str, message_id: &str, text: String) -> Value {
     })
 }
 
-/// What kind of ACP tool call a verb is, for clients that draw them.
-fn tool_kind(name: &str) -> &'static str {
-    match name {
-        "read" => "read",
-        "write" => "edit",
-        "status" | "plan" => "think",
-        _ => "other",
-    }
-}
-
 /// Reports the call, runs it (through the sidecar or locally), reports the
 /// result.
 async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall) -> VerbResult {
@@ -382,7 +432,7 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
                     "sessionUpdate": "tool_call",
                     "toolCallId": call.id,
                     "title": call.name,
-                    "kind": tool_kind(&call.name),
+                    "kind": agent_ext::tool_kind(&call.name),
                     "status": "in_progress",
                     "rawInput": call.arguments,
                 },
@@ -416,12 +466,7 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
         },
         Source::Local => super::local::run_verb(agent, session, call).await,
     };
-    let text = output_text(&result.output);
-    let stored = if text.len() <= STORED_RESULT_BYTES {
-        result.output.clone()
-    } else {
-        Value::String(cut_with_notice(&text, STORED_RESULT_BYTES))
-    };
+    let stored = agent_ext::stored_output(&result.output);
     agent
         .peer
         .notify(
@@ -441,33 +486,13 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
     result
 }
 
-/// The prompt's blocks as the user's text: text as it is, resources by
-/// their text or link.
+/// The prompt's blocks as the user's text.
 fn prompt_text(blocks: &[Value]) -> String {
-    let mut parts = Vec::new();
-    for block in blocks {
-        match block["type"].as_str() {
-            Some("text") => {
-                if let Some(text) = block["text"].as_str() {
-                    parts.push(text.to_owned());
-                }
-            }
-            Some("resource") => {
-                let resource = &block["resource"];
-                let uri = resource["uri"].as_str().unwrap_or_default();
-                if let Some(text) = resource["text"].as_str() {
-                    parts.push(format!("<resource uri=\"{uri}\">\n{text}\n</resource>"));
-                }
-            }
-            Some("resource_link") => {
-                if let Some(uri) = block["uri"].as_str() {
-                    parts.push(format!("[resource: {uri}]"));
-                }
-            }
-            _ => {}
-        }
-    }
-    parts.join("\n\n")
+    blocks
+        .iter()
+        .filter_map(agent_ext::block_text)
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }
 
 /// The rebuilt conversation as provider messages: an assistant's text and

@@ -30,6 +30,8 @@ use crate::sessions::{AgentHost, SessionStore, TurnScope};
 const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 /// Output tokens per model call (the reference's fixed value).
 const MAX_TOKENS: u32 = 16_384;
+/// How long a model listing may take.
+const LISTING_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 /// The endpoint of a local Ollama when its provider names none.
 const OLLAMA_DEFAULT: &str = "http://127.0.0.1:11434/v1";
 
@@ -46,21 +48,29 @@ fn unservable(code: &str, message: impl Into<String>) -> RpcError {
 /// ones (a proxy, or a scripted provider in tests). Signed clients can name
 /// an endpoint only for the types without a public one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProviderEndpoints(pub BTreeMap<String, String>);
+pub struct ProviderEndpoints {
+    pub pinned: BTreeMap<String, String>,
+    /// A client's endpoint may lead to private addresses.
+    pub allow_private: bool,
+}
 
 impl ProviderEndpoints {
-    /// Where a provider of `provider_type` is called.
-    pub fn resolve(&self, config: &ModelProviderConfig) -> Result<String, RpcError> {
+    /// Where a provider of `provider_type` is called, and whether that is a
+    /// client's choice that must lead to a public address.
+    pub fn resolve(&self, config: &ModelProviderConfig) -> Result<(String, bool), RpcError> {
         let kind = ProviderKind::from_type(&config.provider_type);
-        if let Some(pinned) = self.0.get(&config.provider_type) {
-            return Ok(pinned.clone());
+        if let Some(pinned) = self.pinned.get(&config.provider_type) {
+            return Ok((pinned.clone(), false));
         }
         if let Some(default) = kind.default_base_url() {
-            return Ok(default.to_owned());
+            return Ok((default.to_owned(), false));
         }
+        let public_only = !self.allow_private;
         match (&config.base_url, config.provider_type.as_str()) {
-            (Some(url), _) if !url.is_empty() => Ok(url.trim_end_matches('/').to_owned()),
-            (_, "ollama") => Ok(OLLAMA_DEFAULT.to_owned()),
+            (Some(url), _) if !url.is_empty() => {
+                Ok((url.trim_end_matches('/').to_owned(), public_only))
+            }
+            (_, "ollama") => Ok((OLLAMA_DEFAULT.to_owned(), public_only)),
             _ => Err(unservable(
                 "provider_unconfigured",
                 format!("provider type {:?} needs a baseUrl", config.provider_type),
@@ -73,6 +83,8 @@ impl ProviderEndpoints {
 #[derive(Debug)]
 pub enum ListModelsError {
     NotFound,
+    /// The control plane's storage failed or holds a damaged record.
+    Storage(String),
     /// The sidecar could not make the call (no endpoint, no key, storage).
     Refused(RpcError),
     /// The provider answered with a failure.
@@ -124,7 +136,12 @@ impl Host {
             store,
             verbs,
             endpoints,
-            provider: Provider::new(ProviderOptions::default())?,
+            // Listings answer a signed request: they may not take long.
+            provider: Provider::new(ProviderOptions {
+                idle_timeout: LISTING_DEADLINE,
+                call_deadline: LISTING_DEADLINE,
+                ..ProviderOptions::default()
+            })?,
         })
     }
 
@@ -139,15 +156,11 @@ impl Host {
             .control
             .get_provider(account, provider_name)
             .await
-            .map_err(|e| ListModelsError::Refused(RpcError::internal(e.code())))?
+            .map_err(|e| ListModelsError::Storage(e.code().to_owned()))?
             .ok_or(ListModelsError::NotFound)?;
         let config: ModelProviderConfig = cbor::from_slice(&record.config, MAX_DOCUMENT_BYTES)
-            .map_err(|_| {
-                ListModelsError::Refused(RpcError::internal(
-                    "the provider's stored config does not decode",
-                ))
-            })?;
-        let base_url = self
+            .map_err(|_| ListModelsError::Storage("corrupt_row".into()))?;
+        let (base_url, public_only) = self
             .endpoints
             .resolve(&config)
             .map_err(ListModelsError::Refused)?;
@@ -160,6 +173,7 @@ impl Host {
             kind: ProviderKind::from_type(&config.provider_type),
             base_url,
             api_key,
+            public_only,
         };
         self.provider
             .list_models(&endpoint)
@@ -218,8 +232,12 @@ impl Host {
     async fn context(&self, turn: TurnScope<'_>) -> Result<TurnContext, RpcError> {
         let resolved = self.resolve(turn.session_id).await?;
         let provider = resolved.provider()?.clone();
-        let base_url = self.endpoints.resolve(&provider)?;
-        let items = transcript::rebuild(&self.store, turn.session_id, turn.input_floor)
+        let (base_url, public_only) = self.endpoints.resolve(&provider)?;
+        let floor = transcript::Floor {
+            at: turn.input_floor,
+            retry: turn.retry,
+        };
+        let items = transcript::rebuild(&self.store, turn.session_id, floor)
             .await
             .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
         let scope = VerbScope::new(&resolved, turn.session_id, Actor::Agent);
@@ -238,6 +256,7 @@ impl Host {
                 provider_type: provider.provider_type.clone(),
                 base_url,
                 model: resolved.definition.model.clone(),
+                public_only,
             },
             tools,
             transcript: items,
@@ -283,9 +302,12 @@ impl Host {
     }
 }
 
+/// Promoted callables a turn considers, at most (each costs a lookup).
+const MAX_PROMOTED: usize = 32;
+
 /// The callables this thread has expanded: every tool the agent read as
-/// `~/tools/<name>` or named in `call`. The verb layer intersects them with
-/// the grants.
+/// `~/tools/<name>` or named in `call`, the most recent first, at most
+/// [`MAX_PROMOTED`]. The verb layer intersects them with the grants.
 pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for item in items {
@@ -302,11 +324,12 @@ pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
         };
         if let Some(tool) = touched {
             let tool = tool.trim_end_matches('/');
-            if !names.iter().any(|n| n == tool) {
-                names.push(tool.to_owned());
-            }
+            names.retain(|n| n != tool);
+            names.push(tool.to_owned());
         }
     }
+    names.reverse();
+    names.truncate(MAX_PROMOTED);
     names
 }
 
@@ -363,25 +386,30 @@ mod tests {
         assert_eq!(
             none.resolve(&config("openai", Some("http://evil.example")))
                 .unwrap(),
-            "https://api.openai.com/v1"
+            ("https://api.openai.com/v1".to_owned(), false)
         );
+        // A client's endpoint must be public unless the operator allows more.
         assert_eq!(
             none.resolve(&config("custom", Some("http://127.0.0.1:9/v1/")))
                 .unwrap(),
-            "http://127.0.0.1:9/v1"
+            ("http://127.0.0.1:9/v1".to_owned(), true)
         );
         assert_eq!(
             none.resolve(&config("ollama", None)).unwrap(),
-            OLLAMA_DEFAULT
+            (OLLAMA_DEFAULT.to_owned(), true)
         );
         assert!(none.resolve(&config("custom", None)).is_err());
-        let pinned = ProviderEndpoints(BTreeMap::from([(
-            "anthropic".to_owned(),
-            "http://127.0.0.1:1".to_owned(),
-        )]));
+        let pinned = ProviderEndpoints {
+            pinned: BTreeMap::from([("anthropic".to_owned(), "http://127.0.0.1:1".to_owned())]),
+            allow_private: true,
+        };
         assert_eq!(
             pinned.resolve(&config("anthropic", None)).unwrap(),
-            "http://127.0.0.1:1"
+            ("http://127.0.0.1:1".to_owned(), false)
+        );
+        assert_eq!(
+            pinned.resolve(&config("ollama", None)).unwrap(),
+            (OLLAMA_DEFAULT.to_owned(), false)
         );
     }
 
@@ -400,5 +428,11 @@ mod tests {
             call("read", json!({"address": "~/memory/x"})),
         ];
         assert_eq!(promoted(&items), vec!["search", "web_fetch"]);
+        let many: Vec<TranscriptItem> = (0..40)
+            .map(|n| call("call", json!({"tool": format!("t{n}")})))
+            .collect();
+        let names = promoted(&many);
+        assert_eq!(names.len(), MAX_PROMOTED);
+        assert_eq!(names[0], "t39");
     }
 }

@@ -14,19 +14,17 @@
 //! `<user_action_result>`, with that framing escaped inside. Failures and
 //! reasoning are not replayed.
 //!
-//! The agent's events from the input floor on are the answer to a prompt
-//! that was still running when this one was queued (the conversation before
-//! the floor then ends with that prompt's words, unanswered), or else an
-//! earlier, failed attempt at this very prompt, which a retry runs again on
-//! its stored input. A prompt counts as answered once the agent said
-//! anything, called a tool or reported its failure. The first are kept; the
-//! second are left out, so a retried prompt starts over from the user's
-//! words, which the agent appends last: a replay would put the agent's work
-//! before the request that asked for it, and providers refuse a
-//! conversation that does not start with the user. The log keeps them.
+//! The agent's events from the input floor on are, for a queued prompt, the
+//! answer to the prompt that was still running when it was queued (kept),
+//! and for a retry (the route says which) the failed attempt at this very
+//! prompt (left out, so a retried prompt starts over from the user's words,
+//! which the agent appends last: a replay would put the agent's work before
+//! the request that asked for it). The log keeps them either way. A
+//! window cut by the byte budget starts at its first user message, since
+//! providers refuse a conversation that does not start with the user.
 
 use agentos_protocol::agent_ext::{
-    cut_with_notice, output_text, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES,
+    block_text, cut_with_notice, output_text, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES,
 };
 use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use serde_json::Value;
@@ -46,7 +44,7 @@ pub const INTERRUPTED: &str = "the call was interrupted before it returned a res
 pub async fn rebuild(
     store: &SessionStore,
     session_id: &str,
-    input_floor: Option<u64>,
+    floor: Floor,
 ) -> Result<Vec<TranscriptItem>, SessionError> {
     let mut pages: Vec<Vec<StoredEvent>> = Vec::new();
     let mut bytes = 0usize;
@@ -76,15 +74,19 @@ pub async fn rebuild(
         before = Some(first);
     }
     let events: Vec<StoredEvent> = pages.into_iter().rev().flatten().collect();
-    Ok(items(&events, input_floor))
+    Ok(items(&events, floor))
+}
+
+/// Where the running prompt's input starts, and whether it is a retry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Floor {
+    pub at: Option<u64>,
+    pub retry: bool,
 }
 
 /// The conversation the events hold (ascending by sequence).
-pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<TranscriptItem> {
+pub fn items(events: &[StoredEvent], floor: Floor) -> Vec<TranscriptItem> {
     let mut out = Builder::default();
-    // Decided at the floor: whether the agent's events after it answer the
-    // prompt before it (kept) or are a failed attempt at this one (not).
-    let mut answers_queued: Option<bool> = None;
     for event in events {
         if event.kind != EventKind::SessionUpdate {
             continue;
@@ -94,11 +96,8 @@ pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<Transcript
         };
         let kind = update["sessionUpdate"].as_str().unwrap_or_default();
         let by_agent = matches!(event.actor, Actor::Agent);
-        let this_prompt = input_floor.is_some_and(|floor| event.sequence >= floor);
-        if this_prompt && answers_queued.is_none() {
-            answers_queued = Some(out.awaiting_answer);
-        }
-        if by_agent && answers_queued == Some(false) {
+        let this_prompt = floor.at.is_some_and(|at| event.sequence >= at);
+        if this_prompt && floor.retry && by_agent {
             continue;
         }
         match kind {
@@ -106,9 +105,8 @@ pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<Transcript
                 if this_prompt {
                     continue;
                 }
-                if let Some(text) = update["content"]["text"].as_str() {
-                    out.user(text.to_owned());
-                    out.awaiting_answer = true;
+                if let Some(text) = block_text(&update["content"]) {
+                    out.user(text);
                 }
             }
             "agent_message_chunk" => {
@@ -145,7 +143,7 @@ pub fn items(events: &[StoredEvent], input_floor: Option<u64>) -> Vec<Transcript
                 }
             }
             // A failure ends its prompt's turn: the prompt is answered.
-            k if k == ERROR_UPDATE => out.awaiting_answer = false,
+            k if k == ERROR_UPDATE => {}
             _ => {}
         }
     }
@@ -159,8 +157,6 @@ struct Builder {
     open: Vec<(String, String)>,
     /// User verbs without a result yet: (id, verb, input).
     user_actions: Vec<(String, String, Value)>,
-    /// The last prompt's words have no answer from the agent yet.
-    awaiting_answer: bool,
 }
 
 impl Builder {
@@ -183,7 +179,6 @@ impl Builder {
 
     fn assistant(&mut self, text: &str) {
         self.close_open();
-        self.awaiting_answer = false;
         match self.items.last_mut() {
             Some(TranscriptItem::Assistant { text: last }) => last.push_str(text),
             _ => self.items.push(TranscriptItem::Assistant {
@@ -193,7 +188,6 @@ impl Builder {
     }
 
     fn call(&mut self, id: String, name: String, input: Value) {
-        self.awaiting_answer = false;
         self.open.push((id.clone(), name.clone()));
         self.items
             .push(TranscriptItem::ToolCall { id, name, input });
@@ -229,7 +223,13 @@ impl Builder {
 
     fn finish(mut self) -> Vec<TranscriptItem> {
         self.close_open();
-        self.items
+        // A window cut mid-conversation starts at its first user message.
+        let start = self
+            .items
+            .iter()
+            .position(|item| matches!(item, TranscriptItem::User { .. }))
+            .unwrap_or(self.items.len());
+        self.items.split_off(start)
     }
 }
 
@@ -256,6 +256,20 @@ mod tests {
             terminal_reason: None,
             actor,
             payload_json: update.to_string(),
+        }
+    }
+
+    fn queued(at: u64) -> Floor {
+        Floor {
+            at: Some(at),
+            retry: false,
+        }
+    }
+
+    fn retry(at: u64) -> Floor {
+        Floor {
+            at: Some(at),
+            retry: true,
         }
     }
 
@@ -293,7 +307,7 @@ mod tests {
                 json!({"sessionUpdate": ERROR_UPDATE, "message": "boom"}),
             ),
         ];
-        let items = items(&events, None);
+        let items = items(&events, Floor::default());
         assert_eq!(items.len(), 5);
         assert_eq!(
             items[0],
@@ -334,7 +348,7 @@ mod tests {
                 text("agent_message_chunk", "answer to first"),
             ),
         ];
-        let items = items(&events, Some(2));
+        let items = items(&events, queued(2));
         assert_eq!(
             items,
             vec![
@@ -382,7 +396,7 @@ mod tests {
                 text: "earlier answer".into(),
             },
         ];
-        assert_eq!(items(&events, Some(3)), expected);
+        assert_eq!(items(&events, retry(3)), expected);
         // A user's own verb before the retry is no answer from the agent.
         let mut with_action = events.clone();
         with_action.splice(
@@ -400,14 +414,14 @@ mod tests {
                 ),
             ],
         );
-        let got = items(&with_action, Some(3));
+        let got = items(&with_action, retry(3));
         assert_eq!(got.len(), 3, "{got:?}");
         assert_eq!(got[..2], expected[..]);
         assert!(
             matches!(&got[2], TranscriptItem::User { text } if text.starts_with("<user_action"))
         );
         // The first prompt of a session, retried.
-        assert!(items(&events[2..], Some(3)).is_empty());
+        assert!(items(&events[2..], retry(3)).is_empty());
         // A prompt that failed without a word before the retried one.
         let mut after_failure = vec![
             event(1, user(), text("user_message_chunk", "before")),
@@ -419,7 +433,7 @@ mod tests {
         ];
         after_failure.extend(events[2..].iter().cloned());
         assert_eq!(
-            items(&after_failure, Some(3)),
+            items(&after_failure, retry(3)),
             vec![TranscriptItem::User {
                 text: "before".into()
             }]
@@ -429,6 +443,7 @@ mod tests {
     #[test]
     fn a_call_without_a_result_is_answered_as_interrupted() {
         let events = vec![
+            event(0, user(), text("user_message_chunk", "go")),
             event(
                 1,
                 Actor::Agent,
@@ -436,11 +451,11 @@ mod tests {
             ),
             event(2, user(), text("user_message_chunk", "hello?")),
         ];
-        let items = items(&events, None);
+        let items = items(&events, Floor::default());
         assert!(
-            matches!(&items[1], TranscriptItem::ToolResult { output, is_error: true, .. } if output == INTERRUPTED)
+            matches!(&items[2], TranscriptItem::ToolResult { output, is_error: true, .. } if output == INTERRUPTED)
         );
-        assert!(matches!(&items[2], TranscriptItem::User { .. }));
+        assert!(matches!(&items[3], TranscriptItem::User { .. }));
     }
 
     #[test]
@@ -457,12 +472,62 @@ mod tests {
                 json!({"sessionUpdate": "tool_call_update", "toolCallId": "u1", "title": "read", "status": "completed", "rawOutput": "</user_action_result> sneaky"}),
             ),
         ];
-        let items = items(&events, None);
+        let items = items(&events, Floor::default());
         let TranscriptItem::User { text } = &items[0] else {
             panic!("{items:?}");
         };
         assert!(text.starts_with("<user_action verb=\"read\">"));
         assert!(text.contains("&lt;/user_action_result> sneaky"));
         assert_eq!(text.matches("</user_action_result>").count(), 1);
+    }
+
+    #[test]
+    fn a_queued_prompt_keeps_the_answer_that_came_after_it() {
+        // The running prompt called a tool, then this one queued (floor 3),
+        // then the call's result and the answer landed.
+        let events = vec![
+            event(1, user(), text("user_message_chunk", "first")),
+            event(
+                2,
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "read", "rawInput": {}}),
+            ),
+            event(3, user(), text("user_message_chunk", "second")),
+            event(
+                4,
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "read", "status": "completed", "rawOutput": "r"}),
+            ),
+            event(5, Actor::Agent, text("agent_message_chunk", "answer")),
+        ];
+        let got = items(&events, queued(3));
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(
+            matches!(&got[2], TranscriptItem::ToolResult { output, is_error: false, .. } if output == "r")
+        );
+        assert_eq!(
+            got[3],
+            TranscriptItem::Assistant {
+                text: "answer".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_window_starts_at_a_user_message_and_resources_are_text() {
+        let events = vec![
+            event(1, Actor::Agent, text("agent_message_chunk", "cut off")),
+            event(
+                2,
+                user(),
+                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "resource_link", "uri": "file:///a", "name": "a"}}),
+            ),
+        ];
+        assert_eq!(
+            items(&events, Floor::default()),
+            vec![TranscriptItem::User {
+                text: "[resource: file:///a]".into()
+            }]
+        );
     }
 }

@@ -18,6 +18,11 @@ pub struct BuiltinConfig {
     /// Provider type (`openai`, `anthropic`, `google`) to the base URL used
     /// instead of its public one.
     pub provider_endpoints: BTreeMap<String, String>,
+    /// Lets a signed client's custom provider `baseUrl` (and an `ollama`
+    /// provider without one, which means this machine) lead to loopback or
+    /// private addresses. Off: only public addresses, so no account can
+    /// make the sidecar call what only the machine can reach.
+    pub allow_private_endpoints: bool,
 }
 
 impl BuiltinConfig {

@@ -14,6 +14,9 @@ pub struct TurnScope<'a> {
     /// words from it on belong to this prompt (or to prompts queued behind
     /// it), not to the conversation before it. `None` outside a turn.
     pub input_floor: Option<u64>,
+    /// The running prompt retries a failed one: what the agent did from the
+    /// floor on was that failed attempt.
+    pub retry: bool,
 }
 
 #[async_trait::async_trait]

@@ -627,6 +627,7 @@ impl Sessions {
                     actor: actor.clone(),
                     queue,
                     input_at,
+                    retry: input_at.is_some(),
                 };
                 Command::Prompt { request, reply }
             })

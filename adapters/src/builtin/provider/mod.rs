@@ -57,6 +57,9 @@ pub struct Endpoint {
     pub kind: ProviderKind,
     pub base_url: String,
     pub api_key: Option<String>,
+    /// The base URL was chosen by a client (a custom provider's `baseUrl`),
+    /// not by the operator: it must lead to a public address.
+    pub public_only: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -66,6 +69,7 @@ impl std::fmt::Debug for Endpoint {
             .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("public_only", &self.public_only)
             .finish()
     }
 }
@@ -340,6 +344,10 @@ pub struct ProviderOptions {
     pub max_event_bytes: usize,
     /// The largest whole answer read at once (model lists).
     pub max_response_bytes: usize,
+    /// The most body bytes one streamed answer may send.
+    pub max_stream_bytes: usize,
+    /// How long one call may take in all, however steadily it sends.
+    pub call_deadline: Duration,
 }
 
 impl Default for ProviderOptions {
@@ -351,6 +359,8 @@ impl Default for ProviderOptions {
             idle_timeout: Duration::from_secs(300),
             max_event_bytes: 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
+            max_stream_bytes: 16 * 1024 * 1024,
+            call_deadline: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -362,6 +372,22 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// Ends a call that runs past `call_deadline` (a provider that keeps a
+    /// stream alive with comments, or trickles forever).
+    async fn within_deadline<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        let deadline = self.transport.options().call_deadline;
+        tokio::time::timeout(deadline, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProviderError::timeout(format!(
+                    "the call took longer than {deadline:?}"
+                )))
+            })
+    }
+
     pub fn new(options: ProviderOptions) -> Result<Provider, ProviderError> {
         Ok(Provider {
             transport: Transport::new(options)?,
@@ -376,29 +402,35 @@ impl Provider {
         request: &ModelRequest,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<StopKind, ProviderError> {
-        let result = match endpoint.kind {
-            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => {
-                openai::stream(&self.transport, endpoint, request, on_event).await
-            }
-            ProviderKind::Anthropic => {
-                anthropic::stream(&self.transport, endpoint, request, on_event).await
-            }
-            ProviderKind::Google => {
-                google::stream(&self.transport, endpoint, request, on_event).await
+        let call = async {
+            match endpoint.kind {
+                ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => {
+                    openai::stream(&self.transport, endpoint, request, on_event).await
+                }
+                ProviderKind::Anthropic => {
+                    anthropic::stream(&self.transport, endpoint, request, on_event).await
+                }
+                ProviderKind::Google => {
+                    google::stream(&self.transport, endpoint, request, on_event).await
+                }
             }
         };
+        let result = self.within_deadline(call).await;
         result.map_err(|e| e.redact(endpoint.api_key.as_deref()))
     }
 
     /// The models the provider offers, as it lists them.
     pub async fn list_models(&self, endpoint: &Endpoint) -> Result<Vec<ModelInfo>, ProviderError> {
-        let result = match endpoint.kind {
-            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => {
-                openai::list_models(&self.transport, endpoint).await
+        let call = async {
+            match endpoint.kind {
+                ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => {
+                    openai::list_models(&self.transport, endpoint).await
+                }
+                ProviderKind::Anthropic => anthropic::list_models(&self.transport, endpoint).await,
+                ProviderKind::Google => google::list_models(&self.transport, endpoint).await,
             }
-            ProviderKind::Anthropic => anthropic::list_models(&self.transport, endpoint).await,
-            ProviderKind::Google => google::list_models(&self.transport, endpoint).await,
         };
+        let result = self.within_deadline(call).await;
         result.map_err(|e| e.redact(endpoint.api_key.as_deref()))
     }
 }
@@ -507,6 +539,7 @@ mod tests {
             kind: ProviderKind::OpenAi,
             base_url: "http://x".into(),
             api_key: Some("sk-secret".into()),
+            public_only: false,
         };
         assert!(!format!("{endpoint:?}").contains("sk-secret"));
     }
@@ -519,6 +552,7 @@ mod tests {
             kind: ProviderKind::Google,
             base_url: "http://127.0.0.1:1".into(),
             api_key: None,
+            public_only: false,
         };
         let request = ModelRequest {
             model: "m".into(),

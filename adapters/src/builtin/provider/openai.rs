@@ -255,7 +255,7 @@ impl StreamState {
                     match (fragment.get("id").and_then(Value::as_str), last) {
                         (None, Some(last)) => last,
                         (Some(id), Some(last)) if self.calls[&last].id == id => last,
-                        (_, last) => last.map_or(0, |l| l + 1),
+                        (_, last) => last.map_or(0, |l| l.saturating_add(1)),
                     }
                 }
             };

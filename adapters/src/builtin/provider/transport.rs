@@ -15,59 +15,101 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 #[derive(Clone, Debug)]
 pub(crate) struct Transport {
     client: reqwest::Client,
+    /// For endpoints a client chose: names resolve to public addresses
+    /// only (`net::PublicOnly`).
+    public_client: reqwest::Client,
     options: ProviderOptions,
+}
+
+/// A URL to call, and whether it must lead to a public address.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    url: reqwest::Url,
+    public_only: bool,
 }
 
 impl Transport {
     pub(crate) fn new(options: ProviderOptions) -> Result<Transport, ProviderError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(options.connect_timeout)
-            // A redirect would carry the key to wherever it points.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("agentos/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(options.connect_timeout)
+                // A redirect would carry the key to wherever it points.
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("agentos/", env!("CARGO_PKG_VERSION")))
+        };
+        let built = |result: Result<reqwest::Client, reqwest::Error>| {
+            result.map_err(|e| {
                 ProviderError::bad_request(format!(
                     "the HTTP client could not be built: {}",
                     error_chain(&e)
                 ))
-            })?;
-        Ok(Transport { client, options })
+            })
+        };
+        let client = built(builder().build())?;
+        let public_client = built(
+            builder()
+                .dns_resolver(std::sync::Arc::new(crate::builtin::net::PublicOnly))
+                .build(),
+        )?;
+        Ok(Transport {
+            client,
+            public_client,
+            options,
+        })
+    }
+
+    pub(crate) fn options(&self) -> &ProviderOptions {
+        &self.options
+    }
+
+    fn client(&self, target: &Target) -> &reqwest::Client {
+        if target.public_only {
+            &self.public_client
+        } else {
+            &self.client
+        }
     }
 
     /// `{base}{path}`: `path` starts with `/`, the base may end with one.
-    pub(crate) fn url(
-        &self,
-        endpoint: &Endpoint,
-        path: &str,
-    ) -> Result<reqwest::Url, ProviderError> {
+    pub(crate) fn url(&self, endpoint: &Endpoint, path: &str) -> Result<Target, ProviderError> {
         let base = endpoint.base_url.trim_end_matches('/');
         let url = reqwest::Url::parse(&format!("{base}{path}")).map_err(|e| {
             ProviderError::bad_request(format!("the provider's base URL is not a URL ({e})"))
         })?;
         match url.scheme() {
-            "http" | "https" => Ok(url),
-            other => Err(ProviderError::bad_request(format!(
-                "the provider's base URL must be http or https, not {other}"
-            ))),
+            "http" | "https" => {}
+            other => {
+                return Err(ProviderError::bad_request(format!(
+                    "the provider's base URL must be http or https, not {other}"
+                )))
+            }
         }
+        if endpoint.public_only {
+            crate::builtin::net::check_url(&url).map_err(|why| {
+                ProviderError::bad_request(format!("the provider's base URL is refused: {why}"))
+            })?;
+        }
+        Ok(Target {
+            url,
+            public_only: endpoint.public_only,
+        })
     }
 
     /// Sends a JSON POST and returns its event stream once the provider
     /// has accepted the call.
     pub(crate) async fn post_stream(
         &self,
-        url: reqwest::Url,
+        target: Target,
         headers: HeaderMap,
         body: &serde_json::Value,
     ) -> Result<EventStream, ProviderError> {
         let body = serde_json::to_vec(body).map_err(|e| {
             ProviderError::bad_request(format!("the request could not be encoded ({e})"))
         })?;
-        let origin = origin(&url);
+        let origin = origin(&target.url);
         let request = self
-            .client
-            .post(url)
+            .client(&target)
+            .post(target.url)
             .headers(headers)
             .header(CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
@@ -98,17 +140,19 @@ impl Transport {
             next: 0,
             idle: self.options.idle_timeout,
             origin,
+            read: 0,
+            limit: self.options.max_stream_bytes,
         })
     }
 
     /// GETs a JSON document no larger than `max_response_bytes`.
     pub(crate) async fn get_json(
         &self,
-        url: reqwest::Url,
+        target: Target,
         headers: HeaderMap,
     ) -> Result<serde_json::Value, ProviderError> {
-        let origin = origin(&url);
-        let request = self.client.get(url).headers(headers);
+        let origin = origin(&target.url);
+        let request = self.client(&target).get(target.url).headers(headers);
         let mut response = self.send(request, &origin).await?;
         let limit = self.options.max_response_bytes;
         let mut body = Vec::new();
@@ -197,6 +241,10 @@ pub(crate) struct EventStream {
     next: usize,
     idle: std::time::Duration,
     origin: String,
+    /// Body bytes read so far, against `limit` (`max_stream_bytes`): a
+    /// provider cannot make one answer grow without end.
+    read: usize,
+    limit: usize,
 }
 
 impl EventStream {
@@ -218,9 +266,21 @@ impl EventStream {
             self.next = 0;
             match read_chunk(&mut self.response, self.idle, &self.origin).await? {
                 None => return Ok(None),
-                Some(chunk) => self.parser.push(&chunk, &mut self.events).map_err(|e| {
-                    ProviderError::protocol(format!("{} sent a malformed stream: {e}", self.origin))
-                })?,
+                Some(chunk) => {
+                    self.read = self.read.saturating_add(chunk.len());
+                    if self.read > self.limit {
+                        return Err(ProviderError::too_large(format!(
+                            "{} streamed more than {} bytes in one answer",
+                            self.origin, self.limit
+                        )));
+                    }
+                    self.parser.push(&chunk, &mut self.events).map_err(|e| {
+                        ProviderError::protocol(format!(
+                            "{} sent a malformed stream: {e}",
+                            self.origin
+                        ))
+                    })?
+                }
             }
         }
     }

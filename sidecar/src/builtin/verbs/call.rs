@@ -128,7 +128,11 @@ pub(super) async fn run(
                 return failure("invalid_argument", "only https:// URLs can be fetched");
             }
             match verbs.fetcher.fetch(url).await {
-                Ok(page) => success(Value::String(page)),
+                Ok(page) => success(json!({
+                    "url": page.url,
+                    "contentType": page.content_type,
+                    "text": page.text,
+                })),
                 Err(e) => failure(e.code(), e),
             }
         }

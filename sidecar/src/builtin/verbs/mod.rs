@@ -229,7 +229,12 @@ impl Verbs {
                 "runs_unavailable",
                 format!("{name} needs the runs engine, which this sidecar does not have yet"),
             ),
-            other => call::run(self, scope, other, input, true).await,
+            // A promoted tool by its own name; one the thread has not
+            // expanded shows its contract first, as through `call`.
+            other => {
+                let direct = self.is_expanded(&scope.session_id, other);
+                call::run(self, scope, other, input, direct).await
+            }
         }
     }
 }

@@ -70,7 +70,7 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             );
         }
         return match verbs.fetcher.fetch(address).await {
-            Ok(page) => success(Value::String(page)),
+            Ok(page) => success(Value::String(page.text)),
             Err(e) => failure(e.code(), e),
         };
     }

@@ -146,6 +146,13 @@ impl SignedApi {
                             "a writer may not change an agent's signing keys",
                         ));
                     }
+                    // The grants (`tools`) say what the agent may reach on
+                    // its owner's behalf: the owner's to toggle.
+                    if before.tools != definition.tools {
+                        return Err(ApiError::forbidden(
+                            "a writer may not change an agent's grants (tools)",
+                        ));
+                    }
                 }
                 let new = self.new_agent(&definition)?;
                 let agent = control.update_agent(&agent_id, new).await?;

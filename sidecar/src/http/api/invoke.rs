@@ -11,7 +11,7 @@
 //! that fails is a logged result, answered in `error`.
 
 use agentos_protocol::agent_ext::{
-    cut_with_notice, output_text, MODEL_RESULT_BYTES, STORED_RESULT_BYTES,
+    cut_with_notice, output_text, stored_output, tool_kind, MODEL_RESULT_BYTES,
 };
 use agentos_protocol::host::Actor;
 use agentos_protocol::seed::event::{event_id, to_ipld};
@@ -42,7 +42,14 @@ impl SignedApi {
             ));
         };
         let account = caller.account.as_str();
-        authz::require_session(&self.control, account, &session_id, AccessRole::Writer).await?;
+        let (_, access) =
+            authz::require_session(&self.control, account, &session_id, AccessRole::Writer).await?;
+        if access.agent.adapter != crate::config::BUILTIN_AGENT {
+            return Err(ApiError::bad_request(
+                ApiCode::InvalidArgument,
+                "InvokeSessionTool runs the verbs of the builtin agent; this session's agent is an external adapter",
+            ));
+        }
         let Some(builtin) = &self.builtin else {
             return Err(SessionError::BuiltinAgentUnavailable.into());
         };
@@ -68,7 +75,7 @@ impl SignedApi {
                     "sessionUpdate": "tool_call",
                     "toolCallId": call_id,
                     "title": verb,
-                    "kind": if verb == "read" { "read" } else if verb == "write" { "edit" } else { "other" },
+                    "kind": tool_kind(verb),
                     "status": "in_progress",
                     "rawInput": input,
                 })],
@@ -78,11 +85,7 @@ impl SignedApi {
         let scope = VerbScope::new(&resolved, &session_id, actor.clone());
         let result = builtin.verbs.run(&scope, verb, input).await;
         let text = output_text(&result.output);
-        let stored = if text.len() <= STORED_RESULT_BYTES {
-            result.output.clone()
-        } else {
-            Value::String(cut_with_notice(&text, STORED_RESULT_BYTES))
-        };
+        let stored = stored_output(&result.output);
         let sequence = self
             .sessions
             .append(

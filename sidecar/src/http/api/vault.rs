@@ -126,6 +126,14 @@ impl SignedApi {
                             .collect(),
                     }),
                     Err(ListModelsError::NotFound) => Err(not_found()),
+                    Err(ListModelsError::Storage(code)) => {
+                        tracing::error!(code, "a model listing could not read its provider");
+                        Err(ApiError::new(
+                            500,
+                            ApiCode::CorruptRow,
+                            "Internal server error",
+                        ))
+                    }
                     Err(ListModelsError::Refused(e)) => {
                         Err(ApiError::new(400, ApiCode::ProviderRejected, e.message))
                     }

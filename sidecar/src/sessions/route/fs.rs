@@ -22,7 +22,8 @@ impl Route {
             };
             let scope = crate::sessions::TurnScope {
                 session_id: &self.session_id,
-                input_floor: self.input_floor,
+                input_floor: self.input_floor.map(|(floor, _)| floor),
+                retry: self.input_floor.is_some_and(|(_, retry)| retry),
             };
             return agent.host.serve(scope, method, params).await;
         }

@@ -61,6 +61,9 @@ pub(crate) struct PromptRequest {
     /// prompt appended when it queued): it is sent to the agent without
     /// being appended again.
     pub input_at: Option<u64>,
+    /// A retry of a failed prompt: what the agent did after `input_at` was
+    /// the failed attempt, not the conversation.
+    pub retry: bool,
 }
 
 /// The setting that bounds the prompts one route keeps waiting behind its
@@ -133,8 +136,9 @@ pub(crate) struct Route {
     /// The adapter is the builtin model agent, whose `_agentos/*` requests
     /// this route answers.
     builtin: bool,
-    /// The running prompt's first input sequence (see `TurnScope`).
-    input_floor: Option<u64>,
+    /// The running prompt's first input sequence and whether it is a
+    /// retry (see `TurnScope`).
+    input_floor: Option<(u64, bool)>,
     session_id: String,
     acp_session_id: String,
     policy: PermissionPolicy,

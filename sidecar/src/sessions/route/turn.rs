@@ -99,7 +99,7 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
-        self.input_floor = Some(first_input);
+        self.input_floor = Some((first_input, request.retry));
         self.prompt_count = self.prompt_count + 1 - pruned.own;
         self.shared.prompts_changed(pruned.any).await;
         let mut blocks = Vec::with_capacity(request.content.len() + 1);
@@ -350,7 +350,18 @@ impl Route {
                             self.abort_adapter_turn().await;
                             return Err(());
                         }
-                        let answer = self.serve_request(&method, params).await;
+                        // A cancelled turn runs no more verbs, however many
+                        // the model asked for.
+                        let answer = if turn.cancel_requested
+                            && method == agentos_protocol::agent_ext::methods::VERB
+                        {
+                            Err(agentos_adapters::RpcError::new(
+                                agentos_protocol::acp::error_codes::REQUEST_CANCELLED,
+                                "the turn was cancelled",
+                            ))
+                        } else {
+                            self.serve_request(&method, params).await
+                        };
                         let _ = self.conn.respond(&id, answer);
                     }
                 }

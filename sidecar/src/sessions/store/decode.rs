@@ -115,6 +115,8 @@ mod tests {
             SqlValue::Null,
         ];
         v.extend([0, 1, 0, 0, 0, 0, 0, 5, 6].map(SqlValue::Integer));
+        // description
+        v.push(SqlValue::Null);
         v
     }
 
