@@ -157,6 +157,9 @@ struct Builder {
     open: Vec<(String, String)>,
     /// User verbs without a result yet: (id, verb, input).
     user_actions: Vec<(String, String, Value)>,
+    /// Users' verbs that finished while agent calls were open: they follow
+    /// those calls' results, which must come right after the calls.
+    deferred: Vec<String>,
 }
 
 impl Builder {
@@ -169,6 +172,13 @@ impl Builder {
                 output: INTERRUPTED.into(),
                 is_error: true,
             });
+        }
+        self.flush_deferred();
+    }
+
+    fn flush_deferred(&mut self) {
+        for text in std::mem::take(&mut self.deferred) {
+            self.items.push(TranscriptItem::User { text });
         }
     }
 
@@ -204,6 +214,9 @@ impl Builder {
             output: cut_with_notice(&output, MODEL_RESULT_BYTES),
             is_error: failed,
         });
+        if self.open.is_empty() {
+            self.flush_deferred();
+        }
     }
 
     fn user_action_result(&mut self, id: &str, output: &str, failed: bool) {
@@ -218,7 +231,11 @@ impl Builder {
             escape(&input.to_string()),
             escape(&cut_with_notice(output, MODEL_RESULT_BYTES)),
         );
-        self.user(text);
+        if self.open.is_empty() {
+            self.user(text);
+        } else {
+            self.deferred.push(text);
+        }
     }
 
     fn finish(mut self) -> Vec<TranscriptItem> {
@@ -528,6 +545,41 @@ mod tests {
             vec![TranscriptItem::User {
                 text: "[resource: file:///a]".into()
             }]
+        );
+    }
+
+    #[test]
+    fn a_users_verb_logged_inside_an_agent_call_waits_for_its_result() {
+        let events = vec![
+            event(1, user(), text("user_message_chunk", "go")),
+            event(
+                2,
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "read", "rawInput": {}}),
+            ),
+            event(
+                3,
+                user(),
+                json!({"sessionUpdate": "tool_call", "toolCallId": "u1", "title": "write", "rawInput": {}}),
+            ),
+            event(
+                4,
+                user(),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "u1", "title": "write", "status": "completed", "rawOutput": "w"}),
+            ),
+            event(
+                5,
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "read", "status": "completed", "rawOutput": "r"}),
+            ),
+        ];
+        let got = items(&events, Floor::default());
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(
+            matches!(&got[2], TranscriptItem::ToolResult { output, is_error: false, .. } if output == "r")
+        );
+        assert!(
+            matches!(&got[3], TranscriptItem::User { text } if text.starts_with("<user_action"))
         );
     }
 }

@@ -272,15 +272,16 @@ impl Sessions {
     }
 
     /// Appends `updates` (ACP `session/update` payloads) to the log as
-    /// `actor`, outside a turn: a user's own verb on the shared log. Goes
-    /// through the session's route, the log's only writer (starting it if
-    /// needed); `session_busy` while a turn is live. Answers the sequence of
-    /// the last event.
+    /// `actor`: a user's own verb on the shared log. Goes through the
+    /// session's route, the log's only writer (starting it if needed);
+    /// `session_busy` while a turn is live, unless `during_turn` (the result
+    /// of a call already logged). Answers the sequence of the last event.
     pub async fn append(
         &self,
         session_id: &str,
         actor: Actor,
         updates: Vec<Value>,
+        during_turn: bool,
     ) -> Result<u64, SessionError> {
         self.row(session_id).await?;
         let events: Vec<store::NewEvent> = updates
@@ -298,6 +299,7 @@ impl Sessions {
             || Err(SessionError::RouteGone),
             |reply| Command::Append {
                 events: events.clone(),
+                during_turn,
                 reply,
             },
         )

@@ -7,7 +7,8 @@
 //!
 //! Only problems before execution are refused: no such session or no write
 //! access (404 as everywhere), and a live turn (409). The call is appended
-//! first, so a turn that is live refuses it before anything runs; a verb
+//! first, so a turn that is live refuses it before anything runs; its
+//! result is appended even when a turn began while the verb ran. A verb
 //! that fails is a logged result, answered in `error`.
 
 use agentos_protocol::agent_ext::{
@@ -79,6 +80,7 @@ impl SignedApi {
                     "status": "in_progress",
                     "rawInput": input,
                 })],
+                false,
             )
             .await
             .map_err(busy)?;
@@ -98,6 +100,9 @@ impl SignedApi {
                     "status": if result.is_error { "failed" } else { "completed" },
                     "rawOutput": stored,
                 })],
+                // The call is logged and ran: its result goes in even if a
+                // turn began meanwhile.
+                true,
             )
             .await
             .map_err(busy)?;

@@ -102,10 +102,13 @@ pub(crate) enum Command {
         reason: StopReason,
         reply: oneshot::Sender<()>,
     },
-    /// Appends events outside a turn (a user's own verb); refused with
-    /// `session_busy` while a turn is live. Answers the last sequence.
+    /// Appends a user's own events (a verb on the shared log): refused with
+    /// `session_busy` while a turn is live unless `during_turn` (the result
+    /// of a call logged before the turn began, which must not be lost).
+    /// Answers the last sequence.
     Append {
         events: Vec<NewEvent>,
+        during_turn: bool,
         reply: oneshot::Sender<Result<u64, SessionError>>,
     },
 }
@@ -265,7 +268,7 @@ impl Route {
                         let _ = reply.send(());
                         break;
                     }
-                    Some(Command::Append { events, reply }) => {
+                    Some(Command::Append { events, reply, .. }) => {
                         let result = self.commit(events, vec![]).await;
                         let _ = reply.send(result.map(|()| self.counters.latest_sequence));
                         if self.lost_commit.is_some() {

@@ -215,8 +215,26 @@ impl Route {
                             let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
                         }
                         Some(Command::Stop { reason, reply }) => break TurnEnd::Stopped(reason, reply),
-                        Some(Command::Append { reply, .. }) => {
+                        Some(Command::Append { reply, during_turn: false, .. }) => {
                             let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
+                        }
+                        Some(Command::Append { events, reply, during_turn: true }) => {
+                            // After the agent's updates so far; the live
+                            // chunk buffer stays open.
+                            for event in events {
+                                turn.pending_bytes += event.bytes();
+                                turn.pending.push(event);
+                            }
+                            let answer = match self.flush(&mut turn).await {
+                                Ok(()) => Ok(self.counters.latest_sequence),
+                                Err(()) => Err(SessionError::PromptFailed {
+                                    error: error_json(
+                                        ErrorCode::HistoryCommitFailed,
+                                        "the events could not be committed",
+                                    ),
+                                }),
+                            };
+                            let _ = reply.send(answer);
                         }
                     }
                 }
