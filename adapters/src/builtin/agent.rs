@@ -4,8 +4,8 @@
 //! It answers `initialize`, `session/new`, `session/resume` and
 //! `session/load` (both accepted for any id: the conversation is rebuilt
 //! from the client's log at every turn, so there is nothing to replay), runs
-//! each `session/prompt` as its own task (`turn.rs`) and stops it on
-//! `session/cancel`. Everything else is "method not found". A line longer
+//! each `session/prompt` as its own task (`turn.rs`), stops it on
+//! `session/cancel`, and forgets a session on `session/close`. Everything else is "method not found". A line longer
 //! than [`MAX_LINE_BYTES`] or one that is not JSON is skipped, never fatal.
 
 use std::collections::HashMap;
@@ -238,6 +238,15 @@ impl Agent {
                 self.open_session(&session, &params);
                 Ok(json!({ "sessionId": session }))
             }
+            "session/close" => {
+                let session = params["sessionId"].as_str().unwrap_or_default();
+                if let Some(state) = lock(&self.sessions).remove(session) {
+                    if let Some(running) = state.running {
+                        running.cancel();
+                    }
+                }
+                Ok(json!({}))
+            }
             "session/resume" | "session/load" => match params["sessionId"].as_str() {
                 Some(session) if !session.is_empty() => {
                     self.open_session(session, &params);
@@ -310,5 +319,94 @@ impl Agent {
         let mut sessions = lock(&self.sessions);
         let state = sessions.entry(session.to_owned()).or_default();
         state.cwd = cwd;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    /// Sends one request line and reads lines until its answer.
+    async fn ask<W: tokio::io::AsyncWrite + Unpin, R: tokio::io::AsyncBufRead + Unpin>(
+        to: &mut W,
+        from: &mut R,
+        id: u64,
+        method: &str,
+        params: Value,
+    ) -> Value {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        to.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        loop {
+            let mut text = String::new();
+            assert!(
+                from.read_line(&mut text).await.unwrap() > 0,
+                "the agent hung up"
+            );
+            let message: Value = serde_json::from_str(&text).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn sessions_open_close_and_bad_lines_are_skipped() {
+        let (client, agent_side) = tokio::io::duplex(1 << 16);
+        let (agent_in, agent_out) = tokio::io::split(agent_side);
+        tokio::spawn(serve(agent_in, agent_out, AgentOptions::default()));
+        let (from, mut to) = tokio::io::split(client);
+        let mut from = tokio::io::BufReader::new(from);
+        to.write_all(b"not json\n\n").await.unwrap();
+        let init = ask(
+            &mut to,
+            &mut from,
+            1,
+            "initialize",
+            json!({"protocolVersion": 1}),
+        )
+        .await;
+        assert_eq!(
+            init["result"]["agentCapabilities"]["sessionCapabilities"]["resume"],
+            json!({})
+        );
+        let new = ask(
+            &mut to,
+            &mut from,
+            2,
+            "session/new",
+            json!({"cwd": "/w", "mcpServers": []}),
+        )
+        .await;
+        let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
+        let resumed = ask(
+            &mut to,
+            &mut from,
+            3,
+            "session/resume",
+            json!({"sessionId": "old", "cwd": "/w"}),
+        )
+        .await;
+        assert_eq!(resumed["result"], json!({}));
+        let closed = ask(
+            &mut to,
+            &mut from,
+            4,
+            "session/close",
+            json!({"sessionId": session}),
+        )
+        .await;
+        assert_eq!(closed["result"], json!({}));
+        let prompt = ask(
+            &mut to,
+            &mut from,
+            5,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+        assert_eq!(prompt["error"]["code"], json!(-32002));
+        let unknown = ask(&mut to, &mut from, 6, "session/set_mode", json!({})).await;
+        assert_eq!(unknown["error"]["code"], json!(-32601));
     }
 }
