@@ -42,6 +42,10 @@ pub struct ContextParams {
     pub session_id: String,
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// Everything one turn needs from the sidecar.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -72,8 +76,9 @@ pub struct ProviderRef {
     pub base_url: String,
     pub model: String,
     /// The base URL is a client's choice (a custom provider's `baseUrl`):
-    /// the agent may call it only at a public address.
-    #[serde(default)]
+    /// the agent may call it only at a public address. Absent means yes:
+    /// only an explicit `false` (an operator's endpoint) lifts the check.
+    #[serde(default = "yes")]
     pub public_only: bool,
 }
 

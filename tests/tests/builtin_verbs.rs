@@ -615,3 +615,34 @@ async fn subscribers_see_the_users_verbs_as_they_are_logged() {
         w.owner.key_id().as_str()
     );
 }
+
+#[tokio::test]
+async fn a_step_runs_at_most_32_calls_and_the_log_keeps_ids_unique() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    // Forty calls, every one named `dup` by the provider.
+    let calls: Vec<(&str, &str, Value)> = (0..40)
+        .map(|_| ("dup", "read", json!({"address": "~/memory/"})))
+        .collect();
+    w.provider.push(tool_calls(&calls));
+    w.provider.push(text("done"));
+    ok(&w.message(&session, "look everywhere").await);
+    let events = w.events(&session).await;
+    let ids: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call")
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 32, "{ids:?}");
+    let unique: std::collections::BTreeSet<&&str> = ids.iter().collect();
+    assert_eq!(unique.len(), 32, "{ids:?}");
+    // The provider heard back about all forty, the last eight as not run.
+    let body = w.last_body();
+    let results = Sent::new(Flavor::OpenAi, &body).tool_results();
+    assert_eq!(results.len(), 40, "{results:?}");
+    let not_run = results
+        .iter()
+        .filter(|(_, content)| content.contains("not run"))
+        .count();
+    assert_eq!(not_run, 8, "{results:?}");
+}

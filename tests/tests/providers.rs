@@ -141,6 +141,43 @@ per_flavor! {
     closed_connection_is_retryable => closed_connection_is_retryable_;
     empty_script_answers_500 => empty_script_answers_500_;
     slow_stream_keeps_order => slow_stream_keeps_order_;
+    a_long_answer_is_cut_at_the_stream_bound => a_long_answer_is_cut_at_the_stream_bound_;
+    a_trickling_answer_meets_the_call_deadline => a_trickling_answer_meets_the_call_deadline_;
+}
+
+async fn a_long_answer_is_cut_at_the_stream_bound_(flavor: Flavor) {
+    let server = ScriptedProvider::start(flavor).await;
+    server.push(Reply::Text(vec!["x".repeat(1024); 64]));
+    let provider = Provider::new(ProviderOptions {
+        max_stream_bytes: 16 * 1024,
+        ..ProviderOptions::default()
+    })
+    .expect("a provider");
+    let (result, _) = run(&provider, &endpoint(&server), &hello()).await;
+    let error = result.expect_err("an answer over the bound fails");
+    assert_eq!(error.code, "provider_response_too_large", "{error}");
+}
+
+async fn a_trickling_answer_meets_the_call_deadline_(flavor: Flavor) {
+    let server = ScriptedProvider::start(flavor).await;
+    // Each delta well within the idle timeout, the whole far past the deadline.
+    server.push(Reply::Slow {
+        deltas: vec!["tick".into(); 1000],
+        gap: Duration::from_millis(50),
+    });
+    let provider = Provider::new(ProviderOptions {
+        idle_timeout: Duration::from_secs(5),
+        call_deadline: Duration::from_millis(400),
+        ..ProviderOptions::default()
+    })
+    .expect("a provider");
+    let (result, _) = run(&provider, &endpoint(&server), &hello()).await;
+    let error = result.expect_err("a call past its deadline fails");
+    assert_eq!(
+        (error.class, error.code),
+        (ErrorClass::Retryable, "provider_timeout"),
+        "{error}"
+    );
 }
 
 async fn text_streams_in_order_(flavor: Flavor) {

@@ -498,6 +498,23 @@ async fn readers_read_writers_write_and_strangers_find_nothing() {
         "{:?}",
         widened.body
     );
+    // The same grants spelled differently are no change.
+    let same = call(&t, &writer, regrant(Some(json!(["search"])))).await;
+    assert_eq!(same.status, 200, "{:?}", same.body);
+    let mut moved = definition(None);
+    moved["adapter"] = json!("echo");
+    let moved = call(
+        &t,
+        &writer,
+        json!({"_": "UpdateAgent", "agentId": agent_id, "definition": moved}),
+    )
+    .await;
+    assert_eq!(
+        (moved.status, moved.code().as_str()),
+        (403, "forbidden"),
+        "{:?}",
+        moved.body
+    );
     let widened = call(&t, &owner, regrant(Some(json!(["search", "web_fetch"])))).await;
     assert_eq!(widened.status, 200, "{:?}", widened.body);
 

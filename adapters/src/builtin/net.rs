@@ -20,15 +20,26 @@ pub fn is_public(ip: IpAddr) -> bool {
                 return is_public_v4(v4);
             }
             let s = v6.segments();
+            // 6to4 (2002::/16) carries an IPv4 address: judge that one.
+            if s[0] == 0x2002 {
+                let [a, b] = s[1].to_be_bytes();
+                let [c, d] = s[2].to_be_bytes();
+                return is_public_v4(Ipv4Addr::new(a, b, c, d));
+            }
             !(v6.is_unspecified()
                 || v6.is_loopback()
                 || v6.is_multicast()
                 // Unique local fc00::/7 and link-local fe80::/10.
                 || (s[0] & 0xfe00) == 0xfc00
                 || (s[0] & 0xffc0) == 0xfe80
-                // NAT64 (64:ff9b::/96) and documentation (2001:db8::/32).
+                // Site-local fec0::/10 (deprecated, still routed by some).
+                || (s[0] & 0xffc0) == 0xfec0
+                // NAT64 (64:ff9b::/96, 64:ff9b:1::/48), Teredo (2001::/32)
+                // and documentation (2001:db8::/32).
                 || (s[0] == 0x64 && s[1] == 0xff9b)
-                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                || (s[0] == 0x2001 && (s[1] == 0 || s[1] == 0x0db8))
+                // Discard-only 100::/64.
+                || (s[0] == 0x100 && s[1] == 0 && s[2] == 0 && s[3] == 0)
                 // IPv4-compatible (::/96), deprecated, never public.
                 || v6.octets()[..12].iter().all(|b| *b == 0))
         }
@@ -47,8 +58,10 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         // Shared address space 100.64.0.0/10.
         || (a == 100 && (b & 0xc0) == 64)
-        // IETF protocol assignments 192.0.0.0/24, benchmarking 198.18/15.
+        // IETF protocol assignments 192.0.0.0/24, 6to4 relays
+        // 192.88.99.0/24, benchmarking 198.18/15.
         || (a == 192 && b == 0 && c == 0)
+        || (a == 192 && b == 88 && c == 99)
         || (a == 198 && (b & 0xfe) == 18)
         // Reserved 240.0.0.0/4.
         || a >= 240)
@@ -120,6 +133,12 @@ mod tests {
             "::ffff:127.0.0.1",
             "64:ff9b::a00:1",
             "2001:db8::1",
+            "2002:7f00:1::",
+            "2002:a9fe:a9fe::1",
+            "2001::1",
+            "fec0::1",
+            "100::1",
+            "192.88.99.1",
         ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert!(!is_public(ip), "{ip}");

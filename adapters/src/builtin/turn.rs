@@ -172,8 +172,8 @@ pub(super) async fn run(
                 used_ids.insert(call.id.clone());
             }
         }
-        usage.input_tokens += step.usage.input_tokens;
-        usage.output_tokens += step.usage.output_tokens;
+        usage.input_tokens = usage.input_tokens.saturating_add(step.usage.input_tokens);
+        usage.output_tokens = usage.output_tokens.saturating_add(step.usage.output_tokens);
         messages.push(Message::Assistant {
             text: step.text.clone(),
             tool_calls: step.calls.clone(),
@@ -198,10 +198,10 @@ pub(super) async fn run(
             } else if n >= MAX_CALLS_PER_STEP {
                 skipped("not run: more tool calls in one step than this agent runs")
             } else {
-                tokio::select! {
-                    result = run_tool(agent, session, &source, call) => result,
-                    _ = cancel.cancelled() => skipped("not run: the turn was cancelled"),
-                }
+                // Not raced with the cancel: a verb the client already ran
+                // must get its result logged (the sidecar refuses verbs once
+                // the turn is cancelled).
+                run_tool(agent, session, &source, call).await
             };
             ends |= result.ends_turn;
             messages.push(Message::ToolResult {

@@ -80,6 +80,8 @@ impl Fetcher {
                     attempt.follow()
                 }
             }))
+            // A proxy would resolve names itself, past the address check.
+            .no_proxy()
             .dns_resolver(std::sync::Arc::new(net::PublicOnly))
             .user_agent(concat!("agentos-sidecar/", env!("CARGO_PKG_VERSION")))
             .build()

@@ -236,6 +236,7 @@ impl Host {
         let floor = transcript::Floor {
             at: turn.input_floor,
             retry: turn.retry,
+            attempt_from: None,
         };
         let items = transcript::rebuild(&self.store, turn.session_id, floor)
             .await

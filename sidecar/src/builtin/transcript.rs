@@ -44,8 +44,12 @@ pub const INTERRUPTED: &str = "the call was interrupted before it returned a res
 pub async fn rebuild(
     store: &SessionStore,
     session_id: &str,
-    floor: Floor,
+    mut floor: Floor,
 ) -> Result<Vec<TranscriptItem>, SessionError> {
+    if let (true, Some(at)) = (floor.retry, floor.at) {
+        let before = store.output_before(session_id, at).await?;
+        floor.attempt_from = Some(before.map_or(at, |last| at.max(last.saturating_add(1))));
+    }
     let mut pages: Vec<Vec<StoredEvent>> = Vec::new();
     let mut bytes = 0usize;
     let mut before: Option<u64> = None;
@@ -77,11 +81,15 @@ pub async fn rebuild(
     Ok(items(&events, floor))
 }
 
-/// Where the running prompt's input starts, and whether it is a retry.
+/// Where the running prompt's input starts, whether it is a retry, and
+/// for a retry where the failed attempt began: after the floor and after
+/// the last output of every earlier prompt (whose answer may follow this
+/// prompt's words, queued while it ran).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Floor {
     pub at: Option<u64>,
     pub retry: bool,
+    pub attempt_from: Option<u64>,
 }
 
 /// The conversation the events hold (ascending by sequence).
@@ -97,7 +105,12 @@ pub fn items(events: &[StoredEvent], floor: Floor) -> Vec<TranscriptItem> {
         let kind = update["sessionUpdate"].as_str().unwrap_or_default();
         let by_agent = matches!(event.actor, Actor::Agent);
         let this_prompt = floor.at.is_some_and(|at| event.sequence >= at);
-        if this_prompt && floor.retry && by_agent {
+        let failed_attempt = floor.retry
+            && floor
+                .attempt_from
+                .or(floor.at)
+                .is_some_and(|from| event.sequence >= from);
+        if failed_attempt && by_agent {
             continue;
         }
         match kind {
@@ -280,6 +293,7 @@ mod tests {
         Floor {
             at: Some(at),
             retry: false,
+            attempt_from: None,
         }
     }
 
@@ -287,6 +301,7 @@ mod tests {
         Floor {
             at: Some(at),
             retry: true,
+            attempt_from: None,
         }
     }
 
@@ -580,6 +595,31 @@ mod tests {
         );
         assert!(
             matches!(&got[3], TranscriptItem::User { text } if text.starts_with("<user_action"))
+        );
+    }
+
+    #[test]
+    fn a_retry_keeps_the_earlier_answer_that_came_after_its_words() {
+        // A ran; B queued at 2; A's answer at 3; B's failed attempt at 4.
+        let events = vec![
+            event(1, user(), text("user_message_chunk", "A")),
+            event(2, user(), text("user_message_chunk", "B")),
+            event(3, Actor::Agent, text("agent_message_chunk", "answer to A")),
+            event(4, Actor::Agent, text("agent_message_chunk", "half of B")),
+        ];
+        let floor = Floor {
+            at: Some(2),
+            retry: true,
+            attempt_from: Some(4),
+        };
+        assert_eq!(
+            items(&events, floor),
+            vec![
+                TranscriptItem::User { text: "A".into() },
+                TranscriptItem::Assistant {
+                    text: "answer to A".into()
+                },
+            ]
         );
     }
 }

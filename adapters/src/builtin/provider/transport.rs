@@ -46,8 +46,11 @@ impl Transport {
             })
         };
         let client = built(builder().build())?;
+        // No proxy from the environment: a proxy would resolve the name
+        // itself, past the address check.
         let public_client = built(
             builder()
+                .no_proxy()
                 .dns_resolver(std::sync::Arc::new(crate::builtin::net::PublicOnly))
                 .build(),
         )?;

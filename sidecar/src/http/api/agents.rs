@@ -147,10 +147,25 @@ impl SignedApi {
                         ));
                     }
                     // The grants (`tools`) say what the agent may reach on
-                    // its owner's behalf: the owner's to toggle.
-                    if before.tools != definition.tools {
+                    // its owner's behalf, and the adapter what runs it: the
+                    // owner's to change. Grants compare by what they grant.
+                    let grants = |tools: &Option<Vec<String>>| -> Vec<String> {
+                        crate::space::registry::builtins()
+                            .into_iter()
+                            .map(|doc| doc.name)
+                            .filter(|name| crate::space::registry::granted(tools.as_deref(), name))
+                            .collect()
+                    };
+                    if grants(&before.tools) != grants(&definition.tools) {
                         return Err(ApiError::forbidden(
                             "a writer may not change an agent's grants (tools)",
+                        ));
+                    }
+                    if before.adapter.as_deref().unwrap_or(BUILTIN_AGENT)
+                        != definition.adapter.as_deref().unwrap_or(BUILTIN_AGENT)
+                    {
+                        return Err(ApiError::forbidden(
+                            "a writer may not change which adapter runs an agent",
                         ));
                     }
                 }

@@ -123,6 +123,32 @@ impl SessionStore {
         Ok(r.opt_int(0)?.and_then(|s| u64::try_from(s).ok()))
     }
 
+    /// The last event the agent wrote for prompts whose input starts before
+    /// `floor` (their answers may follow a later prompt's words, which were
+    /// queued while they ran); `None` when no such record is retained.
+    pub async fn output_before(
+        &self,
+        session_id: &str,
+        floor: u64,
+    ) -> Result<Option<u64>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT max(last_output_sequence) FROM agentos_core_prompts \
+                 WHERE session_id = ?1 AND first_input_sequence < ?2",
+                vec![
+                    session_id.into(),
+                    SqlValue::Integer(i64::try_from(floor).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+        let Some(values) = rows.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut r = Row::new(PROMPTS, values, 1)?;
+        Ok(r.opt_int(0)?.and_then(|s| u64::try_from(s).ok()))
+    }
+
     /// Statements accepting a prompt: session → running (only from idle or
     /// failed), prompt row `accepted` (the partial unique index allows one),
     /// and the counters.
