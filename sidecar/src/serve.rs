@@ -71,19 +71,36 @@ pub fn descriptor_shortfall(max_connections: u32) -> Option<(u64, u64)> {
     (limit.rlim_cur != libc::RLIM_INFINITY && soft < needed).then_some((needed, soft))
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn termination() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// The signals that stop the sidecar, registered at once: a SIGTERM that
+/// arrives after the ready line (but before the serve loop first waits)
+/// must start a graceful shutdown, not kill the process by default.
+struct Termination {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Termination {
+    fn register() -> Termination {
+        use tokio::signal::unix::{signal, SignalKind};
+        Termination {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// Resolves on the first SIGTERM or SIGINT.
+    async fn received(self) {
+        match (self.term, self.int) {
+            (Some(mut term), Some(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
     }
 }
 
@@ -104,6 +121,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     // One sidecar per store: the lock sits beside the database file (or the
     // actor socket) and is held until this function returns.
     let _lock = StoreLock::acquire(config.database.path())?;
+    let termination = Termination::register();
     let vm = Vm::open(config).await?;
     let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
     let http = match vm.config.http.listener()? {
@@ -120,7 +138,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         "startupMs": vm.started.elapsed().as_secs_f64() * 1000.0,
     });
     println!("{ready}");
-    let draining = server.serve(termination()).await;
+    let draining = server.serve(termination.received()).await;
     tracing::info!("shutting down: no longer accepting; requests in flight may finish");
     let http_drained = match http {
         Some(running) => running.shutdown(SHUTDOWN_GRACE).await,
