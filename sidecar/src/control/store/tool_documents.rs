@@ -9,7 +9,7 @@
 //! moves the row (keeping its creation time) only when the new name is
 //! free; only lambda rows are ever deleted one by one.
 
-use agentos_schema::{DbError, Statement};
+use agentos_schema::{DbError, SqlValue, Statement};
 
 use super::decode::{count, Row};
 use super::{bound, guarded, nth, ControlStore, Guarded, TOOL_DOCUMENTS};
@@ -69,6 +69,23 @@ pub struct ToolRow<'a> {
     /// `None`: a new row is enabled, an existing one keeps its flag.
     pub enabled: Option<bool>,
     pub now_ms: i64,
+}
+
+impl ToolRow<'_> {
+    /// `?1`..`?7` of a lambda write (account, agent, name, CID, document,
+    /// enabled, time), then `last` as `?8`.
+    fn lambda_params(&self, last: SqlValue) -> Vec<SqlValue> {
+        vec![
+            self.account_id.into(),
+            self.agent_id.into(),
+            self.name.into(),
+            self.cid.into(),
+            self.document.into(),
+            self.enabled.into(),
+            self.now_ms.into(),
+            last,
+        ]
+    }
 }
 
 fn decode(mut r: Row) -> Result<StoredTool, DbError> {
@@ -221,16 +238,7 @@ impl ControlStore {
                    document = excluded.document, enabled = coalesce(?6, enabled), \
                    updated_at_ms = max(updated_at_ms, excluded.updated_at_ms) \
                  WHERE kind = 'lambda'",
-                vec![
-                    row.account_id.into(),
-                    row.agent_id.into(),
-                    row.name.into(),
-                    row.cid.into(),
-                    row.document.into(),
-                    row.enabled.into(),
-                    row.now_ms.into(),
-                    bound(max),
-                ],
+                row.lambda_params(bound(max)),
             )
             .expect_changes(1),
             select_one(row.account_id, row.agent_id, row.name),
@@ -261,16 +269,7 @@ impl ControlStore {
                  WHERE agent_id = ?2 AND account_id = ?1 AND name = ?8 AND kind = 'lambda' \
                    AND NOT EXISTS (SELECT 1 FROM agentos_core_tool_documents \
                                      WHERE agent_id = ?2 AND name = ?3)",
-                vec![
-                    row.account_id.into(),
-                    row.agent_id.into(),
-                    row.name.into(),
-                    row.cid.into(),
-                    row.document.into(),
-                    row.enabled.into(),
-                    row.now_ms.into(),
-                    previous.into(),
-                ],
+                row.lambda_params(previous.into()),
             )
             .expect_changes(1),
             select_one(row.account_id, row.agent_id, row.name),
