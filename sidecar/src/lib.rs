@@ -11,6 +11,7 @@ pub mod host;
 pub mod http;
 pub mod maintenance;
 pub mod private;
+pub mod runs;
 pub mod sandbox;
 pub mod seed_client;
 pub mod serve;

@@ -148,6 +148,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         tracing::warn!("some HTTP requests did not finish before the shutdown grace period");
     }
     let finished = draining.wait(SHUTDOWN_GRACE).await;
+    vm.runs.shutdown();
     vm.sessions.shutdown().await;
     if !finished && !draining.wait(SHUTDOWN_DRAIN).await {
         tracing::warn!("some host connections did not drain before the shutdown deadline");

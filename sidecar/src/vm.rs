@@ -10,6 +10,7 @@ use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedD
 use crate::config::{Config, ConfigError, DatabaseDescriptor};
 use crate::control::{Control, SecretBox, SecretKey};
 use crate::http::api::SignedApi;
+use crate::runs::{Executors, Runs, RunsConfig, TurnExecutor, Turns};
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::space::Space;
@@ -36,6 +37,8 @@ pub enum VmError {
     Space(#[from] crate::space::SpaceError),
     #[error("builtin agent: {0}")]
     Builtin(String),
+    #[error("runs: {0}")]
+    Runs(#[from] crate::runs::RunError),
 }
 
 impl VmError {
@@ -50,6 +53,7 @@ impl VmError {
             VmError::Secrets(e) => e.code(),
             VmError::Space(e) => e.code(),
             VmError::Builtin(_) => "builtin_agent_failed",
+            VmError::Runs(e) => e.code(),
         }
     }
 }
@@ -74,6 +78,10 @@ pub struct Vm {
     pub http: axum::Router,
     /// The signed API's open WebSockets, closed first at shutdown.
     pub sockets: Arc<crate::http::ws::Sockets>,
+    /// Every execution as a row of one tree that is also the queue.
+    pub runs: Runs,
+    /// Prompt turns as runs, for the front doors.
+    pub turns: Turns,
 }
 
 /// The environment variable that may hold the secrets key (hex or base64).
@@ -123,6 +131,7 @@ fn builtin_services(
     db: &agentos_schema::SharedDatabase,
     space: &Space,
     sessions: &Sessions,
+    turns: &Turns,
 ) -> Result<crate::builtin::Services, VmError> {
     use crate::builtin::{fetch::Fetcher, host, verbs::Verbs};
     let fetcher = Fetcher::new().map_err(|e| VmError::Builtin(e.to_string()))?;
@@ -132,7 +141,7 @@ fn builtin_services(
         space.clone(),
         fetcher,
     );
-    verbs.attach(sessions.clone());
+    verbs.attach(sessions.clone(), turns.clone());
     let host = Arc::new(
         host::Host::new(
             control.clone(),
@@ -182,16 +191,32 @@ impl Vm {
         if recovered != Reconciliation::default() {
             tracing::warn!(?recovered, "recovered interrupted turns at start");
         }
+        let runs = Runs::new(db.clone(), RunsConfig::from(&config.limits.runs));
+        sessions.set_runs_owner(runs.owner().to_owned(), runs.config().lease_ms);
+        let recovered_runs = runs.bootstrap().await?;
+        if recovered_runs > 0 {
+            tracing::warn!(
+                runs = recovered_runs,
+                "recovered runs nobody works at start"
+            );
+        }
+        runs.set_executors(Executors {
+            agent: TurnExecutor::new(sessions.clone()),
+            script: None,
+        });
+        let turns = Turns::new(runs.clone(), sessions.clone());
+        runs.start();
         let control = Control::new(
             db.clone(),
             config.limits.control.clone(),
             SecretBox::new(secrets_key(&config)?),
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
-        let builtin = builtin_services(&config, &control, &db, &space, &sessions)?;
+        let builtin = builtin_services(&config, &control, &db, &space, &sessions, &turns)?;
         let api = SignedApi::new(
             control.clone(),
             sessions.clone(),
+            turns.clone(),
             config.http.clone(),
             space.clone(),
         )
@@ -216,6 +241,8 @@ impl Vm {
             started,
             recovered,
             launcher,
+            runs,
+            turns,
         }))
     }
 }

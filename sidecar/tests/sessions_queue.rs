@@ -1,17 +1,48 @@
-//! Prompts that wait behind a live turn (`Sessions::prompt_in_turn`, what the
-//! signed API's `MessageSession` uses): their words are in the log as they
-//! arrive, their turns run one after another in arrival order, a plain
-//! prompt still answers `session_busy`,
-//! the wait is bounded, a failed prompt is retried without its input being
-//! appended again (`RetrySession`), and a `builtin` session (the builtin
-//! model agent, not available yet) fails its turn with a typed error.
+//! Messages that wait behind a live turn (`Turns::message`, what the signed
+//! API's `MessageSession` uses): their words are in the log as they arrive
+//! and their turns are queued runs that run one after another in arrival
+//! order, a plain prompt still answers `session_busy`, the queue is bounded,
+//! a failed turn is retried without its input being appended again
+//! (`RetrySession`), every turn from either door is a run, and a `builtin`
+//! session (no builtin agent in a bare service) fails its turn with a typed
+//! error.
 
 mod common;
 
 use std::time::Duration;
 
 use agentos_protocol::ErrorCode;
+use agentos_sidecar::runs::{
+    Executors, RunScope, RunStatus, Runs, RunsConfig, TurnAnswer, TurnExecutor, TurnOwner, Turns,
+};
+use agentos_sidecar::sessions::{PromptOutcome, SessionError};
 use common::*;
+
+/// The runs queue over the env's database, working turns through its
+/// session service.
+fn turns(env: &Env) -> Turns {
+    let runs = Runs::new(env.sessions.store().db().clone(), RunsConfig::default());
+    env.sessions
+        .set_runs_owner(runs.owner().to_owned(), runs.config().lease_ms);
+    runs.set_executors(Executors {
+        agent: TurnExecutor::new(env.sessions.clone()),
+        script: None,
+    });
+    runs.start();
+    Turns::new(runs, env.sessions.clone())
+}
+
+async fn message(turns: &Turns, sid: &str, t: &str) -> Result<PromptOutcome, SessionError> {
+    match turns
+        .message(sid, text(t), None, user(), TurnOwner::default())
+        .await
+    {
+        Ok(TurnAnswer::Done(outcome)) => Ok(outcome),
+        Ok(other) => panic!("the turn did not end: {other:?}"),
+        Err(agentos_sidecar::runs::RunError::Session(e)) => Err(e),
+        Err(e) => panic!("not a session failure: {e}"),
+    }
+}
 
 async fn running(env: &Env, sid: &str) {
     for _ in 0..500 {
@@ -29,13 +60,10 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
     for backend in all_backends().await {
         let env = env_with(backend.db.clone(), AcpLimits::default()).await;
         env.sessions.open(open("q", "echo")).await.expect("open");
+        let turns = turns(&env);
         let first = {
-            let sessions = env.sessions.clone();
-            tokio::spawn(async move {
-                sessions
-                    .prompt_in_turn("q", text("sleep 1500"), None, user())
-                    .await
-            })
+            let turns = turns.clone();
+            tokio::spawn(async move { message(&turns, "q", "sleep 1500").await })
         };
         running(&env, "q").await;
         let busy = prompt(&env, "q", "echo not queued")
@@ -44,11 +72,9 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
         assert_eq!(busy.code(), ErrorCode::SessionBusy, "{}", backend.name);
         let mut queued = Vec::new();
         for word in ["one", "two", "three"] {
-            let sessions = env.sessions.clone();
+            let turns = turns.clone();
             queued.push(tokio::spawn(async move {
-                sessions
-                    .prompt_in_turn("q", text(&format!("echo {word}")), None, user())
-                    .await
+                message(&turns, "q", &format!("echo {word}")).await
             }));
             // Arrival order is what the test checks: each message is in the
             // log as it arrives, so the next is sent only after it.
@@ -97,6 +123,16 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
         assert_eq!(said, expected, "{}", backend.name);
+        // Every turn is a run of the session, oldest first; the plain
+        // prompt that was refused is none.
+        let runs = turns
+            .runs()
+            .list(&RunScope::Session("q".into()), None, None)
+            .await
+            .expect("list");
+        assert_eq!(runs.len(), 4, "{}", backend.name);
+        assert!(runs.iter().all(|r| r.status == RunStatus::Succeeded));
+        turns.runs().shutdown();
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -107,6 +143,7 @@ async fn the_wait_behind_a_turn_is_bounded() {
     for backend in all_backends().await {
         let env = env_with(backend.db.clone(), AcpLimits::default()).await;
         env.sessions.open(open("b", "echo")).await.expect("open");
+        let turns = turns(&env);
         let first = {
             let sessions = env.sessions.clone();
             tokio::spawn(async move {
@@ -120,11 +157,9 @@ async fn the_wait_behind_a_turn_is_bounded() {
         // order in which they arrive.
         let mut all = Vec::new();
         for i in 0..40 {
-            let sessions = env.sessions.clone();
+            let turns = turns.clone();
             all.push(tokio::spawn(async move {
-                sessions
-                    .prompt_in_turn("b", text(&format!("echo {i}")), None, user())
-                    .await
+                message(&turns, "b", &format!("echo {i}")).await
             }));
         }
         for _ in 0..1000 {
@@ -148,6 +183,7 @@ async fn the_wait_behind_a_turn_is_bounded() {
         }
         assert_eq!((ran, refused), (32, 8), "{}", backend.name);
         assert_eq!(prompt_log(&env).len(), 33, "{}", backend.name);
+        turns.runs().shutdown();
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }
@@ -183,16 +219,21 @@ async fn a_failed_prompt_is_retried_without_appending_its_input_again() {
     for backend in all_backends().await {
         let env = env_with(backend.db.clone(), AcpLimits::default()).await;
         env.sessions.open(open("r", "echo")).await.expect("open");
-        let none = env
-            .sessions
-            .retry("r", user())
-            .await
-            .expect_err("no prompt yet");
+        let turns = turns(&env);
+        let retry = |turns: Turns| async move {
+            match turns.retry("r", TurnOwner::default()).await {
+                Ok(TurnAnswer::Done(outcome)) => Ok(outcome),
+                Ok(other) => panic!("the retry did not end: {other:?}"),
+                Err(agentos_sidecar::runs::RunError::Session(e)) => Err(e),
+                Err(e) => panic!("not a session failure: {e}"),
+            }
+        };
+        let none = retry(turns.clone()).await.expect_err("no prompt yet");
         assert_eq!(none.code(), ErrorCode::NothingToRetry);
         prompt(&env, "r", "fail_once back again")
             .await
             .expect_err("the first try fails");
-        let outcome = env.sessions.retry("r", user()).await.expect("the retry");
+        let outcome = retry(turns.clone()).await.expect("the retry");
         assert_eq!(outcome.stop_reason, "end_turn", "{}", backend.name);
         let types: Vec<String> = history(&env, "r")
             .await
@@ -208,12 +249,23 @@ async fn a_failed_prompt_is_retried_without_appending_its_input_again() {
         let log = prompt_log(&env);
         assert_eq!(log.len(), 2, "the agent got the input twice");
         assert_eq!(log[1]["prompt"], log[0]["prompt"]);
-        let again = env
-            .sessions
-            .retry("r", user())
-            .await
-            .expect_err("it succeeded");
+        let again = retry(turns.clone()).await.expect_err("it succeeded");
         assert_eq!(again.code(), ErrorCode::NothingToRetry);
+        // The host door's prompt and the retry are both runs: the first
+        // failed, the second succeeded.
+        let runs = turns
+            .runs()
+            .list(&RunScope::Session("r".into()), None, None)
+            .await
+            .expect("list");
+        let statuses: Vec<RunStatus> = runs.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [RunStatus::Succeeded, RunStatus::Failed],
+            "{}: newest first",
+            backend.name
+        );
+        turns.runs().shutdown();
         env.sessions.shutdown().await;
         backend.shutdown().await;
     }

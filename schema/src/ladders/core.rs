@@ -6,7 +6,8 @@
 //! signed control plane's state (migration 4): accounts and their signers,
 //! agents with their collaborators and session links, model providers,
 //! encrypted secrets and the idempotency records of signed actions; and
-//! (migration 5) agents' tool documents and a session title's source.
+//! (migration 5) agents' tool documents and a session title's source; and
+//! (migration 6) runs, their journals and event waits, and a session's plan.
 
 use crate::migrate::Migration;
 
@@ -403,6 +404,115 @@ pub const MIGRATIONS: &[Migration] = &[
             // What the agent says the session is doing (its `status`).
             "ALTER TABLE agentos_core_sessions ADD COLUMN description TEXT
                 CHECK (description IS NULL OR length(CAST(description AS BLOB)) <= 4096)",
+        ],
+    },
+    // 6: runs. Every execution (a prompt turn from either door, a delegated
+    // child, a script) is a row of one tree, and the table is the queue:
+    // claiming is one statement over the queued rows, a lease says which
+    // process works a row until when, and a waiting row holds no slot. A
+    // script's effects are journaled under their content key; a run waiting
+    // on an event has one wait row per wait. `journal_seq` and
+    // `journal_bytes` count the journal on the run's row, so an append checks
+    // the caps without counting. A session's plan lives on its row.
+    Migration {
+        version: 6,
+        statements: &[
+            "CREATE TABLE agentos_core_runs (
+                run_id TEXT PRIMARY KEY CHECK (length(run_id) BETWEEN 1 AND 64),
+                account_id TEXT CHECK (account_id IS NULL OR length(account_id) BETWEEN 1 AND 256),
+                root_run_id TEXT NOT NULL CHECK (length(root_run_id) BETWEEN 1 AND 64),
+                parent_run_id TEXT CHECK (parent_run_id IS NULL OR length(parent_run_id) BETWEEN 1 AND 64),
+                parent_tool_call_id TEXT
+                    CHECK (parent_tool_call_id IS NULL OR length(CAST(parent_tool_call_id AS BLOB)) BETWEEN 1 AND 256),
+                continued_from_run_id TEXT,
+                depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
+                kind TEXT NOT NULL CHECK (kind = 'agent' OR kind = 'script'),
+                agent_id TEXT CHECK (agent_id IS NULL OR length(agent_id) BETWEEN 1 AND 256),
+                session_id TEXT CHECK (session_id IS NULL OR length(session_id) BETWEEN 1 AND 256),
+                origin TEXT NOT NULL CHECK (origin = 'user' OR origin = 'trigger' OR origin = 'agent'
+                    OR origin = 'workflow' OR origin = 'system'),
+                title TEXT CHECK (title IS NULL OR length(CAST(title AS BLOB)) <= 1024),
+                queue TEXT NOT NULL CHECK (queue = 'interactive' OR queue = 'background'),
+                status TEXT NOT NULL CHECK (status = 'queued' OR status = 'claimed' OR status = 'running'
+                    OR status = 'waiting' OR status = 'succeeded' OR status = 'failed'
+                    OR status = 'canceled'),
+                attempt INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+                max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),
+                not_before_ms INTEGER NOT NULL DEFAULT 0,
+                lease_owner TEXT,
+                lease_expires_at_ms INTEGER,
+                cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested = 0 OR cancel_requested = 1),
+                idempotency_key TEXT
+                    CHECK (idempotency_key IS NULL OR length(CAST(idempotency_key AS BLOB)) BETWEEN 1 AND 256),
+                input_json TEXT NOT NULL CHECK (json_valid(input_json)),
+                output_json TEXT CHECK (output_json IS NULL OR json_valid(output_json)),
+                error_json TEXT CHECK (error_json IS NULL OR json_valid(error_json)),
+                wait_json TEXT CHECK (wait_json IS NULL OR json_valid(wait_json)),
+                usage_json TEXT CHECK (usage_json IS NULL OR json_valid(usage_json)),
+                budget_json TEXT CHECK (budget_json IS NULL OR json_valid(budget_json)),
+                plan_json TEXT CHECK (plan_json IS NULL OR json_valid(plan_json)),
+                obligations_json TEXT CHECK (obligations_json IS NULL OR json_valid(obligations_json)),
+                source_text TEXT,
+                source_cid TEXT,
+                plan_step_id TEXT,
+                step_label TEXT,
+                child_count INTEGER NOT NULL DEFAULT 0 CHECK (child_count >= 0),
+                journal_seq INTEGER NOT NULL DEFAULT 0 CHECK (journal_seq >= 0),
+                journal_bytes INTEGER NOT NULL DEFAULT 0 CHECK (journal_bytes >= 0),
+                created_at_ms INTEGER NOT NULL,
+                started_at_ms INTEGER,
+                finished_at_ms INTEGER,
+                updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= created_at_ms),
+                CHECK ((status = 'claimed' OR status = 'running')
+                       = (lease_owner IS NOT NULL AND lease_expires_at_ms IS NOT NULL)),
+                CHECK ((status = 'waiting') = (wait_json IS NOT NULL)),
+                CHECK ((status = 'succeeded' OR status = 'failed' OR status = 'canceled')
+                       = (finished_at_ms IS NOT NULL)),
+                CHECK (kind = 'script' OR session_id IS NOT NULL),
+                UNIQUE (session_id, idempotency_key)
+            ) STRICT",
+            // The claim walks queued rows interactive first ('interactive'
+            // sorts after 'background'), then by age.
+            "CREATE INDEX agentos_core_runs_dispatch
+                ON agentos_core_runs (queue DESC, created_at_ms, run_id) WHERE status = 'queued'",
+            // One live turn per session, as an invariant of the table.
+            "CREATE UNIQUE INDEX agentos_core_runs_one_live_turn
+                ON agentos_core_runs (session_id)
+                WHERE kind = 'agent' AND (status = 'claimed' OR status = 'running')",
+            // The live rows: the per-kind caps, lease renewal and lapse.
+            "CREATE INDEX agentos_core_runs_live
+                ON agentos_core_runs (kind, lease_expires_at_ms)
+                WHERE status = 'claimed' OR status = 'running'",
+            "CREATE INDEX agentos_core_runs_timers
+                ON agentos_core_runs (not_before_ms) WHERE status = 'waiting'",
+            "CREATE INDEX agentos_core_runs_by_root ON agentos_core_runs (root_run_id, created_at_ms)",
+            "CREATE INDEX agentos_core_runs_by_parent ON agentos_core_runs (parent_run_id)
+                WHERE parent_run_id IS NOT NULL",
+            "CREATE INDEX agentos_core_runs_by_session ON agentos_core_runs (session_id, created_at_ms)
+                WHERE session_id IS NOT NULL",
+            "CREATE INDEX agentos_core_runs_by_agent ON agentos_core_runs (agent_id, created_at_ms)
+                WHERE agent_id IS NOT NULL",
+            "CREATE INDEX agentos_core_runs_terminal_by_age ON agentos_core_runs (finished_at_ms)
+                WHERE finished_at_ms IS NOT NULL",
+            "CREATE TABLE agentos_core_run_journal (
+                run_id TEXT NOT NULL,
+                seq INTEGER NOT NULL CHECK (seq >= 1),
+                entry_json TEXT NOT NULL CHECK (json_valid(entry_json) AND json_type(entry_json) = 'object'),
+                created_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (run_id, seq)
+            ) STRICT, WITHOUT ROWID",
+            // A wait with no signal accepts any signal (a budget pause).
+            "CREATE TABLE agentos_core_run_event_waits (
+                wait_id TEXT PRIMARY KEY CHECK (length(wait_id) BETWEEN 1 AND 64),
+                run_id TEXT NOT NULL,
+                signal TEXT CHECK (signal IS NULL OR length(CAST(signal AS BLOB)) BETWEEN 1 AND 256),
+                match_json TEXT CHECK (match_json IS NULL OR json_valid(match_json)),
+                created_at_ms INTEGER NOT NULL
+            ) STRICT",
+            "CREATE INDEX agentos_core_run_event_waits_by_run
+                ON agentos_core_run_event_waits (run_id, created_at_ms)",
+            "ALTER TABLE agentos_core_sessions ADD COLUMN plan_json TEXT
+                CHECK (plan_json IS NULL OR json_valid(plan_json))",
         ],
     },
 ];

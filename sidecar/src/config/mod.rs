@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 mod builtin;
 mod http;
+mod runs;
 pub use builtin::BuiltinConfig;
 pub use http::{ControlLimits, HttpConfig, HttpListen, SecretsConfig, WsLimits};
+pub use runs::RunLimits;
 
 /// Why a config was refused. The message always starts with the field path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -191,6 +193,8 @@ pub struct Limits {
     pub fs: FsLimits,
     #[serde(default)]
     pub control: ControlLimits,
+    #[serde(default)]
+    pub runs: RunLimits,
 }
 
 /// The agent id of the builtin model agent: always known, reserved in the
@@ -712,6 +716,7 @@ impl Config {
         self.filesystem.validate()?;
         self.http.validate()?;
         self.limits.control.validate()?;
+        self.limits.runs.validate()?;
         self.builtin.validate()?;
         if let Some(path) = &self.secrets.key_file {
             validate_path("secrets.keyFile", path)?;

@@ -41,6 +41,7 @@ pub use types::{
 };
 
 use crate::config::{AcpLimits, AgentSpec};
+use crate::runs::{NewRun, RunLink};
 pub use crate::vfs::acp::FsBridge;
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
 pub(crate) use shared::{lock, Shared};
@@ -483,34 +484,103 @@ impl Sessions {
         idempotency_key: Option<String>,
         actor: Actor,
     ) -> Result<PromptOutcome, SessionError> {
-        self.prompt_request(session_id, content, idempotency_key, actor, false, None)
+        self.prompt_request(session_id, content, idempotency_key, actor, None)
             .await
     }
 
-    /// As [`Sessions::prompt`], but a prompt that arrives while a turn is live
-    /// is appended to the log at once and its turn waits behind the live
-    /// one, in arrival order (a bounded number; past it, `session_busy`):
-    /// several writers may message one session at once.
-    pub async fn prompt_in_turn(
+    /// Lets the host door's turns record themselves as runs leased to
+    /// `owner` (this process) for `lease_ms`. Set once.
+    pub fn set_runs_owner(&self, owner: String, lease_ms: i64) -> bool {
+        self.shared.runs_owner.set((owner, lease_ms)).is_ok()
+    }
+
+    /// Appends a message's words to the log at once and queues its turn as
+    /// `run` (whose input learns where the words start), in one
+    /// transaction, whether or not a turn is live: several writers may
+    /// message one session at once. Answers that first sequence.
+    pub async fn enqueue(
         &self,
         session_id: &str,
         content: Vec<Value>,
-        idempotency_key: Option<String>,
         actor: Actor,
-    ) -> Result<PromptOutcome, SessionError> {
-        self.prompt_request(session_id, content, idempotency_key, actor, true, None)
-            .await
+        run: NewRun,
+    ) -> Result<u64, SessionError> {
+        self.check_content(&content)?;
+        self.row(session_id).await?;
+        let events = route::user_events(&content, &actor);
+        let dropped = || {
+            Err(SessionError::Adapter {
+                code: ErrorCode::AdapterExited,
+                message: "the adapter route ended before the message was queued".into(),
+            })
+        };
+        self.send_to_route(session_id, dropped, |reply| Command::Enqueue {
+            events: events.clone(),
+            run: Box::new(run.clone()),
+            reply,
+        })
+        .await
     }
 
-    /// Runs the latest prompt again when it failed, without appending its
-    /// input again: the agent gets the same content. Refused while a turn is
-    /// live (`session_busy`) and when the latest prompt did not fail or its
-    /// input is no longer retained (`nothing_to_retry`).
-    pub async fn retry(
+    /// Runs the turn of a claimed run: `content` is already in the log from
+    /// `input_at` on (appended when it queued, or the failed prompt's words
+    /// for a retry). The accept moves the run to `running` and the terminal
+    /// commit ends it (or queues it again for a retryable failure).
+    pub async fn run_turn(
         &self,
         session_id: &str,
+        prompt_id: String,
+        content: Vec<Value>,
         actor: Actor,
+        input_at: u64,
+        retry: bool,
+        link: RunLink,
     ) -> Result<PromptOutcome, SessionError> {
+        self.row(session_id).await?;
+        let hash = input_hash(&content);
+        let dropped = || {
+            Err(SessionError::Adapter {
+                code: ErrorCode::AdapterExited,
+                message: "the adapter route ended during the turn".into(),
+            })
+        };
+        self.send_to_route(session_id, dropped, |reply| Command::Prompt {
+            request: PromptRequest {
+                prompt_id: prompt_id.clone(),
+                content: content.clone(),
+                idempotency_key: None,
+                input_hash: hash.clone(),
+                actor: actor.clone(),
+                input_at: Some(input_at),
+                retry,
+                run: Some(link.clone()),
+            },
+            reply,
+        })
+        .await
+    }
+
+    /// A prompt's stored answer, once it has one (None while it runs or when
+    /// it was never accepted).
+    pub async fn prompt_result(
+        &self,
+        session_id: &str,
+        prompt_id: &str,
+    ) -> Result<Option<Result<PromptOutcome, SessionError>>, SessionError> {
+        let Some(prior) = self.shared.store.find_prompt(session_id, prompt_id).await? else {
+            return Ok(None);
+        };
+        Ok(match prior.state {
+            PromptState::Accepted => None,
+            _ => Some(stored_outcome(session_id, prior)),
+        })
+    }
+
+    /// The latest prompt's words when it failed, and where they start in
+    /// the log, so it can run again without appending them again. Refused
+    /// when the latest prompt did not fail or its input is no longer
+    /// retained (`nothing_to_retry`).
+    pub async fn retry_input(&self, session_id: &str) -> Result<(Vec<Value>, u64), SessionError> {
         self.row(session_id).await?;
         let store = &self.shared.store;
         let nothing = |why: &str| Err(SessionError::NothingToRetry(why.to_owned()));
@@ -548,19 +618,11 @@ impl Sessions {
         if content.is_empty() || page.events.first().is_none_or(|e| e.sequence != first) {
             return nothing("the latest prompt's input is no longer retained");
         }
-        self.prompt_request(session_id, content, None, actor, false, Some(first))
-            .await
+        Ok((content, first))
     }
 
-    async fn prompt_request(
-        &self,
-        session_id: &str,
-        content: Vec<Value>,
-        idempotency_key: Option<String>,
-        actor: Actor,
-        queue: bool,
-        input_at: Option<u64>,
-    ) -> Result<PromptOutcome, SessionError> {
+    /// Bounds and shape of a prompt's content.
+    fn check_content(&self, content: &[Value]) -> Result<(), SessionError> {
         let limits = &self.shared.limits;
         if content.is_empty() {
             return Err(SessionError::InvalidContentBlock(
@@ -596,6 +658,18 @@ impl Sessions {
                 )));
             }
         }
+        Ok(())
+    }
+
+    async fn prompt_request(
+        &self,
+        session_id: &str,
+        content: Vec<Value>,
+        idempotency_key: Option<String>,
+        actor: Actor,
+        input_at: Option<u64>,
+    ) -> Result<PromptOutcome, SessionError> {
+        self.check_content(&content)?;
         if let Some(key) = &idempotency_key {
             if key.is_empty() || key.len() > 256 {
                 return Err(SessionError::InvalidIdempotencyKey(
@@ -627,9 +701,9 @@ impl Sessions {
                     idempotency_key: idempotency_key.clone(),
                     input_hash: hash.clone(),
                     actor: actor.clone(),
-                    queue,
                     input_at,
                     retry: input_at.is_some(),
+                    run: None,
                 };
                 Command::Prompt { request, reply }
             })
@@ -696,22 +770,7 @@ impl Sessions {
         }
         Ok(Some(match prior.state {
             PromptState::Accepted => Err(SessionError::PromptInProgress),
-            PromptState::Failed => Err(SessionError::PromptFailed {
-                error: prior.error.unwrap_or(Value::Null),
-            }),
-            _ => prior
-                .result
-                .as_ref()
-                .and_then(|stored| PromptOutcome::from_stored(session_id, &prior.prompt_id, stored))
-                .ok_or_else(|| {
-                    SessionError::Storage(agentos_schema::DbError::CorruptRow {
-                        table: "agentos_core_prompts".into(),
-                        message: format!(
-                            "prompt {} finished without a stop reason and message",
-                            prior.prompt_id
-                        ),
-                    })
-                }),
+            _ => stored_outcome(session_id, prior),
         }))
     }
 
@@ -898,6 +957,31 @@ impl Sessions {
             memory: self.shared.counters.snapshot(),
         }
         .with_limits(l))
+    }
+}
+
+/// A settled prompt's answer as stored.
+fn stored_outcome(
+    session_id: &str,
+    prior: store::PromptRow,
+) -> Result<PromptOutcome, SessionError> {
+    match prior.state {
+        PromptState::Failed => Err(SessionError::PromptFailed {
+            error: prior.error.unwrap_or(Value::Null),
+        }),
+        _ => prior
+            .result
+            .as_ref()
+            .and_then(|stored| PromptOutcome::from_stored(session_id, &prior.prompt_id, stored))
+            .ok_or_else(|| {
+                SessionError::Storage(agentos_schema::DbError::CorruptRow {
+                    table: "agentos_core_prompts".into(),
+                    message: format!(
+                        "prompt {} finished without a stop reason and message",
+                        prior.prompt_id
+                    ),
+                })
+            }),
     }
 }
 

@@ -29,6 +29,7 @@ use super::fetch::Fetcher;
 use super::host::Resolved;
 use super::index;
 use crate::control::Control;
+use crate::runs::Turns;
 use crate::sessions::{SessionStore, Sessions};
 use crate::space::{AgentMemory, Space, ToolDocuments};
 
@@ -118,9 +119,9 @@ pub struct Verbs {
     pub(crate) tools: ToolDocuments,
     pub(crate) memory: AgentMemory,
     pub(crate) fetcher: Fetcher,
-    /// The session service, for `continue_session` (set once the service
-    /// exists: it holds this through the agent host).
-    pub(crate) sessions: Arc<OnceLock<Sessions>>,
+    /// The session service and its turns as runs, for `continue_session`
+    /// (set once the service exists: it holds this through the agent host).
+    pub(crate) sessions: Arc<OnceLock<(Sessions, Turns)>>,
     /// The tools each session's thread has expanded: set from the log at
     /// every turn's context, grown by the reads and calls of the turn.
     expanded: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
@@ -144,8 +145,8 @@ impl Verbs {
     }
 
     /// Gives `continue_session` the session service.
-    pub fn attach(&self, sessions: Sessions) {
-        let _ = self.sessions.set(sessions);
+    pub fn attach(&self, sessions: Sessions, turns: Turns) {
+        let _ = self.sessions.set((sessions, turns));
     }
 
     fn remember(&self, session_id: &str, names: impl IntoIterator<Item = String>) {

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 use crate::config::BUILTIN_AGENT;
+use crate::runs::TurnOwner;
 
 /// Bytes of a title or a description the agent may set.
 const MAX_TITLE_BYTES: usize = 1024;
@@ -110,7 +111,7 @@ pub(super) async fn continue_session(
             )
         }
     };
-    let Some(sessions) = verbs.sessions.get() else {
+    let Some((sessions, turns)) = verbs.sessions.get() else {
         return failure("unavailable", "sessions cannot be started here");
     };
     if only_a_handoff(verbs, &scope.session_id).await {
@@ -143,12 +144,16 @@ pub(super) async fn continue_session(
         "{CONTINUED_FROM}{} — {reason}]\n\n{handoff}",
         scope.session_id
     );
-    let background = sessions.clone();
+    let background = turns.clone();
     let id = successor.clone();
+    let owner = TurnOwner {
+        account_id: Some(scope.account_id.clone()),
+        agent_id: Some(scope.agent_id.clone()),
+    };
     tokio::spawn(async move {
         let content = vec![json!({"type": "text", "text": text})];
         if let Err(e) = background
-            .prompt_in_turn(&id, content, None, Actor::System)
+            .message(&id, content, None, Actor::System, owner)
             .await
         {
             tracing::warn!(session = %id, error = %e, "the continued session's first turn failed");

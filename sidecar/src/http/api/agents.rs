@@ -188,6 +188,11 @@ impl SignedApi {
                 // sessions, every one of them even when one fails, and its
                 // memory goes (its tool documents went with its row).
                 let mut failed: Option<ApiError> = None;
+                // Its runs end first (canceled, the history kept), so no
+                // queued turn starts on a session about to go.
+                if let Err(e) = self.turns.runs().cancel_agent(&agent_id).await {
+                    failed = Some(e.into());
+                }
                 for session_id in sessions {
                     match self.sessions.delete(&session_id).await {
                         Ok(()) | Err(crate::sessions::SessionError::NotFound(_)) => {}

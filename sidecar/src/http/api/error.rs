@@ -8,6 +8,7 @@ use agentos_protocol::seed::{encode_response, ErrorResponse, SeedError};
 use agentos_protocol::ErrorCode;
 
 use crate::control::ControlError;
+use crate::runs::RunError;
 use crate::sessions::SessionError;
 use crate::space::SpaceError;
 
@@ -103,6 +104,23 @@ impl From<SpaceError> for ApiError {
         };
         if status == 500 {
             tracing::error!(code = e.code(), error = %e, "a Space action failed");
+            return ApiError::passed_on(500, e.code(), "Internal server error");
+        }
+        ApiError::passed_on(status, e.code(), e.to_string())
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(e: RunError) -> Self {
+        let status = match &e {
+            RunError::Session(inner) => return inner.clone().into(),
+            RunError::NotFound(_) => 404,
+            RunError::InvalidArgument(_) => 400,
+            RunError::Limit { .. } | RunError::JournalCap { .. } => 409,
+            RunError::Storage(_) => 500,
+        };
+        if status == 500 {
+            tracing::error!(code = e.code(), error = %e, "a run action failed");
             return ApiError::passed_on(500, e.code(), "Internal server error");
         }
         ApiError::passed_on(status, e.code(), e.to_string())

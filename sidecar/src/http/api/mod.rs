@@ -36,6 +36,7 @@ pub use verify::Caller;
 use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
 use crate::http::ws::Sockets;
+use crate::runs::Turns;
 use crate::sessions::Sessions;
 use crate::space::Space;
 
@@ -43,6 +44,8 @@ use crate::space::Space;
 pub struct SignedApi {
     pub(crate) control: Control,
     pub(crate) sessions: Sessions,
+    /// Turns as runs, and the runs the signed API shows.
+    pub(crate) turns: Turns,
     pub(crate) config: HttpConfig,
     pub(crate) replay: ReplayCache,
     pub(crate) keys: keys::KeyCache,
@@ -74,6 +77,7 @@ impl SignedApi {
     pub fn new(
         control: Control,
         sessions: Sessions,
+        turns: Turns,
         config: HttpConfig,
         space: Space,
     ) -> SignedApi {
@@ -84,6 +88,7 @@ impl SignedApi {
             sockets: Arc::new(Sockets::new(config.ws.clone(), sessions.clone())),
             control,
             sessions,
+            turns,
             config,
             adapters,
             space,

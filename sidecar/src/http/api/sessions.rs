@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
 use crate::http::ws::reason;
+use crate::runs::{TurnAnswer, TurnOwner};
 use crate::sessions::{CancelStatus, SessionError};
 
 const DEFAULT_PAGE: u64 = 50;
@@ -89,6 +90,28 @@ impl SignedApi {
             out.push(render::session(&info, &link));
         }
         Ok(out)
+    }
+
+    /// The id of a turn's final assistant event: empty when the turn
+    /// parked, was canceled before it ran, or ended without a reply.
+    async fn assistant_event(
+        &self,
+        session_id: &str,
+        answer: TurnAnswer,
+    ) -> Result<String, ApiError> {
+        let TurnAnswer::Done(outcome) = answer else {
+            return Ok(String::new());
+        };
+        let last = self
+            .sessions
+            .prompt_last_output(session_id, &outcome.prompt_id)
+            .await?;
+        // A cancelled turn keeps no final assistant message.
+        let has_reply = !outcome.message.content.is_empty() && outcome.stop_reason != "cancelled";
+        Ok(match last {
+            Some(seq) if has_reply => event_id(session_id, seq),
+            _ => String::new(),
+        })
     }
 
     async fn session_info(&self, link: &SessionLink) -> Result<SessionInfo, ApiError> {
@@ -299,6 +322,7 @@ impl SignedApi {
                 let (link, _) =
                     authz::require_session(control, account, &session_id, AccessRole::Writer)
                         .await?;
+                self.turns.runs().cancel_session(&session_id).await?;
                 match self.sessions.delete(&session_id).await {
                     Ok(()) | Err(SessionError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
@@ -316,7 +340,9 @@ impl SignedApi {
                 content,
                 client_message_id,
             } => {
-                authz::require_session(control, account, &session_id, AccessRole::Writer).await?;
+                let (link, _) =
+                    authz::require_session(control, account, &session_id, AccessRole::Writer)
+                        .await?;
                 let (blocks, part_id) = content_blocks(content)?;
                 let client_id = client_message_id.or(part_id);
                 if client_id
@@ -330,8 +356,8 @@ impl SignedApi {
                 }
                 // A duplicate sent while the first still runs waits for it
                 // and replays its answer rather than hearing it is in
-                // progress. The session's prompt record is the idempotency
-                // record: it commits with the turn's acceptance.
+                // progress. The turn's run is the idempotency record: it
+                // commits with the message's words.
                 let _turn = match &client_id {
                     Some(id) => Some(
                         control
@@ -346,53 +372,41 @@ impl SignedApi {
                     account: Some(caller.account.clone()),
                     signer: Some(caller.signer.clone()),
                 };
-                let outcome = self
-                    .sessions
-                    .prompt_in_turn(&session_id, blocks, key, actor)
+                let owner = TurnOwner {
+                    account_id: Some(link.account_id.clone()),
+                    agent_id: Some(link.agent_id.clone()),
+                };
+                let answer = self
+                    .turns
+                    .message(&session_id, blocks, key, actor, owner)
                     .await?;
-                let last = self
-                    .sessions
-                    .prompt_last_output(&session_id, &outcome.prompt_id)
-                    .await?;
-                // A cancelled turn keeps no final assistant message.
-                let has_reply =
-                    !outcome.message.content.is_empty() && outcome.stop_reason != "cancelled";
                 ok(&MessageSessionResponse {
-                    session_id: session_id.clone(),
-                    assistant_event_id: match last {
-                        Some(seq) if has_reply => event_id(&session_id, seq),
-                        _ => String::new(),
-                    },
+                    assistant_event_id: self.assistant_event(&session_id, answer).await?,
+                    session_id,
                 })
             }
             Action::StopSession { session_id } => {
                 authz::require_session(control, account, &session_id, AccessRole::Writer).await?;
+                // The session's queued and parked runs go with its live turn.
+                let canceled = self.turns.runs().cancel_session(&session_id).await?;
                 let status = self.sessions.cancel(&session_id).await?;
                 ok(&StopSessionResponse {
                     session_id,
-                    stopped: status == CancelStatus::Cancelled,
+                    stopped: canceled || status == CancelStatus::Cancelled,
                 })
             }
             Action::RetrySession { session_id } => {
-                authz::require_session(control, account, &session_id, AccessRole::Writer).await?;
-                let actor = Actor::User {
-                    account: Some(caller.account.clone()),
-                    signer: Some(caller.signer.clone()),
+                let (link, _) =
+                    authz::require_session(control, account, &session_id, AccessRole::Writer)
+                        .await?;
+                let owner = TurnOwner {
+                    account_id: Some(link.account_id.clone()),
+                    agent_id: Some(link.agent_id.clone()),
                 };
-                let outcome = self.sessions.retry(&session_id, actor).await?;
-                let last = self
-                    .sessions
-                    .prompt_last_output(&session_id, &outcome.prompt_id)
-                    .await?;
-                // A cancelled turn keeps no final assistant message.
-                let has_reply =
-                    !outcome.message.content.is_empty() && outcome.stop_reason != "cancelled";
+                let answer = self.turns.retry(&session_id, owner).await?;
                 ok(&RetrySessionResponse {
-                    session_id: session_id.clone(),
-                    assistant_event_id: match last {
-                        Some(seq) if has_reply => event_id(&session_id, seq),
-                        _ => String::new(),
-                    },
+                    assistant_event_id: self.assistant_event(&session_id, answer).await?,
+                    session_id,
                 })
             }
             other => Err(ApiError::bad_request(

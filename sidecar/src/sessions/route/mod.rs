@@ -41,11 +41,14 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::coalesce::is_chunk;
-use super::store::{HistoryCounters, NewEvent};
+use super::store::{clock_ms, HistoryCounters, NewEvent};
 use super::{
     CancelStatus, NotPendingReason, Notice, PromptOutcome, SessionConfig, SessionError, Shared,
 };
+use crate::runs::store::RunStore;
+use crate::runs::{NewRun, RunLink, RunStatus};
 use commit::{InFlight, Work};
+pub(crate) use turn::user_events;
 
 /// An accepted-to-be prompt, validated by the service.
 pub(crate) struct PromptRequest {
@@ -54,20 +57,20 @@ pub(crate) struct PromptRequest {
     pub idempotency_key: Option<String>,
     pub input_hash: Vec<u8>,
     pub actor: Actor,
-    /// Wait behind a live turn (in arrival order) instead of failing with
-    /// `session_busy`: the signed API's messages, several writers at once.
-    pub queue: bool,
     /// `content` is already in the log from this sequence on (a retry, or a
-    /// prompt appended when it queued): it is sent to the agent without
+    /// message appended when it queued): it is sent to the agent without
     /// being appended again.
     pub input_at: Option<u64>,
     /// A retry of a failed prompt: what the agent did after `input_at` was
     /// the failed attempt, not the conversation.
     pub retry: bool,
+    /// The run this turn works (claimed from the queue); without one the
+    /// accept inserts the turn's own run, already running.
+    pub run: Option<RunLink>,
 }
 
-/// The setting that bounds the prompts one route keeps waiting behind its
-/// live turn (each is bounded by `limits.acp.maxPromptBytes`).
+/// The setting that bounds the messages queued for one session's turns
+/// (each is bounded by `limits.acp.maxPromptBytes`).
 pub(crate) const QUEUED_PROMPTS_SETTING: &str = "limits.acp.maxQueuedPromptsPerSession";
 
 /// A prompt's terminal result as returned to the host.
@@ -109,6 +112,15 @@ pub(crate) enum Command {
     Append {
         events: Vec<NewEvent>,
         during_turn: bool,
+        reply: oneshot::Sender<Result<u64, SessionError>>,
+    },
+    /// Appends a message's words and queues its turn as a run, in one
+    /// transaction, whether or not a turn is live (at most
+    /// `limits.acp.maxQueuedPromptsPerSession` queued). Answers the
+    /// sequence of the first word, which the run's input records.
+    Enqueue {
+        events: Vec<NewEvent>,
+        run: Box<NewRun>,
         reply: oneshot::Sender<Result<u64, SessionError>>,
     },
 }
@@ -172,9 +184,6 @@ pub(crate) struct Route {
     /// run of drops.
     stderr_rate: TokenBucket,
     stderr_dropped: u64,
-    /// Prompts waiting for the live turn to end, oldest first (at most
-    /// `limits.acp.maxQueuedPromptsPerSession`).
-    waiting: VecDeque<(PromptRequest, oneshot::Sender<PromptReply>)>,
 }
 
 /// A byte rate with a burst of one second's worth.
@@ -250,7 +259,13 @@ impl Route {
                             let _ = reply.send(Err(SessionError::RouteGone));
                             break;
                         }
-                        if !self.turns(request, reply, &mut commands).await {
+                        let ended = self.turn(request, reply, &mut commands).await;
+                        self.input_floor = None;
+                        if let Some((_, done)) = ended {
+                            let _ = done.send(());
+                            break;
+                        }
+                        if self.exited {
                             break;
                         }
                     }
@@ -276,6 +291,13 @@ impl Route {
                             break;
                         }
                     }
+                    Some(Command::Enqueue { events, run, reply }) => {
+                        let _ = reply.send(self.enqueue(events, *run).await);
+                        if self.lost_commit.is_some() {
+                            self.end_after_lost_commit().await;
+                            break;
+                        }
+                    }
                 },
             }
             if self.exited {
@@ -283,18 +305,6 @@ impl Route {
             }
         }
         self.shared.route_ended(&self.session_id, self.generation);
-        // Whatever was queued behind the end was never started: say so, so
-        // the service can retry on a new route.
-        // A queued prompt's words are already in the log: it is not retried
-        // on a new route (that would append them again).
-        for (_, reply) in self.waiting.drain(..) {
-            let _ = reply.send(Err(SessionError::Adapter {
-                code: ErrorCode::AdapterExited,
-                message:
-                    "the adapter ended before this queued message ran; its words are in the log"
-                        .into(),
-            }));
-        }
         commands.close();
         while let Ok(command) = commands.try_recv() {
             match command {
@@ -315,7 +325,7 @@ impl Route {
                 Command::Stop { reply, .. } => {
                     let _ = reply.send(());
                 }
-                Command::Append { reply, .. } => {
+                Command::Append { reply, .. } | Command::Enqueue { reply, .. } => {
                     let _ = reply.send(Err(SessionError::RouteGone));
                 }
             }
@@ -323,29 +333,34 @@ impl Route {
         self.conn.shutdown().await;
     }
 
-    /// Runs a turn, then the prompts that queued behind it, in order. False
-    /// when the route ends.
-    async fn turns(
+    /// Appends a message's words and inserts its queued run (its input
+    /// naming where the words start) in one transaction, within the
+    /// session's bound of queued turns.
+    async fn enqueue(
         &mut self,
-        request: PromptRequest,
-        reply: oneshot::Sender<PromptReply>,
-        commands: &mut mpsc::Receiver<Command>,
-    ) -> bool {
-        let mut next = Some((request, reply));
-        while let Some((request, reply)) = next {
-            let ended = self.turn(request, reply, commands).await;
-            self.input_floor = None;
-            match ended {
-                Some((_, done)) => {
-                    let _ = done.send(());
-                    return false;
-                }
-                None if self.exited => return false,
-                None => {}
-            }
-            next = self.waiting.pop_front();
+        events: Vec<NewEvent>,
+        mut run: NewRun,
+    ) -> Result<u64, SessionError> {
+        let first = self.counters.latest_sequence + 1;
+        if let Value::Object(input) = &mut run.input {
+            input.insert("inputAt".into(), json!(first));
         }
-        true
+        // Every enqueue of this session passes here, so the count cannot
+        // be raced upwards between the check and the insert.
+        let limit = self.shared.limits.max_queued_prompts_per_session;
+        let runs = RunStore::new(self.shared.store.db().clone());
+        let queued = runs.queued_turns(&self.session_id).await?;
+        if queued >= limit {
+            return Err(SessionError::Limit {
+                code: ErrorCode::SessionBusy,
+                setting: QUEUED_PROMPTS_SETTING,
+                used: queued,
+                limit,
+            });
+        }
+        let statements = RunStore::insert_statements(&run, RunStatus::Queued, None, clock_ms());
+        self.commit(events, statements).await?;
+        Ok(first)
     }
 
     /// Ends the route after a commit with an unknown outcome: the adapter

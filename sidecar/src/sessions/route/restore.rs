@@ -159,7 +159,6 @@ impl Route {
             lost_commit: None,
             stderr_rate,
             stderr_dropped: 0,
-            waiting: VecDeque::new(),
         };
         tokio::spawn(route.run(rx));
         Ok(RouteHandle {

@@ -15,6 +15,11 @@ use crate::sessions::store::NewEvent;
 /// State of the turn in flight.
 pub(super) struct Turn {
     pub(super) prompt_id: String,
+    /// The run this turn is (the queue's claim, or the one its accept
+    /// inserted); its end commits with the turn's.
+    pub(super) run_id: Option<String>,
+    /// The queue's claim, which says whether a failure is retried.
+    pub(super) run: Option<crate::runs::RunLink>,
     /// The running prompt's idempotency key: a concurrent send of the same
     /// key is `prompt_in_progress`, not `session_busy`.
     pub(super) idempotency_key: Option<String>,

@@ -15,6 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
 use super::state::Turn;
 use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
+use crate::runs::store::RunStore;
+use crate::runs::{Finish, NewRun, Origin, Queue, RunKind, RunStatus};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
 use crate::sessions::{AgentReply, CancelStatus, PromptOutcome, SessionError};
@@ -56,7 +58,7 @@ impl Route {
         let user_events = if request.input_at.is_some() {
             Vec::new()
         } else {
-            user_events(&request)
+            user_events(&request.content, &request.actor)
         };
         let (mut accept, pruned) = match self.prompt_retention().await {
             Ok(v) => v,
@@ -76,6 +78,32 @@ impl Route {
         if self.preamble.is_some() {
             accept.push(SessionStore::clear_preamble_statement(&self.session_id));
         }
+        // The turn's run goes running with its acceptance: a run is running
+        // exactly when its prompt may have reached the agent.
+        let run_id = match (&request.run, self.shared.runs_owner()) {
+            (Some(link), _) => {
+                accept.push(RunStore::start_statement(&link.run_id, now));
+                Some(link.run_id.clone())
+            }
+            (None, Some((owner, lease_ms))) => {
+                let mut run = NewRun::root(
+                    RunKind::Agent,
+                    Origin::User,
+                    Queue::Interactive,
+                    json!({"inputAt": first_input}),
+                );
+                run.run_id = request.prompt_id.clone();
+                run.session_id = Some(self.session_id.clone());
+                accept.extend(RunStore::insert_statements(
+                    &run,
+                    RunStatus::Running,
+                    Some((owner, now + lease_ms)),
+                    now,
+                ));
+                Some(run.run_id)
+            }
+            (None, None) => None,
+        };
         if let Err(e) = self.commit(user_events, accept).await {
             if let Some(lost) = self.lost_commit.clone() {
                 // The accept may have landed: the next start settles it.
@@ -113,6 +141,8 @@ impl Route {
             .hold(&shared.notices, &self.session_id, &request.prompt_id);
         let mut turn = Turn {
             prompt_id: request.prompt_id.clone(),
+            run_id,
+            run: request.run.clone(),
             idempotency_key: request.idempotency_key.clone(),
             buffer: ChunkBuffer::default(),
             pending: Vec::new(),
@@ -178,30 +208,15 @@ impl Route {
                             // The same key: the caller replays the stored
                             // prompt (in progress, or a conflict on other input).
                             let same_key = request.idempotency_key.is_some()
-                                && (request.idempotency_key == turn.idempotency_key
-                                    || self.waiting.iter().any(|(w, _)| {
-                                        w.idempotency_key == request.idempotency_key
-                                    }));
-                            if request.queue && !same_key {
-                                let limit = self.shared.limits.max_queued_prompts_per_session;
-                                let queued = self.waiting.len() as u64;
-                                if queued < limit {
-                                    self.enqueue(request, reply).await;
-                                } else {
-                                    let _ = reply.send(Err(SessionError::Limit {
-                                        code: ErrorCode::SessionBusy,
-                                        setting: super::QUEUED_PROMPTS_SETTING,
-                                        used: queued,
-                                        limit,
-                                    }));
-                                }
-                                continue;
-                            }
+                                && request.idempotency_key == turn.idempotency_key;
                             let _ = reply.send(Err(if same_key {
                                 SessionError::PromptInProgress
                             } else {
                                 SessionError::Busy(self.session_id.clone())
                             }));
+                        }
+                        Some(Command::Enqueue { events, run, reply }) => {
+                            let _ = reply.send(self.enqueue(events, *run).await);
                         }
                         Some(Command::Cancel { reply }) => {
                             let status = self.cancel(&mut turn).await;
@@ -255,21 +270,6 @@ impl Route {
         let (outcome, stop) = self.finish(&mut turn, end).await;
         let _ = reply.send(outcome);
         stop
-    }
-
-    /// Queues a prompt behind the live turn, its words appended to the log
-    /// at once (they run later as a turn whose input is already there).
-    async fn enqueue(&mut self, mut request: PromptRequest, reply: oneshot::Sender<PromptReply>) {
-        let first = self.counters.latest_sequence + 1;
-        match self.commit(user_events(&request), Vec::new()).await {
-            Ok(()) => {
-                request.input_at = Some(first);
-                self.waiting.push_back((request, reply));
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e));
-            }
-        }
     }
 
     /// Processes a batch of adapter events during a turn, committing durable
@@ -598,7 +598,7 @@ impl Route {
             }
         };
         let last_output = self.counters.latest_sequence + events.len() as u64;
-        let extra = SessionStore::finish_prompt_statements(
+        let mut extra = SessionStore::finish_prompt_statements(
             &self.session_id,
             &turn.prompt_id,
             state,
@@ -608,6 +608,21 @@ impl Route {
             last_output,
             now,
         );
+        if let Some(run_id) = &turn.run_id {
+            let finish = match (state, &result, &error) {
+                (PromptState::Cancelled, _, _) => Finish::Canceled,
+                (_, Some(outcome), _) => Finish::Succeeded(json!({
+                    "promptId": outcome.prompt_id,
+                    "stopReason": outcome.stop_reason,
+                })),
+                (_, None, error) => Finish::Failed(error.clone().unwrap_or(Value::Null)),
+            };
+            let retry_at = match (&finish, &turn.run) {
+                (Finish::Failed(error), Some(link)) => link.retry_at(error, now),
+                _ => None,
+            };
+            extra.push(RunStore::finish_statement(run_id, &finish, retry_at, now));
+        }
         if let Err(e) = self.commit(events, extra).await {
             // This route's view of the session can no longer be trusted: it
             // ends, and the next start settles the turn from what is stored.
@@ -639,14 +654,13 @@ impl Route {
 
 /// A prompt's words as `user_message_chunk` events, one per block, naming
 /// their actor and sharing one message id.
-fn user_events(request: &PromptRequest) -> Vec<NewEvent> {
+pub(crate) fn user_events(content: &[Value], actor: &Actor) -> Vec<NewEvent> {
     let message_id = uuid::Uuid::new_v4().to_string();
-    request
-        .content
+    content
         .iter()
         .map(|block| {
             NewEvent::update(
-                request.actor.clone(),
+                actor.clone(),
                 &json!({"sessionUpdate": "user_message_chunk", "content": block, "messageId": message_id}),
             )
         })

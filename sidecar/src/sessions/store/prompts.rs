@@ -55,12 +55,33 @@ impl SessionStore {
         session_id: &str,
         key: &str,
     ) -> Result<Option<PromptRow>, DbError> {
+        self.find_prompt_where("idempotency_key", session_id, key)
+            .await
+    }
+
+    pub async fn find_prompt(
+        &self,
+        session_id: &str,
+        prompt_id: &str,
+    ) -> Result<Option<PromptRow>, DbError> {
+        self.find_prompt_where("prompt_id", session_id, prompt_id)
+            .await
+    }
+
+    async fn find_prompt_where(
+        &self,
+        column: &str,
+        session_id: &str,
+        value: &str,
+    ) -> Result<Option<PromptRow>, DbError> {
         let rows = self
             .db
             .query(
-                "SELECT prompt_id, idempotency_key, input_hash, state, result_json, error_json \
-                 FROM agentos_core_prompts WHERE session_id = ?1 AND idempotency_key = ?2",
-                vec![session_id.into(), key.into()],
+                &format!(
+                    "SELECT prompt_id, idempotency_key, input_hash, state, result_json, error_json \
+                     FROM agentos_core_prompts WHERE session_id = ?1 AND {column} = ?2"
+                ),
+                vec![session_id.into(), value.into()],
             )
             .await?;
         let Some(values) = rows.rows.into_iter().next() else {

@@ -1,0 +1,478 @@
+//! Runs: every execution (a prompt turn from either door, a delegated child,
+//! a script) is a row of `agentos_core_runs`, one tree per root, and that
+//! table is the queue.
+//!
+//! [`Runs`] is the service: it inserts runs, and its dispatcher claims them
+//! (one statement: interactive first, then age, a per-kind cap, one live
+//! turn per session), hands each to the [`Executor`] of its kind, and
+//! applies the outcome (finished, retried with backoff, parked, released).
+//! Leases are renewed while this process works a run and recovered when
+//! they lapse; at start every claimed or running row is recovered (a claimed
+//! row and a script go back to the queue, a turn that may have reached its
+//! agent fails `prompt_delivery_uncertain`). A waiting run holds no slot: the
+//! clock, its children, or a signal (delivered exactly once) wakes it.
+//! Cancellation covers the whole subtree. Every transition is published, as
+//! the row read back, to [`Runs::subscribe`]rs. `turns.rs` binds prompt
+//! turns to the session service; the store knows only SQL.
+
+mod dispatch;
+mod error;
+pub mod store;
+mod turns;
+mod types;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use agentos_protocol::ErrorCode;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, Notify};
+
+pub use error::RunError;
+pub use store::{Canceled, Caps, RunStore};
+pub use turns::{TurnAnswer, TurnExecutor, TurnOwner, Turns};
+pub use types::{
+    run_error, EventWait, Finish, JournalRow, NewRun, Origin, ParentLink, Queue, Run, RunKind,
+    RunScope, RunStatus, RunWait, WaitReason,
+};
+
+use crate::clock::unix_ms;
+
+/// The first retry waits this long; each further one twice as long.
+const BACKOFF_BASE_MS: i64 = 5_000;
+const BACKOFF_MAX_MS: i64 = 300_000;
+/// Attempts of a background run (an interactive turn gets one: the user has
+/// Retry).
+pub const BACKGROUND_MAX_ATTEMPTS: u32 = 3;
+/// The most runs one listing answers.
+pub const MAX_LIST: u64 = 200;
+pub const DEFAULT_LIST: u64 = 50;
+
+/// How the queue behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunsConfig {
+    /// How long a claim holds a run without renewal.
+    pub lease_ms: i64,
+    pub caps: Caps,
+    /// The deepest a delegated child may be, and how many children one run
+    /// may start.
+    pub max_depth: u32,
+    pub max_children: u32,
+    /// The fallback wake-up of the dispatcher (due timers, lapsed leases).
+    pub tick_ms: u64,
+    pub max_journal_entries: u64,
+    pub max_journal_bytes: u64,
+}
+
+impl Default for RunsConfig {
+    fn default() -> RunsConfig {
+        RunsConfig {
+            lease_ms: 60_000,
+            caps: Caps {
+                agent: 8,
+                script: 32,
+            },
+            max_depth: 3,
+            max_children: 10,
+            tick_ms: 1_000,
+            max_journal_entries: 5_000,
+            max_journal_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+impl From<&crate::config::RunLimits> for RunsConfig {
+    fn from(l: &crate::config::RunLimits) -> RunsConfig {
+        RunsConfig {
+            lease_ms: i64::try_from(l.lease_ms).unwrap_or(i64::MAX),
+            caps: Caps {
+                agent: l.max_concurrent_agent_runs,
+                script: l.max_concurrent_script_runs,
+            },
+            max_depth: l.max_depth,
+            max_children: l.max_children_per_run,
+            tick_ms: 1_000,
+            max_journal_entries: l.max_journal_entries,
+            max_journal_bytes: l.max_journal_bytes,
+        }
+    }
+}
+
+/// The delay before retry number `attempt` (1 for the first retry):
+/// `min(5 s · 2^(attempt−1), 5 min)` plus up to a second of jitter (never
+/// more than the base).
+pub fn backoff_ms(attempt: u32) -> i64 {
+    let doublings = attempt.saturating_sub(1).min(16);
+    let base = (BACKOFF_BASE_MS << doublings).min(BACKOFF_MAX_MS);
+    let jitter_span = base.min(1_000);
+    base + rand::random::<u64>().rem_euclid(jitter_span as u64) as i64
+}
+
+/// A claimed run as the turn engine sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunLink {
+    pub run_id: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+}
+
+impl RunLink {
+    pub fn of(run: &Run) -> RunLink {
+        RunLink {
+            run_id: run.run_id.clone(),
+            attempt: run.attempt,
+            max_attempts: run.max_attempts,
+        }
+    }
+
+    /// When a failed attempt runs again: only a failure its agent called
+    /// retryable, never an uncertain delivery, while attempts remain.
+    pub fn retry_at(&self, error: &Value, now: i64) -> Option<i64> {
+        let uncertain = error["code"] == json!(ErrorCode::PromptDeliveryUncertain.as_str());
+        let retryable = error["retryable"] == Value::Bool(true) && !uncertain;
+        (retryable && self.attempt < self.max_attempts).then(|| now + backoff_ms(self.attempt))
+    }
+}
+
+/// The id of the prompt an attempt of a turn's run sends: the run's own id
+/// first, then one per further attempt.
+pub fn prompt_id_of(run_id: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        run_id.to_owned()
+    } else {
+        format!("{run_id}.{attempt}")
+    }
+}
+
+/// What an executor made of a claimed run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The executor committed the run's end itself (a turn ends with its
+    /// terminal commit).
+    Settled,
+    Finished(Finish),
+    /// A failure before anything reached an agent or ran an effect:
+    /// retried when `retryable` and attempts remain.
+    FailedEarly {
+        error: Value,
+        retryable: bool,
+    },
+    /// The run waits without holding a slot.
+    Park {
+        wait: RunWait,
+        events: Vec<EventWait>,
+    },
+    /// The run could not start now (its session is busy with a turn of the
+    /// other door): it goes back as if never claimed.
+    Busy,
+}
+
+/// A run this process works: whoever cancels it sets `stop`.
+#[derive(Default)]
+pub struct LiveRun {
+    stop: AtomicBool,
+    stopped: Notify,
+}
+
+impl LiveRun {
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the run was asked to stop.
+    pub async fn stopped(&self) {
+        loop {
+            let notified = self.stopped.notified();
+            if self.is_stopped() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.stopped.notify_waiters();
+    }
+}
+
+/// Works claimed runs of one kind.
+#[async_trait::async_trait]
+pub trait Executor: Send + Sync + 'static {
+    async fn execute(&self, runs: &Runs, run: Run, live: Arc<LiveRun>) -> Outcome;
+    /// Asks a live run to stop; its end is then `canceled`.
+    async fn stop(&self, run: &Run);
+}
+
+#[derive(Clone)]
+pub struct Executors {
+    pub agent: Arc<dyn Executor>,
+    pub script: Option<Arc<dyn Executor>>,
+}
+
+/// The runs service.
+#[derive(Clone)]
+pub struct Runs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: RunStore,
+    /// This process, as the lease owner of what it claims.
+    owner: String,
+    config: RunsConfig,
+    wake: Notify,
+    live: Mutex<HashMap<String, Arc<LiveRun>>>,
+    changes: broadcast::Sender<Run>,
+    executors: OnceLock<Executors>,
+    stopping: AtomicBool,
+    stopped: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Runs {
+    pub fn new(db: agentos_schema::SharedDatabase, config: RunsConfig) -> Runs {
+        let (changes, _) = broadcast::channel(4096);
+        Runs {
+            inner: Arc::new(Inner {
+                store: RunStore::new(db),
+                owner: format!("sidecar-{}", uuid::Uuid::new_v4()),
+                config,
+                wake: Notify::new(),
+                live: Mutex::new(HashMap::new()),
+                changes,
+                executors: OnceLock::new(),
+                stopping: AtomicBool::new(false),
+                stopped: Notify::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &RunStore {
+        &self.inner.store
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    pub fn config(&self) -> &RunsConfig {
+        &self.inner.config
+    }
+
+    /// Who works each kind; set once, before [`Runs::start`].
+    pub fn set_executors(&self, executors: Executors) -> bool {
+        self.inner.executors.set(executors).is_ok()
+    }
+
+    /// Every transition, as the row read back after it committed.
+    pub fn subscribe(&self) -> broadcast::Receiver<Run> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Has the dispatcher look at the queue now.
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    pub(crate) fn publish(&self, run: Run) {
+        let _ = self.inner.changes.send(run);
+    }
+
+    /// How many runs this process works now.
+    pub fn working(&self) -> usize {
+        lock(&self.inner.live).len()
+    }
+
+    /// Recovers every live row at start: this process holds the store, so
+    /// whatever an earlier one claimed nobody works any more. Answers how
+    /// many rows were recovered.
+    pub async fn bootstrap(&self) -> Result<u64, RunError> {
+        let mut recovered = 0;
+        for run in self.inner.store.lapsed(i64::MAX).await? {
+            if self.recover(&run).await? {
+                recovered += 1;
+            }
+        }
+        Ok(recovered)
+    }
+
+    async fn recover(&self, run: &Run) -> Result<bool, RunError> {
+        let error = run_error(
+            ErrorCode::PromptDeliveryUncertain.as_str(),
+            "the sidecar stopped during the turn; the prompt was not resent",
+        );
+        let done = self.inner.store.recover(run, &error, unix_ms()).await?;
+        if done {
+            tracing::info!(run = %run.run_id, status = run.status.as_str(), "recovered a run nobody works");
+            if let Some(after) = self.inner.store.get(&run.run_id).await? {
+                self.after_transition(after).await;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Inserts a queued run and wakes the dispatcher.
+    pub async fn submit(&self, run: &NewRun) -> Result<Run, RunError> {
+        self.inner.store.insert(run, unix_ms()).await?;
+        let row = self
+            .inner
+            .store
+            .get(&run.run_id)
+            .await?
+            .ok_or_else(|| RunError::NotFound(run.run_id.clone()))?;
+        self.publish(row.clone());
+        self.wake();
+        Ok(row)
+    }
+
+    pub async fn get(&self, run_id: &str) -> Result<Run, RunError> {
+        self.inner
+            .store
+            .get(run_id)
+            .await?
+            .ok_or_else(|| RunError::NotFound(run_id.to_owned()))
+    }
+
+    pub async fn list(
+        &self,
+        scope: &RunScope,
+        status: Option<RunStatus>,
+        limit: Option<u64>,
+    ) -> Result<Vec<Run>, RunError> {
+        let limit = match (scope, limit) {
+            // A tree is answered whole.
+            (RunScope::Root(_), _) => u64::from(u32::MAX),
+            (_, Some(0)) => {
+                return Err(RunError::InvalidArgument("limit must be at least 1".into()))
+            }
+            (_, Some(n)) => n.min(MAX_LIST),
+            (_, None) => DEFAULT_LIST,
+        };
+        Ok(self.inner.store.list(scope, status, limit).await?)
+    }
+
+    pub async fn journal(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: u64,
+    ) -> Result<Vec<JournalRow>, RunError> {
+        Ok(self.inner.store.journal(run_id, after, limit).await?)
+    }
+
+    /// Waits until `run_id` satisfies `done` (checked on every transition
+    /// and once at the start), and answers it.
+    pub async fn wait_for(
+        &self,
+        run_id: &str,
+        done: impl Fn(&Run) -> bool,
+    ) -> Result<Run, RunError> {
+        let mut changes = self.subscribe();
+        let mut run = self.get(run_id).await?;
+        loop {
+            if done(&run) {
+                return Ok(run);
+            }
+            match changes.recv().await {
+                Ok(changed) if changed.run_id == run_id => run = changed,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => run = self.get(run_id).await?,
+                Err(broadcast::error::RecvError::Closed) => return self.get(run_id).await,
+            }
+        }
+    }
+
+    /// Cancels a run and its whole subtree; answers whether anything was
+    /// newly canceled (false the second time).
+    pub async fn cancel(&self, run_id: &str) -> Result<bool, RunError> {
+        self.get(run_id).await?;
+        let canceled = self.inner.store.cancel_tree(run_id, unix_ms()).await?;
+        for run in canceled.settled {
+            self.after_transition(run).await;
+        }
+        for run in &canceled.live {
+            self.stop_live(run).await;
+        }
+        Ok(canceled.changed)
+    }
+
+    /// Asks whoever works a live run to stop it.
+    async fn stop_live(&self, run: &Run) {
+        let live = lock(&self.inner.live).get(&run.run_id).cloned();
+        if let Some(live) = live {
+            live.request_stop();
+        }
+        if let Some(executors) = self.inner.executors.get() {
+            let executor = match run.kind {
+                RunKind::Agent => Some(&executors.agent),
+                RunKind::Script => executors.script.as_ref(),
+            };
+            if let Some(executor) = executor {
+                executor.stop(run).await;
+            }
+        }
+    }
+
+    /// Cancels every unfinished run of a session (and their subtrees).
+    pub async fn cancel_session(&self, session_id: &str) -> Result<bool, RunError> {
+        let mut any = false;
+        for run_id in self.inner.store.session_open_runs(session_id).await? {
+            any |= self.cancel(&run_id).await?;
+        }
+        Ok(any)
+    }
+
+    /// Cancels every unfinished run of an agent (and their subtrees).
+    pub async fn cancel_agent(&self, agent_id: &str) -> Result<bool, RunError> {
+        let mut any = false;
+        for run_id in self.inner.store.agent_open_runs(agent_id).await? {
+            any |= self.cancel(&run_id).await?;
+        }
+        Ok(any)
+    }
+
+    /// Delivers `signal` to a run waiting on one; answers whether it was
+    /// delivered (false for a run not waiting on that signal).
+    pub async fn signal(
+        &self,
+        run_id: &str,
+        signal: &str,
+        payload: &Value,
+    ) -> Result<bool, RunError> {
+        self.get(run_id).await?;
+        let delivered = self
+            .inner
+            .store
+            .signal(run_id, signal, payload, unix_ms())
+            .await?;
+        if delivered {
+            let run = self.get(run_id).await?;
+            self.after_transition(run).await;
+        }
+        Ok(delivered)
+    }
+
+    /// Publishes a transition and lets the dispatcher see what it freed.
+    async fn after_transition(&self, run: Run) {
+        self.publish(run);
+        self.wake();
+    }
+
+    /// Stops claiming; runs being worked are left to their owners' shutdown
+    /// (a turn is settled by the session service, a script is recovered at
+    /// the next start).
+    pub fn shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        self.inner.stopped.notify_waiters();
+        self.wake();
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::Acquire)
+    }
+}
