@@ -140,18 +140,25 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     println!("{ready}");
     let draining = server.serve(termination.received()).await;
     tracing::info!("shutting down: no longer accepting; requests in flight may finish");
-    let http_drained = match http {
-        Some(running) => running.shutdown(SHUTDOWN_GRACE).await,
-        None => true,
-    };
-    if !http_drained {
-        tracing::warn!("some HTTP requests did not finish before the shutdown grace period");
-    }
+    // The HTTP listener stops now; its requests in flight have the grace
+    // period and then until the turns are settled to be answered, which
+    // happens below: a turn's caller hears how the shutdown ended it.
+    let http = http.map(|running| {
+        tokio::spawn(async move { running.shutdown(SHUTDOWN_GRACE + SHUTDOWN_DRAIN).await })
+    });
     let finished = draining.wait(SHUTDOWN_GRACE).await;
     vm.runs.shutdown();
     vm.sessions.shutdown().await;
+    if !vm.runs.drain(SHUTDOWN_DRAIN).await {
+        tracing::warn!("some runs were still being settled at the shutdown deadline");
+    }
     if !finished && !draining.wait(SHUTDOWN_DRAIN).await {
         tracing::warn!("some host connections did not drain before the shutdown deadline");
+    }
+    if let Some(http) = http {
+        if !http.await.unwrap_or(false) {
+            tracing::warn!("some HTTP requests did not finish before the shutdown deadline");
+        }
     }
     vm.db.close().await;
     tracing::info!("shut down");

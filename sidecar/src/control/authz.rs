@@ -109,6 +109,29 @@ pub async fn require_session(
     }
 }
 
+/// A run with at least `needed` access: through its agent, or, for a run
+/// of no agent, by being its account. A run the account cannot read (a
+/// host turn has no account) is `not_found`.
+pub async fn require_run(
+    control: &Control,
+    account: &str,
+    run_id: &str,
+    agent_id: Option<&str>,
+    run_account: Option<&str>,
+    needed: AccessRole,
+) -> Result<(), ControlError> {
+    let not_found = || ControlError::NotFound(format!("run {run_id}"));
+    match (agent_id, run_account) {
+        (Some(agent_id), _) => match require(control, account, agent_id, needed).await {
+            Ok(_) => Ok(()),
+            Err(ControlError::NotFound(_)) => Err(not_found()),
+            Err(e) => Err(e),
+        },
+        (None, Some(owner)) if owner == account => Ok(()),
+        _ => Err(not_found()),
+    }
+}
+
 /// A signer may act for the account: its own key, or an unrevoked signer.
 /// Anything else is `forbidden`.
 pub async fn require_signer(

@@ -102,7 +102,6 @@ impl Runs {
             if let Err(e) = runs.apply(&run, outcome).await {
                 tracing::error!(run = %run_id, error = %e, "a run's outcome could not be stored; its lease will lapse");
             }
-            lock(&runs.inner.live).remove(&run_id);
             match runs.inner.store.get(&run_id).await {
                 Ok(Some(after)) => runs.after_transition(after).await,
                 Ok(None) => runs.wake(),
@@ -111,6 +110,8 @@ impl Runs {
                     runs.wake();
                 }
             }
+            // Last, so that a drain sees the outcome stored and published.
+            lock(&runs.inner.live).remove(&run_id);
         });
     }
 

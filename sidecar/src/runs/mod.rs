@@ -472,6 +472,19 @@ impl Runs {
         self.wake();
     }
 
+    /// Waits (at most `deadline`) until this process works no run: each
+    /// has stored its outcome and told its waiters. False at the deadline.
+    pub async fn drain(&self, deadline: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + deadline;
+        while self.working() > 0 {
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     fn is_stopping(&self) -> bool {
         self.inner.stopping.load(Ordering::Acquire)
     }

@@ -81,6 +81,14 @@ impl Fields {
             .ok_or_else(|| SeedError::bad_action(format!("missing field `{path}`")))
     }
 
+    /// An optional field of any value; absent and null are `None`.
+    pub(crate) fn opt_any(&mut self, key: &str) -> Result<Option<Ipld>, SeedError> {
+        Ok(match self.map.remove(key) {
+            None | Some(Ipld::Null) => None,
+            Some(value) => Some(value),
+        })
+    }
+
     /// A required byte string.
     pub(crate) fn req_bytes(&mut self, key: &str) -> Result<Vec<u8>, SeedError> {
         let path = self.path(key);

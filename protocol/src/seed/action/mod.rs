@@ -196,6 +196,39 @@ pub enum Action {
         input: Ipld,
     },
 
+    // --- Runs ------------------------------------------------------------
+    GetRun {
+        run_id: String,
+    },
+    /// Exactly one of `root_run_id`, `session_id` and `agent_id`.
+    ListRuns {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        root_run_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limit: Option<u64>,
+    },
+    CancelRun {
+        run_id: String,
+    },
+    SignalRun {
+        run_id: String,
+        signal: String,
+        /// Any value, kept as sent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        payload: Option<Ipld>,
+    },
+    GetRunJournal {
+        run_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        after_seq: Option<u64>,
+    },
+
     // --- Subscriptions (WebSocket only) ----------------------------------
     Subscribe {
         /// `account/<id>`, `agents/<id>` or `sessions/<id>`.
@@ -282,6 +315,11 @@ impl Action {
             Action::StopSession { .. } => "StopSession",
             Action::RetrySession { .. } => "RetrySession",
             Action::InvokeSessionTool { .. } => "InvokeSessionTool",
+            Action::GetRun { .. } => "GetRun",
+            Action::ListRuns { .. } => "ListRuns",
+            Action::CancelRun { .. } => "CancelRun",
+            Action::SignalRun { .. } => "SignalRun",
+            Action::GetRunJournal { .. } => "GetRunJournal",
             Action::Subscribe { .. } => "Subscribe",
             Action::Unsubscribe { .. } => "Unsubscribe",
             Action::AuthorizeSigner { .. } => "AuthorizeSigner",
@@ -441,6 +479,28 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
             session_id: f.req("sessionId")?,
             verb: f.req("verb")?,
             input: f.req_any("input")?,
+        },
+        "GetRun" => Action::GetRun {
+            run_id: f.req("runId")?,
+        },
+        "ListRuns" => Action::ListRuns {
+            root_run_id: f.opt("rootRunId")?,
+            session_id: f.opt("sessionId")?,
+            agent_id: f.opt("agentId")?,
+            status: f.opt("status")?,
+            limit: f.opt("limit")?,
+        },
+        "CancelRun" => Action::CancelRun {
+            run_id: f.req("runId")?,
+        },
+        "SignalRun" => Action::SignalRun {
+            run_id: f.req("runId")?,
+            signal: f.req("signal")?,
+            payload: f.opt_any("payload")?,
+        },
+        "GetRunJournal" => Action::GetRunJournal {
+            run_id: f.req("runId")?,
+            after_seq: f.opt("afterSeq")?,
         },
         "Subscribe" => Action::Subscribe {
             key: f.req("key")?,

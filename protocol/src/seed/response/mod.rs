@@ -6,12 +6,14 @@
 //! Reading a response back does not check `_`; a client tells an error from
 //! a success by the HTTP status, then decodes the type it expects.
 
+mod runs;
 mod shapes;
 mod space;
 
 use ipld_core::ipld::Ipld;
 use serde::{Deserialize, Serialize};
 
+pub use self::runs::{RunErrorInfo, RunInfo, RunJournalEntryInfo, RunWaitInfo};
 pub use self::shapes::{
     AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, ProviderModelInfo, RedactedModelProvider,
     RedactedSecret, SessionEvent, SessionInfo, SignerInfo,
@@ -238,6 +240,31 @@ responses! {
     RetrySessionResponse => "RetrySessionResponse" {
         session_id: String,
         assistant_event_id: String,
+    }
+
+    /// `GetRun`.
+    GetRunResponse => "GetRunResponse" {
+        run: RunInfo,
+    }
+    /// `ListRuns`: a tree oldest first, a session's or an agent's runs
+    /// newest first.
+    ListRunsResponse => "ListRunsResponse" {
+        runs: Vec<RunInfo>,
+    }
+    /// `CancelRun`: false when nothing was left to cancel.
+    CancelRunResponse => "CancelRunResponse" {
+        run_id: String,
+        canceled: bool,
+    }
+    /// `SignalRun`: false when the run was not waiting on that signal.
+    SignalRunResponse => "SignalRunResponse" {
+        run_id: String,
+        delivered: bool,
+    }
+    /// `GetRunJournal`.
+    GetRunJournalResponse => "GetRunJournalResponse" {
+        run_id: String,
+        entries: Vec<RunJournalEntryInfo>,
     }
 
     /// `InvokeSessionTool`: the durable id of the appended result, and the

@@ -16,6 +16,7 @@ mod keys;
 mod notify;
 pub(crate) mod render;
 mod replay;
+mod runs;
 mod sessions;
 mod signers;
 mod space;
@@ -175,6 +176,11 @@ impl SignedApi {
             | Action::MessageSession { .. }
             | Action::StopSession { .. }
             | Action::RetrySession { .. } => self.session_action(caller, action).await,
+            Action::GetRun { .. }
+            | Action::ListRuns { .. }
+            | Action::CancelRun { .. }
+            | Action::SignalRun { .. }
+            | Action::GetRunJournal { .. } => self.run_action(caller, action).await,
             Action::ListAgentTools { .. }
             | Action::SaveAgentTool { .. }
             | Action::DeleteAgentTool { .. }

@@ -6,7 +6,8 @@
 
 use agentos_protocol::seed::response::{
     AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, AgentMemoryEntry, AgentMemoryFile,
-    AgentToolInfo, RedactedModelProvider, RedactedSecret, SessionInfo, SignerInfo,
+    AgentToolInfo, RedactedModelProvider, RedactedSecret, RunErrorInfo, RunInfo, RunWaitInfo,
+    SessionInfo, SignerInfo,
 };
 use agentos_protocol::seed::vocab::{
     AccessRole, AgentStatus, AuthMode, CollaboratorRole, CollaboratorStatus, MemoryEncoding,
@@ -262,5 +263,63 @@ pub fn stored_collaborator_role(role: CollaboratorRole) -> control::Collaborator
     match role {
         CollaboratorRole::Reader => control::CollaboratorRole::Reader,
         CollaboratorRole::Writer => control::CollaboratorRole::Writer,
+    }
+}
+
+/// A run as the reference's `RunInfo`: scripts are `workflow` runs, a
+/// waiting run says why, and `childRunCount` is always given.
+pub fn run(run: &crate::runs::Run) -> RunInfo {
+    use crate::runs::{RunKind, WaitReason};
+    let wait = run.wait.as_ref().map(|w| RunWaitInfo {
+        reason: match w.reason {
+            WaitReason::Children => "children",
+            WaitReason::Timer => "timer",
+            WaitReason::Event => "event",
+            WaitReason::BudgetPause => "budget-pause",
+        }
+        .to_owned(),
+        wake_at: w.wake_at,
+        pending_children: (w.reason == WaitReason::Children)
+            .then_some(w.tool_call_ids.len() as u64),
+        label: w.label.clone(),
+        answer_with: w.answer_with.clone(),
+    });
+    let error = run.error.as_ref().map(|e| RunErrorInfo {
+        code: e["code"].as_str().unwrap_or("run_failed").to_owned(),
+        message: e["message"].as_str().unwrap_or_default().to_owned(),
+    });
+    let ipld =
+        |v: &Option<serde_json::Value>| v.as_ref().map(agentos_protocol::seed::event::to_ipld);
+    RunInfo {
+        id: run.run_id.clone(),
+        account: run.account_id.clone().unwrap_or_default(),
+        root_run_id: run.root_run_id.clone(),
+        parent_run_id: run.parent_run_id.clone(),
+        parent_tool_call_id: run.parent_tool_call_id.clone(),
+        continued_from_run_id: run.continued_from_run_id.clone(),
+        depth: run.depth,
+        kind: match run.kind {
+            RunKind::Agent => "agent",
+            RunKind::Script => "workflow",
+        }
+        .to_owned(),
+        agent_id: run.agent_id.clone(),
+        session_id: run.session_id.clone(),
+        origin: run.origin.as_str().to_owned(),
+        title: run.title.clone(),
+        step_label: run.step_label.clone(),
+        plan_step_id: run.plan_step_id.clone(),
+        source_text: run.source_text.clone(),
+        child_run_count: Some(run.child_count),
+        status: run.status.as_str().to_owned(),
+        wait,
+        plan: ipld(&run.plan),
+        error: error.filter(|_| run.status == crate::runs::RunStatus::Failed),
+        unmet_obligations: ipld(&run.obligations),
+        usage: ipld(&run.usage),
+        created_at: run.created_at_ms,
+        started_at: run.started_at_ms,
+        finished_at: run.finished_at_ms,
+        updated_at: run.updated_at_ms,
     }
 }

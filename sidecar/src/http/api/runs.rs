@@ -1,0 +1,174 @@
+//! Seed runs: `GetRun`, `ListRuns` (exactly one of a tree, a session or an
+//! agent), `CancelRun`, `SignalRun` and `GetRunJournal`. A run is reached
+//! through its agent (read access to look, write access to cancel or
+//! signal) or, for a run of no agent, by being its account; anything else
+//! is `not_found`, like a run that does not exist.
+
+use agentos_protocol::seed::event::to_ipld;
+use agentos_protocol::seed::response::{
+    CancelRunResponse, GetRunJournalResponse, GetRunResponse, ListRunsResponse,
+    RunJournalEntryInfo, SignalRunResponse,
+};
+use agentos_protocol::seed::{Action, ApiCode};
+use serde_json::Value;
+
+use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::control::{authz, AccessRole};
+use crate::runs::{Run, RunScope, RunStatus};
+use crate::space::schema::to_json;
+
+/// Journal entries one `GetRunJournal` answers at most.
+const JOURNAL_PAGE: u64 = 1_000;
+/// The largest signal name and payload a `SignalRun` may carry.
+const MAX_SIGNAL_BYTES: usize = 256;
+const MAX_SIGNAL_PAYLOAD_BYTES: usize = 64 * 1024;
+
+impl SignedApi {
+    /// The run, when `caller` has `needed` access to it.
+    async fn authorized_run(
+        &self,
+        caller: &Caller,
+        run_id: &str,
+        needed: AccessRole,
+    ) -> Result<Run, ApiError> {
+        let run = self.turns.runs().get(run_id).await?;
+        authz::require_run(
+            &self.control,
+            &caller.account,
+            run_id,
+            run.agent_id.as_deref(),
+            run.account_id.as_deref(),
+            needed,
+        )
+        .await?;
+        Ok(run)
+    }
+
+    pub(super) async fn run_action(
+        &self,
+        caller: &Caller,
+        action: Action,
+    ) -> Result<Vec<u8>, ApiError> {
+        let runs = self.turns.runs();
+        match action {
+            Action::GetRun { run_id } => {
+                let run = self
+                    .authorized_run(caller, &run_id, AccessRole::Reader)
+                    .await?;
+                ok(&GetRunResponse {
+                    run: render::run(&run),
+                })
+            }
+            Action::ListRuns {
+                root_run_id,
+                session_id,
+                agent_id,
+                status,
+                limit,
+            } => {
+                let status = match status.as_deref() {
+                    None => None,
+                    Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
+                        ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            format!("ListRuns: status {text:?} is not a run status"),
+                        )
+                    })?),
+                };
+                let scope = match (root_run_id, session_id, agent_id) {
+                    (Some(root), None, None) => {
+                        let run = self
+                            .authorized_run(caller, &root, AccessRole::Reader)
+                            .await?;
+                        RunScope::Root(run.root_run_id)
+                    }
+                    (None, Some(session_id), None) => {
+                        authz::require_session(
+                            &self.control,
+                            &caller.account,
+                            &session_id,
+                            AccessRole::Reader,
+                        )
+                        .await?;
+                        RunScope::Session(session_id)
+                    }
+                    (None, None, Some(agent_id)) => {
+                        authz::require_read(&self.control, &caller.account, &agent_id).await?;
+                        RunScope::Agent(agent_id)
+                    }
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            "ListRuns: give exactly one of rootRunId, sessionId and agentId",
+                        ))
+                    }
+                };
+                let found = runs.list(&scope, status, limit).await?;
+                ok(&ListRunsResponse {
+                    runs: found.iter().map(render::run).collect(),
+                })
+            }
+            Action::CancelRun { run_id } => {
+                self.authorized_run(caller, &run_id, AccessRole::Writer)
+                    .await?;
+                let canceled = runs.cancel(&run_id).await?;
+                ok(&CancelRunResponse { run_id, canceled })
+            }
+            Action::SignalRun {
+                run_id,
+                signal,
+                payload,
+            } => {
+                if signal.is_empty() || signal.len() > MAX_SIGNAL_BYTES {
+                    return Err(ApiError::bad_request(
+                        ApiCode::BadRequest,
+                        format!("SignalRun: signal must be 1..={MAX_SIGNAL_BYTES} bytes"),
+                    ));
+                }
+                let payload = match &payload {
+                    Some(ipld) => to_json(ipld).map_err(|e| {
+                        ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            format!("SignalRun: the payload cannot be kept as JSON: {e}"),
+                        )
+                    })?,
+                    None => Value::Null,
+                };
+                if payload.to_string().len() > MAX_SIGNAL_PAYLOAD_BYTES {
+                    return Err(ApiError::new(
+                        413,
+                        ApiCode::BodyTooLarge,
+                        format!("SignalRun: the payload exceeds {MAX_SIGNAL_PAYLOAD_BYTES} bytes"),
+                    ));
+                }
+                self.authorized_run(caller, &run_id, AccessRole::Writer)
+                    .await?;
+                let delivered = runs.signal(&run_id, &signal, &payload).await?;
+                ok(&SignalRunResponse { run_id, delivered })
+            }
+            Action::GetRunJournal { run_id, after_seq } => {
+                self.authorized_run(caller, &run_id, AccessRole::Reader)
+                    .await?;
+                let entries = runs
+                    .journal(&run_id, after_seq.unwrap_or(0), JOURNAL_PAGE)
+                    .await?;
+                ok(&GetRunJournalResponse {
+                    run_id,
+                    entries: entries
+                        .iter()
+                        .map(|e| RunJournalEntryInfo {
+                            run_id: e.run_id.clone(),
+                            seq: e.seq,
+                            entry: to_ipld(&e.entry),
+                            created_at: e.created_at_ms,
+                        })
+                        .collect(),
+                })
+            }
+            other => Err(ApiError::bad_request(
+                ApiCode::UnsupportedAction,
+                format!("the action {} is not a run action", other.name()),
+            )),
+        }
+    }
+}
