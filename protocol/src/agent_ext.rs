@@ -62,6 +62,10 @@ pub struct TurnContext {
     pub transcript: Vec<TranscriptItem>,
     /// Most output tokens per model call.
     pub max_tokens: u32,
+    /// The turn resumes after delegated work answered: the transcript is
+    /// the whole conversation and the prompt adds no user message.
+    #[serde(default)]
+    pub resume: bool,
 }
 
 /// The provider a turn calls: its Seed `type`, the endpoint the sidecar
@@ -153,6 +157,12 @@ pub struct VerbResult {
     /// successor session): the agent stops after reporting the result.
     #[serde(default)]
     pub ends_turn: bool,
+    /// The verb handed work to a child whose result the turn waits for
+    /// (`delegate`): the agent reports no result for this call (the
+    /// sidecar logs the child's when it ends) and ends the turn after the
+    /// step; the next turn resumes from the log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parked: bool,
 }
 
 /// `text` cut to at most `max` bytes on a UTF-8 boundary, with a notice

@@ -51,6 +51,7 @@ fn child(id: &str, parent: &Run) -> NewRun {
         root_run_id: parent.root_run_id.clone(),
         tool_call_id: Some(format!("call-{id}")),
         depth: parent.depth + 1,
+        awaits: true,
     });
     run
 }

@@ -136,6 +136,7 @@ fn error(message: String) -> VerbResult {
         output: Value::String(message),
         is_error: true,
         ends_turn: false,
+        parked: false,
     }
 }
 
@@ -169,11 +170,13 @@ pub(super) async fn run_verb(agent: &Agent, session: &str, call: &ToolCall) -> V
             output: answer["content"].clone(),
             is_error: false,
             ends_turn: false,
+            parked: false,
         },
         Ok(_) => VerbResult {
             output: Value::String(format!("wrote {path}")),
             is_error: false,
             ends_turn: false,
+            parked: false,
         },
         Err(e) => error(format!("{method} failed: {}", e.message)),
     }

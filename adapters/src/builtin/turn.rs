@@ -46,6 +46,7 @@ fn skipped(why: &str) -> VerbResult {
         output: Value::String(why.to_owned()),
         is_error: true,
         ends_turn: false,
+        parked: false,
     }
 }
 
@@ -121,7 +122,12 @@ pub(super) async fn run(
             )
         }
     };
-    messages.push(Message::User { text });
+    // A resumed turn continues from the log, which already ends where the
+    // delegated work answered: no new user message.
+    let resume = matches!(&source, Source::Sidecar(ctx) if ctx.resume);
+    if !resume {
+        messages.push(Message::User { text });
+    }
     // Every tool call id this conversation already holds.
     let mut used_ids: std::collections::HashSet<String> = messages
         .iter()
@@ -187,6 +193,7 @@ pub(super) async fn run(
             break;
         }
         let mut ends = false;
+        let mut parked = false;
         for (n, call) in step.calls.iter().enumerate() {
             let result = if cancel.is_cancelled() || ends {
                 // Every call gets a result, so the next request is whole.
@@ -204,6 +211,7 @@ pub(super) async fn run(
                 run_tool(agent, session, &source, call).await
             };
             ends |= result.ends_turn;
+            parked |= result.parked;
             messages.push(Message::ToolResult {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
@@ -215,7 +223,10 @@ pub(super) async fn run(
             stop = "cancelled";
             break;
         }
-        if ends {
+        // Delegated work the turn waits for: the calls of this step were
+        // all made, and the next model call waits for the children's
+        // results, which a resumed turn reads from the log.
+        if ends || parked {
             stop = "end_turn";
             break;
         }
@@ -457,15 +468,21 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
                 output: Value::String(format!("the client's verb answer is malformed: {e}")),
                 is_error: true,
                 ends_turn: false,
+                parked: false,
             }),
             Err(e) => VerbResult {
                 output: Value::String(e.message),
                 is_error: true,
                 ends_turn: false,
+                parked: false,
             },
         },
         Source::Local => super::local::run_verb(agent, session, call).await,
     };
+    if result.parked {
+        // The child's result is this call's, logged when the child ends.
+        return result;
+    }
     let stored = agent_ext::stored_output(&result.output);
     agent
         .peer

@@ -457,6 +457,10 @@ pub const MIGRATIONS: &[Migration] = &[
                 plan_step_id TEXT,
                 step_label TEXT,
                 child_count INTEGER NOT NULL DEFAULT 0 CHECK (child_count >= 0),
+                -- A child its parent waits for, and whether its result has
+                -- reached the parent (at most once).
+                parent_awaits INTEGER NOT NULL DEFAULT 0 CHECK (parent_awaits = 0 OR parent_awaits = 1),
+                resolved INTEGER NOT NULL DEFAULT 0 CHECK (resolved = 0 OR resolved = 1),
                 journal_seq INTEGER NOT NULL DEFAULT 0 CHECK (journal_seq >= 0),
                 journal_bytes INTEGER NOT NULL DEFAULT 0 CHECK (journal_bytes >= 0),
                 created_at_ms INTEGER NOT NULL,
@@ -488,6 +492,10 @@ pub const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX agentos_core_runs_by_root ON agentos_core_runs (root_run_id, created_at_ms)",
             "CREATE INDEX agentos_core_runs_by_parent ON agentos_core_runs (parent_run_id)
                 WHERE parent_run_id IS NOT NULL",
+            // Ended children whose result has not reached their parent yet.
+            "CREATE INDEX agentos_core_runs_unresolved ON agentos_core_runs (parent_run_id)
+                WHERE parent_awaits = 1 AND resolved = 0
+                  AND (status = 'succeeded' OR status = 'failed' OR status = 'canceled')",
             "CREATE INDEX agentos_core_runs_by_session ON agentos_core_runs (session_id, created_at_ms)
                 WHERE session_id IS NOT NULL",
             "CREATE INDEX agentos_core_runs_by_agent ON agentos_core_runs (agent_id, created_at_ms)

@@ -233,9 +233,12 @@ impl Host {
         let resolved = self.resolve(turn.session_id).await?;
         let provider = resolved.provider()?.clone();
         let (base_url, public_only) = self.endpoints.resolve(&provider)?;
+        // A resumed turn's conversation is the whole log: its words were
+        // answered by the turn that delegated, and the children's results
+        // follow that turn's calls.
         let floor = transcript::Floor {
-            at: turn.input_floor,
-            retry: turn.retry,
+            at: turn.input_floor.filter(|_| !turn.resume),
+            retry: turn.retry && !turn.resume,
             attempt_from: None,
         };
         let items = transcript::rebuild(&self.store, turn.session_id, floor)
@@ -262,6 +265,7 @@ impl Host {
             tools,
             transcript: items,
             max_tokens: MAX_TOKENS,
+            resume: turn.resume,
         })
     }
 

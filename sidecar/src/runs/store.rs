@@ -30,8 +30,8 @@ const COLUMNS: &str = "run_id, account_id, root_run_id, parent_run_id, parent_to
      idempotency_key, input_json, output_json, error_json, wait_json, usage_json, budget_json, \
      plan_json, obligations_json, source_text, source_cid, plan_step_id, step_label, \
      child_count, journal_seq, journal_bytes, created_at_ms, started_at_ms, finished_at_ms, \
-     updated_at_ms";
-const WIDTH: usize = 40;
+     updated_at_ms, parent_awaits, resolved";
+const WIDTH: usize = 42;
 
 /// A waiting row's `not_before_ms` when no clock wakes it.
 pub(crate) const NEVER: i64 = i64::MAX;
@@ -95,6 +95,8 @@ fn decode(mut r: Row) -> Result<Run, DbError> {
         started_at_ms: r.opt_int(37)?,
         finished_at_ms: r.opt_int(38)?,
         updated_at_ms: r.int(39)?,
+        parent_awaits: r.flag(40)?,
+        resolved: r.flag(41)?,
     })
 }
 
@@ -150,14 +152,15 @@ impl RunStore {
         lease: Option<(&str, i64)>,
         now: i64,
     ) -> Vec<Statement> {
-        let (root, parent, tool_call, depth) = match &run.parent {
+        let (root, parent, tool_call, depth, awaits) = match &run.parent {
             Some(p) => (
                 p.root_run_id.clone(),
                 Some(p.run_id.clone()),
                 p.tool_call_id.clone(),
                 p.depth,
+                p.awaits,
             ),
-            None => (run.run_id.clone(), None, None, 0),
+            None => (run.run_id.clone(), None, None, 0, false),
         };
         let live = status.is_live();
         let mut out = vec![Statement::new(
@@ -167,9 +170,9 @@ impl RunStore {
                  origin, title, queue, status, attempt, max_attempts, not_before_ms, \
                  lease_owner, lease_expires_at_ms, idempotency_key, input_json, budget_json, \
                  source_text, source_cid, plan_step_id, step_label, created_at_ms, \
-                 started_at_ms, updated_at_ms) \
+                 started_at_ms, updated_at_ms, parent_awaits) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27)"
+                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29)"
             ),
             vec![
                 run.run_id.as_str().into(),
@@ -200,6 +203,7 @@ impl RunStore {
                 run.step_label.clone().into(),
                 now.into(),
                 live.then_some(now).into(),
+                i64::from(awaits).into(),
             ],
         )
         .expect_changes(1)];
@@ -354,7 +358,11 @@ impl RunStore {
         retry_at: Option<i64>,
         now: i64,
     ) -> Statement {
+        if *finish == Finish::AwaitChildren {
+            return Self::await_children_statement(run_id, now);
+        }
         let (status, output, error) = match finish {
+            Finish::AwaitChildren => ("waiting", None, None),
             Finish::Succeeded(v) => ("succeeded", Some(v), None),
             Finish::Failed(e) if retry_at.is_some() => ("queued", None, Some(e)),
             Finish::Failed(e) => ("failed", None, Some(e)),
@@ -383,6 +391,116 @@ impl RunStore {
                 retry_at.into(),
             ],
         )
+    }
+
+    /// A live turn that delegated ends waiting for its unresolved awaited
+    /// children, their call ids in its wait; with none left (every child
+    /// already answered) it is queued at once to resume.
+    fn await_children_statement(run_id: &str, now: i64) -> Statement {
+        let pending = format!(
+            "FROM {RUNS} c WHERE c.parent_run_id = ?1 AND c.parent_awaits = 1 AND c.resolved = 0"
+        );
+        Statement::new(
+            format!(
+                "UPDATE {RUNS} SET \
+                   status = CASE WHEN cancel_requested = 1 THEN 'canceled' \
+                     WHEN EXISTS (SELECT 1 {pending}) THEN 'waiting' ELSE 'queued' END, \
+                   wait_json = CASE WHEN cancel_requested = 0 AND EXISTS (SELECT 1 {pending}) \
+                     THEN json_object('reason', 'children', 'toolCallIds', \
+                       (SELECT json_group_array(c.parent_tool_call_id) {pending})) \
+                     ELSE NULL END, \
+                   not_before_ms = CASE WHEN EXISTS (SELECT 1 {pending}) THEN ?3 ELSE 0 END, \
+                   finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?2 ELSE NULL END, \
+                   output_json = NULL, lease_owner = NULL, lease_expires_at_ms = NULL, \
+                   started_at_ms = coalesce(started_at_ms, ?2), updated_at_ms = ?2 \
+                 WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
+            ),
+            vec![run_id.into(), now.into(), NEVER.into()],
+        )
+    }
+
+    /// Marks a child's result as delivered to its parent, at most once (the
+    /// first statement fails the transaction when it was already), and
+    /// shrinks the parent's wait, queueing it to resume when no awaited
+    /// child is left. Travels with the append of the result to the
+    /// parent's log.
+    pub fn resolve_child_statements(child: &Run, now: i64) -> Vec<Statement> {
+        let parent = child.parent_run_id.clone().unwrap_or_default();
+        let pending = format!(
+            "FROM {RUNS} c WHERE c.parent_run_id = ?1 AND c.parent_awaits = 1 AND c.resolved = 0"
+        );
+        let waiting_on_children = "status = 'waiting' \
+             AND json_extract(wait_json, '$.reason') = 'children'";
+        vec![
+            Statement::new(
+                format!("UPDATE {RUNS} SET resolved = 1 WHERE run_id = ?1 AND resolved = 0"),
+                vec![child.run_id.as_str().into()],
+            )
+            .expect_changes(1),
+            Statement::new(
+                format!(
+                    "UPDATE {RUNS} SET wait_json = json_set(wait_json, '$.toolCallIds', \
+                       json((SELECT json_group_array(c.parent_tool_call_id) {pending}))), \
+                       updated_at_ms = ?2 \
+                     WHERE run_id = ?1 AND {waiting_on_children} AND EXISTS (SELECT 1 {pending})"
+                ),
+                vec![parent.as_str().into(), now.into()],
+            ),
+            Statement::new(
+                format!(
+                    "UPDATE {RUNS} SET status = 'queued', wait_json = NULL, not_before_ms = 0, \
+                       updated_at_ms = ?2 \
+                     WHERE run_id = ?1 AND {waiting_on_children} \
+                       AND NOT EXISTS (SELECT 1 {pending})"
+                ),
+                vec![parent.into(), now.into()],
+            ),
+        ]
+    }
+
+    /// Marks a child resolved (and wakes its parent as above) without an
+    /// append; false when it already was.
+    pub async fn resolve_child(&self, child: &Run, now: i64) -> Result<bool, DbError> {
+        match self
+            .db
+            .transaction(Self::resolve_child_statements(child, now))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(DbError::ExpectedChanges { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ended children whose result has not reached their parent.
+    pub async fn unresolved_children(&self) -> Result<Vec<Run>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM {RUNS} WHERE parent_awaits = 1 AND resolved = 0 \
+                     AND (status = 'succeeded' OR status = 'failed' OR status = 'canceled') \
+                     AND parent_run_id IS NOT NULL"
+                ),
+                vec![],
+            )
+            .await?;
+        decode_all(rows)
+    }
+
+    /// The live turn of a session, if any.
+    pub async fn live_turn(&self, session_id: &str) -> Result<Option<Run>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM {RUNS} WHERE session_id = ?1 AND kind = 'agent' \
+                     AND (status = 'claimed' OR status = 'running')"
+                ),
+                vec![session_id.into()],
+            )
+            .await?;
+        first(Some(rows))
     }
 
     /// Ends a live run and answers it as read back (None when it was not

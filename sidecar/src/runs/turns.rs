@@ -210,7 +210,16 @@ impl Executor for TurnExecutor {
         if live.is_stopped() {
             return Outcome::Busy;
         }
-        let retry = run.input["retry"] == Value::Bool(true) || run.attempt > 1;
+        // A run claimed again after its turn completed and parked on its
+        // children resumes; after a failed attempt it retries.
+        let resume = run.attempt > 1
+            && matches!(
+                self.sessions
+                    .prompt_result(&session_id, &prompt_id_of(&run.run_id, run.attempt - 1))
+                    .await,
+                Ok(Some(Ok(_)))
+            );
+        let retry = !resume && (run.input["retry"] == Value::Bool(true) || run.attempt > 1);
         let answer = self
             .sessions
             .run_turn(
@@ -220,6 +229,7 @@ impl Executor for TurnExecutor {
                 Actor::System,
                 input_at,
                 retry,
+                resume,
                 RunLink::of(&run),
             )
             .await;

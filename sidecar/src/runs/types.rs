@@ -190,6 +190,9 @@ pub struct ParentLink {
     pub root_run_id: String,
     pub tool_call_id: Option<String>,
     pub depth: u32,
+    /// The parent waits for this child's result (a detached child's parent
+    /// does not).
+    pub awaits: bool,
 }
 
 /// What a new run is made of.
@@ -280,6 +283,9 @@ pub struct Run {
     pub plan_step_id: Option<String>,
     pub step_label: Option<String>,
     pub child_count: u64,
+    pub parent_awaits: bool,
+    /// The child's result reached its parent.
+    pub resolved: bool,
     pub journal_seq: u64,
     pub journal_bytes: u64,
     pub created_at_ms: i64,
@@ -294,6 +300,10 @@ pub enum Finish {
     Succeeded(Value),
     Failed(Value),
     Canceled,
+    /// The turn ended waiting for the children it delegated to: the run
+    /// waits for those whose results have not reached it (or, when every
+    /// one already has, goes straight back to the queue to resume).
+    AwaitChildren,
 }
 
 /// One journal entry as stored.

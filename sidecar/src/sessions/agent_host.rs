@@ -17,6 +17,11 @@ pub struct TurnScope<'a> {
     /// The running prompt retries a failed one: what the agent did from the
     /// floor on was that failed attempt.
     pub retry: bool,
+    /// The run the turn works, which a delegated child hangs from.
+    pub run_id: Option<&'a str>,
+    /// The turn resumes its run after its children answered: the whole log
+    /// is the conversation, and no new words follow it.
+    pub resume: bool,
 }
 
 #[async_trait::async_trait]

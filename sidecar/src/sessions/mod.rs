@@ -284,6 +284,20 @@ impl Sessions {
         updates: Vec<Value>,
         during_turn: bool,
     ) -> Result<u64, SessionError> {
+        self.append_with(session_id, actor, updates, during_turn, Vec::new())
+            .await
+    }
+
+    /// As [`Sessions::append`], with `extra` statements that commit with the
+    /// events or not at all.
+    pub async fn append_with(
+        &self,
+        session_id: &str,
+        actor: Actor,
+        updates: Vec<Value>,
+        during_turn: bool,
+        extra: Vec<agentos_schema::Statement>,
+    ) -> Result<u64, SessionError> {
         self.row(session_id).await?;
         let events: Vec<store::NewEvent> = updates
             .iter()
@@ -300,6 +314,7 @@ impl Sessions {
             || Err(SessionError::RouteGone),
             |reply| Command::Append {
                 events: events.clone(),
+                extra: extra.clone(),
                 during_turn,
                 reply,
             },
@@ -534,6 +549,7 @@ impl Sessions {
         actor: Actor,
         input_at: u64,
         retry: bool,
+        resume: bool,
         link: RunLink,
     ) -> Result<PromptOutcome, SessionError> {
         self.row(session_id).await?;
@@ -554,6 +570,7 @@ impl Sessions {
                 input_at: Some(input_at),
                 retry,
                 run: Some(link.clone()),
+                resume,
             },
             reply,
         })
@@ -704,6 +721,7 @@ impl Sessions {
                     input_at,
                     retry: input_at.is_some(),
                     run: None,
+                    resume: false,
                 };
                 Command::Prompt { request, reply }
             })

@@ -101,6 +101,7 @@ pub(crate) fn failure(code: &str, message: impl std::fmt::Display) -> VerbResult
         output: Value::String(format!("{code}: {message}")),
         is_error: true,
         ends_turn: false,
+        parked: false,
     }
 }
 
@@ -109,6 +110,7 @@ pub(crate) fn success(output: Value) -> VerbResult {
         output,
         is_error: false,
         ends_turn: false,
+        parked: false,
     }
 }
 

@@ -163,5 +163,6 @@ pub(super) async fn continue_session(
         output: json!({ "sessionId": successor, "title": title }),
         is_error: false,
         ends_turn: true,
+        parked: false,
     }
 }

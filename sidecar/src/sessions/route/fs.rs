@@ -24,6 +24,8 @@ impl Route {
                 session_id: &self.session_id,
                 input_floor: self.input_floor.map(|(floor, _)| floor),
                 retry: self.input_floor.is_some_and(|(_, retry)| retry),
+                run_id: self.turn_run.as_deref(),
+                resume: self.resume,
             };
             return agent.host.serve(scope, method, params).await;
         }

@@ -67,6 +67,9 @@ pub(crate) struct PromptRequest {
     /// The run this turn works (claimed from the queue); without one the
     /// accept inserts the turn's own run, already running.
     pub run: Option<RunLink>,
+    /// The turn resumes its run after the children it waited for
+    /// answered: the agent continues from the log, with no new words.
+    pub resume: bool,
 }
 
 /// The setting that bounds the messages queued for one session's turns
@@ -111,6 +114,8 @@ pub(crate) enum Command {
     /// Answers the last sequence.
     Append {
         events: Vec<NewEvent>,
+        /// Statements that commit with the events or not at all.
+        extra: Vec<agentos_schema::Statement>,
         during_turn: bool,
         reply: oneshot::Sender<Result<u64, SessionError>>,
     },
@@ -154,6 +159,10 @@ pub(crate) struct Route {
     /// The running prompt's first input sequence and whether it is a
     /// retry (see `TurnScope`).
     input_floor: Option<(u64, bool)>,
+    /// The running turn's run, and whether the turn resumes it after its
+    /// children answered (see `TurnScope`).
+    turn_run: Option<String>,
+    resume: bool,
     session_id: String,
     acp_session_id: String,
     policy: PermissionPolicy,
@@ -261,6 +270,8 @@ impl Route {
                         }
                         let ended = self.turn(request, reply, &mut commands).await;
                         self.input_floor = None;
+                        self.turn_run = None;
+                        self.resume = false;
                         if let Some((_, done)) = ended {
                             let _ = done.send(());
                             break;
@@ -283,8 +294,8 @@ impl Route {
                         let _ = reply.send(());
                         break;
                     }
-                    Some(Command::Append { events, reply, .. }) => {
-                        let result = self.commit(events, vec![]).await;
+                    Some(Command::Append { events, extra, reply, .. }) => {
+                        let result = self.commit(events, extra).await;
                         let _ = reply.send(result.map(|()| self.counters.latest_sequence));
                         if self.lost_commit.is_some() {
                             self.end_after_lost_commit().await;

@@ -154,6 +154,8 @@ impl Route {
             exited: false,
             committer,
             in_flight: VecDeque::new(),
+            turn_run: None,
+            resume: false,
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,
             lost_commit: None,

@@ -20,6 +20,8 @@ pub(super) struct Turn {
     pub(super) run_id: Option<String>,
     /// The queue's claim, which says whether a failure is retried.
     pub(super) run: Option<crate::runs::RunLink>,
+    /// A verb of this turn delegated to children the run waits for.
+    pub(super) parked: bool,
     /// The running prompt's idempotency key: a concurrent send of the same
     /// key is `prompt_in_progress`, not `session_busy`.
     pub(super) idempotency_key: Option<String>,

@@ -139,8 +139,11 @@ impl Route {
         let _awake = shared
             .keep_awake
             .hold(&shared.notices, &self.session_id, &request.prompt_id);
+        self.turn_run = run_id.clone();
+        self.resume = request.resume;
         let mut turn = Turn {
             prompt_id: request.prompt_id.clone(),
+            parked: false,
             run_id,
             run: request.run.clone(),
             idempotency_key: request.idempotency_key.clone(),
@@ -233,7 +236,13 @@ impl Route {
                         Some(Command::Append { reply, during_turn: false, .. }) => {
                             let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
                         }
-                        Some(Command::Append { events, reply, during_turn: true }) => {
+                        Some(Command::Append { events, extra, reply, during_turn: true }) if !extra.is_empty() => {
+                            // With its own statements (a child's result and
+                            // its resolution): one transaction of its own.
+                            let result = self.commit(events, extra).await;
+                            let _ = reply.send(result.map(|()| self.counters.latest_sequence));
+                        }
+                        Some(Command::Append { events, reply, during_turn: true, .. }) => {
                             // After the agent's updates so far; the live
                             // chunk buffer stays open.
                             for event in events {
@@ -380,6 +389,15 @@ impl Route {
                         } else {
                             self.serve_request(&method, params).await
                         };
+                        // A verb that handed work to children the turn
+                        // waits for: the turn ends waiting, not done.
+                        if method == agentos_protocol::agent_ext::methods::VERB
+                            && answer
+                                .as_ref()
+                                .is_ok_and(|v| v["parked"] == Value::Bool(true))
+                        {
+                            turn.parked = true;
+                        }
                         let _ = self.conn.respond(&id, answer);
                     }
                 }
@@ -611,6 +629,7 @@ impl Route {
         if let Some(run_id) = &turn.run_id {
             let finish = match (state, &result, &error) {
                 (PromptState::Cancelled, _, _) => Finish::Canceled,
+                (PromptState::Completed, _, _) if turn.parked => Finish::AwaitChildren,
                 (_, Some(outcome), _) => Finish::Succeeded(json!({
                     "promptId": outcome.prompt_id,
                     "stopReason": outcome.stop_reason,
