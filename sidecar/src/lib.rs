@@ -12,6 +12,7 @@ pub mod http;
 pub mod maintenance;
 pub mod private;
 pub mod sandbox;
+pub mod scripts;
 pub mod seed_client;
 pub mod serve;
 pub mod sessions;
