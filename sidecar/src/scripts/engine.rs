@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use rquickjs::loader::{ImportAttributes, Loader, Resolver};
 use rquickjs::promise::PromiseState;
-use rquickjs::{Coerced, Context, Ctx, Exception, FromJs, Function, Module, Object, Promise, Runtime};
+use rquickjs::{
+    Coerced, Context, Ctx, Exception, FromJs, Function, Module, Object, Promise, Runtime,
+};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
@@ -122,7 +124,9 @@ impl Resolver for NoImports {
         name: &str,
         _attributes: Option<ImportAttributes<'js>>,
     ) -> rquickjs::Result<String> {
-        Err(rquickjs::Error::new_resolving_message(base, name, NO_IMPORTS))
+        Err(rquickjs::Error::new_resolving_message(
+            base, name, NO_IMPORTS,
+        ))
     }
 }
 
@@ -482,12 +486,7 @@ fn load<'js>(
     source: &str,
 ) -> Result<Function<'js>, Halt> {
     if source.len() > limits.max_source_bytes {
-        return Err(ScriptError::invalid(format!(
-            "the source is {} bytes, over max_source_bytes ({})",
-            source.len(),
-            limits.max_source_bytes
-        ))
-        .into());
+        return Err(too_large(limits, source).into());
     }
     // A load failure that is not a realm limit is the module's fault.
     let invalid = |halt: Halt| match halt {
@@ -537,13 +536,14 @@ fn load<'js>(
         .collect::<rquickjs::Result<_>>()
         .map_err(|e| js_failure(ctx, limits, fuel, e))?;
     if !names.iter().any(|n| n == "default") {
-        return Err(ScriptError::invalid(format!("the module has no default export; {SHAPE}")).into());
+        return Err(
+            ScriptError::invalid(format!("the module has no default export; {SHAPE}")).into(),
+        );
     }
     if let Some(other) = names.iter().find(|n| *n != "default") {
-        return Err(ScriptError::invalid(format!(
-            "the module also exports `{other}`; {SHAPE}"
-        ))
-        .into());
+        return Err(
+            ScriptError::invalid(format!("the module also exports `{other}`; {SHAPE}")).into(),
+        );
     }
     let main: rquickjs::Value = namespace
         .get("default")
@@ -561,13 +561,17 @@ fn load<'js>(
     }
 }
 
+pub(crate) fn too_large(limits: &ScriptLimits, source: &str) -> ScriptError {
+    ScriptError::invalid(format!(
+        "the source is {} bytes, over max_source_bytes ({})",
+        source.len(),
+        limits.max_source_bytes
+    ))
+}
+
 pub(crate) fn check(limits: &ScriptLimits, source: &str) -> Result<(), ScriptError> {
     if source.len() > limits.max_source_bytes {
-        return Err(ScriptError::invalid(format!(
-            "the source is {} bytes, over max_source_bytes ({})",
-            source.len(),
-            limits.max_source_bytes
-        )));
+        return Err(too_large(limits, source));
     }
     let realm = realm(limits, Stop::never())?;
     let fuel = realm.fuel.clone();
@@ -734,7 +738,9 @@ impl<'js> Pump<'_, 'js> {
             if left > 0 {
                 self.live.host.log(
                     "warn",
-                    &format!("{left} journaled effect(s) were not reached by this run of the script"),
+                    &format!(
+                        "{left} journaled effect(s) were not reached by this run of the script"
+                    ),
                 );
             }
         }
@@ -784,9 +790,7 @@ impl<'js> Pump<'_, 'js> {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return ScriptOutcome::Failed(ScriptError::engine(
-                        "the effect channel closed",
-                    ))
+                    return ScriptOutcome::Failed(ScriptError::engine("the effect channel closed"))
                 }
             }
         }
@@ -857,7 +861,12 @@ impl<'js> Pump<'_, 'js> {
         }
     }
 
-    fn deliver(&mut self, id: u32, meta: Meta, result: Result<Value, EffectError>) -> Result<(), Halt> {
+    fn deliver(
+        &mut self,
+        id: u32,
+        meta: Meta,
+        result: Result<Value, EffectError>,
+    ) -> Result<(), Halt> {
         self.fuel.reset();
         let call_seq = meta.call_seq as f64;
         let called = match result {
@@ -1012,7 +1021,8 @@ impl<'js> Pump<'_, 'js> {
             } => self.wait(id, counter, match_, timeout_ms, label),
             Op::Now => {
                 let group = self.replay.take(journal::NOW_KEY);
-                if let Some((g, entry)) = group.as_ref().and_then(|g| g.find("now").map(|e| (g, e))) {
+                if let Some((g, entry)) = group.as_ref().and_then(|g| g.find("now").map(|e| (g, e)))
+                {
                     let meta = Meta {
                         call_seq: g.call_seq,
                         tool: None,
@@ -1027,7 +1037,8 @@ impl<'js> Pump<'_, 'js> {
                     tool: None,
                 };
                 self.spawn(id, meta, async move {
-                    let entry = journal::entry("now", call_seq, journal::NOW_KEY, json!({"value": now}));
+                    let entry =
+                        journal::entry("now", call_seq, journal::NOW_KEY, json!({"value": now}));
                     live.append(vec![entry]).await?;
                     Ok(TaskOutput::Deliver(Ok(Value::from(now))))
                 });
@@ -1112,7 +1123,10 @@ impl<'js> Pump<'_, 'js> {
             return self.ready(
                 id,
                 meta,
-                Err(EffectError::new("invalid_step", "ctx.step ended a step that is not open")),
+                Err(EffectError::new(
+                    "invalid_step",
+                    "ctx.step ended a step that is not open",
+                )),
             );
         };
         let live = self.live.clone();
@@ -1122,7 +1136,12 @@ impl<'js> Pump<'_, 'js> {
         };
         self.spawn(id, meta, async move {
             let key = format!("{}|end", journal::step_key(&label));
-            let entry = journal::entry("step", call_seq, &key, json!({"phase": "end", "value": value}));
+            let entry = journal::entry(
+                "step",
+                call_seq,
+                &key,
+                json!({"phase": "end", "value": value}),
+            );
             live.append(vec![entry]).await?;
             Ok(TaskOutput::Deliver(Ok(value)))
         });
@@ -1149,7 +1168,9 @@ impl<'js> Pump<'_, 'js> {
                 let wake_at = timer_wake(&g).unwrap_or(now);
                 let remaining = wake_at.saturating_sub(now);
                 if remaining > 0 && remaining as u128 > resident_max {
-                    self.end_with(Ending::Park(Park::Timer { wake_at_ms: wake_at }));
+                    self.end_with(Ending::Park(Park::Timer {
+                        wake_at_ms: wake_at,
+                    }));
                     return;
                 }
                 self.spawn(id, meta, async move {
@@ -1161,13 +1182,24 @@ impl<'js> Pump<'_, 'js> {
                 });
             }
             None => {
-                let wake_at = self.live.host.now_ms().saturating_add(ms as i64);
+                let wake_at = self
+                    .live
+                    .host
+                    .now_ms()
+                    .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
                 let resident = ms as u128 <= resident_max;
                 self.spawn(id, meta, async move {
-                    let timer = journal::entry("timer", call_seq, &key, json!({"ms": ms, "wakeAt": wake_at}));
+                    let timer = journal::entry(
+                        "timer",
+                        call_seq,
+                        &key,
+                        json!({"ms": ms, "wakeAt": wake_at}),
+                    );
                     live.append(vec![timer]).await?;
                     if !resident {
-                        return Ok(TaskOutput::Park(Park::Timer { wake_at_ms: wake_at }));
+                        return Ok(TaskOutput::Park(Park::Timer {
+                            wake_at_ms: wake_at,
+                        }));
                     }
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     fired(live, key).await?;
@@ -1188,7 +1220,9 @@ impl<'js> Pump<'_, 'js> {
         let key = journal::wait_key(&match_);
         let group = self.replay.take(&key);
         let live = self.live.clone();
-        let journaled = group.as_ref().and_then(|g| g.find("wait").map(|w| (g.call_seq, w.clone())));
+        let journaled = group
+            .as_ref()
+            .and_then(|g| g.find("wait").map(|w| (g.call_seq, w.clone())));
         let Some((call_seq, wait)) = journaled else {
             let call_seq = group.as_ref().map_or(counter, |g| g.call_seq);
             let meta = Meta {
@@ -1289,7 +1323,12 @@ fn merge_park(old: &mut Park, new: Park) {
         (Park::Event { timeout_at_ms, .. }, Park::Timer { wake_at_ms }) => {
             *timeout_at_ms = earliest(*timeout_at_ms, Some(wake_at_ms));
         }
-        (Park::Event { timeout_at_ms, .. }, Park::Event { timeout_at_ms: new, .. }) => {
+        (
+            Park::Event { timeout_at_ms, .. },
+            Park::Event {
+                timeout_at_ms: new, ..
+            },
+        ) => {
             *timeout_at_ms = earliest(*timeout_at_ms, new);
         }
     }

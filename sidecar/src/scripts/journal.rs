@@ -92,11 +92,7 @@ pub(crate) fn entry(kind: &str, call_seq: u64, key: &str, fields: Value) -> Valu
     Value::Object(map)
 }
 
-pub(crate) fn result_entry(
-    call_seq: u64,
-    key: &str,
-    result: &Result<Value, EffectError>,
-) -> Value {
+pub(crate) fn result_entry(call_seq: u64, key: &str, result: &Result<Value, EffectError>) -> Value {
     match result {
         Ok(value) => entry("result", call_seq, key, json!({"ok": true, "value": value})),
         Err(e) => entry(

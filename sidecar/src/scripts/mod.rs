@@ -153,10 +153,33 @@ impl ScriptEngine {
 
     /// Checks the module's shape without running effects (used when a
     /// script is submitted). The module's top level is evaluated, under the
-    /// same limits as a run, on the calling thread; `ctx` does not exist
-    /// there, so it can have no effect.
+    /// same limits as a run; `ctx` does not exist there, so it can have no
+    /// effect. It runs on a thread of its own with the stack QuickJS needs,
+    /// and blocks the caller until it ends (at most `compute_between_awaits`
+    /// of compute): call it from `spawn_blocking` on a runtime worker.
     pub fn check(&self, source: &str) -> Result<(), ScriptError> {
-        engine::check(&self.limits, source)
+        if source.len() > self.limits.max_source_bytes {
+            return Err(engine::too_large(&self.limits, source));
+        }
+        let limits = self.limits.clone();
+        let source = source.to_owned();
+        let spawned = std::thread::Builder::new()
+            .name("script-check".into())
+            .stack_size(thread_stack(&limits))
+            .spawn(move || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| engine::check(&limits, &source)))
+            });
+        match spawned {
+            Err(e) => Err(ScriptError::engine(format!(
+                "could not start the check thread: {e}"
+            ))),
+            Ok(thread) => match thread.join() {
+                Ok(Ok(checked)) => checked,
+                Ok(Err(panic)) | Err(panic) => {
+                    Err(ScriptError::EnginePanic(panic_message(&*panic)))
+                }
+            },
+        }
     }
 
     /// Runs (or reruns) one script run to its outcome. Setting `cancel`
@@ -181,12 +204,9 @@ impl ScriptEngine {
         let abandoned = Arc::new(AtomicBool::new(false));
         let _guard = AbandonOnDrop(abandoned.clone());
         let limits = self.limits.clone();
-        // QuickJS checks its own stack cap; the thread gets that plus room
-        // for the engine's Rust frames and the C code below the check.
-        let thread_stack = limits.stack_bytes.saturating_add(8 << 20);
         let spawned = std::thread::Builder::new()
             .name("script-run".into())
-            .stack_size(thread_stack)
+            .stack_size(thread_stack(&limits))
             .spawn(move || {
                 let stop = engine::Stop { cancel, abandoned };
                 let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -209,6 +229,12 @@ impl ScriptEngine {
             )),
         }
     }
+}
+
+/// QuickJS checks its own stack cap; its thread gets that plus room for the
+/// engine's Rust frames and the C code below the check.
+fn thread_stack(limits: &ScriptLimits) -> usize {
+    limits.stack_bytes.saturating_add(8 << 20)
 }
 
 /// Tells the script thread its caller is gone, so it stops instead of

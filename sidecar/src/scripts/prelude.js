@@ -31,6 +31,10 @@
   G.fetch = unavailable('fetch', 'use ctx.call() with a tool that reaches the network');
   G.XMLHttpRequest = unavailable('XMLHttpRequest', 'use ctx.call() with a tool that reaches the network');
   G.require = unavailable('require', 'scripts are self-contained modules; use ctx.call() for tools');
+  G.performance = Object.freeze({ now: unavailable('performance.now', 'use ctx.now()') });
+  // Garbage collection runs at different times in different runs.
+  G.WeakRef = unavailable('WeakRef', 'hold the object itself');
+  G.FinalizationRegistry = unavailable('FinalizationRegistry', 'release resources explicitly');
   G.eval = unavailable('eval', 'write the code in the script itself');
 
   const FunctionStub = unavailable('Function', 'write the code in the script itself');

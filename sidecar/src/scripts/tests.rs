@@ -31,6 +31,8 @@ struct Host {
     plans: Mutex<Vec<Value>>,
     logs: Mutex<Vec<(String, String)>>,
     panic_on_log: bool,
+    /// The `flaky` tool panics while this is set.
+    explode: bool,
     /// Told when the script logs or a hanging effect starts.
     signal: Option<mpsc::UnboundedSender<String>>,
 }
@@ -104,7 +106,8 @@ impl ScriptHost for Host {
                 self.tell("hang");
                 std::future::pending().await
             }
-            "explode" => panic!("the host fell over"),
+            "flaky" if self.explode => panic!("the host fell over"),
+            "flaky" => Ok(input),
             other => Err(EffectError::new("not_found", format!("no tool {other}"))),
         }
     }
@@ -175,7 +178,12 @@ fn script(body: &str) -> String {
 }
 
 /// Runs `source` with whatever the host has journaled so far.
-async fn run_on(engine: &ScriptEngine, host: &Arc<Host>, source: &str, input: Value) -> ScriptOutcome {
+async fn run_on(
+    engine: &ScriptEngine,
+    host: &Arc<Host>,
+    source: &str,
+    input: Value,
+) -> ScriptOutcome {
     let journal = host.journal.lock().unwrap().clone();
     let run = ScriptRun {
         run_id: "run-1".into(),
@@ -209,9 +217,18 @@ fn failed(outcome: ScriptOutcome) -> ScriptError {
 #[tokio::test]
 async fn a_plain_return_succeeds_and_undefined_is_null() {
     let host = Arc::new(Host::new());
-    assert_eq!(succeeded(run(&host, &script("return {a: [1, 'two']};")).await), json!({"a": [1, "two"]}));
-    assert_eq!(succeeded(run(&host, &script("return undefined;")).await), json!(null));
-    assert_eq!(succeeded(run(&host, &script("return () => 1;")).await), json!(null));
+    assert_eq!(
+        succeeded(run(&host, &script("return {a: [1, 'two']};")).await),
+        json!({"a": [1, "two"]})
+    );
+    assert_eq!(
+        succeeded(run(&host, &script("return undefined;")).await),
+        json!(null)
+    );
+    assert_eq!(
+        succeeded(run(&host, &script("return () => 1;")).await),
+        json!(null)
+    );
 }
 
 #[tokio::test]
@@ -224,7 +241,10 @@ async fn input_and_run_id_are_visible() {
         json!({"n": 7}),
     )
     .await;
-    assert_eq!(succeeded(out), json!({"input": {"n": 7}, "seen": 7, "runId": "run-1"}));
+    assert_eq!(
+        succeeded(out),
+        json!({"input": {"n": 7}, "seen": 7, "runId": "run-1"})
+    );
 }
 
 #[tokio::test]
@@ -233,15 +253,27 @@ async fn module_shape_errors_are_invalid_script() {
     assert!(engine.check(&script("return 1;")).is_ok());
     let cases = [
         ("export const x = 1;", "no default export"),
-        ("export default function (input, ctx) { return 1; }", "not an async function"),
+        (
+            "export default function (input, ctx) { return 1; }",
+            "not an async function",
+        ),
         ("export default 5;", "not an async function"),
         (
             "export const helper = 1;\nexport default async function (input, ctx) {}",
             "also exports `helper`",
         ),
-        ("export default async function (input, ctx) {", "SyntaxError"),
-        ("import x from 'other.js';\nexport default async function () {}", "imports are unavailable"),
-        ("throw new Error('top level broke');\nexport default async function () {}", "top level broke"),
+        (
+            "export default async function (input, ctx) {",
+            "SyntaxError",
+        ),
+        (
+            "import x from 'other.js';\nexport default async function () {}",
+            "imports are unavailable",
+        ),
+        (
+            "throw new Error('top level broke');\nexport default async function () {}",
+            "top level broke",
+        ),
     ];
     for (source, needle) in cases {
         let e = engine.check(source).expect_err(source);
@@ -279,6 +311,9 @@ async fn banned_globals_give_clear_errors() {
                'Function': () => new Function('return 1')(),
                'constructor': () => (function () {}).constructor('return 1')(),
                'AsyncFunction': () => (async function () {}).constructor('return 1'),
+               'performance.now': () => performance.now(),
+               'WeakRef': () => new WeakRef({}),
+               'FinalizationRegistry': () => new FinalizationRegistry(() => {}),
              };
              const out = {};
              for (const [name, f] of Object.entries(tries)) {
@@ -291,7 +326,10 @@ async fn banned_globals_give_clear_errors() {
     let out = succeeded(out);
     for (name, message) in out.as_object().unwrap() {
         let message = message.as_str().unwrap();
-        assert!(message.contains("unavailable in scripts"), "{name}: {message}");
+        assert!(
+            message.contains("unavailable in scripts"),
+            "{name}: {message}"
+        );
     }
     assert!(out["Date"].as_str().unwrap().contains("ctx.now()"));
     assert!(out["setTimeout"].as_str().unwrap().contains("ctx.sleep"));
@@ -307,7 +345,13 @@ async fn dynamic_import_is_refused() {
     )
     .await;
     let message = succeeded(out);
-    assert!(message.as_str().unwrap().contains("imports are unavailable"), "{message}");
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .contains("imports are unavailable"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -322,7 +366,10 @@ async fn text_encoder_and_decoder_round_trip_utf8() {
         ),
     )
     .await;
-    assert_eq!(succeeded(out), json!({"n": 14, "back": "héllo €𝄞", "bad": "a\u{fffd}b"}));
+    assert_eq!(
+        succeeded(out),
+        json!({"n": 14, "back": "héllo €𝄞", "bad": "a\u{fffd}b"})
+    );
 }
 
 #[tokio::test]
@@ -354,10 +401,24 @@ async fn a_big_allocation_hits_the_memory_limit() {
         memory_bytes: 16 << 20,
         ..ScriptLimits::default()
     });
-    let e = failed(run_on(&engine, &host, &script("const big = 'x'.repeat(64 << 20); return big.length;"), json!(null)).await);
+    let e = failed(
+        run_on(
+            &engine,
+            &host,
+            &script("const big = 'x'.repeat(64 << 20); return big.length;"),
+            json!(null),
+        )
+        .await,
+    );
     assert_eq!(e.code(), "memory_limit", "{e}");
     let e = failed(
-        run_on(&engine, &host, &script("const a = []; while (true) a.push(new Array(10000).fill(1.5));"), json!(null)).await,
+        run_on(
+            &engine,
+            &host,
+            &script("const a = []; while (true) a.push(new Array(10000).fill(1.5));"),
+            json!(null),
+        )
+        .await,
     );
     assert_eq!(e.code(), "memory_limit", "{e}");
 }
@@ -365,7 +426,13 @@ async fn a_big_allocation_hits_the_memory_limit() {
 #[tokio::test]
 async fn deep_recursion_hits_the_stack_limit() {
     let host = Arc::new(Host::new());
-    let e = failed(run(&host, &script("function f(n) { return f(n + 1) + 1; }\nreturn f(0);")).await);
+    let e = failed(
+        run(
+            &host,
+            &script("function f(n) { return f(n + 1) + 1; }\nreturn f(0);"),
+        )
+        .await,
+    );
     assert_eq!(e.code(), "stack_limit", "{e}");
 }
 
@@ -411,11 +478,20 @@ async fn an_effect_error_reaches_the_script_with_its_code() {
         json!({"isError": true, "code": "tool_failed", "message": "the tool broke", "tool": "fail", "callSeq": 1})
     );
     let result = &host.entries()[1];
-    assert_eq!(result["error"], json!({"code": "tool_failed", "message": "the tool broke"}));
+    assert_eq!(
+        result["error"],
+        json!({"code": "tool_failed", "message": "the tool broke"})
+    );
 
     // Uncaught, it fails the run with where it happened.
     let host = Arc::new(Host::new());
-    let e = failed(run(&host, &script("await ctx.now();\nawait ctx.call('fail', {});")).await);
+    let e = failed(
+        run(
+            &host,
+            &script("await ctx.now();\nawait ctx.call('fail', {});"),
+        )
+        .await,
+    );
     assert_eq!(e.code(), "script_error");
     assert_eq!(e.tool(), Some("fail"));
     assert_eq!(e.call_seq(), Some(2));
@@ -423,7 +499,11 @@ async fn an_effect_error_reaches_the_script_with_its_code() {
         panic!("{e:?}")
     };
     assert_eq!(thrown_code.as_deref(), Some("tool_failed"));
-    assert!(e.stack().unwrap_or("").contains("workflow.js:3"), "{:?}", e.stack());
+    assert!(
+        e.stack().unwrap_or("").contains("workflow.js:3"),
+        "{:?}",
+        e.stack()
+    );
 }
 
 #[tokio::test]
@@ -432,7 +512,11 @@ async fn a_thrown_error_fails_with_its_line() {
     let e = failed(run(&host, &script("const x = 1;\nthrow new TypeError('nope');")).await);
     assert_eq!(e.code(), "script_error");
     assert_eq!(e.to_string(), "TypeError: nope");
-    assert!(e.stack().unwrap_or("").contains("workflow.js:3"), "{:?}", e.stack());
+    assert!(
+        e.stack().unwrap_or("").contains("workflow.js:3"),
+        "{:?}",
+        e.stack()
+    );
 }
 
 #[tokio::test]
@@ -489,28 +573,48 @@ async fn a_rerun_after_a_crash_does_not_repeat_a_journaled_call() {
         calls: Mutex::new(host.calls.lock().unwrap().clone()),
         ..Host::new()
     });
-    assert_eq!(succeeded(run(&host, THREE_CALLS).await), json!(["first", 1, "third"]));
+    assert_eq!(
+        succeeded(run(&host, THREE_CALLS).await),
+        json!(["first", 1, "third"])
+    );
     assert_eq!(host.calls_of("echo"), vec![json!("first"), json!("third")]);
     // The second call was never journaled and ran in the rerun only.
     assert_eq!(host.calls_of("count").len(), 1);
     // A third run replays everything and calls nothing.
     let before = host.calls.lock().unwrap().len();
-    assert_eq!(succeeded(run(&host, THREE_CALLS).await), json!(["first", 1, "third"]));
+    assert_eq!(
+        succeeded(run(&host, THREE_CALLS).await),
+        json!(["first", 1, "third"])
+    );
     assert_eq!(host.calls.lock().unwrap().len(), before);
 }
 
 #[tokio::test]
 async fn a_call_in_flight_when_the_host_panicked_reruns_once_under_its_call_seq() {
-    let host = Arc::new(Host::new());
-    let source = script("const a = await ctx.call('echo', 1);\nconst b = await ctx.call('explode', 2);\nreturn [a, b];");
+    let host = Arc::new(Host {
+        explode: true,
+        ..Host::new()
+    });
+    let source = script("const a = await ctx.call('echo', 1);\nconst b = await ctx.call('flaky', 2);\nreturn [a, b];");
     let e = failed(run(&host, &source).await);
     assert_eq!(e.code(), "host_panic");
     // The call entry of the interrupted call is journaled, its result not.
     assert_eq!(host.kinds(), ["call", "result", "call"]);
-    let rerun = script("const a = await ctx.call('echo', 1);\nconst b = await ctx.call('echo', 2);\nreturn [a, b];");
-    // Same first call, so it replays; the rest runs live.
-    assert_eq!(succeeded(run(&host, &rerun).await), json!([1, 2]));
-    assert_eq!(host.calls_of("echo"), vec![json!(1), json!(2)]);
+    let host = Arc::new(Host {
+        journal: Mutex::new(host.journal.lock().unwrap().clone()),
+        ..Host::new()
+    });
+    // The finished call replays; the interrupted one runs again, once, and
+    // its result joins its group.
+    assert_eq!(succeeded(run(&host, &source).await), json!([1, 2]));
+    assert!(host.calls_of("echo").is_empty());
+    assert_eq!(host.calls_of("flaky"), vec![json!(2)]);
+    let entries = host.entries();
+    assert_eq!(host.kinds(), ["call", "result", "call", "result"]);
+    assert_eq!(entries[3]["callSeq"], 2);
+    assert_eq!(entries[3]["key"], entries[2]["key"]);
+    assert_eq!(succeeded(run(&host, &source).await), json!([1, 2]));
+    assert_eq!(host.calls_of("flaky").len(), 1);
 }
 
 #[tokio::test]
@@ -563,7 +667,10 @@ async fn a_finished_step_is_skipped_on_replay() {
 #[tokio::test]
 async fn a_short_sleep_stays_resident_and_is_journaled() {
     let host = Arc::new(Host::new());
-    assert_eq!(succeeded(run(&host, &script("await ctx.sleep(1); return 'woke';")).await), json!("woke"));
+    assert_eq!(
+        succeeded(run(&host, &script("await ctx.sleep(1); return 'woke';")).await),
+        json!("woke")
+    );
     let entries = host.entries();
     assert_eq!(host.kinds(), ["timer", "fired"]);
     assert_eq!(entries[0]["key"], "sleep|1");
@@ -574,9 +681,13 @@ async fn a_short_sleep_stays_resident_and_is_journaled() {
 #[tokio::test]
 async fn a_long_sleep_parks_and_a_rerun_after_the_wake_completes() {
     let host = Arc::new(Host::new());
-    let source = script("const a = await ctx.call('count', null);\nawait ctx.sleep(ctx.minutes(5));\nreturn a;");
+    let source = script(
+        "const a = await ctx.call('count', null);\nawait ctx.sleep(ctx.minutes(5));\nreturn a;",
+    );
     match run(&host, &source).await {
-        ScriptOutcome::Park(Park::Timer { wake_at_ms }) => assert_eq!(wake_at_ms, 1_000_000 + 300_000),
+        ScriptOutcome::Park(Park::Timer { wake_at_ms }) => {
+            assert_eq!(wake_at_ms, 1_000_000 + 300_000)
+        }
         other => panic!("{other:?}"),
     }
     // Too early: it parks again at the same time.
@@ -593,7 +704,9 @@ async fn a_long_sleep_parks_and_a_rerun_after_the_wake_completes() {
 #[tokio::test]
 async fn wait_for_event_parks_and_resolves_with_the_delivered_event() {
     let host = Arc::new(Host::new());
-    let source = script("const e = await ctx.waitForEvent({signal: 'approve'}, {label: 'approval'});\nreturn e;");
+    let source = script(
+        "const e = await ctx.waitForEvent({signal: 'approve'}, {label: 'approval'});\nreturn e;",
+    );
     let wait_id = match run(&host, &source).await {
         ScriptOutcome::Park(Park::Event {
             wait_id,
@@ -614,7 +727,9 @@ async fn wait_for_event_parks_and_resolves_with_the_delivered_event() {
         other => panic!("{other:?}"),
     }
     assert_eq!(host.kinds(), ["wait"]);
-    host.push(json!({"kind": "event", "waitId": wait_id, "signal": "approve", "payload": {"ok": 1}}));
+    host.push(
+        json!({"kind": "event", "waitId": wait_id, "signal": "approve", "payload": {"ok": 1}}),
+    );
     assert_eq!(
         succeeded(run(&host, &source).await),
         json!({"signal": "approve", "payload": {"ok": 1}})
@@ -626,7 +741,9 @@ async fn a_timed_out_wait_resolves_null() {
     let host = Arc::new(Host::new());
     let source = script("return await ctx.waitForEvent({signal: 'go'}, {timeoutMs: 1000});");
     match run(&host, &source).await {
-        ScriptOutcome::Park(Park::Event { timeout_at_ms, .. }) => assert_eq!(timeout_at_ms, Some(1_001_000)),
+        ScriptOutcome::Park(Park::Event { timeout_at_ms, .. }) => {
+            assert_eq!(timeout_at_ms, Some(1_001_000))
+        }
         other => panic!("{other:?}"),
     }
     host.now.store(1_001_000, Ordering::SeqCst);
@@ -690,14 +807,21 @@ async fn cancel_interrupts_compute_and_awaits() {
         });
         assert_eq!(rx.recv().await.as_deref(), Some(cue));
         cancel.store(true, Ordering::SeqCst);
-        assert!(matches!(running.await.unwrap(), ScriptOutcome::Canceled), "{body}");
+        assert!(
+            matches!(running.await.unwrap(), ScriptOutcome::Canceled),
+            "{body}"
+        );
     }
 }
 
 #[tokio::test]
 async fn continue_as_new_ends_the_run_with_its_state() {
     let host = Arc::new(Host::new());
-    let out = run(&host, &script("await ctx.call('echo', 1);\nreturn ctx.continueAsNew({page: 2});")).await;
+    let out = run(
+        &host,
+        &script("await ctx.call('echo', 1);\nreturn ctx.continueAsNew({page: 2});"),
+    )
+    .await;
     match out {
         ScriptOutcome::ContinueAsNew(state) => assert_eq!(state, json!({"page": 2})),
         other => panic!("{other:?}"),
@@ -734,15 +858,24 @@ async fn delegate_starts_a_child_and_a_rerun_reconnects_to_it() {
     assert_eq!(entries[0]["kind"], "call");
     assert_eq!(entries[0]["key"], r#"agent|{"brief":"summarise"}"#);
     assert_eq!(entries[0]["childRunId"], "child-1");
-    assert_eq!(*host.started_children.lock().unwrap(), vec![(1, json!({"brief": "summarise"}))]);
+    assert_eq!(
+        *host.started_children.lock().unwrap(),
+        vec![(1, json!({"brief": "summarise"}))]
+    );
 
     let host = Arc::new(Host {
         journal: Mutex::new(host.journal.lock().unwrap().clone()),
         ..Host::new()
     });
-    assert_eq!(succeeded(run(&host, &source).await), json!({"from": "child-1"}));
+    assert_eq!(
+        succeeded(run(&host, &source).await),
+        json!({"from": "child-1"})
+    );
     assert!(host.started_children.lock().unwrap().is_empty());
-    assert_eq!(*host.awaited_children.lock().unwrap(), vec!["child-1".to_owned()]);
+    assert_eq!(
+        *host.awaited_children.lock().unwrap(),
+        vec!["child-1".to_owned()]
+    );
     assert_eq!(host.kinds(), ["call", "result"]);
 }
 
@@ -760,7 +893,10 @@ async fn plan_log_and_progress_reach_the_host() {
     assert_eq!(host.plans.lock().unwrap().len(), 1);
     assert_eq!(
         *host.logs.lock().unwrap(),
-        vec![("info".to_owned(), "hello".to_owned()), ("warn".to_owned(), r#"{"n":1}"#.to_owned())]
+        vec![
+            ("info".to_owned(), "hello".to_owned()),
+            ("warn".to_owned(), r#"{"n":1}"#.to_owned())
+        ]
     );
     assert_eq!(host.kinds(), ["plan"]);
     // The plan is not set again on replay.
@@ -799,7 +935,10 @@ async fn two_hundred_sequential_runs() {
 #[test]
 fn canonical_json_sorts_keys_at_every_level() {
     let v = json!({"b": 1, "a": {"d": [1, {"z": 0, "y": "s"}], "c": null}});
-    assert_eq!(canonical(&v), r#"{"a":{"c":null,"d":[1,{"y":"s","z":0}]},"b":1}"#);
+    assert_eq!(
+        canonical(&v),
+        r#"{"a":{"c":null,"d":[1,{"y":"s","z":0}]},"b":1}"#
+    );
 }
 
 #[test]
