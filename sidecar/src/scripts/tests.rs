@@ -954,3 +954,53 @@ fn codes_are_stable() {
     );
     assert_eq!(ScriptError::EnginePanic("p".into()).code(), "engine_panic");
 }
+
+#[tokio::test]
+async fn dropping_the_run_stops_the_script_thread() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let host = Arc::new(Host {
+        signal: Some(tx),
+        ..Host::new()
+    });
+    let run = ScriptRun {
+        run_id: "r".into(),
+        source: script("await ctx.call('hang', null);"),
+        input: json!(null),
+        journal: vec![],
+    };
+    let running = tokio::spawn({
+        let host: Arc<dyn ScriptHost> = host.clone();
+        async move {
+            engine()
+                .run(run, host, Arc::new(AtomicBool::new(false)))
+                .await
+        }
+    });
+    assert_eq!(rx.recv().await.as_deref(), Some("hang"));
+    running.abort();
+    let _ = running.await;
+    // The thread notices, aborts the hanging effect and lets go of the host.
+    for _ in 0..500 {
+        if Arc::strong_count(&host) == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the script thread still holds the host");
+}
+
+#[tokio::test]
+async fn a_live_delegate_journals_its_call_and_result() {
+    let host = Arc::new(Host::new());
+    let out = run(
+        &host,
+        &script("await ctx.now();\nreturn await ctx.delegate({a: 1});"),
+    )
+    .await;
+    assert_eq!(succeeded(out), json!({"from": "child-1"}));
+    assert_eq!(host.kinds(), ["now", "call", "result"]);
+    assert_eq!(
+        *host.started_children.lock().unwrap(),
+        vec![(2, json!({"a": 1}))]
+    );
+}
