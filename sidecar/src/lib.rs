@@ -13,6 +13,7 @@ pub mod maintenance;
 pub mod private;
 pub mod runs;
 pub mod sandbox;
+pub mod scripts;
 pub mod seed_client;
 pub mod serve;
 pub mod sessions;
