@@ -10,8 +10,9 @@ use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedD
 use crate::config::{Config, ConfigError, DatabaseDescriptor};
 use crate::control::{Control, SecretBox, SecretKey};
 use crate::http::api::SignedApi;
-use crate::runs::{Executors, Runs, RunsConfig, TurnExecutor, Turns};
+use crate::runs::{Delegation, Executors, Runs, RunsConfig, ScriptExecutor, TurnExecutor, Turns};
 use crate::sandbox::Launcher;
+use crate::scripts::{ScriptEngine, ScriptLimits};
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::space::Space;
 use crate::vfs::acp::AcpFs;
@@ -200,12 +201,7 @@ impl Vm {
                 "recovered runs nobody works at start"
             );
         }
-        runs.set_executors(Executors {
-            agent: TurnExecutor::new(sessions.clone()),
-            script: None,
-        });
         let turns = Turns::new(runs.clone(), sessions.clone());
-        runs.start();
         let control = Control::new(
             db.clone(),
             config.limits.control.clone(),
@@ -213,6 +209,33 @@ impl Vm {
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
         let builtin = builtin_services(&config, &control, &db, &space, &sessions, &turns)?;
+        // Scripts run as their agent's verbs; children start through the
+        // delegation, which also brings their results back.
+        let limits = &config.limits.runs;
+        let engine = ScriptEngine::new(ScriptLimits {
+            max_journal_entries: usize::try_from(limits.max_journal_entries).unwrap_or(usize::MAX),
+            max_journal_bytes: usize::try_from(limits.max_journal_bytes).unwrap_or(usize::MAX),
+            ..ScriptLimits::default()
+        });
+        let delegation_cell = Arc::new(std::sync::OnceLock::new());
+        let tools = Arc::new(crate::builtin::script_tools::BuiltinScriptTools {
+            host: builtin.host.clone(),
+            verbs: builtin.verbs.clone(),
+            runs: runs.clone(),
+        });
+        runs.set_executors(Executors {
+            agent: TurnExecutor::new(sessions.clone()),
+            script: Some(ScriptExecutor::new(
+                engine.clone(),
+                tools,
+                delegation_cell.clone(),
+            )),
+        });
+        let delegation = Delegation::new(runs.clone(), sessions.clone(), control.clone(), engine);
+        let _ = delegation_cell.set(delegation.clone());
+        runs.set_resolver(delegation.clone());
+        builtin.verbs.attach_delegation(delegation);
+        runs.start();
         let api = SignedApi::new(
             control.clone(),
             sessions.clone(),

@@ -521,6 +521,12 @@ pub const MIGRATIONS: &[Migration] = &[
                 ON agentos_core_run_event_waits (run_id, created_at_ms)",
             "ALTER TABLE agentos_core_sessions ADD COLUMN plan_json TEXT
                 CHECK (plan_json IS NULL OR json_valid(plan_json))",
+            // A delegated child's session names the session and run it
+            // works for.
+            "ALTER TABLE agentos_core_agent_sessions ADD COLUMN parent_session_id TEXT",
+            "ALTER TABLE agentos_core_agent_sessions ADD COLUMN run_id TEXT",
+            "CREATE INDEX agentos_core_agent_sessions_by_parent
+                ON agentos_core_agent_sessions (parent_session_id) WHERE parent_session_id IS NOT NULL",
         ],
     },
 ];

@@ -198,9 +198,54 @@ impl Host {
                      created with the signed API's CreateSession",
                 )
             })?;
+        self.resolve_agent(&link.agent_id).await
+    }
+
+    /// What a delegated child's session was given: its own instructions
+    /// and the tools it may use (`{instructions?, tools?}` in the session's
+    /// metadata).
+    async fn delegated(&self, session_id: &str) -> Result<Value, RpcError> {
+        let row = self
+            .store
+            .get_session(session_id)
+            .await
+            .map_err(|e| RpcError::internal(format!("reading the session: {}", e.code())))?;
+        Ok(row
+            .and_then(|r| r.metadata)
+            .map(|m| m["delegate"].clone())
+            .unwrap_or(Value::Null))
+    }
+
+    /// The verbs' scope of a session's turn: its run and call, and the
+    /// grants narrowed to what a delegated child was given.
+    pub async fn verb_scope(
+        &self,
+        resolved: &Resolved,
+        session_id: &str,
+        actor: Actor,
+        run_id: Option<&str>,
+        tool_call_id: Option<&str>,
+    ) -> Result<VerbScope, RpcError> {
+        let delegated = self.delegated(session_id).await?;
+        let tools: Option<Vec<String>> = delegated["tools"].as_array().map(|items| {
+            items
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        });
+        Ok(VerbScope::new(resolved, session_id, actor)
+            .for_run(run_id, tool_call_id)
+            .restricted(tools.as_deref()))
+    }
+
+    /// An agent's definition and provider, read for one turn or call.
+    pub async fn resolve_agent(&self, agent_id: &str) -> Result<Resolved, RpcError> {
+        let storage = |e: crate::control::ControlError| {
+            RpcError::internal(format!("control-plane storage: {}", e.code()))
+        };
         let agent = self
             .control
-            .get_agent(&link.agent_id)
+            .get_agent(agent_id)
             .await
             .map_err(storage)?
             .ok_or_else(|| unservable("agent_not_found", "the session's agent was deleted"))?;
@@ -244,7 +289,9 @@ impl Host {
         let items = transcript::rebuild(&self.store, turn.session_id, floor)
             .await
             .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
-        let scope = VerbScope::new(&resolved, turn.session_id, Actor::Agent);
+        let scope = self
+            .verb_scope(&resolved, turn.session_id, Actor::Agent, turn.run_id, None)
+            .await?;
         let promoted = promoted(&items);
         let tools = self
             .verbs
@@ -252,9 +299,16 @@ impl Host {
             .await
             .map_err(|e| RpcError::internal(e.to_string()))?;
         let index = self.verbs.space_index(&scope).await;
+        let mut system_prompt = prompt::system_prompt(&resolved.definition.system_prompt, &index);
+        if let Some(instructions) = self.delegated(turn.session_id).await?["instructions"].as_str()
+        {
+            system_prompt.push_str("\n\n<instructions>\n");
+            system_prompt.push_str(instructions);
+            system_prompt.push_str("\n</instructions>");
+        }
         Ok(TurnContext {
             agent_id: resolved.agent.agent_id.clone(),
-            system_prompt: prompt::system_prompt(&resolved.definition.system_prompt, &index),
+            system_prompt,
             provider: ProviderRef {
                 name: resolved.provider_name.clone(),
                 provider_type: provider.provider_type.clone(),
@@ -363,7 +417,15 @@ impl AgentHost for Host {
             agent_ext::methods::VERB => {
                 let call: VerbParams = params(value)?;
                 let resolved = self.resolve(turn.session_id).await?;
-                let scope = VerbScope::new(&resolved, turn.session_id, Actor::Agent);
+                let scope = self
+                    .verb_scope(
+                        &resolved,
+                        turn.session_id,
+                        Actor::Agent,
+                        turn.run_id,
+                        Some(&call.tool_call_id),
+                    )
+                    .await?;
                 encode(Ok(self.verbs.run(&scope, &call.name, call.input).await))
             }
             other => Err(RpcError::method_not_found(other)),

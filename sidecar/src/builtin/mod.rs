@@ -4,12 +4,14 @@
 //! context, the provider key at call time, the verbs), the conversation
 //! rebuilt from the log (`transcript.rs`), the system prompt (`prompt.rs`)
 //! with its `<space>` index (`index.rs`), the verbs shared by the agent and
-//! the user (`verbs/`), and bounded web reads (`fetch.rs`).
+//! the user (`verbs/`), what a script's `ctx.call` reaches
+//! (`script_tools.rs`), and bounded web reads (`fetch.rs`).
 
 pub mod fetch;
 pub mod host;
 pub mod index;
 pub mod prompt;
+pub mod script_tools;
 pub mod transcript;
 pub mod verbs;
 

@@ -318,6 +318,21 @@ impl Control {
             .await
     }
 
+    /// `link_session` for a delegated child's session, which names the
+    /// session (if any) and the run it works for.
+    pub async fn link_child_session(
+        &self,
+        session_id: &str,
+        agent_id: &str,
+        parent_session_id: Option<&str>,
+        run_id: &str,
+    ) -> Result<SessionLink, ControlError> {
+        let child =
+            crate::control::store::child_link_statement(session_id, parent_session_id, run_id);
+        self.link_session_with(session_id, agent_id, vec![child])
+            .await
+    }
+
     /// `link_session` for a session made under a client request id: the
     /// link and the idempotency record of `response` commit in one
     /// transaction, so a retry finds both or neither (and then makes a

@@ -211,6 +211,9 @@ pub struct SessionLink {
     pub agent_id: String,
     pub account_id: String,
     pub created_at_ms: i64,
+    /// For a delegated child's session: the session and run it works for.
+    pub parent_session_id: Option<String>,
+    pub run_id: Option<String>,
 }
 
 /// Which sessions a listing covers.
@@ -239,6 +242,8 @@ pub struct SessionListRow {
     pub account_id: String,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    pub parent_session_id: Option<String>,
+    pub run_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

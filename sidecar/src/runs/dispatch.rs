@@ -57,6 +57,7 @@ impl Runs {
         if store.wake_due(now).await? > 0 {
             tracing::debug!("woke runs whose clock came");
         }
+        self.resolve_children().await?;
         for run in store.lapsed(now).await? {
             // Our own leases are renewed while we work the run: a lapse of
             // one means the renewal is late, not that the work is gone.

@@ -15,8 +15,10 @@
 //! the row read back, to [`Runs::subscribe`]rs. `turns.rs` binds prompt
 //! turns to the session service; the store knows only SQL.
 
+pub mod delegate;
 mod dispatch;
 mod error;
+mod script;
 pub mod store;
 mod turns;
 mod types;
@@ -29,7 +31,9 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, Notify};
 
+pub use delegate::{ChildSpec, Delegation, Refusal, Started};
 pub use error::RunError;
+pub use script::{ScriptExecutor, ScriptTools};
 pub use store::{Canceled, Caps, RunStore};
 pub use turns::{TurnAnswer, TurnExecutor, TurnOwner, Turns};
 pub use types::{
@@ -197,12 +201,47 @@ impl LiveRun {
     }
 }
 
+/// What subscribers of the runs hear: a transition (the row read back),
+/// a journal entry as committed, or a live progress patch (never stored).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunEvent {
+    Changed(Run),
+    Journal {
+        root_run_id: String,
+        row: JournalRow,
+    },
+    Partial {
+        root_run_id: String,
+        run_id: String,
+        patch: Value,
+    },
+}
+
+impl RunEvent {
+    /// The tree the event belongs to.
+    pub fn root_run_id(&self) -> &str {
+        match self {
+            RunEvent::Changed(run) => &run.root_run_id,
+            RunEvent::Journal { root_run_id, .. } | RunEvent::Partial { root_run_id, .. } => {
+                root_run_id
+            }
+        }
+    }
+}
+
 /// Works claimed runs of one kind.
 #[async_trait::async_trait]
 pub trait Executor: Send + Sync + 'static {
     async fn execute(&self, runs: &Runs, run: Run, live: Arc<LiveRun>) -> Outcome;
     /// Asks a live run to stop; its end is then `canceled`.
     async fn stop(&self, run: &Run);
+}
+
+/// Brings an ended child's result to its parent (set by the composition
+/// root: it needs the session service).
+#[async_trait::async_trait]
+pub trait Resolver: Send + Sync + 'static {
+    async fn resolve(&self, child: &Run);
 }
 
 #[derive(Clone)]
@@ -224,8 +263,9 @@ struct Inner {
     config: RunsConfig,
     wake: Notify,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
-    changes: broadcast::Sender<Run>,
+    changes: broadcast::Sender<RunEvent>,
     executors: OnceLock<Executors>,
+    resolver: OnceLock<Arc<dyn Resolver>>,
     stopping: AtomicBool,
     stopped: Notify,
 }
@@ -246,6 +286,7 @@ impl Runs {
                 live: Mutex::new(HashMap::new()),
                 changes,
                 executors: OnceLock::new(),
+                resolver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 stopped: Notify::new(),
             }),
@@ -269,8 +310,27 @@ impl Runs {
         self.inner.executors.set(executors).is_ok()
     }
 
-    /// Every transition, as the row read back after it committed.
-    pub fn subscribe(&self) -> broadcast::Receiver<Run> {
+    /// Who brings ended children's results to their parents; set once.
+    pub fn set_resolver(&self, resolver: Arc<dyn Resolver>) -> bool {
+        self.inner.resolver.set(resolver).is_ok()
+    }
+
+    /// Brings every ended child's result that has not reached its parent
+    /// there (at start, and on every pass: a crash between a child's end
+    /// and its resolution loses nothing).
+    pub async fn resolve_children(&self) -> Result<(), RunError> {
+        let Some(resolver) = self.inner.resolver.get() else {
+            return Ok(());
+        };
+        for child in self.inner.store.unresolved_children().await? {
+            resolver.resolve(&child).await;
+        }
+        Ok(())
+    }
+
+    /// Every transition, as the row read back after it committed, every
+    /// journal entry once committed, and live progress.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
         self.inner.changes.subscribe()
     }
 
@@ -280,7 +340,27 @@ impl Runs {
     }
 
     pub(crate) fn publish(&self, run: Run) {
-        let _ = self.inner.changes.send(run);
+        let _ = self.inner.changes.send(RunEvent::Changed(run));
+    }
+
+    pub(crate) fn publish_journal(&self, run: &Run, seq: u64, entry: Value) {
+        let _ = self.inner.changes.send(RunEvent::Journal {
+            root_run_id: run.root_run_id.clone(),
+            row: JournalRow {
+                run_id: run.run_id.clone(),
+                seq,
+                entry,
+                created_at_ms: unix_ms(),
+            },
+        });
+    }
+
+    pub(crate) fn publish_partial(&self, run: &Run, patch: Value) {
+        let _ = self.inner.changes.send(RunEvent::Partial {
+            root_run_id: run.root_run_id.clone(),
+            run_id: run.run_id.clone(),
+            patch,
+        });
     }
 
     /// How many runs this process works now.
@@ -379,7 +459,7 @@ impl Runs {
                 return Ok(run);
             }
             match changes.recv().await {
-                Ok(changed) if changed.run_id == run_id => run = changed,
+                Ok(RunEvent::Changed(changed)) if changed.run_id == run_id => run = changed,
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(_)) => run = self.get(run_id).await?,
                 Err(broadcast::error::RecvError::Closed) => return self.get(run_id).await,
@@ -457,9 +537,16 @@ impl Runs {
         Ok(delivered)
     }
 
-    /// Publishes a transition and lets the dispatcher see what it freed.
+    /// Publishes a transition and lets the dispatcher see what it freed; an
+    /// ended child's result goes to its parent.
     async fn after_transition(&self, run: Run) {
-        self.publish(run);
+        let ended_child = run.status.is_terminal() && run.parent_awaits && !run.resolved;
+        self.publish(run.clone());
+        if ended_child {
+            if let Some(resolver) = self.inner.resolver.get() {
+                resolver.resolve(&run).await;
+            }
+        }
         self.wake();
     }
 

@@ -3,8 +3,8 @@
 //! has not read answers with its contract, and invalid input with the
 //! contract and the validation errors), and the builtins themselves:
 //! `search` over the agent's memory and the account's thread titles, and
-//! `web_fetch`. Authored tools run in the script engine, which arrives
-//! with runs; until then calling one says so.
+//! `web_fetch`. Authored tools run in the script engine, as script runs
+//! of the caller's run (`delegate.rs`).
 
 use agentos_protocol::agent_ext::{ToolSpec, VerbResult};
 use agentos_protocol::seed::vocab::ToolKind;
@@ -140,13 +140,17 @@ pub(super) async fn run(
             "runtime_unavailable",
             format!("the builtin {other:?} is not provided by this sidecar"),
         ),
-        (ToolKind::Lambda, name) => failure(
-            "runtime_unavailable",
-            format!(
-                "{name} is an authored tool; authored tools run in the script engine, which \
-                 arrives with runs and is not in this sidecar yet"
-            ),
-        ),
+        (ToolKind::Lambda, name) => {
+            super::delegate::run_lambda(
+                verbs,
+                scope,
+                name,
+                record.document.source.as_deref(),
+                record.document.runtime.as_deref(),
+                input,
+            )
+            .await
+        }
     }
 }
 

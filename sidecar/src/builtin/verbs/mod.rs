@@ -11,6 +11,7 @@
 //! is refused.
 
 mod call;
+mod delegate;
 pub use crate::space::registry::granted;
 pub use call::ipld_json;
 mod read;
@@ -29,7 +30,7 @@ use super::fetch::Fetcher;
 use super::host::Resolved;
 use super::index;
 use crate::control::Control;
-use crate::runs::Turns;
+use crate::runs::{Delegation, Turns};
 use crate::sessions::{SessionStore, Sessions};
 use crate::space::{AgentMemory, Space, ToolDocuments};
 
@@ -49,6 +50,11 @@ pub struct VerbScope {
     pub actor: Actor,
     /// The definition's `tools`: the grant set.
     pub grants: Option<Vec<String>>,
+    /// The run the verb works for (a turn's or a script's): what a
+    /// delegated child or a lambda hangs from.
+    pub run_id: Option<String>,
+    /// The agent's call that runs the verb.
+    pub tool_call_id: Option<String>,
 }
 
 impl VerbScope {
@@ -62,7 +68,32 @@ impl VerbScope {
             session_id: session_id.to_owned(),
             actor,
             grants: resolved.definition.tools.clone(),
+            run_id: None,
+            tool_call_id: None,
         }
+    }
+
+    /// The same scope for the verbs of run `run_id`, called by `call`.
+    pub fn for_run(mut self, run_id: Option<&str>, tool_call_id: Option<&str>) -> VerbScope {
+        self.run_id = run_id.map(str::to_owned);
+        self.tool_call_id = tool_call_id.map(str::to_owned);
+        self
+    }
+
+    /// Narrows the grants to those of `allowed` the agent has (a delegated
+    /// child's `tools`).
+    pub fn restricted(mut self, allowed: Option<&[String]>) -> VerbScope {
+        if let Some(allowed) = allowed {
+            let grants = self.grants.clone();
+            self.grants = Some(
+                allowed
+                    .iter()
+                    .filter(|name| crate::space::registry::granted(grants.as_deref(), name))
+                    .cloned()
+                    .collect(),
+            );
+        }
+        self
     }
 
     pub(super) fn grants(&self) -> Option<&[String]> {
@@ -124,6 +155,8 @@ pub struct Verbs {
     /// The session service and its turns as runs, for `continue_session`
     /// (set once the service exists: it holds this through the agent host).
     pub(crate) sessions: Arc<OnceLock<(Sessions, Turns)>>,
+    /// Children and lambdas, for `delegate` and authored tools.
+    pub(crate) delegation: Arc<OnceLock<Arc<Delegation>>>,
     /// The tools each session's thread has expanded: set from the log at
     /// every turn's context, grown by the reads and calls of the turn.
     expanded: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
@@ -142,6 +175,7 @@ impl Verbs {
             memory: space.memory,
             fetcher,
             sessions: Arc::new(OnceLock::new()),
+            delegation: Arc::new(OnceLock::new()),
             expanded: Arc::default(),
         }
     }
@@ -149,6 +183,16 @@ impl Verbs {
     /// Gives `continue_session` the session service.
     pub fn attach(&self, sessions: Sessions, turns: Turns) {
         let _ = self.sessions.set((sessions, turns));
+    }
+
+    /// Gives `delegate`, `plan` and authored tools the runs.
+    pub fn attach_delegation(&self, delegation: Arc<Delegation>) {
+        let _ = self.delegation.set(delegation);
+    }
+
+    /// Runs a callable without touch-expand (a script calls what it names).
+    pub async fn run_direct(&self, scope: &VerbScope, tool: &str, input: Value) -> VerbResult {
+        call::run(self, scope, tool, input, true).await
     }
 
     fn remember(&self, session_id: &str, names: impl IntoIterator<Item = String>) {
@@ -182,7 +226,7 @@ impl Verbs {
             }
             expanded.insert(scope.session_id.clone(), promoted.iter().cloned().collect());
         }
-        let mut tools = specs::offered();
+        let mut tools = specs::offered(scope.run_id.is_some());
         for name in promoted {
             if let Some(spec) = call::direct_spec(self, scope, name).await? {
                 tools.push(spec);
@@ -228,9 +272,15 @@ impl Verbs {
             ),
             "status" => session::status(self, scope, &input).await,
             "continue_session" => session::continue_session(self, scope, &input).await,
-            "delegate" | "plan" | "return_result" => failure(
-                "runs_unavailable",
-                format!("{name} needs the runs engine, which this sidecar does not have yet"),
+            "delegate" | "plan" if user => failure(
+                "invalid_argument",
+                format!("{name} is the agent's; a user may run read, write and call"),
+            ),
+            "delegate" => delegate::delegate(self, scope, &input).await,
+            "plan" => delegate::plan(self, scope, &input).await,
+            "return_result" => failure(
+                "invalid_argument",
+                "return_result is offered only to a child asked for a typed result",
             ),
             // A promoted tool by its own name; one the thread has not
             // expanded shows its contract first, as through `call`.

@@ -1,12 +1,76 @@
 //! The verbs as the provider sees them: names, model-facing descriptions
-//! and input schemas. `delegate`, `plan` and `return_result` are not offered:
-//! they need the runs engine (a call by name still gets a clear answer).
+//! and input schemas. `delegate` is offered only to a turn that is a run
+//! (there is a run to wait in); `return_result` only to a typed child.
 
 use agentos_protocol::agent_ext::ToolSpec;
 use serde_json::json;
 
-/// The verbs offered to the provider, in this order.
-pub fn offered() -> Vec<ToolSpec> {
+/// The verbs offered to the provider, in this order; `delegate` only
+/// when the turn is a run.
+pub fn offered(in_run: bool) -> Vec<ToolSpec> {
+    let mut verbs = base();
+    if in_run {
+        verbs.push(delegate());
+    }
+    verbs.push(plan());
+    verbs
+}
+
+fn delegate() -> ToolSpec {
+    ToolSpec {
+        name: "delegate".into(),
+        description: "Hand a piece of work to a child and wait for its result, which comes back \
+                      as this call's result: a model child gets `brief` (exactly its first \
+                      message, it does not see this conversation) and works in its own session; \
+                      a script child runs `script`, an ES module exporting one `default async \
+                      function (input, ctx)`, with `input`. `await:false` starts a model child \
+                      without waiting. Several delegate calls in one step run in parallel."
+            .into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "brief": {"type": "string"},
+                "title": {"type": "string"},
+                "prompt": {"type": "string"},
+                "tools": {"type": "array", "items": {"type": "string"}},
+                "output": {"type": "object"},
+                "await": {"type": "boolean"},
+                "script": {"type": "string"},
+                "input": {},
+                "planStepId": {"type": "string"},
+            },
+        }),
+    }
+}
+
+fn plan() -> ToolSpec {
+    ToolSpec {
+        name: "plan".into(),
+        description: "Replace this session's plan: a title and the steps with their status \
+                      (pending, running, done, failed, skipped). A step whose delegated \
+                      children all succeeded is marked done for you."
+            .into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string"},
+                "steps": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "label": {"type": "string"},
+                        "status": {"type": "string",
+                                   "enum": ["pending", "running", "done", "failed", "skipped"]},
+                    },
+                    "required": ["label"],
+                }},
+            },
+            "required": ["steps"],
+        }),
+    }
+}
+
+fn base() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: "read".into(),
@@ -95,10 +159,32 @@ mod tests {
 
     #[test]
     fn every_offered_verb_has_an_object_schema() {
-        let specs = offered();
+        assert_eq!(
+            offered(false)
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "read",
+                "write",
+                "call",
+                "status",
+                "continue_session",
+                "plan"
+            ]
+        );
+        let specs = offered(true);
         assert_eq!(
             specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["read", "write", "call", "status", "continue_session"]
+            [
+                "read",
+                "write",
+                "call",
+                "status",
+                "continue_session",
+                "delegate",
+                "plan"
+            ]
         );
         for spec in specs {
             assert_eq!(spec.parameters["type"], "object", "{}", spec.name);

@@ -10,9 +10,10 @@ use super::decode::{count, texts, Row};
 use super::{guarded, now_ms, nth, ControlStore, SESSION_LINKS};
 use crate::control::types::{SessionCursor, SessionLink, SessionListRow, SessionScope};
 
-const LINK_COLUMNS: &str = "l.session_id, l.agent_id, l.account_id, l.created_at_ms";
-const LINK_WIDTH: usize = 4;
-const LIST_WIDTH: usize = 5;
+const LINK_COLUMNS: &str =
+    "l.session_id, l.agent_id, l.account_id, l.created_at_ms, l.parent_session_id, l.run_id";
+const LINK_WIDTH: usize = 6;
+const LIST_WIDTH: usize = 7;
 
 fn decode_link(mut r: Row) -> Result<SessionLink, DbError> {
     Ok(SessionLink {
@@ -20,7 +21,28 @@ fn decode_link(mut r: Row) -> Result<SessionLink, DbError> {
         agent_id: r.text(1)?,
         account_id: r.text(2)?,
         created_at_ms: r.int(3)?,
+        parent_session_id: r.opt_text(4)?,
+        run_id: r.opt_text(5)?,
     })
+}
+
+/// Records that a linked session works for `parent_session_id` and `run_id`
+/// (a delegated child's), with the link.
+pub(crate) fn child_link_statement(
+    session_id: &str,
+    parent_session_id: Option<&str>,
+    run_id: &str,
+) -> Statement {
+    Statement::new(
+        "UPDATE agentos_core_agent_sessions SET parent_session_id = ?2, run_id = ?3 \
+         WHERE session_id = ?1",
+        vec![
+            session_id.into(),
+            parent_session_id.map(str::to_owned).into(),
+            run_id.into(),
+        ],
+    )
+    .expect_changes(1)
 }
 
 fn select_link(session_id: &str) -> Statement {
@@ -183,7 +205,7 @@ impl ControlStore {
             .query(
                 &format!(
                     "SELECT s.session_id, l.agent_id, l.account_id, s.created_at_ms, \
-                       s.updated_at_ms \
+                       s.updated_at_ms, l.parent_session_id, l.run_id \
                      FROM agentos_core_agent_sessions l \
                      JOIN agentos_core_sessions s ON s.session_id = l.session_id \
                      WHERE {scope_sql} {cursor_sql} \
@@ -199,6 +221,8 @@ impl ControlStore {
                 account_id: r.text(2)?,
                 created_at_ms: r.int(3)?,
                 updated_at_ms: r.int(4)?,
+                parent_session_id: r.opt_text(5)?,
+                run_id: r.opt_text(6)?,
             })
         })
     }

@@ -86,6 +86,8 @@ impl SignedApi {
                 agent_id: row.agent_id.clone(),
                 account_id: row.account_id.clone(),
                 created_at_ms: row.created_at_ms,
+                parent_session_id: row.parent_session_id.clone(),
+                run_id: row.run_id.clone(),
             };
             out.push(render::session(&info, &link));
         }

@@ -331,6 +331,8 @@ mod tests {
 
     fn link() -> SessionLink {
         SessionLink {
+            parent_session_id: None,
+            run_id: None,
             session_id: "s".into(),
             agent_id: "a".into(),
             account_id: "z".into(),

@@ -9,7 +9,7 @@ use agentos_protocol::host::PermissionPolicy;
 use agentos_schema::{DbError, SqlValue, Statement};
 use serde_json::Value;
 
-use super::decode::{count, decode_session, SESSIONS, VM_COUNTERS};
+use super::decode::{count, decode_session, Row, SESSIONS, VM_COUNTERS};
 use super::{json_text, now_ms, SessionStore};
 
 const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permission_policy, \
@@ -101,6 +101,33 @@ pub struct NewSession {
 }
 
 impl SessionStore {
+    /// A session's plan (the agent's `plan`), if it has one.
+    pub async fn plan(&self, session_id: &str) -> Result<Option<Value>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT plan_json FROM agentos_core_sessions WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        match Row::optional(rows, SESSIONS, 1)? {
+            Some(mut row) => row.opt_json(0),
+            None => Ok(None),
+        }
+    }
+
+    /// Replaces a session's plan; false when there is no such session.
+    pub async fn set_plan(&self, session_id: &str, plan: &Value) -> Result<bool, DbError> {
+        let results = self
+            .db
+            .transaction(vec![Statement::new(
+                "UPDATE agentos_core_sessions SET plan_json = ?2 WHERE session_id = ?1",
+                vec![session_id.into(), plan.to_string().into()],
+            )])
+            .await?;
+        Ok(results.first().is_some_and(|r| r.changes == 1))
+    }
+
     /// Sets a session's title; false when there is no such session.
     pub async fn set_title(
         &self,
