@@ -63,6 +63,10 @@ async fn a_version_3_store_migrates_to_4_and_keeps_its_rows() {
             assert!(text.trim_end().ends_with("STRICT"), "{table}");
         }
 
+        // Today's control plane runs on the whole ladder.
+        migrate(db.as_ref(), Owner::Core, core)
+            .await
+            .expect("to the latest");
         let control = Control::new(db.clone(), ControlLimits::default(), SecretBox::new(key(1)));
         let agent = control
             .create_agent(&principal(1), new_agent("after"))
@@ -73,7 +77,7 @@ async fn a_version_3_store_migrates_to_4_and_keeps_its_rows() {
             .await
             .expect("link");
         // Running the ladder again changes nothing.
-        let again = migrate(db.as_ref(), Owner::Core, &core[..4])
+        let again = migrate(db.as_ref(), Owner::Core, core)
             .await
             .expect("again");
         assert_eq!(again.from, again.to, "{}", backend.name);

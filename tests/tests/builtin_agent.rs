@@ -20,7 +20,16 @@ use builtin::{answer_text, key_header, kinds, ok, world, Sent, KEY};
 use client::Ws;
 use serde_json::json;
 
-const VERBS: [&str; 5] = ["read", "write", "call", "status", "continue_session"];
+/// A turn is a run, so `delegate` is offered with the verbs.
+const VERBS: [&str; 7] = [
+    "read",
+    "write",
+    "call",
+    "status",
+    "continue_session",
+    "delegate",
+    "plan",
+];
 
 #[tokio::test]
 async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {

@@ -99,6 +99,8 @@ async fn a_callable_answers_its_contract_first_then_is_offered_directly() {
             "call",
             "status",
             "continue_session",
+            "delegate",
+            "plan",
             "search"
         ]
     );
@@ -435,22 +437,25 @@ async fn a_bad_verb_is_refused_before_anything_runs() {
 }
 
 #[tokio::test]
-async fn seed_addresses_and_run_verbs_answer_readable_errors() {
+async fn seed_addresses_and_malformed_run_verbs_answer_readable_errors() {
     let w = world(Flavor::Anthropic).await;
     let session = w.session().await;
     w.provider.push(tool_calls(&[
         ("c1", "read", json!({"address": "hm://z6MkExample/notes"})),
         ("c2", "delegate", json!({"task": "split the work"})),
         ("c3", "plan", json!({"steps": ["one"]})),
+        ("c4", "return_result", json!({"value": 1})),
     ]));
     w.provider.push(text("understood"));
     ok(&w.message(&session, "use the network").await);
     let events = w.events(&session).await;
     let body = w.last_body();
+    // The run verbs read their input strictly and say what is wrong.
     for (id, code) in [
         ("c1", "address_unavailable:"),
-        ("c2", "runs_unavailable:"),
-        ("c3", "runs_unavailable:"),
+        ("c2", "invalid_argument: delegate has no field `task`"),
+        ("c3", "invalid_argument: steps[0].label"),
+        ("c4", "invalid_argument: return_result"),
     ] {
         let error = result_of(&events, id)["error"].as_str().unwrap_or_default();
         assert!(error.starts_with(code), "{id}: {error}");

@@ -514,7 +514,8 @@ impl Delegation {
                     "sessionUpdate": "tool_call_update",
                     "toolCallId": child.parent_tool_call_id,
                     "title": "delegate",
-                    "status": if child.status == RunStatus::Succeeded { "completed" } else { "failed" },
+                    // The call completed; its result says how the child ended.
+                    "status": "completed",
                     "rawOutput": stored_output(&result),
                 });
                 match self

@@ -205,7 +205,7 @@ impl LiveRun {
 /// a journal entry as committed, or a live progress patch (never stored).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunEvent {
-    Changed(Run),
+    Changed(Box<Run>),
     Journal {
         root_run_id: String,
         row: JournalRow,
@@ -340,7 +340,7 @@ impl Runs {
     }
 
     pub(crate) fn publish(&self, run: Run) {
-        let _ = self.inner.changes.send(RunEvent::Changed(run));
+        let _ = self.inner.changes.send(RunEvent::Changed(Box::new(run)));
     }
 
     pub(crate) fn publish_journal(&self, run: &Run, seq: u64, entry: Value) {
@@ -459,7 +459,7 @@ impl Runs {
                 return Ok(run);
             }
             match changes.recv().await {
-                Ok(RunEvent::Changed(changed)) if changed.run_id == run_id => run = changed,
+                Ok(RunEvent::Changed(changed)) if changed.run_id == run_id => run = *changed,
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(_)) => run = self.get(run_id).await?,
                 Err(broadcast::error::RecvError::Closed) => return self.get(run_id).await,

@@ -16,7 +16,7 @@ use super::{
     prompt_id_of, run_error, Executor, Finish, LiveRun, NewRun, Origin, Outcome, Queue, Run,
     RunError, RunKind, RunLink, RunStatus, Runs,
 };
-use crate::sessions::{input_hash, PromptOutcome, SessionError, Sessions};
+use crate::sessions::{input_hash, PromptOutcome, RunTurn, SessionError, Sessions};
 
 /// What a turn's caller hears.
 #[derive(Clone, Debug, PartialEq)]
@@ -224,13 +224,14 @@ impl Executor for TurnExecutor {
             .sessions
             .run_turn(
                 &session_id,
-                prompt_id_of(&run.run_id, run.attempt),
-                content,
-                Actor::System,
-                input_at,
-                retry,
-                resume,
-                RunLink::of(&run),
+                RunTurn {
+                    prompt_id: prompt_id_of(&run.run_id, run.attempt),
+                    content,
+                    input_at,
+                    retry,
+                    resume,
+                    link: RunLink::of(&run),
+                },
             )
             .await;
         let after = match runs.store().get(&run.run_id).await {

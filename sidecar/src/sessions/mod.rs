@@ -544,14 +544,17 @@ impl Sessions {
     pub async fn run_turn(
         &self,
         session_id: &str,
-        prompt_id: String,
-        content: Vec<Value>,
-        actor: Actor,
-        input_at: u64,
-        retry: bool,
-        resume: bool,
-        link: RunLink,
+        turn: RunTurn,
     ) -> Result<PromptOutcome, SessionError> {
+        let RunTurn {
+            prompt_id,
+            content,
+            input_at,
+            retry,
+            resume,
+            link,
+        } = turn;
+        let actor = Actor::System;
         self.row(session_id).await?;
         let hash = input_hash(&content);
         let dropped = || {
@@ -976,6 +979,18 @@ impl Sessions {
         }
         .with_limits(l))
     }
+}
+
+/// A claimed run's turn, for [`Sessions::run_turn`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunTurn {
+    pub prompt_id: String,
+    /// The words, already in the log from `input_at` on.
+    pub content: Vec<Value>,
+    pub input_at: u64,
+    pub retry: bool,
+    pub resume: bool,
+    pub link: RunLink,
 }
 
 /// A settled prompt's answer as stored.
