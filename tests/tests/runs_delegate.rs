@@ -11,11 +11,15 @@
 
 #[path = "common/builtin.rs"]
 mod builtin;
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
 mod common;
 
 use agentos_tests::provider_server::{Flavor, Reply};
 use agentos_tests::seed::{call, Signer};
 use builtin::{json_of, kinds, ok, world, Sent, World};
+use client::Ws;
 use common::eventually;
 use serde_json::{json, Value};
 
@@ -420,4 +424,102 @@ async fn the_tree_is_bounded_and_a_detached_child_answers_at_once() {
         },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_run_tree_subscription_replays_the_tree_then_streams_it() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    let waits = "export default async function (input, ctx) {\n\
+                 await ctx.now();\n\
+                 const e = await ctx.waitForEvent({signal: 'go'});\n\
+                 ctx.progress(0.5, 'half');\n\
+                 return e.payload;\n\
+                 }";
+    w.provider
+        .push(tool_calls(&[("g1", "delegate", json!({"script": waits}))]));
+    w.provider.push(text("went"));
+    ok(&w.message(&session, "wait for go").await);
+    let root = turn_run(&w, &session).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let tree = runs_of(&w, json!({"rootRunId": root})).await;
+    let child = tree[1]["id"].as_str().expect("child").to_owned();
+    until_status(&w, &child, "waiting").await;
+
+    let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
+    let mut ws = Ws::open(&addr).await;
+    let key = format!("runs/{root}");
+    // Another account's subscription is refused like a run that does not exist.
+    let stranger = Signer::new();
+    let refused = ws.subscribe(&stranger, &key, None).await;
+    assert_eq!(refused["_"], "error", "{refused}");
+    let mut ws = Ws::open(&addr).await;
+    ws.subscribed(&w.owner, &key, None).await;
+    // The tree as it stands, oldest first, then the journal so far.
+    let first = ws.next().await;
+    assert_eq!(
+        (first["_"].clone(), first["value"]["id"].clone()),
+        (json!("change"), json!(root))
+    );
+    let second = ws.next().await;
+    assert_eq!(second["value"]["id"], json!(child));
+    assert_eq!(second["value"]["status"], "waiting");
+    let now = ws.next().await;
+    assert_eq!(
+        (
+            now["_"].clone(),
+            now["runId"].clone(),
+            now["seq"].clone(),
+            now["entry"]["kind"].clone()
+        ),
+        (json!("append"), json!(child), json!(1), json!("now"))
+    );
+    let wait = ws.next().await;
+    assert_eq!(
+        (wait["seq"].clone(), wait["entry"]["kind"].clone()),
+        (json!(2), json!("wait"))
+    );
+
+    // Live: the signal's entry, the child's transitions, its progress, the
+    // parent resuming and ending.
+    let signaled = tokio::time::timeout(
+        common::PATIENCE,
+        w.act(json!({"_": "SignalRun", "runId": child, "signal": "go", "payload": 7})),
+    )
+    .await
+    .expect("SignalRun answered");
+    ok(&signaled);
+    assert_eq!(json_of(&signaled.body)["delivered"], true);
+    let event = ws
+        .next_where(|e| e["_"] == "append" && e["entry"]["kind"] == "event")
+        .await;
+    assert_eq!(event["entry"]["payload"], 7);
+    assert_eq!(event["seq"], 3);
+    let progress = ws.next_where(|e| e["_"] == "appendPartial").await;
+    assert_eq!(progress["runId"], json!(child));
+    assert_eq!(progress["patch"]["progress"]["label"], "half");
+    ws.next_where(|e| {
+        e["_"] == "change"
+            && e["value"]["id"] == json!(child)
+            && e["value"]["status"] == "succeeded"
+    })
+    .await;
+    ws.next_where(|e| {
+        e["_"] == "change" && e["value"]["id"] == json!(root) && e["value"]["status"] == "succeeded"
+    })
+    .await;
+
+    // A resubscription after seq 2 replays the tree and only what followed.
+    let mut again = Ws::open(&addr).await;
+    again.subscribed(&w.owner, &key, Some(2)).await;
+    assert_eq!(again.next().await["_"], "change");
+    assert_eq!(again.next().await["_"], "change");
+    let next = again.next().await;
+    assert_eq!(
+        (next["_"].clone(), next["seq"].clone()),
+        (json!("append"), json!(3)),
+        "{next}"
+    );
 }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::response::{AgentInfo, SessionEvent, SessionInfo};
+use super::response::{AgentInfo, RunInfo, SessionEvent, SessionInfo};
 
 /// One server-to-client WebSocket event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,6 +50,39 @@ impl WsEvent {
 
 const UNENCODABLE_EVENT: &str =
     r#"{"_":"error","message":"event could not be encoded","code":"encode_failed"}"#;
+
+/// What a `runs/<rootRunId>` subscriber hears: one `change` per run of the
+/// tree as it stands and at every transition, each journal entry as an
+/// `append`, and live progress as `appendPartial` (never stored). Its own
+/// enum, since a run's `append` carries other fields than a session's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "_", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum RunWsEvent {
+    Change {
+        key: String,
+        value: RunInfo,
+    },
+    Append {
+        key: String,
+        run_id: String,
+        seq: u64,
+        entry: serde_json::Value,
+        created_at: i64,
+    },
+    AppendPartial {
+        key: String,
+        run_id: String,
+        partial_id: String,
+        patch: serde_json::Value,
+    },
+}
+
+impl RunWsEvent {
+    /// The JSON text of the frame.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| UNENCODABLE_EVENT.to_string())
+    }
+}
 
 /// A live update to the assistant message with `partialId`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

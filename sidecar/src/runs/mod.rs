@@ -532,6 +532,15 @@ impl Runs {
             .await?;
         if delivered {
             let run = self.get(run_id).await?;
+            // The entry the signal wrote, as committed, for the run's
+            // subscribers.
+            let after = run.journal_seq.saturating_sub(1);
+            for row in self.inner.store.journal(run_id, after, 1).await? {
+                let _ = self.inner.changes.send(RunEvent::Journal {
+                    root_run_id: run.root_run_id.clone(),
+                    row,
+                });
+            }
             self.after_transition(run).await;
         }
         Ok(delivered)

@@ -158,7 +158,7 @@ impl Sockets {
                         frame: Some(frame),
                     });
                 }
-                Hold::Account | Hold::Agent(_) => {
+                Hold::Account | Hold::Agent(_) | Hold::Run { .. } => {
                     socket.outbox.frame(frame);
                 }
             }

@@ -2,9 +2,10 @@
 //! (signature, window, replay cache, signer), the socket's account bound
 //! or checked, then `Subscribe` or `Unsubscribe`.
 //!
-//! Keys: `account/<id>` must be the socket's own account; `agents/<id>` and
-//! `sessions/<id>` need read access, and a key the account cannot read is
-//! answered exactly like one that does not exist. A session subscription
+//! Keys: `account/<id>` must be the socket's own account; `agents/<id>`,
+//! `sessions/<id>` and `runs/<rootRunId>` need read access, and a key the
+//! account cannot read is answered exactly like one that does not exist.
+//! A run tree's subscription is fed by its own task (`runs.rs`). A session subscription
 //! sends `subscribed`, a `change` with the session, every retained event
 //! after `afterSeq` (all of them when absent) and then live events, through
 //! the session hub's replay-then-live, which has no gap and no duplicate.
@@ -32,6 +33,7 @@ enum Key<'a> {
     Account(&'a str),
     Agent(&'a str),
     Session(&'a str),
+    Run(&'a str),
 }
 
 fn parse_key(key: &str) -> Result<Key<'_>, WsError> {
@@ -47,9 +49,7 @@ fn parse_key(key: &str) -> Result<Key<'_>, WsError> {
         "account" => Ok(Key::Account(id)),
         "agents" => Ok(Key::Agent(id)),
         "sessions" => Ok(Key::Session(id)),
-        "runs" => Err(WsError::UnsupportedAction(
-            "runs/ subscriptions are not supported by this server".into(),
-        )),
+        "runs" => Ok(Key::Run(id)),
         _ => Err(bad()),
     }
 }
@@ -136,6 +136,47 @@ async fn subscribe(
             let recheck = authz::require_read(control, account, agent_id).await;
             recheck.map_err(|e| withdraw(state, socket, key, e))?;
             socket.outbox.frame(subscribed);
+        }
+        Key::Run(root_id) => {
+            let runs = state.api.turns.runs();
+            let missing = |_| WsError::NotFound(key.to_owned());
+            let root = runs.get(root_id).await.map_err(missing)?;
+            let check = || {
+                authz::require_run(
+                    control,
+                    account,
+                    &root.run_id,
+                    root.agent_id.as_deref(),
+                    root.account_id.as_deref(),
+                    AccessRole::Reader,
+                )
+            };
+            check().await.map_err(unseen(key))?;
+            // The feed listens before it replays, so nothing falls between.
+            let events = runs.subscribe();
+            let (start, started) = oneshot::channel();
+            let feed = tokio::spawn(super::runs::forward(
+                runs.clone(),
+                Arc::downgrade(socket),
+                key.to_owned(),
+                root.root_run_id.clone(),
+                after_seq,
+                events,
+                started,
+            ));
+            replace(
+                state,
+                socket,
+                key,
+                Hold::Run {
+                    agent_id: root.agent_id.clone(),
+                    feed: Arc::new(super::socket::Feed(feed.abort_handle())),
+                },
+            );
+            check().await.map_err(|e| withdraw(state, socket, key, e))?;
+            if socket.outbox.frame(subscribed) {
+                let _ = start.send(());
+            }
         }
         Key::Session(session_id) => {
             let (link, _) =
@@ -259,7 +300,7 @@ pub(super) fn end(
                 frame,
             });
         }
-        Hold::Account | Hold::Agent(_) => {
+        Hold::Account | Hold::Agent(_) | Hold::Run { .. } => {
             if let Some(frame) = frame {
                 socket.outbox.frame(frame);
             }
@@ -290,10 +331,7 @@ mod tests {
         assert_eq!(parse_key("account/z6Mk"), Ok(Key::Account("z6Mk")));
         assert_eq!(parse_key("agents/a1"), Ok(Key::Agent("a1")));
         assert_eq!(parse_key("sessions/s1"), Ok(Key::Session("s1")));
-        assert_eq!(
-            parse_key("runs/r1").unwrap_err().code(),
-            "unsupported_action"
-        );
+        assert_eq!(parse_key("runs/r1"), Ok(Key::Run("r1")));
         for bad in ["", "account", "account/", "sessions/a/b", "users/x", "/x"] {
             assert_eq!(parse_key(bad).unwrap_err().code(), "bad_key", "{bad}");
         }

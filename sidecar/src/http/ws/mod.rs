@@ -15,6 +15,7 @@ mod changes;
 mod error;
 mod frames;
 mod outbox;
+mod runs;
 mod socket;
 mod sockets;
 mod writer;

@@ -31,8 +31,35 @@ use crate::sessions::{Item, Sink, SinkRefusal};
 pub(super) enum Hold {
     Account,
     Agent(String),
-    Session { agent_id: String, sub_id: Arc<str> },
+    Session {
+        agent_id: String,
+        sub_id: Arc<str>,
+    },
+    /// A run tree's feed, forwarded by a task that ends with the hold.
+    Run {
+        agent_id: Option<String>,
+        feed: Arc<Feed>,
+    },
 }
+
+/// The task forwarding a run tree's events; aborted when the last hold of
+/// it goes.
+#[derive(Debug)]
+pub(super) struct Feed(pub tokio::task::AbortHandle);
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl PartialEq for Feed {
+    fn eq(&self, other: &Feed) -> bool {
+        self.0.id() == other.0.id()
+    }
+}
+
+impl Eq for Feed {}
 
 impl Hold {
     /// The agent whose access this subscription depends on.
@@ -40,6 +67,7 @@ impl Hold {
         match self {
             Hold::Account => None,
             Hold::Agent(agent_id) | Hold::Session { agent_id, .. } => Some(agent_id),
+            Hold::Run { agent_id, .. } => agent_id.as_deref(),
         }
     }
 }
