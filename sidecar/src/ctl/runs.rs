@@ -2,7 +2,8 @@
 //! socket's `runs/*` methods: a session's, an agent's or a tree's listing,
 //! one run, a tree drawn by its parent links, cancel, signal and a run's
 //! journal. Arguments the socket would refuse anyway (two scopes, an unknown
-//! status, a payload that is not JSON) are refused here, before connecting.
+//! status, an empty signal, a payload that is not JSON) are refused here,
+//! before connecting.
 
 use std::collections::{HashMap, HashSet};
 
@@ -29,7 +30,7 @@ pub enum RunsCommand {
         /// queued, claimed, running, waiting, succeeded, failed or canceled.
         #[arg(long, value_parser = run_status)]
         status: Option<String>,
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_LIST as i64))]
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_LIST))]
         limit: Option<u64>,
     },
     /// One run, whole.
@@ -41,6 +42,7 @@ pub enum RunsCommand {
     /// Deliver a signal to a run waiting on it.
     Signal {
         run: String,
+        #[arg(value_parser = signal_name)]
         signal: String,
         /// Any JSON value.
         #[arg(long, value_parser = json_value)]
@@ -62,6 +64,14 @@ fn run_status(text: &str) -> Result<String, String> {
             RunStatus::ALL.map(RunStatus::as_str).join(", ")
         )),
     }
+}
+
+/// The socket takes a signal name of 1..=256 bytes.
+fn signal_name(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 256 {
+        return Err("a signal name is 1 to 256 bytes".into());
+    }
+    Ok(text.to_owned())
 }
 
 fn json_value(text: &str) -> Result<Value, String> {
@@ -269,7 +279,11 @@ mod tests {
         let lines = tree_lines(&runs);
         assert_eq!(lines.len(), 4);
         assert!(lines[0].starts_with("root  agent  waiting   root"));
-        assert!(lines[0].ends_with("[waiting on children (2)]"), "{}", lines[0]);
+        assert!(
+            lines[0].ends_with("[waiting on children (2)]"),
+            "{}",
+            lines[0]
+        );
         assert!(lines[1].starts_with("  a  "), "{}", lines[1]);
         assert!(lines[2].starts_with("    a1  "), "{}", lines[2]);
         assert!(lines[3].starts_with("  b  "), "{}", lines[3]);
@@ -281,5 +295,8 @@ mod tests {
         assert!(run_status("sleeping").unwrap_err().contains("queued"));
         assert_eq!(json_value("{\"a\":1}").unwrap(), json!({"a": 1}));
         assert!(json_value("{a").is_err());
+        assert!(signal_name("go").is_ok());
+        assert!(signal_name("").is_err());
+        assert!(signal_name(&"s".repeat(257)).is_err());
     }
 }
