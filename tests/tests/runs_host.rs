@@ -3,13 +3,20 @@
 //! turn; `runs/list`, `runs/get`, `runs/journal`, `runs/cancel` and
 //! `runs/signal` answer for it; an unknown run is `run_not_found` and bad
 //! arguments are invalid params; `ctl runs list`, `tree` and `get` print
-//! it, and `ctl` refuses bad arguments with exit 2.
+//! it, and `ctl` refuses bad arguments with exit 2. Then a real tree (the
+//! builtin agent delegating to a script that waits on a signal): the host
+//! lists it whole from any of its runs, `ctl runs tree` draws it with why
+//! each run waits, `ctl runs signal` answers the child once, and
+//! `ctl runs cancel` ends a second tree whole.
 
+#[path = "common/builtin.rs"]
+mod builtin;
 mod common;
 
 use std::path::Path;
 
-use common::{binary, data_code, Backend, Sidecar};
+use agentos_tests::provider_server::{Flavor, Reply};
+use common::{binary, data_code, eventually, Backend, Sidecar};
 use serde_json::{json, Value};
 
 /// Opens `session` with the echo agent and runs one turn; answers the
@@ -259,4 +266,180 @@ async fn ctl_runs_prints_a_session_s_runs() {
         assert_eq!(out.code, 2, "{args:?}: {}", out.stdout);
         assert!(out.stderr.contains("error"), "{args:?}: {}", out.stderr);
     }
+}
+
+/// The run a host `runs/get` answers.
+async fn host_run(sc: &Sidecar, run_id: &str) -> Value {
+    sc.ok("runs/get", json!({ "runId": run_id })).await["run"].clone()
+}
+
+/// Waits (polling, bounded by the harness's patience) until the run has
+/// `status`.
+async fn until_host_status(sc: &Sidecar, run_id: &str, status: &str) -> Value {
+    eventually(&format!("{run_id} is {status}"), || async {
+        host_run(sc, run_id).await["status"] == status
+    })
+    .await;
+    host_run(sc, run_id).await
+}
+
+/// A builtin session whose turn delegates to a script waiting on
+/// `approve`; answers the parent's and the child's run ids once both wait.
+async fn waiting_tree(w: &builtin::World, call_id: &str) -> (String, String) {
+    let waits = "export default async function (input, ctx) {\n\
+                 const e = await ctx.waitForEvent({signal: 'approve'}, {label: 'approval'});\n\
+                 return e.payload;\n\
+                 }";
+    let session = w.session().await;
+    w.provider.push(Reply::ToolCalls(vec![(
+        call_id.to_owned(),
+        "delegate".to_owned(),
+        json!({"script": waits, "title": "approval gate"}),
+    )]));
+    w.provider.push(Reply::Text(vec!["approved".to_owned()]));
+    builtin::ok(&w.message(&session, "wait for approval").await);
+    let listed = w.sc.ok("runs/list", json!({ "sessionId": session })).await;
+    let parent = listed["runs"][0]["id"]
+        .as_str()
+        .expect("a turn run")
+        .to_owned();
+    until_host_status(&w.sc, &parent, "waiting").await;
+    let tree = w.sc.ok("runs/list", json!({ "rootRunId": parent })).await;
+    let child = tree["runs"][1]["id"].as_str().expect("a child").to_owned();
+    until_host_status(&w.sc, &child, "waiting").await;
+    (parent, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_runs_draws_a_waiting_tree_signals_and_cancels_it() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    let s = &w.sc.socket;
+    let (parent, child) = waiting_tree(&w, "w1").await;
+
+    // Named by its child, the tree is still answered whole, oldest first.
+    let tree = w.sc.ok("runs/list", json!({ "rootRunId": child })).await;
+    let runs = tree["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{tree}");
+    assert_eq!(runs[0]["id"], json!(parent));
+    assert_eq!(runs[0]["wait"]["reason"], "children");
+    assert_eq!(runs[0]["wait"]["pendingChildren"], 1);
+    assert_eq!(runs[0]["childRunCount"], 1);
+    assert_eq!(runs[1]["id"], json!(child));
+    assert_eq!(runs[1]["kind"], "script");
+    assert_eq!(runs[1]["parentRunId"], json!(parent));
+    assert_eq!(runs[1]["parentToolCallId"], "w1");
+    assert_eq!(runs[1]["depth"], 1);
+    assert_eq!(runs[1]["wait"]["reason"], "event");
+    assert_eq!(runs[1]["wait"]["answerWith"], "approve");
+
+    let out = ctl(s, &["runs", "tree", &child]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.stdout);
+    assert!(lines[0].starts_with(&parent), "{}", out.stdout);
+    assert!(lines[0].contains("waiting"), "{}", out.stdout);
+    assert!(
+        lines[0].ends_with("[waiting on children (1)]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[1].starts_with(&format!("  {child}")),
+        "{}",
+        out.stdout
+    );
+    assert!(lines[1].contains("script"), "{}", out.stdout);
+    assert!(lines[1].contains("approval gate"), "{}", out.stdout);
+    assert!(
+        lines[1].ends_with("[waiting on event: approval, signal approve]"),
+        "{}",
+        out.stdout
+    );
+    let out = ctl(s, &["--json", "runs", "tree", &parent]).await;
+    let raw: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON line");
+    assert_eq!(raw["runs"].as_array().map(Vec::len), Some(2));
+
+    // The wrong signal is not delivered; the right one once.
+    let out = ctl(s, &["runs", "signal", &child, "reject"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.starts_with("not delivered"), "{}", out.stdout);
+    let out = ctl(
+        s,
+        &[
+            "--json",
+            "runs",
+            "signal",
+            &child,
+            "approve",
+            "--payload",
+            "{\"by\":\"ops\"}",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let answer: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON line");
+    assert_eq!(answer, json!({"runId": child, "delivered": true}));
+    let again =
+        w.sc.ok("runs/signal", json!({"runId": child, "signal": "approve"}))
+            .await;
+    assert_eq!(again["delivered"], false);
+    let done = until_host_status(&w.sc, &parent, "succeeded").await;
+    assert!(done.get("wait").is_none(), "{done}");
+    let child_run = host_run(&w.sc, &child).await;
+    assert_eq!(child_run["status"], "succeeded");
+    assert_eq!(child_run["output"], json!({"by": "ops"}));
+
+    // The host's journal is the signed API's, entry for entry.
+    let journal = w.sc.ok("runs/journal", json!({ "runId": child })).await;
+    let entries = journal["entries"].as_array().expect("entries").clone();
+    let seed = w.act(json!({"_": "GetRunJournal", "runId": child})).await;
+    builtin::ok(&seed);
+    let seed_entries = builtin::json_of(&seed.body)["entries"].clone();
+    let seqs = |list: &[Value]| -> Vec<u64> {
+        list.iter()
+            .map(|e| e["seq"].as_u64().expect("seq"))
+            .collect()
+    };
+    assert_eq!(
+        seqs(&entries),
+        seqs(seed_entries.as_array().expect("entries"))
+    );
+    for entry in &entries {
+        assert_eq!(entry["runId"], json!(child));
+        assert!(entry["createdAt"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')));
+    }
+    let out = ctl(s, &["runs", "journal", &child]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    if entries.is_empty() {
+        assert_eq!(out.stdout.trim(), "no journal entries");
+    } else {
+        assert_eq!(out.stdout.lines().count(), entries.len(), "{}", out.stdout);
+        let last = entries.last().and_then(|e| e["seq"].as_u64()).expect("seq");
+        let after =
+            w.sc.ok("runs/journal", json!({"runId": child, "afterSeq": last}))
+                .await;
+        assert_eq!(after["entries"], json!([]));
+    }
+
+    // A second tree, canceled from the operator's shell while it waits.
+    let (root, second_child) = waiting_tree(&w, "w2").await;
+    let out = ctl(s, &["runs", "cancel", &root]).await;
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (0, format!("canceled {root}").as_str())
+    );
+    let tree =
+        w.sc.ok("runs/list", json!({ "rootRunId": second_child }))
+            .await;
+    let statuses: Vec<&str> = tree["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(statuses, ["canceled", "canceled"], "{tree}");
+    let again = w.sc.ok("runs/cancel", json!({ "runId": root })).await;
+    assert_eq!(again, json!({"runId": root, "canceled": false}));
 }
