@@ -141,6 +141,17 @@ error_codes! {
     /// The control plane's storage failed (a damaged row is `corrupt_row`).
     ControlStorageError => "control_storage_error",
 
+    // --- Runs ---------------------------------------------------------------
+    /// No run has this id.
+    RunNotFound => "run_not_found",
+    /// A run tree is at one of its bounds; `data.setting` names the limit
+    /// (`limits.runs.*`).
+    RunLimit => "run_limit",
+    /// A run's journal would pass its caps; `data.setting` names the cap.
+    JournalCap => "journal_cap",
+    /// The runs' storage failed (a damaged row is `corrupt_row`).
+    RunStorageError => "run_storage_error",
+
     // --- Adapters -----------------------------------------------------------
     /// The adapter process could not be started.
     AdapterSpawnFailed => "adapter_spawn_failed",

@@ -65,6 +65,11 @@ pub mod methods {
     pub const SIGNERS_AUTHORIZE: &str = "signers/authorize";
     pub const SIGNERS_REVOKE: &str = "signers/revoke";
     pub const SIGNERS_LIST: &str = "signers/list";
+    pub const RUNS_GET: &str = "runs/get";
+    pub const RUNS_LIST: &str = "runs/list";
+    pub const RUNS_CANCEL: &str = "runs/cancel";
+    pub const RUNS_SIGNAL: &str = "runs/signal";
+    pub const RUNS_JOURNAL: &str = "runs/journal";
 
     // Notifications from the sidecar.
     pub const EVENT: &str = "sessions/event";

@@ -226,3 +226,50 @@ pub struct SignerParams {
 pub struct AccountParams {
     pub account: String,
 }
+
+/// `runs/get` and `runs/cancel`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunIdParams {
+    pub run_id: String,
+}
+
+/// `runs/list`: exactly one of a tree (any run of it), a session or an
+/// agent; `status` is a run status; `limit` bounds a session's or an
+/// agent's listing (a tree is answered whole).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListRunsParams {
+    #[serde(default)]
+    pub root_run_id: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+/// `runs/signal`: a signal name and what it carries (any JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignalRunParams {
+    pub run_id: String,
+    pub signal: String,
+    #[serde(default)]
+    pub payload: Option<Value>,
+}
+
+/// `runs/journal`: the entries after `afterSeq` (0 when absent), at most
+/// `limit`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunJournalParams {
+    pub run_id: String,
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+}

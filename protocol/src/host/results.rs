@@ -297,3 +297,130 @@ pub struct SignerEntry {
 pub struct SignersList {
     pub signers: Vec<SignerEntry>,
 }
+
+/// A run as the host socket shows it: the fields of the signed API's
+/// `RunInfo`, with the host protocol's RFC 3339 timestamps, and the row's
+/// `queue`, attempts, input, output and whole stored error besides (the
+/// socket is trusted).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunInfo {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    pub root_run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_from_run_id: Option<String>,
+    pub depth: u32,
+    /// `agent` or `script`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// `user`, `trigger`, `agent`, `workflow` or `system`.
+    pub origin: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `interactive` or `background`.
+    pub queue: String,
+    /// `queued`, `claimed`, `running`, `waiting`, `succeeded`, `failed` or
+    /// `canceled`.
+    pub status: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<RunWaitInfo>,
+    /// The stored error `{code, message, …}` of the latest failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Value>,
+    pub child_run_count: u64,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    pub updated_at: String,
+}
+
+/// Why a waiting run waits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunWaitInfo {
+    /// `children`, `timer`, `event` or `budget-pause`.
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<String>,
+    /// For `children`: how many delegate calls it still waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_children: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_call_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The signal that answers it by hand, when one can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_with: Option<String>,
+}
+
+/// `runs/get`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GetRunResult {
+    pub run: RunInfo,
+}
+
+/// `runs/list`: a tree oldest first, a session's or an agent's runs newest
+/// first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListRunsResult {
+    pub runs: Vec<RunInfo>,
+}
+
+/// `runs/cancel`: whether anything was newly canceled (false for a run
+/// that had already ended, or the second time).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelRunResult {
+    pub run_id: String,
+    pub canceled: bool,
+}
+
+/// `runs/signal`: whether the run was waiting on that signal and took it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalRunResult {
+    pub run_id: String,
+    pub delivered: bool,
+}
+
+/// One entry of a run's journal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunJournalEntry {
+    pub run_id: String,
+    pub seq: u64,
+    pub entry: Value,
+    pub created_at: String,
+}
+
+/// `runs/journal`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunJournalResult {
+    pub run_id: String,
+    pub entries: Vec<RunJournalEntry>,
+}

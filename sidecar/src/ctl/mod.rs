@@ -1,8 +1,11 @@
 //! The operator CLI (`agentos-sidecar ctl`): a host-protocol client with
-//! human output by default and `--json` for scripts.
+//! human output by default and `--json` for scripts (`fs.rs`: `ctl fs`;
+//! `runs.rs`: `ctl runs`, with the tree view). Arguments clap refuses exit
+//! 2; a failed call exits 1.
 
 mod client;
 mod fs;
+mod runs;
 
 use std::path::PathBuf;
 
@@ -12,6 +15,7 @@ use serde_json::{json, Value};
 
 pub use client::{ClientError, HostClient, Notification};
 pub use fs::FsCommand;
+pub use runs::RunsCommand;
 
 #[derive(Debug, Args)]
 pub struct CtlArgs {
@@ -55,6 +59,9 @@ pub enum CtlCommand {
     /// The VM's file system: ls, cat, put, get, rm, mv, mkdir, import, export.
     #[command(subcommand)]
     Fs(FsCommand),
+    /// Runs: list, get, tree, cancel, signal, journal.
+    #[command(subcommand)]
+    Runs(RunsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -366,6 +373,7 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
             }
         }
         CtlCommand::Fs(command) => fs::run(&client, command, j).await?,
+        CtlCommand::Runs(command) => runs::run(&client, command, j).await?,
         CtlCommand::Permissions(PermissionsCommand::List { session }) => {
             let pending = pending_permissions(&client, session).await?;
             let v = json!({ "requests": pending });

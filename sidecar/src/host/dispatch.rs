@@ -239,6 +239,7 @@ pub(super) async fn dispatch(
             ))
         }
         m if m.starts_with("fs/") => super::fs::dispatch(vm, m, raw).await,
+        m if m.starts_with("runs/") => super::runs::dispatch(vm, m, raw).await,
         other => Err(ErrorObject::method_not_found(other)),
     }
 }

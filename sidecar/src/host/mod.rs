@@ -6,12 +6,12 @@
 //!
 //! Bytes become frames in `FrameDecoder`, frames become messages in
 //! `decode_message`, and messages become service calls in `dispatch.rs`
-//! (`fs.rs` for the file system), whose typed answers `render.rs` maps to
-//! the wire types of `protocol::host`. The listener (here) bounds
-//! connections with a semaphore and backs off when accepting fails; each
-//! connection (`connection.rs`) runs every request as its own task so a long
-//! prompt never blocks other calls on the same connection, and one writer
-//! task owns the socket's write half. Protocol faults get the standard codes
+//! (`fs.rs` for the file system, `runs.rs` for runs), whose typed answers
+//! `render.rs` maps to the wire types of `protocol::host`. The listener
+//! (here) bounds connections with a semaphore and backs off when accepting
+//! fails; each connection (`connection.rs`) runs every request as its own
+//! task so a long prompt never blocks other calls on the same connection,
+//! and one writer task owns the socket's write half. Protocol faults get the standard codes
 //! and leave the connection open whenever the frame boundary is intact; an
 //! oversize frame is answered and the connection closed, since its bytes
 //! cannot be skipped safely.
@@ -21,6 +21,7 @@ mod connection;
 mod dispatch;
 mod fs;
 mod render;
+mod runs;
 mod signers;
 
 use std::path::{Path, PathBuf};

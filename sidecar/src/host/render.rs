@@ -1,12 +1,14 @@
-//! The session service's domain values and errors, and the control plane's
-//! errors, in the host protocol's wire form (`protocol::host`). The only
-//! place the host door turns a domain value or error into its wire shape.
+//! The session service's and the runs service's domain values and errors,
+//! and the control plane's errors, in the host protocol's wire form
+//! (`protocol::host`). The only place the host door turns a domain value or
+//! error into its wire shape.
 
 use agentos_protocol::host::{self as wire, rfc3339_ms, ErrorObject};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Map};
 
 use crate::control::ControlError;
+use crate::runs::{JournalRow, Run, RunError, RunWait, WaitReason};
 use crate::sessions::{
     LimitUse, PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage,
     SessionState, Usage, VmStatus,
@@ -205,6 +207,91 @@ pub fn control_error_object(e: &ControlError) -> ErrorObject {
     ErrorObject::application(code, e.to_string(), extra)
 }
 
+/// A run row as the host sees it.
+pub(super) fn run(run: &Run) -> wire::RunInfo {
+    wire::RunInfo {
+        id: run.run_id.clone(),
+        account: run.account_id.clone(),
+        root_run_id: run.root_run_id.clone(),
+        parent_run_id: run.parent_run_id.clone(),
+        parent_tool_call_id: run.parent_tool_call_id.clone(),
+        continued_from_run_id: run.continued_from_run_id.clone(),
+        depth: run.depth,
+        kind: run.kind.as_str().to_owned(),
+        agent_id: run.agent_id.clone(),
+        session_id: run.session_id.clone(),
+        origin: run.origin.as_str().to_owned(),
+        title: run.title.clone(),
+        queue: run.queue.as_str().to_owned(),
+        status: run.status.as_str().to_owned(),
+        attempt: run.attempt,
+        max_attempts: run.max_attempts,
+        wait: run.wait.as_ref().map(run_wait),
+        error: run.error.clone(),
+        output: run.output.clone(),
+        input: (!run.input.is_null()).then(|| run.input.clone()),
+        usage: run.usage.clone(),
+        plan: run.plan.clone(),
+        child_run_count: run.child_count,
+        created_at: rfc3339_ms(run.created_at_ms),
+        started_at: run.started_at_ms.map(rfc3339_ms),
+        finished_at: run.finished_at_ms.map(rfc3339_ms),
+        updated_at: rfc3339_ms(run.updated_at_ms),
+    }
+}
+
+fn run_wait(wait: &RunWait) -> wire::RunWaitInfo {
+    let children = wait.reason == WaitReason::Children;
+    wire::RunWaitInfo {
+        reason: match wait.reason {
+            WaitReason::Children => "children",
+            WaitReason::Timer => "timer",
+            WaitReason::Event => "event",
+            WaitReason::BudgetPause => "budget-pause",
+        }
+        .to_owned(),
+        wake_at: wait.wake_at.map(rfc3339_ms),
+        pending_children: children.then_some(wait.tool_call_ids.len() as u64),
+        tool_call_ids: wait.tool_call_ids.clone(),
+        wait_id: wait.wait_id.clone(),
+        label: wait.label.clone(),
+        answer_with: wait.answer_with.clone(),
+    }
+}
+
+pub(super) fn journal_entry(row: &JournalRow) -> wire::RunJournalEntry {
+    wire::RunJournalEntry {
+        run_id: row.run_id.clone(),
+        seq: row.seq,
+        entry: row.entry.clone(),
+        created_at: rfc3339_ms(row.created_at_ms),
+    }
+}
+
+/// The JSON-RPC error for a runs-layer error. A bad argument is
+/// `invalid_params`, as for every other method; a turn's failure is the
+/// session layer's error.
+pub fn run_error_object(e: &RunError) -> ErrorObject {
+    let mut extra = Map::new();
+    let code = match e {
+        RunError::InvalidArgument(_) => return ErrorObject::invalid_params(e.to_string()),
+        RunError::Session(inner) => return error_object(inner),
+        RunError::NotFound(_) => ErrorCode::RunNotFound,
+        RunError::Limit { setting, limit } => {
+            extra.insert("setting".into(), json!(setting));
+            extra.insert("limit".into(), json!(limit));
+            ErrorCode::RunLimit
+        }
+        RunError::JournalCap { setting } => {
+            extra.insert("setting".into(), json!(setting));
+            ErrorCode::JournalCap
+        }
+        RunError::Storage(agentos_schema::DbError::CorruptRow { .. }) => ErrorCode::CorruptRow,
+        RunError::Storage(_) => ErrorCode::RunStorageError,
+    };
+    ErrorObject::application(code, e.to_string(), extra)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +336,33 @@ mod tests {
             assert_eq!(data_code(&e).as_deref(), Some(code), "{e}");
         }
         let bad = control_error_object(&ControlError::InvalidArgument("signer".into()));
+        assert_eq!(bad.code, agentos_protocol::host::codes::INVALID_PARAMS);
+        assert_eq!(bad.data, None);
+    }
+
+    #[test]
+    fn run_errors_keep_the_runs_codes() {
+        let cases = [
+            RunError::NotFound("r".into()),
+            RunError::Limit {
+                setting: "limits.runs.maxDepth",
+                limit: 3,
+            },
+            RunError::JournalCap {
+                setting: "limits.runs.maxJournalEntries",
+            },
+            RunError::Storage(agentos_schema::DbError::Closed),
+            RunError::Session(SessionError::NotFound("s".into())),
+        ];
+        for e in cases {
+            let object = run_error_object(&e);
+            assert_eq!(object.data_code(), Some(e.code()), "{e}");
+            if let Some(setting) = e.setting() {
+                let data = object.data.clone().unwrap();
+                assert_eq!(data["setting"], setting);
+            }
+        }
+        let bad = run_error_object(&RunError::InvalidArgument("scope".into()));
         assert_eq!(bad.code, agentos_protocol::host::codes::INVALID_PARAMS);
         assert_eq!(bad.data, None);
     }
