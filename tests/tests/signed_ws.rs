@@ -101,7 +101,8 @@ async fn subscriptions_are_verified_and_scoped() {
         .await;
     for (key, code) in [
         (format!("account/{}", stranger.id()), "forbidden"),
-        ("runs/r1".to_owned(), "unsupported_action"),
+        // A run that does not exist, like one the account cannot read.
+        ("runs/r1".to_owned(), "not_found"),
         ("people/x".to_owned(), "bad_key"),
     ] {
         let refused = ws.subscribe(&owner, &key, None).await;

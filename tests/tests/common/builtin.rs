@@ -204,6 +204,28 @@ impl World {
             .expect("the provider was called")
     }
 
+    /// Kills the sidecar (SIGKILL) and starts it again on the same store.
+    pub async fn crash(self) -> World {
+        let World {
+            sc,
+            provider,
+            owner,
+            agent_id,
+            flavor,
+            ..
+        } = self;
+        let sc = sc.crash(options(&provider)).await;
+        let target = sc.api();
+        World {
+            sc,
+            target,
+            provider,
+            owner,
+            agent_id,
+            flavor,
+        }
+    }
+
     /// Stops the sidecar and starts it again on the same store, pinned to
     /// the same scripted provider.
     pub async fn restart(self) -> World {

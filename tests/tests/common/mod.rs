@@ -185,6 +185,23 @@ impl Sidecar {
         Self::start_in(dir, backend, options).await
     }
 
+    /// Kills this sidecar (SIGKILL: no shutdown at all) and starts a new
+    /// one on the same directory, database and secrets key file.
+    pub async fn crash(mut self, options: Options) -> Sidecar {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = tokio::time::timeout(PATIENCE, self.child.wait()).await;
+        if let Some(mut ars) = self.ars.take() {
+            let pid = ars.id().expect("ars-serve is running") as libc::pid_t;
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let _ = tokio::time::timeout(PATIENCE, ars.wait()).await;
+        }
+        let Sidecar { backend, dir, .. } = self;
+        Self::start_in(dir, backend, options).await
+    }
+
     async fn start_in(dir: tempfile::TempDir, backend: Backend, options: Options) -> Sidecar {
         let root = dir.path();
         let sidecar = binary("agentos-sidecar");
