@@ -51,7 +51,7 @@ fn script(i: u64) -> NewRun {
     let mut run = NewRun::root(
         RunKind::Script,
         Origin::System,
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             Queue::Interactive
         } else {
             Queue::Background

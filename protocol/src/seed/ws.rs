@@ -60,7 +60,7 @@ const UNENCODABLE_EVENT: &str =
 pub enum RunWsEvent {
     Change {
         key: String,
-        value: RunInfo,
+        value: Box<RunInfo>,
     },
     Append {
         key: String,

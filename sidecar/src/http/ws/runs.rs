@@ -67,7 +67,7 @@ impl Feed {
         for run in &tree {
             let change = RunWsEvent::Change {
                 key: self.key.clone(),
-                value: render::run(run),
+                value: Box::new(render::run(run)),
             };
             if !self.send(change) {
                 return false;
@@ -124,7 +124,7 @@ pub(super) async fn forward(
                 let key = feed.key.clone();
                 feed.send(RunWsEvent::Change {
                     key,
-                    value: render::run(&run),
+                    value: Box::new(render::run(&run)),
                 })
             }
             Ok(RunEvent::Journal { row, .. }) => feed.entry(row),
