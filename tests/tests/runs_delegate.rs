@@ -523,3 +523,41 @@ async fn a_run_tree_subscription_replays_the_tree_then_streams_it() {
         "{next}"
     );
 }
+
+#[tokio::test]
+async fn a_plan_step_settles_when_its_children_succeed() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.provider.push(tool_calls(&[
+        (
+            "p1",
+            "plan",
+            json!({"title": "Work", "steps": [
+                {"id": "count", "label": "Count"},
+                {"id": "report", "label": "Report"}]}),
+        ),
+        (
+            "d1",
+            "delegate",
+            json!({"brief": "Count.", "planStepId": "count"}),
+        ),
+    ]));
+    w.provider.push(text("1 2 3"));
+    w.provider.push(text("reported"));
+    ok(&w.message(&session, "plan and count").await);
+    let parent = turn_run(&w, &session).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let done = until_status(&w, &parent, "succeeded").await;
+    let steps = &done["plan"]["steps"];
+    assert_eq!(steps[0]["status"], "done", "{done}");
+    assert_eq!(steps[0]["resolvedBy"], "runtime");
+    assert_eq!(steps[1]["status"], "pending");
+    assert!(done["plan"].get("settledAt").is_none());
+    let tree = runs_of(&w, json!({"rootRunId": parent})).await;
+    assert_eq!(tree[1]["planStepId"], "count");
+    let got = json_of(&w.get_session(&session).await.body);
+    assert_eq!(got["session"]["plan"]["title"], "Work");
+    assert_eq!(got["session"]["plan"]["steps"][0]["resolvedBy"], "runtime");
+}

@@ -230,6 +230,26 @@ fn default_title(text: &str) -> String {
     }
 }
 
+/// Stamps a plan's `settledAt` when no step can move any more, and clears
+/// it when a step reopened.
+pub fn settle_plan(plan: &mut Value, now: i64) {
+    let settled = plan["steps"].as_array().is_some_and(|steps| {
+        !steps.is_empty()
+            && steps
+                .iter()
+                .all(|s| matches!(s["status"].as_str(), Some("done" | "failed" | "skipped")))
+    });
+    match (settled, plan.get("settledAt").is_some()) {
+        (true, false) => plan["settledAt"] = json!(now),
+        (false, true) => {
+            if let Some(map) = plan.as_object_mut() {
+                map.remove("settledAt");
+            }
+        }
+        _ => {}
+    }
+}
+
 /// A started child.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Started {
@@ -543,10 +563,54 @@ impl Delegation {
             None => self.runs.store().resolve_child(child, now).await?,
         };
         if resolved {
+            if let (Some(step), Some(parent)) = (&child.plan_step_id, &parent) {
+                self.settle_step(parent, step, now).await?;
+            }
             if let Ok(parent) = self.runs.get(&parent_id).await {
                 self.runs.publish(parent);
             }
             self.runs.wake();
+        }
+        Ok(())
+    }
+
+    /// Marks plan step `step` of the parent's session done, as the
+    /// runtime's doing, when every child attached to it succeeded. A
+    /// failure is never inferred: that step stays the model's to judge.
+    async fn settle_step(&self, parent: &Run, step: &str, now: i64) -> Result<(), RunError> {
+        let Some(session_id) = &parent.session_id else {
+            return Ok(());
+        };
+        let statuses = self
+            .runs
+            .store()
+            .step_children(&parent.run_id, step)
+            .await?;
+        if statuses.is_empty() || statuses.iter().any(|s| *s != RunStatus::Succeeded) {
+            return Ok(());
+        }
+        let store = self.sessions.store();
+        let Some(mut plan) = store.plan(session_id).await? else {
+            return Ok(());
+        };
+        let Some(steps) = plan["steps"].as_array_mut() else {
+            return Ok(());
+        };
+        let mut changed = false;
+        for entry in steps.iter_mut() {
+            if entry["id"] == json!(step) && entry["status"] != "done" {
+                entry["status"] = json!("done");
+                entry["resolvedBy"] = json!("runtime");
+                changed = true;
+            }
+        }
+        if changed {
+            settle_plan(&mut plan, now);
+            store.set_plan(session_id, &plan).await?;
+            self.runs
+                .store()
+                .set_plan(&parent.run_id, &plan, now)
+                .await?;
         }
         Ok(())
     }

@@ -488,6 +488,25 @@ impl RunStore {
         decode_all(rows)
     }
 
+    /// The statuses of a parent's children attached to one plan step.
+    pub async fn step_children(
+        &self,
+        parent_run_id: &str,
+        plan_step_id: &str,
+    ) -> Result<Vec<RunStatus>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT status FROM {RUNS} WHERE parent_run_id = ?1 AND plan_step_id = ?2 \
+                     AND continued_from_run_id IS NULL"
+                ),
+                vec![parent_run_id.into(), plan_step_id.into()],
+            )
+            .await?;
+        Row::all(rows, RUNS, 1, |mut r| r.parse(0, RunStatus::parse))
+    }
+
     /// The live turn of a session, if any.
     pub async fn live_turn(&self, session_id: &str) -> Result<Option<Run>, DbError> {
         let rows = self

@@ -82,6 +82,8 @@ pub struct SessionInfo {
     pub title: Option<String>,
     /// What the agent says the session is doing.
     pub description: Option<String>,
+    /// The agent's plan snapshot.
+    pub plan: Option<Value>,
     pub metadata: Option<Value>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -102,6 +104,7 @@ impl SessionInfo {
             retained_event_bytes: row.retained_event_bytes,
             title: row.title.clone(),
             description: row.description.clone(),
+            plan: row.plan.clone(),
             metadata: row.metadata.clone(),
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,

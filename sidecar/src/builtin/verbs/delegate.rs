@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 use crate::clock::unix_ms;
+use crate::runs::delegate::settle_plan;
 use crate::runs::{ChildSpec, NewRun, Origin, ParentLink, Queue, RunKind, RunStatus};
 
 const MAX_STEPS: usize = 50;
@@ -107,28 +108,8 @@ fn read_plan(input: &Value, before: Option<&Value>, owner: Option<&str>) -> Resu
     if let Some(owner) = owner {
         plan["ownerRunId"] = json!(owner);
     }
-    settle(&mut plan, unix_ms());
+    settle_plan(&mut plan, unix_ms());
     Ok(plan)
-}
-
-/// Stamps `settledAt` when no step can move any more, and clears it when a
-/// step reopened.
-pub(crate) fn settle(plan: &mut Value, now: i64) {
-    let settled = plan["steps"].as_array().is_some_and(|steps| {
-        !steps.is_empty()
-            && steps
-                .iter()
-                .all(|s| matches!(s["status"].as_str(), Some("done" | "failed" | "skipped")))
-    });
-    match (settled, plan.get("settledAt").is_some()) {
-        (true, false) => plan["settledAt"] = json!(now),
-        (false, true) => {
-            if let Some(map) = plan.as_object_mut() {
-                map.remove("settledAt");
-            }
-        }
-        _ => {}
-    }
 }
 
 pub(super) async fn plan(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {

@@ -74,7 +74,10 @@ pub fn session(info: &sessions::SessionInfo, link: &control::SessionLink) -> Ses
         child_session_count: None,
         model_override: None,
         description: info.description.clone(),
-        plan: None,
+        plan: info
+            .plan
+            .as_ref()
+            .map(agentos_protocol::seed::event::to_ipld),
     }
 }
 

@@ -377,6 +377,7 @@ mod tests {
             retained_event_bytes: 0,
             title: None,
             description: None,
+            plan: None,
             metadata: None,
             created_at_ms: 1,
             updated_at_ms: 2,

@@ -18,7 +18,7 @@ pub(super) const PERMISSION_OUTCOMES: &str = "agentos_core_permission_outcomes";
 pub(super) const VM_COUNTERS: &str = "agentos_core_vm_counters";
 
 /// Columns of a session row, in `SESSION_COLUMNS` order.
-pub(super) const SESSION_WIDTH: usize = 29;
+pub(super) const SESSION_WIDTH: usize = 30;
 /// Columns of an event row, in `EVENT_COLUMNS` order.
 pub(super) const EVENT_WIDTH: usize = 11;
 
@@ -60,6 +60,7 @@ pub(super) fn decode_session(values: Vec<SqlValue>) -> Result<SessionRow, DbErro
         created_at_ms: r.int(26)?,
         updated_at_ms: r.int(27)?,
         description: r.opt_text(28)?,
+        plan: r.opt_json(29)?,
     })
 }
 
@@ -115,7 +116,8 @@ mod tests {
             SqlValue::Null,
         ];
         v.extend([0, 1, 0, 0, 0, 0, 0, 5, 6].map(SqlValue::Integer));
-        // description
+        // description, plan_json
+        v.push(SqlValue::Null);
         v.push(SqlValue::Null);
         v
     }

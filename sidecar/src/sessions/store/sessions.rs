@@ -17,7 +17,7 @@ const SESSION_COLUMNS: &str = "session_id, agent, acp_session_id, cwd, permissio
     config_revision, config_options_json, pending_preamble, title, metadata_json, state, \
     state_prompt_id, state_started_at_ms, state_error_json, latest_sequence, \
     oldest_retained_sequence, retained_event_count, retained_event_bytes, prompt_count, \
-    pending_permission_count, outcome_count, created_at_ms, updated_at_ms, description";
+    pending_permission_count, outcome_count, created_at_ms, updated_at_ms, description, plan_json";
 
 /// A session's status: the `state` column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +70,8 @@ pub struct SessionRow {
     pub title: Option<String>,
     /// The agent's account of what the session is doing (`status`).
     pub description: Option<String>,
+    /// The agent's plan (`plan`), on the session for clients to show.
+    pub plan: Option<Value>,
     pub metadata: Option<Value>,
     pub state: SessionStatus,
     pub state_prompt_id: Option<String>,
