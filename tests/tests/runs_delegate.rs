@@ -106,6 +106,15 @@ async fn a_delegating_turn_parks_its_child_works_from_the_brief_and_the_parent_r
     let done = until_status(&w, &parent_id, "succeeded").await;
     assert_eq!(done["childRunCount"], 1);
     assert_eq!(done["kind"], "agent");
+    // The tokens of both of the parent's turns, and its child's rolled up.
+    let usage = &done["usage"];
+    assert!(usage["input"].as_u64().is_some_and(|n| n > 0), "{done}");
+    assert_eq!(usage["children"]["runs"], 1, "{done}");
+    assert!(usage["children"]["input"].as_u64().is_some_and(|n| n > 0));
+    assert_eq!(
+        usage["total"].as_u64(),
+        Some(usage["input"].as_u64().unwrap_or(0) + usage["output"].as_u64().unwrap_or(0))
+    );
 
     // The tree, oldest first: the parent, then the child.
     let tree = runs_of(&w, json!({"rootRunId": parent_id})).await;

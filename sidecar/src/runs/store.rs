@@ -419,6 +419,55 @@ impl RunStore {
         )
     }
 
+    /// Adds a turn's tokens to its run's usage (a run's turns add up).
+    pub fn add_usage_statement(run_id: &str, input: u64, output: u64) -> Statement {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Statement::new(
+            format!(
+                "UPDATE {RUNS} SET usage_json = json_set(coalesce(usage_json, '{{}}'), \
+                   '$.input', coalesce(json_extract(usage_json, '$.input'), 0) + ?2, \
+                   '$.output', coalesce(json_extract(usage_json, '$.output'), 0) + ?3, \
+                   '$.cacheRead', coalesce(json_extract(usage_json, '$.cacheRead'), 0), \
+                   '$.cacheWrite', coalesce(json_extract(usage_json, '$.cacheWrite'), 0), \
+                   '$.total', coalesce(json_extract(usage_json, '$.total'), 0) + ?2 + ?3) \
+                 WHERE run_id = ?1"
+            ),
+            vec![run_id.into(), n(input).into(), n(output).into()],
+        )
+    }
+
+    /// Rolls an ended child's usage (its own and its children's) up into
+    /// its parent's `children`.
+    fn rollup_statement(child: &Run) -> Statement {
+        let usage = child.usage.clone().unwrap_or(Value::Null);
+        let field =
+            |k: &str| usage[k].as_i64().unwrap_or(0) + usage["children"][k].as_i64().unwrap_or(0);
+        let runs = 1 + usage["children"]["runs"].as_i64().unwrap_or(0);
+        Statement::new(
+            format!(
+                "UPDATE {RUNS} SET usage_json = json_set(coalesce(usage_json, \
+                   json_object('input', 0, 'output', 0, 'cacheRead', 0, 'cacheWrite', 0, 'total', 0)), \
+                   '$.children', json_object( \
+                     'input', coalesce(json_extract(usage_json, '$.children.input'), 0) + ?2, \
+                     'output', coalesce(json_extract(usage_json, '$.children.output'), 0) + ?3, \
+                     'cacheRead', coalesce(json_extract(usage_json, '$.children.cacheRead'), 0) + ?4, \
+                     'cacheWrite', coalesce(json_extract(usage_json, '$.children.cacheWrite'), 0) + ?5, \
+                     'total', coalesce(json_extract(usage_json, '$.children.total'), 0) + ?6, \
+                     'runs', coalesce(json_extract(usage_json, '$.children.runs'), 0) + ?7)) \
+                 WHERE run_id = ?1"
+            ),
+            vec![
+                child.parent_run_id.clone().unwrap_or_default().into(),
+                field("input").into(),
+                field("output").into(),
+                field("cacheRead").into(),
+                field("cacheWrite").into(),
+                field("total").into(),
+                runs.into(),
+            ],
+        )
+    }
+
     /// Marks a child's result as delivered to its parent, at most once (the
     /// first statement fails the transaction when it was already), and
     /// shrinks the parent's wait, queueing it to resume when no awaited
@@ -455,6 +504,7 @@ impl RunStore {
                 ),
                 vec![parent.into(), now.into()],
             ),
+            Self::rollup_statement(child),
         ]
     }
 

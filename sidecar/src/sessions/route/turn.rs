@@ -474,6 +474,15 @@ impl Route {
             }
             _ => None,
         };
+        // The tokens the turn used, as the builtin agent reports them.
+        let usage = match &end {
+            TurnEnd::Answered(Ok(result)) => {
+                let usage = &result["_meta"]["agentos"]["usage"];
+                let tokens = |k: &str| usage[k].as_u64().unwrap_or(0);
+                Some((tokens("inputTokens"), tokens("outputTokens"))).filter(|u| *u != (0, 0))
+            }
+            _ => None,
+        };
         let outcome: Result<Value, (ErrorCode, String)> = match end {
             TurnEnd::Answered(Ok(result)) => match turn.failure.take() {
                 Some(f) => Err(f),
@@ -641,6 +650,9 @@ impl Route {
                 _ => None,
             };
             extra.push(RunStore::finish_statement(run_id, &finish, retry_at, now));
+            if let Some((input, output)) = usage {
+                extra.push(RunStore::add_usage_statement(run_id, input, output));
+            }
         }
         if let Err(e) = self.commit(events, extra).await {
             // This route's view of the session can no longer be trusted: it
