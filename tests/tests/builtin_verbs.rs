@@ -15,21 +15,8 @@ mod common;
 use agentos_protocol::agent_ext::MODEL_RESULT_BYTES;
 use agentos_tests::provider_server::{Flavor, Reply};
 use agentos_tests::seed::{call, Signer};
-use builtin::{answer_text, endless, json_of, kinds, ok, world, Sent, World};
+use builtin::{answer_text, endless, json_of, kinds, ok, text, tool_calls, world, Sent, World};
 use serde_json::{json, Value};
-
-fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
-    Reply::ToolCalls(
-        calls
-            .iter()
-            .map(|(id, name, input)| ((*id).to_owned(), (*name).to_owned(), input.clone()))
-            .collect(),
-    )
-}
-
-fn text(t: &str) -> Reply {
-    Reply::Text(vec![t.to_owned()])
-}
 
 /// The Seed events of the tool results, by call id.
 fn result_of<'a>(events: &'a [Value], call_id: &str) -> &'a Value {

@@ -12,64 +12,10 @@ mod common;
 use std::time::Duration;
 
 use agentos_tests::provider_server::{Flavor, Reply};
-use builtin::{endless, json_of, kinds, ok, world, World};
-use serde_json::{json, Value};
-
-fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
-    Reply::ToolCalls(
-        calls
-            .iter()
-            .map(|(id, name, input)| ((*id).to_owned(), (*name).to_owned(), input.clone()))
-            .collect(),
-    )
-}
-
-fn text(t: &str) -> Reply {
-    Reply::Text(vec![t.to_owned()])
-}
-
-async fn runs_of(w: &World, scope: Value) -> Vec<Value> {
-    let mut action = json!({"_": "ListRuns"});
-    for (k, v) in scope.as_object().expect("a scope") {
-        action[k] = v.clone();
-    }
-    let listed = w.act(action).await;
-    ok(&listed);
-    json_of(&listed.body)["runs"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-async fn run(w: &World, run_id: &str) -> Value {
-    let got = w.act(json!({"_": "GetRun", "runId": run_id})).await;
-    ok(&got);
-    json_of(&got.body)["run"].clone()
-}
-
-async fn until_status(w: &World, run_id: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + common::PATIENCE;
-    loop {
-        let last = run(w, run_id).await;
-        if last["status"] == status {
-            return last;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{run_id} never became {status}: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn journal(w: &World, run_id: &str) -> Vec<Value> {
-    let got = w.act(json!({"_": "GetRunJournal", "runId": run_id})).await;
-    ok(&got);
-    json_of(&got.body)["entries"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
+use builtin::{
+    endless, journal, json_of, kinds, ok, runs_of, text, tool_calls, until_status, world, World,
+};
+use serde_json::json;
 
 async fn memory(w: &World, path: &str) -> String {
     let got = w

@@ -16,64 +16,19 @@ mod builtin;
 mod client;
 mod common;
 
-use agentos_tests::provider_server::{Flavor, Reply};
+use agentos_tests::provider_server::Flavor;
 use agentos_tests::seed::{call, Signer};
-use builtin::{json_of, kinds, ok, world, Sent, World};
+use builtin::{
+    json_of, kinds, ok, run, runs_of, text, tool_calls, until_status, world, Sent, World,
+};
 use client::Ws;
 use common::eventually;
 use serde_json::{json, Value};
-
-fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
-    Reply::ToolCalls(
-        calls
-            .iter()
-            .map(|(id, name, input)| ((*id).to_owned(), (*name).to_owned(), input.clone()))
-            .collect(),
-    )
-}
-
-fn text(t: &str) -> Reply {
-    Reply::Text(vec![t.to_owned()])
-}
-
-async fn runs_of(w: &World, scope: Value) -> Vec<Value> {
-    let mut action = json!({"_": "ListRuns"});
-    for (k, v) in scope.as_object().expect("a scope") {
-        action[k] = v.clone();
-    }
-    let listed = w.act(action).await;
-    ok(&listed);
-    json_of(&listed.body)["runs"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-async fn run(w: &World, run_id: &str) -> Value {
-    let got = w.act(json!({"_": "GetRun", "runId": run_id})).await;
-    ok(&got);
-    json_of(&got.body)["run"].clone()
-}
 
 /// The session's only run (its first turn).
 async fn turn_run(w: &World, session: &str) -> Value {
     let runs = runs_of(w, json!({"sessionId": session})).await;
     runs.last().cloned().expect("the session has a run")
-}
-
-async fn until_status(w: &World, run_id: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + common::PATIENCE;
-    loop {
-        let last = run(w, run_id).await;
-        if last["status"] == status {
-            return last;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{run_id} never became {status}: {last}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 fn result_of<'a>(events: &'a [Value], call_id: &str) -> &'a Value {

@@ -889,34 +889,27 @@ impl RunStore {
         agentos_schema::row::count(rows, RUNS)
     }
 
-    /// The queued and waiting runs of a session, and its live one, as
-    /// roots of the trees a stop cancels.
+    /// The unfinished runs of a session (queued, live or waiting), oldest
+    /// first: the roots of the trees a stop cancels.
     pub async fn session_open_runs(&self, session_id: &str) -> Result<Vec<String>, DbError> {
-        let rows = self
-            .db
-            .query(
-                &format!(
-                    "SELECT run_id FROM {RUNS} WHERE session_id = ?1 \
-                     AND status <> 'succeeded' AND status <> 'failed' AND status <> 'canceled' \
-                     ORDER BY created_at_ms"
-                ),
-                vec![session_id.into()],
-            )
-            .await?;
-        agentos_schema::row::texts(rows, RUNS)
+        self.open_runs("session_id", session_id).await
     }
 
     /// The unfinished runs of an agent.
     pub async fn agent_open_runs(&self, agent_id: &str) -> Result<Vec<String>, DbError> {
+        self.open_runs("agent_id", agent_id).await
+    }
+
+    async fn open_runs(&self, column: &str, id: &str) -> Result<Vec<String>, DbError> {
         let rows = self
             .db
             .query(
                 &format!(
-                    "SELECT run_id FROM {RUNS} WHERE agent_id = ?1 \
+                    "SELECT run_id FROM {RUNS} WHERE {column} = ?1 \
                      AND status <> 'succeeded' AND status <> 'failed' AND status <> 'canceled' \
                      ORDER BY created_at_ms"
                 ),
-                vec![agent_id.into()],
+                vec![id.into()],
             )
             .await?;
         agentos_schema::row::texts(rows, RUNS)

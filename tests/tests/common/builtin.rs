@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agentos_protocol::seed::Ipld;
 use agentos_tests::http::Target;
-use agentos_tests::provider_server::{Flavor, RecordedRequest, ScriptedProvider};
+use agentos_tests::provider_server::{Flavor, RecordedRequest, Reply, ScriptedProvider};
 use agentos_tests::seed::{call, field, Answer, Signer};
 use serde_json::{json, Value};
 
@@ -443,4 +443,67 @@ pub fn endless(deltas: usize) -> (Vec<String>, Duration) {
         (0..deltas).map(|i| format!("d{i} ")).collect(),
         Duration::from_millis(250),
     )
+}
+
+/// A provider answer of tool calls `(id, name, input)`.
+pub fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+    Reply::ToolCalls(
+        calls
+            .iter()
+            .map(|(id, name, input)| ((*id).to_owned(), (*name).to_owned(), input.clone()))
+            .collect(),
+    )
+}
+
+/// A provider answer of one text delta.
+pub fn text(t: &str) -> Reply {
+    Reply::Text(vec![t.to_owned()])
+}
+
+/// `ListRuns` with `scope` (`{rootRunId}`, `{sessionId}` or `{agentId}`,
+/// plus any filter), as JSON.
+pub async fn runs_of(w: &World, scope: Value) -> Vec<Value> {
+    let mut action = json!({"_": "ListRuns"});
+    for (k, v) in scope.as_object().expect("a scope") {
+        action[k] = v.clone();
+    }
+    let listed = w.act(action).await;
+    ok(&listed);
+    json_of(&listed.body)["runs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `GetRun`, as JSON.
+pub async fn run(w: &World, run_id: &str) -> Value {
+    let got = w.act(json!({"_": "GetRun", "runId": run_id})).await;
+    ok(&got);
+    json_of(&got.body)["run"].clone()
+}
+
+/// Polls `GetRun` until the run has `status` (at most `PATIENCE`).
+pub async fn until_status(w: &World, run_id: &str, status: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let last = run(w, run_id).await;
+        if last["status"] == status {
+            return last;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{run_id} never became {status}: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `GetRunJournal`'s entries, as JSON.
+pub async fn journal(w: &World, run_id: &str) -> Vec<Value> {
+    let got = w.act(json!({"_": "GetRunJournal", "runId": run_id})).await;
+    ok(&got);
+    json_of(&got.body)["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
