@@ -84,7 +84,10 @@ impl Runs {
     }
 
     fn launch(&self, run: Run) {
-        let live = Arc::new(LiveRun::default());
+        let live = Arc::new(LiveRun {
+            turn: run.kind == RunKind::Agent,
+            ..LiveRun::default()
+        });
         lock(&self.inner.live).insert(run.run_id.clone(), live.clone());
         let runs = self.clone();
         tokio::spawn(async move {

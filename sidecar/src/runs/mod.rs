@@ -177,6 +177,9 @@ pub enum Outcome {
 pub struct LiveRun {
     stop: AtomicBool,
     stopped: Notify,
+    /// A turn (settled by the session service at shutdown), not a script
+    /// (left to be recovered and replayed at the next start).
+    turn: bool,
 }
 
 impl LiveRun {
@@ -568,11 +571,14 @@ impl Runs {
         self.wake();
     }
 
-    /// Waits (at most `deadline`) until this process works no run: each
-    /// has stored its outcome and told its waiters. False at the deadline.
+    /// Waits (at most `deadline`) until this process works no turn: each
+    /// has stored its outcome and told its waiters. Scripts are not waited
+    /// for: the next start replays them from their journals. False at the
+    /// deadline.
     pub async fn drain(&self, deadline: std::time::Duration) -> bool {
         let until = tokio::time::Instant::now() + deadline;
-        while self.working() > 0 {
+        let turns = || lock(&self.inner.live).values().filter(|l| l.turn).count();
+        while turns() > 0 {
             if tokio::time::Instant::now() >= until {
                 return false;
             }
