@@ -9,6 +9,7 @@
 mod engine;
 mod error;
 mod journal;
+mod pump;
 #[cfg(test)]
 mod tests;
 
@@ -210,7 +211,7 @@ impl ScriptEngine {
             .spawn(move || {
                 let stop = engine::Stop { cancel, abandoned };
                 let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    engine::execute(&limits, run, host, stop, handle)
+                    pump::execute(&limits, run, host, stop, handle)
                 }))
                 .unwrap_or_else(|panic| {
                     ScriptOutcome::Failed(ScriptError::EnginePanic(panic_message(&*panic)))

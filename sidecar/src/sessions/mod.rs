@@ -17,6 +17,7 @@ mod route;
 mod shared;
 pub mod store;
 mod subscribe;
+mod turns;
 mod types;
 
 use std::collections::BTreeMap;
@@ -35,13 +36,13 @@ pub use error::SessionError;
 pub use hub::{Hub, Item, Sink, SinkRefusal};
 pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
+pub use turns::RunTurn;
 pub use types::{
     AgentReply, CancelStatus, LimitUse, NotPendingReason, PermissionAnswer, PromptOutcome,
     SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,
 };
 
 use crate::config::{AcpLimits, AgentSpec};
-use crate::runs::{NewRun, RunLink};
 pub use crate::vfs::acp::FsBridge;
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
 pub(crate) use shared::{lock, Shared};
@@ -503,144 +504,6 @@ impl Sessions {
             .await
     }
 
-    /// Lets the host door's turns record themselves as runs leased to
-    /// `owner` (this process) for `lease_ms`. Set once.
-    pub fn set_runs_owner(&self, owner: String, lease_ms: i64) -> bool {
-        self.shared.runs_owner.set((owner, lease_ms)).is_ok()
-    }
-
-    /// Appends a message's words to the log at once and queues its turn as
-    /// `run` (whose input learns where the words start), in one
-    /// transaction, whether or not a turn is live: several writers may
-    /// message one session at once. Answers that first sequence.
-    pub async fn enqueue(
-        &self,
-        session_id: &str,
-        content: Vec<Value>,
-        actor: Actor,
-        run: NewRun,
-    ) -> Result<u64, SessionError> {
-        self.check_content(&content)?;
-        self.row(session_id).await?;
-        let events = route::user_events(&content, &actor);
-        let dropped = || {
-            Err(SessionError::Adapter {
-                code: ErrorCode::AdapterExited,
-                message: "the adapter route ended before the message was queued".into(),
-            })
-        };
-        self.send_to_route(session_id, dropped, |reply| Command::Enqueue {
-            events: events.clone(),
-            run: Box::new(run.clone()),
-            reply,
-        })
-        .await
-    }
-
-    /// Runs the turn of a claimed run: `content` is already in the log from
-    /// `input_at` on (appended when it queued, or the failed prompt's words
-    /// for a retry). The accept moves the run to `running` and the terminal
-    /// commit ends it (or queues it again for a retryable failure).
-    pub async fn run_turn(
-        &self,
-        session_id: &str,
-        turn: RunTurn,
-    ) -> Result<PromptOutcome, SessionError> {
-        let RunTurn {
-            prompt_id,
-            content,
-            input_at,
-            retry,
-            resume,
-            link,
-        } = turn;
-        let actor = Actor::System;
-        self.row(session_id).await?;
-        let hash = input_hash(&content);
-        let dropped = || {
-            Err(SessionError::Adapter {
-                code: ErrorCode::AdapterExited,
-                message: "the adapter route ended during the turn".into(),
-            })
-        };
-        self.send_to_route(session_id, dropped, |reply| Command::Prompt {
-            request: PromptRequest {
-                prompt_id: prompt_id.clone(),
-                content: content.clone(),
-                idempotency_key: None,
-                input_hash: hash.clone(),
-                actor: actor.clone(),
-                input_at: Some(input_at),
-                retry,
-                run: Some(link.clone()),
-                resume,
-            },
-            reply,
-        })
-        .await
-    }
-
-    /// A prompt's stored answer, once it has one (None while it runs or when
-    /// it was never accepted).
-    pub async fn prompt_result(
-        &self,
-        session_id: &str,
-        prompt_id: &str,
-    ) -> Result<Option<Result<PromptOutcome, SessionError>>, SessionError> {
-        let Some(prior) = self.shared.store.find_prompt(session_id, prompt_id).await? else {
-            return Ok(None);
-        };
-        Ok(match prior.state {
-            PromptState::Accepted => None,
-            _ => Some(stored_outcome(session_id, prior)),
-        })
-    }
-
-    /// The latest prompt's words when it failed, and where they start in
-    /// the log, so it can run again without appending them again. Refused
-    /// when the latest prompt did not fail or its input is no longer
-    /// retained (`nothing_to_retry`).
-    pub async fn retry_input(&self, session_id: &str) -> Result<(Vec<Value>, u64), SessionError> {
-        self.row(session_id).await?;
-        let store = &self.shared.store;
-        let nothing = |why: &str| Err(SessionError::NothingToRetry(why.to_owned()));
-        let Some((_, state, first_input)) = store.latest_prompt(session_id).await? else {
-            return nothing("the session has no prompt");
-        };
-        if state != PromptState::Failed {
-            return nothing("the latest prompt did not fail");
-        }
-        let Some(first) = first_input else {
-            return nothing("the latest prompt's input is not recorded");
-        };
-        let limit = self.shared.limits.max_prompt_blocks;
-        let page = store
-            .history(session_id, None, Some(first.saturating_sub(1)), limit)
-            .await?;
-        let mut content = Vec::new();
-        let mut message_id = None;
-        for event in &page.events {
-            let payload: Value = serde_json::from_str(&event.payload_json).map_err(|e| {
-                SessionError::Storage(agentos_schema::DbError::CorruptRow {
-                    table: "agentos_core_events".into(),
-                    message: format!("event {}: {e}", event.sequence),
-                })
-            })?;
-            if event.sequence < first
-                || payload["sessionUpdate"] != "user_message_chunk"
-                || (message_id.is_some() && message_id != Some(payload["messageId"].clone()))
-            {
-                break;
-            }
-            message_id = Some(payload["messageId"].clone());
-            content.push(payload["content"].clone());
-        }
-        if content.is_empty() || page.events.first().is_none_or(|e| e.sequence != first) {
-            return nothing("the latest prompt's input is no longer retained");
-        }
-        Ok((content, first))
-    }
-
     /// Bounds and shape of a prompt's content.
     fn check_content(&self, content: &[Value]) -> Result<(), SessionError> {
         let limits = &self.shared.limits;
@@ -981,20 +844,8 @@ impl Sessions {
     }
 }
 
-/// A claimed run's turn, for [`Sessions::run_turn`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunTurn {
-    pub prompt_id: String,
-    /// The words, already in the log from `input_at` on.
-    pub content: Vec<Value>,
-    pub input_at: u64,
-    pub retry: bool,
-    pub resume: bool,
-    pub link: RunLink,
-}
-
 /// A settled prompt's answer as stored.
-fn stored_outcome(
+pub(super) fn stored_outcome(
     session_id: &str,
     prior: store::PromptRow,
 ) -> Result<PromptOutcome, SessionError> {
