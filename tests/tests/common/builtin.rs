@@ -206,29 +206,18 @@ impl World {
 
     /// Kills the sidecar (SIGKILL) and starts it again on the same store.
     pub async fn crash(self) -> World {
-        let World {
-            sc,
-            provider,
-            owner,
-            agent_id,
-            flavor,
-            ..
-        } = self;
-        let sc = sc.crash(options(&provider)).await;
-        let target = sc.api();
-        World {
-            sc,
-            target,
-            provider,
-            owner,
-            agent_id,
-            flavor,
-        }
+        self.again(true).await
     }
 
     /// Stops the sidecar and starts it again on the same store, pinned to
     /// the same scripted provider.
     pub async fn restart(self) -> World {
+        self.again(false).await
+    }
+
+    /// A new sidecar on this world's store, after a SIGKILL (`crash`) or a
+    /// graceful stop.
+    async fn again(self, crash: bool) -> World {
         let World {
             sc,
             provider,
@@ -237,7 +226,12 @@ impl World {
             flavor,
             ..
         } = self;
-        let sc = sc.restart(options(&provider)).await;
+        let options = options(&provider);
+        let sc = if crash {
+            sc.crash(options).await
+        } else {
+            sc.restart(options).await
+        };
         let target = sc.api();
         World {
             sc,
