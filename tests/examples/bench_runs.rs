@@ -186,6 +186,7 @@ async fn script_starts() -> Result<(Duration, Duration), Error> {
                     source: source.to_owned(),
                     input: json!({"n": n}),
                     journal: vec![],
+                    wall_deadline_ms: None,
                 },
                 host.clone(),
                 Arc::new(AtomicBool::new(false)),

@@ -529,4 +529,16 @@ pub const MIGRATIONS: &[Migration] = &[
                 ON agentos_core_agent_sessions (parent_session_id) WHERE parent_session_id IS NOT NULL",
         ],
     },
+    Migration {
+        version: 7,
+        statements: &[
+            // A typed child's result, as its `return_result` delivered it
+            // (checked against the spawner's schema before it lands).
+            "ALTER TABLE agentos_core_runs ADD COLUMN result_json TEXT
+                CHECK (result_json IS NULL OR json_valid(result_json))",
+            // Retention walks finished trees oldest first, by their roots.
+            "CREATE INDEX agentos_core_runs_finished_roots ON agentos_core_runs (finished_at_ms, run_id)
+                WHERE parent_run_id IS NULL AND finished_at_ms IS NOT NULL",
+        ],
+    },
 ];

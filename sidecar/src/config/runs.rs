@@ -1,5 +1,6 @@
 //! `limits.runs`: the run queue's leases, concurrency caps, delegation
-//! bounds and journal caps, with their defaults. Plain data and its
+//! bounds, journal caps, retention and the scripts' wall budget, with their
+//! defaults. Plain data and its
 //! validation; the runs service takes it as its `RunsConfig`.
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,13 @@ pub struct RunLimits {
     /// Journal entries and bytes of one run.
     pub max_journal_entries: u64,
     pub max_journal_bytes: u64,
+    /// Rows the runs table keeps: past it, the oldest finished trees go
+    /// (with their journals). Live trees are never pruned.
+    pub max_runs: u64,
+    /// A script's wall-clock budget from its start: past it, the script
+    /// pauses at its next new effect until someone signals it (which lifts
+    /// the budget).
+    pub max_script_wall_ms: u64,
 }
 
 impl Default for RunLimits {
@@ -35,6 +43,8 @@ impl Default for RunLimits {
             max_children_per_run: 10,
             max_journal_entries: 5_000,
             max_journal_bytes: 8 * 1024 * 1024,
+            max_runs: 100_000,
+            max_script_wall_ms: 3_600_000,
         }
     }
 }
@@ -53,6 +63,8 @@ impl RunLimits {
             ),
             ("limits.runs.maxJournalEntries", self.max_journal_entries),
             ("limits.runs.maxJournalBytes", self.max_journal_bytes),
+            ("limits.runs.maxRuns", self.max_runs),
+            ("limits.runs.maxScriptWallMs", self.max_script_wall_ms),
         ];
         for (field, value) in positive {
             if value == 0 {

@@ -28,6 +28,8 @@ use crate::sessions::{input_hash, SessionError, Sessions};
 
 /// The longest brief or script a delegate call may carry.
 pub const MAX_BRIEF_BYTES: usize = 256 * 1024;
+/// The largest output schema a typed child may be given.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 const MAX_TITLE_CHARS: usize = 80;
 
 /// What a `delegate` call asks for, read strictly.
@@ -189,6 +191,15 @@ impl ChildSpec {
         let output = match map.get("output") {
             None | Some(Value::Null) => None,
             Some(schema @ Value::Object(o)) if o.get("type") == Some(&json!("object")) => {
+                if schema.to_string().len() > MAX_SCHEMA_BYTES {
+                    return Err(refuse("too_large", "the output schema exceeds 64 KiB"));
+                }
+                crate::space::schema::shape_check(schema).map_err(|e| {
+                    refuse(
+                        "invalid_argument",
+                        format!("`output` is not a schema this runtime checks: {e}"),
+                    )
+                })?;
                 Some(schema.clone())
             }
             Some(_) => {
@@ -467,7 +478,8 @@ impl Delegation {
     }
 
     /// A child's result as its parent reads it: `{status, runId, sessionId,
-    /// output | error}`; a model child's output is its final reply.
+    /// output | error}`; a model child's output is its final reply
+    /// (`{text}`), a typed child's the result it delivered.
     pub async fn child_result(&self, child: &Run) -> Value {
         let session = child.session_id.clone().map_or(Value::Null, Value::String);
         let mut result = json!({
@@ -477,7 +489,10 @@ impl Delegation {
         });
         match child.status {
             RunStatus::Succeeded => {
+                let typed = child.input.get("output").is_some_and(Value::is_object);
                 result["output"] = match (child.kind, &child.session_id) {
+                    // A typed child answers with the result it delivered.
+                    (RunKind::Agent, _) if typed => child.result.clone().unwrap_or(Value::Null),
                     (RunKind::Agent, Some(session_id)) => json!({
                         "text": self.final_text(session_id, child).await,
                     }),

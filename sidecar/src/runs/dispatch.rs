@@ -1,10 +1,12 @@
 //! The dispatcher: one task that wakes due timers, recovers runs whose
-//! foreign lease lapsed, and claims queued runs for as long as a kind has a
-//! free slot, starting a task per claimed run; and the lease keeper, which
+//! foreign lease lapsed, claims queued runs for as long as a kind has a
+//! free slot (starting a task per claimed run), and prunes the oldest
+//! finished trees past the table's cap; and the lease keeper, which
 //! renews every lease this process holds at a third of the lease length.
 //! It sleeps until it is woken (an insert, a finish, a signal), the next
 //! clock among waiting and delayed runs, or its fallback tick.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +14,11 @@ use futures_util::FutureExt;
 
 use super::{lock, Finish, LiveRun, Outcome, Run, RunError, RunKind, Runs};
 use crate::clock::unix_ms;
+
+/// How often the dispatcher prunes finished trees past the table's cap, and
+/// how many trees one pass removes at most.
+const PRUNE_EVERY_MS: i64 = 10_000;
+const PRUNE_BATCH: u64 = 500;
 
 impl Runs {
     /// Starts the dispatcher and the lease keeper; both end at
@@ -75,12 +82,33 @@ impl Runs {
             };
             self.launch(run);
         }
+        self.prune(now).await;
         let timer = store.next_timer().await?;
         let delayed = store.next_queued(now).await?;
         Ok(match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         })
+    }
+
+    /// Keeps the table within `limits.runs.maxRuns`, at most once per
+    /// [`PRUNE_EVERY_MS`]; a failure waits for the next pass.
+    async fn prune(&self, now: i64) {
+        let last = self.inner.pruned_at.load(Ordering::Acquire);
+        if now - last < PRUNE_EVERY_MS {
+            return;
+        }
+        self.inner.pruned_at.store(now, Ordering::Release);
+        match self
+            .inner
+            .store
+            .prune(self.inner.config.max_runs, PRUNE_BATCH)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(rows = n, "pruned the oldest finished run trees"),
+            Err(e) => tracing::warn!(error = %e, "pruning finished run trees failed"),
+        }
     }
 
     fn launch(&self, run: Run) {

@@ -18,13 +18,14 @@
 pub mod delegate;
 mod dispatch;
 mod error;
+pub mod obligations;
 mod script;
 pub mod store;
 mod turns;
 mod types;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use agentos_protocol::ErrorCode;
@@ -67,6 +68,10 @@ pub struct RunsConfig {
     pub tick_ms: u64,
     pub max_journal_entries: u64,
     pub max_journal_bytes: u64,
+    /// Rows kept: past it the oldest finished trees are pruned.
+    pub max_runs: u64,
+    /// The wall budget (`budget.maxWallMs`) every script run starts with.
+    pub script_wall_ms: i64,
 }
 
 impl Default for RunsConfig {
@@ -82,6 +87,8 @@ impl Default for RunsConfig {
             tick_ms: 1_000,
             max_journal_entries: 5_000,
             max_journal_bytes: 8 * 1024 * 1024,
+            max_runs: 100_000,
+            script_wall_ms: 3_600_000,
         }
     }
 }
@@ -99,6 +106,8 @@ impl From<&crate::config::RunLimits> for RunsConfig {
             tick_ms: 1_000,
             max_journal_entries: l.max_journal_entries,
             max_journal_bytes: l.max_journal_bytes,
+            max_runs: l.max_runs,
+            script_wall_ms: i64::try_from(l.max_script_wall_ms).unwrap_or(i64::MAX),
         }
     }
 }
@@ -271,6 +280,8 @@ struct Inner {
     resolver: OnceLock<Arc<dyn Resolver>>,
     stopping: AtomicBool,
     stopped: Notify,
+    /// When the dispatcher last pruned finished trees.
+    pruned_at: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -292,6 +303,7 @@ impl Runs {
                 resolver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 stopped: Notify::new(),
+                pruned_at: AtomicI64::new(0),
             }),
         }
     }
@@ -399,8 +411,18 @@ impl Runs {
         Ok(done)
     }
 
-    /// Inserts a queued run and wakes the dispatcher.
+    /// Inserts a queued run and wakes the dispatcher. A script without a
+    /// budget gets the configured wall budget.
     pub async fn submit(&self, run: &NewRun) -> Result<Run, RunError> {
+        let budgeted;
+        let run = if run.kind == RunKind::Script && run.budget.is_none() {
+            let mut with = run.clone();
+            with.budget = Some(json!({"maxWallMs": self.inner.config.script_wall_ms}));
+            budgeted = with;
+            &budgeted
+        } else {
+            run
+        };
         self.inner.store.insert(run, unix_ms()).await?;
         let row = self
             .inner

@@ -180,6 +180,14 @@ impl ScriptHost for Host {
     }
 }
 
+/// When a script's wall budget ends: `budget.maxWallMs` after it first
+/// started (None once a person lifted it).
+fn wall_deadline(run: &Run) -> Option<i64> {
+    let budget = run.budget.as_ref()?["maxWallMs"].as_i64()?;
+    let started = run.started_at_ms.unwrap_or_else(unix_ms);
+    Some(started.saturating_add(budget))
+}
+
 /// A script's failure as the run stores it: `{code, message, stack?, tool?,
 /// callSeq?}`.
 fn failure(e: &crate::scripts::ScriptError) -> Value {
@@ -247,6 +255,7 @@ impl Executor for ScriptExecutor {
                     source,
                     input: run.input.clone(),
                     journal,
+                    wall_deadline_ms: wall_deadline(&run),
                 },
                 host,
                 cancel,
@@ -257,6 +266,28 @@ impl Executor for ScriptExecutor {
             ScriptOutcome::Succeeded(value) => Outcome::Finished(Finish::Succeeded(value)),
             ScriptOutcome::Failed(e) => Outcome::Finished(Finish::Failed(failure(&e))),
             ScriptOutcome::Canceled => Outcome::Finished(Finish::Canceled),
+            // Only a person resumes it: any signal, which lifts the budget.
+            ScriptOutcome::Park(Park::Budget) => Outcome::Park {
+                wait: RunWait {
+                    reason: WaitReason::BudgetPause,
+                    wake_at: None,
+                    tool_call_ids: vec![],
+                    wait_id: None,
+                    label: Some(format!(
+                        "paused: the run passed its wall budget of {} ms",
+                        run.budget
+                            .as_ref()
+                            .and_then(|b| b["maxWallMs"].as_i64())
+                            .unwrap_or_default()
+                    )),
+                    answer_with: None,
+                },
+                events: vec![EventWait {
+                    wait_id: format!("{}:budget", run.run_id),
+                    signal: None,
+                    match_json: None,
+                }],
+            },
             ScriptOutcome::Park(Park::Timer { wake_at_ms }) => Outcome::Park {
                 wait: RunWait {
                     reason: WaitReason::Timer,

@@ -210,16 +210,26 @@ impl Executor for TurnExecutor {
         if live.is_stopped() {
             return Outcome::Busy;
         }
-        // A run claimed again after its turn completed and parked on its
-        // children resumes; after a failed attempt it retries.
-        let resume = run.attempt > 1
-            && matches!(
-                self.sessions
-                    .prompt_result(&session_id, &prompt_id_of(&run.run_id, run.attempt - 1))
-                    .await,
-                Ok(Some(Ok(_)))
-            );
-        let retry = !resume && (run.input["retry"] == Value::Bool(true) || run.attempt > 1);
+        // A run claimed again after its turn completed on the same words
+        // (it parked on its children) resumes; after a completed turn with
+        // new words (an obligation's continuation) it is a fresh prompt;
+        // after a failed attempt it retries.
+        let previous = if run.attempt > 1 {
+            self.sessions
+                .prompt_completion(&session_id, &prompt_id_of(&run.run_id, run.attempt - 1))
+                .await
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let (resume, continued) = match previous {
+            Some((true, from)) => (from == Some(input_at), from != Some(input_at)),
+            _ => (false, false),
+        };
+        let retry = !resume
+            && !continued
+            && (run.input["retry"] == Value::Bool(true) || run.attempt > 1);
         let answer = self
             .sessions
             .run_turn(

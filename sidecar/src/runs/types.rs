@@ -286,6 +286,8 @@ pub struct Run {
     pub parent_awaits: bool,
     /// The child's result reached its parent.
     pub resolved: bool,
+    /// A typed child's result, as `return_result` delivered it.
+    pub result: Option<Value>,
     pub journal_seq: u64,
     pub journal_bytes: u64,
     pub created_at_ms: i64,
@@ -304,6 +306,9 @@ pub enum Finish {
     /// waits for those whose results have not reached it (or, when every
     /// one already has, goes straight back to the queue to resume).
     AwaitChildren,
+    /// The turn ended with obligations open: the run goes back to the
+    /// queue at once with this input (its continuation prompt).
+    Continue(Value),
 }
 
 /// One journal entry as stored.

@@ -67,6 +67,9 @@ pub struct ScriptRun {
     pub source: String,
     pub input: serde_json::Value,
     pub journal: Vec<JournalEntry>,
+    /// Past this instant (the host's clock), the run pauses at its next new
+    /// effect ([`Park::Budget`]).
+    pub wall_deadline_ms: Option<i64>,
 }
 
 /// What the engine asks of its embedder. The async methods run on the tokio
@@ -134,6 +137,9 @@ pub enum Park {
         timeout_at_ms: Option<i64>,
         label: Option<String>,
     },
+    /// The run's wall budget ran out before a new effect: it waits for a
+    /// person (any signal resumes it, without the budget).
+    Budget,
 }
 
 /// Runs scripts. Cheap to share: it holds only the limits, and every run

@@ -80,6 +80,7 @@ pub(crate) fn execute(
             next_seq: 0,
             steps: HashMap::new(),
             ending: None,
+            wall_deadline_ms: run.wall_deadline_ms,
         };
         pump.run(promise)
     })
@@ -163,6 +164,8 @@ struct Pump<'a, 'js> {
     /// Open steps by effect id: their callSeq and label.
     steps: HashMap<u32, (u64, String)>,
     ending: Option<Ending>,
+    /// When the run's wall budget ends (`budget.maxWallMs` after its start).
+    wall_deadline_ms: Option<i64>,
 }
 
 impl<'js> Pump<'_, 'js> {
@@ -343,6 +346,13 @@ impl<'js> Pump<'_, 'js> {
         Ok(())
     }
 
+    /// Past the run's wall deadline, once the rerun has caught up with its
+    /// journal (a replayed effect costs nothing, a new one is not started).
+    fn over_wall_budget(&self) -> bool {
+        self.wall_deadline_ms
+            .is_some_and(|deadline| self.replay.unconsumed() == 0 && self.live.host.now_ms() >= deadline)
+    }
+
     fn ready(&mut self, id: u32, meta: Meta, result: Result<Value, EffectError>) {
         self.ready.push_back((id, meta, result));
     }
@@ -372,6 +382,11 @@ impl<'js> Pump<'_, 'js> {
     fn dispatch(&mut self, id: u32, op: Op) {
         if let Op::StepEnd { step, value } = op {
             return self.step_end(id, step, value);
+        }
+        if self.over_wall_budget() {
+            // The effect is not started: the run pauses before it, and a
+            // rerun after the pause reaches it again.
+            return self.end_with(Ending::Park(Park::Budget));
         }
         self.next_seq += 1;
         let counter = self.next_seq;
@@ -737,15 +752,19 @@ fn timer_wake(group: &Group) -> Option<i64> {
     group.find("timer")?.get("wakeAt")?.as_i64()
 }
 
-/// Two parks at once (the script waits on several things): a timer's wake
-/// is the earliest of the timers; an event wait keeps its id and is woken by
-/// the earliest of its timeout and any timer.
+/// Two parks at once (the script waits on several things): a budget pause
+/// wins; a timer's wake is the earliest of the timers; an event wait keeps
+/// its id and is woken by the earliest of its timeout and any timer.
 fn merge_park(old: &mut Park, new: Park) {
     let earliest = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
     match (old, new) {
+        // A pause waits for a person; whatever else the script waits on
+        // parks again when it resumes and replays.
+        (Park::Budget, _) => {}
+        (old, Park::Budget) => *old = Park::Budget,
         (Park::Timer { wake_at_ms }, Park::Timer { wake_at_ms: new }) => {
             *wake_at_ms = (*wake_at_ms).min(new)
         }

@@ -119,6 +119,21 @@ impl Sessions {
         })
     }
 
+    /// Whether a prompt completed, and where its words start in the log
+    /// (None when it was never accepted).
+    pub async fn prompt_completion(
+        &self,
+        session_id: &str,
+        prompt_id: &str,
+    ) -> Result<Option<(bool, Option<u64>)>, SessionError> {
+        Ok(self
+            .shared
+            .store
+            .find_prompt(session_id, prompt_id)
+            .await?
+            .map(|p| (p.state == PromptState::Completed, p.first_input)))
+    }
+
     /// The latest prompt's words when it failed, and where they start in
     /// the log, so it can run again without appending them again. Refused
     /// when the latest prompt did not fail or its input is no longer

@@ -3,8 +3,9 @@
 //! (its result becomes this call's result in the log when it ends, and the
 //! turn resumes), a detached one answers at once. `plan` replaces the
 //! session's plan, kept on the session and on the run that wrote it and
-//! shown to clients, with no log event. Authored tools (lambdas) run as
-//! script runs of the turn's run, awaited by the call.
+//! shown to clients, with no log event. `return_result` is a typed child's
+//! result, checked against its spawner's schema. Authored tools (lambdas)
+//! run as script runs of the turn's run, awaited by the call.
 
 use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
@@ -57,6 +58,57 @@ pub(super) async fn delegate(verbs: &Verbs, scope: &VerbScope, input: &Value) ->
             "runId": started.run_id,
             "sessionId": started.session_id,
         })),
+    }
+}
+
+/// The output schema a typed child was asked for (its run's
+/// `input.output`), when the scope's run is one.
+pub(super) async fn output_schema(verbs: &Verbs, scope: &VerbScope) -> Option<Value> {
+    let run_id = scope.run_id.as_ref()?;
+    let run = verbs.delegation.get()?.runs().get(run_id).await.ok()?;
+    run.input.get("output").filter(|s| s.is_object()).cloned()
+}
+
+/// `return_result`: a typed child delivers its result, checked against the
+/// schema its spawner gave; the errors go back to the child, a valid
+/// result is kept on its run (a later one replaces it) and ends the turn.
+pub(super) async fn return_result(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
+    let (Some(run_id), Some(delegation)) = (&scope.run_id, verbs.delegation.get()) else {
+        return failure(
+            "invalid_argument",
+            "return_result is offered only to a child asked for a typed result",
+        );
+    };
+    let Some(schema) = output_schema(verbs, scope).await else {
+        return failure(
+            "invalid_argument",
+            "return_result is offered only to a child asked for a typed result",
+        );
+    };
+    let errors = crate::space::schema::validate(&schema, input);
+    if !errors.is_empty() {
+        return failure(
+            "output_schema",
+            format!(
+                "the result does not match the requested output schema: {}",
+                errors.join("; ")
+            ),
+        );
+    }
+    match delegation
+        .runs()
+        .store()
+        .set_result(run_id, input, unix_ms())
+        .await
+    {
+        Ok(true) => VerbResult {
+            output: json!({"accepted": true}),
+            is_error: false,
+            ends_turn: true,
+            parked: false,
+        },
+        Ok(false) => failure("run_not_live", "this run is no longer live"),
+        Err(e) => failure("storage", e),
     }
 }
 
@@ -179,6 +231,9 @@ pub(super) async fn run_lambda(
     run.agent_id = Some(scope.agent_id.clone());
     run.title = Some(format!("tool {name}"));
     run.source_text = Some(source.to_owned());
+    // No wall budget: the call that waits for it is what bounds it, and a
+    // pause would hold the turn with nobody to resume it.
+    run.budget = Some(json!({}));
     let run_id = run.run_id.clone();
     if let Err(e) = runs.submit(&run).await {
         return failure(e.code(), e);

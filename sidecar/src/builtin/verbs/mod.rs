@@ -1,7 +1,7 @@
 //! The verbs, run for the agent and for the user alike: `read`, `write` and
 //! `call` over the agent's Space (memory files, tool documents), the
 //! account's threads and the web; `status` and `continue_session` on the
-//! session. The same implementation serves the builtin agent's tool calls
+//! session; `delegate`, `plan` and `return_result` on the run. The same implementation serves the builtin agent's tool calls
 //! and a user's `InvokeSessionTool`, so the log is symmetric.
 //!
 //! A verb's failure is a result the caller reads (`is_error`, the text
@@ -226,7 +226,8 @@ impl Verbs {
             }
             expanded.insert(scope.session_id.clone(), promoted.iter().cloned().collect());
         }
-        let mut tools = specs::offered(scope.run_id.is_some());
+        let output = delegate::output_schema(self, scope).await;
+        let mut tools = specs::offered(scope.run_id.is_some(), output);
         for name in promoted {
             if let Some(spec) = call::direct_spec(self, scope, name).await? {
                 tools.push(spec);
@@ -278,10 +279,11 @@ impl Verbs {
             ),
             "delegate" => delegate::delegate(self, scope, &input).await,
             "plan" => delegate::plan(self, scope, &input).await,
-            "return_result" => failure(
+            "return_result" if user => failure(
                 "invalid_argument",
-                "return_result is offered only to a child asked for a typed result",
+                "return_result is the agent's; a user may run read, write and call",
             ),
+            "return_result" => delegate::return_result(self, scope, &input).await,
             // A promoted tool by its own name; one the thread has not
             // expanded shows its contract first, as through `call`.
             other => {

@@ -3,17 +3,30 @@
 //! (there is a run to wait in); `return_result` only to a typed child.
 
 use agentos_protocol::agent_ext::ToolSpec;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The verbs offered to the provider, in this order; `delegate` only
-/// when the turn is a run.
-pub fn offered(in_run: bool) -> Vec<ToolSpec> {
+/// when the turn is a run, `return_result` (whose parameters are the
+/// schema) only when the run is a child asked for a typed `output`.
+pub fn offered(in_run: bool, output: Option<Value>) -> Vec<ToolSpec> {
     let mut verbs = base();
     if in_run {
         verbs.push(delegate());
     }
     verbs.push(plan());
+    if let (true, Some(schema)) = (in_run, output) {
+        verbs.push(return_result(schema));
+    }
     verbs
+}
+
+fn return_result(schema: Value) -> ToolSpec {
+    ToolSpec {
+        name: "return_result".into(),
+        description: "Deliver your result to the run that delegated this work: its parameters                       are the result, which must match this schema. A result that does not                       match is refused with the reasons; a valid one ends your turn."
+            .into(),
+        parameters: schema,
+    }
 }
 
 fn delegate() -> ToolSpec {
@@ -160,7 +173,7 @@ mod tests {
     #[test]
     fn every_offered_verb_has_an_object_schema() {
         assert_eq!(
-            offered(false)
+            offered(false, None)
                 .iter()
                 .map(|s| s.name.as_str())
                 .collect::<Vec<_>>(),
@@ -173,7 +186,17 @@ mod tests {
                 "plan"
             ]
         );
-        let specs = offered(true);
+        // A typed output is offered only inside a run.
+        assert!(offered(false, Some(json!({"type": "object"})))
+            .iter()
+            .all(|s| s.name != "return_result"));
+        let typed = offered(true, Some(json!({"type": "object", "required": ["n"]})));
+        let last = typed.last().expect("verbs");
+        assert_eq!(
+            (last.name.as_str(), &last.parameters["required"]),
+            ("return_result", &json!(["n"]))
+        );
+        let specs = offered(true, None);
         assert_eq!(
             specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
             [

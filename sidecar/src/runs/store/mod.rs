@@ -32,8 +32,8 @@ const COLUMNS: &str = "run_id, account_id, root_run_id, parent_run_id, parent_to
      idempotency_key, input_json, output_json, error_json, wait_json, usage_json, budget_json, \
      plan_json, obligations_json, source_text, source_cid, plan_step_id, step_label, \
      child_count, journal_seq, journal_bytes, created_at_ms, started_at_ms, finished_at_ms, \
-     updated_at_ms, parent_awaits, resolved";
-const WIDTH: usize = 42;
+     updated_at_ms, parent_awaits, resolved, result_json";
+const WIDTH: usize = 43;
 
 /// A waiting row's `not_before_ms` when no clock wakes it.
 pub(crate) const NEVER: i64 = i64::MAX;
@@ -99,6 +99,7 @@ fn decode(mut r: Row) -> Result<Run, DbError> {
         updated_at_ms: r.int(39)?,
         parent_awaits: r.flag(40)?,
         resolved: r.flag(41)?,
+        result: r.opt_json(42)?,
     })
 }
 
@@ -289,7 +290,9 @@ impl RunStore {
     ) -> Result<Option<Run>, DbError> {
         let sql = format!(
             "UPDATE {RUNS} SET status = 'claimed', lease_owner = ?1, \
-               lease_expires_at_ms = ?2 + ?3, attempt = attempt + 1, updated_at_ms = ?2 \
+               lease_expires_at_ms = ?2 + ?3, attempt = attempt + 1, updated_at_ms = ?2, \
+               started_at_ms = CASE WHEN kind = 'script' THEN coalesce(started_at_ms, ?2) \
+                 ELSE started_at_ms END \
              WHERE run_id = ( \
                SELECT q.run_id FROM {RUNS} q \
                WHERE q.status = 'queued' AND q.not_before_ms <= ?2 \
@@ -358,8 +361,11 @@ impl RunStore {
         if *finish == Finish::AwaitChildren {
             return Self::await_children_statement(run_id, now);
         }
+        if let Finish::Continue(input) = finish {
+            return Self::continue_statement(run_id, input, now);
+        }
         let (status, output, error) = match finish {
-            Finish::AwaitChildren => ("waiting", None, None),
+            Finish::AwaitChildren | Finish::Continue(_) => ("waiting", None, None),
             Finish::Succeeded(v) => ("succeeded", Some(v), None),
             Finish::Failed(e) if retry_at.is_some() => ("queued", None, Some(e)),
             Finish::Failed(e) => ("failed", None, Some(e)),
@@ -387,6 +393,49 @@ impl RunStore {
                 now.into(),
                 retry_at.into(),
             ],
+        )
+    }
+
+    /// A live run goes straight back to the queue with a new input (an
+    /// obligation's continuation), keeping its attempt count; a run asked
+    /// to stop is canceled instead.
+    fn continue_statement(run_id: &str, input: &Value, now: i64) -> Statement {
+        Statement::new(
+            format!(
+                "UPDATE {RUNS} SET \
+                   status = CASE WHEN cancel_requested = 1 THEN 'canceled' ELSE 'queued' END, \
+                   finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?3 ELSE NULL END, \
+                   input_json = ?2, not_before_ms = 0, lease_owner = NULL, \
+                   lease_expires_at_ms = NULL, updated_at_ms = ?3 \
+                 WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
+            ),
+            vec![run_id.into(), json_text(input), now.into()],
+        )
+    }
+
+    /// Records a typed child's result while it runs (a later
+    /// `return_result` replaces an earlier one); false when the run is not
+    /// live.
+    pub async fn set_result(&self, run_id: &str, result: &Value, now: i64) -> Result<bool, DbError> {
+        let rows = self
+            .db
+            .transaction(vec![Statement::new(
+                format!(
+                    "UPDATE {RUNS} SET result_json = ?2, updated_at_ms = ?3 \
+                     WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
+                ),
+                vec![run_id.into(), json_text(result), now.into()],
+            )])
+            .await?;
+        Ok(rows.first().is_some_and(|r| r.changes == 1))
+    }
+
+    /// The obligations a run ended with and could not meet, recorded with
+    /// its end.
+    pub fn unmet_statement(run_id: &str, unmet: &Value) -> Statement {
+        Statement::new(
+            format!("UPDATE {RUNS} SET obligations_json = ?2 WHERE run_id = ?1"),
+            vec![run_id.into(), json_text(unmet)],
         )
     }
 

@@ -7,7 +7,7 @@ use agentos_schema::row::Row;
 use agentos_schema::{DbError, SqlValue, Statement};
 use serde_json::Value;
 
-use super::{decode_all, first, RunStore, COLUMNS, NEVER, RUNS};
+use super::{decode_all, first, RunStore, COLUMNS, JOURNAL, NEVER, RUNS};
 use crate::runs::types::{Run, RunStatus};
 
 /// What a cancel changed: whether anything was newly canceled or asked to
@@ -23,7 +23,8 @@ pub struct Canceled {
 impl RunStore {
     /// A live turn that delegated ends waiting for its unresolved awaited
     /// children, their call ids in its wait; with none left (every child
-    /// already answered) it is queued at once to resume.
+    /// already answered) it is queued at once to resume. The resumed turn
+    /// starts a fresh continuation budget.
     pub(super) fn await_children_statement(run_id: &str, now: i64) -> Statement {
         let pending = format!(
             "FROM {RUNS} c WHERE c.parent_run_id = ?1 AND c.parent_awaits = 1 AND c.resolved = 0"
@@ -40,6 +41,7 @@ impl RunStore {
                    not_before_ms = CASE WHEN EXISTS (SELECT 1 {pending}) THEN ?3 ELSE 0 END, \
                    finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?2 ELSE NULL END, \
                    output_json = NULL, lease_owner = NULL, lease_expires_at_ms = NULL, \
+                   input_json = json_remove(input_json, '$.continuations'), \
                    started_at_ms = coalesce(started_at_ms, ?2), updated_at_ms = ?2 \
                  WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
             ),
@@ -281,5 +283,87 @@ impl RunStore {
             )
             .await?;
         agentos_schema::row::texts(rows, RUNS)
+    }
+
+    /// How many children of a run have not ended (awaited or detached).
+    pub async fn live_children(&self, run_id: &str) -> Result<u64, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT count(*) FROM {RUNS} WHERE parent_run_id = ?1 \
+                     AND status <> 'succeeded' AND status <> 'failed' AND status <> 'canceled'"
+                ),
+                vec![run_id.into()],
+            )
+            .await?;
+        Ok(rows.scalar_i64().and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
+    }
+
+    /// Keeps the table at `max_rows`: deletes whole finished trees (every
+    /// row ended), oldest root first, with their journals and waits, at most
+    /// `batch` trees per call. Answers how many rows went. A tree with any
+    /// row unfinished is never touched.
+    pub async fn prune(&self, max_rows: u64, batch: u64) -> Result<u64, DbError> {
+        let rows = self
+            .db
+            .query(&format!("SELECT count(*) FROM {RUNS}"), vec![])
+            .await?;
+        let total = rows.scalar_i64().and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+        if total <= max_rows {
+            return Ok(0);
+        }
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT r.run_id FROM {RUNS} r \
+                     WHERE r.parent_run_id IS NULL AND r.finished_at_ms IS NOT NULL \
+                       AND NOT EXISTS (SELECT 1 FROM {RUNS} l WHERE l.root_run_id = r.run_id \
+                         AND l.status <> 'succeeded' AND l.status <> 'failed' \
+                         AND l.status <> 'canceled') \
+                     ORDER BY r.finished_at_ms, r.run_id LIMIT ?1"
+                ),
+                vec![i64::try_from(batch.max(1)).unwrap_or(i64::MAX).into()],
+            )
+            .await?;
+        let candidates = agentos_schema::row::texts(rows, RUNS)?;
+        let mut removed = 0;
+        for root in candidates {
+            if removed >= total - max_rows {
+                break;
+            }
+            // One tree per transaction, re-checked inside it: a tree that
+            // came alive again since the read (a retry, a signal) stays.
+            let ended = format!(
+                "NOT EXISTS (SELECT 1 FROM {RUNS} l WHERE l.root_run_id = ?1 \
+                 AND l.status <> 'succeeded' AND l.status <> 'failed' AND l.status <> 'canceled')"
+            );
+            let members = format!("SELECT run_id FROM {RUNS} WHERE root_run_id = ?1");
+            let done = self
+                .db
+                .transaction(vec![
+                    Statement::new(
+                        format!(
+                            "DELETE FROM {JOURNAL} WHERE run_id IN ({members}) AND {ended}"
+                        ),
+                        vec![root.as_str().into()],
+                    ),
+                    Statement::new(
+                        format!(
+                            "DELETE FROM agentos_core_run_event_waits \
+                             WHERE run_id IN ({members}) AND {ended}"
+                        ),
+                        vec![root.as_str().into()],
+                    ),
+                    Statement::new(
+                        format!("DELETE FROM {RUNS} WHERE root_run_id = ?1 AND {ended}"),
+                        vec![root.as_str().into()],
+                    ),
+                ])
+                .await?;
+            removed += done.get(2).map(|r| r.changes).unwrap_or(0);
+        }
+        Ok(removed)
     }
 }

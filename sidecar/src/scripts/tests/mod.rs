@@ -190,6 +190,7 @@ async fn run_on(
         source: source.to_owned(),
         input,
         journal,
+        wall_deadline_ms: None,
     };
     engine
         .run(run, host.clone(), Arc::new(AtomicBool::new(false)))

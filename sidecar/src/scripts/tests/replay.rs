@@ -253,6 +253,7 @@ async fn cancel_interrupts_compute_and_awaits() {
             source: script(body),
             input: json!(null),
             journal: vec![],
+            wall_deadline_ms: None,
         };
         let running = tokio::spawn({
             let host = host.clone();
@@ -301,6 +302,7 @@ async fn delegate_starts_a_child_and_a_rerun_reconnects_to_it() {
             source: source.clone(),
             input: json!(null),
             journal: vec![],
+            wall_deadline_ms: None,
         };
         async move { engine().run(run, host, cancel).await }
     });
@@ -421,6 +423,7 @@ async fn dropping_the_run_stops_the_script_thread() {
         source: script("await ctx.call('hang', null);"),
         input: json!(null),
         journal: vec![],
+        wall_deadline_ms: None,
     };
     let running = tokio::spawn({
         let host: Arc<dyn ScriptHost> = host.clone();
@@ -457,4 +460,70 @@ async fn a_live_delegate_journals_its_call_and_result() {
         *host.started_children.lock().unwrap(),
         vec![(2, json!({"a": 1}))]
     );
+}
+
+/// Runs `source` with the journal so far and a wall deadline.
+async fn run_until(host: &Arc<Host>, source: &str, deadline: Option<i64>) -> ScriptOutcome {
+    let journal = host.journal.lock().unwrap().clone();
+    let run = ScriptRun {
+        run_id: "run-1".into(),
+        source: source.to_owned(),
+        input: json!(null),
+        journal,
+        wall_deadline_ms: deadline,
+    };
+    engine()
+        .run(run, host.clone(), Arc::new(AtomicBool::new(false)))
+        .await
+}
+
+#[tokio::test]
+async fn past_its_wall_deadline_a_rerun_replays_then_pauses_before_a_new_effect() {
+    // Within the budget the first call runs; the store then dies.
+    let host = Arc::new(Host {
+        fail_journal_after: Some(2),
+        ..Host::new()
+    });
+    let now = host.now.load(Ordering::SeqCst);
+    failed(run_until(&host, THREE_CALLS, Some(now + 1_000_000)).await);
+    assert_eq!(host.calls_of("echo"), vec![json!("first")]);
+    // The rerun after the deadline takes the journaled call and pauses at
+    // the first effect the journal does not hold, which does not run.
+    let host = Arc::new(Host {
+        journal: Mutex::new(host.journal.lock().unwrap().clone()),
+        ..Host::new()
+    });
+    let now = host.now.load(Ordering::SeqCst);
+    match run_until(&host, THREE_CALLS, Some(now)).await {
+        ScriptOutcome::Park(Park::Budget) => {}
+        other => panic!("expected a budget pause, got {other:?}"),
+    }
+    assert!(host.calls.lock().unwrap().is_empty(), "nothing new ran");
+    assert_eq!(host.kinds(), ["call", "result"]);
+    // Resumed without a budget, it goes on from there.
+    assert_eq!(
+        succeeded(run_until(&host, THREE_CALLS, None).await),
+        json!(["first", 1, "third"])
+    );
+    assert_eq!(host.calls_of("echo"), vec![json!("third")]);
+}
+
+#[tokio::test]
+async fn a_budget_pause_wins_over_a_timer_parked_with_it() {
+    // The clock moves on every read: the sleep starts within the budget,
+    // the call after it does not.
+    let host = Arc::new(Host {
+        now_step: 1,
+        ..Host::new()
+    });
+    let now = host.now.load(Ordering::SeqCst) + 1;
+    // A long sleep and a call at once: the call pauses the run, and the
+    // sleep parks again when the resumed run replays.
+    let source = script(
+        "const [a] = await Promise.all([ctx.sleep(3600000), ctx.call('echo', 1)]);\nreturn a;",
+    );
+    match run_until(&host, &source, Some(now)).await {
+        ScriptOutcome::Park(Park::Budget) => {}
+        other => panic!("expected a budget pause, got {other:?}"),
+    }
 }

@@ -16,6 +16,7 @@ use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
 use super::state::Turn;
 use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
 use crate::runs::store::RunStore;
+use crate::runs::obligations::{self, Verdict};
 use crate::runs::{Finish, NewRun, Origin, Queue, RunKind, RunStatus};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
@@ -448,6 +449,26 @@ impl Route {
         CancelStatus::Cancelled
     }
 
+    /// What the run owes at the end of its completed turn. A failure to
+    /// read it is logged and owes nothing: the turn's own end stands.
+    async fn obligations(&self, run_id: &str) -> Verdict {
+        let plan = match self.shared.store.plan(&self.session_id).await {
+            Ok(plan) => plan,
+            Err(e) => {
+                tracing::warn!(session = %self.session_id, error = %e, "the plan could not be read for the run's obligations");
+                return Verdict::Met;
+            }
+        };
+        let runs = RunStore::new(self.shared.store.db().clone());
+        match obligations::judge(&runs, run_id, plan.as_ref()).await {
+            Ok(verdict) => verdict,
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "the run's obligations could not be read");
+                Verdict::Met
+            }
+        }
+    }
+
     /// The terminal commit: prompt state, session state, the final buffer on
     /// success, and the reply to the host.
     async fn finish(
@@ -625,6 +646,12 @@ impl Route {
             }
         };
         let last_output = self.counters.latest_sequence + events.len() as u64;
+        let verdict = match (&turn.run, state) {
+            (Some(link), PromptState::Completed) if !turn.parked => {
+                self.obligations(&link.run_id).await
+            }
+            _ => Verdict::Met,
+        };
         let mut extra = SessionStore::finish_prompt_statements(
             &self.session_id,
             &turn.prompt_id,
@@ -636,13 +663,36 @@ impl Route {
             now,
         );
         if let Some(run_id) = &turn.run_id {
+            let system = |text: &str| user_events(&[json!({"type": "text", "text": text})], &Actor::System);
             let finish = match (state, &result, &error) {
                 (PromptState::Cancelled, _, _) => Finish::Canceled,
                 (PromptState::Completed, _, _) if turn.parked => Finish::AwaitChildren,
-                (_, Some(outcome), _) => Finish::Succeeded(json!({
-                    "promptId": outcome.prompt_id,
-                    "stopReason": outcome.stop_reason,
-                })),
+                (_, Some(outcome), _) => match &verdict {
+                    Verdict::Met => Finish::Succeeded(json!({
+                        "promptId": outcome.prompt_id,
+                        "stopReason": outcome.stop_reason,
+                    })),
+                    // The continuation prompt lands right after the turn's
+                    // last output, and the run queues again to answer it.
+                    Verdict::Continue { text, input } => {
+                        let mut input = input.clone();
+                        input["inputAt"] = json!(last_output + 1);
+                        events.extend(system(text));
+                        Finish::Continue(input)
+                    }
+                    Verdict::Fail { error, notice } => {
+                        events.extend(system(notice));
+                        Finish::Failed(error.clone())
+                    }
+                    Verdict::Unmet { unmet, notice } => {
+                        events.extend(system(notice));
+                        extra.push(RunStore::unmet_statement(run_id, unmet));
+                        Finish::Succeeded(json!({
+                            "promptId": outcome.prompt_id,
+                            "stopReason": outcome.stop_reason,
+                        }))
+                    }
+                },
                 (_, None, error) => Finish::Failed(error.clone().unwrap_or(Value::Null)),
             };
             let retry_at = match (&finish, &turn.run) {

@@ -47,6 +47,8 @@ pub struct PromptRow {
     pub state: PromptState,
     pub result: Option<Value>,
     pub error: Option<Value>,
+    /// Where the prompt's words start in the log.
+    pub first_input: Option<u64>,
 }
 
 impl SessionStore {
@@ -78,7 +80,8 @@ impl SessionStore {
             .db
             .query(
                 &format!(
-                    "SELECT prompt_id, idempotency_key, input_hash, state, result_json, error_json \
+                    "SELECT prompt_id, idempotency_key, input_hash, state, result_json, error_json, \
+                     first_input_sequence \
                      FROM agentos_core_prompts WHERE session_id = ?1 AND {column} = ?2"
                 ),
                 vec![session_id.into(), value.into()],
@@ -87,7 +90,7 @@ impl SessionStore {
         let Some(values) = rows.rows.into_iter().next() else {
             return Ok(None);
         };
-        let mut r = Row::new(PROMPTS, values, 6)?;
+        let mut r = Row::new(PROMPTS, values, 7)?;
         Ok(Some(PromptRow {
             prompt_id: r.text(0)?,
             idempotency_key: r.opt_text(1)?,
@@ -95,6 +98,7 @@ impl SessionStore {
             state: r.parse(3, PromptState::parse)?,
             result: r.opt_json(4)?,
             error: r.opt_json(5)?,
+            first_input: r.opt_int(6)?.and_then(|s| u64::try_from(s).ok()),
         }))
     }
 
