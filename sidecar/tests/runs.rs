@@ -527,6 +527,137 @@ async fn the_journal_is_capped_on_the_runs_row() {
 }
 
 #[tokio::test]
+async fn a_continuation_requeues_the_run_with_its_new_input_and_a_result_lands_only_while_live() {
+    for b in all_backends().await {
+        migrate_all(&*b.db).await.expect("migrate");
+        let store = RunStore::new(b.db.clone());
+        store.insert(&turn("c", "s"), 1).await.expect("insert");
+        assert!(
+            !store
+                .set_result("c", &json!({"n": 1}), 2)
+                .await
+                .expect("set"),
+            "{}: not while queued",
+            b.name
+        );
+        claim(&store, 2).await.expect("claim");
+        assert!(store.start("c", 3).await.expect("start"));
+        assert!(store
+            .set_result("c", &json!({"n": 1}), 4)
+            .await
+            .expect("set"));
+        assert!(store
+            .set_result("c", &json!({"n": 2}), 4)
+            .await
+            .expect("set"));
+        let next = json!({"content": [{"type": "text", "text": "go on"}], "inputAt": 9,
+                          "continuations": 1});
+        let after = store
+            .finish("c", &Finish::Continue(next.clone()), None, vec![], 5)
+            .await
+            .expect("finish")
+            .expect("it was live");
+        assert_eq!(after.status, RunStatus::Queued, "{}", b.name);
+        assert_eq!(after.input, next);
+        assert_eq!(after.result, Some(json!({"n": 2})));
+        assert_eq!((after.attempt, after.finished_at_ms), (1, None));
+        // The continuation's claim does not spend the retry budget.
+        assert_eq!(after.max_attempts, 2);
+        assert!(after.lease_owner.is_none());
+        // Claimed again at once, as its next attempt.
+        let again = claim(&store, 6).await.expect("claimed again");
+        assert_eq!((again.run_id.as_str(), again.attempt), ("c", 2));
+        // A run asked to stop is canceled instead of continued.
+        store.cancel_tree("c", 7).await.expect("cancel");
+        let canceled = store
+            .finish("c", &Finish::Continue(next), None, vec![], 8)
+            .await
+            .expect("finish")
+            .expect("it was live");
+        assert_eq!(canceled.status, RunStatus::Canceled, "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn retention_prunes_the_oldest_finished_trees_whole_and_never_a_live_one() {
+    for b in all_backends().await {
+        migrate_all(&*b.db).await.expect("migrate");
+        let store = RunStore::new(b.db.clone());
+        let done = |id: &str, at: i64| {
+            let store = store.clone();
+            let id = id.to_owned();
+            async move {
+                claim_exact(&store, &id).await;
+                store
+                    .finish(&id, &Finish::Succeeded(json!(null)), None, vec![], at)
+                    .await
+                    .expect("finish")
+                    .expect("live");
+            }
+        };
+        // Tree a (a root and its child, with a journal) ended first, then b;
+        // tree c is live with an ended child; d ended last.
+        store
+            .insert(&script("a", Queue::Background, 0), 1)
+            .await
+            .expect("insert");
+        let a = store.get("a").await.expect("get").expect("a");
+        store.insert(&child("a1", &a), 1).await.expect("insert");
+        store
+            .journal_append("a1", &[json!({"kind": "now", "value": 1})], 10, 1_000, 2)
+            .await
+            .expect("append")
+            .expect("within caps");
+        done("a1", 10).await;
+        done("a", 11).await;
+        store
+            .insert(&script("b", Queue::Background, 0), 2)
+            .await
+            .expect("insert");
+        done("b", 12).await;
+        store
+            .insert(&script("c", Queue::Background, 0), 3)
+            .await
+            .expect("insert");
+        let c = store.get("c").await.expect("get").expect("c");
+        store.insert(&child("c1", &c), 3).await.expect("insert");
+        done("c1", 5).await;
+        store
+            .insert(&script("d", Queue::Background, 0), 4)
+            .await
+            .expect("insert");
+        done("d", 13).await;
+
+        assert_eq!(
+            store.prune(10, 100).await.expect("prune"),
+            0,
+            "under the cap"
+        );
+        // Three rows over a cap of three: a (two rows) and b go, oldest
+        // first; c is live and stays whole however old its child is.
+        assert_eq!(store.prune(3, 100).await.expect("prune"), 3, "{}", b.name);
+        for gone in ["a", "a1", "b"] {
+            assert!(store.get(gone).await.expect("get").is_none(), "{gone}");
+        }
+        for kept in ["c", "c1", "d"] {
+            assert!(store.get(kept).await.expect("get").is_some(), "{kept}");
+        }
+        assert!(store
+            .journal("a1", 0, 10)
+            .await
+            .expect("journal")
+            .is_empty());
+        // Still over a cap of one, but only a live tree and d are left:
+        // d goes, c stays.
+        assert_eq!(store.prune(1, 100).await.expect("prune"), 1);
+        assert!(store.get("d").await.expect("get").is_none());
+        assert!(store.get("c1").await.expect("get").is_some());
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test]
 async fn recovery_requeues_claims_and_scripts_fails_started_turns_and_respects_the_lease() {
     for b in all_backends().await {
         migrate_all(&*b.db).await.expect("migrate");

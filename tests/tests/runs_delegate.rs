@@ -359,6 +359,16 @@ async fn the_tree_is_bounded_and_a_detached_child_answers_at_once() {
     assert_eq!(started["status"], "detached");
     let child = started["runId"].as_str().expect("run").to_owned();
     until_status(&w, &child, "succeeded").await;
+    // Its tokens still roll up into the run that started it.
+    let starter = turn_run(&w, &other).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    eventually("the detached child's usage rolls up", || async {
+        let usage = &run(&w, &starter).await["usage"]["children"];
+        usage["runs"] == 1 && usage["input"].as_u64().is_some_and(|n| n > 0)
+    })
+    .await;
 
     // The scopes of ListRuns.
     let none = w.act(json!({"_": "ListRuns"})).await;
@@ -498,7 +508,7 @@ async fn a_plan_step_settles_when_its_children_succeed() {
             "plan",
             json!({"title": "Work", "steps": [
                 {"id": "count", "label": "Count"},
-                {"id": "report", "label": "Report"}]}),
+                {"id": "report", "label": "Report", "status": "skipped"}]}),
         ),
         (
             "d1",
@@ -517,8 +527,10 @@ async fn a_plan_step_settles_when_its_children_succeed() {
     let steps = &done["plan"]["steps"];
     assert_eq!(steps[0]["status"], "done", "{done}");
     assert_eq!(steps[0]["resolvedBy"], "runtime");
-    assert_eq!(steps[1]["status"], "pending");
-    assert!(done["plan"].get("settledAt").is_none());
+    assert_eq!(steps[1]["status"], "skipped");
+    // Every step ended: the plan is settled, and the run owes nothing.
+    assert!(done["plan"].get("settledAt").is_some(), "{done}");
+    assert!(done.get("unmetObligations").is_none(), "{done}");
     let tree = runs_of(&w, json!({"rootRunId": parent})).await;
     assert_eq!(tree[1]["planStepId"], "count");
     let got = json_of(&w.get_session(&session).await.body);

@@ -572,9 +572,21 @@ impl Runs {
     }
 
     /// Publishes a transition and lets the dispatcher see what it freed; an
-    /// ended child's result goes to its parent.
+    /// ended child's result goes to its parent (a detached one's usage
+    /// only).
     async fn after_transition(&self, run: Run) {
         let ended_child = run.status.is_terminal() && run.parent_awaits && !run.resolved;
+        let ended_detached = run.status.is_terminal()
+            && run.parent_run_id.is_some()
+            && !run.parent_awaits
+            && !run.resolved;
+        if ended_detached {
+            // Nobody waits for its result, but its usage counts towards the
+            // run that started it, once.
+            if let Err(e) = self.inner.store.resolve_child(&run, unix_ms()).await {
+                tracing::warn!(run = %run.run_id, error = %e, "a detached child's usage did not roll up");
+            }
+        }
         self.publish(run.clone());
         if ended_child {
             if let Some(resolver) = self.inner.resolver.get() {

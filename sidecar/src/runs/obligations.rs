@@ -110,8 +110,7 @@ pub async fn judge(
                 ),
                 "unmetObligations": unmet,
             }),
-            notice: "[system] The run failed: it ended without delivering its typed result."
-                .into(),
+            notice: "[system] The run failed: it ended without delivering its typed result.".into(),
         });
     }
     Ok(Verdict::Unmet {

@@ -227,9 +227,8 @@ impl Executor for TurnExecutor {
             Some((true, from)) => (from == Some(input_at), from != Some(input_at)),
             _ => (false, false),
         };
-        let retry = !resume
-            && !continued
-            && (run.input["retry"] == Value::Bool(true) || run.attempt > 1);
+        let retry =
+            !resume && !continued && (run.input["retry"] == Value::Bool(true) || run.attempt > 1);
         let answer = self
             .sessions
             .run_turn(

@@ -349,8 +349,9 @@ impl<'js> Pump<'_, 'js> {
     /// Past the run's wall deadline, once the rerun has caught up with its
     /// journal (a replayed effect costs nothing, a new one is not started).
     fn over_wall_budget(&self) -> bool {
-        self.wall_deadline_ms
-            .is_some_and(|deadline| self.replay.unconsumed() == 0 && self.live.host.now_ms() >= deadline)
+        self.wall_deadline_ms.is_some_and(|deadline| {
+            self.replay.unconsumed() == 0 && self.live.host.now_ms() >= deadline
+        })
     }
 
     fn ready(&mut self, id: u32, meta: Meta, result: Result<Value, EffectError>) {

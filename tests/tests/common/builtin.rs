@@ -26,6 +26,8 @@ pub struct World {
     pub owner: Signer,
     pub agent_id: String,
     pub flavor: Flavor,
+    /// Merged into the config's limits, at every start.
+    pub limits: Value,
 }
 
 pub fn flavor_type(flavor: Flavor) -> &'static str {
@@ -68,8 +70,20 @@ pub async fn world(flavor: Flavor) -> World {
 }
 
 pub async fn world_on(flavor: Flavor, backend: Backend) -> World {
+    world_with(flavor, backend, json!({})).await
+}
+
+/// [`world_on`] with `limits` merged into the sidecar's config.
+pub async fn world_with(flavor: Flavor, backend: Backend, limits: Value) -> World {
     let provider = ScriptedProvider::start(flavor).await;
-    let sc = Sidecar::start_with(backend, options(&provider)).await;
+    let sc = Sidecar::start_with(
+        backend,
+        Options {
+            limits: limits.clone(),
+            ..options(&provider)
+        },
+    )
+    .await;
     let target = sc.api();
     let owner = Signer::new();
     ok(&call(
@@ -99,6 +113,7 @@ pub async fn world_on(flavor: Flavor, backend: Backend) -> World {
         provider,
         owner,
         flavor,
+        limits,
     }
 }
 
@@ -224,9 +239,13 @@ impl World {
             owner,
             agent_id,
             flavor,
+            limits,
             ..
         } = self;
-        let options = options(&provider);
+        let options = Options {
+            limits: limits.clone(),
+            ..options(&provider)
+        };
         let sc = if crash {
             sc.crash(options).await
         } else {
@@ -240,6 +259,7 @@ impl World {
             owner,
             agent_id,
             flavor,
+            limits,
         }
     }
 }

@@ -397,8 +397,9 @@ impl RunStore {
     }
 
     /// A live run goes straight back to the queue with a new input (an
-    /// obligation's continuation), keeping its attempt count; a run asked
-    /// to stop is canceled instead.
+    /// obligation's continuation); its next claim is not one of its
+    /// attempts (the retry budget stays what it was). A run asked to stop
+    /// is canceled instead.
     fn continue_statement(run_id: &str, input: &Value, now: i64) -> Statement {
         Statement::new(
             format!(
@@ -406,6 +407,7 @@ impl RunStore {
                    status = CASE WHEN cancel_requested = 1 THEN 'canceled' ELSE 'queued' END, \
                    finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?3 ELSE NULL END, \
                    input_json = ?2, not_before_ms = 0, lease_owner = NULL, \
+                   max_attempts = max_attempts + 1, \
                    lease_expires_at_ms = NULL, updated_at_ms = ?3 \
                  WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
             ),
@@ -416,7 +418,12 @@ impl RunStore {
     /// Records a typed child's result while it runs (a later
     /// `return_result` replaces an earlier one); false when the run is not
     /// live.
-    pub async fn set_result(&self, run_id: &str, result: &Value, now: i64) -> Result<bool, DbError> {
+    pub async fn set_result(
+        &self,
+        run_id: &str,
+        result: &Value,
+        now: i64,
+    ) -> Result<bool, DbError> {
         let rows = self
             .db
             .transaction(vec![Statement::new(

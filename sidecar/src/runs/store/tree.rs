@@ -24,7 +24,8 @@ impl RunStore {
     /// A live turn that delegated ends waiting for its unresolved awaited
     /// children, their call ids in its wait; with none left (every child
     /// already answered) it is queued at once to resume. The resumed turn
-    /// starts a fresh continuation budget.
+    /// starts a fresh continuation budget, and its claim is not one of its
+    /// attempts (the retry budget stays what it was).
     pub(super) fn await_children_statement(run_id: &str, now: i64) -> Statement {
         let pending = format!(
             "FROM {RUNS} c WHERE c.parent_run_id = ?1 AND c.parent_awaits = 1 AND c.resolved = 0"
@@ -42,6 +43,7 @@ impl RunStore {
                    finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?2 ELSE NULL END, \
                    output_json = NULL, lease_owner = NULL, lease_expires_at_ms = NULL, \
                    input_json = json_remove(input_json, '$.continuations'), \
+                   max_attempts = max_attempts + 1, \
                    started_at_ms = coalesce(started_at_ms, ?2), updated_at_ms = ?2 \
                  WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
             ),
@@ -297,7 +299,10 @@ impl RunStore {
                 vec![run_id.into()],
             )
             .await?;
-        Ok(rows.scalar_i64().and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
+        Ok(rows
+            .scalar_i64()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0))
     }
 
     /// Keeps the table at `max_rows`: deletes whole finished trees (every
@@ -309,7 +314,10 @@ impl RunStore {
             .db
             .query(&format!("SELECT count(*) FROM {RUNS}"), vec![])
             .await?;
-        let total = rows.scalar_i64().and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+        let total = rows
+            .scalar_i64()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
         if total <= max_rows {
             return Ok(0);
         }
@@ -344,9 +352,7 @@ impl RunStore {
                 .db
                 .transaction(vec![
                     Statement::new(
-                        format!(
-                            "DELETE FROM {JOURNAL} WHERE run_id IN ({members}) AND {ended}"
-                        ),
+                        format!("DELETE FROM {JOURNAL} WHERE run_id IN ({members}) AND {ended}"),
                         vec![root.as_str().into()],
                     ),
                     Statement::new(

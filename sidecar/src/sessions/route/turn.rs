@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
 use super::state::Turn;
 use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
-use crate::runs::store::RunStore;
 use crate::runs::obligations::{self, Verdict};
+use crate::runs::store::RunStore;
 use crate::runs::{Finish, NewRun, Origin, Queue, RunKind, RunStatus};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
@@ -663,7 +663,8 @@ impl Route {
             now,
         );
         if let Some(run_id) = &turn.run_id {
-            let system = |text: &str| user_events(&[json!({"type": "text", "text": text})], &Actor::System);
+            let system =
+                |text: &str| user_events(&[json!({"type": "text", "text": text})], &Actor::System);
             let finish = match (state, &result, &error) {
                 (PromptState::Cancelled, _, _) => Finish::Canceled,
                 (PromptState::Completed, _, _) if turn.parked => Finish::AwaitChildren,
