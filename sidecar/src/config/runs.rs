@@ -80,3 +80,37 @@ impl RunLimits {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_and_the_wall_budget_are_read_by_their_names_and_must_be_positive() {
+        let limits: RunLimits =
+            serde_json::from_value(serde_json::json!({"maxRuns": 10, "maxScriptWallMs": 500}))
+                .expect("known fields");
+        assert_eq!((limits.max_runs, limits.max_script_wall_ms), (10, 500));
+        assert_eq!(limits.lease_ms, RunLimits::default().lease_ms);
+        assert!(limits.validate().is_ok());
+        for (limits, field) in [
+            (
+                RunLimits {
+                    max_runs: 0,
+                    ..RunLimits::default()
+                },
+                "limits.runs.maxRuns",
+            ),
+            (
+                RunLimits {
+                    max_script_wall_ms: 0,
+                    ..RunLimits::default()
+                },
+                "limits.runs.maxScriptWallMs",
+            ),
+        ] {
+            let e = limits.validate().expect_err("zero is refused");
+            assert_eq!(e.field, field);
+        }
+    }
+}
