@@ -291,6 +291,15 @@ pub trait Database: Send + Sync + 'static {
     /// Runs one statement outside any explicit transaction.
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError>;
 
+    /// Runs one read-only statement, off the writer's path where the
+    /// backend can (`sqlite_file` keeps a small pool of read connections).
+    /// It sees every transaction that committed before it was called, but
+    /// is not ordered behind transactions submitted and not yet answered:
+    /// a caller that needs that order uses [`Database::query`].
+    async fn read(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        self.query(sql, params).await
+    }
+
     /// Runs the statements atomically (`BEGIN IMMEDIATE … COMMIT`, or a lease on
     /// the actor socket). Any error or expected-change mismatch rolls back all of
     /// them. Returns one `Rows` per statement, in order.

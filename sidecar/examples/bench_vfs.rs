@@ -24,6 +24,8 @@ struct Figures {
     write_mbs: f64,
     read_mbs: f64,
     random_reads: f64,
+    /// Random 4 KiB reads/s of two readers at once (in all).
+    random_reads_two: f64,
     creates: f64,
     creates_at_1k: f64,
     creates_at_100k: f64,
@@ -97,6 +99,23 @@ fn host(p: &Params, dir: &std::path::Path) -> std::io::Result<Figures> {
         f.read_exact(&mut small)?;
     }
     let random_reads = rate(p.random_reads, t.elapsed());
+    let t = Instant::now();
+    std::thread::scope(|scope| {
+        for seed in [11, 13] {
+            let path = &path;
+            scope.spawn(move || {
+                let mut f = std::fs::File::open(path).expect("host open");
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                let mut small = [0u8; 4096];
+                for _ in 0..p.random_reads / 2 {
+                    let off = rng.gen_range(0..p.file_bytes / 4096) * 4096;
+                    f.seek(SeekFrom::Start(off)).expect("host seek");
+                    f.read_exact(&mut small).expect("host read");
+                }
+            });
+        }
+    });
+    let random_reads_two = rate(p.random_reads / 2 * 2, t.elapsed());
     let files = dir.join("files");
     std::fs::create_dir(&files)?;
     let (mut at_1k, mut at_100k) = (0.0, 0.0);
@@ -142,6 +161,7 @@ fn host(p: &Params, dir: &std::path::Path) -> std::io::Result<Figures> {
         write_mbs,
         read_mbs,
         random_reads,
+        random_reads_two,
         creates,
         creates_at_1k: at_1k,
         creates_at_100k: at_100k,
@@ -185,6 +205,24 @@ async fn vfs(p: &Params, dir: &std::path::Path) -> Result<Figures, Box<dyn std::
         assert_eq!(got.len(), 4096);
     }
     let random_reads = rate(p.random_reads, t.elapsed());
+    let t = Instant::now();
+    let mut readers = Vec::new();
+    for seed in [11, 13] {
+        let (vfs, p_reads, p_bytes) = (vfs.clone(), p.random_reads / 2, p.file_bytes);
+        readers.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            for _ in 0..p_reads {
+                let off = rng.gen_range(0..p_bytes / 4096) * 4096;
+                let got = vfs.read("/big", off, 4096).await?;
+                assert_eq!(got.len(), 4096);
+            }
+            Ok::<_, agentos_sidecar::vfs::FsError>(())
+        }));
+    }
+    for reader in readers {
+        reader.await??;
+    }
+    let random_reads_two = rate(p.random_reads / 2 * 2, t.elapsed());
     vfs.mkdir("/files", 0o755).await?;
     let (mut at_1k, mut at_100k) = (0.0, 0.0);
     let (mut cpu_first, mut cpu_last) = (0.0, 0.0);
@@ -232,6 +270,7 @@ async fn vfs(p: &Params, dir: &std::path::Path) -> Result<Figures, Box<dyn std::
         write_mbs,
         read_mbs,
         random_reads,
+        random_reads_two,
         creates,
         creates_at_1k: at_1k,
         creates_at_100k: at_100k,
@@ -268,6 +307,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("sequential write MB/s", v.write_mbs, h.write_mbs),
         ("sequential read MB/s", v.read_mbs, h.read_mbs),
         ("random 4 KiB reads/s", v.random_reads, h.random_reads),
+        (
+            "random 4 KiB reads/s, 2 readers",
+            v.random_reads_two,
+            h.random_reads_two,
+        ),
         ("small-file creates/s (all)", v.creates, h.creates),
         (
             "creates/s, first 1k files",
@@ -302,6 +346,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
          (1.0 = O(1) in tree size)",
         v.creates_at_100k / v.creates_at_1k.max(1e-9),
         v.cpu_us_last / v.cpu_us_first.max(1e-9)
+    );
+    println!(
+        "two readers / one reader: vfs {:.2}, host {:.2}",
+        v.random_reads_two / v.random_reads.max(1e-9),
+        h.random_reads_two / h.random_reads.max(1e-9)
     );
     println!(
         "vfs creates/s the CPU alone would allow (1e6 / CPU µs per create, last 1k): {:.0}",

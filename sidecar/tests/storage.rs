@@ -609,3 +609,101 @@ async fn event_log_rebuild_keeps_rows_and_rules() {
         b.shutdown().await;
     }
 }
+
+/// The read path (a pool of read connections on the local file): a read
+/// sees every transaction answered before it and never half of one, while
+/// writes go on; a write sent down it is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_see_whole_committed_transactions_while_writes_go_on() {
+    for b in all_backends().await {
+        for table in ["a", "b"] {
+            b.db.query(
+                &format!("CREATE TABLE {table} (id INTEGER PRIMARY KEY) STRICT"),
+                vec![],
+            )
+            .await
+            .expect("create");
+        }
+        let writer = {
+            let db = b.db.clone();
+            tokio::spawn(async move {
+                for id in 0..200i64 {
+                    db.transaction(vec![
+                        Statement::new("INSERT INTO a (id) VALUES (?1)", vec![id.into()]),
+                        Statement::new("INSERT INTO b (id) VALUES (?1)", vec![id.into()]),
+                    ])
+                    .await
+                    .expect("tx");
+                    // Answered: the next read sees it.
+                    let seen = db
+                        .read("SELECT count(*) FROM a", vec![])
+                        .await
+                        .expect("read")
+                        .scalar_i64()
+                        .expect("count");
+                    assert!(seen > id, "a read after a commit sees it");
+                }
+            })
+        };
+        let mut readers = Vec::new();
+        for _ in 0..2 {
+            let db = b.db.clone();
+            readers.push(tokio::spawn(async move {
+                for _ in 0..200 {
+                    let rows = db
+                        .read(
+                            "SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)",
+                            vec![],
+                        )
+                        .await
+                        .expect("read");
+                    let row = &rows.rows[0];
+                    assert_eq!(row[0], row[1], "never half a transaction");
+                }
+            }));
+        }
+        writer.await.expect("writer");
+        for reader in readers {
+            reader.await.expect("reader");
+        }
+        let refused = b.db.read("INSERT INTO a (id) VALUES (-1)", vec![]).await;
+        if b.name == "sqlite_file" {
+            assert!(matches!(refused, Err(DbError::Sql { .. })), "{refused:?}");
+        }
+        // Only the local file has a read path of its own; the socket's
+        // reads are queries.
+        let a = count(b.db.as_ref(), "a").await;
+        assert_eq!(a, 200 + i64::from(b.name != "sqlite_file"), "{}", b.name);
+        b.shutdown().await;
+    }
+}
+
+/// The read pool's queue is bounded: with both read connections busy and
+/// its one slot taken, a further read is refused with `queue_full`, and the
+/// accepted ones still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_queue_is_bounded() {
+    let dir = tempfile::tempdir().expect("dir");
+    let limits = agentos_sidecar::config::SqliteLimits {
+        max_queued_jobs: 1,
+        ..Default::default()
+    };
+    let db = agentos_sidecar::db::sqlite_file::SqliteFileDatabase::open(
+        &dir.path().join("reads.sqlite"),
+        &limits,
+    )
+    .expect("open");
+    let slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) \
+                SELECT count(*) FROM c";
+    let reads = (0..4).map(|_| db.read(slow, vec![]));
+    let answers = futures_util::future::join_all(reads).await;
+    let refused = answers
+        .iter()
+        .filter(|a| matches!(a, Err(DbError::QueueFull { .. })))
+        .count();
+    let answered = answers.iter().filter(|a| a.is_ok()).count();
+    assert!(refused >= 1, "{answers:?}");
+    assert_eq!(refused + answered, 4, "{answers:?}");
+    assert!(answered >= 1);
+    db.close().await;
+}

@@ -536,6 +536,10 @@ pub const MIGRATIONS: &[Migration] = &[
             // (checked against the spawner's schema before it lands).
             "ALTER TABLE agentos_core_runs ADD COLUMN result_json TEXT
                 CHECK (result_json IS NULL OR json_valid(result_json))",
+            // What start-up recovery repairs: the sessions a crash left
+            // busy, never every session.
+            "CREATE INDEX agentos_core_sessions_busy ON agentos_core_sessions (session_id)
+                WHERE state IN ('running', 'waiting')",
             // Retention walks finished trees oldest first, by their roots.
             "CREATE INDEX agentos_core_runs_finished_roots ON agentos_core_runs (finished_at_ms, run_id)
                 WHERE parent_run_id IS NULL AND finished_at_ms IS NOT NULL",

@@ -1,5 +1,7 @@
 //! The `sqlite_file` backend: one rusqlite connection owned by one dedicated
-//! thread, fed through a bounded queue.
+//! thread, fed through a bounded queue, for every write and ordered query;
+//! and a small pool of read-only connections, each on its own thread, for
+//! `Database::read` (WAL lets them read while the writer commits).
 //!
 //! Async callers never touch SQLite themselves: they enqueue a job and await a
 //! oneshot reply, so no tokio worker ever blocks on disk. A full queue is a
@@ -36,9 +38,30 @@ enum Job {
     Close { reply: oneshot::Sender<()> },
 }
 
+/// Read connections beside the writer: WAL lets each read while the writer
+/// commits. Two, the cores these machines have.
+const READERS: usize = 2;
+/// How much of the file a read connection maps.
+const READER_MMAP_BYTES: i64 = 1 << 30;
+
+/// A job for the read pool.
+enum ReadJob {
+    Query {
+        sql: String,
+        params: Vec<SqlValue>,
+        reply: oneshot::Sender<Result<Rows, DbError>>,
+    },
+    /// Ends the reader that takes it.
+    Close { reply: oneshot::Sender<()> },
+}
+
 /// The local-file database handle.
 pub struct SqliteFileDatabase {
     jobs: SyncSender<Job>,
+    /// The read pool's queue (None when no read connection could open: reads
+    /// then go through the writer).
+    reads: Option<SyncSender<ReadJob>>,
+    readers: usize,
     capacity: u32,
     path: PathBuf,
     closed: std::sync::atomic::AtomicBool,
@@ -56,8 +79,17 @@ impl SqliteFileDatabase {
             .name("agentos-sqlite".into())
             .spawn(move || executor(conn, rx, max_result_bytes))
             .map_err(|e| DbError::Connect(format!("cannot start the executor thread: {e}")))?;
+        let (reads, readers) = match start_readers(path, capacity as usize, max_result_bytes) {
+            Ok((reads, readers)) => (Some(reads), readers),
+            Err(e) => {
+                tracing::warn!(error = %e, "no read connections: reads share the writer's queue");
+                (None, 0)
+            }
+        };
         Ok(SqliteFileDatabase {
             jobs,
+            reads,
+            readers,
             capacity,
             path: path.to_owned(),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -104,9 +136,53 @@ impl Database for SqliteFileDatabase {
         rx.await.map_err(|_| DbError::Closed)?
     }
 
+    async fn read(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        let Some(reads) = &self.reads else {
+            return self.query(sql, params).await;
+        };
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
+        let (reply, rx) = oneshot::channel();
+        reads
+            .try_send(ReadJob::Query {
+                sql: sql.to_owned(),
+                params,
+                reply,
+            })
+            .map_err(|e| match e {
+                TrySendError::Full(_) => DbError::QueueFull {
+                    limit: "sqliteReadQueue".into(),
+                    capacity: self.capacity,
+                },
+                TrySendError::Disconnected(_) => DbError::Closed,
+            })?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
     async fn close(&self) {
         if self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
+        }
+        // The readers first, so the writer's close can checkpoint the WAL
+        // whole.
+        if let Some(reads) = self.reads.clone() {
+            let readers = self.readers;
+            let closed = tokio::task::spawn_blocking(move || {
+                let mut waits = Vec::with_capacity(readers);
+                for _ in 0..readers {
+                    let (reply, done) = oneshot::channel();
+                    if reads.send(ReadJob::Close { reply }).is_err() {
+                        break;
+                    }
+                    waits.push(done);
+                }
+                waits
+            })
+            .await;
+            for done in closed.unwrap_or_default() {
+                let _ = done.await;
+            }
         }
         let (reply, done) = oneshot::channel();
         let jobs = self.jobs.clone();
@@ -148,6 +224,84 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     crate::private::restrict_database_files(path)
         .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     Ok(conn)
+}
+
+/// Opens the read connections (read-only, on the same file the writer set
+/// up in WAL mode) and their threads, which share one bounded queue.
+fn start_readers(
+    path: &Path,
+    capacity: usize,
+    max_result_bytes: u64,
+) -> Result<(SyncSender<ReadJob>, usize), DbError> {
+    let mut conns = Vec::with_capacity(READERS);
+    for _ in 0..READERS {
+        conns.push(open_reader(path)?);
+    }
+    let (reads, rx) = mpsc::sync_channel::<ReadJob>(capacity.max(1));
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let mut started = 0;
+    for (n, conn) in conns.into_iter().enumerate() {
+        let rx = rx.clone();
+        thread::Builder::new()
+            .name(format!("agentos-sqlite-read-{n}"))
+            .spawn(move || reader(conn, &rx, max_result_bytes))
+            .map_err(|e| DbError::Connect(format!("cannot start a reader thread: {e}")))?;
+        started += 1;
+    }
+    Ok((reads, started))
+}
+
+fn open_reader(path: &Path) -> Result<Connection, DbError> {
+    use rusqlite::OpenFlags;
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(sql_error(0))?;
+    conn.pragma_update(None, "query_only", "ON")
+        .map_err(sql_error(0))?;
+    // Pages come straight from the OS cache through a mapping instead of a
+    // read call each: a file's part is sixteen pages. The writer keeps
+    // plain I/O (a mapping's fault is a signal, not an error code, and the
+    // writer is the one that extends and checkpoints the file).
+    conn.pragma_update(None, "mmap_size", READER_MMAP_BYTES)
+        .map_err(sql_error(0))?;
+    Ok(conn)
+}
+
+/// One reader: takes the next job from the shared queue (the thread that
+/// holds the queue stays awake briefly for the next one, the others wait
+/// their turn), answers it on its own connection.
+fn reader(
+    conn: Connection,
+    jobs: &std::sync::Mutex<mpsc::Receiver<ReadJob>>,
+    max_result_bytes: u64,
+) {
+    loop {
+        let job = {
+            let queue = jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match next_soon(&queue) {
+                Some(job) => job,
+                None => match queue.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+            }
+        };
+        match job {
+            ReadJob::Query { sql, params, reply } => {
+                let _ = reply.send(run_statement(&conn, 0, &sql, &params, max_result_bytes));
+            }
+            ReadJob::Close { reply } => {
+                drop(conn);
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
 }
 
 /// Transactions committed together at most, so one group never holds the
@@ -228,7 +382,7 @@ const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The next job if one arrives within `STAY_AWAKE`, yielding the core
 /// meanwhile so the caller can run.
-fn next_soon(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
     let start = std::time::Instant::now();
     loop {
         match jobs.try_recv() {

@@ -16,7 +16,10 @@
 //! Directory lookups go through a bounded cache keyed by `(parent ino, name)`.
 //! An entry's inode, kind and symlink target never change for the life of the
 //! inode, so only removing or renaming a name invalidates it; a lookup that
-//! raced with such a change never fills the cache (generation check).
+//! raced with such a change never fills the cache (generation check). Inode
+//! rows are cached too, and every commit drops them all. Reads go to the
+//! database's read path (`Database::read`: a pool of read connections on
+//! `sqlite_file`), off the writer's queue.
 //!
 //! Limits (`limits.fs`): `maxTotalBytes` counts the logical sizes of regular
 //! files (a sparse gap counts; shared blocks count once per file),
@@ -45,6 +48,7 @@ mod resolve;
 pub mod store;
 pub mod transfer;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -158,12 +162,25 @@ pub struct DirPage {
     pub next_cursor: Option<String>,
 }
 
+/// Inode rows held by the inode cache before it is emptied.
+const INODE_CACHE_ENTRIES: usize = 65_536;
+
+/// Inode rows as last read, dropped whole by every commit: every mutation
+/// passes through [`Vfs::commit`], so a cached row is the committed one. A
+/// read that raced with a commit never fills it (generation check).
+#[derive(Default)]
+struct InodeCache {
+    rows: HashMap<i64, InodeRow>,
+    generation: u64,
+}
+
 struct Inner {
     db: SharedDatabase,
     limits: ValidFsLimits,
     next_ino: AtomicI64,
     lock: RwLock<()>,
     cache: Mutex<LookupCache>,
+    inodes: Mutex<InodeCache>,
     warned_bytes: AtomicBool,
     warned_inodes: AtomicBool,
 }
@@ -212,6 +229,7 @@ impl Vfs {
                 next_ino: AtomicI64::new(max + 1),
                 lock: RwLock::new(()),
                 cache: Mutex::new(LookupCache::default()),
+                inodes: Mutex::new(InodeCache::default()),
                 warned_bytes: AtomicBool::new(false),
                 warned_inodes: AtomicBool::new(false),
             }),
@@ -260,12 +278,42 @@ impl Vfs {
         self.inner.db.as_ref()
     }
 
+    fn lock_inodes(&self) -> std::sync::MutexGuard<'_, InodeCache> {
+        self.inner
+            .inodes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     async fn row(&self, ino: i64, path: &str) -> Result<InodeRow, FsError> {
-        store::inode(self.db(), ino)
+        let generation = {
+            let cache = self.lock_inodes();
+            if let Some(row) = cache.rows.get(&ino) {
+                return Ok(row.clone());
+            }
+            cache.generation
+        };
+        let row = store::inode(self.db(), ino)
             .await?
             .ok_or_else(|| FsError::NotFound {
                 path: path.to_owned(),
-            })
+            })?;
+        let mut cache = self.lock_inodes();
+        if cache.generation == generation {
+            if cache.rows.len() >= INODE_CACHE_ENTRIES {
+                cache.rows.clear();
+            }
+            cache.rows.insert(ino, row.clone());
+        }
+        Ok(row)
+    }
+
+    /// Forgets every cached inode row (after any commit, whatever its
+    /// outcome: a failed or unknown one may still have landed).
+    fn forget_inodes(&self) {
+        let mut cache = self.lock_inodes();
+        cache.generation += 1;
+        cache.rows.clear();
     }
 
     fn alloc_ino(&self) -> i64 {
@@ -276,7 +324,9 @@ impl Vfs {
         let frees = tx.frees_blocks;
         let (inodes, _) = tx.usage_delta;
         let limits = &self.inner.limits;
-        let usage = match tx.commit(self.db()).await {
+        let committed = tx.commit(self.db()).await;
+        self.forget_inodes();
+        let usage = match committed {
             Ok(usage) => usage,
             Err(TxError::Db(e)) => return Err(FsError::Db(e)),
             Err(TxError::Failed(fail)) => {

@@ -155,7 +155,7 @@ pub struct Entry {
 
 pub async fn lookup(db: &dyn Database, parent: i64, name: &str) -> Result<Option<Entry>, FsError> {
     let rows = db
-        .query(
+        .read(
             "SELECT d.ino, i.kind, i.symlink_target FROM agentos_fs_dentries d \
              JOIN agentos_fs_inodes i ON i.ino = d.ino \
              WHERE d.parent_ino = ?1 AND d.name = ?2",
@@ -174,7 +174,7 @@ pub async fn lookup(db: &dyn Database, parent: i64, name: &str) -> Result<Option
 
 pub async fn inode(db: &dyn Database, ino: i64) -> Result<Option<InodeRow>, FsError> {
     let rows = db
-        .query(
+        .read(
             &format!("SELECT {INODE_COLUMNS} FROM agentos_fs_inodes i WHERE i.ino = ?1"),
             vec![ino.into()],
         )
@@ -190,7 +190,7 @@ pub async fn read_inline(
     len: u64,
 ) -> Result<Vec<u8>, FsError> {
     let rows = db
-        .query(
+        .read(
             "SELECT substr(inline_data, ?2, ?3) FROM agentos_fs_inodes WHERE ino = ?1",
             vec![ino.into(), i64_of(offset + 1), i64_of(len)],
         )
@@ -219,27 +219,32 @@ pub async fn read_chunked(
     let first = offset / chunk;
     let last = (end - 1) / chunk;
     if first == last {
-        // Only the parts the range overlaps are loaded.
+        // Only the parts the range overlaps are loaded, and of each only
+        // the bytes the range covers leave the database.
         let within = offset - first * chunk;
-        let first_part = within / PART_BYTES;
-        let last_part = (within + len - 1) / PART_BYTES;
         let rows = db
-            .query(
-                "SELECT p.part_index, p.content FROM agentos_fs_file_chunks c \
+            .read(
+                "SELECT p.part_index, \
+                   substr(p.content, max(?3 - p.part_index * ?5, 0) + 1, ?4) \
+                 FROM agentos_fs_file_chunks c \
                  JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
-                 WHERE c.ino = ?1 AND c.chunk_index = ?2 AND p.part_index BETWEEN ?3 AND ?4",
+                 WHERE c.ino = ?1 AND c.chunk_index = ?2 \
+                   AND p.part_index BETWEEN ?3 / ?5 AND (?3 + ?4 - 1) / ?5",
                 vec![
                     ino.into(),
                     i64_of(first),
-                    i64_of(first_part),
-                    i64_of(last_part),
+                    i64_of(within),
+                    i64_of(len),
+                    i64_of(PART_BYTES),
                 ],
             )
             .await?;
         for row in &rows.rows {
             let part_start = uint(row, 0)? * PART_BYTES;
             let bytes = blob(row, 1)?;
-            copy_overlap(&mut out, within, &bytes, part_start);
+            // The piece starts where the range enters this part.
+            let piece_start = part_start.max(within);
+            copy_overlap(&mut out, within, &bytes, piece_start);
         }
         return Ok(out);
     }
@@ -272,7 +277,7 @@ pub async fn chunk_range(
     to: u64,
 ) -> Result<Vec<(u64, Vec<u8>)>, FsError> {
     let rows = db
-        .query(
+        .read(
             "SELECT c.chunk_index, p.content FROM agentos_fs_file_chunks c \
              JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
              WHERE c.ino = ?1 AND c.chunk_index BETWEEN ?2 AND ?3 \
@@ -313,7 +318,7 @@ pub async fn readdir(
     limit: u64,
 ) -> Result<Vec<(String, InodeRow)>, FsError> {
     let rows = db
-        .query(
+        .read(
             &format!(
                 "SELECT d.name, {INODE_COLUMNS} FROM agentos_fs_dentries d \
                  JOIN agentos_fs_inodes i ON i.ino = d.ino \
@@ -340,7 +345,7 @@ pub async fn readdir(
 /// removal, whose cost is the size of the subtree being removed.
 pub async fn children(db: &dyn Database, parent: i64) -> Result<Vec<(String, Entry)>, FsError> {
     let rows = db
-        .query(
+        .read(
             "SELECT d.name, d.ino, i.kind FROM agentos_fs_dentries d \
              JOIN agentos_fs_inodes i ON i.ino = d.ino WHERE d.parent_ino = ?1",
             vec![parent.into()],

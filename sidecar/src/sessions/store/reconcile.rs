@@ -95,7 +95,10 @@ impl SessionStore {
     /// Crash recovery, in one transaction: accepted prompts fail with
     /// `prompt_delivery_uncertain`, their pending permissions become
     /// `vm_shutdown`, running or waiting sessions become failed-but-usable,
-    /// and counters that disagree with the rows are recomputed.
+    /// and the counters of those sessions that disagree with their rows are
+    /// recomputed. It reads only what the interrupted turns touched (partial
+    /// indexes on busy sessions, accepted prompts and pending permissions),
+    /// so its cost does not grow with the number of sessions or events.
     pub async fn reconcile(&self) -> Result<Reconciliation, DbError> {
         let now = now_ms();
         let error = serde_json::json!({
@@ -111,10 +114,49 @@ impl SessionStore {
         .to_string();
         let pending = "SELECT session_id, request_id FROM agentos_core_permission_records \
              WHERE state = 'pending'";
+        // The sessions a crash interrupted: the only ones whose rows a turn
+        // was changing. Every other session's counters moved in the same
+        // transactions as its rows, so start-up never walks them.
+        let interrupted = "SELECT session_id FROM agentos_core_sessions \
+             WHERE state IN ('running', 'waiting') \
+             UNION SELECT session_id FROM agentos_core_prompts WHERE state = 'accepted'";
         let results = self
             .db
             .transaction(vec![
-                // 0: tombstones for the permissions about to end.
+                // 0: history counters of the interrupted sessions that
+                // disagree with their rows (before their state changes).
+                Statement::new(
+                    format!(
+                        "UPDATE agentos_core_sessions AS s SET \
+                           retained_event_count = c.n, retained_event_bytes = c.b, \
+                           oldest_retained_sequence = CASE WHEN c.n = 0 THEN s.latest_sequence + 1 ELSE c.lo END, \
+                           latest_sequence = max(s.latest_sequence, c.hi) \
+                         FROM (SELECT s2.session_id AS sid, count(e.sequence) AS n, \
+                                 coalesce(sum(e.payload_bytes), 0) AS b, \
+                                 coalesce(min(e.sequence), 0) AS lo, coalesce(max(e.sequence), 0) AS hi \
+                               FROM agentos_core_sessions s2 LEFT JOIN agentos_core_events e \
+                                 ON e.session_id = s2.session_id \
+                               WHERE s2.session_id IN ({interrupted}) GROUP BY s2.session_id) AS c \
+                         WHERE c.sid = s.session_id AND (s.retained_event_count <> c.n \
+                           OR s.retained_event_bytes <> c.b OR s.latest_sequence < c.hi \
+                           OR (c.n > 0 AND s.oldest_retained_sequence <> c.lo))"
+                    ),
+                    vec![],
+                ),
+                // 1: their record counters.
+                Statement::new(
+                    format!(
+                        "UPDATE agentos_core_sessions AS s SET \
+                           prompt_count = (SELECT count(*) FROM agentos_core_prompts p WHERE p.session_id = s.session_id), \
+                           pending_permission_count = (SELECT count(*) FROM agentos_core_permission_records r \
+                               WHERE r.session_id = s.session_id AND r.state = 'pending'), \
+                           outcome_count = (SELECT count(*) FROM agentos_core_permission_outcomes o \
+                               WHERE o.session_id = s.session_id) \
+                         WHERE s.session_id IN ({interrupted})"
+                    ),
+                    vec![],
+                ),
+                // 2: tombstones for the permissions about to end.
                 Statement::new(
                     format!(
                         "INSERT INTO agentos_core_permission_outcomes (session_id, request_id, terminal_reason, terminal_at_ms) \
@@ -123,50 +165,29 @@ impl SessionStore {
                     ),
                     vec![now.into()],
                 ),
-                // 1: every pending permission ends: its prompt died with the process.
+                // 3: every pending permission ends: its prompt died with the
+                // process; the session's count follows.
                 Statement::new(
                     "UPDATE agentos_core_permission_records SET state = 'terminal', \
                        terminal_reason = 'vm_shutdown', updated_at_ms = ?1 WHERE state = 'pending'",
                     vec![now.into()],
                 ),
-                // 2: accepted prompts fail.
+                // 4: accepted prompts fail.
                 Statement::new(
                     "UPDATE agentos_core_prompts SET state = 'failed', error_json = ?1, \
                        updated_at_ms = ?2, completed_at_ms = ?2 WHERE state = 'accepted'",
                     vec![error.into(), now.into()],
                 ),
-                // 3: busy sessions become failed but usable.
+                // 5: busy sessions become failed but usable, with their
+                // permission counters true after the permissions ended.
                 Statement::new(
-                    "UPDATE agentos_core_sessions SET state = 'failed', state_error_json = ?1, \
+                    "UPDATE agentos_core_sessions AS s SET state = 'failed', state_error_json = ?1, \
+                       pending_permission_count = 0, \
+                       outcome_count = (SELECT count(*) FROM agentos_core_permission_outcomes o \
+                           WHERE o.session_id = s.session_id), \
                        updated_at_ms = max(updated_at_ms, ?2) \
                      WHERE state IN ('running', 'waiting')",
                     vec![session_error.into(), now.into()],
-                ),
-                // 4: history counters that disagree with the rows.
-                Statement::new(
-                    "UPDATE agentos_core_sessions AS s SET \
-                       retained_event_count = c.n, retained_event_bytes = c.b, \
-                       oldest_retained_sequence = CASE WHEN c.n = 0 THEN s.latest_sequence + 1 ELSE c.lo END, \
-                       latest_sequence = max(s.latest_sequence, c.hi) \
-                     FROM (SELECT s2.session_id AS sid, count(e.sequence) AS n, \
-                             coalesce(sum(e.payload_bytes), 0) AS b, \
-                             coalesce(min(e.sequence), 0) AS lo, coalesce(max(e.sequence), 0) AS hi \
-                           FROM agentos_core_sessions s2 LEFT JOIN agentos_core_events e \
-                             ON e.session_id = s2.session_id GROUP BY s2.session_id) AS c \
-                     WHERE c.sid = s.session_id AND (s.retained_event_count <> c.n \
-                       OR s.retained_event_bytes <> c.b OR s.latest_sequence < c.hi \
-                       OR (c.n > 0 AND s.oldest_retained_sequence <> c.lo))",
-                    vec![],
-                ),
-                // 5: per-session record counters.
-                Statement::new(
-                    "UPDATE agentos_core_sessions AS s SET \
-                       prompt_count = (SELECT count(*) FROM agentos_core_prompts p WHERE p.session_id = s.session_id), \
-                       pending_permission_count = (SELECT count(*) FROM agentos_core_permission_records r \
-                           WHERE r.session_id = s.session_id AND r.state = 'pending'), \
-                       outcome_count = (SELECT count(*) FROM agentos_core_permission_outcomes o \
-                           WHERE o.session_id = s.session_id)",
-                    vec![],
                 ),
                 // 6: VM counters.
                 Statement::new(
@@ -181,10 +202,10 @@ impl SessionStore {
             ])
             .await?;
         Ok(Reconciliation {
-            permissions_terminated: results[1].changes,
-            prompts_failed: results[2].changes,
-            sessions_failed: results[3].changes,
-            counters_repaired: results[4].changes,
+            permissions_terminated: results[3].changes,
+            prompts_failed: results[4].changes,
+            sessions_failed: results[5].changes,
+            counters_repaired: results[0].changes,
         })
     }
 }
