@@ -87,13 +87,14 @@ fn interrupt(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
             [&id],
         )?;
         tx.execute(
-            "UPDATE agentos_core_sessions SET state = 'running', prompt_count = 1, \
+            "UPDATE agentos_core_sessions SET state = 'running', state_prompt_id = 'p1', \
+             state_started_at_ms = 1, state_error_json = NULL, prompt_count = 1, \
              retained_event_count = ?2 - 1 WHERE session_id = ?1",
             rusqlite::params![id, EVENTS_PER_SESSION as i64],
         )?;
         tx.execute(
             "INSERT INTO agentos_core_prompts (session_id, prompt_id, input_hash, state, \
-             created_at_ms, updated_at_ms) VALUES (?1, 'p1', x'00', 'accepted', 1, 1)",
+             created_at_ms, updated_at_ms) VALUES (?1, 'p1', zeroblob(32), 'accepted', 1, 1)",
             [&id],
         )?;
     }
