@@ -2,7 +2,10 @@
 //!
 //! One connection at a time, with a reader task and a writer task; requests
 //! are pipelined under fresh request ids and matched to their responses in
-//! whatever order those arrive. In-flight requests are bounded by
+//! whatever order those arrive. A caller writes its frames to the socket
+//! itself when nothing is queued before them and the socket takes them
+//! whole (no task hop); otherwise they queue for the writer task, which
+//! keeps the order. In-flight requests are bounded by
 //! `limits.sqlite.maxInFlightRequests` (callers wait for a slot) and encoded
 //! bytes waiting for the socket by `maxQueuedRequestBytes` (the excess is a
 //! typed `QueueFull` error, never unbounded memory). A transaction is one
@@ -30,7 +33,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::ars_values::{from_wire, to_wire};
@@ -431,10 +434,24 @@ impl Shared {
     }
 }
 
+/// The socket's sending side: frames not written yet, and whether the
+/// writer task is writing (then everything queues behind it, in order).
+struct Outbound {
+    half: OwnedWriteHalf,
+    queue: Mutex<Queued>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Queued {
+    bytes: Vec<u8>,
+    busy: bool,
+}
+
 struct Connection {
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
-    out: mpsc::UnboundedSender<Vec<u8>>,
+    out: Arc<Outbound>,
     next_id: AtomicU32,
     max_in_flight: u32,
     max_queued_bytes: u64,
@@ -476,14 +493,18 @@ impl Connection {
             queued_bytes: AtomicU64::new(0),
         });
         let (rd, wr) = stream.into_split();
-        let (out, out_rx) = mpsc::unbounded_channel();
+        let out = Arc::new(Outbound {
+            half: wr,
+            queue: Mutex::new(Queued::default()),
+            wake: Notify::new(),
+        });
         // Responses are bounded by the server's limit, which the hello
         // announced, and never by more than our own cap.
         let response_limit = max_frame_bytes
             .max(ars::DEFAULT_MAX_FRAME_BYTES)
             .min(limits.max_socket_frame_bytes);
         let reader = tokio::spawn(read_loop(rd, buf, response_limit, shared.clone()));
-        let writer = tokio::spawn(write_loop(wr, out_rx, shared.clone()));
+        let writer = tokio::spawn(write_loop(out.clone(), shared.clone()));
         Ok(Arc::new(Connection {
             shared,
             slots,
@@ -672,12 +693,43 @@ impl Connection {
         Ok((rx, len))
     }
 
-    /// Hands encoded frames of `len` bytes (already counted) to the writer.
+    /// Sends encoded frames of `len` bytes (already counted): written at
+    /// once when nothing waits before them and the socket takes them whole,
+    /// else (or for what it did not take) queued for the writer task.
     fn enqueue(&self, frames: Vec<u8>, len: u64) {
         debug_assert_eq!(frames.len() as u64, len);
-        if self.out.send(frames).is_err() {
-            self.shared
-                .kill(DbError::ConnectionLost("the writer stopped".into()));
+        let mut queued = match self.out.queue.lock() {
+            Ok(queued) => queued,
+            Err(_) => {
+                self.shared
+                    .kill(DbError::ConnectionLost("the writer's queue poisoned".into()));
+                return;
+            }
+        };
+        if queued.busy || !queued.bytes.is_empty() {
+            queued.bytes.extend_from_slice(&frames);
+            drop(queued);
+            self.out.wake.notify_one();
+            return;
+        }
+        // Non-blocking, under the queue's lock so nothing interleaves.
+        let written = match self.out.half.try_write(&frames) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => {
+                drop(queued);
+                self.shared.kill(DbError::ConnectionLost(e.to_string()));
+                return;
+            }
+        };
+        self.shared
+            .queued_bytes
+            .fetch_sub(written as u64, Ordering::AcqRel);
+        if written < frames.len() {
+            queued.bytes.extend_from_slice(&frames[written..]);
+            queued.busy = true;
+            drop(queued);
+            self.out.wake.notify_one();
         }
     }
 }
@@ -793,29 +845,43 @@ async fn read_loop(
     shared.kill(error);
 }
 
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-    shared: Arc<Shared>,
-) {
-    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
-        // Coalesce everything already queued into one write.
-        batch.extend_from_slice(&first);
-        while batch.len() < 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(next) => batch.extend_from_slice(&next),
-                Err(_) => break,
+/// Writes what callers queued (when the socket did not take their frames at
+/// once, or others were queued before them), in order, until the queue is
+/// empty; then callers write directly again.
+async fn write_loop(out: Arc<Outbound>, shared: Arc<Shared>) {
+    loop {
+        out.wake.notified().await;
+        loop {
+            let batch = {
+                let Ok(mut queued) = out.queue.lock() else {
+                    shared.kill(DbError::ConnectionLost("the writer's queue poisoned".into()));
+                    return;
+                };
+                if queued.bytes.is_empty() {
+                    queued.busy = false;
+                    break;
+                }
+                queued.busy = true;
+                std::mem::take(&mut queued.bytes)
+            };
+            let mut at = 0;
+            while at < batch.len() {
+                if let Err(e) = out.half.writable().await {
+                    shared.kill(DbError::ConnectionLost(e.to_string()));
+                    return;
+                }
+                match out.half.try_write(&batch[at..]) {
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        shared.kill(DbError::ConnectionLost(e.to_string()));
+                        return;
+                    }
+                }
             }
-        }
-        let written = wr.write_all(&batch).await;
-        shared
-            .queued_bytes
-            .fetch_sub(batch.len() as u64, Ordering::AcqRel);
-        batch.clear();
-        if let Err(e) = written {
-            shared.kill(DbError::ConnectionLost(e.to_string()));
-            break;
+            shared
+                .queued_bytes
+                .fetch_sub(batch.len() as u64, Ordering::AcqRel);
         }
     }
 }
