@@ -610,11 +610,22 @@ async fn event_log_rebuild_keeps_rows_and_rules() {
     }
 }
 
-/// The read path (a pool of read connections on the local file): a read
-/// sees every transaction answered before it and never half of one, while
-/// writes go on; a write sent down it is refused and changes nothing.
+/// The read path (read connections beside the writer on the local file): a
+/// read sees every transaction answered before it and never half of one,
+/// while writes go on; a write sent down it is refused and changes nothing.
+/// On a multi-threaded runtime the reads run on the caller's thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_see_whole_committed_transactions_while_writes_go_on() {
+    reads_see_whole_transactions().await;
+}
+
+/// The same through the reader threads (a single-threaded runtime).
+#[tokio::test]
+async fn reads_through_the_reader_threads_see_whole_committed_transactions() {
+    reads_see_whole_transactions().await;
+}
+
+async fn reads_see_whole_transactions() {
     for b in all_backends().await {
         for table in ["a", "b"] {
             b.db.query(
@@ -678,10 +689,11 @@ async fn reads_see_whole_committed_transactions_while_writes_go_on() {
     }
 }
 
-/// The read pool's queue is bounded: with both read connections busy and
-/// its one slot taken, a further read is refused with `queue_full`, and the
-/// accepted ones still answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// The reader threads' queue is bounded: with both reader connections busy
+/// and its one slot taken, a further read is refused with `queue_full`, and
+/// the accepted ones still answer. (A single-threaded runtime, whose reads
+/// always go through that queue.)
+#[tokio::test]
 async fn the_read_queue_is_bounded() {
     let dir = tempfile::tempdir().expect("dir");
     let limits = agentos_sidecar::config::SqliteLimits {

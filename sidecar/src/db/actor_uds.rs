@@ -701,8 +701,9 @@ impl Connection {
         let mut queued = match self.out.queue.lock() {
             Ok(queued) => queued,
             Err(_) => {
-                self.shared
-                    .kill(DbError::ConnectionLost("the writer's queue poisoned".into()));
+                self.shared.kill(DbError::ConnectionLost(
+                    "the writer's queue poisoned".into(),
+                ));
                 return;
             }
         };
@@ -854,7 +855,9 @@ async fn write_loop(out: Arc<Outbound>, shared: Arc<Shared>) {
         loop {
             let batch = {
                 let Ok(mut queued) = out.queue.lock() else {
-                    shared.kill(DbError::ConnectionLost("the writer's queue poisoned".into()));
+                    shared.kill(DbError::ConnectionLost(
+                        "the writer's queue poisoned".into(),
+                    ));
                     return;
                 };
                 if queued.bytes.is_empty() {

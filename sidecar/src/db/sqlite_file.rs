@@ -1,10 +1,13 @@
 //! The `sqlite_file` backend: one rusqlite connection owned by one dedicated
 //! thread, fed through a bounded queue, for every write and ordered query;
-//! and a small pool of read-only connections, each on its own thread, for
-//! `Database::read` (WAL lets them read while the writer commits).
+//! and read-only connections for `Database::read` (WAL lets them read while
+//! the writer commits): a few a task on a multi-threaded runtime borrows to
+//! read on its own thread inside `block_in_place`, and a small pool on
+//! threads of their own behind a bounded queue for everything else.
 //!
-//! Async callers never touch SQLite themselves: they enqueue a job and await a
-//! oneshot reply, so no tokio worker ever blocks on disk. A full queue is a
+//! Async callers never touch SQLite on a worker the runtime counts on: they
+//! enqueue a job and await a oneshot reply, or read inside `block_in_place`,
+//! so no tokio worker ever blocks on disk. A full queue is a
 //! typed `QueueFull` error rather than unbounded memory. Every transaction is
 //! `BEGIN IMMEDIATE … COMMIT`; any failure or expected-change mismatch rolls
 //! back everything.
@@ -62,6 +65,10 @@ pub struct SqliteFileDatabase {
     /// then go through the writer).
     reads: Option<SyncSender<ReadJob>>,
     readers: usize,
+    /// Read connections a task on a multi-threaded runtime borrows to read
+    /// on its own thread (see [`Database::read`] here).
+    inline: std::sync::Mutex<Vec<Connection>>,
+    max_result_bytes: u64,
     capacity: u32,
     path: PathBuf,
     closed: std::sync::atomic::AtomicBool,
@@ -86,10 +93,18 @@ impl SqliteFileDatabase {
                 (None, 0)
             }
         };
+        let inline = match reads {
+            Some(_) => (0..READERS)
+                .filter_map(|_| open_reader(path).ok())
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(SqliteFileDatabase {
             jobs,
             reads,
             readers,
+            inline: std::sync::Mutex::new(inline),
+            max_result_bytes,
             capacity,
             path: path.to_owned(),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -136,12 +151,37 @@ impl Database for SqliteFileDatabase {
         rx.await.map_err(|_| DbError::Closed)?
     }
 
+    /// A read on a multi-threaded runtime runs on the caller's own thread,
+    /// on a borrowed read connection, inside `block_in_place` (the runtime
+    /// moves its other tasks to another thread meanwhile, so no worker is
+    /// held by the database): a page-cache read then costs no thread
+    /// hand-off at all. Otherwise, or with every borrowed connection in use,
+    /// it queues for the reader threads.
     async fn read(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
         let Some(reads) = &self.reads else {
             return self.query(sql, params).await;
         };
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(DbError::Closed);
+        }
+        let multi_threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_threaded {
+            let borrowed = self
+                .inline
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .pop();
+            if let Some(conn) = borrowed {
+                let max = self.max_result_bytes;
+                let result =
+                    tokio::task::block_in_place(|| run_statement(&conn, 0, sql, &params, max));
+                self.inline
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(conn);
+                return result;
+            }
         }
         let (reply, rx) = oneshot::channel();
         reads
@@ -165,7 +205,11 @@ impl Database for SqliteFileDatabase {
             return;
         }
         // The readers first, so the writer's close can checkpoint the WAL
-        // whole.
+        // whole. A borrowed connection goes when its read is done.
+        self.inline
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
         if let Some(reads) = self.reads.clone() {
             let readers = self.readers;
             let closed = tokio::task::spawn_blocking(move || {
