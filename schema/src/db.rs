@@ -300,6 +300,43 @@ pub trait Database: Send + Sync + 'static {
         self.query(sql, params).await
     }
 
+    /// Bytes `[offset, offset + len)` of the BLOB in `table.column` of the
+    /// row `rowid` (fewer at the value's end), on the read path; None when
+    /// the row does not exist. The names are the caller's own literals,
+    /// never input. A backend that can read a range without loading the
+    /// whole value (the local file's incremental blob I/O) does; the default
+    /// is a `substr`.
+    async fn read_blob(
+        &self,
+        table: &'static str,
+        column: &'static str,
+        rowid: i64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, DbError> {
+        let at = i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1);
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        let rows = self
+            .read(
+                &format!("SELECT substr({column}, ?2, ?3) FROM {table} WHERE rowid = ?1"),
+                vec![
+                    SqlValue::Integer(rowid),
+                    SqlValue::Integer(at),
+                    SqlValue::Integer(len),
+                ],
+            )
+            .await?;
+        Ok(rows
+            .rows
+            .into_iter()
+            .next()
+            .map(|row| match row.into_iter().next() {
+                Some(SqlValue::Blob(bytes)) => bytes,
+                Some(SqlValue::Text(text)) => text.into_bytes(),
+                _ => Vec::new(),
+            }))
+    }
+
     /// Runs the statements atomically (`BEGIN IMMEDIATE … COMMIT`, or a lease on
     /// the actor socket). Any error or expected-change mismatch rolls back all of
     /// them. Returns one `Rows` per statement, in order.

@@ -719,3 +719,69 @@ async fn the_read_queue_is_bounded() {
     assert!(answered >= 1);
     db.close().await;
 }
+
+/// A byte range of one BLOB on the read path: the bytes asked for, fewer at
+/// the value's end, nothing past it, None for a missing row; on both
+/// backends and both of the local file's read paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_range_reads_only_what_was_asked() {
+    blob_ranges().await;
+}
+
+#[tokio::test]
+async fn a_blob_range_reads_only_what_was_asked_through_the_reader_threads() {
+    blob_ranges().await;
+}
+
+async fn blob_ranges() {
+    for b in all_backends().await {
+        b.db.query(
+            "CREATE TABLE blobs (id INTEGER PRIMARY KEY, content BLOB)",
+            vec![],
+        )
+        .await
+        .expect("create");
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        b.db.transaction(vec![
+            Statement::new(
+                "INSERT INTO blobs (id, content) VALUES (1, ?1)",
+                vec![SqlValue::Blob(bytes.clone())],
+            ),
+            Statement::new("INSERT INTO blobs (id, content) VALUES (2, NULL)", vec![]),
+        ])
+        .await
+        .expect("insert");
+        let range = |offset: u64, len: u64| {
+            let db = b.db.clone();
+            async move {
+                db.read_blob("blobs", "content", 1, offset, len)
+                    .await
+                    .expect("read")
+            }
+        };
+        assert_eq!(
+            range(70_000, 4096).await,
+            Some(bytes[70_000..74_096].to_vec()),
+            "{}",
+            b.name
+        );
+        assert_eq!(range(99_000, 4096).await, Some(bytes[99_000..].to_vec()));
+        assert_eq!(range(100_000, 10).await, Some(Vec::new()));
+        assert_eq!(range(0, 0).await, Some(Vec::new()));
+        assert_eq!(
+            b.db.read_blob("blobs", "content", 3, 0, 10)
+                .await
+                .expect("read"),
+            None,
+            "no such row"
+        );
+        assert_eq!(
+            b.db.read_blob("blobs", "content", 2, 0, 10)
+                .await
+                .expect("read"),
+            Some(Vec::new()),
+            "a NULL reads as nothing"
+        );
+        b.shutdown().await;
+    }
+}

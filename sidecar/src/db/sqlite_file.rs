@@ -54,8 +54,81 @@ enum ReadJob {
         params: Vec<SqlValue>,
         reply: oneshot::Sender<Result<Rows, DbError>>,
     },
+    /// A byte range of one BLOB (`Database::read_blob`).
+    Blob {
+        blob: BlobRange,
+        reply: oneshot::Sender<Result<Option<Vec<u8>>, DbError>>,
+    },
     /// Ends the reader that takes it.
     Close { reply: oneshot::Sender<()> },
+}
+
+/// Which bytes of which BLOB a `read_blob` wants.
+struct BlobRange {
+    table: &'static str,
+    column: &'static str,
+    rowid: i64,
+    offset: u64,
+    len: u64,
+}
+
+impl BlobRange {
+    /// Reads the range through SQLite's incremental blob I/O: only the pages
+    /// that hold it are touched and copied. A row that cannot be opened so
+    /// (missing, or not a BLOB) is read with `substr` instead, which tells
+    /// the two apart.
+    fn read(&self, conn: &Connection, max_result_bytes: u64) -> Result<Option<Vec<u8>>, DbError> {
+        let opened = conn.blob_open(rusqlite::MAIN_DB, self.table, self.column, self.rowid, true);
+        let Ok(blob) = opened else {
+            return self.read_with_substr(conn, max_result_bytes);
+        };
+        let size = blob.len() as u64;
+        let start = self.offset.min(size);
+        let n = self.len.min(size - start);
+        if n > max_result_bytes {
+            return Err(DbError::ResultLimit {
+                limit: max_result_bytes,
+            });
+        }
+        let mut bytes = vec![0u8; usize::try_from(n).unwrap_or(usize::MAX)];
+        blob.read_at_exact(&mut bytes, usize::try_from(start).unwrap_or(usize::MAX))
+            .map_err(sql_error(0))?;
+        Ok(Some(bytes))
+    }
+
+    fn read_with_substr(
+        &self,
+        conn: &Connection,
+        max_result_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, DbError> {
+        let at = i64::try_from(self.offset)
+            .unwrap_or(i64::MAX)
+            .saturating_add(1);
+        let len = i64::try_from(self.len).unwrap_or(i64::MAX);
+        let rows = run_statement(
+            conn,
+            0,
+            &format!(
+                "SELECT substr({}, ?2, ?3) FROM {} WHERE rowid = ?1",
+                self.column, self.table
+            ),
+            &[
+                SqlValue::Integer(self.rowid),
+                SqlValue::Integer(at),
+                SqlValue::Integer(len),
+            ],
+            max_result_bytes,
+        )?;
+        Ok(rows
+            .rows
+            .into_iter()
+            .next()
+            .map(|row| match row.into_iter().next() {
+                Some(SqlValue::Blob(bytes)) => bytes,
+                Some(SqlValue::Text(text)) => text.into_bytes(),
+                _ => Vec::new(),
+            }))
+    }
 }
 
 /// The local-file database handle.
@@ -75,6 +148,39 @@ pub struct SqliteFileDatabase {
 }
 
 impl SqliteFileDatabase {
+    /// Runs `read` on a borrowed read connection on this thread, inside
+    /// `block_in_place`, when this is a multi-threaded runtime's thread and
+    /// one is free; None otherwise (the caller queues for the readers).
+    fn inline<T>(&self, read: impl FnOnce(&Connection, u64) -> T) -> Option<T> {
+        let multi_threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if !multi_threaded {
+            return None;
+        }
+        let conn = self
+            .inline
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop()?;
+        let max = self.max_result_bytes;
+        let result = tokio::task::block_in_place(|| read(&conn, max));
+        self.inline
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(conn);
+        Some(result)
+    }
+
+    fn read_queue_error<T>(&self, e: TrySendError<T>) -> DbError {
+        match e {
+            TrySendError::Full(_) => DbError::QueueFull {
+                limit: "sqliteReadQueue".into(),
+                capacity: self.capacity,
+            },
+            TrySendError::Disconnected(_) => DbError::Closed,
+        }
+    }
+
     /// Opens (creating if needed) the file, applies the connection settings and
     /// starts the executor thread.
     pub fn open(path: &Path, limits: &SqliteLimits) -> Result<SqliteFileDatabase, DbError> {
@@ -164,24 +270,8 @@ impl Database for SqliteFileDatabase {
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(DbError::Closed);
         }
-        let multi_threaded = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_threaded {
-            let borrowed = self
-                .inline
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .pop();
-            if let Some(conn) = borrowed {
-                let max = self.max_result_bytes;
-                let result =
-                    tokio::task::block_in_place(|| run_statement(&conn, 0, sql, &params, max));
-                self.inline
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push(conn);
-                return result;
-            }
+        if let Some(result) = self.inline(|conn, max| run_statement(conn, 0, sql, &params, max)) {
+            return result;
         }
         let (reply, rx) = oneshot::channel();
         reads
@@ -190,13 +280,58 @@ impl Database for SqliteFileDatabase {
                 params,
                 reply,
             })
-            .map_err(|e| match e {
-                TrySendError::Full(_) => DbError::QueueFull {
-                    limit: "sqliteReadQueue".into(),
-                    capacity: self.capacity,
-                },
-                TrySendError::Disconnected(_) => DbError::Closed,
-            })?;
+            .map_err(|e| self.read_queue_error(e))?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    async fn read_blob(
+        &self,
+        table: &'static str,
+        column: &'static str,
+        rowid: i64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, DbError> {
+        let Some(reads) = &self.reads else {
+            let rows = self
+                .query(
+                    &format!("SELECT substr({column}, ?2, ?3) FROM {table} WHERE rowid = ?1"),
+                    vec![
+                        SqlValue::Integer(rowid),
+                        SqlValue::Integer(
+                            i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1),
+                        ),
+                        SqlValue::Integer(i64::try_from(len).unwrap_or(i64::MAX)),
+                    ],
+                )
+                .await?;
+            return Ok(rows
+                .rows
+                .into_iter()
+                .next()
+                .map(|row| match row.into_iter().next() {
+                    Some(SqlValue::Blob(bytes)) => bytes,
+                    Some(SqlValue::Text(text)) => text.into_bytes(),
+                    _ => Vec::new(),
+                }));
+        };
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
+        let blob = BlobRange {
+            table,
+            column,
+            rowid,
+            offset,
+            len,
+        };
+        if let Some(result) = self.inline(|conn, max| blob.read(conn, max)) {
+            return result;
+        }
+        let (reply, rx) = oneshot::channel();
+        reads
+            .try_send(ReadJob::Blob { blob, reply })
+            .map_err(|e| self.read_queue_error(e))?;
         rx.await.map_err(|_| DbError::Closed)?
     }
 
@@ -338,6 +473,9 @@ fn reader(
         match job {
             ReadJob::Query { sql, params, reply } => {
                 let _ = reply.send(run_statement(&conn, 0, &sql, &params, max_result_bytes));
+            }
+            ReadJob::Blob { blob, reply } => {
+                let _ = reply.send(blob.read(&conn, max_result_bytes));
             }
             ReadJob::Close { reply } => {
                 drop(conn);

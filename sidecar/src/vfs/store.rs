@@ -24,6 +24,9 @@ const READ_BATCH_BYTES: u64 = 32 * 1024 * 1024;
 /// Bytes per `agentos_fs_block_parts` row: a ranged read loads only the parts
 /// it overlaps, since SQLite materialises a whole blob even for `substr`.
 pub const PART_BYTES: u64 = 64 * 1024;
+/// A read within one chunk touching fewer parts than this reads each
+/// part's range alone (`Database::read_blob`) instead of in one statement.
+const SMALL_READ_PARTS: u64 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -219,9 +222,48 @@ pub async fn read_chunked(
     let first = offset / chunk;
     let last = (end - 1) / chunk;
     if first == last {
+        let within = offset - first * chunk;
+        let first_part = within / PART_BYTES;
+        let last_part = (within + len - 1) / PART_BYTES;
+        if last_part - first_part < SMALL_READ_PARTS {
+            // A small range: find its parts, then copy out of each only the
+            // bytes it covers (the whole part never leaves the database).
+            let rows = db
+                .read(
+                    "SELECT p.part_index, p.rowid FROM agentos_fs_file_chunks c \
+                     JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
+                     WHERE c.ino = ?1 AND c.chunk_index = ?2 AND p.part_index BETWEEN ?3 AND ?4",
+                    vec![
+                        ino.into(),
+                        i64_of(first),
+                        i64_of(first_part),
+                        i64_of(last_part),
+                    ],
+                )
+                .await?;
+            for row in &rows.rows {
+                let part_start = uint(row, 0)? * PART_BYTES;
+                let rowid = int(row, 1)?;
+                let from = within.max(part_start);
+                let to = (within + len).min(part_start + PART_BYTES);
+                let Some(bytes) = db
+                    .read_blob(
+                        "agentos_fs_block_parts",
+                        "content",
+                        rowid,
+                        from - part_start,
+                        to - from,
+                    )
+                    .await?
+                else {
+                    continue;
+                };
+                copy_overlap(&mut out, within, &bytes, from);
+            }
+            return Ok(out);
+        }
         // Only the parts the range overlaps are loaded, and of each only
         // the bytes the range covers leave the database.
-        let within = offset - first * chunk;
         let rows = db
             .read(
                 "SELECT p.part_index, \
