@@ -314,27 +314,8 @@ pub trait Database: Send + Sync + 'static {
         offset: u64,
         len: u64,
     ) -> Result<Option<Vec<u8>>, DbError> {
-        let at = i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1);
-        let len = i64::try_from(len).unwrap_or(i64::MAX);
-        let rows = self
-            .read(
-                &format!("SELECT substr({column}, ?2, ?3) FROM {table} WHERE rowid = ?1"),
-                vec![
-                    SqlValue::Integer(rowid),
-                    SqlValue::Integer(at),
-                    SqlValue::Integer(len),
-                ],
-            )
-            .await?;
-        Ok(rows
-            .rows
-            .into_iter()
-            .next()
-            .map(|row| match row.into_iter().next() {
-                Some(SqlValue::Blob(bytes)) => bytes,
-                Some(SqlValue::Text(text)) => text.into_bytes(),
-                _ => Vec::new(),
-            }))
+        let (sql, params) = blob_range_query(table, column, rowid, offset, len);
+        Ok(blob_range_of(self.read(&sql, params).await?))
     }
 
     /// Runs the statements atomically (`BEGIN IMMEDIATE … COMMIT`, or a lease on
@@ -349,3 +330,37 @@ pub trait Database: Send + Sync + 'static {
 }
 
 pub type SharedDatabase = Arc<dyn Database>;
+
+/// The `substr` that reads bytes `[offset, offset + len)` of the BLOB in
+/// `table.column` of row `rowid`, and its parameters.
+pub fn blob_range_query(
+    table: &str,
+    column: &str,
+    rowid: i64,
+    offset: u64,
+    len: u64,
+) -> (String, Vec<SqlValue>) {
+    let at = i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1);
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    (
+        format!("SELECT substr({column}, ?2, ?3) FROM {table} WHERE rowid = ?1"),
+        vec![
+            SqlValue::Integer(rowid),
+            SqlValue::Integer(at),
+            SqlValue::Integer(len),
+        ],
+    )
+}
+
+/// What [`blob_range_query`] answered: None without a row, the bytes (none
+/// for a NULL) otherwise.
+pub fn blob_range_of(rows: Rows) -> Option<Vec<u8>> {
+    rows.rows
+        .into_iter()
+        .next()
+        .map(|row| match row.into_iter().next() {
+            Some(SqlValue::Blob(bytes)) => bytes,
+            Some(SqlValue::Text(text)) => text.into_bytes(),
+            _ => Vec::new(),
+        })
+}

@@ -14,7 +14,10 @@ pub mod ladders;
 mod migrate;
 pub mod row;
 
-pub use db::{Database, DatabaseKind, DbError, Rows, SharedDatabase, SqlValue, Statement};
+pub use db::{
+    blob_range_of, blob_range_query, Database, DatabaseKind, DbError, Rows, SharedDatabase,
+    SqlValue, Statement,
+};
 pub use migrate::{
     check_sqlite_version, migrate, migrate_all, Migration, MigrationError, MigrationOutcome, Owner,
     MIN_SQLITE_VERSION,

@@ -26,6 +26,11 @@ fn schema() -> Value {
     json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
 }
 
+/// A world whose sidecar runs with `limits` merged into its config.
+async fn limited(limits: Value) -> World {
+    world_with(Flavor::OpenAi, common::Backend::SqliteFile, limits).await
+}
+
 /// The session's latest run.
 async fn turn_run(w: &World, session: &str) -> String {
     let runs = runs_of(w, json!({"sessionId": session})).await;
@@ -264,12 +269,7 @@ async fn a_plan_finished_on_a_continuation_owes_nothing() {
 
 #[tokio::test]
 async fn a_script_past_its_wall_budget_pauses_until_a_signal_lifts_the_budget() {
-    let w = world_with(
-        Flavor::OpenAi,
-        common::Backend::SqliteFile,
-        json!({"runs": {"maxScriptWallMs": 1}}),
-    )
-    .await;
+    let w = limited(json!({"runs": {"maxScriptWallMs": 1}})).await;
     let session = w.session().await;
     // The sleep outlasts the budget, so the write after it is a new
     // effect past the deadline.
@@ -317,12 +317,7 @@ async fn a_script_past_its_wall_budget_pauses_until_a_signal_lifts_the_budget() 
 
 #[tokio::test]
 async fn the_runs_table_keeps_its_cap_by_dropping_the_oldest_finished_trees() {
-    let w = world_with(
-        Flavor::OpenAi,
-        common::Backend::SqliteFile,
-        json!({"runs": {"maxRuns": 2}}),
-    )
-    .await;
+    let w = limited(json!({"runs": {"maxRuns": 2}})).await;
     let session = w.session().await;
     for n in 0..4 {
         w.provider.push(text(&format!("answer {n}")));

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::thread;
 
-use agentos_schema::{Database, DatabaseKind, DbError, Rows, SqlValue, Statement};
+use agentos_schema::{
+    blob_range_of, blob_range_query, Database, DatabaseKind, DbError, Rows, SqlValue, Statement,
+};
 use async_trait::async_trait;
 use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::Connection;
@@ -101,33 +103,15 @@ impl BlobRange {
         conn: &Connection,
         max_result_bytes: u64,
     ) -> Result<Option<Vec<u8>>, DbError> {
-        let at = i64::try_from(self.offset)
-            .unwrap_or(i64::MAX)
-            .saturating_add(1);
-        let len = i64::try_from(self.len).unwrap_or(i64::MAX);
-        let rows = run_statement(
+        let (sql, params) =
+            blob_range_query(self.table, self.column, self.rowid, self.offset, self.len);
+        Ok(blob_range_of(run_statement(
             conn,
             0,
-            &format!(
-                "SELECT substr({}, ?2, ?3) FROM {} WHERE rowid = ?1",
-                self.column, self.table
-            ),
-            &[
-                SqlValue::Integer(self.rowid),
-                SqlValue::Integer(at),
-                SqlValue::Integer(len),
-            ],
+            &sql,
+            &params,
             max_result_bytes,
-        )?;
-        Ok(rows
-            .rows
-            .into_iter()
-            .next()
-            .map(|row| match row.into_iter().next() {
-                Some(SqlValue::Blob(bytes)) => bytes,
-                Some(SqlValue::Text(text)) => text.into_bytes(),
-                _ => Vec::new(),
-            }))
+        )?))
     }
 }
 
@@ -293,27 +277,8 @@ impl Database for SqliteFileDatabase {
         len: u64,
     ) -> Result<Option<Vec<u8>>, DbError> {
         let Some(reads) = &self.reads else {
-            let rows = self
-                .query(
-                    &format!("SELECT substr({column}, ?2, ?3) FROM {table} WHERE rowid = ?1"),
-                    vec![
-                        SqlValue::Integer(rowid),
-                        SqlValue::Integer(
-                            i64::try_from(offset).unwrap_or(i64::MAX).saturating_add(1),
-                        ),
-                        SqlValue::Integer(i64::try_from(len).unwrap_or(i64::MAX)),
-                    ],
-                )
-                .await?;
-            return Ok(rows
-                .rows
-                .into_iter()
-                .next()
-                .map(|row| match row.into_iter().next() {
-                    Some(SqlValue::Blob(bytes)) => bytes,
-                    Some(SqlValue::Text(text)) => text.into_bytes(),
-                    _ => Vec::new(),
-                }));
+            let (sql, params) = blob_range_query(table, column, rowid, offset, len);
+            return Ok(blob_range_of(self.query(&sql, params).await?));
         };
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(DbError::Closed);
