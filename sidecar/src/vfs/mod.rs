@@ -17,7 +17,8 @@
 //! An entry's inode, kind and symlink target never change for the life of the
 //! inode, so only removing or renaming a name invalidates it; a lookup that
 //! raced with such a change never fills the cache (generation check). Inode
-//! rows are cached too, and every commit drops them all. Reads go to the
+//! rows and the parts of chunks that small reads touch are cached too, and
+//! every commit drops them all. Reads go to the
 //! database's read path (`Database::read`: a pool of read connections on
 //! `sqlite_file`), off the writer's queue.
 //!
@@ -171,6 +172,8 @@ const INODE_CACHE_ENTRIES: usize = 65_536;
 #[derive(Default)]
 struct InodeCache {
     rows: HashMap<i64, InodeRow>,
+    /// The parts of a file's chunk, `(part index, rowid)`, for small reads.
+    parts: HashMap<(i64, u64), Arc<store::PartRows>>,
     generation: u64,
 }
 
@@ -314,6 +317,27 @@ impl Vfs {
         let mut cache = self.lock_inodes();
         cache.generation += 1;
         cache.rows.clear();
+        cache.parts.clear();
+    }
+
+    /// The parts of chunk `index` of file `ino`, through the inode cache.
+    async fn chunk_parts(&self, ino: i64, index: u64) -> Result<Arc<store::PartRows>, FsError> {
+        let generation = {
+            let cache = self.lock_inodes();
+            if let Some(parts) = cache.parts.get(&(ino, index)) {
+                return Ok(parts.clone());
+            }
+            cache.generation
+        };
+        let parts = Arc::new(store::chunk_parts(self.db(), ino, index).await?);
+        let mut cache = self.lock_inodes();
+        if cache.generation == generation {
+            if cache.parts.len() >= INODE_CACHE_ENTRIES {
+                cache.parts.clear();
+            }
+            cache.parts.insert((ino, index), parts.clone());
+        }
+        Ok(parts)
     }
 
     fn alloc_ino(&self) -> i64 {

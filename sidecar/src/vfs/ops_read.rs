@@ -65,7 +65,18 @@ impl Vfs {
             bytes.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
             Ok(bytes)
         } else {
-            store::read_chunked(self.db(), row.ino, row.chunk_bytes, offset, len).await
+            let chunk = row.chunk_bytes;
+            let index = offset / chunk.max(1);
+            let within = offset - index * chunk;
+            if chunk > 0 && within + len <= chunk && store::small_range(within, len) {
+                // A small read inside one chunk: its parts come from the
+                // cache, and only the range's bytes from the database.
+                let parts = self.chunk_parts(row.ino, index).await?;
+                let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+                store::read_parts(self.db(), &parts, within, &mut out).await?;
+                return Ok(out);
+            }
+            store::read_chunked(self.db(), row.ino, chunk, offset, len).await
         }
     }
 

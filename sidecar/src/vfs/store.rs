@@ -223,43 +223,9 @@ pub async fn read_chunked(
     let last = (end - 1) / chunk;
     if first == last {
         let within = offset - first * chunk;
-        let first_part = within / PART_BYTES;
-        let last_part = (within + len - 1) / PART_BYTES;
-        if last_part - first_part < SMALL_READ_PARTS {
-            // A small range: find its parts, then copy out of each only the
-            // bytes it covers (the whole part never leaves the database).
-            let rows = db
-                .read(
-                    "SELECT p.part_index, p.rowid FROM agentos_fs_file_chunks c \
-                     JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
-                     WHERE c.ino = ?1 AND c.chunk_index = ?2 AND p.part_index BETWEEN ?3 AND ?4",
-                    vec![
-                        ino.into(),
-                        i64_of(first),
-                        i64_of(first_part),
-                        i64_of(last_part),
-                    ],
-                )
-                .await?;
-            for row in &rows.rows {
-                let part_start = uint(row, 0)? * PART_BYTES;
-                let rowid = int(row, 1)?;
-                let from = within.max(part_start);
-                let to = (within + len).min(part_start + PART_BYTES);
-                let Some(bytes) = db
-                    .read_blob(
-                        "agentos_fs_block_parts",
-                        "content",
-                        rowid,
-                        from - part_start,
-                        to - from,
-                    )
-                    .await?
-                else {
-                    continue;
-                };
-                copy_overlap(&mut out, within, &bytes, from);
-            }
+        if small_range(within, len) {
+            let parts = chunk_parts(db, ino, first).await?;
+            read_parts(db, &parts, within, &mut out).await?;
             return Ok(out);
         }
         // Only the parts the range overlaps are loaded, and of each only
@@ -309,6 +275,65 @@ pub async fn read_chunked(
         from = to + 1;
     }
     Ok(out)
+}
+
+/// True when bytes `[within, within + len)` of one chunk are few enough to
+/// read part by part ([`read_parts`]).
+pub fn small_range(within: u64, len: u64) -> bool {
+    len > 0 && (within + len - 1) / PART_BYTES - within / PART_BYTES < SMALL_READ_PARTS
+}
+
+/// A chunk's parts, `(part index, rowid)` in order.
+pub type PartRows = Vec<(u64, i64)>;
+
+/// Every part of chunk `index` of a file, in order (none for a hole).
+pub async fn chunk_parts(db: &dyn Database, ino: i64, index: u64) -> Result<PartRows, FsError> {
+    let rows = db
+        .read(
+            "SELECT p.part_index, p.rowid FROM agentos_fs_file_chunks c \
+             JOIN agentos_fs_block_parts p ON p.block_key = c.block_key \
+             WHERE c.ino = ?1 AND c.chunk_index = ?2 ORDER BY p.part_index",
+            vec![ino.into(), i64_of(index)],
+        )
+        .await?;
+    rows.rows
+        .iter()
+        .map(|row| Ok((uint(row, 0)?, int(row, 1)?)))
+        .collect()
+}
+
+/// Copies bytes `[within, within + out.len())` of a chunk whose parts are
+/// `parts` into `out`, reading of each part only the bytes the range covers
+/// (the whole part never leaves the database). Missing parts leave zeros.
+pub async fn read_parts(
+    db: &dyn Database,
+    parts: &[(u64, i64)],
+    within: u64,
+    out: &mut [u8],
+) -> Result<(), FsError> {
+    let end = within + out.len() as u64;
+    for &(part, rowid) in parts {
+        let part_start = part * PART_BYTES;
+        let from = within.max(part_start);
+        let to = end.min(part_start + PART_BYTES);
+        if from >= to {
+            continue;
+        }
+        let Some(bytes) = db
+            .read_blob(
+                "agentos_fs_block_parts",
+                "content",
+                rowid,
+                from - part_start,
+                to - from,
+            )
+            .await?
+        else {
+            continue;
+        };
+        copy_overlap(out, within, &bytes, from);
+    }
+    Ok(())
 }
 
 /// Whole chunks `from..=to` of a file, as `(index, content)`.
