@@ -54,6 +54,18 @@ fn system_messages(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// A new session whose turn's first step delegates "Measure it." to a child
+/// asked for a typed result (call `d1`).
+async fn typed_delegation(w: &World) -> String {
+    let session = w.session().await;
+    w.provider.push(tool_calls(&[(
+        "d1",
+        "delegate",
+        json!({"brief": "Measure it.", "output": schema()}),
+    )]));
+    session
+}
+
 /// The only child of run `parent`.
 async fn only_child(w: &World, parent: &str) -> Value {
     let tree = runs_of(w, json!({"rootRunId": parent})).await;
@@ -64,12 +76,7 @@ async fn only_child(w: &World, parent: &str) -> Value {
 #[tokio::test]
 async fn a_typed_child_is_offered_return_result_and_its_checked_result_answers_the_parent() {
     let w = world(Flavor::OpenAi).await;
-    let session = w.session().await;
-    w.provider.push(tool_calls(&[(
-        "d1",
-        "delegate",
-        json!({"brief": "Measure it.", "output": schema()}),
-    )]));
+    let session = typed_delegation(&w).await;
     // The child first answers in words only, then, asked again, sends a
     // result that does not match, then one that does.
     w.provider.push(text("It is three."));
@@ -156,12 +163,7 @@ async fn a_typed_child_is_offered_return_result_and_its_checked_result_answers_t
 #[tokio::test]
 async fn a_typed_child_that_never_returns_fails_output_schema_after_three_continuations() {
     let w = world(Flavor::OpenAi).await;
-    let session = w.session().await;
-    w.provider.push(tool_calls(&[(
-        "d1",
-        "delegate",
-        json!({"brief": "Measure it.", "output": schema()}),
-    )]));
+    let session = typed_delegation(&w).await;
     for n in 0..4 {
         w.provider.push(text(&format!("words only, {n}")));
     }
