@@ -9,7 +9,7 @@ mod builtin;
 mod common;
 
 use agentos_tests::provider_server::{Flavor, Reply};
-use builtin::{answer_text, endless, kinds, ok, world, Sent, World, KEY};
+use builtin::{answer_text, kinds, ok, world, Sent, World, KEY};
 use serde_json::{json, Value};
 
 /// The raw `_agentos/error` update the host socket's history holds.
@@ -166,17 +166,7 @@ async fn rate_limits_and_server_errors_are_retryable_failures() {
 async fn stopping_cuts_a_long_stream_and_the_session_goes_on() {
     let mut w = world(Flavor::OpenAi).await;
     let session = w.session().await;
-    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
-        .await;
-    // Far longer than PATIENCE: only a stop ends it in time.
-    let (deltas, gap) = endless(1000);
-    w.provider.push(Reply::Slow { deltas, gap });
-    let turn = w.message_in_background(&session, "go on forever");
-    // Mid-stream: a delta has come through.
-    w.sc.next_note(|m, p| {
-        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
-    })
-    .await;
+    let turn = w.endless_turn(&session, "go on forever").await;
     let stopped = w.stop(&session).await;
     ok(&stopped);
     assert_eq!(builtin::json_of(&stopped.body)["stopped"], true);
@@ -255,15 +245,7 @@ async fn a_restarted_sidecar_continues_from_the_log() {
 async fn a_cancelled_turn_names_no_assistant_event() {
     let mut w = world(Flavor::OpenAi).await;
     let session = w.session().await;
-    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
-        .await;
-    let (deltas, gap) = endless(1000);
-    w.provider.push(Reply::Slow { deltas, gap });
-    let turn = w.message_in_background(&session, "go on forever");
-    w.sc.next_note(|m, p| {
-        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
-    })
-    .await;
+    let turn = w.endless_turn(&session, "go on forever").await;
     ok(&w.stop(&session).await);
     let answered = turn.await.expect("the turn task");
     ok(&answered);
@@ -312,15 +294,7 @@ async fn a_missing_provider_or_key_fails_the_turn_with_a_logged_error() {
 async fn a_turn_cut_by_a_restart_can_be_retried() {
     let mut w = world(Flavor::OpenAi).await;
     let session = w.session().await;
-    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
-        .await;
-    let (deltas, gap) = endless(1000);
-    w.provider.push(Reply::Slow { deltas, gap });
-    let turn = w.message_in_background(&session, "interrupted question");
-    w.sc.next_note(|m, p| {
-        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
-    })
-    .await;
+    let turn = w.endless_turn(&session, "interrupted question").await;
     let w = w.restart().await;
     let cut = turn.await.expect("the turn task");
     assert!(!(200..300).contains(&cut.status), "{:?}", cut.raw.status);

@@ -4,36 +4,8 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{binary, Backend, Sidecar};
+use common::{binary, ctl, Backend, Sidecar};
 use serde_json::Value;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn ctl(socket: &Path, args: &[&str]) -> Out {
-    let out = tokio::time::timeout(
-        common::PATIENCE,
-        tokio::process::Command::new(binary("agentos-sidecar"))
-            .arg("ctl")
-            .arg("--socket")
-            .arg(socket)
-            .args(args)
-            .output(),
-    )
-    .await
-    .expect("ctl finishes in time")
-    .expect("run ctl");
-    Out {
-        code: out.status.code().expect("exit code"),
-        stdout: String::from_utf8(out.stdout).expect("utf-8"),
-        stderr: String::from_utf8(out.stderr).expect("utf-8"),
-    }
-}
 
 fn json_lines(s: &str) -> Vec<Value> {
     s.lines()

@@ -11,10 +11,8 @@ mod common;
 
 use std::time::Duration;
 
-use agentos_tests::provider_server::{Flavor, Reply};
-use builtin::{
-    endless, journal, json_of, kinds, ok, runs_of, text, tool_calls, until_status, world, World,
-};
+use agentos_tests::provider_server::Flavor;
+use builtin::{journal, json_of, kinds, ok, runs_of, text, tool_calls, until_status, world, World};
 use serde_json::json;
 
 async fn memory(w: &World, path: &str) -> String {
@@ -119,15 +117,7 @@ async fn a_script_killed_mid_run_replays_its_journal_and_its_parent_resumes_once
 async fn a_turn_killed_mid_stream_is_not_resent_and_the_queued_message_still_runs() {
     let mut w = world(Flavor::OpenAi).await;
     let session = w.session().await;
-    w.sc.ok("sessions/subscribe", json!({"sessionId": session}))
-        .await;
-    let (deltas, gap) = endless(1000);
-    w.provider.push(Reply::Slow { deltas, gap });
-    let first = w.message_in_background(&session, "the long question");
-    w.sc.next_note(|m, p| {
-        m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
-    })
-    .await;
+    let first = w.endless_turn(&session, "the long question").await;
     // A second writer's message queues behind the live turn.
     let second = w.message_in_background(&session, "the queued question");
     let deadline = tokio::time::Instant::now() + common::PATIENCE;

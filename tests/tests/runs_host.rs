@@ -13,10 +13,8 @@
 mod builtin;
 mod common;
 
-use std::path::Path;
-
 use agentos_tests::provider_server::{Flavor, Reply};
-use common::{binary, data_code, eventually, Backend, Sidecar};
+use common::{ctl, data_code, eventually, Backend, Sidecar};
 use serde_json::{json, Value};
 
 /// Opens `session` with the echo agent and runs one turn; answers the
@@ -158,32 +156,6 @@ async fn host_runs_methods_answer_for_a_prompt_turn(backend: Backend) {
 }
 
 both_backends!(host_runs_methods_answer_for_a_prompt_turn);
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn ctl(socket: &Path, args: &[&str]) -> Out {
-    let out = tokio::time::timeout(
-        common::PATIENCE,
-        tokio::process::Command::new(binary("agentos-sidecar"))
-            .arg("ctl")
-            .arg("--socket")
-            .arg(socket)
-            .args(args)
-            .output(),
-    )
-    .await
-    .expect("ctl finishes in time")
-    .expect("run ctl");
-    Out {
-        code: out.status.code().expect("exit code"),
-        stdout: String::from_utf8(out.stdout).expect("utf-8"),
-        stderr: String::from_utf8(out.stderr).expect("utf-8"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctl_runs_prints_a_session_s_runs() {

@@ -139,6 +139,29 @@ impl World {
 
     /// A `MessageSession` sent from a task, for turns that stream while the
     /// test acts; the answer comes within `PATIENCE` or the task panics.
+    /// Subscribes to `session` and starts a turn on `text` whose reply
+    /// streams far longer than `PATIENCE` (only a stop, a restart or a kill
+    /// ends it in time); answers once a delta of it has come through, the
+    /// turn mid-stream.
+    pub async fn endless_turn(
+        &mut self,
+        session: &str,
+        text: &str,
+    ) -> tokio::task::JoinHandle<Answer> {
+        self.sc
+            .ok("sessions/subscribe", json!({"sessionId": session}))
+            .await;
+        let (deltas, gap) = endless(1000);
+        self.provider.push(Reply::Slow { deltas, gap });
+        let turn = self.message_in_background(session, text);
+        self.sc
+            .next_note(|m, p| {
+                m == "sessions/update" && p["update"]["sessionUpdate"] == "agent_message_chunk"
+            })
+            .await;
+        turn
+    }
+
     pub fn message_in_background(
         &self,
         session: &str,

@@ -502,3 +502,32 @@ pub async fn serve_until_exit(config: &Value) -> std::process::Output {
         .expect("the sidecar exits")
         .expect("wait")
 }
+
+/// What one `agentos-sidecar ctl` run printed, and its exit code.
+pub struct CtlOut {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `agentos-sidecar ctl --socket <socket> <args>` to its end (within
+/// `PATIENCE`).
+pub async fn ctl(socket: &Path, args: &[&str]) -> CtlOut {
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(binary("agentos-sidecar"))
+            .arg("ctl")
+            .arg("--socket")
+            .arg(socket)
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("ctl finishes in time")
+    .expect("run ctl");
+    CtlOut {
+        code: out.status.code().expect("exit code"),
+        stdout: String::from_utf8(out.stdout).expect("utf-8"),
+        stderr: String::from_utf8(out.stderr).expect("utf-8"),
+    }
+}
