@@ -456,6 +456,19 @@ async fn a_run_tree_subscription_replays_the_tree_then_streams_it() {
         (json!(2), json!("wait"))
     );
 
+    // A signal with no name, or a payload past 64 KiB, is refused and
+    // changes nothing: the real one's entry below is still seq 3.
+    let big = "x".repeat(64 * 1024);
+    for bad in [
+        json!({"_": "SignalRun", "runId": child, "signal": ""}),
+        json!({"_": "SignalRun", "runId": child, "signal": "go", "payload": big}),
+    ] {
+        let refused = w.act(bad).await;
+        assert_eq!(refused.status, 400, "{:?}", refused.body);
+        assert_eq!(refused.code(), "invalid_argument");
+    }
+    assert_eq!(run(&w, &child).await["status"], "waiting");
+
     // Live: the signal's entry, the child's transitions, its progress, the
     // parent resuming and ending.
     let signaled = tokio::time::timeout(

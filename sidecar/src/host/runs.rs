@@ -18,9 +18,6 @@ use crate::vm::Vm;
 
 /// Journal entries one `runs/journal` answers at most (and by default).
 pub(super) const JOURNAL_PAGE: u64 = 1_000;
-/// The largest signal name and payload (as JSON text) `runs/signal` takes.
-pub(super) const MAX_SIGNAL_BYTES: usize = 256;
-pub(super) const MAX_SIGNAL_PAYLOAD_BYTES: usize = 64 * 1024;
 
 fn runs_error(e: RunError) -> ErrorObject {
     run_error_object(&e)
@@ -87,17 +84,7 @@ pub(super) async fn dispatch(
         }
         methods::RUNS_SIGNAL => {
             let p: SignalRunParams = params(raw)?;
-            if p.signal.is_empty() || p.signal.len() > MAX_SIGNAL_BYTES {
-                return Err(invalid(format!(
-                    "runs/signal: signal must be 1..={MAX_SIGNAL_BYTES} bytes"
-                )));
-            }
             let payload = p.payload.unwrap_or(Value::Null);
-            if payload.to_string().len() > MAX_SIGNAL_PAYLOAD_BYTES {
-                return Err(invalid(format!(
-                    "runs/signal: the payload exceeds {MAX_SIGNAL_PAYLOAD_BYTES} bytes"
-                )));
-            }
             let delivered = runs
                 .signal(&p.run_id, &p.signal, &payload)
                 .await

@@ -52,6 +52,10 @@ const BACKOFF_MAX_MS: i64 = 300_000;
 pub const BACKGROUND_MAX_ATTEMPTS: u32 = 3;
 /// The most runs one listing answers.
 pub const MAX_LIST: u64 = 200;
+/// The longest signal name, and the most JSON text a signal's payload may
+/// hold (the payload goes into the run's journal).
+pub const MAX_SIGNAL_BYTES: usize = 256;
+pub const MAX_SIGNAL_PAYLOAD_BYTES: usize = 64 * 1024;
 pub const DEFAULT_LIST: u64 = 50;
 
 /// How the queue behaves.
@@ -549,6 +553,16 @@ impl Runs {
         signal: &str,
         payload: &Value,
     ) -> Result<bool, RunError> {
+        if signal.is_empty() || signal.len() > MAX_SIGNAL_BYTES {
+            return Err(RunError::InvalidArgument(format!(
+                "a signal's name must be 1..={MAX_SIGNAL_BYTES} bytes"
+            )));
+        }
+        if payload.to_string().len() > MAX_SIGNAL_PAYLOAD_BYTES {
+            return Err(RunError::InvalidArgument(format!(
+                "a signal's payload exceeds {MAX_SIGNAL_PAYLOAD_BYTES} bytes of JSON"
+            )));
+        }
         self.get(run_id).await?;
         let delivered = self
             .inner

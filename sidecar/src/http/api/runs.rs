@@ -19,9 +19,6 @@ use crate::space::schema::to_json;
 
 /// Journal entries one `GetRunJournal` answers at most.
 const JOURNAL_PAGE: u64 = 1_000;
-/// The largest signal name and payload a `SignalRun` may carry.
-const MAX_SIGNAL_BYTES: usize = 256;
-const MAX_SIGNAL_PAYLOAD_BYTES: usize = 64 * 1024;
 
 impl SignedApi {
     /// The run, when `caller` has `needed` access to it.
@@ -119,12 +116,6 @@ impl SignedApi {
                 signal,
                 payload,
             } => {
-                if signal.is_empty() || signal.len() > MAX_SIGNAL_BYTES {
-                    return Err(ApiError::bad_request(
-                        ApiCode::BadRequest,
-                        format!("SignalRun: signal must be 1..={MAX_SIGNAL_BYTES} bytes"),
-                    ));
-                }
                 let payload = match &payload {
                     Some(ipld) => to_json(ipld).map_err(|e| {
                         ApiError::bad_request(
@@ -134,13 +125,6 @@ impl SignedApi {
                     })?,
                     None => Value::Null,
                 };
-                if payload.to_string().len() > MAX_SIGNAL_PAYLOAD_BYTES {
-                    return Err(ApiError::new(
-                        413,
-                        ApiCode::BodyTooLarge,
-                        format!("SignalRun: the payload exceeds {MAX_SIGNAL_PAYLOAD_BYTES} bytes"),
-                    ));
-                }
                 self.authorized_run(caller, &run_id, AccessRole::Writer)
                     .await?;
                 let delivered = runs.signal(&run_id, &signal, &payload).await?;
