@@ -689,6 +689,76 @@ async fn reads_see_whole_transactions() {
     }
 }
 
+/// A read connection keeps its snapshot open between reads, but lets it go
+/// once reads stop: a checkpoint that must wait for every reader to leave the
+/// WAL (`TRUNCATE`) then empties it. On a multi-threaded runtime that is the
+/// pooled connections' sweeper; on a single-threaded one, the reader threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_read_snapshot_is_let_go() {
+    idle_snapshots_are_let_go().await;
+}
+
+#[tokio::test]
+async fn an_idle_read_snapshot_is_let_go_by_the_reader_threads() {
+    idle_snapshots_are_let_go().await;
+}
+
+async fn idle_snapshots_are_let_go() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = agentos_sidecar::db::sqlite_file::SqliteFileDatabase::open(
+        &dir.path().join("snapshots.sqlite"),
+        &Default::default(),
+    )
+    .expect("open");
+    db.query("CREATE TABLE t (id INTEGER PRIMARY KEY) STRICT", vec![])
+        .await
+        .expect("create");
+    for id in 0..20i64 {
+        db.transaction(vec![Statement::new(
+            "INSERT INTO t (id) VALUES (?1)",
+            vec![id.into()],
+        )])
+        .await
+        .expect("insert");
+    }
+    for _ in 0..50 {
+        let n = db
+            .read("SELECT count(*) FROM t", vec![])
+            .await
+            .expect("read")
+            .scalar_i64()
+            .expect("count");
+        assert_eq!(n, 20);
+    }
+    db.transaction(vec![Statement::new(
+        "INSERT INTO t (id) VALUES (20)",
+        vec![],
+    )])
+    .await
+    .expect("insert after the reads");
+    let checkpoint = db
+        .query("PRAGMA wal_checkpoint(TRUNCATE)", vec![])
+        .await
+        .expect("checkpoint");
+    assert_eq!(
+        checkpoint.rows[0],
+        vec![
+            SqlValue::Integer(0),
+            SqlValue::Integer(0),
+            SqlValue::Integer(0)
+        ],
+        "not busy: no reader still holds the WAL, which is now empty"
+    );
+    let n = db
+        .read("SELECT count(*) FROM t", vec![])
+        .await
+        .expect("read")
+        .scalar_i64()
+        .expect("count");
+    assert_eq!(n, 21, "the next read sees the write after the old snapshot");
+    db.close().await;
+}
+
 /// The reader threads' queue is bounded: with both reader connections busy
 /// and its one slot taken, a further read is refused with `queue_full`, and
 /// the accepted ones still answer. (A single-threaded runtime, whose reads

@@ -1,19 +1,20 @@
 //! The `sqlite_file` backend: one rusqlite connection owned by one dedicated
 //! thread, fed through a bounded queue, for every write and ordered query;
-//! and read-only connections for `Database::read` (WAL lets them read while
-//! the writer commits): a few a task on a multi-threaded runtime borrows to
-//! read on its own thread inside `block_in_place`, and a small pool on
-//! threads of their own behind a bounded queue for everything else.
+//! `Database::read` goes to the read connections of `sqlite_read` instead
+//! (WAL lets them read while the writer commits).
 //!
 //! Async callers never touch SQLite on a worker the runtime counts on: they
-//! enqueue a job and await a oneshot reply, or read inside `block_in_place`,
-//! so no tokio worker ever blocks on disk. A full queue is a
-//! typed `QueueFull` error rather than unbounded memory. Every transaction is
-//! `BEGIN IMMEDIATE … COMMIT`; any failure or expected-change mismatch rolls
-//! back everything.
+//! enqueue a job and await a oneshot reply, so no tokio worker ever blocks on
+//! disk. A full queue is a typed `QueueFull` error rather than unbounded
+//! memory. Every transaction is `BEGIN IMMEDIATE … COMMIT`; any failure or
+//! expected-change mismatch rolls back everything. The writer counts every
+//! job it answers before it answers, which is how a read connection knows
+//! whether the snapshot it holds is still the latest.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread;
 
 use agentos_schema::{
@@ -24,9 +25,10 @@ use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::sqlite_read::{BlobRange, ReadSide};
 use crate::config::SqliteLimits;
 
-const STATEMENT_CACHE: usize = 512;
+pub(super) const STATEMENT_CACHE: usize = 512;
 
 enum Job {
     Query {
@@ -43,161 +45,44 @@ enum Job {
     Close { reply: oneshot::Sender<()> },
 }
 
-/// Read connections beside the writer: WAL lets each read while the writer
-/// commits. Two, the cores these machines have.
-const READERS: usize = 2;
-/// How much of the file a read connection maps.
-const READER_MMAP_BYTES: i64 = 1 << 30;
-
-/// A job for the read pool.
-enum ReadJob {
-    Query {
-        sql: String,
-        params: Vec<SqlValue>,
-        reply: oneshot::Sender<Result<Rows, DbError>>,
-    },
-    /// A byte range of one BLOB (`Database::read_blob`).
-    Blob {
-        blob: BlobRange,
-        reply: oneshot::Sender<Result<Option<Vec<u8>>, DbError>>,
-    },
-    /// Ends the reader that takes it.
-    Close { reply: oneshot::Sender<()> },
-}
-
-/// Which bytes of which BLOB a `read_blob` wants.
-struct BlobRange {
-    table: &'static str,
-    column: &'static str,
-    rowid: i64,
-    offset: u64,
-    len: u64,
-}
-
-impl BlobRange {
-    /// Reads the range through SQLite's incremental blob I/O: only the pages
-    /// that hold it are touched and copied. A row that cannot be opened so
-    /// (missing, or not a BLOB) is read with `substr` instead, which tells
-    /// the two apart.
-    fn read(&self, conn: &Connection, max_result_bytes: u64) -> Result<Option<Vec<u8>>, DbError> {
-        let opened = conn.blob_open(rusqlite::MAIN_DB, self.table, self.column, self.rowid, true);
-        let Ok(blob) = opened else {
-            return self.read_with_substr(conn, max_result_bytes);
-        };
-        let size = blob.len() as u64;
-        let start = self.offset.min(size);
-        let n = self.len.min(size - start);
-        if n > max_result_bytes {
-            return Err(DbError::ResultLimit {
-                limit: max_result_bytes,
-            });
-        }
-        let mut bytes = vec![0u8; usize::try_from(n).unwrap_or(usize::MAX)];
-        blob.read_at_exact(&mut bytes, usize::try_from(start).unwrap_or(usize::MAX))
-            .map_err(sql_error(0))?;
-        Ok(Some(bytes))
-    }
-
-    fn read_with_substr(
-        &self,
-        conn: &Connection,
-        max_result_bytes: u64,
-    ) -> Result<Option<Vec<u8>>, DbError> {
-        let (sql, params) =
-            blob_range_query(self.table, self.column, self.rowid, self.offset, self.len);
-        Ok(blob_range_of(run_statement(
-            conn,
-            0,
-            &sql,
-            &params,
-            max_result_bytes,
-        )?))
-    }
-}
-
 /// The local-file database handle.
 pub struct SqliteFileDatabase {
     jobs: SyncSender<Job>,
-    /// The read pool's queue (None when no read connection could open: reads
-    /// then go through the writer).
-    reads: Option<SyncSender<ReadJob>>,
-    readers: usize,
-    /// Read connections a task on a multi-threaded runtime borrows to read
-    /// on its own thread (see [`Database::read`] here).
-    inline: std::sync::Mutex<Vec<Connection>>,
-    max_result_bytes: u64,
+    /// The read connections (None when none could open: reads then go
+    /// through the writer).
+    reads: Option<ReadSide>,
     capacity: u32,
     path: PathBuf,
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
 }
 
 impl SqliteFileDatabase {
-    /// Runs `read` on a borrowed read connection on this thread, inside
-    /// `block_in_place`, when this is a multi-threaded runtime's thread and
-    /// one is free; None otherwise (the caller queues for the readers).
-    fn inline<T>(&self, read: impl FnOnce(&Connection, u64) -> T) -> Option<T> {
-        let multi_threaded = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if !multi_threaded {
-            return None;
-        }
-        let conn = self
-            .inline
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop()?;
-        let max = self.max_result_bytes;
-        let result = tokio::task::block_in_place(|| read(&conn, max));
-        self.inline
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(conn);
-        Some(result)
-    }
-
-    fn read_queue_error<T>(&self, e: TrySendError<T>) -> DbError {
-        match e {
-            TrySendError::Full(_) => DbError::QueueFull {
-                limit: "sqliteReadQueue".into(),
-                capacity: self.capacity,
-            },
-            TrySendError::Disconnected(_) => DbError::Closed,
-        }
-    }
-
     /// Opens (creating if needed) the file, applies the connection settings and
-    /// starts the executor thread.
+    /// starts the executor thread and the read side.
     pub fn open(path: &Path, limits: &SqliteLimits) -> Result<SqliteFileDatabase, DbError> {
         let conn = open_connection(path)?;
         let capacity = limits.max_queued_jobs.max(1);
         let (jobs, rx) = mpsc::sync_channel::<Job>(capacity as usize);
         let max_result_bytes = limits.max_result_bytes;
+        let answered = Arc::new(AtomicU64::new(0));
+        let counted = answered.clone();
         thread::Builder::new()
             .name("agentos-sqlite".into())
-            .spawn(move || executor(conn, rx, max_result_bytes))
+            .spawn(move || executor(conn, rx, &counted, max_result_bytes))
             .map_err(|e| DbError::Connect(format!("cannot start the executor thread: {e}")))?;
-        let (reads, readers) = match start_readers(path, capacity as usize, max_result_bytes) {
-            Ok((reads, readers)) => (Some(reads), readers),
+        let reads = match ReadSide::start(path, capacity, max_result_bytes, answered) {
+            Ok(reads) => Some(reads),
             Err(e) => {
                 tracing::warn!(error = %e, "no read connections: reads share the writer's queue");
-                (None, 0)
+                None
             }
-        };
-        let inline = match reads {
-            Some(_) => (0..READERS)
-                .filter_map(|_| open_reader(path).ok())
-                .collect(),
-            None => Vec::new(),
         };
         Ok(SqliteFileDatabase {
             jobs,
             reads,
-            readers,
-            inline: std::sync::Mutex::new(inline),
-            max_result_bytes,
             capacity,
             path: path.to_owned(),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -206,7 +91,7 @@ impl SqliteFileDatabase {
     }
 
     fn submit(&self, job: Job) -> Result<(), DbError> {
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.closed.load(Ordering::SeqCst) {
             return Err(DbError::Closed);
         }
         self.jobs.try_send(job).map_err(|e| match e {
@@ -241,31 +126,17 @@ impl Database for SqliteFileDatabase {
         rx.await.map_err(|_| DbError::Closed)?
     }
 
-    /// A read on a multi-threaded runtime runs on the caller's own thread,
-    /// on a borrowed read connection, inside `block_in_place` (the runtime
-    /// moves its other tasks to another thread meanwhile, so no worker is
-    /// held by the database): a page-cache read then costs no thread
-    /// hand-off at all. Otherwise, or with every borrowed connection in use,
-    /// it queues for the reader threads.
+    /// A read on the read side (`sqlite_read`): on a multi-threaded runtime
+    /// on the caller's own thread, on a borrowed connection, otherwise queued
+    /// for the reader threads. It sees every transaction answered before it.
     async fn read(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
         let Some(reads) = &self.reads else {
             return self.query(sql, params).await;
         };
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.closed.load(Ordering::SeqCst) {
             return Err(DbError::Closed);
         }
-        if let Some(result) = self.inline(|conn, max| run_statement(conn, 0, sql, &params, max)) {
-            return result;
-        }
-        let (reply, rx) = oneshot::channel();
-        reads
-            .try_send(ReadJob::Query {
-                sql: sql.to_owned(),
-                params,
-                reply,
-            })
-            .map_err(|e| self.read_queue_error(e))?;
-        rx.await.map_err(|_| DbError::Closed)?
+        reads.query(sql, params).await
     }
 
     async fn read_blob(
@@ -280,53 +151,28 @@ impl Database for SqliteFileDatabase {
             let (sql, params) = blob_range_query(table, column, rowid, offset, len);
             return Ok(blob_range_of(self.query(&sql, params).await?));
         };
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.closed.load(Ordering::SeqCst) {
             return Err(DbError::Closed);
         }
-        let blob = BlobRange {
-            table,
-            column,
-            rowid,
-            offset,
-            len,
-        };
-        if let Some(result) = self.inline(|conn, max| blob.read(conn, max)) {
-            return result;
-        }
-        let (reply, rx) = oneshot::channel();
         reads
-            .try_send(ReadJob::Blob { blob, reply })
-            .map_err(|e| self.read_queue_error(e))?;
-        rx.await.map_err(|_| DbError::Closed)?
+            .blob(BlobRange {
+                table,
+                column,
+                rowid,
+                offset,
+                len,
+            })
+            .await
     }
 
     async fn close(&self) {
-        if self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
         // The readers first, so the writer's close can checkpoint the WAL
-        // whole. A borrowed connection goes when its read is done.
-        self.inline
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clear();
-        if let Some(reads) = self.reads.clone() {
-            let readers = self.readers;
-            let closed = tokio::task::spawn_blocking(move || {
-                let mut waits = Vec::with_capacity(readers);
-                for _ in 0..readers {
-                    let (reply, done) = oneshot::channel();
-                    if reads.send(ReadJob::Close { reply }).is_err() {
-                        break;
-                    }
-                    waits.push(done);
-                }
-                waits
-            })
-            .await;
-            for done in closed.unwrap_or_default() {
-                let _ = done.await;
-            }
+        // whole.
+        if let Some(reads) = &self.reads {
+            reads.close().await;
         }
         let (reply, done) = oneshot::channel();
         let jobs = self.jobs.clone();
@@ -370,87 +216,6 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     Ok(conn)
 }
 
-/// Opens the read connections (read-only, on the same file the writer set
-/// up in WAL mode) and their threads, which share one bounded queue.
-fn start_readers(
-    path: &Path,
-    capacity: usize,
-    max_result_bytes: u64,
-) -> Result<(SyncSender<ReadJob>, usize), DbError> {
-    let mut conns = Vec::with_capacity(READERS);
-    for _ in 0..READERS {
-        conns.push(open_reader(path)?);
-    }
-    let (reads, rx) = mpsc::sync_channel::<ReadJob>(capacity.max(1));
-    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
-    let mut started = 0;
-    for (n, conn) in conns.into_iter().enumerate() {
-        let rx = rx.clone();
-        thread::Builder::new()
-            .name(format!("agentos-sqlite-read-{n}"))
-            .spawn(move || reader(conn, &rx, max_result_bytes))
-            .map_err(|e| DbError::Connect(format!("cannot start a reader thread: {e}")))?;
-        started += 1;
-    }
-    Ok((reads, started))
-}
-
-fn open_reader(path: &Path) -> Result<Connection, DbError> {
-    use rusqlite::OpenFlags;
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(sql_error(0))?;
-    conn.pragma_update(None, "query_only", "ON")
-        .map_err(sql_error(0))?;
-    // Pages come straight from the OS cache through a mapping instead of a
-    // read call each: a file's part is sixteen pages. The writer keeps
-    // plain I/O (a mapping's fault is a signal, not an error code, and the
-    // writer is the one that extends and checkpoints the file).
-    conn.pragma_update(None, "mmap_size", READER_MMAP_BYTES)
-        .map_err(sql_error(0))?;
-    Ok(conn)
-}
-
-/// One reader: takes the next job from the shared queue (the thread that
-/// holds the queue stays awake briefly for the next one, the others wait
-/// their turn), answers it on its own connection.
-fn reader(
-    conn: Connection,
-    jobs: &std::sync::Mutex<mpsc::Receiver<ReadJob>>,
-    max_result_bytes: u64,
-) {
-    loop {
-        let job = {
-            let queue = jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            match next_soon(&queue) {
-                Some(job) => job,
-                None => match queue.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                },
-            }
-        };
-        match job {
-            ReadJob::Query { sql, params, reply } => {
-                let _ = reply.send(run_statement(&conn, 0, &sql, &params, max_result_bytes));
-            }
-            ReadJob::Blob { blob, reply } => {
-                let _ = reply.send(blob.read(&conn, max_result_bytes));
-            }
-            ReadJob::Close { reply } => {
-                drop(conn);
-                let _ = reply.send(());
-                return;
-            }
-        }
-    }
-}
-
 /// Transactions committed together at most, so one group never holds the
 /// first caller in it for long.
 const GROUP_COMMIT_MAX: usize = 64;
@@ -458,18 +223,25 @@ const GROUP_COMMIT_MAX: usize = 64;
 type TransactionReply = oneshot::Sender<Result<Vec<Rows>, DbError>>;
 type TransactionJob = (Vec<Statement>, TransactionReply);
 
-fn executor(conn: Connection, jobs: mpsc::Receiver<Job>, max_result_bytes: u64) {
-    let closed = execute(conn, &jobs, max_result_bytes);
+fn executor(
+    conn: Connection,
+    jobs: mpsc::Receiver<Job>,
+    answered: &AtomicU64,
+    max_result_bytes: u64,
+) {
+    let closed = execute(conn, &jobs, answered, max_result_bytes);
     if let Some(reply) = closed {
         let _ = reply.send(());
     }
 }
 
 /// Runs jobs until the queue closes or a `Close` arrives; returns the
-/// close's reply after the connection has been dropped.
+/// close's reply after the connection has been dropped. Each job's work is
+/// counted in `answered` before its answers go out.
 fn execute(
     mut conn: Connection,
     jobs: &mpsc::Receiver<Job>,
+    answered: &AtomicU64,
     max_result_bytes: u64,
 ) -> Option<oneshot::Sender<()>> {
     let mut next: Option<Job> = None;
@@ -490,6 +262,7 @@ fn execute(
             }
             Job::Query { sql, params, reply } => {
                 let result = run_statement(&conn, 0, &sql, &params, max_result_bytes);
+                answered.fetch_add(1, Ordering::SeqCst);
                 let _ = reply.send(result);
             }
             Job::Transaction { statements, reply } => {
@@ -508,13 +281,22 @@ fn execute(
                         Err(_) => break,
                     }
                 }
-                if group.len() == 1 {
-                    if let Some((statements, reply)) = group.pop() {
-                        let _ =
-                            reply.send(run_transaction(&mut conn, &statements, max_result_bytes));
-                    }
+                let answers = if group.len() == 1 {
+                    group
+                        .into_iter()
+                        .map(|(statements, reply)| {
+                            (
+                                reply,
+                                run_transaction(&mut conn, &statements, max_result_bytes),
+                            )
+                        })
+                        .collect()
                 } else {
-                    run_group(&mut conn, group, max_result_bytes);
+                    run_group(&mut conn, group, max_result_bytes)
+                };
+                answered.fetch_add(1, Ordering::SeqCst);
+                for (reply, outcome) in answers {
+                    let _ = reply.send(outcome);
                 }
             }
         }
@@ -529,7 +311,7 @@ const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The next job if one arrives within `STAY_AWAKE`, yielding the core
 /// meanwhile so the caller can run.
-fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
+pub(super) fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
     let start = std::time::Instant::now();
     loop {
         match jobs.try_recv() {
@@ -544,19 +326,25 @@ fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
     }
 }
 
+/// Answers to the members of a group, in their order.
+type GroupAnswers = Vec<(TransactionReply, Result<Vec<Rows>, DbError>)>;
+
 /// Runs several transactions under one `BEGIN IMMEDIATE … COMMIT`, each in a
-/// savepoint: a failing one rolls back to its savepoint alone, and nobody is
-/// answered before the shared commit has succeeded.
-fn run_group(conn: &mut Connection, group: Vec<TransactionJob>, max_result_bytes: u64) {
+/// savepoint: a failing one rolls back to its savepoint alone. The answers
+/// are returned, for the caller to send once the shared commit is done.
+fn run_group(
+    conn: &mut Connection,
+    group: Vec<TransactionJob>,
+    max_result_bytes: u64,
+) -> GroupAnswers {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         let error = sql_error(0)(e);
-        for (_, reply) in group {
-            let _ = reply.send(Err(error.clone()));
-        }
-        return;
+        return group
+            .into_iter()
+            .map(|(_, reply)| (reply, Err(error.clone())))
+            .collect();
     }
-    let mut done: Vec<(TransactionReply, Result<Vec<Rows>, DbError>)> =
-        Vec::with_capacity(group.len());
+    let mut done: GroupAnswers = Vec::with_capacity(group.len());
     let mut rest = group.into_iter();
     for (statements, reply) in rest.by_ref() {
         if let Err(e) = conn.execute_batch("SAVEPOINT agentos_group_member") {
@@ -581,27 +369,24 @@ fn run_group(conn: &mut Connection, group: Vec<TransactionJob>, max_result_bytes
                 statement_index: 0,
                 message: "the group transaction was rolled back by SQLite".into(),
             };
-            for (reply, outcome) in done {
-                let _ = reply.send(outcome.and(Err(error.clone())));
-            }
+            let mut answers: GroupAnswers = done
+                .into_iter()
+                .map(|(reply, outcome)| (reply, outcome.and(Err(error.clone()))))
+                .collect();
             for (statements, reply) in rest {
-                let _ = reply.send(run_transaction(conn, &statements, max_result_bytes));
+                answers.push((reply, run_transaction(conn, &statements, max_result_bytes)));
             }
-            return;
+            return answers;
         }
     }
     match conn.execute_batch("COMMIT") {
-        Ok(()) => {
-            for (reply, outcome) in done {
-                let _ = reply.send(outcome);
-            }
-        }
+        Ok(()) => done,
         Err(e) => {
             rollback(conn);
             let error = sql_error(0)(e);
-            for (reply, outcome) in done {
-                let _ = reply.send(outcome.and(Err(error.clone())));
-            }
+            done.into_iter()
+                .map(|(reply, outcome)| (reply, outcome.and(Err(error.clone()))))
+                .collect()
         }
     }
 }
@@ -815,7 +600,9 @@ mod tests {
         ]);
         let (c, c_rx) = member(vec![insert(3), insert(1)]);
         let (d, d_rx) = member(vec![insert(4)]);
-        run_group(&mut conn, vec![a, b, c, d], u64::MAX);
+        for (reply, outcome) in run_group(&mut conn, vec![a, b, c, d], u64::MAX) {
+            let _ = reply.send(outcome);
+        }
         assert!(a_rx.blocking_recv().expect("a").is_ok());
         assert_eq!(
             b_rx.blocking_recv().expect("b").unwrap_err().code(),
