@@ -6,6 +6,7 @@
 pub mod actor_uds;
 pub mod ars_server;
 pub mod ars_values;
+pub mod sqlite_checkpoint;
 pub mod sqlite_file;
 pub mod sqlite_read;
 #[cfg(any(test, feature = "testing"))]

@@ -25,6 +25,7 @@ use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::sqlite_checkpoint::{Checkpointer, WRITER_FALLBACK_PAGES};
 use super::sqlite_read::{BlobRange, ReadSide};
 use crate::config::SqliteLimits;
 
@@ -51,6 +52,9 @@ pub struct SqliteFileDatabase {
     /// The read connections (None when none could open: reads then go
     /// through the writer).
     reads: Option<ReadSide>,
+    /// The background checkpointer (None when it could not start: the
+    /// writer then checkpoints as SQLite does by default).
+    checkpointer: Option<Arc<Checkpointer>>,
     capacity: u32,
     path: PathBuf,
     closed: AtomicBool,
@@ -61,14 +65,26 @@ impl SqliteFileDatabase {
     /// starts the executor thread and the read side.
     pub fn open(path: &Path, limits: &SqliteLimits) -> Result<SqliteFileDatabase, DbError> {
         let conn = open_connection(path)?;
+        let checkpointer = match Checkpointer::start(path) {
+            Ok(checkpointer) => {
+                conn.pragma_update(None, "wal_autocheckpoint", WRITER_FALLBACK_PAGES)
+                    .map_err(sql_error(0))?;
+                Some(Arc::new(checkpointer))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no background checkpointer: the writer checkpoints");
+                None
+            }
+        };
         let capacity = limits.max_queued_jobs.max(1);
         let (jobs, rx) = mpsc::sync_channel::<Job>(capacity as usize);
         let max_result_bytes = limits.max_result_bytes;
         let answered = Arc::new(AtomicU64::new(0));
         let counted = answered.clone();
+        let wakes = checkpointer.clone();
         thread::Builder::new()
             .name("agentos-sqlite".into())
-            .spawn(move || executor(conn, rx, &counted, max_result_bytes))
+            .spawn(move || executor(conn, rx, &counted, wakes.as_deref(), max_result_bytes))
             .map_err(|e| DbError::Connect(format!("cannot start the executor thread: {e}")))?;
         let reads = match ReadSide::start(path, capacity, max_result_bytes, answered) {
             Ok(reads) => Some(reads),
@@ -80,6 +96,7 @@ impl SqliteFileDatabase {
         Ok(SqliteFileDatabase {
             jobs,
             reads,
+            checkpointer,
             capacity,
             path: path.to_owned(),
             closed: AtomicBool::new(false),
@@ -169,10 +186,13 @@ impl Database for SqliteFileDatabase {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        // The readers first, so the writer's close can checkpoint the WAL
-        // whole.
+        // The readers and the checkpointer first, so the writer's close can
+        // checkpoint the WAL whole.
         if let Some(reads) = &self.reads {
             reads.close().await;
+        }
+        if let Some(checkpointer) = self.checkpointer.clone() {
+            let _ = tokio::task::spawn_blocking(move || checkpointer.close()).await;
         }
         let (reply, done) = oneshot::channel();
         let jobs = self.jobs.clone();
@@ -227,9 +247,10 @@ fn executor(
     conn: Connection,
     jobs: mpsc::Receiver<Job>,
     answered: &AtomicU64,
+    checkpointer: Option<&Checkpointer>,
     max_result_bytes: u64,
 ) {
-    let closed = execute(conn, &jobs, answered, max_result_bytes);
+    let closed = execute(conn, &jobs, answered, checkpointer, max_result_bytes);
     if let Some(reply) = closed {
         let _ = reply.send(());
     }
@@ -237,11 +258,13 @@ fn executor(
 
 /// Runs jobs until the queue closes or a `Close` arrives; returns the
 /// close's reply after the connection has been dropped. Each job's work is
-/// counted in `answered` before its answers go out.
+/// counted in `answered` before its answers go out, and reported to the
+/// checkpointer after.
 fn execute(
     mut conn: Connection,
     jobs: &mpsc::Receiver<Job>,
     answered: &AtomicU64,
+    checkpointer: Option<&Checkpointer>,
     max_result_bytes: u64,
 ) -> Option<oneshot::Sender<()>> {
     let mut next: Option<Job> = None;
@@ -264,6 +287,9 @@ fn execute(
                 let result = run_statement(&conn, 0, &sql, &params, max_result_bytes);
                 answered.fetch_add(1, Ordering::SeqCst);
                 let _ = reply.send(result);
+                if let Some(checkpointer) = checkpointer {
+                    checkpointer.committed();
+                }
             }
             Job::Transaction { statements, reply } => {
                 // Group commit: transactions already waiting share one
@@ -297,6 +323,9 @@ fn execute(
                 answered.fetch_add(1, Ordering::SeqCst);
                 for (reply, outcome) in answers {
                     let _ = reply.send(outcome);
+                }
+                if let Some(checkpointer) = checkpointer {
+                    checkpointer.committed();
                 }
             }
         }
