@@ -1,39 +1,70 @@
 //! The `sqlite_file` backend's checkpointer: a thread with a connection of
 //! its own that copies committed WAL frames into the database file (a
-//! `PASSIVE` checkpoint, which never waits for the writer or a reader) soon
-//! after the writer commits, so the writer never does that copy and its
-//! `fsync`s in the middle of a caller's transaction.
+//! `PASSIVE` checkpoint, which never waits for the writer or a reader) once
+//! the WAL holds [`CHECKPOINT_PAGES`], so the writer never does that copy
+//! and its `fsync`s in the middle of a caller's transaction.
 //!
-//! The writer only marks that it committed and wakes the thread if it sleeps;
-//! the thread lets [`GATHER`] pass so one copy covers the commits of a burst.
-//! The writer keeps SQLite's own automatic checkpoint at
-//! [`WRITER_FALLBACK_PAGES`], far above what this thread lets the WAL reach,
-//! so a WAL that outgrows it anyway (a writer that never pauses long enough
-//! for the log to restart) is still bounded.
+//! The writer's connection carries a WAL hook (which replaces SQLite's own
+//! automatic checkpoint) that notes the WAL's size after each commit; after
+//! each job the writer wakes the thread if the WAL holds that many pages the
+//! thread has not copied yet and no wake is pending. Past [`WRITER_FALLBACK_PAGES`] the hook checkpoints on
+//! the writer itself, so a WAL that outgrows the thread anyway (a writer that
+//! never pauses long enough for the log to restart) is still bounded.
 
+use std::cell::Cell;
+use std::os::raw::c_int;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
 
 use agentos_schema::DbError;
+use rusqlite::hooks::Wal;
 use rusqlite::Connection;
 
 use super::sqlite_file::open_connection;
 
-/// How long the checkpointer lets commits gather before it copies them.
-const GATHER: Duration = Duration::from_millis(2);
+/// WAL pages not yet copied at which the thread checkpoints (SQLite's own
+/// default mark).
+const CHECKPOINT_PAGES: i64 = 1_000;
 
 /// WAL pages past which the writer checkpoints itself (64 MiB of 4 KiB
-/// pages; SQLite's default is 1,000).
-pub const WRITER_FALLBACK_PAGES: i64 = 16_384;
+/// pages). The log restarts only when the writer begins at a moment it is
+/// wholly copied, which a writer that never pauses may not find; its own
+/// checkpoint then copies what the thread has not, and the log restarts.
+const WRITER_FALLBACK_PAGES: i64 = 16_384;
+
+thread_local! {
+    /// The WAL's size after the last commit of the writer on this thread.
+    static WAL_PAGES: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Installs the WAL hook on the writer's connection (its thread is the one
+/// that then calls [`Checkpointer::after_job`]).
+pub fn watch_wal(conn: &Connection) {
+    conn.wal_hook(Some(on_commit));
+}
+
+fn on_commit(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
+    let pages = i64::from(pages);
+    WAL_PAGES.with(|p| p.set(pages));
+    if pages >= WRITER_FALLBACK_PAGES {
+        // Busy while the thread copies: it is already doing the work.
+        if let Err(e) = wal.checkpoint() {
+            tracing::debug!(error = %e, "the writer's fallback checkpoint did not run");
+        }
+    }
+    // The commit has happened whatever this returns.
+    Ok(())
+}
 
 /// What the writer and the checkpointer thread share.
 struct State {
-    /// Set by the writer after a commit; taken by the thread before it
-    /// copies, so a commit during the copy brings another.
+    /// Set by the writer when the WAL reached the mark; taken by the thread
+    /// before it copies, so a commit during the copy brings another.
     committed: AtomicBool,
+    /// How far into the WAL the thread's last pass had copied (frames).
+    copied: AtomicI64,
     closed: AtomicBool,
 }
 
@@ -51,6 +82,7 @@ impl Checkpointer {
         let conn = open_connection(path)?;
         let state = Arc::new(State {
             committed: AtomicBool::new(false),
+            copied: AtomicI64::new(0),
             closed: AtomicBool::new(false),
         });
         let shared = state.clone();
@@ -65,9 +97,18 @@ impl Checkpointer {
         })
     }
 
-    /// The writer committed: wakes the thread unless a wake is pending.
-    pub fn committed(&self) {
-        if !self.state.committed.swap(true, Ordering::SeqCst) {
+    /// Called by the writer after each job: wakes the thread if the WAL has
+    /// reached [`CHECKPOINT_PAGES`] and no wake is pending.
+    pub fn after_job(&self) {
+        let pages = WAL_PAGES.with(Cell::get);
+        // Fewer pages than were copied: the log has restarted since.
+        let copied = self.state.copied.load(Ordering::SeqCst);
+        let pending = if pages >= copied {
+            pages - copied
+        } else {
+            pages
+        };
+        if pending >= CHECKPOINT_PAGES && !self.state.committed.swap(true, Ordering::SeqCst) {
             self.thread.unpark();
         }
     }
@@ -102,13 +143,13 @@ fn run(conn: Connection, state: &State) {
             thread::park();
             continue;
         }
-        thread::sleep(GATHER);
         state.committed.store(false, Ordering::SeqCst);
-        let copied = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            row.get::<_, i64>(0)
-        });
-        if let Err(e) = copied {
-            tracing::warn!(error = %e, "a background WAL checkpoint failed");
+        // (busy, frames in the log, frames copied); -1s when not in WAL mode.
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            row.get::<_, i64>(2)
+        }) {
+            Ok(copied) => state.copied.store(copied.max(0), Ordering::SeqCst),
+            Err(e) => tracing::warn!(error = %e, "a background WAL checkpoint failed"),
         }
     }
     if let Err((_, e)) = conn.close() {

@@ -25,7 +25,7 @@ use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::sqlite_checkpoint::{Checkpointer, WRITER_FALLBACK_PAGES};
+use super::sqlite_checkpoint::{watch_wal, Checkpointer};
 use super::sqlite_read::{BlobRange, ReadSide};
 use crate::config::SqliteLimits;
 
@@ -67,8 +67,7 @@ impl SqliteFileDatabase {
         let conn = open_connection(path)?;
         let checkpointer = match Checkpointer::start(path) {
             Ok(checkpointer) => {
-                conn.pragma_update(None, "wal_autocheckpoint", WRITER_FALLBACK_PAGES)
-                    .map_err(sql_error(0))?;
+                watch_wal(&conn);
                 Some(Arc::new(checkpointer))
             }
             Err(e) => {
@@ -288,7 +287,7 @@ fn execute(
                 answered.fetch_add(1, Ordering::SeqCst);
                 let _ = reply.send(result);
                 if let Some(checkpointer) = checkpointer {
-                    checkpointer.committed();
+                    checkpointer.after_job();
                 }
             }
             Job::Transaction { statements, reply } => {
@@ -325,7 +324,7 @@ fn execute(
                     let _ = reply.send(outcome);
                 }
                 if let Some(checkpointer) = checkpointer {
-                    checkpointer.committed();
+                    checkpointer.after_job();
                 }
             }
         }
