@@ -475,32 +475,26 @@ mod tests {
     /// texts made of little but brackets, quotes and backslashes.
     #[test]
     fn the_depth_scan_agrees_with_a_byte_by_byte_reading() {
+        // The deepest level reached, one byte at a time.
         fn reference(text: &[u8], max: usize) -> bool {
-            let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+            let (mut depth, mut deepest) = (0usize, 0usize);
+            let (mut in_string, mut escaped) = (false, false);
             for &b in text {
-                if in_string {
-                    if escaped {
-                        escaped = false;
-                    } else if b == b'\\' {
-                        escaped = true;
-                    } else if b == b'"' {
-                        in_string = false;
-                    }
-                    continue;
-                }
-                match b {
-                    b'"' => in_string = true,
-                    b'[' | b'{' => {
-                        depth += 1;
-                        if depth > max {
-                            return true;
-                        }
-                    }
-                    b']' | b'}' => depth = depth.saturating_sub(1),
-                    _ => {}
-                }
+                let opens = !in_string && (b == b'[' || b == b'{');
+                let closes = !in_string && (b == b']' || b == b'}');
+                depth = if opens {
+                    depth + 1
+                } else if closes {
+                    depth.saturating_sub(1)
+                } else {
+                    depth
+                };
+                deepest = deepest.max(depth);
+                let quote = b == b'"' && !escaped;
+                escaped = in_string && !escaped && b == b'\\';
+                in_string ^= quote;
             }
-            false
+            deepest > max
         }
         let alphabet = b"[{]}\"\\a";
         let mut state = 0x9E37_79B9_7F4A_7C15u64;

@@ -17,6 +17,15 @@ async fn count(db: &dyn agentos_schema::Database, table: &str) -> i64 {
         .expect("integer")
 }
 
+/// The same through the read path.
+async fn read_count(db: &dyn agentos_schema::Database, table: &str) -> i64 {
+    db.read(&format!("SELECT COUNT(*) FROM {table}"), vec![])
+        .await
+        .expect("read")
+        .scalar_i64()
+        .expect("integer")
+}
+
 #[tokio::test]
 async fn commit_and_rollback() {
     for b in all_backends().await {
@@ -646,12 +655,7 @@ async fn reads_see_whole_transactions() {
                     .await
                     .expect("tx");
                     // Answered: the next read sees it.
-                    let seen = db
-                        .read("SELECT count(*) FROM a", vec![])
-                        .await
-                        .expect("read")
-                        .scalar_i64()
-                        .expect("count");
+                    let seen = read_count(db.as_ref(), "a").await;
                     assert!(seen > id, "a read after a commit sees it");
                 }
             })
@@ -722,13 +726,7 @@ async fn idle_snapshots_are_let_go() {
         .expect("insert");
     }
     for _ in 0..50 {
-        let n = db
-            .read("SELECT count(*) FROM t", vec![])
-            .await
-            .expect("read")
-            .scalar_i64()
-            .expect("count");
-        assert_eq!(n, 20);
+        assert_eq!(read_count(&db, "t").await, 20);
     }
     db.transaction(vec![Statement::new(
         "INSERT INTO t (id) VALUES (20)",
@@ -761,13 +759,11 @@ async fn idle_snapshots_are_let_go() {
         ],
         "not busy: no reader still holds the WAL, which is now empty"
     );
-    let n = db
-        .read("SELECT count(*) FROM t", vec![])
-        .await
-        .expect("read")
-        .scalar_i64()
-        .expect("count");
-    assert_eq!(n, 21, "the next read sees the write after the old snapshot");
+    assert_eq!(
+        read_count(&db, "t").await,
+        21,
+        "the next read sees the write after the old snapshot"
+    );
     db.close().await;
 }
 
