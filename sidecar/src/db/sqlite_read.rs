@@ -163,9 +163,11 @@ impl Reader {
 }
 
 /// The pooled read connections, and whether the sweeper is watching their
-/// snapshots.
+/// snapshots. Each connection has a slot of its own (a lock on cache lines
+/// of its own), and a thread tries its own slot first, so two readers do
+/// not take turns on one lock.
 struct Pool {
-    idle: Mutex<Vec<Reader>>,
+    slots: Vec<Slot>,
     /// The writer's count of answered transactions (it counts before each
     /// answer).
     answered: Arc<AtomicU64>,
@@ -176,11 +178,26 @@ struct Pool {
     closed: AtomicBool,
 }
 
+/// One pooled connection (None once the read side is closed), aligned so
+/// that no two slots share a cache line.
+#[repr(align(128))]
+struct Slot(Mutex<Option<Reader>>);
+
+thread_local! {
+    /// The pool slot this thread tries first.
+    static SLOT_HINT: usize = NEXT_HINT.fetch_add(1, Ordering::Relaxed);
+}
+static NEXT_HINT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 impl Pool {
-    fn idle(&self) -> MutexGuard<'_, Vec<Reader>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A free slot holding a connection, this thread's own first.
+    fn borrow(&self) -> Option<MutexGuard<'_, Option<Reader>>> {
+        let n = self.slots.len();
+        let start = SLOT_HINT.with(|hint| *hint);
+        (0..n).find_map(|i| {
+            let slot = self.slots[(start + i) % n].0.try_lock().ok()?;
+            slot.is_some().then_some(slot)
+        })
     }
 
     /// Ends the pooled snapshots that are past their age, and keeps watching
@@ -191,7 +208,13 @@ impl Pool {
     fn sweep(&self) {
         self.watched.store(false, Ordering::SeqCst);
         let mut open = false;
-        for reader in self.idle().iter_mut() {
+        for slot in &self.slots {
+            let Ok(mut slot) = slot.0.try_lock() else {
+                continue;
+            };
+            let Some(reader) = slot.as_mut() else {
+                continue;
+            };
             if reader.is_stale() {
                 reader.end();
             }
@@ -229,13 +252,15 @@ impl ReadSide {
         }
         let pooled = (0..READERS)
             .filter_map(|_| open_reader(path).ok())
-            .map(|conn| Reader {
-                conn,
-                snapshot: None,
+            .map(|conn| {
+                Slot(Mutex::new(Some(Reader {
+                    conn,
+                    snapshot: None,
+                })))
             })
             .collect();
         let pool = Arc::new(Pool {
-            idle: Mutex::new(pooled),
+            slots: pooled,
             answered,
             watched: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -302,7 +327,13 @@ impl ReadSide {
     /// answered.
     pub async fn close(&self) {
         self.stop_sweeper();
-        self.pool.idle().clear();
+        // A borrowed connection is dropped by its borrower, which sees the
+        // read side closed.
+        for slot in &self.pool.slots {
+            if let Ok(mut slot) = slot.0.try_lock() {
+                slot.take();
+            }
+        }
         let (queue, threads) = (self.queue.clone(), self.threads);
         let closed = tokio::task::spawn_blocking(move || {
             let mut waits = Vec::with_capacity(threads);
@@ -334,12 +365,16 @@ impl ReadSide {
         if !multi_threaded {
             return None;
         }
-        let mut reader = self.pool.idle().pop()?;
+        let mut slot = self.pool.borrow()?;
+        let reader = slot.as_mut()?;
         let max = self.max_result_bytes;
         let result =
             tokio::task::block_in_place(|| reader.run(&self.pool.answered, |c| read(c, max)));
         let open = reader.snapshot.is_some();
-        self.pool.idle().push(reader);
+        if self.pool.closed.load(Ordering::SeqCst) {
+            slot.take();
+        }
+        drop(slot);
         // Given back first, so a sweep that stops watching before this
         // either sees the snapshot or is asked again here.
         if open
