@@ -1,20 +1,22 @@
 //! The `sqlite_file` backend's checkpointer: a thread with a connection of
 //! its own that copies committed WAL frames into the database file (a
 //! `PASSIVE` checkpoint, which never waits for the writer or a reader) once
-//! the WAL holds [`CHECKPOINT_PAGES`], so the writer never does that copy
-//! and its `fsync`s in the middle of a caller's transaction.
+//! [`CHECKPOINT_PAGES`] wait to be copied, so the writer does not do that
+//! copy and its `fsync`s between callers' transactions.
 //!
 //! The writer's connection carries a WAL hook (which replaces SQLite's own
-//! automatic checkpoint) that notes the WAL's size after each commit; after
-//! each job the writer wakes the thread if the WAL holds that many pages the
-//! thread has not copied yet and no wake is pending. Past [`WRITER_FALLBACK_PAGES`] the hook checkpoints on
-//! the writer itself, so a WAL that outgrows the thread anyway (a writer that
-//! never pauses long enough for the log to restart) is still bounded.
+//! automatic checkpoint) that notes the log's size after each commit; after
+//! each job the writer wakes the thread if that many pages are not copied
+//! yet and no wake is pending. The log restarts only when the writer begins
+//! at a moment it is wholly copied and no reader holds it; past
+//! [`WRITER_FALLBACK_PAGES`] the hook checkpoints on the writer itself, as
+//! SQLite's own automatic checkpoint would, so the log is restarted as soon
+//! as the read snapshots (each short-lived) let it.
 
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
@@ -29,14 +31,27 @@ use super::sqlite_file::open_connection;
 const CHECKPOINT_PAGES: i64 = 1_000;
 
 /// WAL pages past which the writer checkpoints itself (64 MiB of 4 KiB
-/// pages). The log restarts only when the writer begins at a moment it is
-/// wholly copied, which a writer that never pauses may not find; its own
-/// checkpoint then copies what the thread has not, and the log restarts.
+/// pages): a writer that never pauses may never begin at a moment the log is
+/// wholly copied; its own checkpoint copies what the thread has not.
 const WRITER_FALLBACK_PAGES: i64 = 16_384;
 
 thread_local! {
     /// The WAL's size after the last commit of the writer on this thread.
     static WAL_PAGES: Cell<i64> = const { Cell::new(0) };
+    /// The size the writer last acted on: a smaller one means the log has
+    /// restarted since.
+    static SEEN_PAGES: Cell<i64> = const { Cell::new(0) };
+}
+
+/// How far into the current log the thread has copied, with the log's
+/// generation (bumped by the writer at each restart) in the high half, so a
+/// pass that began before a restart cannot report into the new log.
+fn pack(generation: u64, copied: i64) -> u64 {
+    (generation << 32) | u64::try_from(copied.clamp(0, i64::from(u32::MAX))).unwrap_or(0)
+}
+
+fn unpack(packed: u64) -> (u64, i64) {
+    (packed >> 32, (packed & u64::from(u32::MAX)) as i64)
 }
 
 /// Installs the WAL hook on the writer's connection (its thread is the one
@@ -63,8 +78,8 @@ struct State {
     /// Set by the writer when the WAL reached the mark; taken by the thread
     /// before it copies, so a commit during the copy brings another.
     committed: AtomicBool,
-    /// How far into the WAL the thread's last pass had copied (frames).
-    copied: AtomicI64,
+    /// [`pack`]ed: the log's generation and how far the thread copied it.
+    copied: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -82,7 +97,7 @@ impl Checkpointer {
         let conn = open_connection(path)?;
         let state = Arc::new(State {
             committed: AtomicBool::new(false),
-            copied: AtomicI64::new(0),
+            copied: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         });
         let shared = state.clone();
@@ -101,13 +116,18 @@ impl Checkpointer {
     /// reached [`CHECKPOINT_PAGES`] and no wake is pending.
     pub fn after_job(&self) {
         let pages = WAL_PAGES.with(Cell::get);
-        // Fewer pages than were copied: the log has restarted since.
-        let copied = self.state.copied.load(Ordering::SeqCst);
-        let pending = if pages >= copied {
-            pages - copied
-        } else {
-            pages
-        };
+        // A restart whose first commit is larger than the old log was goes
+        // unseen here: the thread is then woken that much later, once.
+        if pages < SEEN_PAGES.with(|seen| seen.replace(pages)) {
+            // The log restarted: nothing of the new one is copied yet.
+            let (generation, _) = unpack(self.state.copied.load(Ordering::SeqCst));
+            self.state.copied.store(
+                pack(generation.wrapping_add(1) & u64::from(u32::MAX), 0),
+                Ordering::SeqCst,
+            );
+        }
+        let (_, copied) = unpack(self.state.copied.load(Ordering::SeqCst));
+        let pending = pages - copied.min(pages);
         if pending >= CHECKPOINT_PAGES && !self.state.committed.swap(true, Ordering::SeqCst) {
             self.thread.unpark();
         }
@@ -144,11 +164,21 @@ fn run(conn: Connection, state: &State) {
             continue;
         }
         state.committed.store(false, Ordering::SeqCst);
+        let before = state.copied.load(Ordering::SeqCst);
         // (busy, frames in the log, frames copied); -1s when not in WAL mode.
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
             row.get::<_, i64>(2)
         }) {
-            Ok(copied) => state.copied.store(copied.max(0), Ordering::SeqCst),
+            Ok(copied) => {
+                // Unless the writer saw the log restart meanwhile.
+                let (generation, _) = unpack(before);
+                let _ = state.copied.compare_exchange(
+                    before,
+                    pack(generation, copied),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
             Err(e) => tracing::warn!(error = %e, "a background WAL checkpoint failed"),
         }
     }

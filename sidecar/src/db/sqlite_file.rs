@@ -4,8 +4,8 @@
 //! (WAL lets them read while the writer commits).
 //!
 //! Async callers never touch SQLite on a worker the runtime counts on: they
-//! enqueue a job and await a oneshot reply, so no tokio worker ever blocks on
-//! disk. A full queue is a typed `QueueFull` error rather than unbounded
+//! enqueue a job and await a oneshot reply (or, for reads, read inside
+//! `block_in_place`), so no tokio worker ever blocks on disk. A full queue is a typed `QueueFull` error rather than unbounded
 //! memory. Every transaction is `BEGIN IMMEDIATE … COMMIT`; any failure or
 //! expected-change mismatch rolls back everything. The writer counts every
 //! job it answers before it answers, which is how a read connection knows
@@ -42,7 +42,8 @@ enum Job {
         reply: oneshot::Sender<Result<Vec<Rows>, DbError>>,
     },
     /// Ends the executor once the jobs queued before it are done; the
-    /// connection is dropped (and the WAL checkpointed) before the reply.
+    /// connection is dropped before the reply (the last connection to close
+    /// checkpoints the WAL and removes it).
     Close { reply: oneshot::Sender<()> },
 }
 

@@ -11,11 +11,11 @@
 //! otherwise fight over on every read. So a read still sees every transaction
 //! answered before it, and a snapshot never pins the WAL for long: an idle
 //! pooled connection's snapshot is ended by the sweeper thread, which runs
-//! only while one may be open, and a reader thread ends its own before it
-//! waits for work.
+//! only while one may be open (within about twice [`SNAPSHOT_MAX`]), and a
+//! reader thread ends its own once it has found no job for a moment.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -32,7 +32,7 @@ use super::sqlite_file::{next_soon, run_statement, sql_error, STATEMENT_CACHE};
 const READERS: usize = 2;
 /// How much of the file a read connection maps.
 const READER_MMAP_BYTES: i64 = 1 << 30;
-/// The longest a read snapshot stays open between reads.
+/// The longest a read snapshot is reused for.
 pub const SNAPSHOT_MAX: Duration = Duration::from_millis(5);
 
 /// A job for the reader threads.
@@ -132,6 +132,14 @@ impl Reader {
             .is_some_and(|s| s.answered == now && s.began.elapsed() < SNAPSHOT_MAX);
         if !current {
             self.end();
+            if !self.conn.is_autocommit() {
+                // Never read in a transaction this does not know the age of.
+                return Err(DbError::Sql {
+                    code: -1,
+                    statement_index: 0,
+                    message: "a read connection could not end its snapshot".into(),
+                });
+            }
             // Deferred: the read transaction starts at the first statement.
             if self.conn.execute_batch("BEGIN").is_ok() {
                 self.snapshot = Some(Snapshot {
@@ -148,9 +156,11 @@ impl Reader {
     }
 
     fn end(&mut self) {
-        if self.snapshot.take().is_some() && !self.conn.is_autocommit() {
+        self.snapshot = None;
+        if !self.conn.is_autocommit() {
             if let Err(e) = self.conn.execute_batch("COMMIT") {
                 tracing::warn!(error = %e, "ending a read snapshot failed");
+                let _ = self.conn.execute_batch("ROLLBACK");
             }
         }
     }
@@ -207,6 +217,7 @@ impl Pool {
     /// looks.
     fn sweep(&self) {
         self.watched.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         let mut open = false;
         for slot in &self.slots {
             let Ok(mut slot) = slot.0.try_lock() else {
@@ -265,13 +276,6 @@ impl ReadSide {
             watched: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         });
-        let watched = pool.clone();
-        let sweeper = thread::Builder::new()
-            .name("agentos-sqlite-sweep".into())
-            .spawn(move || sweep_while_watched(&watched))
-            .map_err(|e| DbError::Connect(format!("cannot start the sweeper thread: {e}")))?
-            .thread()
-            .clone();
         let (queue, rx) = mpsc::sync_channel::<ReadJob>(capacity.max(1) as usize);
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = 0;
@@ -287,6 +291,15 @@ impl ReadSide {
                 .map_err(|e| DbError::Connect(format!("cannot start a reader thread: {e}")))?;
             threads += 1;
         }
+        // Last: a failure above leaves no thread behind (the reader threads
+        // end with their queue).
+        let watched = pool.clone();
+        let sweeper = thread::Builder::new()
+            .name("agentos-sqlite-sweep".into())
+            .spawn(move || sweep_while_watched(&watched))
+            .map_err(|e| DbError::Connect(format!("cannot start the sweeper thread: {e}")))?
+            .thread()
+            .clone();
         Ok(ReadSide {
             queue,
             threads,
@@ -322,20 +335,19 @@ impl ReadSide {
         rx.await.map_err(|_| DbError::Closed)?
     }
 
-    /// Ends every read connection: the pooled ones now (a borrowed one when
-    /// its read is done), the threads' once the reads queued before are
-    /// answered.
+    /// Ends every read connection, off the async threads: the pooled ones
+    /// once no read or sweep holds them, the threads' once the reads queued
+    /// before are answered.
     pub async fn close(&self) {
         self.stop_sweeper();
-        // A borrowed connection is dropped by its borrower, which sees the
-        // read side closed.
-        for slot in &self.pool.slots {
-            if let Ok(mut slot) = slot.0.try_lock() {
-                slot.take();
-            }
-        }
-        let (queue, threads) = (self.queue.clone(), self.threads);
+        let (queue, threads, pool) = (self.queue.clone(), self.threads, self.pool.clone());
         let closed = tokio::task::spawn_blocking(move || {
+            for slot in &pool.slots {
+                slot.0
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .take();
+            }
             let mut waits = Vec::with_capacity(threads);
             for _ in 0..threads {
                 let (reply, done) = oneshot::channel();
@@ -371,12 +383,12 @@ impl ReadSide {
         let result =
             tokio::task::block_in_place(|| reader.run(&self.pool.answered, |c| read(c, max)));
         let open = reader.snapshot.is_some();
-        if self.pool.closed.load(Ordering::SeqCst) {
-            slot.take();
-        }
         drop(slot);
         // Given back first, so a sweep that stops watching before this
-        // either sees the snapshot or is asked again here.
+        // either sees the snapshot or is asked again here (the fence orders
+        // the slot's release before the load, as the sweep's orders its
+        // store before its look).
+        fence(Ordering::SeqCst);
         if open
             && !self.pool.watched.load(Ordering::SeqCst)
             && !self.pool.watched.swap(true, Ordering::SeqCst)
