@@ -424,17 +424,14 @@ impl RunStore {
         result: &Value,
         now: i64,
     ) -> Result<bool, DbError> {
-        let rows = self
-            .db
-            .transaction(vec![Statement::new(
-                format!(
-                    "UPDATE {RUNS} SET result_json = ?2, updated_at_ms = ?3 \
+        self.update_one(Statement::new(
+            format!(
+                "UPDATE {RUNS} SET result_json = ?2, updated_at_ms = ?3 \
                      WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
-                ),
-                vec![run_id.into(), json_text(result), now.into()],
-            )])
-            .await?;
-        Ok(rows.first().is_some_and(|r| r.changes == 1))
+            ),
+            vec![run_id.into(), json_text(result), now.into()],
+        ))
+        .await
     }
 
     /// The obligations a run ended with and could not meet, recorded with
@@ -465,6 +462,12 @@ impl RunStore {
         Ok(if changed == 1 { run } else { None })
     }
 
+    /// Runs one UPDATE on its own; true when it changed exactly one row.
+    async fn update_one(&self, statement: Statement) -> Result<bool, DbError> {
+        let rows = self.db.transaction(vec![statement]).await?;
+        Ok(rows.first().is_some_and(|r| r.changes == 1))
+    }
+
     fn select(&self, run_id: &str) -> Statement {
         Statement::new(
             format!("SELECT {COLUMNS} FROM {RUNS} WHERE run_id = ?1"),
@@ -482,46 +485,40 @@ impl RunStore {
         error: Option<&Value>,
         now: i64,
     ) -> Result<bool, DbError> {
-        let rows = self
-            .db
-            .transaction(vec![Statement::new(
-                format!(
-                    "UPDATE {RUNS} SET \
+        self.update_one(Statement::new(
+            format!(
+                "UPDATE {RUNS} SET \
                        status = CASE WHEN cancel_requested = 1 THEN 'canceled' ELSE 'queued' END, \
                        finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?3 ELSE NULL END, \
                        not_before_ms = ?2, error_json = coalesce(?4, error_json), \
                        lease_owner = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?3 \
                      WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
-                ),
-                vec![
-                    run_id.into(),
-                    not_before.into(),
-                    now.into(),
-                    opt_json_text(error),
-                ],
-            )])
-            .await?;
-        Ok(rows.first().is_some_and(|r| r.changes == 1))
+            ),
+            vec![
+                run_id.into(),
+                not_before.into(),
+                now.into(),
+                opt_json_text(error),
+            ],
+        ))
+        .await
     }
 
     /// A claim that could not start (its session was busy with a turn from
     /// the other door) goes back as if it had never been claimed.
     pub async fn release(&self, run_id: &str, now: i64) -> Result<bool, DbError> {
-        let rows = self
-            .db
-            .transaction(vec![Statement::new(
-                format!(
-                    "UPDATE {RUNS} SET \
+        self.update_one(Statement::new(
+            format!(
+                "UPDATE {RUNS} SET \
                        status = CASE WHEN cancel_requested = 1 THEN 'canceled' ELSE 'queued' END, \
                        finished_at_ms = CASE WHEN cancel_requested = 1 THEN ?2 ELSE NULL END, \
                        attempt = max(attempt - 1, 0), lease_owner = NULL, \
                        lease_expires_at_ms = NULL, updated_at_ms = ?2 \
                      WHERE run_id = ?1 AND status = 'claimed'"
-                ),
-                vec![run_id.into(), now.into()],
-            )])
-            .await?;
-        Ok(rows.first().is_some_and(|r| r.changes == 1))
+            ),
+            vec![run_id.into(), now.into()],
+        ))
+        .await
     }
 
     /// How many turns of a session wait in the queue.
@@ -604,11 +601,7 @@ impl RunStore {
         if !requeue {
             params.push(json_text(error));
         }
-        let rows = self
-            .db
-            .transaction(vec![Statement::new(sql, params)])
-            .await?;
-        Ok(rows.first().is_some_and(|r| r.changes == 1))
+        self.update_one(Statement::new(sql, params)).await
     }
 
     /// How many runs are live, per kind (for `vm/status` and tests).
