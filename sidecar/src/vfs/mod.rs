@@ -11,14 +11,18 @@
 //! so a read that spans several statements sees one committed state. The one
 //! exception is creating a new file with `write_file`, which only adds rows and
 //! bumps counters in SQL: it shares the lock too, so concurrent creates reach
-//! the database together and are committed as a group.
+//! the database together and are committed as a group. The lock is
+//! `async-lock`'s: a shared hold is taken and let go with one atomic each,
+//! where tokio's lock takes its waiters' mutex on every release, which two
+//! readers then queued on.
 //!
 //! Directory lookups go through a bounded cache keyed by `(parent ino, name)`.
 //! An entry's inode, kind and symlink target never change for the life of the
 //! inode, so only removing or renaming a name invalidates it; a lookup that
 //! raced with such a change never fills the cache (generation check). Inode
 //! rows and the parts of chunks that small reads touch are cached too, and
-//! every commit drops them all. Reads go to the
+//! every commit drops them all. The caches sit behind read-write locks, so
+//! reads that hit them do not take turns. Reads go to the
 //! database's read path (`Database::read`: a pool of read connections on
 //! `sqlite_file`), off the writer's queue.
 //!
@@ -51,12 +55,12 @@ pub mod transfer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock as SyncRwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agentos_schema::SharedDatabase;
+use async_lock::RwLock;
 use serde::{Deserialize, Serialize};
-use tokio::sync::RwLock;
 
 pub use self::error::FsError;
 pub use self::policy::VfsPolicy;
@@ -182,8 +186,8 @@ struct Inner {
     limits: ValidFsLimits,
     next_ino: AtomicI64,
     lock: RwLock<()>,
-    cache: Mutex<LookupCache>,
-    inodes: Mutex<InodeCache>,
+    cache: SyncRwLock<LookupCache>,
+    inodes: SyncRwLock<InodeCache>,
     warned_bytes: AtomicBool,
     warned_inodes: AtomicBool,
 }
@@ -231,8 +235,8 @@ impl Vfs {
                 limits,
                 next_ino: AtomicI64::new(max + 1),
                 lock: RwLock::new(()),
-                cache: Mutex::new(LookupCache::default()),
-                inodes: Mutex::new(InodeCache::default()),
+                cache: SyncRwLock::new(LookupCache::default()),
+                inodes: SyncRwLock::new(InodeCache::default()),
                 warned_bytes: AtomicBool::new(false),
                 warned_inodes: AtomicBool::new(false),
             }),
@@ -281,16 +285,23 @@ impl Vfs {
         self.inner.db.as_ref()
     }
 
-    fn lock_inodes(&self) -> std::sync::MutexGuard<'_, InodeCache> {
+    fn read_inodes(&self) -> std::sync::RwLockReadGuard<'_, InodeCache> {
         self.inner
             .inodes
-            .lock()
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lock_inodes(&self) -> std::sync::RwLockWriteGuard<'_, InodeCache> {
+        self.inner
+            .inodes
+            .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     async fn row(&self, ino: i64, path: &str) -> Result<InodeRow, FsError> {
         let generation = {
-            let cache = self.lock_inodes();
+            let cache = self.read_inodes();
             if let Some(row) = cache.rows.get(&ino) {
                 return Ok(row.clone());
             }
@@ -323,7 +334,7 @@ impl Vfs {
     /// The parts of chunk `index` of file `ino`, through the inode cache.
     async fn chunk_parts(&self, ino: i64, index: u64) -> Result<Arc<store::PartRows>, FsError> {
         let generation = {
-            let cache = self.lock_inodes();
+            let cache = self.read_inodes();
             if let Some(parts) = cache.parts.get(&(ino, index)) {
                 return Ok(parts.clone());
             }

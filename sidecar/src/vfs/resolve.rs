@@ -48,17 +48,61 @@ impl Walk {
     }
 }
 
+/// Directory entries this process has read or committed, by parent and
+/// then name (so a lookup borrows the name instead of allocating a key).
 #[derive(Default)]
 pub(super) struct LookupCache {
-    map: HashMap<(i64, String), Entry>,
+    map: HashMap<i64, HashMap<String, Entry>>,
+    /// Names held, across every parent.
+    len: usize,
     generation: u64,
+}
+
+impl LookupCache {
+    fn get(&self, parent: i64, name: &str) -> Option<&Entry> {
+        self.map.get(&parent)?.get(name)
+    }
+
+    /// Holds `entry`, first emptying the cache when it is full.
+    fn insert(&mut self, parent: i64, name: &str, entry: Entry) {
+        if self.len >= LOOKUP_CACHE_ENTRIES {
+            self.map.clear();
+            self.len = 0;
+        }
+        if self
+            .map
+            .entry(parent)
+            .or_default()
+            .insert(name.to_owned(), entry)
+            .is_none()
+        {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, parent: i64, name: &str) {
+        let Some(names) = self.map.get_mut(&parent) else {
+            return;
+        };
+        if names.remove(name).is_some() {
+            self.len -= 1;
+        }
+        if names.is_empty() {
+            self.map.remove(&parent);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.len = 0;
+    }
 }
 
 impl Vfs {
     pub(super) async fn lookup(&self, parent: i64, name: &str) -> Result<Option<Entry>, FsError> {
         let generation = {
-            let cache = self.lock_cache();
-            if let Some(entry) = cache.map.get(&(parent, name.to_owned())) {
+            let cache = self.read_cache();
+            if let Some(entry) = cache.get(parent, name) {
                 return Ok(Some(entry.clone()));
             }
             cache.generation
@@ -67,21 +111,25 @@ impl Vfs {
         if let Some(entry) = &found {
             let mut cache = self.lock_cache();
             if cache.generation == generation {
-                if cache.map.len() >= LOOKUP_CACHE_ENTRIES {
-                    cache.map.clear();
-                }
-                cache.map.insert((parent, name.to_owned()), entry.clone());
+                cache.insert(parent, name, entry.clone());
             }
         }
         Ok(found)
     }
 
-    pub(super) fn lock_cache(&self) -> std::sync::MutexGuard<'_, LookupCache> {
-        // A poisoned cache only means a panic elsewhere; its contents are
-        // still consistent entries, so keep using it.
+    // A poisoned cache only means a panic elsewhere; its contents are still
+    // consistent entries, so both keep using it.
+    pub(super) fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, LookupCache> {
         self.inner
             .cache
-            .lock()
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn lock_cache(&self) -> std::sync::RwLockWriteGuard<'_, LookupCache> {
+        self.inner
+            .cache
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -89,14 +137,14 @@ impl Vfs {
         let mut cache = self.lock_cache();
         cache.generation += 1;
         for (parent, name) in names {
-            cache.map.remove(&(*parent, (*name).to_owned()));
+            cache.remove(*parent, name);
         }
     }
 
     pub(super) fn forget_all(&self) {
         let mut cache = self.lock_cache();
         cache.generation += 1;
-        cache.map.clear();
+        cache.clear();
     }
 
     /// Resolves `path`; symlinks in the middle are always followed, the last
@@ -223,16 +271,60 @@ impl Vfs {
 
     /// Records a name this process just committed.
     pub(super) fn remember(&self, parent: i64, name: &str, entry: Entry) {
-        let mut cache = self.lock_cache();
-        if cache.map.len() >= LOOKUP_CACHE_ENTRIES {
-            cache.map.clear();
-        }
-        cache.map.insert((parent, name.to_owned()), entry);
+        self.lock_cache().insert(parent, name, entry);
     }
 
     pub(super) fn is_cached(&self, parent: i64, name: &str) -> bool {
-        self.lock_cache()
-            .map
-            .contains_key(&(parent, name.to_owned()))
+        self.read_cache().get(parent, name).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(ino: i64) -> Entry {
+        Entry {
+            ino,
+            kind: Kind::Dir,
+            target: None,
+        }
+    }
+
+    #[test]
+    fn the_lookup_cache_counts_names_across_parents() {
+        let mut cache = LookupCache::default();
+        cache.insert(1, "a", dir(2));
+        cache.insert(1, "b", dir(3));
+        cache.insert(2, "a", dir(4));
+        // Replacing a name does not count it twice.
+        cache.insert(1, "a", dir(5));
+        assert_eq!(cache.len, 3);
+        assert_eq!(cache.get(1, "a").map(|e| e.ino), Some(5));
+        assert_eq!(cache.get(2, "a").map(|e| e.ino), Some(4));
+        assert!(cache.get(3, "a").is_none());
+
+        cache.remove(1, "a");
+        cache.remove(1, "missing");
+        cache.remove(9, "a");
+        assert_eq!(cache.len, 2);
+        assert!(cache.get(1, "a").is_none());
+        cache.remove(2, "a");
+        // A parent left without names is dropped with its last one.
+        assert!(!cache.map.contains_key(&2));
+        assert_eq!(cache.len, 1);
+    }
+
+    #[test]
+    fn a_full_lookup_cache_starts_again() {
+        let mut cache = LookupCache::default();
+        for n in 0..LOOKUP_CACHE_ENTRIES {
+            cache.insert((n % 7) as i64, &n.to_string(), dir(n as i64));
+        }
+        assert_eq!(cache.len, LOOKUP_CACHE_ENTRIES);
+        cache.insert(100, "new", dir(1));
+        assert_eq!(cache.len, 1);
+        assert!(cache.get(0, "0").is_none());
+        assert_eq!(cache.get(100, "new").map(|e| e.ino), Some(1));
     }
 }
