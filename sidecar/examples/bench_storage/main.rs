@@ -1,8 +1,12 @@
 //! Storage throughput: rows/s for 1-row and 100-row transactions of ~200-byte
 //! JSON payloads on raw rusqlite (the ceiling), the handle on sqlite_file, and
 //! the handle on actor_uds through the reference server, with each ratio to
-//! raw. Run through `scripts/bench-storage` (release build); flags such as
-//! `--only uds --rows 100 --secs 5` narrow a run down for profiling.
+//! raw, and then the request/response timeline of one actor_uds transaction
+//! of each size (its round trips). Run through `scripts/bench-storage`
+//! (release build); flags such as `--only uds --rows 100 --secs 5` narrow a
+//! run down for profiling.
+
+mod timeline;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -90,6 +94,32 @@ async fn handle(
     rate
 }
 
+/// One transaction of `rows_per_tx` fresh inserts, each expected to change
+/// one row.
+async fn transaction(
+    db: &dyn Database,
+    next_id: &mut i64,
+    rows_per_tx: usize,
+) -> Result<(), String> {
+    let statements = (0..rows_per_tx)
+        .map(|_| {
+            *next_id += 1;
+            Statement::new(
+                INSERT,
+                vec![
+                    SqlValue::Integer(*next_id),
+                    SqlValue::Text(payload(*next_id)),
+                ],
+            )
+            .expect_changes(1)
+        })
+        .collect();
+    db.transaction(statements)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 async fn transactions(
     db: &dyn Database,
     next_id: &mut i64,
@@ -99,25 +129,40 @@ async fn transactions(
     let mut rows = 0u64;
     let start = Instant::now();
     while start.elapsed() < run {
-        let statements = (0..rows_per_tx)
-            .map(|_| {
-                *next_id += 1;
-                Statement::new(
-                    INSERT,
-                    vec![
-                        SqlValue::Integer(*next_id),
-                        SqlValue::Text(payload(*next_id)),
-                    ],
-                )
-                .expect_changes(1)
-            })
-            .collect();
-        db.transaction(statements)
-            .await
-            .map_err(|e| e.to_string())?;
+        transaction(db, next_id, rows_per_tx).await?;
         rows += rows_per_tx as u64;
     }
     Ok(rows as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Prints one actor_uds transaction of `rows_per_tx` rows as the recording
+/// proxy saw it, after a few unrecorded ones (the statements are cached).
+async fn print_timeline(
+    dir: &Path,
+    server_socket: &Path,
+    limits: &SqliteLimits,
+    next_id: &mut i64,
+    rows_per_tx: usize,
+) -> Result<(), String> {
+    let proxy_dir = dir.join(format!("proxy-{rows_per_tx}"));
+    std::fs::create_dir_all(&proxy_dir).map_err(|e| e.to_string())?;
+    let proxy = timeline::Proxy::start(&proxy_dir, server_socket)
+        .await
+        .map_err(|e| e.to_string())?;
+    let db = actor_uds::connect(&proxy.socket, limits)
+        .await
+        .map_err(|e| e.to_string())?;
+    for _ in 0..3 {
+        transaction(&db, next_id, rows_per_tx).await?;
+    }
+    proxy.record();
+    transaction(&db, next_id, rows_per_tx).await?;
+    let bursts = proxy.take();
+    println!("    actor_uds, one {rows_per_tx}-row transaction through a recording proxy:");
+    let round_trips = timeline::print(&bursts);
+    println!("      round trips: {round_trips}");
+    db.close().await;
+    Ok(())
 }
 
 /// What to measure; `--only raw|file|uds`, `--rows N`, `--rounds N` and
@@ -228,9 +273,6 @@ async fn run() -> Result<(), String> {
             }
         }
         drop(uds);
-        if let Some(server) = server {
-            server.shutdown().await;
-        }
 
         let (raw_rate, file_rate, uds_rate) =
             (median(raw_rates), median(file_rates), median(uds_rates));
@@ -243,6 +285,11 @@ async fn run() -> Result<(), String> {
             uds_rate,
             uds_rate / raw_rate
         );
+        if let Some(server) = server {
+            let socket = dir.path().join(format!("s{rows_per_tx}.sock"));
+            print_timeline(dir.path(), &socket, &limits, &mut uds_id, rows_per_tx).await?;
+            server.shutdown().await;
+        }
     }
     println!(
         "goals: sqlite_file >= 0.80x raw on 100-row transactions; actor_uds >= 0.40x raw on 1-row and on 100-row"
