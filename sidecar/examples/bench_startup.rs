@@ -13,6 +13,10 @@ use std::time::Instant;
 use agentos_sidecar::config::{Config, DatabaseDescriptor, Limits};
 use agentos_sidecar::vm::Vm;
 
+/// The allocator the `agentos-sidecar` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn sessions() -> usize {
     std::env::var("BENCH_STARTUP_SESSIONS")
         .ok()

@@ -16,6 +16,10 @@ use agentos_sidecar::db::sqlite_file::SqliteFileDatabase;
 use agentos_sidecar::vfs::{Vfs, VfsPolicy};
 use rand::{Rng, SeedableRng};
 
+/// The allocator the `agentos-sidecar` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const MIB: u64 = 1024 * 1024;
 
 struct Figures {

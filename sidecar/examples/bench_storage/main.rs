@@ -17,6 +17,10 @@ use agentos_sidecar::config::SqliteLimits;
 use agentos_sidecar::db::ars_server::{self, ArsServerOptions};
 use agentos_sidecar::db::{actor_uds, sqlite_file};
 
+/// The allocator the `agentos-sidecar` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const CREATE: &str =
     "CREATE TABLE IF NOT EXISTS bench (id INTEGER PRIMARY KEY, body TEXT NOT NULL) STRICT";
 const INSERT: &str = "INSERT INTO bench (id, body) VALUES (?1, ?2)";
