@@ -220,7 +220,13 @@ fn main() -> ExitCode {
         Command::Agent(args) => return run_agent(args),
         other => other,
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    // Its threads are named for the sidecar, apart from the SQLite and reader
+    // threads and from any other tokio program's, in `top` and in profiles.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("agentos-async")
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
