@@ -75,13 +75,16 @@ struct Params {
     write_rounds: u64,
 }
 
-/// One piece of a sequential write: the same pattern everywhere but its first
-/// sixteen bytes (offset and round), so no block is deduplicated away.
-fn piece(p: &Params, offset: u64, round: u64) -> Vec<u8> {
-    let mut piece: Vec<u8> = (0..p.io_bytes).map(|i| (i * 31 % 251) as u8).collect();
+/// The pattern every piece of a sequential write carries.
+fn pattern(p: &Params) -> Vec<u8> {
+    (0..p.io_bytes).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+/// Makes `piece` the one at `offset` in `round`: its first sixteen bytes
+/// differ from every other piece's, so no block is deduplicated away.
+fn stamp(piece: &mut [u8], offset: u64, round: u64) {
     piece[..8].copy_from_slice(&offset.to_le_bytes());
     piece[8..16].copy_from_slice(&round.to_le_bytes());
-    piece
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -91,11 +94,13 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 /// Writes the host's file for one round, through to the disk: MB/s.
 fn host_write(p: &Params, path: &std::path::Path, round: u64) -> std::io::Result<f64> {
+    let mut piece = pattern(p);
     let t = Instant::now();
     let mut f = std::fs::File::create(path)?;
     let mut written = 0;
     while written < p.file_bytes {
-        f.write_all(&piece(p, written, round))?;
+        stamp(&mut piece, written, round);
+        f.write_all(&piece)?;
         written += p.io_bytes;
     }
     f.sync_all()?;
@@ -110,10 +115,12 @@ async fn vfs_write(
     round: u64,
 ) -> Result<f64, agentos_sidecar::vfs::FsError> {
     vfs.create(path, 0o644).await?;
+    let mut piece = pattern(p);
     let t = Instant::now();
     let mut written = 0;
     while written < p.file_bytes {
-        vfs.write(path, written, &piece(p, written, round)).await?;
+        stamp(&mut piece, written, round);
+        vfs.write(path, written, &piece).await?;
         written += p.io_bytes;
     }
     Ok(p.file_bytes as f64 / MIB as f64 / t.elapsed().as_secs_f64())
