@@ -770,7 +770,9 @@ async fn idle_snapshots_are_let_go() {
 /// Committed frames reach the database file without the writer copying
 /// them: the background checkpointer does it soon after the commits, long
 /// before the WAL would reach the writer's own (fallback) checkpoint; and
-/// again after the log has restarted.
+/// again after the log has restarted. The thread copies once 1,000 pages
+/// wait, so up to that many of the last commits may stay in the log, by
+/// design (and without the thread the file would hold none of them).
 #[tokio::test]
 async fn commits_are_checkpointed_in_the_background() {
     let dir = tempfile::tempdir().expect("dir");
@@ -794,14 +796,17 @@ async fn commits_are_checkpointed_in_the_background() {
             .await
             .expect("insert");
         }
-        let want = round as u64 * 8 * MIB as u64;
+        // All but what may wait below the thread's mark (1,000 pages of
+        // 4 KiB).
+        let want = round as u64 * 8 * MIB as u64 - 1_000 * 4096;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while size() < want && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert!(
             size() >= want,
-            "round {round}: the database file holds the commits ({} bytes)",
+            "round {round}: the database file holds the commits but the last \
+             thousand pages at most ({} bytes)",
             size()
         );
     }
