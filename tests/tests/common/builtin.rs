@@ -137,8 +137,6 @@ impl World {
             .await
     }
 
-    /// A `MessageSession` sent from a task, for turns that stream while the
-    /// test acts; the answer comes within `PATIENCE` or the task panics.
     /// Subscribes to `session` and starts a turn on `text` whose reply
     /// streams far longer than `PATIENCE` (only a stop, a restart or a kill
     /// ends it in time); answers once a delta of it has come through, the
@@ -162,6 +160,8 @@ impl World {
         turn
     }
 
+    /// A `MessageSession` sent from a task, for turns that stream while the
+    /// test acts; the answer comes within `PATIENCE` or the task panics.
     pub fn message_in_background(
         &self,
         session: &str,
