@@ -2,13 +2,17 @@
 //! JSON payloads on raw rusqlite (the ceiling), the handle on sqlite_file, and
 //! the handle on actor_uds through the reference server, with each ratio to
 //! raw, and then the request/response timeline of one actor_uds transaction
-//! of each size (its round trips). Run through `scripts/bench-storage`
+//! of each size (its round trips), and the handle against a peer that
+//! answers at once without SQLite (the ceiling of the client's own side).
+//! Run through `scripts/bench-storage`
 //! (release build); flags such as `--only uds --rows 100 --secs 5` narrow a
 //! run down for profiling.
 
+mod instant_peer;
 mod timeline;
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -263,8 +267,25 @@ async fn run() -> Result<(), String> {
             false => None,
         };
 
+        let mut peer = None;
+        let instant: Option<Arc<dyn Database>> = match wants("instant") {
+            true => {
+                let started = instant_peer::InstantPeer::start(
+                    &dir.path().join(format!("instant-{rows_per_tx}.sock")),
+                )
+                .map_err(|e| e.to_string())?;
+                let db = actor_uds::connect(&started.socket, &limits)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                peer = Some(started);
+                Some(Arc::new(db))
+            }
+            false => None,
+        };
+
         let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
-        let (mut file_id, mut uds_id) = (0i64, 0i64);
+        let mut instant_rates = vec![];
+        let (mut file_id, mut uds_id, mut instant_id) = (0i64, 0i64, 0i64);
         for _ in 0..options.rounds {
             if let Some(raw) = raw.as_mut() {
                 raw_rates.push(raw.run(rows_per_tx, options.round)?);
@@ -275,8 +296,16 @@ async fn run() -> Result<(), String> {
             if let Some(db) = &uds {
                 uds_rates.push(handle(db, &mut uds_id, rows_per_tx, options.round).await?);
             }
+            if let (Some(db), Some(peer)) = (&instant, &peer) {
+                peer.active.store(true, Ordering::Relaxed);
+                let rate = handle(db, &mut instant_id, rows_per_tx, options.round).await;
+                peer.active.store(false, Ordering::Relaxed);
+                instant_rates.push(rate?);
+            }
         }
         drop(uds);
+        drop(instant);
+        drop(peer);
 
         let (raw_rate, file_rate, uds_rate) =
             (median(raw_rates), median(file_rates), median(uds_rates));
@@ -289,6 +318,13 @@ async fn run() -> Result<(), String> {
             uds_rate,
             uds_rate / raw_rate
         );
+        if !instant_rates.is_empty() {
+            let rate = median(instant_rates);
+            println!(
+                "    actor_uds against a peer that answers at once (no SQLite, polls without sleeping): {rate:.0} rows/s, {:.2}x raw",
+                rate / raw_rate
+            );
+        }
         if let Some(server) = server {
             let socket = dir.path().join(format!("s{rows_per_tx}.sock"));
             print_timeline(dir.path(), &socket, &limits, &mut uds_id, rows_per_tx).await?;
