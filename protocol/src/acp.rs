@@ -177,7 +177,7 @@ pub const MAX_JSON_DEPTH: usize = 127;
 pub fn nests_deeper_than(text: &[u8], max: usize) -> bool {
     // A line with no more opening brackets than `max` cannot nest deeper:
     // one vectorised count settles nearly every line.
-    let opening = text.iter().filter(|&&b| b == b'[' || b == b'{').count();
+    let opening = memchr::memchr2_iter(b'[', b'{', text).count();
     if opening <= max {
         return false;
     }

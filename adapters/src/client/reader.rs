@@ -35,7 +35,7 @@ pub(super) async fn read_line_limited<R: AsyncBufRead + Unpin>(
             }
             break;
         }
-        let (chunk, consumed, done) = match available.iter().position(|&b| b == b'\n') {
+        let (chunk, consumed, done) = match memchr::memchr(b'\n', available) {
             Some(at) => (&available[..at], at + 1, true),
             None => (available, available.len(), false),
         };
