@@ -317,15 +317,31 @@ pub(super) async fn serve_connection(
     let writer_budget = budget.clone();
     let writer_task = tokio::spawn(async move {
         let budget = writer_budget;
+        // What is already waiting is coalesced into one write, copied into
+        // this buffer (kept from write to write, so it grows once rather
+        // than reallocating a batch from its first frame up); a frame
+        // alone is written as it is.
+        let mut coalesced: Vec<u8> = Vec::new();
         'frames: while let Some(frame) = rx.recv().await {
-            let mut batch = frame;
-            // Coalesce what is already waiting into one write.
-            while batch.len() < MAX_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(more) => batch.extend_from_slice(&more),
-                    Err(_) => break,
+            let batch: &[u8] = match rx.try_recv() {
+                Err(_) => &frame,
+                Ok(more) => {
+                    if coalesced.capacity() > 2 * MAX_BATCH_BYTES {
+                        // A huge frame passed through: do not keep its room.
+                        coalesced = Vec::new();
+                    }
+                    coalesced.clear();
+                    coalesced.extend_from_slice(&frame);
+                    coalesced.extend_from_slice(&more);
+                    while coalesced.len() < MAX_BATCH_BYTES {
+                        match rx.try_recv() {
+                            Ok(more) => coalesced.extend_from_slice(&more),
+                            Err(_) => break,
+                        }
+                    }
+                    &coalesced
                 }
-            }
+            };
             let mut written = 0;
             while written < batch.len() {
                 match tokio::time::timeout(stall, writer.write(&batch[written..])).await {

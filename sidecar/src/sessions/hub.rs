@@ -21,8 +21,8 @@ use serde_json::Value;
 #[derive(Clone, Debug)]
 pub enum Item {
     /// A committed event and its public JSON, rendered once for every
-    /// subscriber.
-    Durable(Arc<StoredEvent>, Arc<str>),
+    /// subscriber (shared as rendered, not copied into a new allocation).
+    Durable(Arc<StoredEvent>, Arc<String>),
     Ephemeral {
         session_id: Arc<str>,
         after_sequence: u64,
@@ -32,7 +32,7 @@ pub enum Item {
 
 impl Item {
     pub fn durable(event: StoredEvent) -> Item {
-        let public: Arc<str> = Arc::from(event.public_json());
+        let public = Arc::new(event.public_json());
         Item::Durable(Arc::new(event), public)
     }
 }

@@ -140,21 +140,25 @@ impl Shared {
 
     /// Logs once per crossing when `used` passes 80 % of `limit`.
     pub(crate) fn warn_near_limit(&self, setting: &str, used: u64, limit: u64) {
-        self.warn_keyed(setting, setting, used, limit);
+        self.warn_keyed(|| setting.to_owned(), setting, used, limit);
     }
 
     /// Like [`Self::warn_near_limit`], for a bound that each session has
     /// on its own (one turn's output, one message): each session's crossing
     /// warns once.
     pub(crate) fn warn_session(&self, session_id: &str, setting: &str, used: u64, limit: u64) {
-        self.warn_keyed(&format!("{setting}:{session_id}"), setting, used, limit);
+        self.warn_keyed(|| format!("{setting}:{session_id}"), setting, used, limit);
     }
 
-    fn warn_keyed(&self, key: &str, setting: &str, used: u64, limit: u64) {
+    /// Warns once when `used` reaches 80 % of `limit` under the name
+    /// `key()`, and forgets the name once `used` is below the mark again.
+    /// The name is built only when the set is touched: under the mark with
+    /// nothing warned (every update of a quiet turn) costs one lock.
+    fn warn_keyed(&self, key: impl FnOnce() -> String, setting: &str, used: u64, limit: u64) {
         let threshold = limit / 5 * 4 + (limit % 5) * 4 / 5;
         let mut warned = lock(&self.warned);
         if used >= threshold && used > 0 && limit > 0 {
-            if warned.insert(key.to_owned()) {
+            if warned.insert(key()) {
                 tracing::warn!(
                     used,
                     limit,
@@ -162,8 +166,8 @@ impl Shared {
                     "usage crossed 80% of a configured limit"
                 );
             }
-        } else {
-            warned.remove(key);
+        } else if !warned.is_empty() {
+            warned.remove(&key());
         }
     }
 
@@ -174,13 +178,13 @@ impl Shared {
         after: &HistoryCounters,
     ) {
         self.warn_keyed(
-            &format!("history-events:{session_id}"),
+            || format!("history-events:{session_id}"),
             "limits.acp.maxSessionHistoryEvents",
             after.retained_event_count,
             self.limits.max_session_history_events,
         );
         self.warn_keyed(
-            &format!("history-bytes:{session_id}"),
+            || format!("history-bytes:{session_id}"),
             "limits.acp.maxSessionHistoryBytes",
             after.retained_event_bytes,
             self.limits.max_session_history_bytes,
