@@ -326,10 +326,6 @@ pub(super) async fn serve_connection(
             let batch: &[u8] = match rx.try_recv() {
                 Err(_) => &frame,
                 Ok(more) => {
-                    if coalesced.capacity() > 2 * MAX_BATCH_BYTES {
-                        // A huge frame passed through: do not keep its room.
-                        coalesced = Vec::new();
-                    }
                     coalesced.clear();
                     coalesced.extend_from_slice(&frame);
                     coalesced.extend_from_slice(&more);
@@ -370,6 +366,10 @@ pub(super) async fn serve_connection(
                         break 'frames;
                     }
                 }
+            }
+            if coalesced.capacity() > 2 * MAX_BATCH_BYTES {
+                // A huge frame went through it: its room is not kept.
+                coalesced = Vec::new();
             }
         }
         let _ = closed_tx.send(true);
