@@ -173,7 +173,7 @@ async fn print_timeline(
     Ok(())
 }
 
-/// What to measure; `--only raw|file|uds`, `--rows N`, `--rounds N` and
+/// What to measure; `--only raw|file|uds|instant`, `--rows N`, `--rounds N` and
 /// `--secs S` (per round and target) narrow a run down for profiling.
 struct Options {
     only: Option<String>,

@@ -5,8 +5,9 @@
 //!
 //! Async callers never touch SQLite on a worker the runtime counts on: they
 //! enqueue a job and await a oneshot reply (or, for reads, read inside
-//! `block_in_place`), so no tokio worker ever blocks on disk. A full queue is a typed `QueueFull` error rather than unbounded
-//! memory. Every transaction is `BEGIN IMMEDIATE … COMMIT`; any failure or
+//! `block_in_place`), so no tokio worker ever blocks on disk. A full queue
+//! is a typed `QueueFull` error rather than unbounded memory. Every
+//! transaction is `BEGIN IMMEDIATE … COMMIT`; any failure or
 //! expected-change mismatch rolls back everything. The writer counts every
 //! job it answers before it answers, which is how a read connection knows
 //! whether the snapshot it holds is still the latest.
