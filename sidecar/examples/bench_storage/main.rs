@@ -3,12 +3,15 @@
 //! the handle on actor_uds through the reference server, with each ratio to
 //! raw, and then the request/response timeline of one actor_uds transaction
 //! of each size (its round trips), and the handle against a peer that
-//! answers at once without SQLite (the ceiling of the client's own side).
+//! answers at once without SQLite (the ceiling of the client's own side),
+//! beside a bare client sending each transaction in one round trip against
+//! such a peer (the ceiling of that shape).
 //! Run through `scripts/bench-storage`
 //! (release build); flags such as `--only uds --rows 100 --secs 5` narrow a
 //! run down for profiling.
 
 mod instant_peer;
+mod one_trip;
 mod timeline;
 
 use std::path::Path;
@@ -282,10 +285,20 @@ async fn run() -> Result<(), String> {
             }
             false => None,
         };
+        let mut one_trip = None;
+        if wants("instant") {
+            let started = instant_peer::InstantPeer::start(
+                &dir.path().join(format!("one-trip-{rows_per_tx}.sock")),
+            )
+            .map_err(|e| e.to_string())?;
+            let client = one_trip::OneTrip::connect(&started.socket).await?;
+            one_trip = Some((started, client));
+        }
 
         let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
-        let mut instant_rates = vec![];
+        let (mut instant_rates, mut one_trip_rates) = (vec![], vec![]);
         let (mut file_id, mut uds_id, mut instant_id) = (0i64, 0i64, 0i64);
+        let mut one_trip_id = 0i64;
         for _ in 0..options.rounds {
             if let Some(raw) = raw.as_mut() {
                 raw_rates.push(raw.run(rows_per_tx, options.round)?);
@@ -302,10 +315,27 @@ async fn run() -> Result<(), String> {
                 peer.active.store(false, Ordering::Relaxed);
                 instant_rates.push(rate?);
             }
+            if let Some((peer, client)) = one_trip.take() {
+                peer.active.store(true, Ordering::Relaxed);
+                let (start_id, round) = (one_trip_id, options.round);
+                // In a spawned task, as `handle` runs the handle.
+                let (client, rate, end_id) = tokio::spawn(async move {
+                    let (mut client, mut id) = (client, start_id);
+                    let rate = client.run(&mut id, rows_per_tx, round).await;
+                    (client, rate, id)
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+                peer.active.store(false, Ordering::Relaxed);
+                one_trip_rates.push(rate?);
+                one_trip_id = end_id;
+                one_trip = Some((peer, client));
+            }
         }
         drop(uds);
         drop(instant);
         drop(peer);
+        drop(one_trip);
 
         let (raw_rate, file_rate, uds_rate) =
             (median(raw_rates), median(file_rates), median(uds_rates));
@@ -322,6 +352,13 @@ async fn run() -> Result<(), String> {
             let rate = median(instant_rates);
             println!(
                 "    actor_uds against a peer that answers at once (no SQLite, polls without sleeping): {rate:.0} rows/s, {:.2}x raw",
+                rate / raw_rate
+            );
+        }
+        if !one_trip_rates.is_empty() {
+            let rate = median(one_trip_rates);
+            println!(
+                "    one round trip per transaction (Begin, inserts, Commit in one write; unsafe under ARS v1) against such a peer: {rate:.0} rows/s, {:.2}x raw",
                 rate / raw_rate
             );
         }

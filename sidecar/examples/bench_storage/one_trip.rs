@@ -1,0 +1,155 @@
+//! The one-round-trip shape, measured rather than estimated: a bare ARS v1
+//! client that writes a whole transaction (`Begin`, its inserts carrying the
+//! lease key, `Commit`) in one write and then reads every answer, against an
+//! instant peer. The sidecar does not send transactions so: ARS v1 commits a
+//! lease whatever its statements answered, so a `Commit` sent before the
+//! answers are seen would keep the statements before a failed one, or a
+//! compare-and-set that matched nothing. What this client reaches is the most
+//! that shape could give on this machine, with no server cost and no handle
+//! (no statement list, no expected-change checks, no connection driver).
+
+use agentos_protocol::ars::{
+    self, ClientFrame, FrameDecoder, Request, RequestPayload, ResponsePayload, ServerFrame,
+    SqlValue, SqliteBegin, SqliteCommit, SqliteQuery,
+};
+use bytes::BytesMut;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+/// A connected bare client; request ids and lease keys count up from 1.
+pub struct OneTrip {
+    stream: UnixStream,
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    out: Vec<u8>,
+    next_request: u32,
+}
+
+impl OneTrip {
+    /// Connects and says hello.
+    pub async fn connect(socket: &Path) -> Result<OneTrip, String> {
+        let stream = UnixStream::connect(socket)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut client = OneTrip {
+            stream,
+            decoder: FrameDecoder::new(ars::DEFAULT_MAX_FRAME_BYTES),
+            buf: BytesMut::with_capacity(64 * 1024),
+            out: Vec::with_capacity(64 * 1024),
+            next_request: 0,
+        };
+        let hello = ars::client_hello_frame().map_err(|e| e.to_string())?;
+        client
+            .stream
+            .write_all(&hello)
+            .await
+            .map_err(|e| e.to_string())?;
+        let payload = client.next_payload().await?;
+        match ars::decode_server_hello(payload).map_err(|e| e.to_string())? {
+            ars::ServerHello::HelloOk(_) => Ok(client),
+            other => Err(format!("the peer refused the hello: {other:?}")),
+        }
+    }
+
+    async fn next_payload(&mut self) -> Result<bytes::Bytes, String> {
+        loop {
+            if let Some(payload) = self
+                .decoder
+                .decode(&mut self.buf)
+                .map_err(|e| e.to_string())?
+            {
+                return Ok(payload);
+            }
+            let n = self
+                .stream
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the peer closed the connection".into());
+            }
+        }
+    }
+
+    fn push(&mut self, lease_key: Option<String>, payload: RequestPayload) -> Result<(), String> {
+        self.next_request = self.next_request.wrapping_add(1);
+        let frame = ClientFrame::Request(Request {
+            request_id: self.next_request,
+            lease_key,
+            payload,
+        });
+        ars::client_frame_into(&frame, ars::DEFAULT_MAX_FRAME_BYTES, &mut self.out)
+            .map_err(|e| e.to_string())
+    }
+
+    /// One transaction of `statements` inserts in one write; every answer
+    /// must be the success its request expects.
+    async fn transaction(&mut self, statements: Vec<(i64, String)>) -> Result<(), String> {
+        let lease = format!("{}", self.next_request);
+        let expected = statements.len() + 2;
+        self.out.clear();
+        self.push(
+            None,
+            RequestPayload::SqliteBegin(SqliteBegin {
+                lease_key: lease.clone(),
+                timeout_ms: None,
+            }),
+        )?;
+        for (id, body) in statements {
+            self.push(
+                Some(lease.clone()),
+                RequestPayload::SqliteQuery(SqliteQuery {
+                    sql: super::INSERT.into(),
+                    params: vec![SqlValue::SqlInteger(id), SqlValue::SqlText(body)],
+                }),
+            )?;
+        }
+        self.push(
+            None,
+            RequestPayload::SqliteCommit(SqliteCommit { lease_key: lease }),
+        )?;
+        self.stream
+            .write_all(&self.out)
+            .await
+            .map_err(|e| e.to_string())?;
+        for _ in 0..expected {
+            let payload = self.next_payload().await?;
+            let ServerFrame::Response(response) =
+                ars::decode_server_frame(payload).map_err(|e| e.to_string())?
+            else {
+                return Err("the peer went away".into());
+            };
+            match response.payload {
+                ResponsePayload::SqliteBeginOk | ResponsePayload::SqliteCommitOk => {}
+                ResponsePayload::SqliteQueryOk(ok) if ok.changes == 1 => {}
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows/s of `rows_per_tx`-row transactions for `run`; `next_id` carries
+    /// the key sequence across rounds.
+    pub async fn run(
+        &mut self,
+        next_id: &mut i64,
+        rows_per_tx: usize,
+        run: Duration,
+    ) -> Result<f64, String> {
+        let mut rows = 0u64;
+        let start = Instant::now();
+        while start.elapsed() < run {
+            let statements = (0..rows_per_tx)
+                .map(|_| {
+                    *next_id += 1;
+                    (*next_id, super::payload(*next_id))
+                })
+                .collect();
+            self.transaction(statements).await?;
+            rows += rows_per_tx as u64;
+        }
+        Ok(rows as f64 / start.elapsed().as_secs_f64())
+    }
+}
