@@ -4,14 +4,14 @@
 //! raw, and then the request/response timeline of one actor_uds transaction
 //! of each size (its round trips), and the handle against a peer that
 //! answers at once without SQLite (the ceiling of the client's own side),
-//! beside a bare client sending each transaction in one round trip against
-//! such a peer (the ceiling of that shape).
+//! beside a bare client sending each transaction in two round trips and in
+//! one against such a peer (the ceiling of each shape).
 //! Run through `scripts/bench-storage`
 //! (release build); flags such as `--only uds --rows 100 --secs 5` narrow a
 //! run down for profiling.
 
+mod bare_client;
 mod instant_peer;
-mod one_trip;
 mod timeline;
 
 use std::path::Path;
@@ -23,6 +23,7 @@ use agentos_schema::{Database, SqlValue, Statement};
 use agentos_sidecar::config::SqliteLimits;
 use agentos_sidecar::db::ars_server::{self, ArsServerOptions};
 use agentos_sidecar::db::{actor_uds, sqlite_file};
+use bare_client::{BareClient, Shape};
 
 /// The allocator the `agentos-sidecar` binary runs with.
 #[global_allocator]
@@ -285,20 +286,21 @@ async fn run() -> Result<(), String> {
             }
             false => None,
         };
-        let mut one_trip = None;
+        // One peer for each bare shape (a peer serves one connection).
+        let mut bare = vec![];
         if wants("instant") {
-            let started = instant_peer::InstantPeer::start(
-                &dir.path().join(format!("one-trip-{rows_per_tx}.sock")),
-            )
-            .map_err(|e| e.to_string())?;
-            let client = one_trip::OneTrip::connect(&started.socket).await?;
-            one_trip = Some((started, client));
+            for (name, shape) in [("two", Shape::TwoTrips), ("one", Shape::OneTrip)] {
+                let started = instant_peer::InstantPeer::start(
+                    &dir.path().join(format!("bare-{name}-{rows_per_tx}.sock")),
+                )
+                .map_err(|e| e.to_string())?;
+                let client = BareClient::connect(&started.socket).await?;
+                bare.push((shape, started, Some(client), 0i64, vec![]));
+            }
         }
-
         let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
-        let (mut instant_rates, mut one_trip_rates) = (vec![], vec![]);
+        let mut instant_rates = vec![];
         let (mut file_id, mut uds_id, mut instant_id) = (0i64, 0i64, 0i64);
-        let mut one_trip_id = 0i64;
         for _ in 0..options.rounds {
             if let Some(raw) = raw.as_mut() {
                 raw_rates.push(raw.run(rows_per_tx, options.round)?);
@@ -315,27 +317,26 @@ async fn run() -> Result<(), String> {
                 peer.active.store(false, Ordering::Relaxed);
                 instant_rates.push(rate?);
             }
-            if let Some((peer, client)) = one_trip.take() {
+            for (shape, peer, slot, next_id, rates) in &mut bare {
+                let Some(client) = slot.take() else { continue };
                 peer.active.store(true, Ordering::Relaxed);
-                let (start_id, round) = (one_trip_id, options.round);
+                let (shape, start_id, round) = (*shape, *next_id, options.round);
                 // In a spawned task, as `handle` runs the handle.
                 let (client, rate, end_id) = tokio::spawn(async move {
                     let (mut client, mut id) = (client, start_id);
-                    let rate = client.run(&mut id, rows_per_tx, round).await;
+                    let rate = client.run(shape, &mut id, rows_per_tx, round).await;
                     (client, rate, id)
                 })
                 .await
                 .map_err(|e| e.to_string())?;
                 peer.active.store(false, Ordering::Relaxed);
-                one_trip_rates.push(rate?);
-                one_trip_id = end_id;
-                one_trip = Some((peer, client));
+                rates.push(rate?);
+                (*slot, *next_id) = (Some(client), end_id);
             }
         }
         drop(uds);
         drop(instant);
         drop(peer);
-        drop(one_trip);
 
         let (raw_rate, file_rate, uds_rate) =
             (median(raw_rates), median(file_rates), median(uds_rates));
@@ -355,12 +356,17 @@ async fn run() -> Result<(), String> {
                 rate / raw_rate
             );
         }
-        if !one_trip_rates.is_empty() {
-            let rate = median(one_trip_rates);
+        for (shape, peer, client, _, rates) in bare {
+            let rate = median(rates);
+            let shape = match shape {
+                Shape::TwoTrips => "two round trips (Begin and the inserts, then Commit)",
+                Shape::OneTrip => "one round trip (Commit behind them; unsafe under ARS v1)",
+            };
             println!(
-                "    one round trip per transaction (Begin, inserts, Commit in one write; unsafe under ARS v1) against such a peer: {rate:.0} rows/s, {:.2}x raw",
+                "    a bare client, {shape}, against such a peer: {rate:.0} rows/s, {:.2}x raw",
                 rate / raw_rate
             );
+            drop((client, peer));
         }
         if let Some(server) = server {
             let socket = dir.path().join(format!("s{rows_per_tx}.sock"));

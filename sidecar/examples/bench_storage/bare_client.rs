@@ -1,12 +1,13 @@
-//! The one-round-trip shape, measured rather than estimated: a bare ARS v1
-//! client that writes a whole transaction (`Begin`, its inserts carrying the
-//! lease key, `Commit`) in one write and then reads every answer, against an
-//! instant peer. The sidecar does not send transactions so: ARS v1 commits a
-//! lease whatever its statements answered, so a `Commit` sent before the
-//! answers are seen would keep the statements before a failed one, or a
-//! compare-and-set that matched nothing. What this client reaches is the most
-//! that shape could give on this machine, with no server cost and no handle
-//! (no statement list, no expected-change checks, no connection driver).
+//! Round trips per transaction, measured rather than estimated: a bare ARS
+//! v1 client against an instant peer, with no server cost and no handle (no
+//! statement list, no expected-change checks, no connection driver). In two
+//! round trips it sends what the handle sends (`Begin` and the inserts in one
+//! write, `Commit` once they are answered); in one it writes `Commit` behind
+//! them. The sidecar never sends the second shape: ARS v1 commits a lease
+//! whatever its statements answered, so a `Commit` sent before the answers
+//! are seen would keep the statements before a failed one, or a
+//! compare-and-set that matched nothing. What each shape reaches is the most
+//! it could give on this machine.
 
 use agentos_protocol::ars::{
     self, ClientFrame, FrameDecoder, Request, RequestPayload, ResponsePayload, ServerFrame,
@@ -18,8 +19,17 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+/// How a transaction's requests go out.
+#[derive(Clone, Copy)]
+pub enum Shape {
+    /// `Begin` and the statements, then `Commit` after their answers.
+    TwoTrips,
+    /// Everything in one write.
+    OneTrip,
+}
+
 /// A connected bare client; request ids and lease keys count up from 1.
-pub struct OneTrip {
+pub struct BareClient {
     stream: UnixStream,
     decoder: FrameDecoder,
     buf: BytesMut,
@@ -27,13 +37,13 @@ pub struct OneTrip {
     next_request: u32,
 }
 
-impl OneTrip {
+impl BareClient {
     /// Connects and says hello.
-    pub async fn connect(socket: &Path) -> Result<OneTrip, String> {
+    pub async fn connect(socket: &Path) -> Result<BareClient, String> {
         let stream = UnixStream::connect(socket)
             .await
             .map_err(|e| e.to_string())?;
-        let mut client = OneTrip {
+        let mut client = BareClient {
             stream,
             decoder: FrameDecoder::new(ars::DEFAULT_MAX_FRAME_BYTES),
             buf: BytesMut::with_capacity(64 * 1024),
@@ -84,11 +94,15 @@ impl OneTrip {
             .map_err(|e| e.to_string())
     }
 
-    /// One transaction of `statements` inserts in one write; every answer
+    /// One transaction of `statements` inserts sent in `shape`; every answer
     /// must be the success its request expects.
-    async fn transaction(&mut self, statements: Vec<(i64, String)>) -> Result<(), String> {
+    async fn transaction(
+        &mut self,
+        shape: Shape,
+        statements: Vec<(i64, String)>,
+    ) -> Result<(), String> {
         let lease = format!("{}", self.next_request);
-        let expected = statements.len() + 2;
+        let answers = statements.len() + 1;
         self.out.clear();
         self.push(
             None,
@@ -106,15 +120,28 @@ impl OneTrip {
                 }),
             )?;
         }
-        self.push(
-            None,
-            RequestPayload::SqliteCommit(SqliteCommit { lease_key: lease }),
-        )?;
+        let commit = RequestPayload::SqliteCommit(SqliteCommit { lease_key: lease });
+        match shape {
+            Shape::OneTrip => {
+                self.push(None, commit)?;
+                self.send_and_await(answers + 1).await
+            }
+            Shape::TwoTrips => {
+                self.send_and_await(answers).await?;
+                self.out.clear();
+                self.push(None, commit)?;
+                self.send_and_await(1).await
+            }
+        }
+    }
+
+    /// Writes what is queued and reads `answers` successes.
+    async fn send_and_await(&mut self, answers: usize) -> Result<(), String> {
         self.stream
             .write_all(&self.out)
             .await
             .map_err(|e| e.to_string())?;
-        for _ in 0..expected {
+        for _ in 0..answers {
             let payload = self.next_payload().await?;
             let ServerFrame::Response(response) =
                 ars::decode_server_frame(payload).map_err(|e| e.to_string())?
@@ -130,10 +157,11 @@ impl OneTrip {
         Ok(())
     }
 
-    /// Rows/s of `rows_per_tx`-row transactions for `run`; `next_id` carries
-    /// the key sequence across rounds.
+    /// Rows/s of `rows_per_tx`-row transactions sent in `shape` for `run`;
+    /// `next_id` carries the key sequence across rounds.
     pub async fn run(
         &mut self,
+        shape: Shape,
         next_id: &mut i64,
         rows_per_tx: usize,
         run: Duration,
@@ -147,7 +175,7 @@ impl OneTrip {
                     (*next_id, super::payload(*next_id))
                 })
                 .collect();
-            self.transaction(statements).await?;
+            self.transaction(shape, statements).await?;
             rows += rows_per_tx as u64;
         }
         Ok(rows as f64 / start.elapsed().as_secs_f64())
