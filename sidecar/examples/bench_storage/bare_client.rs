@@ -17,7 +17,7 @@ use agentos_protocol::ars::{
 };
 use bytes::BytesMut;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -168,9 +168,8 @@ impl BareClient {
         rows_per_tx: usize,
         run: Duration,
     ) -> Result<f64, String> {
-        let mut rows = 0u64;
-        let start = Instant::now();
-        while start.elapsed() < run {
+        let mut meter = super::Meter::new(run);
+        while meter.running() {
             let statements = (0..rows_per_tx)
                 .map(|_| {
                     *next_id += 1;
@@ -178,8 +177,8 @@ impl BareClient {
                 })
                 .collect();
             self.transaction(shape, statements).await?;
-            rows += rows_per_tx as u64;
+            meter.add(rows_per_tx);
         }
-        Ok(rows as f64 / start.elapsed().as_secs_f64())
+        Ok(meter.rate())
     }
 }

@@ -62,9 +62,8 @@ impl Raw {
 
     fn run(&mut self, rows_per_tx: usize, run: Duration) -> Result<f64, String> {
         let conn = &self.conn;
-        let mut rows = 0u64;
-        let start = Instant::now();
-        while start.elapsed() < run {
+        let mut meter = Meter::new(run);
+        while meter.running() {
             conn.execute_batch("BEGIN IMMEDIATE")
                 .map_err(|e| e.to_string())?;
             for _ in 0..rows_per_tx {
@@ -79,9 +78,9 @@ impl Raw {
                 }
             }
             conn.execute_batch("COMMIT").map_err(|e| e.to_string())?;
-            rows += rows_per_tx as u64;
+            meter.add(rows_per_tx);
         }
-        Ok(rows as f64 / start.elapsed().as_secs_f64())
+        Ok(meter.rate())
     }
 }
 
@@ -132,19 +131,47 @@ async fn transaction(
         .map_err(|e| e.to_string())
 }
 
+/// Rows/s over one timed run: `while meter.running() { …; meter.add(rows) }`.
+struct Meter {
+    start: Instant,
+    run: Duration,
+    rows: u64,
+}
+
+impl Meter {
+    fn new(run: Duration) -> Meter {
+        Meter {
+            start: Instant::now(),
+            run,
+            rows: 0,
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.start.elapsed() < self.run
+    }
+
+    fn add(&mut self, rows: usize) {
+        self.rows += rows as u64;
+    }
+
+    fn rate(&self) -> f64 {
+        self.rows as f64 / self.start.elapsed().as_secs_f64()
+    }
+}
+
 async fn transactions(
     db: &dyn Database,
     next_id: &mut i64,
     rows_per_tx: usize,
     run: Duration,
 ) -> Result<f64, String> {
-    let mut rows = 0u64;
-    let start = Instant::now();
-    while start.elapsed() < run {
+    let mut meter = Meter::new(run);
+    while meter.running() {
         transaction(db, next_id, rows_per_tx).await?;
-        rows += rows_per_tx as u64;
+        meter.add(rows_per_tx);
     }
-    Ok(rows as f64 / start.elapsed().as_secs_f64())
+    Ok(meter.rate())
 }
 
 /// Prints one actor_uds transaction of `rows_per_tx` rows as the recording
