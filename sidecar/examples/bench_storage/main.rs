@@ -174,6 +174,16 @@ async fn transactions(
     Ok(meter.rate())
 }
 
+/// A bare client in one shape, with the instant peer it alone talks to.
+struct Bare {
+    shape: Shape,
+    peer: instant_peer::InstantPeer,
+    /// Lent to the task that runs a round.
+    client: Option<BareClient>,
+    next_id: i64,
+    rates: Vec<f64>,
+}
+
 /// Prints one actor_uds transaction of `rows_per_tx` rows as the recording
 /// proxy saw it, after a few unrecorded ones (the statements are cached).
 async fn print_timeline(
@@ -204,7 +214,8 @@ async fn print_timeline(
     Ok(())
 }
 
-/// What to measure; `--only raw|file|uds|instant`, `--rows N`, `--rounds N` and
+/// What to measure; `--only raw|file|uds|instant` (`instant`: the handle and
+/// the bare client against instant peers), `--rows N`, `--rounds N` and
 /// `--secs S` (per round and target) narrow a run down for profiling.
 struct Options {
     only: Option<String>,
@@ -322,7 +333,13 @@ async fn run() -> Result<(), String> {
                 )
                 .map_err(|e| e.to_string())?;
                 let client = BareClient::connect(&started.socket).await?;
-                bare.push((shape, started, Some(client), 0i64, vec![]));
+                bare.push(Bare {
+                    shape,
+                    peer: started,
+                    client: Some(client),
+                    next_id: 0,
+                    rates: vec![],
+                });
             }
         }
         let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
@@ -344,10 +361,12 @@ async fn run() -> Result<(), String> {
                 peer.active.store(false, Ordering::Relaxed);
                 instant_rates.push(rate?);
             }
-            for (shape, peer, slot, next_id, rates) in &mut bare {
-                let Some(client) = slot.take() else { continue };
-                peer.active.store(true, Ordering::Relaxed);
-                let (shape, start_id, round) = (*shape, *next_id, options.round);
+            for bare in &mut bare {
+                let Some(client) = bare.client.take() else {
+                    continue;
+                };
+                bare.peer.active.store(true, Ordering::Relaxed);
+                let (shape, start_id, round) = (bare.shape, bare.next_id, options.round);
                 // In a spawned task, as `handle` runs the handle.
                 let (client, rate, end_id) = tokio::spawn(async move {
                     let (mut client, mut id) = (client, start_id);
@@ -356,9 +375,9 @@ async fn run() -> Result<(), String> {
                 })
                 .await
                 .map_err(|e| e.to_string())?;
-                peer.active.store(false, Ordering::Relaxed);
-                rates.push(rate?);
-                (*slot, *next_id) = (Some(client), end_id);
+                bare.peer.active.store(false, Ordering::Relaxed);
+                bare.rates.push(rate?);
+                (bare.client, bare.next_id) = (Some(client), end_id);
             }
         }
         drop(uds);
@@ -383,9 +402,9 @@ async fn run() -> Result<(), String> {
                 rate / raw_rate
             );
         }
-        for (shape, peer, client, _, rates) in bare {
-            let rate = median(rates);
-            let shape = match shape {
+        for bare in bare {
+            let rate = median(bare.rates);
+            let shape = match bare.shape {
                 Shape::TwoTrips => "two round trips (Begin and the inserts, then Commit)",
                 Shape::OneTrip => "one round trip (Commit behind them; unsafe under ARS v1)",
             };
@@ -393,7 +412,6 @@ async fn run() -> Result<(), String> {
                 "    a bare client, {shape}, against such a peer: {rate:.0} rows/s, {:.2}x raw",
                 rate / raw_rate
             );
-            drop((client, peer));
         }
         if let Some(server) = server {
             let socket = dir.path().join(format!("s{rows_per_tx}.sock"));
