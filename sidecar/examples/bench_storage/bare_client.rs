@@ -8,8 +8,9 @@
 //! them. The sidecar never sends the second shape: ARS v1 commits a lease
 //! whatever its statements answered, so a `Commit` sent before the answers
 //! are seen would keep the statements before a failed one, or a
-//! compare-and-set that matched nothing. What each shape reaches is the most
-//! it could give on this machine.
+//! compare-and-set that matched nothing. What each shape reaches against the
+//! peer is the most it could give on this machine; the bench also runs the
+//! one-round-trip shape through the reference server.
 
 use agentos_protocol::ars::{
     self, ClientFrame, FrameDecoder, Request, RequestPayload, ResponsePayload, ServerFrame,

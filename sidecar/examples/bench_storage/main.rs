@@ -5,7 +5,8 @@
 //! of each size (its round trips), and the handle against a peer that
 //! answers at once without SQLite (the ceiling of the client's own side),
 //! beside a bare client sending each transaction in two round trips and in
-//! one against such a peer (the ceiling of each shape).
+//! one against such a peer (the ceiling of each shape), and in one through
+//! the reference server.
 //! Run through `scripts/bench-storage`
 //! (release build); flags such as `--only uds --rows 100 --secs 5` narrow a
 //! run down for profiling.
@@ -174,14 +175,39 @@ async fn transactions(
     Ok(meter.rate())
 }
 
-/// A bare client in one shape, with the instant peer it alone talks to.
+/// What a bare client talks to, alone.
+enum Behind {
+    Peer(instant_peer::InstantPeer),
+    Server(ars_server::ArsServerHandle),
+}
+
+/// A bare client in one shape, with what it talks to and its rounds.
 struct Bare {
     shape: Shape,
-    peer: instant_peer::InstantPeer,
+    behind: Behind,
     /// Lent to the task that runs a round.
     client: Option<BareClient>,
     next_id: i64,
     rates: Vec<f64>,
+}
+
+impl Bare {
+    fn new(shape: Shape, behind: Behind, client: BareClient) -> Bare {
+        Bare {
+            shape,
+            behind,
+            client: Some(client),
+            next_id: 0,
+            rates: vec![],
+        }
+    }
+
+    /// An instant peer polls without sleeping only while its rounds run.
+    fn polling(&self, on: bool) {
+        if let Behind::Peer(peer) = &self.behind {
+            peer.active.store(on, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Prints one actor_uds transaction of `rows_per_tx` rows as the recording
@@ -324,23 +350,33 @@ async fn run() -> Result<(), String> {
             }
             false => None,
         };
-        // One peer for each bare shape (a peer serves one connection).
+        // A peer of its own for each bare client (a peer serves one
+        // connection), and one round trip through a reference server of its
+        // own too (its keys would collide with the handle's).
         let mut bare = vec![];
         if wants("instant") {
             for (name, shape) in [("two", Shape::TwoTrips), ("one", Shape::OneTrip)] {
-                let started = instant_peer::InstantPeer::start(
+                let peer = instant_peer::InstantPeer::start(
                     &dir.path().join(format!("bare-{name}-{rows_per_tx}.sock")),
                 )
                 .map_err(|e| e.to_string())?;
-                let client = BareClient::connect(&started.socket).await?;
-                bare.push(Bare {
-                    shape,
-                    peer: started,
-                    client: Some(client),
-                    next_id: 0,
-                    rates: vec![],
-                });
+                let client = BareClient::connect(&peer.socket).await?;
+                bare.push(Bare::new(shape, Behind::Peer(peer), client));
             }
+        }
+        if wants("uds") {
+            let served = dir.path().join(format!("bare-{rows_per_tx}.sqlite"));
+            let socket = dir.path().join(format!("bare-{rows_per_tx}.sock"));
+            let server = ars_server::bind(&served, &socket, ArsServerOptions::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let db = actor_uds::connect(&socket, &limits)
+                .await
+                .map_err(|e| e.to_string())?;
+            db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+            drop(db);
+            let client = BareClient::connect(&socket).await?;
+            bare.push(Bare::new(Shape::OneTrip, Behind::Server(server), client));
         }
         let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
         let mut instant_rates = vec![];
@@ -365,7 +401,7 @@ async fn run() -> Result<(), String> {
                 let Some(client) = bare.client.take() else {
                     continue;
                 };
-                bare.peer.active.store(true, Ordering::Relaxed);
+                bare.polling(true);
                 let (shape, start_id, round) = (bare.shape, bare.next_id, options.round);
                 // In a spawned task, as `handle` runs the handle.
                 let (client, rate, end_id) = tokio::spawn(async move {
@@ -375,7 +411,7 @@ async fn run() -> Result<(), String> {
                 })
                 .await
                 .map_err(|e| e.to_string())?;
-                bare.peer.active.store(false, Ordering::Relaxed);
+                bare.polling(false);
                 bare.rates.push(rate?);
                 (bare.client, bare.next_id) = (Some(client), end_id);
             }
@@ -408,8 +444,15 @@ async fn run() -> Result<(), String> {
                 Shape::TwoTrips => "two round trips (Begin and the inserts, then Commit)",
                 Shape::OneTrip => "one round trip (Commit behind them; unsafe under ARS v1)",
             };
+            let behind = match bare.behind {
+                Behind::Peer(_) => "against such a peer",
+                Behind::Server(server) => {
+                    server.shutdown().await;
+                    "through the reference server"
+                }
+            };
             println!(
-                "    a bare client, {shape}, against such a peer: {rate:.0} rows/s, {:.2}x raw",
+                "    a bare client, {shape}, {behind}: {rate:.0} rows/s, {:.2}x raw",
                 rate / raw_rate
             );
         }
