@@ -1,16 +1,16 @@
 //! Round trips per transaction, measured rather than estimated: a bare ARS
-//! v1 client against an instant peer, so no server cost and none of the
-//! handle's work (its statement values, expected-change checks, connection
-//! driver, and its bound of 64 requests in flight, which splits a 100-row
-//! transaction into more round trips than two). In two
-//! round trips it sends what the handle sends (`Begin` and the inserts in one
-//! write, `Commit` once they are answered); in one it writes `Commit` behind
-//! them. The sidecar never sends the second shape: ARS v1 commits a lease
-//! whatever its statements answered, so a `Commit` sent before the answers
-//! are seen would keep the statements before a failed one, or a
-//! compare-and-set that matched nothing. What each shape reaches against the
-//! peer is the most it could give on this machine; the bench also runs the
-//! one-round-trip shape through the reference server.
+//! v1 client, with none of the handle's work (its statement values,
+//! expected-change checks, connection driver, and its bound of 64 requests
+//! in flight, which splits a 100-row transaction into more than two round
+//! trips). In two round trips it sends what the handle sends (`Begin` and
+//! the inserts in one write, `Commit` once they are answered); in one it
+//! writes `Commit` behind them. The sidecar never sends the second shape:
+//! ARS v1 commits a lease whatever its statements answered, so a `Commit`
+//! sent before the answers are seen would keep the statements before a
+//! failed one, or a compare-and-set that matched nothing. Against an
+//! instant peer each shape reaches the most it could give on this machine;
+//! through the reference server, what one round trip gives with SQLite
+//! behind it.
 
 use agentos_protocol::ars::{
     self, ClientFrame, FrameDecoder, Request, RequestPayload, ResponsePayload, ServerFrame,
