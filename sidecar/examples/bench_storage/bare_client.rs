@@ -31,7 +31,8 @@ pub enum Shape {
     OneTrip,
 }
 
-/// A connected bare client; request ids and lease keys count up from 1.
+/// A connected bare client. Request ids count up from 1, and a
+/// transaction's lease key is the count of requests sent before it.
 pub struct BareClient {
     stream: UnixStream,
     decoder: FrameDecoder,
