@@ -175,6 +175,23 @@ async fn transactions(
     Ok(meter.rate())
 }
 
+/// A reference ARS server over `served` on `socket`, and a handle on it that
+/// has made the bench table.
+async fn reference_server(
+    served: &Path,
+    socket: &Path,
+    limits: &SqliteLimits,
+) -> Result<(ars_server::ArsServerHandle, actor_uds::ActorUdsDatabase), String> {
+    let server = ars_server::bind(served, socket, ArsServerOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let db = actor_uds::connect(socket, limits)
+        .await
+        .map_err(|e| e.to_string())?;
+    db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+    Ok((server, db))
+}
+
 /// What a bare client talks to, alone.
 enum Behind {
     Peer(instant_peer::InstantPeer),
@@ -319,17 +336,13 @@ async fn run() -> Result<(), String> {
         let mut server = None;
         let uds: Option<Arc<dyn Database>> = match wants("uds") {
             true => {
-                let served = dir.path().join(format!("uds-{rows_per_tx}.sqlite"));
-                let socket = dir.path().join(format!("s{rows_per_tx}.sock"));
-                server = Some(
-                    ars_server::bind(&served, &socket, ArsServerOptions::default())
-                        .await
-                        .map_err(|e| e.to_string())?,
-                );
-                let db = actor_uds::connect(&socket, &limits)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+                let (served, db) = reference_server(
+                    &dir.path().join(format!("uds-{rows_per_tx}.sqlite")),
+                    &dir.path().join(format!("s{rows_per_tx}.sock")),
+                    &limits,
+                )
+                .await?;
+                server = Some(served);
                 Some(Arc::new(db))
             }
             false => None,
@@ -365,15 +378,13 @@ async fn run() -> Result<(), String> {
             }
         }
         if wants("uds") {
-            let served = dir.path().join(format!("bare-{rows_per_tx}.sqlite"));
             let socket = dir.path().join(format!("bare-{rows_per_tx}.sock"));
-            let server = ars_server::bind(&served, &socket, ArsServerOptions::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let db = actor_uds::connect(&socket, &limits)
-                .await
-                .map_err(|e| e.to_string())?;
-            db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+            let (server, db) = reference_server(
+                &dir.path().join(format!("bare-{rows_per_tx}.sqlite")),
+                &socket,
+                &limits,
+            )
+            .await?;
             drop(db);
             let client = BareClient::connect(&socket).await?;
             bare.push(Bare::new(Shape::OneTrip, Behind::Server(server), client));
