@@ -56,19 +56,16 @@ async fn responses_come_back_out_of_order() {
     let server = Server::start(ArsServerOptions::default()).await;
     let mut raw = Raw::hello(&server.path()).await;
     raw.send(1, None, begin("k1")).await;
+    assert_eq!(raw.response().await, (1, ResponsePayload::SqliteBeginOk));
     // Lease-less work waits while the lease holds the writer.
     raw.send(2, None, query("SELECT 2")).await;
     raw.send(3, Some("k1"), query("SELECT 3")).await;
+    let (id, payload) = raw.response().await;
+    assert_eq!((id, scalar(&payload)), (3, Some(3)));
     raw.send(4, None, commit("k1")).await;
-    let mut order = Vec::new();
-    for _ in 0..4 {
-        let (id, payload) = raw.response().await;
-        if id == 2 || id == 3 {
-            assert_eq!(scalar(&payload), Some(i64::from(id)));
-        }
-        order.push(id);
-    }
-    assert_eq!(order, vec![1, 3, 4, 2]);
+    assert_eq!(raw.response().await, (4, ResponsePayload::SqliteCommitOk));
+    let (id, payload) = raw.response().await;
+    assert_eq!((id, scalar(&payload)), (2, Some(2)));
     server.handle.shutdown().await;
 }
 
@@ -166,9 +163,20 @@ async fn closing_mid_transaction_rolls_back() {
         .await;
     a.response().await;
     let mut b = Raw::hello(&server.path()).await;
-    b.send(1, None, begin("k2")).await;
+    b.send(1, None, begin("k1")).await;
+    until("B waits behind A's lease", || {
+        server.handle.waiting_begins() == 1
+    })
+    .await;
     drop(a);
-    // B's Begin can only be granted once A's lease has been rolled back.
+    // A's lease expires with its connection: B's Begin, queued behind it,
+    // never began, and is told so. Sent again, it is granted once A's lease
+    // has been rolled back.
+    assert!(matches!(
+        b.response().await.1,
+        ResponsePayload::LeaseExpired(_)
+    ));
+    b.send(4, None, begin("k2")).await;
     assert_eq!(b.response().await.1, ResponsePayload::SqliteBeginOk);
     b.send(2, Some("k2"), query("SELECT COUNT(*) FROM t")).await;
     assert_eq!(scalar(&b.response().await.1), Some(0));
@@ -429,9 +437,18 @@ async fn ended_lease_keys_are_forgotten() {
     // Expiry: the holder is told, then the key is forgotten too.
     raw.send(id, None, begin("k")).await;
     assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
-    // Another connection's Begin is granted only after the expiry.
+    // Another connection's Begin queued behind it is told the lease
+    // expired and never began; sent again, it is granted.
     let mut other = Raw::hello(&server.path()).await;
     other.send(1, None, begin("o")).await;
+    assert!(matches!(
+        other.response().await.1,
+        ResponsePayload::LeaseExpired(LeaseExpired {
+            timeout_ms: 100,
+            ..
+        })
+    ));
+    other.send(3, None, begin("o")).await;
     assert_eq!(other.response().await.1, ResponsePayload::SqliteBeginOk);
     other.send(2, None, commit("o")).await;
     assert_eq!(other.response().await.1, ResponsePayload::SqliteCommitOk);
@@ -464,8 +481,18 @@ async fn a_huge_lease_timeout_is_capped() {
     hog.response().await;
     hog.send(3, None, begin_with_timeout("hog", u64::MAX)).await;
     assert_eq!(hog.response().await.1, ResponsePayload::SqliteBeginOk);
+    // Queued behind the hog's lease until it expires, the Begin is told so
+    // (it never began); sent again, it is granted.
     let mut other = Raw::hello(&server.path()).await;
     other.send(1, None, begin("next")).await;
+    assert!(matches!(
+        other.response().await.1,
+        ResponsePayload::LeaseExpired(LeaseExpired {
+            timeout_ms: 200,
+            ..
+        })
+    ));
+    other.send(4, None, begin("next")).await;
     assert_eq!(other.response().await.1, ResponsePayload::SqliteBeginOk);
     other
         .send(2, Some("next"), query("SELECT COUNT(*) FROM t"))

@@ -11,12 +11,8 @@ async fn second_sidecar_is_refused(backend: Backend) {
     sc.open("s", "echo").await;
     sc.prompt("s", "echo kept").await.expect("a committed turn");
     let root = sc.dir.path();
-    let database = match backend {
-        Backend::SqliteFile => json!({"type": "sqlite_file", "path": root.join("vm.sqlite")}),
-        Backend::ActorUds => json!({"type": "actor_uds", "path": root.join("ars.sock")}),
-    };
     let config = json!({
-        "database": database,
+        "database": sc.database.clone(),
         "socket": root.join("second.sock"),
         "secrets": {"keyFile": root.join("secrets.key")},
     });
@@ -31,7 +27,7 @@ async fn second_sidecar_is_refused(backend: Backend) {
     sc.prompt("s", "echo still").await.expect("still serving");
 }
 
-both_backends!(second_sidecar_is_refused);
+all_backends!(second_sidecar_is_refused);
 
 /// A descriptor limit below what `limits.host.maxConnections` needs is
 /// warned about at start; the sidecar still serves.

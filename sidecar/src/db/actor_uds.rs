@@ -8,13 +8,23 @@
 //! keeps the order. In-flight requests are bounded by
 //! `limits.sqlite.maxInFlightRequests` (callers wait for a slot) and encoded
 //! bytes waiting for the socket by `maxQueuedRequestBytes` (the excess is a
-//! typed `QueueFull` error, never unbounded memory). A transaction is one
-//! lease with a fresh UUID key, pinned to the connection that began it; it
-//! reserves all the slots it needs before it begins, so lease-less reads the
-//! server defers behind it can never starve it of slots. There is no pool,
-//! mux, writer scheduler or retry layer: the socket's owner owns isolation.
-//! A dead connection fails its pending requests with `ConnectionLost`; the
-//! next call connects again.
+//! typed `QueueFull` error, never unbounded memory).
+//!
+//! A server may run pipelined requests in any order (Rivet's runs each on a
+//! task of its own), so only independent lease-less queries are pipelined.
+//! A transaction is one lease with a fresh UUID key, pinned to the
+//! connection that began it: Begin and its first statement go out in one
+//! write (a server registers a Begin's lease in arrival order, and the
+//! statement waits for it), every later statement and the commit only once
+//! the one before is answered. It reserves its two slots before it begins,
+//! so lease-less reads the server parks behind it can never starve it, its
+//! rollback included. A request the server answers `LeaseExpired` without
+//! having run it (it waited behind someone else's lease that expired: a
+//! lease-less query, or a Begin) is sent again, a bounded number of times; a
+//! statement of our own expired lease is not. There is no pool, mux or
+//! writer scheduler: the socket's owner owns isolation. A dead connection
+//! fails its pending requests with `ConnectionLost`; the next call connects
+//! again.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -103,7 +113,162 @@ impl ActorUdsDatabase {
     fn rows_of(&self, ok: SqliteQueryOk) -> Result<Rows, DbError> {
         decode_rows(ok, self.limits.max_result_bytes)
     }
+
+    /// One try at a transaction. The server runs every request on a task of
+    /// its own, so requests pipelined on one connection may run in any
+    /// order; only a Begin's lease is registered in the order frames arrive.
+    /// So Begin and the first statement go out in one write (the statement
+    /// waits on the server for the lease it names), and every later
+    /// statement, and the commit, only once the one before is answered.
+    async fn transaction_once(&self, statements: &[Statement]) -> Result<Vec<Rows>, Attempt> {
+        let conn = self.connection().await.map_err(Attempt::Failed)?;
+        // The lease's own in-flight slots, taken before it begins: requests
+        // parked on the server behind it (lease-less reads, other Begins)
+        // can then never hold every slot it needs to finish, its rollback
+        // included.
+        let width = LEASE_SLOTS.min(conn.max_in_flight);
+        let reserved = conn
+            .slots
+            .clone()
+            .acquire_many_owned(width)
+            .await
+            .map_err(|_| Attempt::Failed(conn.death()))?;
+        let slots = Arc::new(Semaphore::new(width as usize));
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut lease = Lease {
+            conn: conn.clone(),
+            key: key.clone(),
+            open: true,
+            slots: slots.clone(),
+            reserved: Some(reserved),
+        };
+        let begin = RequestPayload::SqliteBegin(SqliteBegin {
+            lease_key: key.clone(),
+            timeout_ms: None,
+        });
+        let mut first = vec![(None, begin)];
+        let mut statements = statements.iter().peekable();
+        if width > 1 {
+            if let Some(statement) = statements.peek() {
+                first.push((Some(key.clone()), statement_payload(statement)));
+            }
+        }
+        let sent_with_begin = first.len() > 1;
+        let mut replies = match conn.send_all(&slots, first).await {
+            Ok(replies) => replies.into_iter(),
+            Err(error) => {
+                lease.open = false;
+                return Err(Attempt::Failed(error));
+            }
+        };
+        let begin = replies.next();
+        let mut with_begin = replies.next();
+        let begun = match begin {
+            Some(reply) => receive(reply).await,
+            None => Err(conn.death()),
+        };
+        match begun {
+            Ok(ResponsePayload::SqliteBeginOk) => {}
+            // It waited behind a lease that expired and never began; what was
+            // sent with it named a lease that never existed.
+            Ok(ResponsePayload::LeaseExpired(e)) => {
+                lease.open = false;
+                return Err(Attempt::NotRun(error_of(
+                    ResponsePayload::LeaseExpired(e),
+                    0,
+                )));
+            }
+            Ok(other) => {
+                lease.open = false;
+                return Err(Attempt::Failed(error_of(other, 0)));
+            }
+            Err(e) => {
+                lease.open = false;
+                return Err(Attempt::Failed(e));
+            }
+        }
+        debug_assert_eq!(with_begin.is_some(), sent_with_begin);
+        let mut results = Vec::with_capacity(statements.len());
+        for (index, statement) in statements.enumerate() {
+            let index = index as u32;
+            let reply = match with_begin.take() {
+                Some(reply) => Ok(reply),
+                None => {
+                    conn.send(&slots, Some(key.clone()), statement_payload(statement))
+                        .await
+                }
+            };
+            let outcome = match reply {
+                Ok(reply) => receive(reply).await,
+                Err(e) => Err(e),
+            }
+            .and_then(|r| expect_query(r, index))
+            .and_then(|ok| self.rows_of(ok))
+            .and_then(|rows| match statement.expected_changes {
+                Some(expected) if expected != rows.changes => Err(DbError::ExpectedChanges {
+                    statement_index: index,
+                    expected,
+                    actual: rows.changes,
+                }),
+                _ => Ok(rows),
+            });
+            match outcome {
+                Ok(rows) => results.push(rows),
+                Err(error) => {
+                    lease.rollback().await;
+                    return Err(Attempt::Failed(error));
+                }
+            }
+        }
+        let sent = conn
+            .send(
+                &slots,
+                None,
+                RequestPayload::SqliteCommit(SqliteCommit {
+                    lease_key: key.clone(),
+                }),
+            )
+            .await;
+        let commit = match sent {
+            // Once the commit may have reached the server, anything but an
+            // answer to it (a lost connection, a GoAway) leaves its outcome
+            // unknown.
+            Ok(reply) => receive(reply)
+                .await
+                .map_err(|e| DbError::CommitOutcomeUnknown(e.to_string())),
+            Err(e) => Err(e),
+        };
+        match commit {
+            Ok(ResponsePayload::SqliteCommitOk) => {
+                lease.open = false;
+                Ok(results)
+            }
+            Ok(other) => {
+                lease.rollback().await;
+                Err(Attempt::Failed(error_of(other, results.len() as u32)))
+            }
+            Err(e) => {
+                lease.rollback().await;
+                Err(Attempt::Failed(e))
+            }
+        }
+    }
 }
+
+/// How a transaction's try ended, when it did not commit.
+enum Attempt {
+    /// The server says nothing of it ran (its Begin waited behind a lease
+    /// that expired): it may be sent again.
+    NotRun(DbError),
+    Failed(DbError),
+}
+
+/// How often a request the server says never ran is sent again. One retry
+/// is the usual case: the lease it waited behind is gone by then.
+const NOT_RUN_RETRIES: u32 = 8;
+
+/// In-flight slots one lease uses at most: its Begin and first statement.
+const LEASE_SLOTS: u32 = 2;
 
 /// A query result as the handle's rows. Every row must have exactly as many
 /// values as the result has columns (checked once, here, for the whole
@@ -154,126 +319,28 @@ impl Database for ActorUdsDatabase {
     }
 
     async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
-        let conn = self.connection().await?;
-        let response = conn
-            .call(&conn.slots, None, query_payload(sql, params))
-            .await?;
-        self.rows_of(expect_query(response, 0)?)
+        let mut attempt = 0;
+        loop {
+            let conn = self.connection().await?;
+            let response = conn
+                .call(&conn.slots, None, query_payload(sql, params.clone()))
+                .await?;
+            match response {
+                // Parked behind a lease that expired: the server says it did
+                // not run, so it is sent again.
+                ResponsePayload::LeaseExpired(_) if attempt < NOT_RUN_RETRIES => attempt += 1,
+                other => return self.rows_of(expect_query(other, 0)?),
+            }
+        }
     }
 
     async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
-        let conn = self.connection().await?;
-        let needed = (statements.len() + 2).min(conn.max_in_flight as usize) as u32;
-        // Reserve every slot this transaction will hold at once, so concurrent
-        // callers can never each hold part of what the other needs.
-        let reserved = conn
-            .slots
-            .clone()
-            .acquire_many_owned(needed)
-            .await
-            .map_err(|_| conn.death())?;
-        let slots = Arc::new(Semaphore::new(needed as usize));
-        let key = uuid::Uuid::new_v4().to_string();
-        let mut lease = Lease {
-            conn: conn.clone(),
-            key: key.clone(),
-            open: true,
-            slots: slots.clone(),
-        };
-
-        let expectations: Vec<Option<u64>> =
-            statements.iter().map(|s| s.expected_changes).collect();
-        let mut outgoing = std::iter::once(Outgoing::Begin(key.clone()))
-            .chain(statements.into_iter().map(Outgoing::Statement))
-            .peekable();
-        // Begin and the statements go out in as few writes as the slots allow:
-        // each batch takes every free slot, so the server sees them together.
-        let mut replies = Vec::with_capacity(expectations.len() + 1);
-        let mut send_error = None;
-        while outgoing.peek().is_some() {
-            if let Err(e) = conn
-                .send_batch(&slots, &key, &mut outgoing, &mut replies)
-                .await
-            {
-                send_error = Some(e);
-                break;
-            }
-        }
-        let mut replies = replies.into_iter();
-        let Some(begin) = replies.next() else {
-            lease.open = false;
-            return Err(send_error.unwrap_or_else(|| conn.death()));
-        };
-
-        match receive(begin).await {
-            Ok(ResponsePayload::SqliteBeginOk) => {}
-            Ok(other) => {
-                lease.open = false;
-                return Err(error_of(other, 0));
-            }
-            Err(e) => {
-                lease.open = false;
-                return Err(e);
-            }
-        }
-        if let Some(error) = send_error {
-            lease.rollback().await;
-            return Err(error);
-        }
-        let mut results = Vec::with_capacity(replies.len());
-        for (index, (reply, expected)) in replies.zip(expectations).enumerate() {
-            let index = index as u32;
-            let outcome = receive(reply)
-                .await
-                .and_then(|r| expect_query(r, index))
-                .and_then(|ok| self.rows_of(ok))
-                .and_then(|rows| match expected {
-                    Some(expected) if expected != rows.changes => Err(DbError::ExpectedChanges {
-                        statement_index: index,
-                        expected,
-                        actual: rows.changes,
-                    }),
-                    _ => Ok(rows),
-                });
-            match outcome {
-                Ok(rows) => results.push(rows),
-                Err(error) => {
-                    lease.rollback().await;
-                    return Err(error);
-                }
-            }
-        }
-        let sent = conn
-            .send(
-                &slots,
-                None,
-                RequestPayload::SqliteCommit(SqliteCommit {
-                    lease_key: key.clone(),
-                }),
-            )
-            .await;
-        let commit = match sent {
-            // Once the commit may have reached the server, anything but an
-            // answer to it (a lost connection, a GoAway) leaves its outcome
-            // unknown.
-            Ok(reply) => receive(reply)
-                .await
-                .map_err(|e| DbError::CommitOutcomeUnknown(e.to_string())),
-            Err(e) => Err(e),
-        };
-        match commit {
-            Ok(ResponsePayload::SqliteCommitOk) => {
-                lease.open = false;
-                drop(reserved);
-                Ok(results)
-            }
-            Ok(other) => {
-                lease.rollback().await;
-                Err(error_of(other, results.len() as u32))
-            }
-            Err(e) => {
-                lease.rollback().await;
-                Err(e)
+        let mut attempt = 0;
+        loop {
+            match self.transaction_once(&statements).await {
+                Ok(rows) => return Ok(rows),
+                Err(Attempt::NotRun(_)) if attempt < NOT_RUN_RETRIES => attempt += 1,
+                Err(Attempt::NotRun(error) | Attempt::Failed(error)) => return Err(error),
             }
         }
     }
@@ -294,7 +361,9 @@ struct Lease {
     conn: Arc<Connection>,
     key: String,
     open: bool,
+    /// The lease's own slots, backed by `reserved` of the connection's.
     slots: Arc<Semaphore>,
+    reserved: Option<OwnedSemaphorePermit>,
 }
 
 impl Lease {
@@ -325,9 +394,14 @@ impl Drop for Lease {
         }
         let conn = self.conn.clone();
         let key = std::mem::take(&mut self.key);
+        let slots = self.slots.clone();
+        // The rollback goes out on the lease's own slots, which stay
+        // reserved until it is answered.
+        let reserved = self.reserved.take();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = conn.call(&conn.slots, None, rollback_payload(&key)).await;
+                let _ = conn.call(&slots, None, rollback_payload(&key)).await;
+                drop(reserved);
             });
         }
     }
@@ -339,21 +413,17 @@ fn rollback_payload(key: &str) -> RequestPayload {
     })
 }
 
-/// One request of a transaction, before it is encoded.
-enum Outgoing {
-    Begin(String),
-    Statement(Statement),
-}
-
 fn query_payload(sql: &str, params: Vec<SqlValue>) -> RequestPayload {
-    query_payload_owned(sql.to_owned(), params)
-}
-
-fn query_payload_owned(sql: String, params: Vec<SqlValue>) -> RequestPayload {
     RequestPayload::SqliteQuery(SqliteQuery {
-        sql,
+        sql: sql.to_owned(),
         params: params.into_iter().map(to_wire).collect(),
     })
+}
+
+/// A statement of a transaction as a request. The statement is kept (and
+/// copied here) so that a transaction the server never ran can be sent again.
+fn statement_payload(statement: &Statement) -> RequestPayload {
+    query_payload(&statement.sql, statement.params.clone())
 }
 
 async fn receive(reply: Reply) -> Result<ResponsePayload, DbError> {
@@ -569,76 +639,50 @@ impl Connection {
         Ok(reply)
     }
 
-    /// Queues the next requests of a transaction as one write: waits for one
-    /// in-flight slot, then takes as many more as are free right now. Replies
-    /// are appended to `replies` in request order. When one request cannot be
-    /// queued, those before it still go out and the error is returned.
-    async fn send_batch(
+    /// Queues `requests` as one write, in order, once one in-flight slot
+    /// from `slots` is free for each; returns where their responses will
+    /// arrive, in the same order. When one cannot be queued, none is sent.
+    async fn send_all(
         &self,
         slots: &Arc<Semaphore>,
-        lease_key: &str,
-        outgoing: &mut std::iter::Peekable<impl Iterator<Item = Outgoing>>,
-        replies: &mut Vec<Reply>,
-    ) -> Result<(), DbError> {
+        requests: Vec<(Option<String>, RequestPayload)>,
+    ) -> Result<Vec<Reply>, DbError> {
+        let count = u32::try_from(requests.len()).unwrap_or(u32::MAX);
         let mut permits = slots
             .clone()
-            .acquire_owned()
+            .acquire_many_owned(count)
             .await
             .map_err(|_| self.death())?;
-        let extra = slots.available_permits();
-        if extra > 0 {
-            if let Ok(more) = slots.clone().try_acquire_many_owned(extra as u32) {
-                permits.merge(more);
-            }
-        }
-        // The statements' lease key moves from one request to the next rather
-        // than being cloned for each.
-        let mut key = Some(lease_key.to_owned());
         let mut out = Vec::new();
-        let mut queued = 0;
-        let mut result = Ok(());
+        let mut encoded = Vec::with_capacity(requests.len());
         let mut state = self.lock_state()?;
-        while let Some(slot) = permits.split(1) {
-            let Some(next) = outgoing.next() else { break };
-            let mut frame = ClientFrame::Request(match next {
-                Outgoing::Begin(lease_key) => Request {
-                    request_id: 0,
-                    lease_key: None,
-                    payload: RequestPayload::SqliteBegin(SqliteBegin {
-                        lease_key,
-                        timeout_ms: None,
-                    }),
-                },
-                Outgoing::Statement(statement) => Request {
-                    request_id: 0,
-                    lease_key: key.take(),
-                    payload: query_payload_owned(statement.sql, statement.params),
-                },
+        for (lease_key, payload) in requests {
+            let Some(slot) = permits.split(1) else { break };
+            let mut frame = ClientFrame::Request(Request {
+                request_id: 0,
+                lease_key,
+                payload,
             });
-            let encoded = self.encode(&mut state, &mut frame, slot, &mut out);
-            let ClientFrame::Request(request) = &mut frame;
-            if request.lease_key.is_some() {
-                key = request.lease_key.take();
-            }
-            match encoded {
+            match self.encode(&mut state, &mut frame, slot, &mut out) {
                 Ok((reply, len)) => {
-                    replies.push(reply);
-                    queued += len;
+                    let ClientFrame::Request(request) = &frame;
+                    encoded.push((reply, len, request.request_id));
                 }
                 Err(e) => {
-                    result = Err(e);
-                    break;
+                    // Nothing of this write goes out: forget what was
+                    // registered and give back the bytes counted for it.
+                    for (_, len, request_id) in encoded {
+                        state.pending.remove(&request_id);
+                        self.shared.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+                    }
+                    return Err(e);
                 }
-            }
-            if outgoing.peek().is_none() {
-                break;
             }
         }
         drop(state);
-        if !out.is_empty() {
-            self.enqueue(out, queued);
-        }
-        result
+        let queued = encoded.iter().map(|(_, len, _)| len).sum();
+        self.enqueue(out, queued);
+        Ok(encoded.into_iter().map(|(reply, _, _)| reply).collect())
     }
 
     fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, State>, DbError> {

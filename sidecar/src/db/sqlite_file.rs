@@ -594,10 +594,17 @@ pub fn sql_error(index: u32) -> impl Fn(rusqlite::Error) -> DbError {
             rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
             _ => -1,
         };
+        let message = match e {
+            // As the reference runtime words it.
+            rusqlite::Error::MultipleStatement => {
+                "sqlite execute only supports a single statement".to_owned()
+            }
+            other => other.to_string(),
+        };
         DbError::Sql {
             code,
             statement_index: index,
-            message: e.to_string(),
+            message,
         }
     }
 }

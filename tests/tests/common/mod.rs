@@ -24,18 +24,22 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// Generous bound for anything that should happen; only to avoid hangs.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The two database backends every storage test runs on.
+/// The database backends the storage tests run on: a local file, the
+/// reference socket server (`ars-serve`), and Rivet's real actor runtime
+/// (an `actor_uds` descriptor naming a socket the runtime provisioned).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     SqliteFile,
     ActorUds,
+    Rivet,
 }
 
 impl Backend {
+    /// The descriptor's `type`.
     pub fn type_name(self) -> &'static str {
         match self {
             Backend::SqliteFile => "sqlite_file",
-            Backend::ActorUds => "actor_uds",
+            Backend::ActorUds | Backend::Rivet => "actor_uds",
         }
     }
 }
@@ -56,6 +60,34 @@ macro_rules! both_backends {
             }
         }
     )+};
+}
+
+/// Like [`both_backends!`], plus a third test, `rivet`, on Rivet's real
+/// actor runtime.
+#[macro_export]
+macro_rules! all_backends {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite_file() {
+                super::$name($crate::common::Backend::SqliteFile).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn actor_uds() {
+                super::$name($crate::common::Backend::ActorUds).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rivet() {
+                super::$name($crate::common::Backend::Rivet).await
+            }
+        }
+    )+};
+}
+
+/// The Rivet runtime this test process shares (started on first use).
+pub fn rivet() -> &'static agentos_tests::rivet::RivetRuntime {
+    agentos_tests::rivet::RivetRuntime::shared()
+        .unwrap_or_else(|e| panic!("Rivet's actor runtime is needed for this test: {e}"))
 }
 
 /// The workspace root (this package lives one level below it).
@@ -115,6 +147,11 @@ pub struct Sidecar {
     pub ready: Value,
     child: Child,
     ars: Option<Child>,
+    /// The config's database descriptor.
+    pub database: Value,
+    /// On [`Backend::Rivet`], the key of the actor whose socket this
+    /// sidecar runs on (a restart keeps it).
+    pub actor_key: Option<String>,
 }
 
 fn merge(base: &mut Value, extra: &Value) {
@@ -165,7 +202,8 @@ impl Sidecar {
 
     pub async fn start_with(backend: Backend, options: Options) -> Sidecar {
         let dir = tempfile::tempdir().expect("temp dir");
-        Self::start_in(dir, backend, options).await
+        let actor_key = (backend == Backend::Rivet).then(|| uuid::Uuid::new_v4().to_string());
+        Self::start_in(dir, backend, actor_key, options).await
     }
 
     /// Stops this sidecar (SIGTERM, and its socket server) and starts a new
@@ -181,8 +219,13 @@ impl Sidecar {
                 .expect("ars-serve did not exit after SIGTERM")
                 .expect("wait for ars-serve");
         }
-        let Sidecar { backend, dir, .. } = self;
-        Self::start_in(dir, backend, options).await
+        let Sidecar {
+            backend,
+            dir,
+            actor_key,
+            ..
+        } = self;
+        Self::start_in(dir, backend, actor_key, options).await
     }
 
     /// Kills this sidecar (SIGKILL: no shutdown at all) and starts a new
@@ -198,11 +241,21 @@ impl Sidecar {
             unsafe { libc::kill(pid, libc::SIGTERM) };
             let _ = tokio::time::timeout(PATIENCE, ars.wait()).await;
         }
-        let Sidecar { backend, dir, .. } = self;
-        Self::start_in(dir, backend, options).await
+        let Sidecar {
+            backend,
+            dir,
+            actor_key,
+            ..
+        } = self;
+        Self::start_in(dir, backend, actor_key, options).await
     }
 
-    async fn start_in(dir: tempfile::TempDir, backend: Backend, options: Options) -> Sidecar {
+    async fn start_in(
+        dir: tempfile::TempDir,
+        backend: Backend,
+        actor_key: Option<String>,
+        options: Options,
+    ) -> Sidecar {
         let root = dir.path();
         let sidecar = binary("agentos-sidecar");
         let fake = binary("agentos-fake-agent").display().to_string();
@@ -231,6 +284,14 @@ impl Sidecar {
                 ars = Some(child);
                 json!({"type": "actor_uds", "path": ars_socket})
             }
+            Backend::Rivet => {
+                let key = actor_key.clone().expect("a rivet sidecar has an actor key");
+                let socket = rivet()
+                    .provision_async(key)
+                    .await
+                    .expect("the rivet actor provisions its runtime socket");
+                json!({"type": "actor_uds", "path": socket})
+            }
         };
         let state = root.join("agent-state");
         let log = root.join("prompts.log");
@@ -253,7 +314,7 @@ impl Sidecar {
         merge(&mut limits, &options.limits);
         let socket = root.join("sidecar.sock");
         let mut config = json!({
-            "database": database,
+            "database": database.clone(),
             "socket": socket,
             "agents": agents,
             "limits": limits,
@@ -305,7 +366,21 @@ impl Sidecar {
             ready,
             child,
             ars,
+            database,
+            actor_key,
         }
+    }
+
+    /// Runs `sql` through the Rivet actor's own database handle (`c.db`).
+    pub async fn actor_query(&self, sql: &str) -> Vec<Value> {
+        let key = self
+            .actor_key
+            .clone()
+            .expect("only a rivet sidecar has an actor");
+        rivet()
+            .query_async(key, sql.to_owned())
+            .await
+            .unwrap_or_else(|e| panic!("the actor's own query {sql}: {e}"))
     }
 
     /// Where the signed API listens (the config must set `http.listen`).
@@ -327,10 +402,12 @@ impl Sidecar {
     }
 
     /// Sends SIGTERM and waits (at most `PATIENCE`) for the process to exit.
+    /// Once it has exited, this only returns how.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.pid() as libc::pid_t;
-        // SAFETY: kill(2) on our own child's pid has no memory effects.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
         tokio::time::timeout(PATIENCE, self.child.wait())
             .await
             .expect("the sidecar did not exit after SIGTERM")

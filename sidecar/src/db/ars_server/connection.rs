@@ -236,6 +236,7 @@ pub(super) async fn serve_connection(
                 payload: request.payload,
                 out: out.clone(),
                 keys: keys.clone(),
+                seq: 0,
             });
         }
         if !accepted.is_empty() {

@@ -1,8 +1,10 @@
 //! The reference server's SQLite thread: it owns the connection and the
 //! transaction coordinator (one writer at a time, Begins queued behind it up
 //! to a bound, leases with deadlines capped by the server's maximum, lease
-//! keys forgotten once their transaction ends) and answers every request in
-//! arrival order per connection.
+//! keys forgotten once their transaction ends). Like the reference runtime
+//! it promises no order among a connection's pipelined requests (they run
+//! newest first), and what waits behind a lease that expires is answered
+//! `LeaseExpired` without running.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,6 +34,8 @@ pub(super) struct Req {
     pub(super) payload: RequestPayload,
     pub(super) out: Outbox,
     pub(super) keys: LeaseKeys,
+    /// Arrival order across the server, set when the SQLite thread takes it.
+    pub(super) seq: u64,
 }
 
 pub(super) enum Job {
@@ -96,6 +100,8 @@ pub(super) struct Worker {
     held: usize,
     /// Expired leases in expiry order, with their connection's key table.
     expired: VecDeque<(LeaseId, LeaseKeys)>,
+    /// Requests taken so far (each one's `seq`).
+    arrivals: u64,
 }
 
 impl Worker {
@@ -122,6 +128,7 @@ impl Worker {
             replies: Vec::new(),
             held: 0,
             expired: VecDeque::new(),
+            arrivals: 0,
         }
     }
 
@@ -150,7 +157,7 @@ impl Worker {
                 }
             };
             match job {
-                Job::Requests(reqs) => self.incoming.extend(reqs),
+                Job::Requests(reqs) => self.admit(reqs),
                 Job::Closed { conn } => self.close_connection(conn),
             }
         }
@@ -215,6 +222,27 @@ impl Worker {
         self.queued.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Takes one read's worth of a connection's requests. Like a server that
+    /// runs every request on a task of its own (Rivet's does, and its
+    /// scheduler starts the newest task first), they run in no promised
+    /// order: here last to first, so a client that counts on pipelined
+    /// requests running in the order sent fails against this server too.
+    /// Only a Begin's lease is registered in arrival order, first, so a
+    /// statement sent after its Begin waits for that lease whatever runs
+    /// first.
+    fn admit(&mut self, mut reqs: Vec<Req>) {
+        for req in &mut reqs {
+            self.arrivals += 1;
+            req.seq = self.arrivals;
+            if let RequestPayload::SqliteBegin(begin) = &req.payload {
+                self.states
+                    .entry((req.conn, begin.lease_key.clone()))
+                    .or_insert(LeaseState::Waiting);
+            }
+        }
+        self.incoming.extend(reqs.into_iter().rev());
+    }
+
     fn handle(&mut self, req: Req) {
         if self
             .active
@@ -236,10 +264,10 @@ impl Worker {
                 if self.active.is_none() {
                     self.start(req, id, timeout_ms);
                 } else if self.waiting.len() >= self.options.coordinator_queue_capacity as usize {
-                    forget_key(&req.keys, &id.1);
                     let capacity = self.options.coordinator_queue_capacity;
-                    self.respond(
+                    self.refuse_begin(
                         req,
+                        id,
                         ResponsePayload::QueueFull(QueueFull {
                             limit: "transactionCoordinatorQueue".into(),
                             capacity,
@@ -294,21 +322,29 @@ impl Worker {
                 });
                 self.states.insert(id.clone(), LeaseState::Active);
                 self.respond(req, ResponsePayload::SqliteBeginOk);
+                // Everything parked on the lease is woken at once and runs in
+                // no promised order: newest first, as in `admit`.
                 if let Some(parked) = self.parked.remove(&id) {
+                    let mut parked = Vec::from(parked);
+                    parked.sort_by_key(|r| std::cmp::Reverse(r.seq));
                     for (offset, parked_req) in parked.into_iter().enumerate() {
                         self.ready.insert(offset, parked_req);
                     }
                 }
             }
-            Err(e) => {
-                self.states.remove(&id);
-                forget_key(&req.keys, &id.1);
-                let parked = self.parked.remove(&id).unwrap_or_default();
-                self.respond(req, db_error_payload(sql_error(0)(e)));
-                for parked_req in parked {
-                    self.respond(parked_req, not_active());
-                }
-            }
+            Err(e) => self.refuse_begin(req, id, db_error_payload(sql_error(0)(e))),
+        }
+    }
+
+    /// Answers a Begin that will never begin: its key is free again, and
+    /// what waited for its lease is told the lease is unknown.
+    fn refuse_begin(&mut self, req: Req, id: LeaseId, payload: ResponsePayload) {
+        self.states.remove(&id);
+        forget_key(&req.keys, &id.1);
+        let parked = self.parked.remove(&id).unwrap_or_default();
+        self.respond(req, payload);
+        for parked_req in parked {
+            self.respond(parked_req, not_active());
         }
     }
 
@@ -376,12 +412,9 @@ impl Worker {
     fn expire_active(&mut self) {
         if let Some(active) = self.active.take() {
             self.rollback_if_open();
-            self.states.insert(
-                active.id.clone(),
-                LeaseState::Expired {
-                    timeout_ms: active.timeout_ms,
-                },
-            );
+            let timeout_ms = active.timeout_ms;
+            self.states
+                .insert(active.id.clone(), LeaseState::Expired { timeout_ms });
             self.expired.push_back((active.id, active.keys));
             while self.expired.len() > MAX_REMEMBERED_EXPIRED {
                 let Some((id, keys)) = self.expired.pop_front() else {
@@ -392,7 +425,27 @@ impl Worker {
                     forget_key(&keys, &id.1);
                 }
             }
-            self.promote();
+            self.fail_waiters(timeout_ms);
+        }
+    }
+
+    /// What waited behind a lease that expired (by its deadline or because
+    /// its connection closed) does not run: lease-less requests and queued
+    /// Begins are answered `LeaseExpired` with that lease's timeout, as the
+    /// reference runtime answers them, and may be sent again.
+    fn fail_waiters(&mut self, timeout_ms: u64) {
+        for req in std::mem::take(&mut self.deferred) {
+            self.respond(req, expired(timeout_ms));
+        }
+        for (req, _) in std::mem::take(&mut self.waiting) {
+            let id = match &req.payload {
+                RequestPayload::SqliteBegin(begin) => (req.conn, begin.lease_key.clone()),
+                _ => {
+                    self.respond(req, not_active());
+                    continue;
+                }
+            };
+            self.refuse_begin(req, id, expired(timeout_ms));
         }
     }
 
@@ -418,9 +471,10 @@ impl Worker {
     }
 
     fn close_connection(&mut self, conn: u64) {
-        if self.active.as_ref().is_some_and(|a| a.id.0 == conn) {
+        let mut expired_lease = None;
+        if let Some(active) = self.active.take_if(|a| a.id.0 == conn) {
             self.rollback_if_open();
-            self.active = None;
+            expired_lease = Some(active.timeout_ms);
         }
         self.states.retain(|id, _| id.0 != conn);
         self.expired.retain(|(id, _)| id.0 != conn);
@@ -445,7 +499,12 @@ impl Worker {
                 self.deferred.push_back(req);
             }
         }
-        self.promote();
+        // The closed connection's open lease expires: what other
+        // connections queued behind it is told so.
+        match expired_lease {
+            Some(timeout_ms) => self.fail_waiters(timeout_ms),
+            None => self.promote(),
+        }
     }
 
     fn rollback_if_open(&self) {
@@ -458,9 +517,9 @@ impl Worker {
 
     fn execute(&mut self, req: Req) {
         let payload = match &req.payload {
-            RequestPayload::SqliteExec(exec) => match self.db.execute_batch(&exec.script) {
+            RequestPayload::SqliteExec(exec) => match exec_script(&self.db, &exec.script) {
                 Ok(()) => ResponsePayload::SqliteExecOk,
-                Err(e) => db_error_payload(sql_error(0)(e)),
+                Err(e) => db_error_payload(e),
             },
             RequestPayload::SqliteQuery(query) => {
                 match run_statement(
@@ -486,6 +545,31 @@ impl Worker {
             _ => not_active(),
         };
         self.respond(req, payload);
+    }
+}
+
+/// Runs a script statement by statement, stepping each to its end; an
+/// error names the statement by its index among the script's non-empty
+/// statements, as the reference runtime does.
+fn exec_script(db: &Connection, script: &str) -> Result<(), DbError> {
+    use fallible_iterator::FallibleIterator;
+    let mut batch = rusqlite::Batch::new(db, script);
+    let mut index = 0;
+    loop {
+        let mut statement = match batch.next() {
+            Ok(Some(statement)) => statement,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(sql_error(index)(e)),
+        };
+        let mut rows = statement.raw_query();
+        loop {
+            match rows.next() {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => return Err(sql_error(index)(e)),
+            }
+        }
+        index += 1;
     }
 }
 
