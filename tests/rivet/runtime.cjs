@@ -10,7 +10,8 @@
 //
 // Every line it writes for its driver carries "rivetPeer" (the runtime's own
 // logs may share the stream). When its standard input closes it stops the
-// engine by pid and exits. Its driver runs it in a private network namespace
+// engine by pid, removes its scratch folder (AGENTOS_RIVET_SCRATCH: its home,
+// with the engine's data and the socket directory) and exits. Its driver runs it in a private network namespace
 // with only loopback, so nothing it starts reaches outside.
 "use strict";
 
@@ -96,6 +97,12 @@ async function stop(code) {
         } catch {
             // Gone.
         }
+    }
+    // The driver's scratch folder (engine data, the socket directory) goes
+    // with the runtime, unless the runtime failed and its log is wanted.
+    const scratch = process.env.AGENTOS_RIVET_SCRATCH;
+    if (scratch && code === 0) {
+        fs.rmSync(scratch, { recursive: true, force: true });
     }
     process.exit(code);
 }

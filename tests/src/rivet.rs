@@ -11,7 +11,7 @@
 //! The app stops its engine by pid when its standard input closes, which
 //! happens when [`RivetRuntime`] is dropped or the test process exits. Its
 //! home (engine data, the runtime's socket directory) is a temporary
-//! directory of its own.
+//! directory of its own, which the app removes as it stops.
 //!
 //! One runtime serves a whole test process ([`RivetRuntime::shared`]);
 //! tests create an actor each, under a fresh key, so none sees another's
@@ -78,6 +78,7 @@ impl RivetRuntime {
             .args(["sh", "-c", "ip link set lo up && exec node \"$0\""])
             .arg(app_script())
             .env("AGENTOS_PEERS", &peers)
+            .env("AGENTOS_RIVET_SCRATCH", home.path())
             .env("HOME", home.path())
             .env("XDG_RUNTIME_DIR", home.path())
             .env("RIVET_TELEMETRY_DISABLE", "1")

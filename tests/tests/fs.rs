@@ -147,7 +147,7 @@ async fn host_methods_and_their_errors(backend: Backend) {
     sc.ok("fs/stat", json!({"path": "/"})).await;
 }
 
-both_backends!(
+all_backends!(
     adapters_use_the_vfs_within_their_roots,
     host_methods_and_their_errors
 );

@@ -64,27 +64,21 @@ async fn sigterm_mid_turn(backend: Backend) {
     );
 
     // What was committed is intact and the turn is settled in the store.
-    let db = rusqlite::Connection::open(sc.dir.path().join("vm.sqlite")).expect("open the file");
-    let (state, code): (String, String) = db
-        .query_row(
-            "SELECT state, json_extract(error_json, '$.code') FROM agentos_core_prompts \
+    let prompt = sc
+        .stored(
+            "SELECT state, json_extract(error_json, '$.code') AS code FROM agentos_core_prompts \
              WHERE session_id = 's' AND idempotency_key = 'k1'",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
         )
-        .expect("the prompt record");
+        .await;
     assert_eq!(
-        (state.as_str(), code.as_str()),
-        ("failed", "prompt_delivery_uncertain")
+        prompt,
+        vec![json!({"state": "failed", "code": "prompt_delivery_uncertain"})]
     );
-    let session_state: String = db
-        .query_row(
-            "SELECT state FROM agentos_core_sessions WHERE session_id = 's'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("the session row");
-    assert_ne!(session_state, "running", "{backend:?}");
+    let session = sc
+        .stored("SELECT state FROM agentos_core_sessions WHERE session_id = 's'")
+        .await;
+    assert_eq!(session.len(), 1, "the session row");
+    assert_ne!(session[0]["state"], "running", "{backend:?}");
     assert_eq!(
         sc.delivered_prompts().len(),
         1,
@@ -92,7 +86,7 @@ async fn sigterm_mid_turn(backend: Backend) {
     );
 }
 
-both_backends!(sigterm_mid_turn);
+all_backends!(sigterm_mid_turn);
 
 /// At the descriptor limit `accept` fails for as long as a connection
 /// waits in the backlog; the listener pauses (doubling up to a second)

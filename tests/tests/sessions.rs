@@ -466,7 +466,7 @@ async fn history_cursors(backend: Backend) {
     assert_eq!(p["hasMoreAfter"], true);
 }
 
-both_backends!(
+all_backends!(
     initialize_reports_identity_and_refuses_other_versions,
     open_is_idempotent_and_conflicts_are_typed,
     get_list_delete_and_unload,

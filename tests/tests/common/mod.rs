@@ -371,6 +371,42 @@ impl Sidecar {
         }
     }
 
+    /// Reads the store directly, beside the sidecar: the local file (which
+    /// `ars-serve` serves too), or on Rivet through the actor's own handle.
+    /// Each row is an object by column name.
+    pub async fn stored(&self, sql: &str) -> Vec<Value> {
+        if self.backend == Backend::Rivet {
+            return self.actor_query(sql).await;
+        }
+        let db = rusqlite::Connection::open(self.dir.path().join("vm.sqlite"))
+            .expect("open the database file");
+        let mut statement = db.prepare(sql).expect("prepare");
+        let columns: Vec<String> = statement
+            .column_names()
+            .iter()
+            .map(|c| (*c).to_owned())
+            .collect();
+        let rows = statement
+            .query_map([], |row| {
+                let mut object = serde_json::Map::new();
+                for (i, column) in columns.iter().enumerate() {
+                    let value = match row.get_ref(i)? {
+                        rusqlite::types::ValueRef::Null => Value::Null,
+                        rusqlite::types::ValueRef::Integer(v) => json!(v),
+                        rusqlite::types::ValueRef::Real(v) => json!(v),
+                        rusqlite::types::ValueRef::Text(t) => {
+                            json!(String::from_utf8_lossy(t))
+                        }
+                        rusqlite::types::ValueRef::Blob(b) => json!(b),
+                    };
+                    object.insert(column.clone(), value);
+                }
+                Ok(Value::Object(object))
+            })
+            .expect("query");
+        rows.map(|row| row.expect("a row")).collect()
+    }
+
     /// Runs `sql` through the Rivet actor's own database handle (`c.db`).
     pub async fn actor_query(&self, sql: &str) -> Vec<Value> {
         let key = self
