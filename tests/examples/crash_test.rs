@@ -1,5 +1,5 @@
 //! The crash-recovery proof, runnable: `crash_test [--trials N]
-//! [--backend sqlite_file|actor_uds|both] [--seed S] [--max-kill-delay-ms MS]
+//! [--backend sqlite_file|actor_uds|rivet|both|all] [--seed S] [--max-kill-delay-ms MS]
 //! [--bin-dir DIR] [--quiet]`. Prints the figures and exits non-zero on any
 //! violation. `scripts/crash-test` builds the release binaries and runs it.
 
@@ -11,7 +11,7 @@ use agentos_tests::crash::{profile_dir, run, Backend, CrashOptions};
 fn usage(problem: &str) -> ExitCode {
     eprintln!("crash_test: {problem}");
     eprintln!(
-        "usage: crash_test [--trials N] [--backend sqlite_file|actor_uds|both] [--seed S] \
+        "usage: crash_test [--trials N] [--backend sqlite_file|actor_uds|rivet|both|all] [--seed S] \
          [--max-kill-delay-ms MS] [--bin-dir DIR] [--quiet]"
     );
     ExitCode::from(2)
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             },
             "--backend" => match Backend::parse_list(&value) {
                 Some(list) => backends = list,
-                None => return usage("--backend is sqlite_file, actor_uds or both"),
+                None => return usage("--backend is sqlite_file, actor_uds, rivet, both or all"),
             },
             "--seed" => match value.parse() {
                 Ok(s) => seed = Some(s),

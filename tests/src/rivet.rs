@@ -246,3 +246,72 @@ fn read_replies(stdout: std::process::ChildStdout, waiters: Waiters, ready: mpsc
         }
     }
 }
+
+/// Copies the `agentos_*` tables of the database behind an Actor Runtime
+/// Socket (schema and rows, then indexes and triggers) into a fresh SQLite
+/// file at `into`, so checks that read a store file can read an actor's.
+/// Run it while no sidecar is writing.
+pub async fn snapshot(socket: &Path, into: &Path) -> Result<(), String> {
+    use agentos_schema::{Database, SqlValue};
+    use agentos_sidecar::config::SqliteLimits;
+    use agentos_sidecar::db::actor_uds;
+    use rusqlite::types::Value as Local;
+
+    let remote = actor_uds::connect(socket, &SqliteLimits::default())
+        .await
+        .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
+    let objects = remote
+        .query(
+            "SELECT type, name, sql FROM sqlite_master \
+             WHERE sql IS NOT NULL AND name LIKE 'agentos\\_%' ESCAPE '\\' \
+             ORDER BY type = 'table' DESC, rowid",
+            vec![],
+        )
+        .await
+        .map_err(|e| format!("read the schema: {e}"))?;
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut path = into.as_os_str().to_owned();
+        path.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(path));
+    }
+    let mut local = rusqlite::Connection::open(into).map_err(|e| e.to_string())?;
+    let copy = local.transaction().map_err(|e| e.to_string())?;
+    let text = |v: &SqlValue| match v {
+        SqlValue::Text(t) => t.clone(),
+        _ => String::new(),
+    };
+    for object in &objects.rows {
+        let (kind, name, sql) = (text(&object[0]), text(&object[1]), text(&object[2]));
+        copy.execute_batch(&sql)
+            .map_err(|e| format!("create {name}: {e}"))?;
+        if kind != "table" {
+            continue;
+        }
+        let rows = remote
+            .query(&format!("SELECT * FROM \"{name}\""), vec![])
+            .await
+            .map_err(|e| format!("read {name}: {e}"))?;
+        if rows.columns.is_empty() {
+            continue;
+        }
+        let marks = vec!["?"; rows.columns.len()].join(", ");
+        let mut insert = copy
+            .prepare(&format!("INSERT INTO \"{name}\" VALUES ({marks})"))
+            .map_err(|e| format!("copy {name}: {e}"))?;
+        for row in rows.rows {
+            let values = row.into_iter().map(|v| match v {
+                SqlValue::Null => Local::Null,
+                SqlValue::Integer(i) => Local::Integer(i),
+                SqlValue::Real(r) => Local::Real(r),
+                SqlValue::Text(t) => Local::Text(t),
+                SqlValue::Blob(b) => Local::Blob(b),
+            });
+            insert
+                .execute(rusqlite::params_from_iter(values))
+                .map_err(|e| format!("copy a row of {name}: {e}"))?;
+        }
+    }
+    copy.commit().map_err(|e| e.to_string())?;
+    remote.close().await;
+    Ok(())
+}

@@ -1,7 +1,8 @@
 //! The crash-recovery driver behind `scripts/crash-test` and `tests/crash.rs`.
 //!
-//! Each trial starts the real sidecar (over a fresh or a reused database, and
-//! for `actor_uds` over a reference socket server it starts as well), drives
+//! Each trial starts the real sidecar (over a fresh or a reused database: for
+//! `actor_uds` over a reference socket server it starts as well, for `rivet`
+//! over an actor of Rivet's real runtime), drives
 //! concurrent turns through the fake agent (streams, tools, floods,
 //! permissions answered or left pending, cancels, duplicate idempotent
 //! prompts) while recording every durable event its subscribers see and every
@@ -37,10 +38,14 @@ const KEY_PREFIX: &str = "crash-";
 /// Consecutive trials that may share one database.
 const MAX_REUSE_CHAIN: u32 = 4;
 
+/// Where a trial's store lives: a local file, the reference socket server
+/// over one, or an actor of Rivet's real runtime (its `actor_uds` socket;
+/// the checks read a copy of its tables taken while no sidecar runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     SqliteFile,
     ActorUds,
+    Rivet,
 }
 
 impl Backend {
@@ -48,15 +53,18 @@ impl Backend {
         match self {
             Backend::SqliteFile => "sqlite_file",
             Backend::ActorUds => "actor_uds",
+            Backend::Rivet => "rivet",
         }
     }
 
-    /// `sqlite_file`, `actor_uds` or `both`.
+    /// `sqlite_file`, `actor_uds`, `rivet`, `both` (the first two) or `all`.
     pub fn parse_list(s: &str) -> Option<Vec<Backend>> {
         match s {
             "sqlite_file" => Some(vec![Backend::SqliteFile]),
             "actor_uds" => Some(vec![Backend::ActorUds]),
+            "rivet" => Some(vec![Backend::Rivet]),
             "both" => Some(vec![Backend::SqliteFile, Backend::ActorUds]),
+            "all" => Some(vec![Backend::SqliteFile, Backend::ActorUds, Backend::Rivet]),
             _ => None,
         }
     }
@@ -214,6 +222,7 @@ pub async fn run(options: &CrashOptions) -> Result<Summary, HarnessError> {
             chain: 0,
             sessions: Vec::new(),
             has_db: false,
+            actor_socket: None,
         };
         let before = summary.violations.len();
         for trial in 1..=options.trials {
@@ -248,6 +257,8 @@ struct BackendState {
     chain: u32,
     sessions: Vec<(String, &'static str)>,
     has_db: bool,
+    /// On Rivet, the runtime socket of the actor holding the current store.
+    actor_socket: Option<PathBuf>,
 }
 
 impl BackendState {

@@ -16,6 +16,7 @@ use super::checks::{check_store, delivered_markers, open_ro, row_key};
 use super::drive::{lock, session_worker, Outcome, Record};
 use super::process::{drain_group, signal, start_ars, start_sidecar, stop, Proc};
 use super::{Backend, BackendState, CrashOptions, Summary, Violation, MAX_REUSE_CHAIN, PATIENCE};
+use crate::rivet::{snapshot, RivetRuntime};
 
 pub(super) enum KillPlan {
     Sidecar,
@@ -76,6 +77,7 @@ impl<'a> Trial<'a> {
         let database = match self.state.backend {
             Backend::SqliteFile => json!({"type": "sqlite_file", "path": self.state.db_path()}),
             Backend::ActorUds => json!({"type": "actor_uds", "path": dir.join("a.sock")}),
+            Backend::Rivet => json!({"type": "actor_uds", "path": self.state.actor_socket}),
         };
         // The confined agent may append to the log only if it exists when
         // the agent starts (Landlock rules name existing files).
@@ -101,7 +103,7 @@ impl<'a> Trial<'a> {
 
     pub(super) async fn start_ars(&self) -> Result<Option<Proc>, String> {
         match self.state.backend {
-            Backend::SqliteFile => Ok(None),
+            Backend::SqliteFile | Backend::Rivet => Ok(None),
             Backend::ActorUds => start_ars(
                 &self.options.sidecar,
                 &self.state.db_path(),
@@ -126,6 +128,23 @@ impl<'a> Trial<'a> {
             self.state.db_serial += 1;
             self.state.chain = 0;
             self.state.has_db = true;
+            if self.state.backend == Backend::Rivet {
+                // A fresh store is a fresh actor.
+                let key = format!("crash-{}", uuid::Uuid::new_v4());
+                let socket = match RivetRuntime::shared() {
+                    Ok(runtime) => runtime.provision_async(key).await,
+                    Err(e) => Err(e),
+                };
+                match socket {
+                    Ok(socket) => self.state.actor_socket = Some(socket),
+                    Err(e) => {
+                        self.violation("start_failed", format!("no rivet actor: {e}"));
+                        self.state.has_db = false;
+                        self.finish(summary, None);
+                        return;
+                    }
+                }
+            }
             let policies = ["ask", "allow_all", "ask", "reject_all", "ask"];
             let n = self.rng.gen_range(2..=5);
             self.state.sessions = (0..n).map(|i| (format!("s{i}"), policies[i])).collect();
@@ -224,7 +243,7 @@ impl<'a> Trial<'a> {
         let record = std::mem::take(&mut *lock(&record));
 
         // The file as the crash left it.
-        if let Some(conn) = open_ro(&self.state.db_path()) {
+        if let Some(conn) = self.store().await {
             match check_store(&conn, false) {
                 Ok(found) => {
                     for (check, detail) in found {
@@ -265,7 +284,7 @@ impl<'a> Trial<'a> {
             summary.notes.push(format!("trial {}: {note}", self.number));
         }
         drain_group(restarted.pid, &mut summary.notes).await;
-        if let Some(conn) = open_ro(&self.state.db_path()) {
+        if let Some(conn) = self.store().await {
             match check_store(&conn, true) {
                 Ok(found) => {
                     for (check, detail) in found {
@@ -331,6 +350,19 @@ impl<'a> Trial<'a> {
             let _ = std::fs::remove_file(&stderr_first);
             let _ = std::fs::remove_file(&stderr_second);
         }
+    }
+
+    /// The store as it is now, read-only. On Rivet, a copy of the actor's
+    /// tables taken now (no sidecar may be running).
+    pub(super) async fn store(&mut self) -> Option<rusqlite::Connection> {
+        if self.state.backend == Backend::Rivet {
+            let socket = self.state.actor_socket.clone()?;
+            if let Err(e) = snapshot(&socket, &self.state.db_path()).await {
+                self.violation("unreadable", format!("the actor's database: {e}"));
+                return None;
+            }
+        }
+        open_ro(&self.state.db_path())
     }
 
     pub(super) fn finish(&mut self, summary: &mut Summary, record: Option<&Record>) {

@@ -10,7 +10,7 @@ use std::path::Path;
 use agentos_sidecar::ctl::HostClient;
 use serde_json::{json, Value};
 
-use super::checks::{open_ro, prompt_rows, row_key, stored_answer, stored_events, PromptRow};
+use super::checks::{prompt_rows, row_key, stored_answer, stored_events, PromptRow};
 use super::drive::{call, data_code, CallError, Outcome, Record, SentPrompt};
 use super::trial::Trial;
 use super::{Summary, MARKER};
@@ -24,7 +24,7 @@ impl Trial<'_> {
         record: &Record,
         summary: &mut Summary,
     ) -> Option<HashMap<String, PromptRow>> {
-        let Some(conn) = open_ro(&self.state.db_path()) else {
+        let Some(conn) = self.store().await else {
             if record
                 .prompts
                 .iter()
