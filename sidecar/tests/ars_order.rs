@@ -385,3 +385,59 @@ async fn a_statement_of_our_own_expired_lease_is_not_retried() {
     db.close().await;
     server.handle.shutdown().await;
 }
+
+/// After `maxLeasesPerConnection` leases the client moves to a fresh
+/// connection (a server may remember every key a connection used until it
+/// closes), and the retired one closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_retired_after_its_share_of_leases() {
+    let server = Server::start(ArsServerOptions::default()).await;
+    // A proxy in front of the server counts the client's connections.
+    let proxy = server.dir.path().join("proxy.sock");
+    let listener = UnixListener::bind(&proxy).expect("bind the proxy");
+    let (opened, live) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let upstream = server.path();
+    {
+        let (opened, live) = (opened.clone(), live.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                opened.fetch_add(1, Ordering::SeqCst);
+                live.fetch_add(1, Ordering::SeqCst);
+                let mut server = UnixStream::connect(&upstream).await.expect("upstream");
+                let live = live.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    live.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+    }
+    let limits = SqliteLimits {
+        max_leases_per_connection: 3,
+        ..Default::default()
+    };
+    let db = actor_uds::connect(&proxy, &limits).await.expect("connect");
+    db.query(CREATE, vec![]).await.expect("create");
+    for id in 0..7 {
+        db.transaction(vec![Statement::new(
+            "INSERT INTO t (id) VALUES (?1)",
+            vec![agentos_schema::SqlValue::Integer(id)],
+        )])
+        .await
+        .expect("a transaction");
+        // Lease-less queries do not count.
+        db.query("SELECT 1", vec![]).await.expect("a query");
+    }
+    assert_eq!(opened.load(Ordering::SeqCst), 3, "leases 1-3, 4-6, 7");
+    until("the retired connections close", || {
+        live.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let count = db
+        .query("SELECT COUNT(*) FROM t", vec![])
+        .await
+        .expect("read");
+    assert_eq!(count.scalar_i64(), Some(7));
+    db.close().await;
+    server.handle.shutdown().await;
+}

@@ -1,16 +1,22 @@
 //! Round trips per transaction, measured rather than estimated: a bare ARS
 //! v1 client, with none of the handle's work (its statement values,
-//! expected-change checks, connection driver, and its bound of 64 requests
-//! in flight, which splits a 100-row transaction into more than two round
-//! trips). In two round trips it sends what the handle sends (`Begin` and
-//! the inserts in one write, `Commit` once they are answered); in one it
-//! writes `Commit` behind them. The sidecar never sends the second shape:
-//! ARS v1 commits a lease whatever its statements answered, so a `Commit`
-//! sent before the answers are seen would keep the statements before a
-//! failed one, or a compare-and-set that matched nothing. Against an
-//! instant peer each shape reaches the most it could give on this machine;
-//! through the reference server, what one round trip gives with SQLite
-//! behind it.
+//! expected-change checks, connection driver and in-flight bound). Three
+//! shapes:
+//! - stepwise, what the handle sends: `Begin` and the first insert in one
+//!   write, every later insert and then `Commit` once the one before is
+//!   answered. It is the only shape a server that runs each request on a
+//!   task of its own (Rivet's) keeps in order, so against an instant peer it
+//!   is the ceiling of what any client can get from such a server;
+//! - two round trips: `Begin` and every insert in one write, `Commit` once
+//!   they are answered (what the handle sent before it met Rivet's server,
+//!   which may run the pipelined inserts in any order);
+//! - one round trip: `Commit` written behind them. Never safe: ARS v1
+//!   commits a lease whatever its statements answered, so a `Commit` sent
+//!   before the answers are seen would keep the statements before a failed
+//!   one, or a compare-and-set that matched nothing.
+//!
+//! Against an instant peer each shape reaches the most it could give on
+//! this machine; through a real server, what it gives with SQLite behind it.
 
 use agentos_protocol::ars::{
     self, ClientFrame, FrameDecoder, Request, RequestPayload, ResponsePayload, ServerFrame,
@@ -25,6 +31,8 @@ use tokio::net::UnixStream;
 /// How a transaction's requests go out.
 #[derive(Clone, Copy)]
 pub enum Shape {
+    /// `Begin` with the first statement, then one request per answer.
+    Stepwise,
     /// `Begin` and the statements, then `Commit` after their answers.
     TwoTrips,
     /// Everything in one write.
@@ -106,7 +114,15 @@ impl BareClient {
         statements: Vec<(i64, String)>,
     ) -> Result<(), String> {
         let lease = self.next_request.to_string();
-        let answers = statements.len() + 1;
+        let insert = |(id, body): (i64, String)| {
+            RequestPayload::SqliteQuery(SqliteQuery {
+                sql: super::INSERT.into(),
+                params: vec![SqlValue::SqlInteger(id), SqlValue::SqlText(body)],
+            })
+        };
+        let commit = RequestPayload::SqliteCommit(SqliteCommit {
+            lease_key: lease.clone(),
+        });
         self.out.clear();
         self.push(
             None,
@@ -115,22 +131,28 @@ impl BareClient {
                 timeout_ms: None,
             }),
         )?;
-        for (id, body) in statements {
-            self.push(
-                Some(lease.clone()),
-                RequestPayload::SqliteQuery(SqliteQuery {
-                    sql: super::INSERT.into(),
-                    params: vec![SqlValue::SqlInteger(id), SqlValue::SqlText(body)],
-                }),
-            )?;
-        }
-        let commit = RequestPayload::SqliteCommit(SqliteCommit { lease_key: lease });
+        let mut statements = statements.into_iter();
         match shape {
-            Shape::OneTrip => {
+            Shape::Stepwise => {
+                let mut answers = 1;
+                for statement in statements {
+                    self.push(Some(lease.clone()), insert(statement))?;
+                    self.send_and_await(answers + 1).await?;
+                    self.out.clear();
+                    answers = 0;
+                }
                 self.push(None, commit)?;
                 self.send_and_await(answers + 1).await
             }
-            Shape::TwoTrips => {
+            Shape::TwoTrips | Shape::OneTrip => {
+                let answers = statements.len() + 1;
+                for statement in statements.by_ref() {
+                    self.push(Some(lease.clone()), insert(statement))?;
+                }
+                if let Shape::OneTrip = shape {
+                    self.push(None, commit)?;
+                    return self.send_and_await(answers + 1).await;
+                }
                 self.send_and_await(answers).await?;
                 self.out.clear();
                 self.push(None, commit)?;

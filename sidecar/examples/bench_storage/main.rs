@@ -1,15 +1,18 @@
 //! Storage throughput: rows/s for 1-row and 100-row transactions of ~200-byte
-//! JSON payloads on raw rusqlite (the ceiling), the handle on sqlite_file, and
-//! the handle on actor_uds through the reference server, with each ratio to
-//! raw, and then the request/response timeline of one actor_uds transaction
-//! of each size (its round trips), and the handle against a peer that
-//! answers at once without SQLite (the ceiling of the client's own side),
-//! beside a bare client sending each transaction in two round trips and in
-//! one against such a peer (the ceiling of each shape), and in one through
-//! the reference server.
-//! Run through `scripts/bench-storage`
-//! (release build); flags such as `--only uds --rows 100 --secs 5` narrow a
-//! run down for profiling.
+//! JSON payloads on raw rusqlite (the ceiling), the handle on sqlite_file,
+//! the handle on actor_uds through the reference server and, given
+//! `--rivet SOCKET` (a runtime socket an actor of Rivet's real runtime
+//! provisioned; `scripts/bench-storage` starts one), through Rivet's own
+//! server, with each ratio to raw. Then the request/response timeline of one
+//! actor_uds transaction of each size (its round trips), and the handle
+//! against a peer that answers at once without SQLite (the ceiling of the
+//! client's own side), beside a bare client sending each transaction
+//! stepwise (the handle's shape, the only one Rivet's server keeps in
+//! order), in two round trips and in one against such a peer (the ceiling of
+//! each shape), in one through the reference server, and stepwise through
+//! Rivet's server. Run through `scripts/bench-storage` (release build);
+//! flags such as `--only uds --rows 100 --secs 5` narrow a run down for
+//! profiling.
 
 mod bare_client;
 mod instant_peer;
@@ -196,6 +199,7 @@ async fn reference_server(
 enum Behind {
     Peer(instant_peer::InstantPeer),
     Server(ars_server::ArsServerHandle),
+    Rivet,
 }
 
 /// A bare client in one shape, with what it talks to and its rounds.
@@ -257,7 +261,7 @@ async fn print_timeline(
     Ok(())
 }
 
-/// What to measure; `--only raw|file|uds|instant` (`instant`: the handle and
+/// What to measure; `--only raw|file|uds|rivet|instant` (`instant`: the handle and
 /// the bare client against instant peers), `--rows N`, `--rounds N` and
 /// `--secs S` (per round and target) narrow a run down for profiling.
 struct Options {
@@ -265,6 +269,8 @@ struct Options {
     sizes: Vec<usize>,
     rounds: usize,
     round: Duration,
+    /// An Actor Runtime Socket of Rivet's real runtime (`--rivet PATH`).
+    rivet: Option<std::path::PathBuf>,
 }
 
 fn options() -> Result<Options, String> {
@@ -273,6 +279,7 @@ fn options() -> Result<Options, String> {
         sizes: vec![1, 100],
         rounds: 3,
         round: Duration::from_secs(1),
+        rivet: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -280,6 +287,7 @@ fn options() -> Result<Options, String> {
         let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
         match flag.as_str() {
             "--only" => options.only = Some(value),
+            "--rivet" => options.rivet = Some(value.into()),
             "--rows" => options.sizes = vec![value.parse().map_err(|e| bad(&e))?],
             "--rounds" => options.rounds = value.parse::<usize>().map_err(|e| bad(&e))?.max(1),
             "--secs" => {
@@ -312,10 +320,24 @@ async fn run() -> Result<(), String> {
         options.rounds,
         options.round.as_secs_f64()
     );
+    let rivet_socket = options.rivet.as_deref().filter(|_| wants("rivet"));
     println!(
-        "{:<10} {:>14} {:>16} {:>8} {:>16} {:>8}",
-        "rows/tx", "raw rows/s", "sqlite_file", "ratio", "actor_uds", "ratio"
+        "{:<10} {:>14} {:>16} {:>8} {:>16} {:>8} {:>16} {:>8}",
+        "rows/tx", "raw rows/s", "sqlite_file", "ratio", "actor_uds", "ratio", "rivet", "ratio"
     );
+    // The handle and a bare client on Rivet's server share its actor's
+    // table: each has an id range of its own, over every size.
+    let (mut rivet_id, mut rivet_bare_id) = (0i64, 1i64 << 40);
+    let rivet: Option<Arc<dyn Database>> = match rivet_socket {
+        Some(socket) => {
+            let db = actor_uds::connect(socket, &limits)
+                .await
+                .map_err(|e| format!("Rivet's socket {}: {e}", socket.display()))?;
+            db.query(CREATE, vec![]).await.map_err(|e| e.to_string())?;
+            Some(Arc::new(db))
+        }
+        None => None,
+    };
     for &rows_per_tx in &options.sizes {
         let mut raw = match wants("raw") {
             true => Some(Raw::open(
@@ -368,7 +390,11 @@ async fn run() -> Result<(), String> {
         // own too (its keys would collide with the handle's).
         let mut bare = vec![];
         if wants("instant") {
-            for (name, shape) in [("two", Shape::TwoTrips), ("one", Shape::OneTrip)] {
+            for (name, shape) in [
+                ("stepwise", Shape::Stepwise),
+                ("two", Shape::TwoTrips),
+                ("one", Shape::OneTrip),
+            ] {
                 let peer = instant_peer::InstantPeer::start(
                     &dir.path().join(format!("bare-{name}-{rows_per_tx}.sock")),
                 )
@@ -389,7 +415,14 @@ async fn run() -> Result<(), String> {
             let client = BareClient::connect(&socket).await?;
             bare.push(Bare::new(Shape::OneTrip, Behind::Server(server), client));
         }
+        if let Some(socket) = rivet_socket {
+            let client = BareClient::connect(socket).await?;
+            let mut on_rivet = Bare::new(Shape::Stepwise, Behind::Rivet, client);
+            on_rivet.next_id = rivet_bare_id;
+            bare.push(on_rivet);
+        }
         let (mut raw_rates, mut file_rates, mut uds_rates) = (vec![], vec![], vec![]);
+        let mut rivet_rates = vec![];
         let mut instant_rates = vec![];
         let (mut file_id, mut uds_id, mut instant_id) = (0i64, 0i64, 0i64);
         for _ in 0..options.rounds {
@@ -401,6 +434,9 @@ async fn run() -> Result<(), String> {
             }
             if let Some(db) = &uds {
                 uds_rates.push(handle(db, &mut uds_id, rows_per_tx, options.round).await?);
+            }
+            if let Some(db) = &rivet {
+                rivet_rates.push(handle(db, &mut rivet_id, rows_per_tx, options.round).await?);
             }
             if let (Some(db), Some(peer)) = (&instant, &peer) {
                 peer.active.store(true, Ordering::Relaxed);
@@ -433,14 +469,24 @@ async fn run() -> Result<(), String> {
 
         let (raw_rate, file_rate, uds_rate) =
             (median(raw_rates), median(file_rates), median(uds_rates));
+        // Without a socket of Rivet's runtime its columns say so.
+        let (rivet_rate, rivet_ratio) = match rivet_rates.is_empty() {
+            true => ("-".to_owned(), "-".to_owned()),
+            false => {
+                let rate = median(rivet_rates);
+                (format!("{rate:.0}"), format!("{:.2}x", rate / raw_rate))
+            }
+        };
         println!(
-            "{:<10} {:>14.0} {:>16.0} {:>7.2}x {:>16.0} {:>7.2}x",
+            "{:<10} {:>14.0} {:>16.0} {:>7.2}x {:>16.0} {:>7.2}x {:>16} {:>8}",
             rows_per_tx,
             raw_rate,
             file_rate,
             file_rate / raw_rate,
             uds_rate,
-            uds_rate / raw_rate
+            uds_rate / raw_rate,
+            rivet_rate,
+            rivet_ratio
         );
         if !instant_rates.is_empty() {
             let rate = median(instant_rates);
@@ -452,7 +498,12 @@ async fn run() -> Result<(), String> {
         for bare in bare {
             let rate = median(bare.rates);
             let shape = match bare.shape {
-                Shape::TwoTrips => "two round trips (Begin and the inserts, then Commit)",
+                Shape::Stepwise => {
+                    "stepwise (Begin with the first insert, then one request per answer: the handle's shape)"
+                }
+                Shape::TwoTrips => {
+                    "two round trips (Begin and the inserts, then Commit; out of order on Rivet's server)"
+                }
                 Shape::OneTrip => "one round trip (Commit behind them; unsafe under ARS v1)",
             };
             let behind = match bare.behind {
@@ -460,6 +511,10 @@ async fn run() -> Result<(), String> {
                 Behind::Server(server) => {
                     server.shutdown().await;
                     "through the reference server"
+                }
+                Behind::Rivet => {
+                    rivet_bare_id = bare.next_id;
+                    "through Rivet's server"
                 }
             };
             println!(

@@ -215,6 +215,12 @@ pub struct SqliteLimits {
     pub max_in_flight_requests: u32,
     /// Bytes of encoded requests waiting to be written to the actor socket.
     pub max_queued_request_bytes: u64,
+    /// Leases begun on one actor socket connection before the next
+    /// transaction opens a fresh one. A server remembers every lease key a
+    /// connection used (Rivet's does, to refuse a reused key) until that
+    /// connection closes; this bounds what one long-lived connection makes
+    /// it hold.
+    pub max_leases_per_connection: u32,
     /// Jobs waiting for the local-file executor thread.
     pub max_queued_jobs: u32,
     /// The largest `maxFrameBytes` an actor socket may announce; a larger
@@ -228,6 +234,7 @@ impl Default for SqliteLimits {
             max_result_bytes: 128 * MIB,
             max_in_flight_requests: 64,
             max_queued_request_bytes: 64 * MIB,
+            max_leases_per_connection: 65_536,
             max_queued_jobs: 4096,
             max_socket_frame_bytes: 256 * MIB as u32,
         }
@@ -422,6 +429,10 @@ impl Limits {
             (
                 "limits.sqlite.maxQueuedRequestBytes",
                 s.max_queued_request_bytes,
+            ),
+            (
+                "limits.sqlite.maxLeasesPerConnection",
+                u64::from(s.max_leases_per_connection),
             ),
             ("limits.sqlite.maxQueuedJobs", u64::from(s.max_queued_jobs)),
             ("limits.host.maxFrameBytes", h.max_frame_bytes),
@@ -649,7 +660,7 @@ impl Config {
                 }
             }
         }
-        let positive: [(&str, u64); 14] = [
+        let positive: [(&str, u64); 15] = [
             (
                 "limits.sqlite.maxResultBytes",
                 self.limits.sqlite.max_result_bytes,
@@ -661,6 +672,10 @@ impl Config {
             (
                 "limits.sqlite.maxQueuedRequestBytes",
                 self.limits.sqlite.max_queued_request_bytes,
+            ),
+            (
+                "limits.sqlite.maxLeasesPerConnection",
+                u64::from(self.limits.sqlite.max_leases_per_connection),
             ),
             (
                 "limits.sqlite.maxQueuedJobs",

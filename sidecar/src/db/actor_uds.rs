@@ -21,7 +21,10 @@
 //! rollback included. A request the server answers `LeaseExpired` without
 //! having run it (it waited behind someone else's lease that expired: a
 //! lease-less query, or a Begin) is sent again, a bounded number of times; a
-//! statement of our own expired lease is not. There is no pool, mux or
+//! statement of our own expired lease is not. After
+//! `maxLeasesPerConnection` leases the next call opens a fresh connection,
+//! since a server may remember every lease key a connection used until it
+//! closes (Rivet's does). There is no pool, mux or
 //! writer scheduler: the socket's owner owns isolation. A dead connection
 //! fails its pending requests with `ConnectionLost`; the next call connects
 //! again.
@@ -92,10 +95,13 @@ impl ActorUdsDatabase {
             return Err(DbError::Closed);
         }
         if let Some(conn) = current.as_ref() {
-            if conn.is_alive() {
+            let leases = conn.leases_begun.load(Ordering::Relaxed);
+            if conn.is_alive() && leases < self.limits.max_leases_per_connection {
                 return Ok(conn.clone());
             }
         }
+        // Dead, or it has begun its share of leases: a fresh one. A retired
+        // connection closes once the calls still holding it are done.
         *current = None;
         let conn = Connection::open(&self.path, &self.limits).await?;
         // A fresh server connection starts with the server's own settings.
@@ -134,6 +140,7 @@ impl ActorUdsDatabase {
             .await
             .map_err(|_| Attempt::Failed(conn.death()))?;
         let slots = Arc::new(Semaphore::new(width as usize));
+        conn.leases_begun.fetch_add(1, Ordering::Relaxed);
         let key = uuid::Uuid::new_v4().to_string();
         let mut lease = Lease {
             conn: conn.clone(),
@@ -523,6 +530,8 @@ struct Connection {
     slots: Arc<Semaphore>,
     out: Arc<Outbound>,
     next_id: AtomicU32,
+    /// Leases begun on this connection (`maxLeasesPerConnection`).
+    leases_begun: AtomicU32,
     max_in_flight: u32,
     max_queued_bytes: u64,
     max_frame_bytes: u32,
@@ -580,6 +589,7 @@ impl Connection {
             slots,
             out,
             next_id: AtomicU32::new(1),
+            leases_begun: AtomicU32::new(0),
             max_in_flight,
             max_queued_bytes: limits.max_queued_request_bytes,
             max_frame_bytes,
