@@ -279,8 +279,23 @@ async fn client(server: &Server, limits: &SqliteLimits) -> actor_uds::ActorUdsDa
 /// sees its own statements in the order it gave them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependent_statements_keep_their_order_on_a_reordering_server() {
+    dependent_statements_in_order(SqliteLimits::default()).await;
+}
+
+/// With one request in flight a Begin goes alone, and lease-less reads
+/// queued behind a transaction never hold the slot it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_in_flight_still_orders_and_never_deadlocks() {
+    dependent_statements_in_order(SqliteLimits {
+        max_in_flight_requests: 1,
+        ..Default::default()
+    })
+    .await;
+}
+
+async fn dependent_statements_in_order(limits: SqliteLimits) {
     let server = Server::start(ArsServerOptions::default()).await;
-    let db = Arc::new(client(&server, &SqliteLimits::default()).await);
+    let db = Arc::new(client(&server, &limits).await);
     let mut tasks = Vec::new();
     for n in 0..16 {
         let db = db.clone();
