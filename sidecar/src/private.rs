@@ -1,7 +1,8 @@
 //! Files are private: the data directory is created 0700, the database and
 //! its WAL and SHM are 0600 whatever the umask, a socket is only ever
 //! replaced when the path really is a stale socket, and an exclusive lock
-//! file refuses a second process on the same store.
+//! file refuses a second process on the same store (and is removed when the
+//! process lets go).
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -200,31 +201,66 @@ impl StoreLock {
         if let Some(parent) = lock_path.parent() {
             create_private_dir(parent).map_err(io)?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(FILE_MODE)
-            .open(&lock_path)
-            .map_err(io)?;
-        // SAFETY: flock(2) on a descriptor we own; no memory is involved.
-        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if locked != 0 {
-            let error = std::io::Error::last_os_error();
-            return match error.raw_os_error() {
-                Some(libc::EWOULDBLOCK) => Err(LockError::Held { path: lock_path }),
-                _ => Err(io(error)),
-            };
+        for _ in 0..LOCK_ATTEMPTS {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(FILE_MODE)
+                .open(&lock_path)
+                .map_err(io)?;
+            // SAFETY: flock(2) on a descriptor we own; no memory is involved.
+            let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if locked != 0 {
+                let error = std::io::Error::last_os_error();
+                return match error.raw_os_error() {
+                    Some(libc::EWOULDBLOCK) => Err(LockError::Held { path: lock_path }),
+                    _ => Err(io(error)),
+                };
+            }
+            // The holder before us removes the file as it lets go: a lock
+            // taken on a file that is no longer at the path guards nothing.
+            if same_file(&file, &lock_path) {
+                return Ok(StoreLock {
+                    _file: file,
+                    path: lock_path,
+                });
+            }
         }
-        Ok(StoreLock {
-            _file: file,
-            path: lock_path,
-        })
+        Err(io(std::io::Error::other(
+            "the lock file kept being replaced while it was taken",
+        )))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Opens and locks retried before giving up, when the lock file is
+/// replaced each time between the two.
+const LOCK_ATTEMPTS: usize = 8;
+
+/// Whether `path` still names the file `file` has open.
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+        _ => false,
+    }
+}
+
+impl Drop for StoreLock {
+    /// The lock file goes while the lock is still held (its fields close it
+    /// after this), so a stopped sidecar leaves nothing beside the store;
+    /// that matters where the store's directory is another's, as an actor
+    /// runtime's shared socket directory is. A waiter that opened the old
+    /// file sees it is gone and opens the path again.
+    fn drop(&mut self) {
+        if same_file(&self._file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -295,6 +331,33 @@ mod tests {
         assert_eq!(second.code(), "store_locked");
         assert!(second.to_string().contains("vm.sqlite.lock"), "{second}");
         drop(first);
-        StoreLock::acquire(&db).expect("free again");
+        assert!(
+            !dir.path().join("vm.sqlite.lock").exists(),
+            "released, the lock file is removed"
+        );
+        let again = StoreLock::acquire(&db).expect("free again");
+        assert!(again.path().exists());
+    }
+
+    /// A process that opened the lock file just before its holder removed
+    /// it must not count a lock on that removed file: it takes the path's
+    /// new file instead, and a third process is refused.
+    #[test]
+    fn a_lock_on_a_removed_lock_file_is_not_kept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("vm.sqlite");
+        let path = dir.path().join("vm.sqlite.lock");
+        let first = StoreLock::acquire(&db).expect("first");
+        // What a waiter holds after the holder's removal: the old file,
+        // open, no longer at the path.
+        let stale = File::open(&path).expect("open the lock file");
+        drop(first);
+        assert!(!same_file(&stale, &path));
+        let second = StoreLock::acquire(&db).expect("second");
+        assert!(same_file(&second._file, &path));
+        assert_eq!(
+            StoreLock::acquire(&db).expect_err("third").code(),
+            "store_locked"
+        );
     }
 }

@@ -42,9 +42,32 @@ async fn serves_and_restarts_on_the_real_runtime() {
         .await;
     assert_eq!(count(&stored) as usize, history.len());
 
-    // SIGTERM: a clean exit; a new sidecar on the same socket keeps it all.
+    // SIGTERM: a clean exit, and nothing of ours is left in the runtime's
+    // shared socket directory; a new sidecar on the same socket keeps it all.
     let status = sc.terminate().await;
     assert!(status.success(), "{status:?}");
+    // (Other tests' actors share that directory: only names that start with
+    // this actor's socket are ours, and its sessions directory stays.)
+    let socket = std::path::PathBuf::from(sc.database["path"].as_str().expect("a path"));
+    let runtime_dir = socket.parent().expect("the socket's directory");
+    let socket_name = socket
+        .file_name()
+        .expect("a socket name")
+        .to_string_lossy()
+        .into_owned();
+    let mut ours: Vec<String> = std::fs::read_dir(runtime_dir)
+        .expect("the runtime's socket directory")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&socket_name) && *name != socket_name)
+        .collect();
+    ours.sort();
+    assert_eq!(
+        ours,
+        vec![format!("{socket_name}.sessions")],
+        "in {}",
+        runtime_dir.display()
+    );
     let sc = sc.restart(Options::default()).await;
     assert_eq!(sc.history("s").await, history);
     sc.prompt("s", "echo after restart")

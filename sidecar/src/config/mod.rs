@@ -109,8 +109,8 @@ pub struct Config {
     #[serde(default)]
     pub allowed_uids: Option<Vec<u32>>,
     /// Where each session's adapter gets its own working and temporary
-    /// directories; absent means `sessions/` in the data directory (the
-    /// directory of the database file, or of the actor socket).
+    /// directories; absent means `sessions/` beside the database file, or
+    /// `<socket>.sessions/` beside the actor socket.
     #[serde(default)]
     pub sessions_dir: Option<PathBuf>,
     #[serde(default)]
@@ -560,11 +560,24 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from("/"))
     }
 
-    /// Where each session's adapter directories live.
+    /// Where each session's adapter directories live: `sessionsDir`, else
+    /// `sessions/` beside a database file, else, for an actor socket,
+    /// `<socket>.sessions/` beside it. An actor runtime's socket directory
+    /// is shared by every actor of its process (Rivet's is), so a plain
+    /// `sessions/` there would give two VMs' sessions of the same id one
+    /// directory.
     pub fn sessions_dir(&self) -> PathBuf {
-        self.sessions_dir
-            .clone()
-            .unwrap_or_else(|| self.data_dir().join("sessions"))
+        if let Some(dir) = &self.sessions_dir {
+            return dir.clone();
+        }
+        match &self.database {
+            DatabaseDescriptor::SqliteFile { .. } => self.data_dir().join("sessions"),
+            DatabaseDescriptor::ActorUds { path } => {
+                let mut name = path.as_os_str().to_owned();
+                name.push(".sessions");
+                PathBuf::from(name)
+            }
+        }
     }
 
     /// Parses and validates a config document.
@@ -916,6 +929,15 @@ mod tests {
         assert_eq!(config.allowed_uids, Some(vec![1000]));
         assert!(config.agents["a"].sandbox.enabled);
         assert_eq!(config.sessions_dir(), PathBuf::from("/data/sessions"));
+        let on_actor = Config::from_json(
+            r#"{"database":{"type":"actor_uds","path":"/run/rivet/a1.sock"},"socket":"/run/vm/h.sock"}"#,
+        )
+        .expect("an actor_uds config");
+        assert_eq!(
+            on_actor.sessions_dir(),
+            PathBuf::from("/run/rivet/a1.sock.sessions"),
+            "one directory per actor socket, never a shared sessions/"
+        );
         let err = Config::from_json(
             r#"{"database":{"type":"sqlite_file","path":"/x"},
                 "agents":{"a":{"command":"/bin/a","sandbox":{"readPaths":["rel"]}}}}"#,
