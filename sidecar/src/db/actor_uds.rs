@@ -274,6 +274,13 @@ enum Attempt {
 /// is the usual case: the lease it waited behind is gone by then.
 const NOT_RUN_RETRIES: u32 = 8;
 
+/// Before sending again what never ran: a server may still be rolling the
+/// expired lease back, and refuses what arrives meanwhile too (Rivet's
+/// does), so each try waits a millisecond longer than the one before.
+async fn not_run_pause(attempt: u32) {
+    tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+}
+
 /// In-flight slots one lease uses at most: its Begin and first statement.
 const LEASE_SLOTS: u32 = 2;
 
@@ -335,7 +342,10 @@ impl Database for ActorUdsDatabase {
             match response {
                 // Parked behind a lease that expired: the server says it did
                 // not run, so it is sent again.
-                ResponsePayload::LeaseExpired(_) if attempt < NOT_RUN_RETRIES => attempt += 1,
+                ResponsePayload::LeaseExpired(_) if attempt < NOT_RUN_RETRIES => {
+                    attempt += 1;
+                    not_run_pause(attempt).await;
+                }
                 other => return self.rows_of(expect_query(other, 0)?),
             }
         }
@@ -346,7 +356,10 @@ impl Database for ActorUdsDatabase {
         loop {
             match self.transaction_once(&statements).await {
                 Ok(rows) => return Ok(rows),
-                Err(Attempt::NotRun(_)) if attempt < NOT_RUN_RETRIES => attempt += 1,
+                Err(Attempt::NotRun(_)) if attempt < NOT_RUN_RETRIES => {
+                    attempt += 1;
+                    not_run_pause(attempt).await;
+                }
                 Err(Attempt::NotRun(error) | Attempt::Failed(error)) => return Err(error),
             }
         }
