@@ -144,7 +144,8 @@ async fn each_session_runs_in_its_own_directory() {
     assert_eq!(b["cwd"], "/home/agentos/sessions/b");
     let cwd_a = PathBuf::from(probe(&sc, "a/..", "cwd").await);
     let cwd_b = PathBuf::from(probe(&sc, "b", "cwd").await);
-    let sessions = sc.dir.path().join("sessions");
+    let sessions = sc.sessions_dir();
+    assert_eq!(sessions, sc.dir.path().join("sessions"));
     assert_eq!(cwd_a, sessions.join("a%2F%2E%2E/work"));
     assert_eq!(cwd_b, sessions.join("b/work"));
     assert_ne!(cwd_a, std::env::current_dir().expect("our cwd"));
@@ -224,7 +225,7 @@ async fn hostile_agent_reaches_nothing(backend: Backend) {
     turns += 1;
     assert_eq!(text, "wrote");
     assert_eq!(
-        std::fs::read_to_string(root.join("sessions/h/work/own.txt")).expect("own file"),
+        std::fs::read_to_string(sc.sessions_dir().join("h/work/own.txt")).expect("own file"),
         "fine"
     );
     assert_eq!(

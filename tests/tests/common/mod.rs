@@ -371,6 +371,20 @@ impl Sidecar {
         }
     }
 
+    /// Where the sessions' adapter directories are by default: `sessions/`
+    /// beside a database file, `<socket>.sessions/` beside an actor socket.
+    pub fn sessions_dir(&self) -> PathBuf {
+        let path = PathBuf::from(self.database["path"].as_str().expect("a database path"));
+        match self.backend {
+            Backend::SqliteFile => path.parent().expect("a directory").join("sessions"),
+            Backend::ActorUds | Backend::Rivet => {
+                let mut name = path.into_os_string();
+                name.push(".sessions");
+                PathBuf::from(name)
+            }
+        }
+    }
+
     /// Reads the store directly, beside the sidecar: the local file (which
     /// `ars-serve` serves too), or on Rivet through the actor's own handle.
     /// Each row is an object by column name.
