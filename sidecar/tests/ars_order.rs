@@ -30,13 +30,6 @@ fn exec(script: &str) -> RequestPayload {
     })
 }
 
-fn begin_with_timeout(key: &str, timeout_ms: u64) -> RequestPayload {
-    RequestPayload::SqliteBegin(SqliteBegin {
-        lease_key: key.into(),
-        timeout_ms: Some(timeout_ms),
-    })
-}
-
 /// Responses by request id, `n` of them, in the order they came.
 async fn responses(raw: &mut Raw, n: usize) -> Vec<(u32, ResponsePayload)> {
     let mut out = Vec::new();

@@ -152,40 +152,6 @@ async fn lease_expiry_rolls_back() {
 }
 
 #[tokio::test]
-async fn closing_mid_transaction_rolls_back() {
-    let server = Server::start(ArsServerOptions::default()).await;
-    let mut a = Raw::hello(&server.path()).await;
-    a.send(1, None, query(CREATE)).await;
-    a.response().await;
-    a.send(2, None, begin("k")).await;
-    assert_eq!(a.response().await.1, ResponsePayload::SqliteBeginOk);
-    a.send(3, Some("k"), query("INSERT INTO t (id) VALUES (1)"))
-        .await;
-    a.response().await;
-    let mut b = Raw::hello(&server.path()).await;
-    b.send(1, None, begin("k1")).await;
-    until("B waits behind A's lease", || {
-        server.handle.waiting_begins() == 1
-    })
-    .await;
-    drop(a);
-    // A's lease expires with its connection: B's Begin, queued behind it,
-    // never began, and is told so. Sent again, it is granted once A's lease
-    // has been rolled back.
-    assert!(matches!(
-        b.response().await.1,
-        ResponsePayload::LeaseExpired(_)
-    ));
-    b.send(4, None, begin("k2")).await;
-    assert_eq!(b.response().await.1, ResponsePayload::SqliteBeginOk);
-    b.send(2, Some("k2"), query("SELECT COUNT(*) FROM t")).await;
-    assert_eq!(scalar(&b.response().await.1), Some(0));
-    b.send(3, None, commit("k2")).await;
-    assert_eq!(b.response().await.1, ResponsePayload::SqliteCommitOk);
-    server.handle.shutdown().await;
-}
-
-#[tokio::test]
 async fn bounded_queues_answer_queue_full() {
     let options = ArsServerOptions {
         coordinator_queue_capacity: 1,
@@ -391,13 +357,6 @@ async fn client_rolls_back_when_the_server_connection_dies() {
 
 // ---------------------------------------------------------------------------
 // The client against a scripted server.
-
-fn begin_with_timeout(key: &str, timeout_ms: u64) -> RequestPayload {
-    RequestPayload::SqliteBegin(SqliteBegin {
-        lease_key: key.into(),
-        timeout_ms: Some(timeout_ms),
-    })
-}
 
 fn rollback(key: &str) -> RequestPayload {
     RequestPayload::SqliteRollback(ars::SqliteRollback {

@@ -135,6 +135,12 @@ pub fn begin(key: &str) -> RequestPayload {
         timeout_ms: None,
     })
 }
+pub fn begin_with_timeout(key: &str, timeout_ms: u64) -> RequestPayload {
+    RequestPayload::SqliteBegin(SqliteBegin {
+        lease_key: key.into(),
+        timeout_ms: Some(timeout_ms),
+    })
+}
 pub fn commit(key: &str) -> RequestPayload {
     RequestPayload::SqliteCommit(SqliteCommit {
         lease_key: key.into(),

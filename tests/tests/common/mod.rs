@@ -44,21 +44,28 @@ impl Backend {
     }
 }
 
+/// Defines `mod $name` with one test per listed backend, each calling the
+/// async fn `$name(Backend)`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($name:ident: $($test:ident => $backend:ident),+) => {
+        mod $name {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$name($crate::common::Backend::$backend).await
+                }
+            )+
+        }
+    };
+}
+
 /// Defines `mod $name { sqlite_file, actor_uds }`, two tests that call the
 /// async fn `$name(Backend)`.
 #[macro_export]
 macro_rules! both_backends {
     ($($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite_file() {
-                super::$name($crate::common::Backend::SqliteFile).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn actor_uds() {
-                super::$name($crate::common::Backend::ActorUds).await
-            }
-        }
+        $crate::backend_tests!($name: sqlite_file => SqliteFile, actor_uds => ActorUds);
     )+};
 }
 
@@ -67,20 +74,9 @@ macro_rules! both_backends {
 #[macro_export]
 macro_rules! all_backends {
     ($($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite_file() {
-                super::$name($crate::common::Backend::SqliteFile).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn actor_uds() {
-                super::$name($crate::common::Backend::ActorUds).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rivet() {
-                super::$name($crate::common::Backend::Rivet).await
-            }
-        }
+        $crate::backend_tests!(
+            $name: sqlite_file => SqliteFile, actor_uds => ActorUds, rivet => Rivet
+        );
     )+};
 }
 
