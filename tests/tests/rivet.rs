@@ -120,3 +120,148 @@ async fn the_vfs_lives_in_the_actors_database() {
         .await;
     assert!(count(&inodes) >= 2, "the root and the file: {inodes:?}");
 }
+
+/// A raw Actor Runtime Socket client: hello, then one request at a time.
+struct RawSocket {
+    stream: tokio::net::UnixStream,
+    buf: bytes::BytesMut,
+}
+
+impl RawSocket {
+    async fn hello(path: &std::path::Path) -> RawSocket {
+        use tokio::io::AsyncWriteExt;
+        let mut raw = RawSocket {
+            stream: tokio::net::UnixStream::connect(path)
+                .await
+                .expect("connect"),
+            buf: bytes::BytesMut::new(),
+        };
+        let hello = agentos_protocol::ars::client_hello_frame().expect("hello");
+        raw.stream.write_all(&hello).await.expect("send the hello");
+        let payload = raw.payload().await;
+        assert!(matches!(
+            agentos_protocol::ars::decode_server_hello(payload).expect("a hello"),
+            agentos_protocol::ars::ServerHello::HelloOk(_)
+        ));
+        raw
+    }
+
+    async fn payload(&mut self) -> bytes::Bytes {
+        use tokio::io::AsyncReadExt;
+        let decoder = agentos_protocol::ars::FrameDecoder::new(u32::MAX);
+        loop {
+            if let Some(payload) = decoder.decode(&mut self.buf).expect("a frame") {
+                return payload;
+            }
+            let read = tokio::time::timeout(common::PATIENCE, self.stream.read_buf(&mut self.buf))
+                .await
+                .expect("the server answers")
+                .expect("read");
+            assert!(read > 0, "the server closed the socket");
+        }
+    }
+
+    async fn call(
+        &mut self,
+        request_id: u32,
+        payload: agentos_protocol::ars::RequestPayload,
+    ) -> agentos_protocol::ars::ResponsePayload {
+        use agentos_protocol::ars::{self, ClientFrame, Request, ServerFrame};
+        use tokio::io::AsyncWriteExt;
+        let frame = ClientFrame::Request(Request {
+            request_id,
+            lease_key: None,
+            payload,
+        });
+        let bytes = ars::client_frame(&frame, u32::MAX).expect("encode");
+        self.stream.write_all(&bytes).await.expect("send");
+        match ars::decode_server_frame(self.payload().await).expect("a server frame") {
+            ServerFrame::Response(response) => {
+                assert_eq!(response.request_id, request_id);
+                response.payload
+            }
+            other => panic!("expected a response, got {other:?}"),
+        }
+    }
+}
+
+/// On Rivet's own server: a lease-less write and a transaction parked
+/// behind another connection's lease that expires are answered
+/// `LeaseExpired` without running; the handle sends them again and each
+/// lands exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_never_ran_behind_an_expired_lease_is_sent_again() {
+    use agentos_protocol::ars::{RequestPayload, ResponsePayload, SqliteBegin, SqliteCommit};
+    use agentos_schema::{Database, SqlValue, Statement};
+    use agentos_sidecar::config::SqliteLimits;
+    use agentos_sidecar::db::actor_uds;
+    use std::sync::Arc;
+
+    let key = uuid::Uuid::new_v4().to_string();
+    let socket = common::rivet()
+        .provision_async(key.clone())
+        .await
+        .expect("an actor");
+    let db = Arc::new(
+        actor_uds::connect(&socket, &SqliteLimits::default())
+            .await
+            .expect("the handle connects"),
+    );
+    db.query(
+        "CREATE TABLE parked (id INTEGER PRIMARY KEY) STRICT",
+        vec![],
+    )
+    .await
+    .expect("create");
+    let mut holder = RawSocket::hello(&socket).await;
+    let begun = holder
+        .call(
+            1,
+            RequestPayload::SqliteBegin(SqliteBegin {
+                lease_key: "held".into(),
+                timeout_ms: Some(500),
+            }),
+        )
+        .await;
+    assert_eq!(begun, ResponsePayload::SqliteBeginOk);
+    let plain = {
+        let db = db.clone();
+        tokio::spawn(async move { db.query("INSERT INTO parked (id) VALUES (1)", vec![]).await })
+    };
+    let leased = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            db.transaction(vec![
+                Statement::new(
+                    "INSERT INTO parked (id) VALUES (?1)",
+                    vec![SqlValue::Integer(2)],
+                ),
+                Statement::new(
+                    "INSERT INTO parked (id) VALUES (?1)",
+                    vec![SqlValue::Integer(3)],
+                ),
+            ])
+            .await
+        })
+    };
+    plain.await.expect("task").expect("the insert lands");
+    leased.await.expect("task").expect("the transaction lands");
+    let committed = holder
+        .call(
+            2,
+            RequestPayload::SqliteCommit(SqliteCommit {
+                lease_key: "held".into(),
+            }),
+        )
+        .await;
+    assert!(
+        matches!(committed, ResponsePayload::LeaseExpired(_)),
+        "{committed:?}"
+    );
+    let rows = common::rivet()
+        .query_async(key, "SELECT group_concat(id) AS ids FROM parked".into())
+        .await
+        .expect("the actor's own read");
+    assert_eq!(rows[0]["ids"], "1,2,3");
+    db.close().await;
+}
