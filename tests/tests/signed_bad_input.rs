@@ -85,7 +85,19 @@ fn bad_bodies(me: &Signer) -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
     cases.push((
         "a signer that is not Ed25519",
         cbor::to_canonical(&Ipld::Map(map)).expect("encode"),
-        400,
+        401,
+        "bad_principal",
+    ));
+    // A signer one byte short: it cannot be verified either.
+    let mut map = wire_map(&list_agents(me));
+    let Some(Ipld::Bytes(signer)) = map.get_mut("signer") else {
+        panic!("signer bytes")
+    };
+    signer.pop();
+    cases.push((
+        "a signer of the wrong length",
+        cbor::to_canonical(&Ipld::Map(map)).expect("encode"),
+        401,
         "bad_principal",
     ));
 

@@ -285,9 +285,9 @@ impl Envelope {
 fn principal_field(map: &mut BTreeMap<String, Ipld>, key: &str) -> Result<Principal, SeedError> {
     match map.remove(key) {
         Some(Ipld::Bytes(bytes)) => Principal::from_bytes(&bytes).map_err(|error| match error {
-            SeedError::BadPrincipal { message } => {
-                SeedError::bad_principal(format!("`{key}`: {message}"))
-            }
+            SeedError::BadPrincipal { message } => SeedError::UnverifiablePrincipal {
+                message: format!("`{key}`: {message}"),
+            },
             other => other,
         }),
         Some(_) => Err(SeedError::bad_principal(format!("`{key}` must be bytes"))),

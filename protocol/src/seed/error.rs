@@ -34,6 +34,12 @@ pub enum SeedError {
     /// its string form is not base58btc multibase.
     #[error("bad principal: {message}")]
     BadPrincipal { message: String },
+    /// The envelope's own `signer` or `account` is not an Ed25519 principal
+    /// (another key type's prefix, a wrong length): the envelope cannot be
+    /// verified. Same code as [`SeedError::BadPrincipal`]; a server answers
+    /// it as a verification failure, as the reference does.
+    #[error("bad principal: {message}")]
+    UnverifiablePrincipal { message: String },
     /// The Ed25519 signature does not verify over the signing bytes.
     #[error("invalid signature")]
     BadSignature,
@@ -60,7 +66,9 @@ impl SeedError {
             SeedError::TooDeep { .. } => "too_deep",
             SeedError::TooLarge { .. } => "too_large",
             SeedError::BadEnvelope { .. } => "bad_envelope",
-            SeedError::BadPrincipal { .. } => "bad_principal",
+            SeedError::BadPrincipal { .. } | SeedError::UnverifiablePrincipal { .. } => {
+                "bad_principal"
+            }
             SeedError::BadSignature => "bad_signature",
             SeedError::BadTimestamp { .. } => "bad_timestamp",
             SeedError::BadAction { .. } => "bad_request",

@@ -57,9 +57,11 @@ impl ApiError {
 
 impl From<SeedError> for ApiError {
     fn from(e: SeedError) -> Self {
-        // A principal that is not an Ed25519 one, or a `ts` that is missing
-        // or not an integer, is the envelope's shape (400), like a missing
-        // key; 401 is kept for what fails verification.
+        // A `ts` that is missing or not an integer, or a principal in an
+        // action that is not an Ed25519 one, is the request's shape (400),
+        // like a missing key; 401 is for what fails verification, the
+        // envelope's own signer or account among it (the reference checks
+        // that principal while it verifies).
         let status = match e {
             SeedError::BadCbor { .. }
             | SeedError::TooDeep { .. }
@@ -68,7 +70,9 @@ impl From<SeedError> for ApiError {
             | SeedError::BadTimestamp { .. }
             | SeedError::BadAction { .. } => 400,
             SeedError::TooLarge { .. } => 413,
-            SeedError::BadSignature | SeedError::BadCapability { .. } => 401,
+            SeedError::BadSignature
+            | SeedError::UnverifiablePrincipal { .. }
+            | SeedError::BadCapability { .. } => 401,
             SeedError::Encode { .. } => 500,
         };
         ApiError::passed_on(status, e.code(), e.to_string())
