@@ -215,13 +215,7 @@ impl Sidecar {
                 .expect("ars-serve did not exit after SIGTERM")
                 .expect("wait for ars-serve");
         }
-        let Sidecar {
-            backend,
-            dir,
-            actor_key,
-            ..
-        } = self;
-        Self::start_in(dir, backend, actor_key, options).await
+        self.start_again(options).await
     }
 
     /// Kills this sidecar (SIGKILL: no shutdown at all) and starts a new
@@ -237,6 +231,12 @@ impl Sidecar {
             unsafe { libc::kill(pid, libc::SIGTERM) };
             let _ = tokio::time::timeout(PATIENCE, ars.wait()).await;
         }
+        self.start_again(options).await
+    }
+
+    /// A new sidecar on this one's directory, backend and actor (this one
+    /// has stopped).
+    async fn start_again(self, options: Options) -> Sidecar {
         let Sidecar {
             backend,
             dir,
