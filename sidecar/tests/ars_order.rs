@@ -184,8 +184,8 @@ async fn a_closed_connection_expires_its_lease_for_those_waiting() {
         ]))
         .await
         .expect("send");
-    // Both are queued behind A's lease before A goes (the Begin, newest
-    // last, is taken after the query).
+    // Both are queued behind A's lease before A goes (one write runs newest
+    // first, so the query is taken before the Begin the gauge counts).
     until("B waits behind A's lease", || {
         server.handle.waiting_begins() == 1
     })

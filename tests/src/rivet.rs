@@ -141,16 +141,29 @@ impl RivetRuntime {
             .insert(id, tx);
         let mut line = request;
         line["id"] = json!(id);
-        {
-            let mut stdin = self.stdin.lock().map_err(|_| "stdin poisoned")?;
-            let stdin = stdin.as_mut().ok_or("the runtime is stopped")?;
-            writeln!(stdin, "{line}").map_err(|e| format!("write to the runtime: {e}"))?;
-            stdin
-                .flush()
-                .map_err(|e| format!("write to the runtime: {e}"))?;
+        let answer = self
+            .send_line(&line)
+            .and_then(|()| {
+                rx.recv_timeout(PATIENCE)
+                    .map_err(|_| format!("the runtime did not answer {line} in time"))
+            })
+            .and_then(|answer| answer);
+        if answer.is_err() {
+            // Nobody waits for a late answer any more.
+            if let Ok(mut waiters) = self.waiters.lock() {
+                waiters.remove(&id);
+            }
         }
-        rx.recv_timeout(PATIENCE)
-            .map_err(|_| format!("the runtime did not answer {line} in time"))?
+        answer
+    }
+
+    fn send_line(&self, line: &Value) -> Result<(), String> {
+        let mut stdin = self.stdin.lock().map_err(|_| "stdin poisoned")?;
+        let stdin = stdin.as_mut().ok_or("the runtime is stopped")?;
+        writeln!(stdin, "{line}").map_err(|e| format!("write to the runtime: {e}"))?;
+        stdin
+            .flush()
+            .map_err(|e| format!("write to the runtime: {e}"))
     }
 
     /// Creates (or finds) the actor `key` and returns the path of its Actor
