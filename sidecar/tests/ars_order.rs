@@ -395,11 +395,17 @@ async fn a_statement_of_our_own_expired_lease_is_not_retried() {
 }
 
 /// After `maxLeasesPerConnection` leases the client moves to a fresh
-/// connection (a server may remember every key a connection used until it
-/// closes), and the retired one closes.
+/// connection (a server remembers every key a connection used until it
+/// closes), and the retired one closes. The server here allows no more
+/// leases per connection than the client takes, so a client that kept
+/// one connection would be refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_is_retired_after_its_share_of_leases() {
-    let server = Server::start(ArsServerOptions::default()).await;
+    let server = Server::start(ArsServerOptions {
+        max_leases_per_connection: 3,
+        ..Default::default()
+    })
+    .await;
     // A proxy in front of the server counts the client's connections.
     let proxy = server.dir.path().join("proxy.sock");
     let listener = UnixListener::bind(&proxy).expect("bind the proxy");

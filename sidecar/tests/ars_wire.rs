@@ -96,11 +96,17 @@ async fn lease_rules() {
     assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
     raw.send(7, Some("k"), query("SELECT 1")).await;
     assert!(invalid(&raw.response().await.1), "finished lease");
-    // A finished lease's key is forgotten: it may begin a new lease.
+    // A finished lease's key stays used: beginning it again is refused, and
+    // the connection goes on serving.
     raw.send(8, None, begin("k")).await;
-    assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
-    raw.send(108, None, commit("k")).await;
-    assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
+    match raw.response().await.1 {
+        ResponsePayload::InvalidLeaseKey(e) => assert!(e.message.contains("already used")),
+        other => panic!("a reused key began: {other:?}"),
+    }
+    raw.send(108, None, query("SELECT 1")).await;
+    assert_eq!(scalar(&raw.response().await.1), Some(1));
+    raw.send(208, None, commit("k")).await;
+    assert!(invalid(&raw.response().await.1), "commit of an ended lease");
 
     // Leases are per connection: another connection cannot use this key.
     let mut other = Raw::hello(&server.path()).await;
@@ -364,11 +370,12 @@ fn rollback(key: &str) -> RequestPayload {
     })
 }
 
-/// A long-lived connection reusing one key: each ended lease (commit,
-/// rollback, expiry) is forgotten, so the table does not grow per
-/// transaction and the key can begin again.
+/// Every key a connection used is refused again, whichever way its lease
+/// ended (commit, rollback, expiry), and the refusal leaves the connection
+/// usable. A Begin that never began (queued behind a lease that expired)
+/// frees its key, so it may be sent again.
 #[tokio::test]
-async fn ended_lease_keys_are_forgotten() {
+async fn used_lease_keys_are_refused() {
     let options = ArsServerOptions {
         lease_timeout: Duration::from_millis(100),
         ..Default::default()
@@ -377,27 +384,24 @@ async fn ended_lease_keys_are_forgotten() {
     let mut raw = Raw::hello(&server.path()).await;
     raw.send(1, None, query(CREATE)).await;
     raw.response().await;
-    let mut id = 2;
-    for round in 0..50 {
-        raw.send(id, None, begin_with_timeout("k", 60_000)).await;
+    let refused = |p: &ResponsePayload| matches!(p, ResponsePayload::InvalidLeaseKey(e) if e.message.contains("already used"));
+    for (n, end) in [commit("c"), rollback("r")].into_iter().enumerate() {
+        let key = if n == 0 { "c" } else { "r" };
+        raw.send(10, None, begin_with_timeout(key, 60_000)).await;
         assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
-        let end = if round % 2 == 0 {
-            commit("k")
-        } else {
-            rollback("k")
-        };
-        raw.send(id + 1, None, end).await;
+        raw.send(11, None, end).await;
         assert!(matches!(
             raw.response().await.1,
             ResponsePayload::SqliteCommitOk | ResponsePayload::SqliteRollbackOk
         ));
-        id += 2;
+        raw.send(12, None, begin(key)).await;
+        assert!(refused(&raw.response().await.1), "{key} began twice");
     }
-    // Expiry: the holder is told, then the key is forgotten too.
-    raw.send(id, None, begin("k")).await;
+    // Expiry: the holder is told, and the key stays used.
+    raw.send(20, None, begin("e")).await;
     assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
     // Another connection's Begin queued behind it is told the lease
-    // expired and never began; sent again, it is granted.
+    // expired and never began; its key is free, so sent again it is granted.
     let mut other = Raw::hello(&server.path()).await;
     other.send(1, None, begin("o")).await;
     assert!(matches!(
@@ -411,15 +415,69 @@ async fn ended_lease_keys_are_forgotten() {
     assert_eq!(other.response().await.1, ResponsePayload::SqliteBeginOk);
     other.send(2, None, commit("o")).await;
     assert_eq!(other.response().await.1, ResponsePayload::SqliteCommitOk);
-    raw.send(id + 1, None, commit("k")).await;
+    raw.send(21, None, commit("e")).await;
     assert!(matches!(
         raw.response().await.1,
         ResponsePayload::LeaseExpired(_)
     ));
-    raw.send(id + 2, None, begin("k")).await;
+    raw.send(22, None, begin("e")).await;
+    assert!(
+        refused(&raw.response().await.1),
+        "an expired key began again"
+    );
+    // The connection is still usable: a fresh key begins and commits.
+    raw.send(23, None, begin("fresh")).await;
     assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
-    raw.send(id + 3, None, commit("k")).await;
+    raw.send(24, Some("fresh"), query("INSERT INTO t VALUES (1)"))
+        .await;
+    assert!(matches!(
+        raw.response().await.1,
+        ResponsePayload::SqliteQueryOk(_)
+    ));
+    raw.send(25, None, commit("fresh")).await;
     assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
+    server.handle.shutdown().await;
+}
+
+/// The table of used keys is bounded: a connection may begin
+/// `max_leases_per_connection` leases, then is told (naming the setting)
+/// to open a new one, and keeps serving lease-less requests. Keys of any
+/// length cost the same.
+#[tokio::test]
+async fn a_connection_may_begin_only_so_many_leases() {
+    let options = ArsServerOptions {
+        max_leases_per_connection: 3,
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    let mut raw = Raw::hello(&server.path()).await;
+    let long = "x".repeat(64 * 1024);
+    for (n, key) in ["a", "b", long.as_str()].into_iter().enumerate() {
+        let id = 2 * n as u32;
+        raw.send(id, None, begin(key)).await;
+        assert_eq!(raw.response().await.1, ResponsePayload::SqliteBeginOk);
+        raw.send(id + 1, None, commit(key)).await;
+        assert_eq!(raw.response().await.1, ResponsePayload::SqliteCommitOk);
+    }
+    raw.send(10, None, begin("d")).await;
+    match raw.response().await.1 {
+        ResponsePayload::InvalidLeaseKey(e) => {
+            assert!(
+                e.message.contains("maxLeasesPerConnection"),
+                "{}",
+                e.message
+            )
+        }
+        other => panic!("a fourth lease began: {other:?}"),
+    }
+    raw.send(11, None, query("SELECT 7")).await;
+    assert_eq!(scalar(&raw.response().await.1), Some(7));
+    // A new connection has its own allowance.
+    let mut fresh = Raw::hello(&server.path()).await;
+    fresh.send(1, None, begin("d")).await;
+    assert_eq!(fresh.response().await.1, ResponsePayload::SqliteBeginOk);
+    fresh.send(2, None, commit("d")).await;
+    assert_eq!(fresh.response().await.1, ResponsePayload::SqliteCommitOk);
     server.handle.shutdown().await;
 }
 

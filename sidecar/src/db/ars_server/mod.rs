@@ -7,10 +7,12 @@
 //! writer at a time (SQLite has one), bounded queues answered with QueueFull,
 //! and GoAway for anything malformed, after which only that connection closes.
 //!
-//! It also holds up under abuse: a lease key is forgotten once its
-//! transaction commits, rolls back or expires (an expired lease is
-//! remembered as expired until its holder ends it, a bounded number per
-//! connection); a client's lease timeout is capped by the server's maximum;
+//! It also holds up under abuse: every lease key a connection used is
+//! refused again for that connection's life, at a bounded cost (a 16-byte
+//! digest per key whatever its length, and at most
+//! `max_leases_per_connection` leases per connection); an expired lease is
+//! remembered as expired until its holder ends it, a bounded number; a
+//! client's lease timeout is capped by the server's maximum;
 //! connections are capped; and each connection's outbox is bounded in bytes,
 //! so a client that pipelines requests and stops reading is closed rather
 //! than buffered for.
@@ -60,6 +62,11 @@ pub struct ArsServerOptions {
     /// Encoded responses waiting for one client to read them; a client
     /// over this is closed.
     pub max_outbox_bytes: usize,
+    /// Leases one connection may begin; every key it used is remembered
+    /// (so a reuse is refused), and a connection past this is told to open
+    /// a new one. The client's `limits.sqlite.maxLeasesPerConnection` must
+    /// not exceed it.
+    pub max_leases_per_connection: u32,
     /// Fault injection for tests: counts down on every successful commit;
     /// the commit that brings it to zero lands, but its connection is
     /// dropped before the answer is written (the client then sees
@@ -78,6 +85,7 @@ impl Default for ArsServerOptions {
             max_lease_timeout: Duration::from_secs(300),
             max_connections: 1024,
             max_outbox_bytes: 256 * 1024 * 1024,
+            max_leases_per_connection: 65_536,
             drop_connection_at_commit: None,
         }
     }

@@ -1,7 +1,7 @@
 //! The reference server's SQLite thread: it owns the connection and the
 //! transaction coordinator (one writer at a time, Begins queued behind it up
 //! to a bound, leases with deadlines capped by the server's maximum, lease
-//! keys forgotten once their transaction ends). Like the reference runtime
+//! every key refused once used on its connection). Like the reference runtime
 //! it promises no order among a connection's pipelined requests (they run
 //! newest first), and what waits behind a lease that expires is answered
 //! `LeaseExpired` without running.
@@ -21,7 +21,7 @@ use rusqlite::Connection;
 use crate::db::ars_values::to_wire;
 use crate::db::sqlite_file::{run_statement, sql_error};
 
-use super::connection::{forget_key, LeaseKeys, Outbox, Outgoing};
+use super::connection::{release_key, LeaseKeys, Outbox, Outgoing};
 use super::ArsServerOptions;
 
 /// How long the SQLite thread looks for its next job before it sleeps.
@@ -70,7 +70,6 @@ struct ActiveLease {
     id: LeaseId,
     deadline: Instant,
     timeout_ms: u64,
-    keys: LeaseKeys,
 }
 
 /// Expired leases remembered (so their holder is told `LeaseExpired`) until
@@ -98,8 +97,8 @@ pub(super) struct Worker {
     incoming: VecDeque<Req>,
     replies: Vec<Replies>,
     held: usize,
-    /// Expired leases in expiry order, with their connection's key table.
-    expired: VecDeque<(LeaseId, LeaseKeys)>,
+    /// Expired leases in expiry order.
+    expired: VecDeque<LeaseId>,
     /// Requests taken so far (each one's `seq`).
     arrivals: u64,
 }
@@ -318,7 +317,6 @@ impl Worker {
                         .checked_add(Duration::from_millis(timeout_ms))
                         .unwrap_or(now + self.options.max_lease_timeout),
                     timeout_ms,
-                    keys: req.keys.clone(),
                 });
                 self.states.insert(id.clone(), LeaseState::Active);
                 self.respond(req, ResponsePayload::SqliteBeginOk);
@@ -340,7 +338,7 @@ impl Worker {
     /// what waited for its lease is told the lease is unknown.
     fn refuse_begin(&mut self, req: Req, id: LeaseId, payload: ResponsePayload) {
         self.states.remove(&id);
-        forget_key(&req.keys, &id.1);
+        release_key(&req.keys, &id.1);
         let parked = self.parked.remove(&id).unwrap_or_default();
         self.respond(req, payload);
         for parked_req in parked {
@@ -358,7 +356,6 @@ impl Worker {
             Some(LeaseState::Expired { timeout_ms }) => {
                 let timeout_ms = *timeout_ms;
                 self.states.remove(&id);
-                forget_key(&req.keys, &id.1);
                 self.respond(req, expired(timeout_ms));
                 return;
             }
@@ -390,10 +387,8 @@ impl Worker {
             self.rollback_if_open();
             ResponsePayload::SqliteRollbackOk
         };
+        // Ended: its state goes, its key stays used on the connection.
         self.states.remove(&id);
-        // Ended: the key is forgotten, so a long-lived connection's table
-        // holds only its open leases.
-        forget_key(&req.keys, &id.1);
         self.active = None;
         self.respond(req, payload);
         self.promote();
@@ -415,14 +410,13 @@ impl Worker {
             let timeout_ms = active.timeout_ms;
             self.states
                 .insert(active.id.clone(), LeaseState::Expired { timeout_ms });
-            self.expired.push_back((active.id, active.keys));
+            self.expired.push_back(active.id);
             while self.expired.len() > MAX_REMEMBERED_EXPIRED {
-                let Some((id, keys)) = self.expired.pop_front() else {
+                let Some(id) = self.expired.pop_front() else {
                     break;
                 };
                 if matches!(self.states.get(&id), Some(LeaseState::Expired { .. })) {
                     self.states.remove(&id);
-                    forget_key(&keys, &id.1);
                 }
             }
             self.fail_waiters(timeout_ms);
@@ -477,7 +471,7 @@ impl Worker {
             expired_lease = Some(active.timeout_ms);
         }
         self.states.retain(|id, _| id.0 != conn);
-        self.expired.retain(|(id, _)| id.0 != conn);
+        self.expired.retain(|id| id.0 != conn);
         for (id, parked) in std::mem::take(&mut self.parked) {
             if id.0 == conn {
                 parked.into_iter().for_each(|r| self.drop_request(r));
