@@ -138,6 +138,9 @@ error_codes! {
     ControlConflict => "control_conflict",
     /// The secrets key cannot be loaded or does not open a stored secret.
     SecretsKeyError => "secrets_key_error",
+    /// The VM was started without a secrets key: nothing can be sealed or
+    /// opened until `secrets.keyFile` names one (`data.setting`).
+    VaultLocked => "vault_locked",
     /// The control plane's storage failed (a damaged row is `corrupt_row`).
     ControlStorageError => "control_storage_error",
 

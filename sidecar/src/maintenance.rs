@@ -15,11 +15,15 @@ use crate::vm::{secrets_key_source, KeySource, VmError, SECRETS_KEY_ENV};
 /// The key file a VM uses. A key given in the environment is not a file
 /// and cannot be rotated here.
 fn key_file(config: &Config) -> Result<PathBuf, VmError> {
-    match secrets_key_source(config)? {
-        KeySource::File(path) => Ok(path),
-        KeySource::Env(_) => Err(VmError::Config(ConfigError::new(
+    match secrets_key_source(config) {
+        Some(KeySource::File(path)) => Ok(path),
+        Some(KeySource::Env(_)) => Err(VmError::Config(ConfigError::new(
             "secrets.keyFile",
             format!("the key comes from {SECRETS_KEY_ENV}; rotate it by re-sealing with a key file (set secrets.keyFile)"),
+        ))),
+        None => Err(VmError::Config(ConfigError::new(
+            "secrets.keyFile",
+            "this VM has no secrets key (its vault is locked), so there is none to rotate; name the key file with secrets.keyFile",
         ))),
     }
 }

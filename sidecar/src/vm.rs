@@ -96,31 +96,38 @@ pub enum KeySource {
 }
 
 /// `secrets.keyFile`, else `AGENTOS_SECRETS_KEY`, else `secrets.key` beside
-/// a `sqlite_file` database. An `actor_uds` VM must name one: its database
-/// lives with the host, and the key must not sit beside it.
-pub fn secrets_key_source(config: &Config) -> Result<KeySource, VmError> {
+/// a `sqlite_file` database. An `actor_uds` VM that names none has no key
+/// (`None`): its database lives with the host and the key must not sit
+/// beside it, so its vault stays locked.
+pub fn secrets_key_source(config: &Config) -> Option<KeySource> {
     if let Some(path) = &config.secrets.key_file {
-        return Ok(KeySource::File(path.clone()));
+        return Some(KeySource::File(path.clone()));
     }
     if let Ok(value) = std::env::var(SECRETS_KEY_ENV) {
-        return Ok(KeySource::Env(value));
+        return Some(KeySource::Env(value));
     }
     match &config.database {
         DatabaseDescriptor::SqliteFile { .. } => {
-            Ok(KeySource::File(config.data_dir().join("secrets.key")))
+            Some(KeySource::File(config.data_dir().join("secrets.key")))
         }
-        DatabaseDescriptor::ActorUds { .. } => Err(VmError::Config(ConfigError::new(
-            "secrets.keyFile",
-            format!("an actor_uds VM must name its secrets key file (or set {SECRETS_KEY_ENV})"),
-        ))),
+        DatabaseDescriptor::ActorUds { .. } => None,
     }
 }
 
-/// The key that seals provider secrets (a missing key file is created).
-pub fn secrets_key(config: &Config) -> Result<SecretKey, VmError> {
-    Ok(match secrets_key_source(config)? {
-        KeySource::File(path) => SecretKey::load_or_create(&path)?,
-        KeySource::Env(value) => SecretKey::from_env_value(&value)?,
+/// The vault that seals provider secrets (a missing key file is created),
+/// locked when the VM has no key: everything else is served, and what
+/// needs a secret answers `vault_locked` naming `secrets.keyFile`.
+pub fn secret_box(config: &Config) -> Result<SecretBox, VmError> {
+    Ok(match secrets_key_source(config) {
+        Some(KeySource::File(path)) => SecretBox::new(SecretKey::load_or_create(&path)?),
+        Some(KeySource::Env(value)) => SecretBox::new(SecretKey::from_env_value(&value)?),
+        None => {
+            tracing::warn!(
+                setting = "secrets.keyFile",
+                "no secrets key: the vault is locked; sessions, the file system and every action that needs no secret are served, and setting a secret or opening a provider key answers vault_locked until secrets.keyFile (or {SECRETS_KEY_ENV}) names a key"
+            );
+            SecretBox::locked()
+        }
     })
 }
 
@@ -205,7 +212,7 @@ impl Vm {
         let control = Control::new(
             db.clone(),
             config.limits.control.clone(),
-            SecretBox::new(secrets_key(&config)?),
+            secret_box(&config)?,
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
         let builtin = builtin_services(&config, &control, &db, &space, &sessions, &turns)?;

@@ -216,7 +216,7 @@ async fn rotation_re_seals_everything_and_retires_the_old_key() {
             .await
             .expect("before");
         assert_eq!(c.rotate_secrets_key(key(2)).await.expect("rotate"), 3);
-        assert_eq!(c.secrets_key_id().await, key(2).id());
+        assert_eq!(c.secrets_key_id().await.as_deref(), Some(key(2).id()));
         assert_eq!(
             key_ids(env.db()).await,
             [key(2).id().to_owned()],
@@ -279,7 +279,7 @@ async fn a_failed_rotation_changes_nothing() {
         let err = c.rotate_secrets_key(key(2)).await.expect_err("injected");
         assert!(faulty.fired());
         assert_eq!(err.code(), "storage", "{}", env.name());
-        assert_eq!(c.secrets_key_id().await, key(1).id());
+        assert_eq!(c.secrets_key_id().await.as_deref(), Some(key(1).id()));
         assert_eq!(key_ids(env.db()).await, [key(1).id().to_owned()]);
         for name in ["p", "q", "r"] {
             assert_eq!(
@@ -455,4 +455,46 @@ fn the_key_file_is_created_private_and_a_loose_one_is_refused() {
             & 0o777,
         0o600
     );
+}
+
+/// A vault with no key (a VM launched with its database descriptor alone)
+/// refuses to seal, open or rotate with `vault_locked`, naming
+/// `secrets.keyFile`, and stays out of the way of everything else: what
+/// was sealed before is kept, and opens again once the key is back.
+#[tokio::test]
+async fn a_locked_vault_refuses_secrets_and_keeps_what_is_stored() {
+    for env in envs().await {
+        let account = principal(9);
+        env.control
+            .set_secret(&account, "kept", value(b"sealed before"), None)
+            .await
+            .expect("set with a key");
+        let locked = env.reopen_with(SecretBox::locked());
+        assert_eq!(locked.secrets_key_id().await, None);
+        let refusals = [
+            locked
+                .set_secret(&account, "new", value(b"v"), None)
+                .await
+                .map(|_| ()),
+            plaintext(&locked, &account, "kept").await.map(|_| ()),
+            plaintext(&locked, &account, "absent").await.map(|_| ()),
+            locked.rotate_secrets_key(key(2)).await.map(|_| ()),
+        ];
+        for refused in refusals {
+            let e = refused.expect_err("a locked vault refuses");
+            assert_eq!(e.code(), "vault_locked", "{}", env.name());
+            assert_eq!(e.setting(), Some("secrets.keyFile"));
+            assert!(e.to_string().contains("secrets.keyFile"), "{e}");
+        }
+        // The rest of the control plane is served, and nothing was lost.
+        let listed = locked.list_secrets(&account).await.expect("list");
+        assert_eq!(listed.len(), 1, "{}", env.name());
+        assert_eq!(
+            plaintext(&env.reopen(key(1)), &account, "kept")
+                .await
+                .expect("open"),
+            b"sealed before"
+        );
+        env.done().await;
+    }
 }

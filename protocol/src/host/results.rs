@@ -198,6 +198,20 @@ pub struct VmStatus {
     /// The bounded queues towards peers, and what they dropped.
     #[serde(default)]
     pub memory: MemoryStatus,
+    /// Whether provider secrets can be sealed and opened.
+    #[serde(default)]
+    pub secrets: SecretsStatus,
+}
+
+/// The secrets vault in `vm/status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretsStatus {
+    /// True when the VM started without a secrets key: setting a secret or
+    /// opening a provider key answers `vault_locked`.
+    pub locked: bool,
+    /// The setting that names the key (`secrets.keyFile`).
+    pub setting: String,
 }
 
 /// How the VM's adapter processes are confined.

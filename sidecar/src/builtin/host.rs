@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use super::prompt;
 use super::transcript;
 use super::verbs::{VerbScope, Verbs};
-use crate::control::{AgentRecord, Control};
+use crate::control::{AgentRecord, Control, ControlError};
 use crate::sessions::{AgentHost, SessionStore, TurnScope};
 
 /// Stored documents are ours and bounded; this only guards the decoder.
@@ -346,7 +346,10 @@ impl Host {
             .control
             .secret_plaintext(account, name)
             .await
-            .map_err(|e| unservable(e.code(), "the provider's key cannot be opened"))?
+            .map_err(|e| match e {
+                ControlError::VaultLocked => unservable(e.code(), e.to_string()),
+                _ => unservable(e.code(), "the provider's key cannot be opened"),
+            })?
             .ok_or_else(|| {
                 unservable(
                     "secret_not_found",

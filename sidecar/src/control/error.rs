@@ -32,6 +32,10 @@ pub enum ControlError {
     /// to another row, or damaged).
     #[error("secret {0} cannot be decrypted: it was not sealed for this row")]
     SecretUnreadable(String),
+    /// The VM started without a secrets key, so nothing can be sealed or
+    /// opened; everything that needs no secret still works.
+    #[error("the secrets vault is locked: this VM was started without a secrets key; name one with secrets.keyFile (or AGENTOS_SECRETS_KEY) and restart")]
+    VaultLocked,
     #[error("corrupt row from {table}: {message}")]
     CorruptRow { table: String, message: String },
     #[error("storage failed: {0}")]
@@ -49,6 +53,7 @@ impl ControlError {
             ControlError::SecretTooLarge { .. } => "secret_too_large",
             ControlError::SecretKey(_) => "secret_key",
             ControlError::SecretUnreadable(_) => "secret_unreadable",
+            ControlError::VaultLocked => "vault_locked",
             ControlError::CorruptRow { .. } => "corrupt_row",
             ControlError::Storage(_) => "storage",
         }
@@ -58,6 +63,7 @@ impl ControlError {
     pub fn setting(&self) -> Option<&'static str> {
         match self {
             ControlError::Limit { setting, .. } => Some(setting),
+            ControlError::VaultLocked => Some("secrets.keyFile"),
             _ => None,
         }
     }

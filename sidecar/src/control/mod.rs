@@ -116,9 +116,15 @@ impl Control {
         &self.inner.limits
     }
 
-    /// The id of the key secrets are sealed with now.
-    pub async fn secrets_key_id(&self) -> String {
-        self.inner.secret_box.read().await.key_id().to_owned()
+    /// The id of the key secrets are sealed with now; `None` when the
+    /// vault is locked (the VM has no secrets key).
+    pub async fn secrets_key_id(&self) -> Option<String> {
+        self.inner
+            .secret_box
+            .read()
+            .await
+            .key_id()
+            .map(str::to_owned)
     }
 
     fn store(&self) -> &ControlStore {

@@ -199,15 +199,17 @@ impl std::fmt::Debug for SecretPlaintext {
     }
 }
 
-/// Seals and opens secret values under one key.
+/// Seals and opens secret values under one key, or is locked: a VM
+/// started without a secrets key serves everything else, and every seal
+/// or open answers `vault_locked`.
 pub struct SecretBox {
-    key: SecretKey,
+    key: Option<SecretKey>,
 }
 
 impl std::fmt::Debug for SecretBox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SecretBox")
-            .field("key_id", &self.key.id)
+            .field("key_id", &self.key_id())
             .finish()
     }
 }
@@ -226,15 +228,25 @@ fn associated_data(account: &str, name: &str) -> Vec<u8> {
 
 impl SecretBox {
     pub fn new(key: SecretKey) -> SecretBox {
-        SecretBox { key }
+        SecretBox { key: Some(key) }
     }
 
-    pub fn key_id(&self) -> &str {
-        &self.key.id
+    /// A vault with no key: nothing can be sealed or opened.
+    pub fn locked() -> SecretBox {
+        SecretBox { key: None }
+    }
+
+    /// The id of the key in use; `None` when locked.
+    pub fn key_id(&self) -> Option<&str> {
+        self.key.as_ref().map(|key| key.id.as_str())
+    }
+
+    fn key(&self) -> Result<&SecretKey, ControlError> {
+        self.key.as_ref().ok_or(ControlError::VaultLocked)
     }
 
     fn cipher(&self) -> Result<Aes256Gcm, ControlError> {
-        Aes256Gcm::new_from_slice(&self.key.bytes[..])
+        Aes256Gcm::new_from_slice(&self.key()?.bytes[..])
             .map_err(|_| key_error("the secrets key has the wrong length"))
     }
 
@@ -279,10 +291,11 @@ impl SecretBox {
         key_id: &str,
         stored: &[u8],
     ) -> Result<SecretPlaintext, ControlError> {
-        if key_id != self.key.id {
+        let loaded = self.key()?;
+        if key_id != loaded.id {
             return Err(key_error(format!(
                 "secret {name:?} was sealed with key {key_id}; the loaded key is {}",
-                self.key.id
+                loaded.id
             )));
         }
         if stored.len() < NONCE_BYTES {
@@ -311,6 +324,8 @@ impl SecretBox {
 pub async fn rotate(control: &Control, new_key: SecretKey) -> Result<u64, ControlError> {
     let inner = &control.inner;
     let mut in_use = inner.secret_box.write().await;
+    // A locked vault is not opened by a rotation: it has no key to rotate.
+    in_use.key()?;
     let fresh = SecretBox::new(new_key);
     let stored = inner.store.all_secrets().await?;
     let mut reseals = Vec::with_capacity(stored.len());
@@ -329,10 +344,11 @@ pub async fn rotate(control: &Control, new_key: SecretKey) -> Result<u64, Contro
         });
     }
     let count = reseals.len() as u64;
-    inner.store.reseal_all(fresh.key_id(), reseals).await?;
+    let fresh_id = fresh.key()?.id.clone();
+    inner.store.reseal_all(&fresh_id, reseals).await?;
     tracing::info!(
         secrets = count,
-        key_id = fresh.key_id(),
+        key_id = fresh_id,
         "secrets re-sealed under a new key"
     );
     *in_use = fresh;
@@ -349,7 +365,7 @@ mod tests {
         let value = SecretPlaintext::new(b"hunter2".to_vec());
         let stored = sealer.seal("zA", "openai", &value).expect("seal");
         assert_eq!(stored.len(), NONCE_BYTES + value.len() + 16);
-        let id = sealer.key_id().to_owned();
+        let id = sealer.key_id().expect("a key").to_owned();
         let opened = sealer.open("zA", "openai", &id, &stored).expect("open");
         assert_eq!(opened.as_bytes(), b"hunter2");
         // Another row, another account, a split that moves a byte across.

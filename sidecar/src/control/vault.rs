@@ -114,9 +114,10 @@ impl Control {
         let sealer = self.inner.secret_box.read().await;
         let sealed = sealer.seal(account, name, &value)?;
         drop(value);
+        let key_id = sealer.key_id().ok_or(ControlError::VaultLocked)?;
         let write = self
             .store()
-            .upsert_secret(account, &id, name, sealer.key_id(), sealed, metadata, max)
+            .upsert_secret(account, &id, name, key_id, sealed, metadata, max)
             .await?;
         drop(sealer);
         match write {
@@ -148,6 +149,8 @@ impl Control {
         name: &str,
     ) -> Result<Option<SecretPlaintext>, ControlError> {
         let sealer = self.inner.secret_box.read().await;
+        // Locked says more than "no such secret": say it first.
+        sealer.key_id().ok_or(ControlError::VaultLocked)?;
         let Some(stored) = self.store().get_secret(account, name).await? else {
             return Ok(None);
         };

@@ -236,6 +236,7 @@ pub(super) async fn dispatch(
                 vm.database_kind.as_str(),
                 vm.started.elapsed().as_millis() as u64,
                 vm.launcher.info(),
+                vm.control.secrets_key_id().await.is_none(),
             ))
         }
         m if m.starts_with("fs/") => super::fs::dispatch(vm, m, raw).await,

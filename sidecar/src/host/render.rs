@@ -114,6 +114,7 @@ pub(super) fn vm_status(
     database: &str,
     uptime_ms: u64,
     confinement: wire::ConfinementInfo,
+    vault_locked: bool,
 ) -> wire::VmStatus {
     wire::VmStatus {
         limits: status
@@ -138,6 +139,10 @@ pub(super) fn vm_status(
             host_notices_dropped: status.memory.host_notices_dropped,
             host_connections_closed_stalled: status.memory.host_connections_closed_stalled,
             agent_stderr_dropped_bytes: status.memory.agent_stderr_dropped_bytes,
+        },
+        secrets: wire::SecretsStatus {
+            locked: vault_locked,
+            setting: "secrets.keyFile".into(),
         },
     }
 }
@@ -200,6 +205,10 @@ pub fn control_error_object(e: &ControlError) -> ErrorObject {
         ControlError::Conflict(_) => ErrorCode::ControlConflict,
         ControlError::SecretKey(_) | ControlError::SecretUnreadable(_) => {
             ErrorCode::SecretsKeyError
+        }
+        ControlError::VaultLocked => {
+            extra.insert("setting".into(), json!("secrets.keyFile"));
+            ErrorCode::VaultLocked
         }
         ControlError::CorruptRow { .. } => ErrorCode::CorruptRow,
         ControlError::Storage(_) => ErrorCode::ControlStorageError,
@@ -320,6 +329,7 @@ mod tests {
             ),
             (ControlError::Conflict("twice".into()), "control_conflict"),
             (ControlError::SecretKey("gone".into()), "secrets_key_error"),
+            (ControlError::VaultLocked, "vault_locked"),
             (
                 ControlError::CorruptRow {
                     table: "t".into(),

@@ -28,10 +28,15 @@ impl Env {
     /// Another service over the same database with another key (a
     /// restart with a different key file).
     pub fn reopen(&self, key: SecretKey) -> Control {
+        self.reopen_with(SecretBox::new(key))
+    }
+
+    /// Another service over the same database with `vault`.
+    pub fn reopen_with(&self, vault: SecretBox) -> Control {
         Control::new(
             self.backend.db.clone(),
             self.control.limits().clone(),
-            SecretBox::new(key),
+            vault,
         )
     }
 

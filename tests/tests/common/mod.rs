@@ -130,6 +130,9 @@ pub struct Options {
     pub config: Value,
     /// Set in the sidecar's own environment.
     pub env: Vec<(String, String)>,
+    /// Launch as a host does: no `secrets.keyFile` (by default the harness
+    /// names one in the test's directory).
+    pub no_secrets_key: bool,
 }
 
 /// One running sidecar and its first client connection.
@@ -314,8 +317,10 @@ impl Sidecar {
             "socket": socket,
             "agents": agents,
             "limits": limits,
-            "secrets": {"keyFile": root.join("secrets.key")},
         });
+        if !options.no_secrets_key {
+            config["secrets"] = json!({"keyFile": root.join("secrets.key")});
+        }
         merge(&mut config, &options.config);
         let mut child = Command::new(&sidecar)
             .arg("serve")

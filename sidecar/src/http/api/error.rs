@@ -87,6 +87,9 @@ impl From<ControlError> for ApiError {
             ControlError::Conflict(_) | ControlError::Limit { .. } => 409,
             ControlError::InvalidArgument(_) => 400,
             ControlError::SecretTooLarge { .. } => 413,
+            // The server's own configuration, not the request: said
+            // plainly, with the setting that opens it.
+            ControlError::VaultLocked => 503,
             _ => 500,
         };
         if status == 500 {
