@@ -249,36 +249,3 @@ async fn a_body_that_stalls_is_answered_408() {
         .expect("health");
     assert_eq!(health.status, 200);
 }
-
-#[tokio::test]
-async fn connections_past_the_bound_wait_for_a_free_one() {
-    let sc = Sidecar::start_with(
-        Backend::SqliteFile,
-        Options {
-            config: json!({"http": {"listen": "127.0.0.1:0", "maxConnections": 2}}),
-            ..Options::default()
-        },
-    )
-    .await;
-    let t = target(&sc);
-    let addr = sc.ready["http"].as_str().expect("http").to_owned();
-    let idle_a = tokio::net::TcpStream::connect(&addr).await.expect("a");
-    let idle_b = tokio::net::TcpStream::connect(&addr).await.expect("b");
-    let waiting = tokio::spawn({
-        let t = t.clone();
-        async move { request(&t, "GET", "/api/health", &[], b"").await }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "a third connection was served at once"
-    );
-    drop(idle_a);
-    let served = tokio::time::timeout(PATIENCE, waiting)
-        .await
-        .expect("served once a connection closed")
-        .expect("join")
-        .expect("health");
-    assert_eq!(served.status, 200);
-    drop(idle_b);
-}

@@ -26,7 +26,9 @@ pub struct HttpConfig {
     pub replay_cache_entries: u64,
     /// Requests served at once; more wait for a slot.
     pub max_concurrent_requests: u32,
-    /// Connections open at once; more wait in the listen backlog.
+    /// Connections open at once. Past it a new one takes an idle one's
+    /// place; only while every one is inside a request does it wait in
+    /// the listen backlog.
     pub max_connections: u32,
     /// How long a connection may take to send a request's headers, idle
     /// keep-alive time included; past it the connection is closed.

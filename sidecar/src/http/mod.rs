@@ -6,6 +6,7 @@
 //! domain rules.
 
 pub mod api;
+mod conns;
 mod health;
 mod message;
 pub mod proxy;

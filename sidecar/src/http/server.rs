@@ -1,10 +1,14 @@
 //! The listener of the signed API: a loopback TCP port or a private Unix
 //! socket, served by the router over hyper's HTTP/1.1 until shutdown, then
 //! drained. Connections are bounded (`http.maxConnections`) and each must
-//! send its request headers within `http.headerReadTimeoutMs`, so idle or
-//! slow peers cannot hold the listener. Its WebSockets
-//! are closed first (1001, "server shutting down"), since an upgraded
-//! connection is no longer a request the drain would wait for.
+//! send its request headers within `http.headerReadTimeoutMs`. Idle peers
+//! cannot hold the listener: at the bound, a new connection takes the place
+//! of an idle one (one that never sent a request head first, oldest first,
+//! then the one idle longest between requests), so a flood of connections
+//! that send nothing cannot keep out a client that does; only when every
+//! connection is inside a request does the next wait. Its WebSockets are
+//! closed first at shutdown (1001, "server shutting down"), since an
+//! upgraded connection is no longer a request the drain would wait for.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +18,10 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::conns::Conns;
 use super::ws::Sockets;
 use crate::config::{HttpConfig, HttpListen};
 
@@ -91,14 +96,14 @@ impl HttpServer {
 
     /// Serves `router` until [`Running::shutdown`]; `sockets` are the
     /// router's WebSockets. At most `http.maxConnections` connections are
-    /// open at once (more wait in the backlog), and one that takes longer
-    /// than `http.headerReadTimeoutMs` to send a request's headers (idle
-    /// keep-alive time included) is closed.
+    /// open at once: past it a new one takes an idle one's place, or waits
+    /// in the backlog while every one is inside a request. One that takes
+    /// longer than `http.headerReadTimeoutMs` to send a request's headers
+    /// (idle keep-alive time included) is closed.
     pub fn serve(self, router: Router, sockets: Arc<Sockets>, config: &HttpConfig) -> Running {
         let (stop, stopped) = watch::channel(false);
         let bounds = Bounds {
-            connections: Arc::new(Semaphore::new(config.max_connections as usize)),
-            max: config.max_connections,
+            conns: Conns::new(config.max_connections),
             header_timeout: Duration::from_millis(config.header_read_timeout_ms),
         };
         let (task, socket) = match self.bound {
@@ -131,12 +136,11 @@ impl HttpServer {
 }
 
 struct Bounds {
-    connections: Arc<Semaphore>,
-    max: u32,
+    conns: Arc<Conns>,
     header_timeout: Duration,
 }
 
-/// Accepts until `stopped`, one task per connection holding its permit;
+/// Accepts until `stopped`, one task per connection holding its place;
 /// then waits for the connections to finish what they are doing.
 async fn serve_on<L>(
     mut listener: L,
@@ -151,26 +155,27 @@ async fn serve_on<L>(
         .header_read_timeout(bounds.header_timeout);
     let service = TowerToHyperService::new(router);
     loop {
-        let permit = tokio::select! {
-            permit = bounds.connections.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = stopped.wait_for(|s| *s) => break,
-        };
         // axum's listeners retry failed accepts with a backoff themselves.
         let (io, _) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stopped.wait_for(|s| *s) => break,
         };
+        let place = tokio::select! {
+            place = bounds.conns.admit() => place,
+            _ = stopped.wait_for(|s| *s) => break,
+        };
         let connection = http
-            .serve_connection(TokioIo::new(io), service.clone())
+            .serve_connection(TokioIo::new(io), place.track(service.clone()))
             .with_upgrades();
         let mut stop = stopped.clone();
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
                 result = connection.as_mut() => result,
+                () = place.evicted.notified() => {
+                    tracing::debug!("an idle HTTP connection gave its place to a new one");
+                    Ok(())
+                }
                 () = async { let _ = stop.wait_for(|s| *s).await; } => {
                     // Finish the request in flight, then close.
                     connection.as_mut().graceful_shutdown();
@@ -180,12 +185,12 @@ async fn serve_on<L>(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "an HTTP connection ended with an error");
             }
-            drop(permit);
+            drop(place);
         });
     }
     drop(listener);
-    // Every connection holds a permit until it is done.
-    let _ = bounds.connections.acquire_many(bounds.max).await;
+    // Every connection holds its place until it is done.
+    bounds.conns.drained().await;
 }
 
 impl Running {
