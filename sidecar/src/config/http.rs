@@ -68,6 +68,12 @@ pub struct WsLimits {
     /// Bytes of frames queued for one socket; past it the socket is closed
     /// with a close reason (a consumer that fell too far behind).
     pub max_queued_bytes_per_socket: u64,
+    /// Bytes of frames queued for all sockets together; past it the
+    /// sockets furthest behind are closed.
+    pub max_queued_bytes: u64,
+    /// Sockets one account may have open (bound to it by their first
+    /// signed frame) at once.
+    pub max_sockets_per_account: u32,
     /// Largest frame a client may send.
     pub max_frame_bytes: u64,
     /// How often the server pings.
@@ -82,6 +88,8 @@ impl Default for WsLimits {
             max_sockets: 4096,
             max_subscriptions_per_socket: 64,
             max_queued_bytes_per_socket: 8 * MIB,
+            max_queued_bytes: 256 * MIB,
+            max_sockets_per_account: 64,
             max_frame_bytes: MIB,
             ping_interval_ms: 20_000,
             idle_timeout_ms: 60_000,
@@ -137,7 +145,7 @@ impl HttpConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listener()?;
-        let positive: [(&str, u64); 13] = [
+        let positive: [(&str, u64); 15] = [
             ("http.maxConnections", u64::from(self.max_connections)),
             ("http.headerReadTimeoutMs", self.header_read_timeout_ms),
             ("http.bodyReadTimeoutMs", self.body_read_timeout_ms),
@@ -156,6 +164,11 @@ impl HttpConfig {
             (
                 "http.ws.maxQueuedBytesPerSocket",
                 self.ws.max_queued_bytes_per_socket,
+            ),
+            ("http.ws.maxQueuedBytes", self.ws.max_queued_bytes),
+            (
+                "http.ws.maxSocketsPerAccount",
+                u64::from(self.ws.max_sockets_per_account),
             ),
             ("http.ws.maxFrameBytes", self.ws.max_frame_bytes),
             ("http.ws.pingIntervalMs", self.ws.ping_interval_ms),
@@ -183,7 +196,8 @@ impl HttpConfig {
 pub struct SecretsConfig {
     /// The key file (32 bytes, created 0600 when missing). Absent: the
     /// `AGENTOS_SECRETS_KEY` environment variable, else `secrets.key` beside
-    /// a `sqlite_file` database (an `actor_uds` VM must name one).
+    /// a `sqlite_file` database; an `actor_uds` VM without one has a locked
+    /// vault.
     #[serde(default)]
     pub key_file: Option<PathBuf>,
 }

@@ -18,13 +18,16 @@
 //!   last `change` is always the current state.
 //!
 //! Delivery is a push into each socket's byte-bounded queue: a socket that
-//! cannot take it is closed, and no publisher ever waits.
+//! cannot take it is closed, and no publisher ever waits. A change is
+//! rendered once (for an agent, once per access role) and its bytes are
+//! shared by every socket it goes to.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use agentos_protocol::seed::response::AgentInfo;
 use agentos_protocol::seed::ws::{AccountChange, ChangeValue, WsEvent};
+use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
 
 use super::error::WsError;
@@ -75,7 +78,7 @@ impl Sockets {
             if holders.is_empty() {
                 continue;
             }
-            let frame = WsEvent::Change {
+            let frame: Utf8Bytes = WsEvent::Change {
                 key: key.clone(),
                 value: ChangeValue::Account(AccountChange {
                     reason: reason.to_owned(),
@@ -83,7 +86,8 @@ impl Sockets {
                     session_id: session_id.map(str::to_owned),
                 }),
             }
-            .to_json();
+            .to_json()
+            .into();
             for socket in holders {
                 if socket.holds(&key) {
                     socket.outbox.frame(frame.clone());
@@ -102,6 +106,8 @@ impl Sockets {
         render: impl Fn(AccessRole) -> Option<AgentInfo>,
     ) {
         let key = format!("agents/{}", agent.agent_id);
+        // One rendering per role, shared by the sockets that read as it.
+        let mut rendered: Vec<(AccessRole, Option<Utf8Bytes>)> = Vec::new();
         for socket in self.watchers(&agent.agent_id) {
             let Some(account) = socket.account() else {
                 continue;
@@ -115,14 +121,24 @@ impl Sockets {
                     WsError::AccessRevoked(key.to_owned())
                 }),
                 Some(role) if socket.holds(&key) => {
-                    if let Some(info) = render(role) {
-                        socket.outbox.frame(
-                            WsEvent::Change {
-                                key: key.clone(),
-                                value: ChangeValue::Agent(info),
-                            }
-                            .to_json(),
-                        );
+                    let frame = match rendered.iter().find(|(r, _)| *r == role) {
+                        Some((_, frame)) => frame.clone(),
+                        None => {
+                            let frame = render(role).map(|info| {
+                                Utf8Bytes::from(
+                                    WsEvent::Change {
+                                        key: key.clone(),
+                                        value: ChangeValue::Agent(info),
+                                    }
+                                    .to_json(),
+                                )
+                            });
+                            rendered.push((role, frame.clone()));
+                            frame
+                        }
+                    };
+                    if let Some(frame) = frame {
+                        socket.outbox.frame(frame);
                     }
                 }
                 Some(_) => {}

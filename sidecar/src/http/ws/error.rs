@@ -30,6 +30,8 @@ pub enum WsError {
     NotFound(String),
     #[error("a socket holds at most http.ws.maxSubscriptionsPerSocket ({0}) subscriptions")]
     SubscriptionsLimit(u32),
+    #[error("an account may have at most http.ws.maxSocketsPerAccount ({0}) sockets open")]
+    AccountSocketsLimit(u32),
     #[error("{0}: the session was deleted")]
     SessionDeleted(String),
     #[error("{0}: the agent was deleted")]
@@ -52,6 +54,7 @@ impl WsError {
             WsError::ForeignAccount(_) => "forbidden",
             WsError::NotFound(_) => "not_found",
             WsError::SubscriptionsLimit(_) => "socket_subscriptions_limit",
+            WsError::AccountSocketsLimit(_) => "account_sockets_limit",
             WsError::SessionDeleted(_) => "session_deleted",
             WsError::AgentDeleted(_) => "agent_deleted",
             WsError::AccessRevoked(_) => "access_revoked",

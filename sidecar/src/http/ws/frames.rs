@@ -61,7 +61,7 @@ pub(super) async fn handle(
     bytes: &[u8],
 ) -> Result<(), WsError> {
     let (envelope, caller) = state.api.open(bytes).await?;
-    socket.bind_account(&caller.account)?;
+    state.api.sockets.bind(socket, &caller.account)?;
     if socket.note_signer(&caller.signer) && !caller.is_account_key() {
         // A revocation that committed after `open` verified this signer
         // scanned the sockets before the signer was noted here and closed

@@ -103,11 +103,17 @@ impl Socket {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The first verified account becomes the socket's; another is refused.
-    pub(super) fn bind_account(&self, account: &str) -> Result<(), WsError> {
+    /// The first verified account becomes the socket's; another is
+    /// refused. `admit` is asked once, before binding (the per-account cap).
+    pub(super) fn bind_account(
+        &self,
+        account: &str,
+        admit: impl FnOnce() -> Result<(), WsError>,
+    ) -> Result<(), WsError> {
         let mut state = self.state();
         match &state.account {
             None => {
+                admit()?;
                 state.account = Some(account.to_owned());
                 Ok(())
             }
@@ -220,7 +226,11 @@ fn close_wait(state: &HttpState) -> Duration {
 pub(super) async fn run(ws: WebSocket, state: Arc<HttpState>, permit: Permit) {
     let sockets = state.api.sockets.clone();
     let limits = state.config.ws.clone();
-    let (outbox, queue) = Outbox::new(limits.max_queued_bytes_per_socket);
+    let (outbox, queue) = Outbox::new(
+        permit.id,
+        limits.max_queued_bytes_per_socket,
+        sockets.budget.clone(),
+    );
     let socket = Arc::new(Socket::new(permit.id, outbox, Arc::downgrade(&sockets)));
     sockets.register(socket.clone());
     let (sink, mut stream) = ws.split();

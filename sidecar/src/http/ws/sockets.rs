@@ -4,7 +4,10 @@
 //! signer used, and the graceful close of all of them at shutdown.
 //!
 //! The index is one lock held only for lookups and inserts; nothing is
-//! sent while it is held, and no other lock is taken under it.
+//! sent while it is held, and no other lock is taken under it. Each
+//! account's open sockets are counted under another lock
+//! (`http.ws.maxSocketsPerAccount`), taken when a socket binds its account
+//! and when it goes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -13,7 +16,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::outbox::{CLOSE_REVOKED, CLOSE_SHUTDOWN};
+use super::error::WsError;
+use super::outbox::{Budget, CLOSE_REVOKED, CLOSE_SHUTDOWN};
 use super::socket::Socket;
 use crate::config::WsLimits;
 use crate::sessions::Sessions;
@@ -38,6 +42,11 @@ pub struct Sockets {
     index: Mutex<Index>,
     /// Whether the task relaying session states to sockets runs.
     pub(super) relaying: AtomicBool,
+    /// What every socket's queue counts against (`http.ws.maxQueuedBytes`).
+    pub(super) budget: Arc<Budget>,
+    /// Open sockets bound to each account (`http.ws.maxSocketsPerAccount`).
+    /// Taken on its own, or with one socket's state lock inside it.
+    accounts: Mutex<HashMap<String, usize>>,
 }
 
 /// A socket's place under `http.ws.maxSockets`, released on drop.
@@ -57,7 +66,6 @@ impl Drop for Permit {
 impl Sockets {
     pub fn new(limits: WsLimits, sessions: Sessions) -> Sockets {
         Sockets {
-            limits,
             sessions,
             open: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -65,6 +73,9 @@ impl Sockets {
             closed_all: Notify::new(),
             index: Mutex::new(Index::default()),
             relaying: AtomicBool::new(false),
+            budget: Budget::new(limits.max_queued_bytes),
+            accounts: Mutex::default(),
+            limits,
         }
     }
 
@@ -105,8 +116,36 @@ impl Sockets {
         }
     }
 
+    fn accounts(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        self.accounts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Binds `socket` to `account` (its first verified frame's), within
+    /// `http.ws.maxSocketsPerAccount`; a socket already bound to it passes.
+    pub(super) fn bind(&self, socket: &Socket, account: &str) -> Result<(), WsError> {
+        let mut accounts = self.accounts();
+        socket.bind_account(account, || {
+            let max = self.limits.max_sockets_per_account;
+            let open = accounts.entry(account.to_owned()).or_default();
+            if *open >= max as usize {
+                return Err(WsError::AccountSocketsLimit(max));
+            }
+            *open += 1;
+            Ok(())
+        })
+    }
+
     /// Forgets a closed socket and every key it held.
     pub(super) fn unregister(&self, socket: &Socket) {
+        if let Some(account) = socket.account() {
+            let mut accounts = self.accounts();
+            if let Some(open) = accounts.get_mut(&account) {
+                *open = open.saturating_sub(1);
+                if *open == 0 {
+                    accounts.remove(&account);
+                }
+            }
+        }
         let keys = socket.keys();
         let mut index = self.index_lock();
         index.sockets.remove(&socket.id);

@@ -24,7 +24,7 @@ use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
 use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
 use agentos_protocol::seed::Ipld;
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::SinkExt;
 use serde_json::Value;
@@ -207,10 +207,10 @@ pub(super) struct Render {
 
 impl Render {
     /// The frames one entry becomes.
-    pub(super) fn frames(&mut self, entry: Out) -> Vec<String> {
+    pub(super) fn frames(&mut self, entry: Out) -> Vec<Utf8Bytes> {
         let mut out = Vec::new();
         match entry {
-            Out::Frame(text) => out.push(text),
+            Out::Frame(text) => return vec![text],
             Out::Open {
                 sub_id,
                 key,
@@ -249,7 +249,7 @@ impl Render {
                 out.extend(frame);
             }
         }
-        out
+        out.into_iter().map(Utf8Bytes::from).collect()
     }
 }
 
@@ -279,7 +279,7 @@ pub(super) async fn run(
             entry = queue.recv() => match entry {
                 Some((entry, n)) => {
                     socket.outbox.taken(n);
-                    render.frames(entry).into_iter().map(|t| Message::Text(t.into())).collect()
+                    render.frames(entry).into_iter().map(Message::Text).collect()
                 }
                 None => break,
             },
@@ -384,7 +384,7 @@ mod tests {
         })
     }
 
-    fn parse(frames: Vec<String>) -> Vec<Value> {
+    fn parse(frames: Vec<Utf8Bytes>) -> Vec<Value> {
         frames
             .iter()
             .map(|f| serde_json::from_str(f).unwrap())
@@ -445,7 +445,7 @@ mod tests {
             sub_id: sub.clone(),
             frame: Some("bye".into()),
         });
-        assert_eq!(end, vec!["bye".to_string()]);
+        assert_eq!(end, vec![Utf8Bytes::from("bye")]);
         assert!(render.frames(item(chunk("late"))).is_empty());
     }
 
