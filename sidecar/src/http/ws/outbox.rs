@@ -197,7 +197,7 @@ impl Budget {
                 (bytes, account)
             })
             .collect();
-        behind.sort_by(|a, b| b.0.cmp(&a.0));
+        behind.sort_by_key(|entry| std::cmp::Reverse(entry.0));
         let mut closed = 0usize;
         for (_, account) in behind {
             if self.queued() <= target {
