@@ -6,6 +6,8 @@
 //! gets every change with no gap. An account may hold only so many
 //! sockets (`http.ws.maxSocketsPerAccount`).
 
+// Shared with `signed_ws.rs`, which uses all of it.
+#[allow(dead_code)]
 #[path = "signed_ws/client.rs"]
 mod client;
 mod common;
