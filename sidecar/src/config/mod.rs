@@ -251,6 +251,9 @@ pub struct HostLimits {
     /// included. Past it the connection is not read, notices to it are
     /// dropped (and counted) and its subscriptions end with `overflow`.
     pub max_queued_bytes_per_connection: u64,
+    /// The same bytes of every host connection together; a connection
+    /// that finds no room here is treated as over its own budget.
+    pub max_queued_bytes: u64,
     /// How long a connection over its queue budget may go without reading
     /// anything before it is closed.
     pub stalled_write_timeout_ms: u64,
@@ -264,6 +267,7 @@ impl Default for HostLimits {
             max_frame_bytes: 80 * MIB,
             max_connections: 1024,
             max_queued_bytes_per_connection: 128 * MIB,
+            max_queued_bytes: 256 * MIB,
             stalled_write_timeout_ms: 30_000,
             max_subscriptions_per_connection: 10_000,
         }
@@ -441,6 +445,7 @@ impl Limits {
                 "limits.host.maxQueuedBytesPerConnection",
                 h.max_queued_bytes_per_connection,
             ),
+            ("limits.host.maxQueuedBytes", h.max_queued_bytes),
             (
                 "limits.host.stalledWriteTimeoutMs",
                 h.stalled_write_timeout_ms,
@@ -673,7 +678,7 @@ impl Config {
                 }
             }
         }
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 16] = [
             (
                 "limits.sqlite.maxResultBytes",
                 self.limits.sqlite.max_result_bytes,
@@ -705,6 +710,10 @@ impl Config {
             (
                 "limits.host.maxQueuedBytesPerConnection",
                 self.limits.host.max_queued_bytes_per_connection,
+            ),
+            (
+                "limits.host.maxQueuedBytes",
+                self.limits.host.max_queued_bytes,
             ),
             (
                 "limits.host.stalledWriteTimeoutMs",

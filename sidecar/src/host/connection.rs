@@ -5,7 +5,9 @@
 //!
 //! Every frame queued for the client (responses, events, notices) counts
 //! against one budget, `limits.host.maxQueuedBytesPerConnection`, together
-//! with what the running reads will answer (reserved before they start).
+//! with what the running reads need to make their answers (reserved before
+//! they start), and against the process-wide `limits.host.maxQueuedBytes`
+//! shared by every connection.
 //! Over it the connection is not read (backpressure), notices to it are
 //! dropped and counted, and its subscriptions end with `overflow`; if the
 //! client then reads nothing for `limits.host.stalledWriteTimeoutMs`, the
@@ -43,11 +45,42 @@ const MAX_REQUESTS_IN_FLIGHT: u32 = 4096;
 /// The largest write the writer coalesces queued frames into.
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
+/// The bytes queued to every host client together, against
+/// `limits.host.maxQueuedBytes`: each connection's [`Budget`] takes its
+/// bytes from here too.
+pub(super) struct Shared {
+    limit: usize,
+    queued: AtomicUsize,
+    /// Notified whenever any connection's bytes leave.
+    room: Notify,
+}
+
+impl Shared {
+    pub(super) fn new(limit: u64) -> Arc<Shared> {
+        Arc::new(Shared {
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            queued: AtomicUsize::new(0),
+            room: Notify::new(),
+        })
+    }
+
+    fn try_take(&self, n: usize) -> bool {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued.saturating_add(n) <= self.limit)
+                    .then(|| queued.saturating_add(n))
+            })
+            .is_ok()
+    }
+}
+
 /// The bytes queued for one client (frames in the outbox plus the answers
-/// reserved by running reads), against `limits.host.maxQueuedBytesPerConnection`.
+/// reserved by running reads), against `limits.host.maxQueuedBytesPerConnection`
+/// and, with every other client's, `limits.host.maxQueuedBytes`.
 pub(super) struct Budget {
     limit: usize,
     queued: AtomicUsize,
+    shared: Arc<Shared>,
     /// Notified whenever the writer hands bytes to the socket.
     room: Notify,
     /// Someone found no room since the writer last made progress.
@@ -58,10 +91,11 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    fn new(limit: u64, counters: Arc<MemoryCounters>) -> Budget {
+    fn new(limit: u64, shared: Arc<Shared>, counters: Arc<MemoryCounters>) -> Budget {
         Budget {
             limit: usize::try_from(limit).unwrap_or(usize::MAX),
             queued: AtomicUsize::new(0),
+            shared,
             room: Notify::new(),
             starved: AtomicBool::new(false),
             dropping: AtomicU64::new(0),
@@ -69,16 +103,21 @@ impl Budget {
         }
     }
 
-    /// Takes `n` bytes if they fit (or nothing at all is queued, so one
-    /// frame larger than the budget can still pass alone).
+    /// Takes `n` bytes if they fit this connection's budget and the
+    /// process-wide one (or nothing at all is queued there, so one frame
+    /// larger than a budget can still pass alone).
     fn try_charge(&self, n: usize) -> bool {
-        let fits = self
+        let mut fits = self
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
                 (queued == 0 || queued.saturating_add(n) <= self.limit)
                     .then(|| queued.saturating_add(n))
             })
             .is_ok();
+        if fits && !self.shared.try_take(n) {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            fits = false;
+        }
         if fits {
             self.counters.host_queued(n as u64);
         } else {
@@ -91,6 +130,7 @@ impl Budget {
     /// was admitted, or a small frame that must not be lost.
     fn charge(&self, n: usize) {
         self.queued.fetch_add(n, Ordering::AcqRel);
+        self.shared.queued.fetch_add(n, Ordering::AcqRel);
         self.counters.host_queued(n as u64);
     }
 
@@ -99,20 +139,28 @@ impl Budget {
             return;
         }
         self.queued.fetch_sub(n, Ordering::AcqRel);
+        self.shared.queued.fetch_sub(n, Ordering::AcqRel);
         self.counters.host_dequeued(n as u64);
         self.room.notify_waiters();
+        self.shared.room.notify_waiters();
     }
 
     /// Waits until `n` bytes fit: the connection is not read meanwhile.
     async fn reserve(&self, n: usize) {
         loop {
             let room = self.room.notified();
+            let anywhere = self.shared.room.notified();
             tokio::pin!(room);
+            tokio::pin!(anywhere);
             room.as_mut().enable();
+            anywhere.as_mut().enable();
             if self.try_charge(n) {
                 return;
             }
-            room.await;
+            tokio::select! {
+                () = room => {}
+                () = anywhere => {}
+            }
         }
     }
 
@@ -147,10 +195,12 @@ impl Budget {
     }
 }
 
-/// What a request's answer is expected to take in the outbox, reserved
-/// before the request runs so that many reads cannot each hold an answer
-/// the client will not take. Other answers are small or bounded by their
-/// own limits and are charged when they are queued.
+/// What a request needs while its answer is made and queued, reserved
+/// before it runs so that many reads cannot each hold an answer the client
+/// will not take: for a read, twice its framed answer (the answer and its
+/// frame exist together for a moment); once framed, only the frame stays
+/// charged. Other answers are small or bounded by their own limits and are
+/// charged when they are queued.
 fn answer_estimate(method: &str, params: &Value) -> usize {
     if method == methods::FS_READ {
         let max = super::fs::MAX_READ_CHUNK;
@@ -159,8 +209,8 @@ fn answer_estimate(method: &str, params: &Value) -> usize {
             .and_then(Value::as_u64)
             .unwrap_or(max)
             .min(max);
-        // Base64 and the envelope.
-        return usize::try_from(length / 3 * 4 + 4096).unwrap_or(usize::MAX);
+        // Base64 and the envelope, twice.
+        return usize::try_from(2 * (length.div_ceil(3) * 4 + 4096)).unwrap_or(usize::MAX);
     }
     0
 }
@@ -302,6 +352,7 @@ pub(super) async fn serve_connection(
     stream: UnixStream,
     vm: Arc<Vm>,
     limits: HostLimits,
+    shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let connection = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
@@ -309,6 +360,7 @@ pub(super) async fn serve_connection(
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let budget = Arc::new(Budget::new(
         limits.max_queued_bytes_per_connection,
+        shared,
         vm.sessions.counters().clone(),
     ));
     let stall = Duration::from_millis(limits.stalled_write_timeout_ms);

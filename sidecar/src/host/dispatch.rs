@@ -226,6 +226,7 @@ pub(super) async fn dispatch(
                     used: match setting {
                         "limits.fs.maxTotalBytes" => fs_usage.map(|u| u.total_bytes),
                         "limits.fs.maxInodes" => fs_usage.map(|u| u.inode_count),
+                        "limits.host.maxQueuedBytes" => Some(status.memory.host_queued_bytes),
                         _ => None,
                     },
                 })

@@ -20,6 +20,21 @@ fn fs(e: FsError) -> ErrorObject {
     fs_error_object(&e)
 }
 
+/// `{"data": <base64>, "encoding": "base64", "size", "eof"}`, with the
+/// data encoded straight into the answer's text: a 16 MiB read costs its
+/// bytes and one 21 MiB text, not a string, a JSON value and a text.
+fn read_answer(data: Vec<u8>, size: u64, eof: bool) -> Result<Box<RawValue>, ErrorObject> {
+    let mut text = String::with_capacity(data.len().div_ceil(3) * 4 + 96);
+    text.push_str(r#"{"data":""#);
+    BASE64.encode_string(&data, &mut text);
+    drop(data);
+    text.push_str(&format!(
+        r#"","encoding":"base64","size":{size},"eof":{eof}}}"#
+    ));
+    RawValue::from_string(text)
+        .map_err(|e| ErrorObject::new(agentos_protocol::host::codes::INTERNAL_ERROR, e.to_string()))
+}
+
 /// Bytes of file data one `fs/read` returns at most; base64 keeps the answer
 /// well inside the frame limit.
 pub(super) const MAX_READ_CHUNK: u64 = 16 << 20;
@@ -43,12 +58,7 @@ pub(super) async fn dispatch(
             let stat = vfs.stat(&p.path).await.map_err(fs)?;
             let data = vfs.read(&p.path, offset, length).await.map_err(fs)?;
             let eof = offset.saturating_add(data.len() as u64) >= stat.size;
-            reply(&json!({
-                "data": BASE64.encode(&data),
-                "encoding": "base64",
-                "size": stat.size,
-                "eof": eof,
-            }))
+            read_answer(data, stat.size, eof)
         }
         methods::FS_WRITE => {
             let p: FsWriteParams = params(raw)?;

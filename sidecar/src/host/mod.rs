@@ -98,6 +98,7 @@ impl HostServer {
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> Draining {
         let max = self.limits.max_connections;
         let permits = Arc::new(Semaphore::new(max as usize));
+        let shared = connection::Shared::new(self.limits.max_queued_bytes);
         let (stop, stopping) = watch::channel(false);
         let mut backoff = ACCEPT_BACKOFF_MIN;
         tokio::pin!(shutdown);
@@ -141,8 +142,9 @@ impl HostServer {
                     let vm = self.vm.clone();
                     let limits = self.limits.clone();
                     let stopping = stopping.clone();
+                    let shared = shared.clone();
                     tokio::spawn(async move {
-                        connection::serve_connection(stream, vm, limits, stopping).await;
+                        connection::serve_connection(stream, vm, limits, shared, stopping).await;
                         drop(permit);
                     });
                 }
