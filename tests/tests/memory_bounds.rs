@@ -489,3 +489,77 @@ async fn host_connections_share_one_budget() {
         .await;
     assert_eq!(read["data"], "BwcH");
 }
+
+/// Large request frames take from one process-wide inbound budget
+/// (`limits.host.maxInboundBytes`) before they are read: sixteen clients
+/// each start a 12 MiB `fs/write` and stall after 10 MiB. Without the
+/// budget each one's bytes sat in the sidecar (160 MiB and more); now only
+/// what the budget allows is read, small requests are still served, and
+/// once the stalled clients leave a large write goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_request_frames_share_one_inbound_budget() {
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            limits: json!({"host": {"maxInboundBytes": 32 * MIB}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    sc.ok("vm/status", json!({})).await;
+    let (_, before) = memory(sc.pid());
+    let data = base64(&vec![1u8; 9 * MIB as usize]);
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "fs/write",
+                         "params": {"path": "/w.bin", "data": data}});
+    let frame =
+        agentos_protocol::host::encode_frame(request.to_string().as_bytes()).expect("a frame");
+    assert!(frame.len() as u64 > 12 * MIB);
+    let mut stalled = Vec::new();
+    for _ in 0..16 {
+        let part = frame[..10 * MIB as usize].to_vec();
+        let socket = sc.socket.clone();
+        stalled.push(tokio::spawn(async move {
+            let mut stream = UnixStream::connect(&socket).await.expect("connect");
+            // Those the budget does not admit block here: the sidecar
+            // stops reading them.
+            let _ = stream.write_all(&part).await;
+            tokio::time::sleep(PATIENCE).await;
+        }));
+    }
+    // Let every client push what it can.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let status = sc.ok("vm/status", json!({})).await;
+    assert!(status["uptimeMs"].is_u64(), "small requests are served");
+    let (_, during) = memory(sc.pid());
+    eprintln!(
+        "inbound frames attack: VmHWM {} MiB before, {} MiB during",
+        before / MIB,
+        during / MIB
+    );
+    assert!(
+        during < before + 96 * MIB,
+        "{} MiB read from stalled frames",
+        (during - before) / MIB
+    );
+    for task in &stalled {
+        task.abort();
+    }
+    for task in stalled {
+        let _ = task.await;
+    }
+    // The budget is free again: a whole large write is answered.
+    let mut writer = UnixStream::connect(&sc.socket).await.expect("connect");
+    writer.write_all(&frame).await.expect("write the frame");
+    let mut reply = vec![0u8; 4];
+    tokio::time::timeout(PATIENCE, writer.read_exact(&mut reply))
+        .await
+        .expect("answered in time")
+        .expect("read the answer");
+    let read = sc
+        .ok(
+            "fs/read",
+            json!({"path": "/w.bin", "offset": 0, "length": 3}),
+        )
+        .await;
+    assert_eq!(read["data"], "AQEB");
+}

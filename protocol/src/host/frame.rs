@@ -21,6 +21,9 @@ impl FrameError {
     }
 }
 
+/// A buffer larger than this is dropped, not kept, once it is empty.
+const SHRINK_ABOVE: usize = 4 << 20;
+
 /// Incremental frame decoder: push bytes, pop whole frames.
 #[derive(Debug)]
 pub struct FrameDecoder {
@@ -40,10 +43,23 @@ impl FrameDecoder {
 
     pub fn push(&mut self, bytes: &[u8]) {
         if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+            if self.buf.capacity() > SHRINK_ABOVE {
+                // A large frame went through: its room is not kept.
+                self.buf = Vec::new();
+            } else {
+                self.buf.clear();
+            }
             self.start = 0;
         }
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// The length the next frame announces, once its prefix has arrived.
+    pub fn next_length(&self) -> Option<u64> {
+        let header = self.buf.get(self.start..self.start + 4)?;
+        Some(u64::from(u32::from_be_bytes([
+            header[0], header[1], header[2], header[3],
+        ])))
     }
 
     /// Bytes received but not yet returned as frames.

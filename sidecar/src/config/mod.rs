@@ -254,6 +254,10 @@ pub struct HostLimits {
     /// The same bytes of every host connection together; a connection
     /// that finds no room here is treated as over its own budget.
     pub max_queued_bytes: u64,
+    /// Large request frames of every host connection together, counted
+    /// twice (as received and decoded) from their first byte until they are
+    /// answered; a connection waits for room before reading more.
+    pub max_inbound_bytes: u64,
     /// How long a connection over its queue budget may go without reading
     /// anything before it is closed.
     pub stalled_write_timeout_ms: u64,
@@ -268,6 +272,7 @@ impl Default for HostLimits {
             max_connections: 1024,
             max_queued_bytes_per_connection: 128 * MIB,
             max_queued_bytes: 256 * MIB,
+            max_inbound_bytes: 256 * MIB,
             stalled_write_timeout_ms: 30_000,
             max_subscriptions_per_connection: 10_000,
         }
@@ -446,6 +451,7 @@ impl Limits {
                 h.max_queued_bytes_per_connection,
             ),
             ("limits.host.maxQueuedBytes", h.max_queued_bytes),
+            ("limits.host.maxInboundBytes", h.max_inbound_bytes),
             (
                 "limits.host.stalledWriteTimeoutMs",
                 h.stalled_write_timeout_ms,
@@ -678,7 +684,7 @@ impl Config {
                 }
             }
         }
-        let positive: [(&str, u64); 16] = [
+        let positive: [(&str, u64); 17] = [
             (
                 "limits.sqlite.maxResultBytes",
                 self.limits.sqlite.max_result_bytes,
@@ -714,6 +720,10 @@ impl Config {
             (
                 "limits.host.maxQueuedBytes",
                 self.limits.host.max_queued_bytes,
+            ),
+            (
+                "limits.host.maxInboundBytes",
+                self.limits.host.max_inbound_bytes,
             ),
             (
                 "limits.host.stalledWriteTimeoutMs",

@@ -7,7 +7,9 @@
 //! against one budget, `limits.host.maxQueuedBytesPerConnection`, together
 //! with what the running reads need to make their answers (reserved before
 //! they start), and against the process-wide `limits.host.maxQueuedBytes`
-//! shared by every connection.
+//! shared by every connection. Coming in, a request frame over 64 KiB takes
+//! twice its length from the process-wide `limits.host.maxInboundBytes`
+//! before the rest of it is read, and keeps it until it is answered.
 //! Over it the connection is not read (backpressure), notices to it are
 //! dropped and counted, and its subscriptions end with `overflow`; if the
 //! client then reads nothing for `limits.host.stalledWriteTimeoutMs`, the
@@ -30,7 +32,7 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, value::RawValue, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
+use tokio::sync::{broadcast, mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::dispatch;
 use crate::config::HostLimits;
@@ -53,15 +55,35 @@ pub(super) struct Shared {
     queued: AtomicUsize,
     /// Notified whenever any connection's bytes leave.
     room: Notify,
+    /// `limits.host.maxInboundBytes` in KiB: what large request frames
+    /// take while they arrive and until they are answered.
+    inbound: Arc<Semaphore>,
+    inbound_kib: u64,
 }
 
+/// A request frame up to this size is read without asking the inbound
+/// budget (it fits the connection's own read buffer).
+const FREE_FRAME_BYTES: u64 = 64 * 1024;
+
 impl Shared {
-    pub(super) fn new(limit: u64) -> Arc<Shared> {
+    pub(super) fn new(limits: &HostLimits) -> Arc<Shared> {
+        let inbound_kib = (limits.max_inbound_bytes / 1024).max(1);
         Arc::new(Shared {
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            limit: usize::try_from(limits.max_queued_bytes).unwrap_or(usize::MAX),
             queued: AtomicUsize::new(0),
             room: Notify::new(),
+            inbound: Arc::new(Semaphore::new(
+                usize::try_from(inbound_kib).unwrap_or(Semaphore::MAX_PERMITS),
+            )),
+            inbound_kib,
         })
+    }
+
+    /// What a frame of `length` bytes takes from the inbound budget: its
+    /// bytes twice (as received, and decoded), in KiB, within the budget.
+    fn inbound_units(&self, length: u64) -> u32 {
+        let kib = (2 * length).div_ceil(1024).min(self.inbound_kib);
+        u32::try_from(kib).unwrap_or(u32::MAX)
     }
 
     fn try_take(&self, n: usize) -> bool {
@@ -465,9 +487,29 @@ pub(super) async fn serve_connection(
     });
     let requests = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT as usize));
     let mut decoder = FrameDecoder::new(limits.max_frame_bytes);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; FREE_FRAME_BYTES as usize];
     let mut shutting_down = *shutdown.borrow();
+    // The inbound budget taken for the large frame at the head of the
+    // decoder, whole, before the rest of it is read: holders never wait
+    // for each other, so they always finish.
+    let mut inbound: Option<OwnedSemaphorePermit> = None;
     'read: while !shutting_down {
+        if inbound.is_none() {
+            if let Some(length) = decoder.next_length() {
+                if length > FREE_FRAME_BYTES && length <= limits.max_frame_bytes {
+                    let units = budget.shared.inbound_units(length);
+                    let taken = budget.shared.inbound.clone().acquire_many_owned(units);
+                    tokio::select! {
+                        permit = taken => inbound = permit.ok(),
+                        _ = closed.wait_for(|c| *c) => break,
+                        _ = shutdown.wait_for(|down| *down) => {
+                            shutting_down = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
         // Over budget: stop reading until the client takes its answers.
         tokio::select! {
             _ = budget.reserve(0) => {}
@@ -493,8 +535,11 @@ pub(super) async fn serve_connection(
             match decoder.next_frame() {
                 Ok(None) => break,
                 Ok(Some(payload)) => {
+                    // The frame the inbound budget was taken for is the
+                    // first one decoded after it was taken.
+                    let taken = inbound.take();
                     let admitted = tokio::select! {
-                        _ = handle_frame(&vm, &sink, &requests, &payload) => true,
+                        _ = handle_frame(&vm, &sink, &requests, &payload, taken) => true,
                         _ = closed.wait_for(|c| *c) => false,
                     };
                     if !admitted {
@@ -536,6 +581,7 @@ async fn handle_frame(
     sink: &Arc<ConnectionSink>,
     requests: &Arc<Semaphore>,
     payload: &[u8],
+    inbound: Option<OwnedSemaphorePermit>,
 ) {
     match agentos_protocol::host::decode_message(payload) {
         Inbound::Request { id, method, params } => {
@@ -551,6 +597,8 @@ async fn handle_frame(
             let sink = sink.clone();
             tokio::spawn(async move {
                 let _permit = permit;
+                // Held until answered: the request's input stays counted.
+                let _inbound = inbound;
                 let mut after_reply = None;
                 let subscriber: Arc<dyn Sink> = sink.clone();
                 let result =
