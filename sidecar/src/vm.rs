@@ -257,6 +257,7 @@ impl Vm {
             started,
             database_kind: db.kind().as_str(),
             api,
+            bodies: crate::http::Bodies::new(config.http.max_buffered_body_bytes),
         }));
         Ok(Arc::new(Vm {
             control,

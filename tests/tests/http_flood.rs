@@ -196,3 +196,40 @@ async fn who_gives_way_at_the_bound() {
     assert_eq!(served.status, 200);
     drop(sc);
 }
+
+/// Request bodies share one budget (`http.maxBufferedBodyBytes`): while a
+/// client holds all of it with a body it never finishes, another request
+/// waits and, past half of `http.bodyReadTimeoutMs`, is answered 503
+/// `busy`; once the first is done, requests are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_share_one_budget() {
+    let (sc, addr) = with_http(json!({
+        "listen": "127.0.0.1:0", "maxBodyBytes": 1 << 20,
+        "maxBufferedBodyBytes": 2 << 20, "bodyReadTimeoutMs": 1500,
+    }))
+    .await;
+    let t = Target::from_ready(&addr);
+    let mut holder = TcpStream::connect(&addr).await.expect("holder");
+    holder
+        .write_all(
+            b"POST /api/message HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n\
+              content-type: application/cbor\r\ncontent-length: 1048576\r\n\r\n",
+        )
+        .await
+        .expect("write");
+    // Told to continue: it holds its share of the budget now.
+    let mut head = [0u8; 25];
+    tokio::time::timeout(PATIENCE, holder.read_exact(&mut head))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert!(head.starts_with(b"HTTP/1.1 100"));
+    let refused = agentos_tests::seed::post(&t, &[0xa0]).await;
+    assert_eq!((refused.status, refused.code()), (503, "busy".into()));
+    drop(holder);
+    common::eventually("served again", || async {
+        agentos_tests::seed::post(&t, &[0xa0]).await.status == 400
+    })
+    .await;
+    drop(sc);
+}

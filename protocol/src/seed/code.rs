@@ -28,6 +28,7 @@ api_codes! {
     BadRequest => "bad_request",
     BodyTimeout => "body_timeout",
     BodyTooLarge => "body_too_large",
+    Busy => "busy",
     BadCapability => "bad_capability",
     CapabilityUnknown => "capability_unknown",
     CorruptRow => "corrupt_row",

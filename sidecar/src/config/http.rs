@@ -18,6 +18,11 @@ pub struct HttpConfig {
     pub listen: Option<String>,
     /// Largest request body; larger is 413.
     pub max_body_bytes: u64,
+    /// Request bodies of every request together, counted twice (as
+    /// received and decoded) from before they are read until they are
+    /// answered; a request waits for room at most half of
+    /// `bodyReadTimeoutMs`, else it is answered 503 `busy`.
+    pub max_buffered_body_bytes: u64,
     /// How far an action's `ts` may be from the sidecar's clock, either way.
     pub timestamp_window_ms: u64,
     /// Accepted signatures remembered until their window closes. When full,
@@ -46,6 +51,7 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: None,
             max_body_bytes: 16 * MIB,
+            max_buffered_body_bytes: 256 * MIB,
             timestamp_window_ms: 5 * 60 * 1000,
             replay_cache_entries: 100_000,
             max_concurrent_requests: 256,
@@ -90,7 +96,7 @@ impl Default for WsLimits {
             max_queued_bytes_per_socket: 8 * MIB,
             max_queued_bytes: 256 * MIB,
             max_sockets_per_account: 64,
-            max_frame_bytes: MIB,
+            max_frame_bytes: 64 * 1024,
             ping_interval_ms: 20_000,
             idle_timeout_ms: 60_000,
         }
@@ -145,11 +151,12 @@ impl HttpConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listener()?;
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 16] = [
             ("http.maxConnections", u64::from(self.max_connections)),
             ("http.headerReadTimeoutMs", self.header_read_timeout_ms),
             ("http.bodyReadTimeoutMs", self.body_read_timeout_ms),
             ("http.maxBodyBytes", self.max_body_bytes),
+            ("http.maxBufferedBodyBytes", self.max_buffered_body_bytes),
             ("http.timestampWindowMs", self.timestamp_window_ms),
             ("http.replayCacheEntries", self.replay_cache_entries),
             (

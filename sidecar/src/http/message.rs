@@ -1,7 +1,11 @@
 //! The transport of `POST /api/message`: `application/cbor` or 415, the body
 //! bounded by `http.maxBodyBytes` (413) and read within
 //! `http.bodyReadTimeoutMs` (408), then the signed API; DAG-CBOR back,
-//! with the protocol version we speak in `X-Agents-Protocol`.
+//! with the protocol version we speak in `X-Agents-Protocol`. Before a body
+//! is read it takes twice its length (its announced one, else the most it
+//! may be) from the process-wide `http.maxBufferedBodyBytes`, and keeps it
+//! until the answer is made: however many requests are served at once,
+//! their bodies and what they decode to stay within it.
 
 use agentos_protocol::seed::ApiCode;
 use std::sync::Arc;
@@ -15,6 +19,30 @@ use super::api::ApiError;
 use super::HttpState;
 
 const CBOR: &str = "application/cbor";
+
+/// The process-wide budget of request bodies, in KiB.
+pub struct Bodies {
+    permits: Arc<tokio::sync::Semaphore>,
+    kib: u64,
+}
+
+impl Bodies {
+    pub fn new(max_bytes: u64) -> Bodies {
+        let kib = (max_bytes / 1024).max(1);
+        Bodies {
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(kib).unwrap_or(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            kib,
+        }
+    }
+
+    /// What a body of at most `bytes` takes: twice it, in KiB, within the
+    /// budget (so one body as large as allowed always fits alone).
+    fn units(&self, bytes: u64) -> u32 {
+        u32::try_from((2 * bytes).div_ceil(1024).min(self.kib)).unwrap_or(u32::MAX)
+    }
+}
 
 fn reply(status: u16, body: Vec<u8>) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -51,6 +79,25 @@ pub(super) async fn post(
     }
     let max = usize::try_from(state.config.max_body_bytes).unwrap_or(usize::MAX);
     let limit = std::time::Duration::from_millis(state.config.body_read_timeout_ms);
+    // A body announced larger than allowed is refused by the read below
+    // without taking more than the most a body may be.
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(state.config.max_body_bytes)
+        .min(state.config.max_body_bytes);
+    let units = state.bodies.units(announced);
+    let taken = state.bodies.permits.clone().acquire_many_owned(units);
+    // Half the body's time for room, so a request that waited still has
+    // time to be read.
+    let Ok(Ok(_room)) = tokio::time::timeout(limit / 2, taken).await else {
+        return refuse(ApiError::new(
+            503,
+            ApiCode::Busy,
+            "request bodies being served fill http.maxBufferedBodyBytes; try again",
+        ));
+    };
     let Ok(read) = tokio::time::timeout(limit, axum::body::to_bytes(body, max)).await else {
         return refuse(ApiError::new(
             408,

@@ -22,6 +22,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::cors::{Any, CorsLayer};
 
+pub use message::Bodies;
 pub use server::{HttpError, HttpServer, Running};
 
 use crate::config::HttpConfig;
@@ -35,6 +36,8 @@ pub struct HttpState {
     pub started: Instant,
     pub database_kind: &'static str,
     pub api: api::SignedApi,
+    /// `http.maxBufferedBodyBytes` in KiB, taken by each request body.
+    pub bodies: message::Bodies,
 }
 
 /// The API's routes; everything else is 404. CORS is open (`*`), with
