@@ -563,3 +563,78 @@ async fn large_request_frames_share_one_inbound_budget() {
         .await;
     assert_eq!(read["data"], "AQEB");
 }
+
+/// The VM's adapters share their stdin and stdout budgets
+/// (`limits.acp.maxQueuedStdinBytesPerVm`, `limits.acp.maxStdoutBytesPerVm`):
+/// an agent that floods reads and stops reading its stdin fails its turn
+/// naming the VM's bound when that is the one it fills, and a line longer
+/// than the VM's stdout budget fails its turn naming that; the sessions
+/// work again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adapters_share_the_vms_stdin_and_stdout_budgets() {
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            limits: json!({"acp": {"maxQueuedStdinBytesPerVm": 32 * MIB,
+                                   "maxStdoutBytesPerVm": 512 * 1024,
+                                   "stalledStdinTimeoutMs": 2000}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    commit_a_turn(&sc, "flood").await;
+    let line = format!("{}\n", "x".repeat(99));
+    put_file(
+        &sc,
+        "/home/agentos/big.txt",
+        line.repeat(150_000).as_bytes(),
+    )
+    .await;
+    let setting = |e: &agentos_protocol::host::ErrorObject| {
+        e.data
+            .as_ref()
+            .and_then(|d| d.get("setting"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let error = match sc
+        .prompt("flood", "fs_flood 400 /home/agentos/big.txt")
+        .await
+    {
+        Ok(v) => panic!("the flooding turn succeeded: {v}"),
+        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(e) => panic!("no RPC error: {e}"),
+    };
+    assert_eq!(data_code(&error), "resource_limit", "{error:?}");
+    assert_eq!(setting(&error), "limits.acp.maxQueuedStdinBytesPerVm");
+
+    commit_a_turn(&sc, "long").await;
+    let error = match sc.prompt("long", "oversize 1000000").await {
+        Ok(v) => panic!("a line over the VM's stdout budget went through: {v}"),
+        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(e) => panic!("no RPC error: {e}"),
+    };
+    assert_eq!(
+        setting(&error),
+        "limits.acp.maxStdoutBytesPerVm",
+        "{error:?}"
+    );
+    // Both sessions serve again, on new adapters.
+    for session in ["flood", "long"] {
+        let answer = sc.prompt(session, "echo again").await.expect("a turn");
+        assert_eq!(answer["message"]["content"][0]["text"], "again");
+    }
+    let limits = sc.ok("vm/status", json!({})).await["limits"].clone();
+    for name in [
+        "limits.acp.maxQueuedStdinBytesPerVm",
+        "limits.acp.maxStdoutBytesPerVm",
+    ] {
+        assert!(
+            limits
+                .as_array()
+                .is_some_and(|l| l.iter().any(|e| e["setting"] == name)),
+            "{name} in vm/status"
+        );
+    }
+}

@@ -108,23 +108,28 @@ impl StdoutBudget {
 /// The agent's events in arrival order (see [`AdapterConnection::spawn`]).
 /// Taking an event frees its share of the stdout buffer.
 pub struct AdapterEvents {
-    pub(super) rx: mpsc::Receiver<(AdapterEvent, u32)>,
+    /// Each event with its share of the connection's stdout budget and the
+    /// bytes it holds of the process's.
+    pub(super) rx: mpsc::Receiver<(AdapterEvent, u32, usize)>,
     pub(super) budget: Arc<StdoutBudget>,
+    pub(super) process: Arc<ProcessBudget>,
 }
 
 impl AdapterEvents {
     /// The next event; `None` once the adapter is gone and every event was
     /// taken.
     pub async fn recv(&mut self) -> Option<AdapterEvent> {
-        let (event, cost) = self.rx.recv().await?;
+        let (event, cost, held) = self.rx.recv().await?;
         self.budget.permits.add_permits(cost as usize);
+        self.process.give_stdout(held);
         Some(event)
     }
 
     /// The next event if one is waiting.
     pub fn try_recv(&mut self) -> Result<AdapterEvent, mpsc::error::TryRecvError> {
-        let (event, cost) = self.rx.try_recv()?;
+        let (event, cost, held) = self.rx.try_recv()?;
         self.budget.permits.add_permits(cost as usize);
+        self.process.give_stdout(held);
         Ok(event)
     }
 
@@ -155,6 +160,9 @@ pub enum AdapterError {
     Exited,
     #[error("adapter wrote a line longer than {limit} bytes")]
     LineTooLong { limit: usize },
+    /// A long line found no room in the process's stdout budget in time.
+    #[error("adapter wrote a line that found no room in the process-wide stdout budget ({limit} bytes) in time")]
+    StdoutBudget { limit: usize },
     #[error("adapter wrote invalid JSON-RPC: {0}")]
     InvalidJson(String),
     #[error("adapter speaks ACP protocol version {0}, this client speaks only 1")]
@@ -171,7 +179,9 @@ impl AdapterError {
             AdapterError::Rpc(_) => ErrorCode::AdapterRpcError,
             AdapterError::Timeout { .. } => ErrorCode::AdapterTimeout,
             AdapterError::Exited => ErrorCode::AdapterExited,
-            AdapterError::LineTooLong { .. } => ErrorCode::AdapterLineTooLong,
+            AdapterError::LineTooLong { .. } | AdapterError::StdoutBudget { .. } => {
+                ErrorCode::AdapterLineTooLong
+            }
             AdapterError::InvalidJson(_) => ErrorCode::AdapterInvalidJson,
             AdapterError::UnsupportedProtocolVersion(_) => ErrorCode::AcpProtocolError,
             AdapterError::Closed => ErrorCode::AdapterClosed,

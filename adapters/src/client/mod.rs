@@ -37,10 +37,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+mod budget;
 mod events;
 mod process;
 mod reader;
 
+pub use budget::{ProcessBudget, FREE_LINE_BYTES};
 pub use events::*;
 use process::*;
 pub use process::{AdapterCommand, Confinement};
@@ -104,6 +106,8 @@ pub struct AdapterOptions {
     /// Above this many queued stdin bytes, [`AdapterConnection::stdin_room`]
     /// waits.
     pub max_queued_stdin_bytes: usize,
+    /// What this connection shares with the process's others.
+    pub process: Arc<ProcessBudget>,
 }
 
 impl Default for AdapterOptions {
@@ -114,6 +118,7 @@ impl Default for AdapterOptions {
             event_buffer: DEFAULT_EVENT_BUFFER,
             stdout_buffer_bytes: DEFAULT_STDOUT_BUFFER_BYTES,
             max_queued_stdin_bytes: DEFAULT_MAX_QUEUED_STDIN_BYTES,
+            process: ProcessBudget::unbounded(),
         }
     }
 }
@@ -224,7 +229,7 @@ impl AdapterConnection {
         let kill = Arc::new(Notify::new());
         let pending = Arc::new(Mutex::new(Pending::default()));
 
-        let stdin_queue = Arc::new(StdinQueue::default());
+        let stdin_queue = Arc::new(StdinQueue::new(options.process.clone()));
         tokio::spawn(write_loop(stdin, writer_rx, stdin_queue.clone()));
         tokio::spawn(wait_loop(child, group, kill.clone(), exit_tx));
         let stderr_task = tokio::spawn(stderr_loop(
@@ -234,6 +239,7 @@ impl AdapterConnection {
         tokio::spawn(read_loop(ReadLoop {
             stdout: BufReader::with_capacity(read_ahead, stdout),
             budget: budget.clone(),
+            process: options.process.clone(),
             max_line: options.max_read_line_bytes,
             events: events_tx,
             pending: pending.clone(),
@@ -263,6 +269,7 @@ impl AdapterConnection {
             AdapterEvents {
                 rx: events_rx,
                 budget,
+                process: options.process.clone(),
             },
         ))
     }
@@ -350,13 +357,21 @@ impl AdapterConnection {
                 let room = self.shared.stdin.room.notified();
                 tokio::pin!(room);
                 room.as_mut().enable();
-                if self.stdin_queued_bytes() <= self.shared.max_queued_stdin_bytes
+                let everyone = self.shared.stdin.process.stdin_room();
+                tokio::pin!(everyone);
+                everyone.as_mut().enable();
+                let fits = self.stdin_queued_bytes() <= self.shared.max_queued_stdin_bytes
+                    && self.shared.stdin.process.stdin_fits();
+                if fits
                     || self.shared.stdin_closed.load(Ordering::Acquire)
                     || self.shared.exit.borrow().is_some()
                 {
                     return;
                 }
-                room.await;
+                tokio::select! {
+                    () = room => {}
+                    () = everyone => {}
+                }
             }
         };
         tokio::time::timeout(timeout, wait).await.is_ok()
@@ -461,13 +476,75 @@ mod tests {
         let mut reader = BufReader::with_capacity(8, input);
         let mut buf = Vec::new();
         let mut out = Vec::new();
-        while let LineRead::Line { truncated } = read_line_limited(&mut reader, &mut buf, limit)
-            .await
-            .unwrap()
+        while let LineRead::Line { truncated, .. } =
+            read_line_limited(&mut reader, &mut buf, limit, None)
+                .await
+                .unwrap()
         {
             out.push((buf.clone(), truncated));
         }
         out
+    }
+
+    #[tokio::test]
+    async fn long_lines_take_from_the_process_budget_or_are_refused() {
+        let budget = ProcessBudget::new(1 << 20, 100_000, Duration::from_millis(50));
+        let long = vec![b'x'; FREE_LINE_BYTES + 60_000];
+        let mut input = long.clone();
+        input.push(b'\n');
+        input.extend_from_slice(&long);
+        input.extend_from_slice(b"\nshort\n");
+        let mut reader = BufReader::with_capacity(4096, &input[..]);
+        let mut buf = Vec::new();
+        let mut charge = LineCharge {
+            process: &budget,
+            held: 0,
+        };
+        // The first takes what it keeps past the free part.
+        let read = read_line_limited(&mut reader, &mut buf, 1 << 20, Some(&mut charge))
+            .await
+            .unwrap();
+        assert_eq!(
+            read,
+            LineRead::Line {
+                truncated: false,
+                refused: false
+            }
+        );
+        assert_eq!(buf, long);
+        assert_eq!(charge.held, 60_000);
+        assert_eq!(budget.stdout_held(), 60_000);
+        // While it is held, the second finds no room in time: refused and
+        // skipped to its end, holding nothing.
+        let first = std::mem::take(&mut charge.held);
+        let read = read_line_limited(&mut reader, &mut buf, 1 << 20, Some(&mut charge))
+            .await
+            .unwrap();
+        assert_eq!(
+            read,
+            LineRead::Line {
+                truncated: false,
+                refused: true
+            }
+        );
+        assert!(buf.is_empty());
+        budget.give_stdout(std::mem::take(&mut charge.held));
+        assert_eq!(budget.stdout_held(), 60_000);
+        // The next line is whole; a short line takes nothing.
+        let read = read_line_limited(&mut reader, &mut buf, 1 << 20, Some(&mut charge))
+            .await
+            .unwrap();
+        assert_eq!(
+            read,
+            LineRead::Line {
+                truncated: false,
+                refused: false
+            }
+        );
+        assert_eq!(buf, b"short");
+        assert_eq!(charge.held, 0);
+        budget.give_stdout(first);
+        assert_eq!(budget.stdout_held(), 0);
     }
 
     #[tokio::test]

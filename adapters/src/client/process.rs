@@ -47,21 +47,32 @@ pub struct AdapterCommand {
     pub confinement: Option<Confinement>,
 }
 
-/// Bytes queued for the adapter's stdin and not yet written.
-#[derive(Default)]
+/// Bytes queued for the adapter's stdin and not yet written, counted in
+/// the process's budget too.
 pub(super) struct StdinQueue {
     pub(super) bytes: AtomicUsize,
     pub(super) room: Notify,
+    pub(super) process: Arc<ProcessBudget>,
 }
 
 impl StdinQueue {
+    pub(super) fn new(process: Arc<ProcessBudget>) -> StdinQueue {
+        StdinQueue {
+            bytes: AtomicUsize::new(0),
+            room: Notify::new(),
+            process,
+        }
+    }
+
     pub(super) fn added(&self, n: usize) {
         self.bytes.fetch_add(n, Ordering::AcqRel);
+        self.process.stdin_added(n);
     }
 
     pub(super) fn written(&self, n: usize) {
         self.bytes.fetch_sub(n, Ordering::AcqRel);
         self.room.notify_waiters();
+        self.process.stdin_written(n);
     }
 }
 

@@ -7,26 +7,40 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 
+/// A line buffer larger than this is dropped once its line is handled.
+const SHRINK_LINE_ABOVE: usize = 1 << 20;
+
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum LineRead {
     /// A complete line is in the buffer; `truncated` when bytes beyond the
-    /// limit were dropped.
+    /// limit were dropped, `refused` when the process's stdout budget had
+    /// no room for it in time (the line is dropped too).
     Line {
         truncated: bool,
+        refused: bool,
     },
     Eof,
 }
 
+/// What a line being read holds of the process's stdout budget.
+pub(super) struct LineCharge<'a> {
+    pub(super) process: &'a ProcessBudget,
+    pub(super) held: usize,
+}
+
 /// Reads one line into `buf` (without the newline and a trailing `\r`),
 /// keeping at most `limit` bytes and discarding the rest of an overlong line
-/// so the next call starts at the next line.
+/// so the next call starts at the next line. With a `charge`, what the line
+/// keeps past [`FREE_LINE_BYTES`] is taken from the process's budget first.
 pub(super) async fn read_line_limited<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     limit: usize,
+    mut charge: Option<&mut LineCharge<'_>>,
 ) -> std::io::Result<LineRead> {
     buf.clear();
     let mut truncated = false;
+    let mut refused = false;
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -39,35 +53,64 @@ pub(super) async fn read_line_limited<R: AsyncBufRead + Unpin>(
             Some(at) => (&available[..at], at + 1, true),
             None => (available, available.len(), false),
         };
-        let room = limit.saturating_sub(buf.len());
-        if chunk.len() > room {
+        let room = if refused {
+            0
+        } else {
+            limit.saturating_sub(buf.len())
+        };
+        if chunk.len() > room && !refused {
             truncated = true;
         }
-        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let keep = chunk.len().min(room);
+        if let Some(charge) = charge.as_deref_mut() {
+            let need = (buf.len() + keep).saturating_sub(FREE_LINE_BYTES);
+            if need > charge.held {
+                let more = need - charge.held;
+                // Copied out: the reader's buffer cannot stay borrowed
+                // across the wait.
+                let kept = chunk[..keep].to_vec();
+                reader.consume(consumed);
+                if charge.process.take_stdout(more).await {
+                    charge.held += more;
+                    buf.extend_from_slice(&kept);
+                } else {
+                    refused = true;
+                    truncated = false;
+                }
+                if done {
+                    break;
+                }
+                continue;
+            }
+        }
+        buf.extend_from_slice(&chunk[..keep]);
         reader.consume(consumed);
         if done {
             break;
         }
     }
-    if !truncated && buf.last() == Some(&b'\r') {
+    if !truncated && !refused && buf.last() == Some(&b'\r') {
         buf.pop();
     }
-    Ok(LineRead::Line { truncated })
+    if refused {
+        buf.clear();
+    }
+    Ok(LineRead::Line { truncated, refused })
 }
 
 pub(super) async fn stderr_loop<R: AsyncBufRead + Unpin>(
     mut reader: R,
-    events: mpsc::Sender<(AdapterEvent, u32)>,
+    events: mpsc::Sender<(AdapterEvent, u32, usize)>,
 ) {
     let mut buf = Vec::with_capacity(256);
     loop {
-        match read_line_limited(&mut reader, &mut buf, MAX_STDERR_LINE_BYTES).await {
+        match read_line_limited(&mut reader, &mut buf, MAX_STDERR_LINE_BYTES, None).await {
             Ok(LineRead::Line { .. }) => {
                 let line = String::from_utf8_lossy(&buf).into_owned();
                 tracing::debug!(target: "agentos_adapters::stderr", "{line}");
                 // A dropped receiver only means nobody listens any more.
                 // Stderr is bounded per line and not part of the stdout budget.
-                let _ = events.send((AdapterEvent::Stderr(line), 0)).await;
+                let _ = events.send((AdapterEvent::Stderr(line), 0, 0)).await;
             }
             Ok(LineRead::Eof) => return,
             Err(error) => {
@@ -81,8 +124,9 @@ pub(super) async fn stderr_loop<R: AsyncBufRead + Unpin>(
 pub(super) struct ReadLoop<R> {
     pub(super) stdout: R,
     pub(super) budget: Arc<StdoutBudget>,
+    pub(super) process: Arc<ProcessBudget>,
     pub(super) max_line: usize,
-    pub(super) events: mpsc::Sender<(AdapterEvent, u32)>,
+    pub(super) events: mpsc::Sender<(AdapterEvent, u32, usize)>,
     pub(super) pending: Arc<Mutex<Pending>>,
     pub(super) writer: mpsc::WeakUnboundedSender<WriterCommand>,
     pub(super) exit: watch::Receiver<Option<ExitStatus>>,
@@ -98,42 +142,75 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
     };
     tokio::pin!(drain_deadline);
     let mut listening = true;
+    let process = state.process.clone();
+    let mut charge = LineCharge {
+        process: &process,
+        held: 0,
+    };
     loop {
+        if buf.capacity() > SHRINK_LINE_ABOVE {
+            // A long line went through: its room is not kept.
+            buf = Vec::with_capacity(4096);
+        }
         let read = tokio::select! {
-            read = read_line_limited(&mut state.stdout, &mut buf, state.max_line) => read,
+            read = read_line_limited(&mut state.stdout, &mut buf, state.max_line, Some(&mut charge)) => read,
             _ = &mut drain_deadline => {
                 tracing::debug!("adapter exited but its stdout stayed open; stop reading");
                 break;
             }
         };
+        // What the line holds of the process's budget travels with its
+        // event, or is given back now.
+        let held = std::mem::take(&mut charge.held);
         match read {
-            Ok(LineRead::Eof) => break,
+            Ok(LineRead::Eof) => {
+                process.give_stdout(held);
+                break;
+            }
             Err(error) => {
+                process.give_stdout(held);
                 tracing::debug!(%error, "adapter stdout read failed");
                 break;
             }
-            Ok(LineRead::Line { truncated: true }) => {
+            Ok(LineRead::Line { refused: true, .. }) => {
+                process.give_stdout(held);
+                let limit = process.stdout_limit();
+                tracing::warn!(
+                    limit,
+                    "an adapter line found no room in the process-wide stdout budget"
+                );
+                let event = AdapterEvent::ProtocolError(AdapterError::StdoutBudget { limit });
+                listening = deliver(&state, listening, event, 1, 0).await;
+            }
+            Ok(LineRead::Line {
+                truncated: true, ..
+            }) => {
+                process.give_stdout(held);
                 let error = AdapterError::LineTooLong {
                     limit: state.max_line,
                 };
                 tracing::warn!(limit = state.max_line, "adapter wrote an oversize line");
                 let event = AdapterEvent::ProtocolError(error);
-                listening = deliver(&state, listening, event, state.max_line).await;
+                listening = deliver(&state, listening, event, state.max_line, 0).await;
             }
-            Ok(LineRead::Line { truncated: false }) => {
+            Ok(LineRead::Line { .. }) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
+                    process.give_stdout(held);
                     continue;
                 }
                 if let Some(update) = acp::decode_session_update(&buf) {
                     let event = AdapterEvent::SessionUpdate(update);
-                    listening = deliver(&state, listening, event, buf.len()).await;
+                    listening = deliver(&state, listening, event, buf.len(), held).await;
                     continue;
                 }
                 match acp::decode_line(&buf) {
-                    Ok(AcpMessage::Response { id, result }) => resolve(&state.pending, id, result),
+                    Ok(AcpMessage::Response { id, result }) => {
+                        process.give_stdout(held);
+                        resolve(&state.pending, id, result)
+                    }
                     Ok(AcpMessage::Notification { method, params }) => {
                         let event = AdapterEvent::Notification { method, params };
-                        listening = deliver(&state, listening, event, buf.len()).await;
+                        listening = deliver(&state, listening, event, buf.len(), held).await;
                     }
                     Ok(AcpMessage::Request { id, method, params }) => {
                         let event = AdapterEvent::Request {
@@ -141,17 +218,20 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                             method,
                             params,
                         };
-                        listening = deliver(&state, listening, event, buf.len()).await;
+                        listening = deliver(&state, listening, event, buf.len(), held).await;
                     }
                     Err(error) => {
+                        process.give_stdout(held);
                         tracing::warn!(%error, "adapter wrote an invalid line");
                         let event = AdapterEvent::ProtocolError(error.into());
-                        listening = deliver(&state, listening, event, buf.len()).await;
+                        listening = deliver(&state, listening, event, buf.len(), 0).await;
                     }
                 }
             }
         }
     }
+    // A line cut short by the drain deadline gives back what it took.
+    process.give_stdout(std::mem::take(&mut charge.held));
 
     // stderr usually ends together with stdout; bound the wait in case a
     // grandchild keeps it open.
@@ -178,11 +258,12 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
     tracing::debug!(?code, ?signal, "adapter exited");
     let _ = state
         .events
-        .send((AdapterEvent::Exited { code, signal }, 0))
+        .send((AdapterEvent::Exited { code, signal }, 0, 0))
         .await;
 }
 
-/// Sends an event read from `bytes` of stdout, waiting for room in the
+/// Sends an event read from `bytes` of stdout, holding `held` bytes of the
+/// process's stdout budget until it is taken, waiting for room in the
 /// channel and in the stdout budget (the reader reads no more meanwhile).
 /// Once the receiver is gone, requests are answered with "method not found"
 /// so the agent is not left waiting.
@@ -191,6 +272,7 @@ pub(super) async fn deliver<R>(
     listening: bool,
     event: AdapterEvent,
     bytes: usize,
+    held: usize,
 ) -> bool {
     if listening {
         let cost = state.budget.cost(bytes);
@@ -200,14 +282,16 @@ pub(super) async fn deliver<R>(
             permits.forget();
         }
         state.budget.check_pressure();
-        match state.events.send((event, cost)).await {
+        match state.events.send((event, cost, held)).await {
             Ok(()) => return true,
-            Err(mpsc::error::SendError((event, cost))) => {
+            Err(mpsc::error::SendError((event, cost, held))) => {
                 state.budget.permits.add_permits(cost as usize);
+                state.process.give_stdout(held);
                 return reject_unheard(state, event);
             }
         }
     }
+    state.process.give_stdout(held);
     reject_unheard(state, event)
 }
 

@@ -309,6 +309,13 @@ pub struct AcpLimits {
     /// adapter's requests wait; past `stalledStdinTimeoutMs` the turn fails
     /// (`resource_limit`) and the adapter is stopped.
     pub max_queued_stdin_bytes: u64,
+    /// The same bytes of every adapter together; an adapter's requests
+    /// wait for room here too.
+    pub max_queued_stdin_bytes_per_vm: u64,
+    /// Stdout lines of every adapter together, from where a line passes
+    /// 64 KiB until its event is taken; a line that finds no room within
+    /// `stalledStdinTimeoutMs` is refused (its turn fails naming this).
+    pub max_stdout_bytes_per_vm: u64,
     pub stalled_stdin_timeout_ms: u64,
     /// The largest answer to one `fs/read_text_file` (after `line`/`limit`).
     pub max_read_text_file_bytes: u64,
@@ -340,6 +347,8 @@ impl Default for AcpLimits {
             max_permission_outcomes_per_session: 10_000,
             max_permission_outcomes_per_vm: 100_000,
             max_queued_stdin_bytes: 64 * MIB,
+            max_queued_stdin_bytes_per_vm: 256 * MIB,
+            max_stdout_bytes_per_vm: 256 * MIB,
             stalled_stdin_timeout_ms: 30_000,
             max_read_text_file_bytes: 16 * MIB,
             max_stderr_bytes_per_second: MIB,
@@ -408,6 +417,11 @@ impl AcpLimits {
                 a.max_permission_outcomes_per_vm,
             ),
             ("limits.acp.maxQueuedStdinBytes", a.max_queued_stdin_bytes),
+            (
+                "limits.acp.maxQueuedStdinBytesPerVm",
+                a.max_queued_stdin_bytes_per_vm,
+            ),
+            ("limits.acp.maxStdoutBytesPerVm", a.max_stdout_bytes_per_vm),
             (
                 "limits.acp.stalledStdinTimeoutMs",
                 a.stalled_stdin_timeout_ms,
@@ -684,7 +698,7 @@ impl Config {
                 }
             }
         }
-        let positive: [(&str, u64); 17] = [
+        let positive: [(&str, u64); 19] = [
             (
                 "limits.sqlite.maxResultBytes",
                 self.limits.sqlite.max_result_bytes,
@@ -736,6 +750,14 @@ impl Config {
             (
                 "limits.acp.maxQueuedStdinBytes",
                 self.limits.acp.max_queued_stdin_bytes,
+            ),
+            (
+                "limits.acp.maxQueuedStdinBytesPerVm",
+                self.limits.acp.max_queued_stdin_bytes_per_vm,
+            ),
+            (
+                "limits.acp.maxStdoutBytesPerVm",
+                self.limits.acp.max_stdout_bytes_per_vm,
             ),
             (
                 "limits.acp.stalledStdinTimeoutMs",

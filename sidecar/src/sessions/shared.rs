@@ -30,6 +30,9 @@ pub(crate) struct BuiltinAgent {
 
 /// State shared by the service and its route tasks.
 pub(crate) struct Shared {
+    /// What every adapter connection of the VM shares
+    /// (`limits.acp.maxQueuedStdinBytesPerVm`, `maxStdoutBytesPerVm`).
+    pub adapters: Arc<agentos_adapters::client::ProcessBudget>,
     pub store: SessionStore,
     pub hub: Arc<Hub>,
     pub limits: AcpLimits,
@@ -74,7 +77,13 @@ impl Shared {
         fs: Option<Arc<dyn FsBridge>>,
     ) -> Shared {
         let (notices, _) = broadcast::channel(4096);
+        let adapters = agentos_adapters::client::ProcessBudget::new(
+            usize::try_from(limits.max_queued_stdin_bytes_per_vm).unwrap_or(usize::MAX),
+            usize::try_from(limits.max_stdout_bytes_per_vm).unwrap_or(usize::MAX),
+            std::time::Duration::from_millis(limits.stalled_stdin_timeout_ms),
+        );
         Shared {
+            adapters,
             store,
             hub: Arc::new(Hub::default()),
             limits,

@@ -434,6 +434,30 @@ impl Route {
         self.conn.stdin_room(timeout).await
     }
 
+    /// Which stdin bound `stdin_room` waited on in vain, and what to say:
+    /// this adapter's own, or (its queue within its own) the VM's.
+    fn stdin_shortfall(&self) -> (&'static str, String) {
+        let own = self.shared.limits.max_queued_stdin_bytes;
+        if self.conn.stdin_queued_bytes() as u64 > own {
+            (
+                "limits.acp.maxQueuedStdinBytes",
+                format!(
+                    "the agent stopped reading its stdin with more than \
+                     limits.acp.maxQueuedStdinBytes ({own}) queued for it"
+                ),
+            )
+        } else {
+            let vm = self.shared.limits.max_queued_stdin_bytes_per_vm;
+            (
+                "limits.acp.maxQueuedStdinBytesPerVm",
+                format!(
+                    "the agents' stdin queues together stayed over \
+                     limits.acp.maxQueuedStdinBytesPerVm ({vm})"
+                ),
+            )
+        }
+    }
+
     /// Forwards a stderr line as a notice within the adapter's rate
     /// (`limits.acp.maxStderrBytesPerSecond`); the rest is counted, and
     /// logged once per run of drops.

@@ -104,6 +104,7 @@ impl Route {
                 .unwrap_or(usize::MAX),
             max_queued_stdin_bytes: usize::try_from(shared.limits.max_queued_stdin_bytes)
                 .unwrap_or(usize::MAX),
+            process: shared.adapters.clone(),
             ..AdapterOptions::default()
         };
         if let Some(fs) = &shared.fs {

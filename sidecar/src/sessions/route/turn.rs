@@ -366,15 +366,9 @@ impl Route {
                         // An agent that does not read its answers is not
                         // served more of them.
                         if !self.stdin_room().await {
-                            let limit = self.shared.limits.max_queued_stdin_bytes;
-                            turn.failure = Some((
-                                ErrorCode::ResourceLimit,
-                                format!(
-                                    "the agent stopped reading its stdin with more than \
-                                     limits.acp.maxQueuedStdinBytes ({limit}) queued for it"
-                                ),
-                            ));
-                            turn.failure_setting = Some("limits.acp.maxQueuedStdinBytes");
+                            let (setting, message) = self.stdin_shortfall();
+                            turn.failure = Some((ErrorCode::ResourceLimit, message));
+                            turn.failure_setting = Some(setting);
                             self.abort_adapter_turn().await;
                             return Err(());
                         }
@@ -405,8 +399,14 @@ impl Route {
                 AdapterEvent::Stderr(line) => self.stderr(line),
                 AdapterEvent::ProtocolError(e) => {
                     turn.failure = Some((ErrorCode::AcpProtocolError, e.to_string()));
-                    if matches!(e, AdapterError::LineTooLong { .. }) {
-                        turn.failure_setting = Some("limits.acp.maxReadLineBytes");
+                    match e {
+                        AdapterError::LineTooLong { .. } => {
+                            turn.failure_setting = Some("limits.acp.maxReadLineBytes");
+                        }
+                        AdapterError::StdoutBudget { .. } => {
+                            turn.failure_setting = Some("limits.acp.maxStdoutBytesPerVm");
+                        }
+                        _ => {}
                     }
                     self.abort_adapter_turn().await;
                     return Err(());
