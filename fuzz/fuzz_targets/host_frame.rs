@@ -24,9 +24,12 @@ fuzz_target!(|data: &[u8]| {
 
 fn classify(payload: &[u8]) {
     if let Inbound::Invalid { id, error } = decode_message(payload) {
-        let frame = response_frame(&id, Err(&error));
+        // An error answer always frames (it is small), and the frame
+        // decodes back to one whole frame.
+        let frame = response_frame(&id, Err(&error)).expect("an error answer frames");
         let mut decoder = FrameDecoder::new(u64::MAX);
         decoder.push(&frame);
         assert!(matches!(decoder.next_frame(), Ok(Some(_))));
+        assert!(decoder.next_length().is_none());
     }
 }

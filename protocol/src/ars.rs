@@ -495,6 +495,15 @@ impl FrameDecoder {
         self.max
     }
 
+    /// The length the frame at the front of `buf` announces, once its
+    /// header is there.
+    pub fn next_length(&self, buf: &[u8]) -> Option<u32> {
+        let header = buf.get(..FRAME_HEADER_LEN)?;
+        Some(u32::from_be_bytes([
+            header[0], header[1], header[2], header[3],
+        ]))
+    }
+
     /// Takes one complete payload off the front of `buf`, if one is there.
     pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<Bytes>, ArsError> {
         if buf.len() < FRAME_HEADER_LEN {

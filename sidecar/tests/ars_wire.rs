@@ -603,3 +603,81 @@ async fn a_client_that_stops_reading_is_closed() {
     assert_eq!(scalar(&setup.response().await.1), Some(1));
     server.handle.shutdown().await;
 }
+
+/// Clients that stop reading share one bound (`max_outbox_bytes_total`):
+/// two of them, each well within its own outbox, cannot make the server
+/// hold more than that together; the one with the most unread is closed,
+/// and the server goes on serving others.
+#[tokio::test]
+async fn unread_responses_of_all_clients_share_one_bound() {
+    let options = ArsServerOptions {
+        max_outbox_bytes: 256 * 1024 * 1024,
+        max_outbox_bytes_total: 6 * 1024 * 1024,
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    let mut greedy = Vec::new();
+    for _ in 0..2 {
+        let mut raw = Raw::hello(&server.path()).await;
+        for id in 1..=32 {
+            raw.send(id, None, query("SELECT randomblob(1000000)"))
+                .await;
+        }
+        greedy.push(raw);
+    }
+    // Reading now: each gets what was written before its close, then the
+    // end; together far fewer than the 64 answers asked for.
+    let mut answered = 0;
+    for raw in &mut greedy {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while raw.payload().await.is_some() {
+            answered += 1;
+            assert!(tokio::time::Instant::now() < deadline, "never closed");
+        }
+    }
+    assert!(answered < 40, "{answered} responses were held");
+    let mut other = Raw::hello(&server.path()).await;
+    other.send(1, None, query("SELECT 5")).await;
+    assert_eq!(scalar(&other.response().await.1), Some(5));
+    server.handle.shutdown().await;
+}
+
+/// A large request frame takes from one inbound budget
+/// (`max_inbound_bytes`) before more of it is read: while one client
+/// holds the budget with a frame it never finishes, another's large frame
+/// waits, small requests are served, and once the first client leaves the
+/// waiting frame is answered.
+#[tokio::test]
+async fn large_request_frames_share_one_inbound_budget() {
+    use tokio::io::AsyncWriteExt;
+    let options = ArsServerOptions {
+        max_inbound_bytes: 1024 * 1024,
+        ..Default::default()
+    };
+    let server = Server::start(options).await;
+    // A frame header announcing 1 MiB, and nothing after it.
+    let mut holder = Raw::hello(&server.path()).await;
+    holder
+        .stream
+        .write_all(&(1024u32 * 1024).to_be_bytes())
+        .await
+        .expect("a header");
+    let mut waiting = Raw::hello(&server.path()).await;
+    let long = format!("SELECT length('{}')", "x".repeat(200_000));
+    waiting.send(1, None, query(&long)).await;
+    let mut small = Raw::hello(&server.path()).await;
+    small.send(1, None, query("SELECT 3")).await;
+    assert_eq!(scalar(&small.response().await.1), Some(3));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), waiting.response())
+            .await
+            .is_err(),
+        "a large frame was read while the budget was taken"
+    );
+    drop(holder);
+    let (_, answer) = tokio::time::timeout(Duration::from_secs(30), waiting.response())
+        .await
+        .expect("answered once the budget was free");
+    assert_eq!(scalar(&answer), Some(200_000));
+    server.handle.shutdown().await;
+}

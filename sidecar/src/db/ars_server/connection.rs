@@ -3,9 +3,9 @@
 //! thread, and responses written back through a byte-bounded outbox (a
 //! client that stops reading is closed, not buffered for).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use agentos_protocol::ars::{
     self, ArsError, ClientFrame, FrameDecoder, GoAway, GoAwayReason, HelloOk, InvalidLeaseKey,
@@ -74,25 +74,99 @@ fn payload_bytes(payload: &ResponsePayload) -> usize {
     }
 }
 
-/// A connection's outbox: a queue for its writer task, bounded in bytes.
-/// Going over the bound marks the connection for closing.
+/// One connection's unread responses, and how it is told it must close.
+#[derive(Default)]
+pub(super) struct Unread {
+    bytes: AtomicUsize,
+    overflow: tokio::sync::Notify,
+}
+
+/// Every connection's unread responses together, against
+/// `max_outbox_bytes_total`: over it, the connection with the most unread
+/// is told to close.
+pub(super) struct Outboxes {
+    max: usize,
+    total: AtomicUsize,
+    members: Mutex<HashMap<u64, Weak<Unread>>>,
+}
+
+impl Outboxes {
+    pub(super) fn new(max: usize) -> Arc<Outboxes> {
+        Arc::new(Outboxes {
+            max,
+            total: AtomicUsize::new(0),
+            members: Mutex::default(),
+        })
+    }
+
+    fn join(&self, conn: u64) -> Arc<Unread> {
+        let unread = Arc::new(Unread::default());
+        if let Ok(mut members) = self.members.lock() {
+            members.insert(conn, Arc::downgrade(&unread));
+        }
+        unread
+    }
+
+    /// The connection is gone: what it had unread leaves the total.
+    fn leave(&self, conn: u64, unread: &Unread) {
+        if let Ok(mut members) = self.members.lock() {
+            members.remove(&conn);
+        }
+        let left = unread.bytes.swap(0, Ordering::AcqRel);
+        self.total.fetch_sub(left, Ordering::AcqRel);
+    }
+
+    fn added(&self, n: usize) {
+        if self.total.fetch_add(n, Ordering::AcqRel) + n <= self.max {
+            return;
+        }
+        let Ok(members) = self.members.lock() else {
+            return;
+        };
+        let furthest = members
+            .values()
+            .filter_map(Weak::upgrade)
+            .max_by_key(|unread| unread.bytes.load(Ordering::Acquire));
+        drop(members);
+        if let Some(unread) = furthest {
+            unread.overflow.notify_one();
+        }
+    }
+
+    fn taken(&self, unread: &Unread, n: usize) {
+        // A connection that left already gave its bytes back.
+        let taken = unread
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(n))
+            })
+            .map_or(0, |before| before.min(n));
+        self.total.fetch_sub(taken, Ordering::AcqRel);
+    }
+}
+
+/// A connection's outbox: a queue for its writer task, bounded in bytes,
+/// alone and with every other connection's. Going over a bound marks the
+/// connection (or, over the total, the one with the most unread) for
+/// closing.
 #[derive(Clone)]
 pub(super) struct Outbox {
     tx: tmpsc::UnboundedSender<Outgoing>,
-    bytes: Arc<AtomicUsize>,
+    unread: Arc<Unread>,
+    all: Arc<Outboxes>,
     limit: usize,
-    overflow: Arc<tokio::sync::Notify>,
 }
 
 impl Outbox {
     pub(super) fn send(&self, message: Outgoing) {
         let size = message.approx_bytes();
-        let total = self.bytes.fetch_add(size, Ordering::AcqRel) + size;
         if self.tx.send(message).is_err() {
             return;
         }
-        if total > self.limit {
-            self.overflow.notify_one();
+        let mine = self.unread.bytes.fetch_add(size, Ordering::AcqRel) + size;
+        self.all.added(size);
+        if mine > self.limit {
+            self.unread.overflow.notify_one();
         }
     }
 }
@@ -227,17 +301,20 @@ pub(super) async fn serve_connection(
     let (out_tx, out_rx) = tmpsc::unbounded_channel();
     let out = Outbox {
         tx: out_tx,
-        bytes: Arc::default(),
+        unread: shared.outboxes.join(conn_id),
+        all: shared.outboxes.clone(),
         limit: shared.options.max_outbox_bytes,
-        overflow: Arc::default(),
     };
     let writer = tokio::spawn(write_loop(
         wr,
         out_rx,
         in_flight.clone(),
         shared.options.max_frame_bytes,
-        out.bytes.clone(),
+        (out.unread.clone(), out.all.clone()),
     ));
+    // The inbound budget taken for the large frame at the front of `buf`,
+    // whole, before the rest of it is read; it travels with its request.
+    let mut inbound: Option<tokio::sync::OwnedSemaphorePermit> = None;
     let keys: LeaseKeys = Arc::new(Mutex::new(UsedKeys::new(
         shared.options.max_leases_per_connection,
     )));
@@ -249,6 +326,25 @@ pub(super) async fn serve_connection(
         // rather than per request.
         let mut go_away = None;
         loop {
+            if inbound.is_none() {
+                match decoder.next_length(&buf) {
+                    Some(len) if len as usize > READ_CHUNK && len <= decoder.max() => {
+                        let kib = u32::try_from((len as usize).div_ceil(1024))
+                            .unwrap_or(u32::MAX)
+                            .min(
+                                u32::try_from(shared.options.max_inbound_bytes / 1024)
+                                    .unwrap_or(u32::MAX)
+                                    .max(1),
+                            );
+                        let taken = shared.inbound.clone().acquire_many_owned(kib);
+                        tokio::select! {
+                            permit = taken => inbound = permit.ok(),
+                            _ = shutdown.changed() => break 'serve,
+                        }
+                    }
+                    _ => {}
+                }
+            }
             let payload = match decoder.decode(&mut buf) {
                 Ok(Some(payload)) => payload,
                 Ok(None) => break,
@@ -299,6 +395,7 @@ pub(super) async fn serve_connection(
                 out: out.clone(),
                 keys: keys.clone(),
                 seq: 0,
+                _inbound: inbound.take(),
             });
         }
         if !accepted.is_empty() {
@@ -322,7 +419,7 @@ pub(super) async fn serve_connection(
         }
         let read = tokio::select! {
             _ = shutdown.changed() => break,
-            _ = out.overflow.notified() => {
+            _ = out.unread.overflow.notified() => {
                 overflowed = true;
                 break;
             }
@@ -339,14 +436,19 @@ pub(super) async fn serve_connection(
         tracing::warn!(
             conn = conn_id,
             max = shared.options.max_outbox_bytes,
-            "ars server: closing a connection whose unread responses exceeded the outbox bound"
+            max_total = shared.options.max_outbox_bytes_total,
+            "ars server: closing a connection whose unread responses exceeded its outbox bound, or the most unread when all together exceeded theirs"
         );
         writer.abort();
+        let _ = writer.await;
+        shared.outboxes.leave(conn_id, &out.unread);
         return;
     }
     out.send(Outgoing::Close);
+    let unread = out.unread.clone();
     drop(out);
     let _ = writer.await;
+    shared.outboxes.leave(conn_id, &unread);
 }
 
 /// The lease rules that depend only on this connection's history.
@@ -399,7 +501,7 @@ async fn write_loop(
     mut rx: tmpsc::UnboundedReceiver<Outgoing>,
     in_flight: Arc<Mutex<HashSet<u32>>>,
     max_frame_bytes: u32,
-    queued_bytes: Arc<AtomicUsize>,
+    (unread, all): (Arc<Unread>, Arc<Outboxes>),
 ) {
     let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut responses: Vec<(u32, ResponsePayload)> = Vec::new();
@@ -443,7 +545,7 @@ async fn write_loop(
             }
             batch.clear();
         }
-        queued_bytes.fetch_sub(taken, Ordering::AcqRel);
+        all.taken(&unread, taken);
         if stop {
             break;
         }

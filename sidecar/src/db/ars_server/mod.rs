@@ -13,9 +13,11 @@
 //! `max_leases_per_connection` leases per connection); an expired lease is
 //! remembered as expired until its holder ends it, a bounded number; a
 //! client's lease timeout is capped by the server's maximum;
-//! connections are capped; and each connection's outbox is bounded in bytes,
+//! connections are capped; each connection's outbox is bounded in bytes,
 //! so a client that pipelines requests and stops reading is closed rather
-//! than buffered for.
+//! than buffered for, and all outboxes together are bounded too (the
+//! client with the most unread goes first); and a request frame over
+//! 64 KiB takes from one inbound budget before the rest of it is read.
 //!
 //! All SQLite work happens on one dedicated thread that owns the connection
 //! and the transaction coordinator (`worker.rs`); connection tasks
@@ -62,6 +64,13 @@ pub struct ArsServerOptions {
     /// Encoded responses waiting for one client to read them; a client
     /// over this is closed.
     pub max_outbox_bytes: usize,
+    /// The same for every client together; over it, the client with the
+    /// most unread is closed.
+    pub max_outbox_bytes_total: usize,
+    /// Request frames over 64 KiB of every client together, from their
+    /// header until their request is answered; a client waits for room
+    /// before more of its frame is read.
+    pub max_inbound_bytes: usize,
     /// Leases one connection may begin; every key it used is remembered
     /// (so a reuse is refused), and a connection past this is told to open
     /// a new one. The client's `limits.sqlite.maxLeasesPerConnection` must
@@ -85,6 +94,8 @@ impl Default for ArsServerOptions {
             max_lease_timeout: Duration::from_secs(300),
             max_connections: 1024,
             max_outbox_bytes: 256 * 1024 * 1024,
+            max_outbox_bytes_total: 256 * 1024 * 1024,
+            max_inbound_bytes: 256 * 1024 * 1024,
             max_leases_per_connection: 65_536,
             drop_connection_at_commit: None,
         }
@@ -192,9 +203,14 @@ pub async fn bind(
         .name("agentos-ars-sqlite".into())
         .spawn(move || worker.run())
         .map_err(|e| ArsServerError::Io(format!("cannot start the SQLite thread: {e}")))?;
+    let inbound_kib = (options.max_inbound_bytes / 1024).max(1);
     let shared = Arc::new(Shared {
         jobs: Mutex::new(jobs),
         queued,
+        outboxes: connection::Outboxes::new(options.max_outbox_bytes_total),
+        inbound: Arc::new(tokio::sync::Semaphore::new(
+            inbound_kib.min(tokio::sync::Semaphore::MAX_PERMITS),
+        )),
         options,
         next_conn: AtomicU64::new(1),
     });
@@ -247,6 +263,10 @@ struct Shared {
     queued: Arc<AtomicUsize>,
     options: ArsServerOptions,
     next_conn: AtomicU64,
+    /// Every connection's unread responses (`max_outbox_bytes_total`).
+    outboxes: Arc<connection::Outboxes>,
+    /// `max_inbound_bytes` in KiB.
+    inbound: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {

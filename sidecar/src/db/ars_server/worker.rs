@@ -36,6 +36,8 @@ pub(super) struct Req {
     pub(super) keys: LeaseKeys,
     /// Arrival order across the server, set when the SQLite thread takes it.
     pub(super) seq: u64,
+    /// The inbound budget a large request frame took, held until answered.
+    pub(super) _inbound: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 pub(super) enum Job {
