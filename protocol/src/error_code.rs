@@ -122,6 +122,9 @@ error_codes! {
     HistoryLimit => "history_limit",
     /// `limits.host.maxSubscriptionsPerConnection`.
     SubscriptionsLimit => "subscriptions_limit",
+    /// `limits.host.maxInboundBytes`: the requests being served hold all of
+    /// it; a small request is refused rather than waited for.
+    HostInboundLimit => "host_inbound_limit",
 
     // --- Control plane (agents, collaborators, signers, secrets) -------------
     /// A control-plane collection is full; `data.setting` names the limit

@@ -638,3 +638,47 @@ async fn adapters_share_the_vms_stdin_and_stdout_budgets() {
         );
     }
 }
+
+/// A small request is never waited for when the requests being served
+/// hold all of `limits.host.maxInboundBytes`: it is answered
+/// `host_inbound_limit` naming the setting (the requests holding the
+/// budget may be waiting for this very client's next answer), and served
+/// again once the budget frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_request_is_refused_not_waited_for_when_the_inbound_budget_is_full() {
+    let sc = Sidecar::start_with(
+        Backend::SqliteFile,
+        Options {
+            limits: json!({"host": {"maxInboundBytes": MIB}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    // A frame announcing 600 KiB takes the whole budget (twice its length,
+    // within the budget) and never finishes.
+    let mut holder = UnixStream::connect(&sc.socket).await.expect("connect");
+    holder
+        .write_all(&(600u32 * 1024).to_be_bytes())
+        .await
+        .expect("a header");
+    holder.write_all(b"{").await.expect("a byte");
+    common::eventually("the small request is refused", || async {
+        match sc.call("vm/status", json!({})).await {
+            Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => {
+                assert_eq!(data_code(&e), "host_inbound_limit", "{e:?}");
+                assert_eq!(
+                    e.data.as_ref().and_then(|d| d.get("setting")),
+                    Some(&json!("limits.host.maxInboundBytes"))
+                );
+                true
+            }
+            _ => false,
+        }
+    })
+    .await;
+    drop(holder);
+    common::eventually("served again", || async {
+        sc.call("vm/status", json!({})).await.is_ok()
+    })
+    .await;
+}

@@ -1,8 +1,9 @@
 //! What every adapter connection of one process shares: a budget for the
 //! bytes queued to all adapters' stdin, and one for their stdout lines,
-//! from the moment a line grows past what a connection reads for free
-//! until its event is taken. Each connection keeps its own bounds too; these
-//! make the sum of many connections fit the machine.
+//! from when they are read (a long one from the moment it grows past what a
+//! connection reads for free) until their event is taken. Each connection
+//! keeps its own bounds too; these make the sum of many connections fit the
+//! machine.
 //!
 //! Stdin: a connection's [`AdapterConnection::stdin_room`] waits until its
 //! own queue and everyone's fit. Stdout: a line longer than
@@ -19,7 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
+
+use crate::budget::ByteBudget;
 
 /// The start of a line every connection reads without asking the budget.
 pub const FREE_LINE_BYTES: usize = 64 * 1024;
@@ -29,8 +32,7 @@ pub struct ProcessBudget {
     stdin_max: usize,
     stdin: AtomicUsize,
     stdin_room: Notify,
-    stdout: Semaphore,
-    stdout_max: usize,
+    stdout: Arc<ByteBudget>,
     stdout_wait: Duration,
 }
 
@@ -38,7 +40,7 @@ impl std::fmt::Debug for ProcessBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessBudget")
             .field("stdin_max", &self.stdin_max)
-            .field("stdout_max", &self.stdout_max)
+            .field("stdout_max", &self.stdout.max())
             .finish()
     }
 }
@@ -61,24 +63,18 @@ impl ProcessBudget {
         max_stdout_bytes: usize,
         stdout_wait: Duration,
     ) -> Arc<Self> {
-        let stdout_max = max_stdout_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(ProcessBudget {
             stdin_max: max_stdin_bytes,
             stdin: AtomicUsize::new(0),
             stdin_room: Notify::new(),
-            stdout: Semaphore::new(stdout_max),
-            stdout_max,
+            stdout: ByteBudget::new(max_stdout_bytes.max(1)),
             stdout_wait,
         })
     }
 
     /// A budget that never binds (one connection on its own).
     pub fn unbounded() -> Arc<Self> {
-        Self::new(
-            usize::MAX,
-            Semaphore::MAX_PERMITS,
-            Duration::from_secs(3600),
-        )
+        Self::new(usize::MAX, usize::MAX, Duration::from_secs(3600))
     }
 
     /// Bytes queued to every adapter's stdin now.
@@ -106,34 +102,30 @@ impl ProcessBudget {
 
     /// Stdout bytes of long lines held now.
     pub fn stdout_held(&self) -> usize {
-        self.stdout_max - self.stdout.available_permits()
+        self.stdout.used()
     }
 
     pub fn stdout_limit(&self) -> usize {
-        self.stdout_max
+        self.stdout.max()
     }
 
     /// Takes `n` more bytes for a line, waiting up to the budget's wait;
     /// false when they did not come (or can never: more than the budget).
     pub(super) async fn take_stdout(&self, n: usize) -> bool {
-        let Ok(n32) = u32::try_from(n) else {
-            return false;
-        };
-        if n > self.stdout_max {
+        if n > self.stdout.max() {
             return false;
         }
-        match tokio::time::timeout(self.stdout_wait, self.stdout.acquire_many(n32)).await {
-            Ok(Ok(permits)) => {
-                permits.forget();
+        match tokio::time::timeout(self.stdout_wait, self.stdout.take(n)).await {
+            Ok(held) => {
+                // Given back by count when the event is taken.
+                let _ = held.into_bytes();
                 true
             }
-            _ => false,
+            Err(_) => false,
         }
     }
 
     pub(super) fn give_stdout(&self, n: usize) {
-        if n > 0 {
-            self.stdout.add_permits(n);
-        }
+        self.stdout.give(n);
     }
 }

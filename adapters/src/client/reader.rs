@@ -180,7 +180,7 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                     "an adapter line found no room in the process-wide stdout budget"
                 );
                 let event = AdapterEvent::ProtocolError(AdapterError::StdoutBudget { limit });
-                listening = deliver(&state, listening, event, 1, 0).await;
+                listening = deliver(&state, listening, event, 0, 0).await;
             }
             Ok(LineRead::Line {
                 truncated: true, ..
@@ -191,7 +191,7 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                 };
                 tracing::warn!(limit = state.max_line, "adapter wrote an oversize line");
                 let event = AdapterEvent::ProtocolError(error);
-                listening = deliver(&state, listening, event, state.max_line, 0).await;
+                listening = deliver(&state, listening, event, 0, 0).await;
             }
             Ok(LineRead::Line { .. }) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
@@ -224,7 +224,7 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
                         process.give_stdout(held);
                         tracing::warn!(%error, "adapter wrote an invalid line");
                         let event = AdapterEvent::ProtocolError(error.into());
-                        listening = deliver(&state, listening, event, buf.len(), 0).await;
+                        listening = deliver(&state, listening, event, 0, 0).await;
                     }
                 }
             }
@@ -275,6 +275,26 @@ pub(super) async fn deliver<R>(
     held: usize,
 ) -> bool {
     if listening {
+        // The whole event holds its bytes of the process's budget: what a
+        // long line took while it was read, and the rest now. An event the
+        // budget has no room for in time is not delivered.
+        let mut held = held;
+        let rest = bytes.saturating_sub(held);
+        if rest > 0 {
+            if state.process.take_stdout(rest).await {
+                held += rest;
+            } else {
+                state.process.give_stdout(held);
+                let limit = state.process.stdout_limit();
+                tracing::warn!(
+                    limit,
+                    "an adapter event found no room in the process-wide stdout budget"
+                );
+                let refused = AdapterEvent::ProtocolError(AdapterError::StdoutBudget { limit });
+                reject_unheard(state, event);
+                return Box::pin(deliver(state, listening, refused, 0, 0)).await;
+            }
+        }
         let cost = state.budget.cost(bytes);
         // The semaphore is never closed; the permits travel with the event
         // and come back when the caller takes it.

@@ -51,7 +51,7 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: None,
             max_body_bytes: 16 * MIB,
-            max_buffered_body_bytes: 256 * MIB,
+            max_buffered_body_bytes: 128 * MIB,
             timestamp_window_ms: 5 * 60 * 1000,
             replay_cache_entries: 100_000,
             max_concurrent_requests: 256,
@@ -91,10 +91,10 @@ pub struct WsLimits {
 impl Default for WsLimits {
     fn default() -> Self {
         WsLimits {
-            max_sockets: 4096,
+            max_sockets: 1024,
             max_subscriptions_per_socket: 64,
             max_queued_bytes_per_socket: 8 * MIB,
-            max_queued_bytes: 256 * MIB,
+            max_queued_bytes: 128 * MIB,
             max_sockets_per_account: 64,
             max_frame_bytes: 64 * 1024,
             ping_interval_ms: 20_000,

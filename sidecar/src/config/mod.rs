@@ -271,8 +271,8 @@ impl Default for HostLimits {
             max_frame_bytes: 80 * MIB,
             max_connections: 1024,
             max_queued_bytes_per_connection: 128 * MIB,
-            max_queued_bytes: 256 * MIB,
-            max_inbound_bytes: 256 * MIB,
+            max_queued_bytes: 128 * MIB,
+            max_inbound_bytes: 128 * MIB,
             stalled_write_timeout_ms: 30_000,
             max_subscriptions_per_connection: 10_000,
         }
@@ -312,9 +312,10 @@ pub struct AcpLimits {
     /// The same bytes of every adapter together; an adapter's requests
     /// wait for room here too.
     pub max_queued_stdin_bytes_per_vm: u64,
-    /// Stdout lines of every adapter together, from where a line passes
-    /// 64 KiB until its event is taken; a line that finds no room within
-    /// `stalledStdinTimeoutMs` is refused (its turn fails naming this).
+    /// Stdout lines of every adapter together, from when they are read
+    /// (a long one from where it passes 64 KiB) until their event is
+    /// taken; a line that finds no room within `stalledStdinTimeoutMs` is
+    /// refused (its turn fails naming this).
     pub max_stdout_bytes_per_vm: u64,
     pub stalled_stdin_timeout_ms: u64,
     /// The largest answer to one `fs/read_text_file` (after `line`/`limit`).
@@ -347,8 +348,8 @@ impl Default for AcpLimits {
             max_permission_outcomes_per_session: 10_000,
             max_permission_outcomes_per_vm: 100_000,
             max_queued_stdin_bytes: 64 * MIB,
-            max_queued_stdin_bytes_per_vm: 256 * MIB,
-            max_stdout_bytes_per_vm: 256 * MIB,
+            max_queued_stdin_bytes_per_vm: 128 * MIB,
+            max_stdout_bytes_per_vm: 128 * MIB,
             stalled_stdin_timeout_ms: 30_000,
             max_read_text_file_bytes: 16 * MIB,
             max_stderr_bytes_per_second: MIB,

@@ -7,9 +7,11 @@
 //! against one budget, `limits.host.maxQueuedBytesPerConnection`, together
 //! with what the running reads need to make their answers (reserved before
 //! they start), and against the process-wide `limits.host.maxQueuedBytes`
-//! shared by every connection. Coming in, a request frame over 64 KiB takes
-//! twice its length from the process-wide `limits.host.maxInboundBytes`
-//! before the rest of it is read, and keeps it until it is answered.
+//! shared by every connection. Coming in, every request holds twice its
+//! frame's length of the process-wide `limits.host.maxInboundBytes` until
+//! it is answered: a frame over 64 KiB takes it before the rest of it is
+//! read (waiting for room), a smaller one once it is whole (refused with
+//! `host_inbound_limit` when there is none).
 //! Over it the connection is not read (backpressure), notices to it are
 //! dropped and counted, and its subscriptions end with `overflow`; if the
 //! client then reads nothing for `limits.host.stalledWriteTimeoutMs`, the
@@ -24,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentos_adapters::budget::{ByteBudget, Held};
 use agentos_protocol::host::{
     codes, event_notification_frame, methods, notification_frame, response_frame, ErrorObject,
     FrameDecoder, FrameError, Inbound,
@@ -32,7 +35,7 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, value::RawValue, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::{broadcast, mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
 
 use super::dispatch;
 use crate::config::HostLimits;
@@ -55,10 +58,9 @@ pub(super) struct Shared {
     queued: AtomicUsize,
     /// Notified whenever any connection's bytes leave.
     room: Notify,
-    /// `limits.host.maxInboundBytes` in KiB: what large request frames
-    /// take while they arrive and until they are answered.
-    inbound: Arc<Semaphore>,
-    inbound_kib: u64,
+    /// `limits.host.maxInboundBytes`: what requests hold from their frame's
+    /// arrival until they are answered.
+    inbound: Arc<ByteBudget>,
 }
 
 /// A request frame up to this size is read without asking the inbound
@@ -67,23 +69,22 @@ const FREE_FRAME_BYTES: u64 = 64 * 1024;
 
 impl Shared {
     pub(super) fn new(limits: &HostLimits) -> Arc<Shared> {
-        let inbound_kib = (limits.max_inbound_bytes / 1024).max(1);
         Arc::new(Shared {
             limit: usize::try_from(limits.max_queued_bytes).unwrap_or(usize::MAX),
             queued: AtomicUsize::new(0),
             room: Notify::new(),
-            inbound: Arc::new(Semaphore::new(
-                usize::try_from(inbound_kib).unwrap_or(Semaphore::MAX_PERMITS),
-            )),
-            inbound_kib,
+            inbound: ByteBudget::new(
+                usize::try_from(limits.max_inbound_bytes)
+                    .unwrap_or(usize::MAX)
+                    .max(1),
+            ),
         })
     }
 
     /// What a frame of `length` bytes takes from the inbound budget: its
-    /// bytes twice (as received, and decoded), in KiB, within the budget.
-    fn inbound_units(&self, length: u64) -> u32 {
-        let kib = (2 * length).div_ceil(1024).min(self.inbound_kib);
-        u32::try_from(kib).unwrap_or(u32::MAX)
+    /// bytes twice (as received, and decoded).
+    fn inbound_bytes(length: u64) -> usize {
+        usize::try_from(length.saturating_mul(2)).unwrap_or(usize::MAX)
     }
 
     fn try_take(&self, n: usize) -> bool {
@@ -492,15 +493,14 @@ pub(super) async fn serve_connection(
     // The inbound budget taken for the large frame at the head of the
     // decoder, whole, before the rest of it is read: holders never wait
     // for each other, so they always finish.
-    let mut inbound: Option<OwnedSemaphorePermit> = None;
+    let mut inbound: Option<Held> = None;
     'read: while !shutting_down {
         if inbound.is_none() {
             if let Some(length) = decoder.next_length() {
                 if length > FREE_FRAME_BYTES && length <= limits.max_frame_bytes {
-                    let units = budget.shared.inbound_units(length);
-                    let taken = budget.shared.inbound.clone().acquire_many_owned(units);
+                    let taken = budget.shared.inbound.take(Shared::inbound_bytes(length));
                     tokio::select! {
-                        permit = taken => inbound = permit.ok(),
+                        held = taken => inbound = Some(held),
                         _ = closed.wait_for(|c| *c) => break,
                         _ = shutdown.wait_for(|down| *down) => {
                             shutting_down = true;
@@ -536,8 +536,23 @@ pub(super) async fn serve_connection(
                 Ok(None) => break,
                 Ok(Some(payload)) => {
                     // The frame the inbound budget was taken for is the
-                    // first one decoded after it was taken.
-                    let taken = inbound.take();
+                    // first one decoded after it was taken; a small one
+                    // takes its share now, or is refused (never waited
+                    // for: the requests holding the budget may be waiting
+                    // for this very client's next answer).
+                    let taken = match inbound.take() {
+                        Some(held) => held,
+                        None => {
+                            let bytes = Shared::inbound_bytes(payload.len() as u64);
+                            match budget.shared.inbound.try_take(bytes) {
+                                Some(held) => held,
+                                None => {
+                                    refuse_inbound(&sink, &payload, &limits);
+                                    continue;
+                                }
+                            }
+                        }
+                    };
                     let admitted = tokio::select! {
                         _ = handle_frame(&vm, &sink, &requests, &payload, taken) => true,
                         _ = closed.wait_for(|c| *c) => false,
@@ -581,7 +596,7 @@ async fn handle_frame(
     sink: &Arc<ConnectionSink>,
     requests: &Arc<Semaphore>,
     payload: &[u8],
-    inbound: Option<OwnedSemaphorePermit>,
+    inbound: Held,
 ) {
     match agentos_protocol::host::decode_message(payload) {
         Inbound::Request { id, method, params } => {
@@ -613,6 +628,21 @@ async fn handle_frame(
         // not expected either.
         Inbound::Notification { .. } | Inbound::Response { .. } => {}
         Inbound::Invalid { id, error } => sink.outbox.respond(&id, Err(error), 0),
+    }
+}
+
+/// Answers a request that found the inbound budget full.
+fn refuse_inbound(sink: &ConnectionSink, payload: &[u8], limits: &HostLimits) {
+    if let Inbound::Request { id, .. } = agentos_protocol::host::decode_message(payload) {
+        let mut extra = serde_json::Map::new();
+        extra.insert("setting".into(), json!("limits.host.maxInboundBytes"));
+        extra.insert("limit".into(), json!(limits.max_inbound_bytes));
+        let error = ErrorObject::application(
+            ErrorCode::HostInboundLimit,
+            "the requests being served hold all of limits.host.maxInboundBytes; try again",
+            extra,
+        );
+        sink.outbox.respond(&id, Err(error), 0);
     }
 }
 

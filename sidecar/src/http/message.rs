@@ -20,27 +20,20 @@ use super::HttpState;
 
 const CBOR: &str = "application/cbor";
 
-/// The process-wide budget of request bodies, in KiB.
-pub struct Bodies {
-    permits: Arc<tokio::sync::Semaphore>,
-    kib: u64,
-}
+/// The process-wide budget of request bodies.
+pub struct Bodies(Arc<agentos_adapters::budget::ByteBudget>);
 
 impl Bodies {
     pub fn new(max_bytes: u64) -> Bodies {
-        let kib = (max_bytes / 1024).max(1);
-        Bodies {
-            permits: Arc::new(tokio::sync::Semaphore::new(
-                usize::try_from(kib).unwrap_or(tokio::sync::Semaphore::MAX_PERMITS),
-            )),
-            kib,
-        }
+        Bodies(agentos_adapters::budget::ByteBudget::new(
+            usize::try_from(max_bytes).unwrap_or(usize::MAX).max(1),
+        ))
     }
 
-    /// What a body of at most `bytes` takes: twice it, in KiB, within the
-    /// budget (so one body as large as allowed always fits alone).
-    fn units(&self, bytes: u64) -> u32 {
-        u32::try_from((2 * bytes).div_ceil(1024).min(self.kib)).unwrap_or(u32::MAX)
+    /// What a body of at most `bytes` takes: twice it (within the budget,
+    /// so one body as large as allowed always fits alone).
+    fn bytes(bytes: u64) -> usize {
+        usize::try_from(bytes.saturating_mul(2)).unwrap_or(usize::MAX)
     }
 }
 
@@ -87,11 +80,10 @@ pub(super) async fn post(
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(state.config.max_body_bytes)
         .min(state.config.max_body_bytes);
-    let units = state.bodies.units(announced);
-    let taken = state.bodies.permits.clone().acquire_many_owned(units);
+    let taken = state.bodies.0.take(Bodies::bytes(announced));
     // Half the body's time for room, so a request that waited still has
     // time to be read.
-    let Ok(Ok(_room)) = tokio::time::timeout(limit / 2, taken).await else {
+    let Ok(_room) = tokio::time::timeout(limit / 2, taken).await else {
         return refuse(ApiError::new(
             503,
             ApiCode::Busy,

@@ -135,6 +135,9 @@ impl HttpServer {
     }
 }
 
+/// The most one connection buffers of a request head.
+const MAX_CONNECTION_BUFFER: usize = 64 * 1024;
+
 struct Bounds {
     conns: Arc<Conns>,
     header_timeout: Duration,
@@ -152,7 +155,10 @@ async fn serve_on<L>(
 {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(bounds.header_timeout);
+        .header_read_timeout(bounds.header_timeout)
+        // A signed request's head is small: 64 KiB of buffer per
+        // connection, not hyper's 400 KiB.
+        .max_buf_size(MAX_CONNECTION_BUFFER);
     let service = TowerToHyperService::new(router);
     loop {
         // axum's listeners retry failed accepts with a backoff themselves.

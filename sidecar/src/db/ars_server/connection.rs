@@ -314,7 +314,7 @@ pub(super) async fn serve_connection(
     ));
     // The inbound budget taken for the large frame at the front of `buf`,
     // whole, before the rest of it is read; it travels with its request.
-    let mut inbound: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut inbound: Option<agentos_adapters::budget::Held> = None;
     let keys: LeaseKeys = Arc::new(Mutex::new(UsedKeys::new(
         shared.options.max_leases_per_connection,
     )));
@@ -329,16 +329,9 @@ pub(super) async fn serve_connection(
             if inbound.is_none() {
                 match decoder.next_length(&buf) {
                     Some(len) if len as usize > READ_CHUNK && len <= decoder.max() => {
-                        let kib = u32::try_from((len as usize).div_ceil(1024))
-                            .unwrap_or(u32::MAX)
-                            .min(
-                                u32::try_from(shared.options.max_inbound_bytes / 1024)
-                                    .unwrap_or(u32::MAX)
-                                    .max(1),
-                            );
-                        let taken = shared.inbound.clone().acquire_many_owned(kib);
+                        let taken = shared.inbound.take(len as usize);
                         tokio::select! {
-                            permit = taken => inbound = permit.ok(),
+                            held = taken => inbound = Some(held),
                             _ = shutdown.changed() => break 'serve,
                         }
                     }

@@ -203,14 +203,11 @@ pub async fn bind(
         .name("agentos-ars-sqlite".into())
         .spawn(move || worker.run())
         .map_err(|e| ArsServerError::Io(format!("cannot start the SQLite thread: {e}")))?;
-    let inbound_kib = (options.max_inbound_bytes / 1024).max(1);
     let shared = Arc::new(Shared {
         jobs: Mutex::new(jobs),
         queued,
         outboxes: connection::Outboxes::new(options.max_outbox_bytes_total),
-        inbound: Arc::new(tokio::sync::Semaphore::new(
-            inbound_kib.min(tokio::sync::Semaphore::MAX_PERMITS),
-        )),
+        inbound: agentos_adapters::budget::ByteBudget::new(options.max_inbound_bytes.max(1)),
         options,
         next_conn: AtomicU64::new(1),
     });
@@ -265,8 +262,8 @@ struct Shared {
     next_conn: AtomicU64,
     /// Every connection's unread responses (`max_outbox_bytes_total`).
     outboxes: Arc<connection::Outboxes>,
-    /// `max_inbound_bytes` in KiB.
-    inbound: Arc<tokio::sync::Semaphore>,
+    /// `max_inbound_bytes`.
+    inbound: Arc<agentos_adapters::budget::ByteBudget>,
 }
 
 impl Shared {

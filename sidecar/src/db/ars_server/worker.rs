@@ -37,7 +37,7 @@ pub(super) struct Req {
     /// Arrival order across the server, set when the SQLite thread takes it.
     pub(super) seq: u64,
     /// The inbound budget a large request frame took, held until answered.
-    pub(super) _inbound: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub(super) _inbound: Option<agentos_adapters::budget::Held>,
 }
 
 pub(super) enum Job {
