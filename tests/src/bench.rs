@@ -44,6 +44,7 @@ pub struct Running {
 }
 
 /// Starts a sidecar; `extra` is merged into the top level of its config.
+/// `AGENTOS_BENCH_SIDECAR` names another sidecar binary to run instead.
 pub async fn start_sidecar(extra: Value) -> Result<Running, Error> {
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("sidecar.sock");
@@ -55,7 +56,12 @@ pub async fn start_sidecar(extra: Value) -> Result<Running, Error> {
     if let (Some(config), Value::Object(extra)) = (config.as_object_mut(), extra) {
         config.extend(extra);
     }
-    let mut child = tokio::process::Command::new(binary("agentos-sidecar")?)
+    let sidecar = match std::env::var_os("AGENTOS_BENCH_SIDECAR") {
+        // Another build, to compare side by side.
+        Some(path) => PathBuf::from(path),
+        None => binary("agentos-sidecar")?,
+    };
+    let mut child = tokio::process::Command::new(sidecar)
         .args(["serve", "--config", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
