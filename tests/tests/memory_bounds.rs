@@ -9,32 +9,12 @@
 
 mod common;
 
-use common::{data_code, eventually, kinds, Backend, Options, Sidecar, PATIENCE};
+use common::{data_code, eventually, kinds, memory, Backend, Options, Sidecar, PATIENCE};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 const MIB: u64 = 1024 * 1024;
-
-/// The sidecar's resident memory now and at its peak, in bytes.
-fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map(|kib| kib * 1024)
-            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
 
 fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

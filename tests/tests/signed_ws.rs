@@ -10,23 +10,10 @@ mod common;
 
 use agentos_tests::http::Target;
 use agentos_tests::seed::{call, Signer};
-use client::{Deaf, Ws};
-use common::{Backend, Options, Sidecar};
+use client::{start_with, Deaf, Ws};
+use common::{Backend, Sidecar};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, Message};
-
-async fn start_with(backend: Backend, ws: Value) -> (Sidecar, Target, String) {
-    let sc = Sidecar::start_with(
-        backend,
-        Options {
-            config: json!({"http": {"listen": "127.0.0.1:0", "ws": ws}}),
-            ..Options::default()
-        },
-    )
-    .await;
-    let addr = sc.ready["http"].as_str().expect("http").to_owned();
-    (sc, Target::from_ready(&addr), addr)
-}
 
 async fn start() -> (Sidecar, Target, String) {
     start_with(Backend::SqliteFile, json!({})).await

@@ -15,38 +15,13 @@ mod common;
 use agentos_tests::http::Target;
 use agentos_tests::seed::{call, Signer};
 use client::Ws;
-use common::{Backend, Options, Sidecar};
+use common::{Backend, Sidecar};
 use serde_json::{json, Value};
 
 const MIB: u64 = 1024 * 1024;
 
 async fn start_with(ws: Value) -> (Sidecar, Target, String) {
-    let sc = Sidecar::start_with(
-        Backend::SqliteFile,
-        Options {
-            config: json!({"http": {"listen": "127.0.0.1:0", "ws": ws}}),
-            ..Options::default()
-        },
-    )
-    .await;
-    let addr = sc.ready["http"].as_str().expect("http").to_owned();
-    (sc, Target::from_ready(&addr), addr)
-}
-
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .expect("VmHWM")
-        * 1024
+    client::start_with(Backend::SqliteFile, ws).await
 }
 
 fn definition(prompt: &str) -> Value {
@@ -123,7 +98,7 @@ async fn unread_sockets_and_a_flood_stay_bounded() {
         .expect("join");
     assert_eq!(seen, (0..UPDATES).collect::<Vec<_>>(), "a gap or a repeat");
 
-    let peak = peak_rss(sc.pid());
+    let (_, peak) = common::memory(sc.pid());
     eprintln!(
         "500 silent sockets and 2,000 16 KB changes: VmHWM {} MiB",
         peak / MIB

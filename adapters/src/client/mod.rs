@@ -500,49 +500,37 @@ mod tests {
             process: &budget,
             held: 0,
         };
+        let whole = LineRead::Line {
+            truncated: false,
+            refused: false,
+        };
+        let mut next = async |buf: &mut Vec<u8>, charge: &mut LineCharge<'_>| {
+            let read = read_line_limited(&mut reader, buf, 1 << 20, Some(charge)).await;
+            (read.unwrap(), std::mem::take(&mut charge.held))
+        };
         // The first takes what it keeps past the free part.
-        let read = read_line_limited(&mut reader, &mut buf, 1 << 20, Some(&mut charge))
-            .await
-            .unwrap();
-        assert_eq!(
-            read,
-            LineRead::Line {
-                truncated: false,
-                refused: false
-            }
-        );
-        assert_eq!(buf, long);
-        assert_eq!(charge.held, 60_000);
+        let (read, first) = next(&mut buf, &mut charge).await;
+        assert_eq!((read, buf == long, first), (whole, true, 60_000));
         assert_eq!(budget.stdout_held(), 60_000);
         // While it is held, the second finds no room in time: refused and
-        // skipped to its end, holding nothing.
-        let first = std::mem::take(&mut charge.held);
-        let read = read_line_limited(&mut reader, &mut buf, 1 << 20, Some(&mut charge))
-            .await
-            .unwrap();
-        assert_eq!(
-            read,
-            LineRead::Line {
-                truncated: false,
-                refused: true
-            }
-        );
-        assert!(buf.is_empty());
-        budget.give_stdout(std::mem::take(&mut charge.held));
+        // skipped to its end, keeping none of it; what it took on the way
+        // is the caller's to give back.
+        let (read, held) = next(&mut buf, &mut charge).await;
+        let refused = LineRead::Line {
+            truncated: false,
+            refused: true,
+        };
+        assert_eq!((read, buf.is_empty()), (refused, true));
+        assert!(held <= 40_000, "{held}");
+        budget.give_stdout(held);
         assert_eq!(budget.stdout_held(), 60_000);
         // The next line is whole; a short line takes nothing.
-        let read = read_line_limited(&mut reader, &mut buf, 1 << 20, Some(&mut charge))
-            .await
-            .unwrap();
-        assert_eq!(
-            read,
-            LineRead::Line {
-                truncated: false,
-                refused: false
-            }
-        );
-        assert_eq!(buf, b"short");
-        assert_eq!(charge.held, 0);
+        let (read, held) = next(&mut buf, &mut charge).await;
+        let whole = LineRead::Line {
+            truncated: false,
+            refused: false,
+        };
+        assert_eq!((read, buf.as_slice(), held), (whole, &b"short"[..], 0));
         budget.give_stdout(first);
         assert_eq!(budget.stdout_held(), 0);
     }

@@ -659,3 +659,23 @@ pub async fn ctl(socket: &Path, args: &[&str]) -> CtlOut {
         stderr: String::from_utf8(out.stderr).expect("utf-8"),
     }
 }
+
+/// The sidecar's resident memory now and at its peak, in bytes.
+pub fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map(|kib| kib * 1024)
+            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

@@ -14,7 +14,23 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::common::PATIENCE;
+use crate::common::{Backend, Options, Sidecar, PATIENCE};
+use agentos_tests::http::Target;
+
+/// A sidecar with the signed API on a loopback port and `ws` as its
+/// `http.ws` settings; its target and address.
+pub async fn start_with(backend: Backend, ws: Value) -> (Sidecar, Target, String) {
+    let sc = Sidecar::start_with(
+        backend,
+        Options {
+            config: json!({"http": {"listen": "127.0.0.1:0", "ws": ws}}),
+            ..Options::default()
+        },
+    )
+    .await;
+    let addr = sc.ready["http"].as_str().expect("http").to_owned();
+    (sc, Target::from_ready(&addr), addr)
+}
 
 /// Signs `action` with a timestamp no envelope signed here had before:
 /// Ed25519 signatures are deterministic, so the same action signed twice in
