@@ -44,6 +44,10 @@ async fn health_answers_json_and_everything_else_is_404() {
         assert!(body["uptime"].as_f64().is_some());
         assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(body["protocol"], 2);
+        // The reference's boolean: no provider sign-in by OAuth here. How
+        // subscriptions are authorized goes under a name of our own.
+        assert_eq!(body["subscriptionAuth"], false);
+        assert_eq!(body["socketAuth"], "signed");
     }
     for (method, path) in [
         ("GET", "/"),

@@ -309,7 +309,27 @@ async fn unchanged(t: &Target, w: &World, what: &str) {
     let Ipld::List(list) = collaborators.field("collaborators") else {
         panic!("{what}: collaborators")
     };
-    assert_eq!(list.len(), 3, "{what}");
+    // The owner, then the collaborators.
+    assert_eq!(list.len(), 4, "{what}");
+    assert_eq!(
+        field(&list[0], "accountId"),
+        &Ipld::String(w.owner.id()),
+        "{what}"
+    );
+    assert_eq!(
+        field(&list[0], "role"),
+        &Ipld::String("owner".into()),
+        "{what}"
+    );
+    assert_eq!(
+        field(&list[0], "status"),
+        &Ipld::String("accepted".into()),
+        "{what}"
+    );
+    assert!(
+        matches!(field(&list[0], "createdAt"), Ipld::Integer(_)),
+        "{what}"
+    );
     let sessions = ok(
         t,
         &w.owner,
@@ -341,7 +361,8 @@ fn sees_what_it_may(caller: Caller, act: Act, answer: &Answer, what: &str) {
             assert_eq!(list_len(answer, "providers", what), 1, "{what}");
         }
         Act::ListAgentCollaborators => {
-            let expected = if owner_account { 3 } else { 2 };
+            // The owner first, then who else the caller may see.
+            let expected = if owner_account { 4 } else { 3 };
             assert_eq!(list_len(answer, "collaborators", what), expected, "{what}");
         }
         _ => {}

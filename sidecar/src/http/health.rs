@@ -1,6 +1,9 @@
 //! `GET /api/health` and `/agents/api/health`: JSON, unauthenticated, and
-//! holding nothing private (the reference's `status`, `uptime`, `version`,
-//! plus what a client needs to talk to us: the protocol and the window).
+//! holding nothing private (the reference's `status`, `uptime`, `version`
+//! and `subscriptionAuth`, which says whether the server offers provider
+//! sign-in by OAuth and is `false` here, plus what a client needs to talk
+//! to us under names of our own: the protocol, how WebSocket subscriptions
+//! are authorized, the window).
 
 use std::sync::Arc;
 
@@ -17,7 +20,8 @@ pub(super) async fn get(State(state): State<Arc<HttpState>>) -> Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "service": "agentos-sidecar",
         "protocol": super::PROTOCOL_VERSION,
-        "subscriptionAuth": "signed",
+        "subscriptionAuth": false,
+        "socketAuth": "signed",
         "timestampWindowMs": state.config.timestamp_window_ms,
         "database": state.database_kind,
     }))

@@ -229,10 +229,14 @@ impl SignedApi {
                     agent_id,
                     public_read: access.agent.public_read,
                     public_chat: None,
-                    collaborators: collaborators
-                        .iter()
-                        .filter(|c| is_owner || c.status == CollaboratorStatus::Accepted)
-                        .map(render::collaborator)
+                    // The owner first, as the reference lists it.
+                    collaborators: std::iter::once(render::owner_collaborator(&access.agent))
+                        .chain(
+                            collaborators
+                                .iter()
+                                .filter(|c| is_owner || c.status == CollaboratorStatus::Accepted)
+                                .map(render::collaborator),
+                        )
                         .collect(),
                 })
             }

@@ -91,6 +91,18 @@ pub fn collaborator(record: &control::CollaboratorRecord) -> AgentCollaboratorIn
     }
 }
 
+/// The owner as the first of an agent's collaborators, as the reference
+/// lists it: role `owner`, accepted, since the agent was made.
+pub fn owner_collaborator(agent: &control::AgentRecord) -> AgentCollaboratorInfo {
+    AgentCollaboratorInfo {
+        account_id: agent.account_id.clone(),
+        role: access_role(control::AccessRole::Owner),
+        status: collaborator_status(control::CollaboratorStatus::Accepted),
+        created_at: agent.created_at_ms,
+        updated_at: agent.updated_at_ms,
+    }
+}
+
 pub fn invite(invite: &control::Invite) -> AgentInviteInfo {
     AgentInviteInfo {
         agent_id: invite.agent_id.clone(),
