@@ -379,3 +379,74 @@ async fn get_session_answers_one_bounded_page_at_a_time() {
     // The user's message and the agent's seven updates, each once, in order.
     assert_eq!(seen, (1..=8).collect::<Vec<u64>>());
 }
+
+/// A registry adapter runs its own model: its definition needs neither
+/// `modelProvider` nor `model` (read back as empty), and a session of it
+/// works. The builtin agent still needs both, as the reference requires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_adapter_needs_no_model() {
+    let (_sc, t) = start(Backend::SqliteFile).await;
+    let owner = Signer::new();
+    let bare = |adapter: Option<&str>| {
+        let mut d = json!({"name": "Bare", "systemPrompt": "Be brief."});
+        if let Some(adapter) = adapter {
+            d["adapter"] = json!(adapter);
+        }
+        d
+    };
+    let created = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": bare(Some("echo"))}),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    let agent_id = created.text("agentId");
+    let got = call(&t, &owner, json!({"_": "GetAgent", "agentId": agent_id})).await;
+    let definition = field(got.field("agent"), "definition");
+    assert_eq!(field(definition, "model"), &Ipld::String(String::new()));
+    assert_eq!(
+        field(definition, "modelProvider"),
+        &Ipld::String(String::new())
+    );
+    let session = call(
+        &t,
+        &owner,
+        json!({"_": "CreateSession", "agentId": agent_id}),
+    )
+    .await;
+    let said = call(
+        &t,
+        &owner,
+        json!({"_": "MessageSession", "sessionId": session.text("sessionId"),
+               "content": [{"type": "text", "text": "echo no model needed"}]}),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{:?}", said.body);
+    for adapter in [None, Some("builtin")] {
+        let refused = call(
+            &t,
+            &owner,
+            json!({"_": "CreateAgent", "definition": bare(adapter)}),
+        )
+        .await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "bad_request".into()),
+            "{adapter:?}"
+        );
+        assert!(
+            refused.text("message").contains("modelProvider"),
+            "{:?}",
+            refused.body
+        );
+    }
+    // Updating it to the builtin agent without a model is refused too.
+    let refused = call(
+        &t,
+        &owner,
+        json!({"_": "UpdateAgent", "agentId": agent_id, "definition": bare(None)}),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+}

@@ -283,13 +283,33 @@ fn missing_required_fields_are_named() {
     assert_eq!(message(error), "GetAgent: missing field `agentId`");
     let mut incomplete = definition();
     if let Ipld::Map(m) = &mut incomplete {
-        m.remove("model");
+        m.remove("name");
     }
     let error =
         Action::from_map(&action("CreateAgent", &[("definition", incomplete)])).unwrap_err();
     assert_eq!(
         message(error),
-        "CreateAgent: missing field `definition.model`"
+        "CreateAgent: missing field `definition.name`"
+    );
+    // A registry adapter's definition may leave the model out (the signed
+    // API requires it for the builtin agent only): it reads as empty.
+    let mut no_model = definition();
+    if let Ipld::Map(m) = &mut no_model {
+        m.remove("model");
+        m.remove("modelProvider");
+        m.insert("adapter".into(), s("echo"));
+    }
+    let Action::CreateAgent { definition, .. } =
+        Action::from_map(&action("CreateAgent", &[("definition", no_model)])).expect("decodes")
+    else {
+        panic!("not a CreateAgent")
+    };
+    assert_eq!(
+        (
+            definition.model_provider.as_str(),
+            definition.model.as_str()
+        ),
+        ("", "")
     );
 }
 

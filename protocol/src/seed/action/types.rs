@@ -42,7 +42,9 @@ deserialize_via_fields! {
 pub struct AgentDefinition {
     pub name: String,
     pub system_prompt: SystemPrompt,
-    /// The name of one of the account's model providers.
+    /// The name of one of the account's model providers. Required for the
+    /// builtin agent (the signed API refuses it empty); a registry adapter
+    /// runs its own model, and may leave both out (read as empty).
     pub model_provider: String,
     pub model: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,8 +70,8 @@ impl FromField for AgentDefinition {
         let definition = AgentDefinition {
             name: f.req("name")?,
             system_prompt: f.req("systemPrompt")?,
-            model_provider: f.req("modelProvider")?,
-            model: f.req("model")?,
+            model_provider: f.opt("modelProvider")?.unwrap_or_default(),
+            model: f.opt("model")?.unwrap_or_default(),
             reasoning_level: f.opt("reasoningLevel")?,
             tools: f.opt("tools")?,
             signing_key: f.opt("signingKey")?,

@@ -23,11 +23,27 @@ use crate::http::ws::reason;
 impl SignedApi {
     /// The stored form of a definition; its adapter must be `builtin` or an
     /// id of the VM's registry (a signed client never names a command).
+    /// The builtin agent needs `modelProvider` and `model`, as the
+    /// reference requires them; a registry adapter runs its own model and
+    /// needs neither.
     fn new_agent(&self, definition: &AgentDefinition) -> Result<NewAgent, ApiError> {
         let adapter = definition
             .adapter
             .clone()
             .unwrap_or_else(|| BUILTIN_AGENT.to_owned());
+        if adapter == BUILTIN_AGENT {
+            for (field, value) in [
+                ("modelProvider", &definition.model_provider),
+                ("model", &definition.model),
+            ] {
+                if value.is_empty() {
+                    return Err(ApiError::bad_request(
+                        ApiCode::BadRequest,
+                        format!("definition.{field} is required for the builtin agent"),
+                    ));
+                }
+            }
+        }
         if adapter != BUILTIN_AGENT && !self.adapters.contains(&adapter) {
             return Err(ApiError::bad_request(
                 ApiCode::UnknownAdapter,
