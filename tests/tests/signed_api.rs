@@ -450,3 +450,84 @@ async fn a_registry_adapter_needs_no_model() {
     .await;
     assert_eq!(refused.status, 400, "{:?}", refused.body);
 }
+
+/// `RegisterSigner{capability}`, as the reference: a device key presents
+/// the Capability its account issued to it and may then act as that
+/// account with no capability on its envelopes. A capability for another
+/// key, with a role that does not permit agent actions, or that does not
+/// verify, is 400 `bad_capability`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_registers_itself_with_its_capability() {
+    use agentos_protocol::seed::{ActionMap, Capability, Envelope, Role};
+    let (_sc, t) = start(Backend::SqliteFile).await;
+    let vault = Signer::new();
+    let device = Signer::new();
+    // The capability travels as a byte string, signed by `who` as itself.
+    let register = |who: &Signer, blob: Vec<u8>| {
+        let mut action = ActionMap::new();
+        action.insert("_".into(), Ipld::String("RegisterSigner".into()));
+        action.insert("capability".into(), Ipld::Bytes(blob));
+        let mut envelope = Envelope::unsigned(
+            action,
+            who.account,
+            who.principal(),
+            agentos_tests::seed::fresh_ts(),
+        );
+        envelope.protocol = Some(2);
+        envelope.sign_with(&who.key).expect("sign");
+        envelope.encode().expect("encode")
+    };
+    let issue = |to: &Signer, role: Role| {
+        Capability::issue(
+            &vault.key,
+            to.principal(),
+            role,
+            agentos_tests::seed::now_ms(),
+            None,
+            None,
+        )
+        .expect("issue")
+    };
+    // Before: the device may not act as the vault.
+    let as_vault = Signer {
+        key: device.key.clone(),
+        ..Signer::delegate_of(vault.account)
+    };
+    let before = call(&t, &as_vault, json!({"_": "ListAgents"})).await;
+    assert_eq!(before.status, 401, "{:?}", before.body);
+
+    let registered = post(&t, &register(&device, issue(&device, Role::Agent))).await;
+    assert_eq!(registered.status, 200, "{:?}", registered.body);
+    assert_eq!(registered.text("_"), "RegisterSignerResponse");
+    assert_eq!(registered.text("accountId"), vault.id());
+    assert_eq!(registered.text("signerId"), device.key_id());
+    let after = call(&t, &as_vault, json!({"_": "ListAgents"})).await;
+    assert_eq!(after.status, 200, "{:?}", after.body);
+
+    let stranger = Signer::new();
+    for (who, blob, what) in [
+        (
+            &stranger,
+            issue(&device, Role::Agent),
+            "another key's capability",
+        ),
+        (
+            &stranger,
+            issue(&stranger, Role::Other("READER".into())),
+            "a reader's role",
+        ),
+        (
+            &stranger,
+            b"not a capability".to_vec(),
+            "bytes that are no blob",
+        ),
+    ] {
+        let refused = post(&t, &register(who, blob)).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (400, "bad_capability".into()),
+            "{what}: {:?}",
+            refused.body
+        );
+    }
+}

@@ -6,7 +6,7 @@
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
 //! server does not implement (triggers, signing identities, uploads, runs,
-//! memory downloads and IPFS, MCP, OAuth, `RegisterSigner`, …), and a name
+//! memory downloads and IPFS, MCP, OAuth, …), and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
 //!
@@ -251,6 +251,13 @@ pub enum Action {
         #[serde(serialize_with = "serialize_principal_text")]
         signer: Principal,
     },
+    /// The reference's: the envelope's signer registers itself as a
+    /// delegated signer of the account whose Capability blob (its canonical
+    /// DAG-CBOR bytes, role `AGENT` or `WRITER`) delegates to it.
+    RegisterSigner {
+        #[serde(serialize_with = "serialize_bytes")]
+        capability: Vec<u8>,
+    },
     ListSigners,
 
     /// An action this server does not implement, by name.
@@ -324,6 +331,7 @@ impl Action {
             Action::Unsubscribe { .. } => "Unsubscribe",
             Action::AuthorizeSigner { .. } => "AuthorizeSigner",
             Action::RevokeSigner { .. } => "RevokeSigner",
+            Action::RegisterSigner { .. } => "RegisterSigner",
             Action::ListSigners => "ListSigners",
             Action::Unsupported(name) => name,
         }
@@ -515,6 +523,9 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
             signer: f.req("signer")?,
         },
         "ListSigners" => Action::ListSigners,
+        "RegisterSigner" => Action::RegisterSigner {
+            capability: f.req_bytes("capability")?,
+        },
         // Fields of an action we do not implement are not read: the answer
         // is `unsupported_action` whatever they hold.
         _ => return Ok(Action::Unsupported(name)),

@@ -479,7 +479,6 @@ fn absent_and_null_optionals_read_as_none_but_a_null_override_clears() {
 fn unknown_and_reference_only_actions_are_unsupported() {
     for name in [
         "CreateAgentTrigger",
-        "RegisterSigner",
         "DownloadAgentMemoryFile",
         "UploadAgentMemoryFileToIpfs",
         "BeginFileUpload",

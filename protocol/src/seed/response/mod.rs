@@ -295,6 +295,12 @@ responses! {
         account_id: String,
         signers: Vec<SignerInfo>,
     }
+    /// `RegisterSigner`: the delegating account the signer may now act
+    /// as, and the signer.
+    RegisterSignerResponse => "RegisterSignerResponse" {
+        account_id: String,
+        signer_id: String,
+    }
 }
 
 impl ErrorResponse {

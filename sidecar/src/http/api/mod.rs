@@ -161,6 +161,9 @@ impl SignedApi {
             Action::AuthorizeSigner { .. } | Action::RevokeSigner { .. } | Action::ListSigners => {
                 self.signers(caller, action).await
             }
+            Action::RegisterSigner { capability } => {
+                self.register_signer(caller, &capability).await
+            }
             Action::SetSecret { .. }
             | Action::ListSecrets
             | Action::DeleteSecret { .. }
