@@ -3,7 +3,9 @@
 //! as a child with this workspace's ACP client connection, talking to a
 //! scripted provider. Streaming, the key file as the bearer token, `read`
 //! served by the client's `fs/read_text_file`, the conversation kept across
-//! prompts, a client that names no provider, and refused command lines.
+//! prompts, a client that names no provider, refused command lines, and
+//! failures that reach a plain client (the ACP SDK's own among them) as the
+//! prompt's error only.
 
 mod common;
 
@@ -243,12 +245,16 @@ async fn without_a_provider_the_prompt_says_so() {
     };
     assert!(rpc.message.contains("no model provider"), "{}", rpc.message);
     assert!(rpc.message.contains("--provider-type"), "{}", rpc.message);
-    let reported = client
+    // A plain client hears of it as the prompt's error only, with its
+    // class: no update of a kind ACP does not define.
+    assert_eq!(
+        rpc.data.as_ref().map(|d| d["retryable"].clone()),
+        Some(json!(false))
+    );
+    assert!(client
         .updates()
-        .into_iter()
-        .find(|u| u["sessionUpdate"] == "_agentos/error")
-        .expect("the failure is reported as an update");
-    assert_eq!(reported["retryable"], false);
+        .iter()
+        .all(|u| u["sessionUpdate"] != "_agentos/error"));
     client.conn.shutdown().await;
 }
 
@@ -274,12 +280,17 @@ async fn a_missing_key_file_fails_the_turn_not_the_agent() {
     let error = client.prompt(&session, "hi").await.expect_err("no key");
     assert!(error.to_string().contains("key file"), "{error}");
     assert!(provider.requests().is_empty());
-    let reported = client
+    let AdapterError::Rpc(rpc) = &error else {
+        panic!("an RPC error, not {error:?}");
+    };
+    assert_eq!(
+        rpc.data.as_ref().map(|d| d["code"].clone()),
+        Some(json!("agent_unconfigured"))
+    );
+    assert!(client
         .updates()
-        .into_iter()
-        .find(|u| u["sessionUpdate"] == "_agentos/error")
-        .expect("the failure is reported as an update");
-    assert_eq!(reported["code"], "agent_unconfigured");
+        .iter()
+        .all(|u| u["sessionUpdate"] != "_agentos/error"));
     // The agent is still there for the next prompt.
     assert!(client.conn.is_alive());
     client.conn.shutdown().await;
@@ -304,4 +315,84 @@ async fn bad_command_lines_exit_2() {
         assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
         assert!(!output.stderr.is_empty(), "{args:?} says why");
     }
+}
+
+/// Under the ACP SDK's own client (`ClientSideConnection`, a peer we did
+/// not write), a provider failure reaches the client as the prompt's
+/// JSON-RPC error, with its class in `data`, and as nothing else: no
+/// session update of a kind ACP does not define, which the SDK would
+/// refuse. (Only the sidecar, which keeps failures in the session's log,
+/// gets `_agentos/error`.) Needs node and the peers `scripts/install-peers`
+/// installs; under CI their absence fails the test.
+#[tokio::test]
+async fn a_provider_failure_reaches_the_sdk_client_as_the_prompts_error_only() {
+    let peers = common::workspace_root().join(".peers");
+    let sdk = peers.join("node_modules/@agentclientprotocol/sdk");
+    let have_node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !sdk.exists() || !have_node {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            "the ACP SDK client test needs node and the SDK under CI"
+        );
+        eprintln!("note: skipping the ACP SDK client test: no node or SDK");
+        return;
+    }
+    let provider = ScriptedProvider::start(Flavor::OpenAi).await;
+    provider.push(Reply::Status(
+        401,
+        r#"{"error":{"message":"bad key"}}"#.into(),
+    ));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = key_file(&dir, "sk-wrong\n");
+    let base_url = provider.base_url();
+    let script = common::workspace_root().join("tests/node/plain-acp-client.mjs");
+    let output = tokio::time::timeout(
+        PATIENCE,
+        tokio::process::Command::new("node")
+            .arg(script)
+            .arg(binary("agentos-sidecar"))
+            .args([
+                "agent",
+                "--provider-type",
+                "openai",
+                "--base-url",
+                &base_url,
+            ])
+            .args(["--model", "m", "--key-file", &key])
+            .env("AGENTOS_PEERS", &peers)
+            .output(),
+    )
+    .await
+    .expect("the client finished in time")
+    .expect("node runs");
+    let line = String::from_utf8_lossy(&output.stdout);
+    let seen: Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("{e}: {line} / {}", String::from_utf8_lossy(&output.stderr)));
+    let error = &seen["prompt"]["error"];
+    assert!(error.is_object(), "the prompt did not fail: {seen}");
+    assert!(
+        error["data"]["code"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty()),
+        "{seen}"
+    );
+    assert!(error["data"]["retryable"].is_boolean(), "{seen}");
+    assert_eq!(
+        seen["complaints"],
+        json!([]),
+        "the SDK refused something: {seen}"
+    );
+    assert!(
+        !seen["updates"]
+            .as_array()
+            .expect("updates")
+            .iter()
+            .any(|u| u["sessionUpdate"]
+                .as_str()
+                .is_some_and(|k| k.starts_with('_'))),
+        "{seen}"
+    );
 }

@@ -8,9 +8,10 @@
 //! call); every tool call is reported as `tool_call` then `tool_call_update`
 //! with its result (up to [`STORED_RESULT_BYTES`] kept), and the model gets
 //! at most [`MODEL_RESULT_BYTES`] of it. A provider failure, or a context or
-//! key the client could not give, is reported as an `_agentos/error` update
-//! and answers the prompt with an error naming its class, so the client
-//! decides whether to retry. Cancellation drops the
+//! key the client could not give, answers the prompt with an error naming
+//! its class, so the client decides whether to retry; to the sidecar it is
+//! also an `_agentos/error` update (a plain ACP client gets no update of a
+//! kind ACP does not define). Cancellation drops the
 //! provider stream at once and answers `cancelled`.
 
 use agentos_protocol::acp::RpcError;
@@ -74,7 +75,7 @@ pub(super) async fn run(
             Ok(context) => Source::Sidecar(Box::new(context)),
             Err(e) => {
                 let e = RpcError::internal(format!("the client's turn context is malformed: {e}"));
-                return Err(client_failed(agent, session, e).await);
+                return Err(client_failed(agent, session, Client::Sidecar, e).await);
             }
         },
         Err(e) if e.code == agentos_protocol::acp::error_codes::METHOD_NOT_FOUND => {
@@ -82,6 +83,7 @@ pub(super) async fn run(
                 return Err(fail(
                     agent,
                     session,
+                    Client::Plain,
                     "agent_unconfigured",
                     false,
                     "this agent has no model provider: run it with --provider-type, --model and \
@@ -92,7 +94,8 @@ pub(super) async fn run(
             }
             Source::Local
         }
-        Err(e) => return Err(client_failed(agent, session, e).await),
+        // It knows the method: the sidecar, which could not give one.
+        Err(e) => return Err(client_failed(agent, session, Client::Sidecar, e).await),
     };
     let (system, tools, mut messages, max_tokens) = match &source {
         Source::Sidecar(ctx) => (
@@ -150,7 +153,7 @@ pub(super) async fn run(
         }
         let endpoint = match endpoint(agent, session, &source).await {
             Ok(endpoint) => endpoint,
-            Err(e) => return Err(client_failed(agent, session, e).await),
+            Err(e) => return Err(client_failed(agent, session, source.client(), e).await),
         };
         let request = ModelRequest {
             model: model(agent, &source),
@@ -166,7 +169,15 @@ pub(super) async fn run(
                 break;
             }
             Step::Failed(e) => {
-                return Err(fail(agent, session, e.code, e.is_retryable(), e.message).await);
+                return Err(fail(
+                    agent,
+                    session,
+                    source.client(),
+                    e.code,
+                    e.is_retryable(),
+                    e.message,
+                )
+                .await);
             }
         };
         let mut step = step;
@@ -245,29 +256,35 @@ pub(super) async fn run(
     }))
 }
 
-/// Reports a failure as a durable update and builds the prompt's error.
+/// Builds the prompt's error for a failure and, to the sidecar (`to`), also
+/// reports it as a durable `_agentos/error` update. A plain ACP client gets
+/// only the prompt's error: `sessionUpdate` is a closed set there, and the
+/// ACP SDK refuses a notification with a kind it does not know.
 async fn fail(
     agent: &Agent,
     session: &str,
+    to: Client,
     code: &str,
     retryable: bool,
     message: String,
 ) -> RpcError {
-    agent
-        .peer
-        .notify(
-            "session/update",
-            json!({
-                "sessionId": session,
-                "update": {
-                    "sessionUpdate": agent_ext::ERROR_UPDATE,
-                    "message": message,
-                    "code": code,
-                    "retryable": retryable,
-                },
-            }),
-        )
-        .await;
+    if to == Client::Sidecar {
+        agent
+            .peer
+            .notify(
+                "session/update",
+                json!({
+                    "sessionId": session,
+                    "update": {
+                        "sessionUpdate": agent_ext::ERROR_UPDATE,
+                        "message": message,
+                        "code": code,
+                        "retryable": retryable,
+                    },
+                }),
+            )
+            .await;
+    }
     RpcError::new(TURN_FAILED, message).with_data(json!({ "code": code, "retryable": retryable }))
 }
 
@@ -275,14 +292,33 @@ async fn fail(
 /// not be had (a missing provider or secret, a key file that cannot be
 /// read): reported as durably as a provider failure, so a client watching
 /// the log sees why, with the code the client gave when it gave one.
-async fn client_failed(agent: &Agent, session: &str, e: RpcError) -> RpcError {
+async fn client_failed(agent: &Agent, session: &str, to: Client, e: RpcError) -> RpcError {
     let data = e.data.as_ref();
     let code = data
         .and_then(|d| d["code"].as_str())
         .unwrap_or("turn_unavailable")
         .to_owned();
     let retryable = data.and_then(|d| d["retryable"].as_bool()).unwrap_or(false);
-    fail(agent, session, &code, retryable, e.message).await
+    fail(agent, session, to, &code, retryable, e.message).await
+}
+
+/// Who the turn's client is, as far as failures are reported.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// It answered `_agentos/context`: the sidecar, which keeps failures
+    /// in the session's log.
+    Sidecar,
+    /// A plain ACP client.
+    Plain,
+}
+
+impl Source {
+    fn client(&self) -> Client {
+        match self {
+            Source::Sidecar(_) => Client::Sidecar,
+            Source::Local => Client::Plain,
+        }
+    }
 }
 
 fn model(agent: &Agent, source: &Source) -> String {
