@@ -78,6 +78,15 @@ impl Peer {
             .await;
     }
 
+    /// `session/update` of `session` with `update`.
+    pub async fn session_update(&self, session: &str, update: Value) {
+        self.notify(
+            "session/update",
+            json!({"sessionId": session, "update": update}),
+        )
+        .await;
+    }
+
     pub async fn respond(&self, id: Value, result: Result<Value, RpcError>) {
         let message = match result {
             Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),

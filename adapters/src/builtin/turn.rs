@@ -269,21 +269,13 @@ async fn fail(
     message: String,
 ) -> RpcError {
     if to == Client::Sidecar {
-        agent
-            .peer
-            .notify(
-                "session/update",
-                json!({
-                    "sessionId": session,
-                    "update": {
-                        "sessionUpdate": agent_ext::ERROR_UPDATE,
-                        "message": message,
-                        "code": code,
-                        "retryable": retryable,
-                    },
-                }),
-            )
-            .await;
+        let update = json!({
+            "sessionUpdate": agent_ext::ERROR_UPDATE,
+            "message": message,
+            "code": code,
+            "retryable": retryable,
+        });
+        agent.peer.session_update(session, update).await;
     }
     RpcError::new(TURN_FAILED, message).with_data(json!({ "code": code, "retryable": retryable }))
 }
@@ -469,23 +461,15 @@ fn chunk(session: &str, kind: &str, message_id: &str, text: String) -> Value {
 /// Reports the call, runs it (through the sidecar or locally), reports the
 /// result.
 async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall) -> VerbResult {
-    agent
-        .peer
-        .notify(
-            "session/update",
-            json!({
-                "sessionId": session,
-                "update": {
-                    "sessionUpdate": "tool_call",
-                    "toolCallId": call.id,
-                    "title": call.name,
-                    "kind": agent_ext::tool_kind(&call.name),
-                    "status": "in_progress",
-                    "rawInput": call.arguments,
-                },
-            }),
-        )
-        .await;
+    let started = json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": call.id,
+        "title": call.name,
+        "kind": agent_ext::tool_kind(&call.name),
+        "status": "in_progress",
+        "rawInput": call.arguments,
+    });
+    agent.peer.session_update(session, started).await;
     let result = match source {
         Source::Sidecar(_) => match agent
             .peer
@@ -520,22 +504,14 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
         return result;
     }
     let stored = agent_ext::stored_output(&result.output);
-    agent
-        .peer
-        .notify(
-            "session/update",
-            json!({
-                "sessionId": session,
-                "update": {
-                    "sessionUpdate": "tool_call_update",
-                    "toolCallId": call.id,
-                    "title": call.name,
-                    "status": if result.is_error { "failed" } else { "completed" },
-                    "rawOutput": stored,
-                },
-            }),
-        )
-        .await;
+    let ended = json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": call.id,
+        "title": call.name,
+        "status": if result.is_error { "failed" } else { "completed" },
+        "rawOutput": stored,
+    });
+    agent.peer.session_update(session, ended).await;
     result
 }
 
