@@ -251,7 +251,11 @@ async fn a_parked_run_holds_no_slot_and_wakes_on_its_clock() {
             label: None,
             answer_with: None,
         };
-        assert!(store.park("p", &wait, &[], 3).await.expect("park"));
+        assert!(store
+            .park("p", &wait, &[], 3)
+            .await
+            .expect("park")
+            .is_some());
         let p = store.get("p").await.expect("get").expect("p");
         assert_eq!(p.status, RunStatus::Waiting);
         assert_eq!(p.wait, Some(wait));
@@ -289,7 +293,11 @@ async fn a_signal_is_delivered_exactly_once_under_concurrent_signals() {
             signal: Some("approve".into()),
             match_json: Some(json!({"signal": "approve"})),
         }];
-        assert!(store.park("w", &wait, &events, 3).await.expect("park"));
+        assert!(store
+            .park("w", &wait, &events, 3)
+            .await
+            .expect("park")
+            .is_some());
         assert!(
             !store
                 .signal("w", "reject", &json!(null), 4)
@@ -356,7 +364,11 @@ async fn a_budget_pause_takes_any_signal_and_drops_the_wall_budget() {
             signal: None,
             match_json: None,
         }];
-        assert!(store.park("bp", &wait, &events, 3).await.expect("park"));
+        assert!(store
+            .park("bp", &wait, &events, 3)
+            .await
+            .expect("park")
+            .is_some());
         assert!(store
             .signal("bp", "anything", &json!("go on"), 4)
             .await
@@ -424,7 +436,11 @@ async fn canceling_a_deep_tree_settles_the_idle_and_asks_the_live_to_stop() {
             signal: Some("go".into()),
             match_json: None,
         }];
-        assert!(store.park("c1", &wait, &events, 5).await.expect("park"));
+        assert!(store
+            .park("c1", &wait, &events, 5)
+            .await
+            .expect("park")
+            .is_some());
         let canceled = store.cancel_tree("root", 6).await.expect("cancel");
         assert!(canceled.changed);
         let mut live: Vec<String> = canceled.live.iter().map(|r| r.run_id.clone()).collect();

@@ -182,7 +182,12 @@ impl Runs {
                 }
             }
             Outcome::Park { wait, events } => {
-                store.park(&run.run_id, &wait, &events, now).await?;
+                // Published as parked before anything else is read: its
+                // children may already have ended and queued it again, and
+                // a turn's caller must still hear that it parked.
+                if let Some(parked) = store.park(&run.run_id, &wait, &events, now).await? {
+                    self.publish(parked);
+                }
             }
             Outcome::Busy => {
                 store.release(&run.run_id, now).await?;

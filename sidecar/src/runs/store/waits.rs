@@ -7,19 +7,20 @@ use agentos_schema::{DbError, Statement};
 use serde_json::Value;
 
 use super::{first, json_text, opt_json_text, RunStore, JOURNAL, NEVER, RUNS};
-use crate::runs::types::{EventWait, JournalRow, RunStatus, RunWait};
+use crate::runs::types::{EventWait, JournalRow, Run, RunStatus, RunWait};
 
 impl RunStore {
     /// A live run parks: `waiting` with `wait`, woken by the clock at
     /// `wake_at` (if any) and by the event waits inserted with it. A run
-    /// asked to stop is canceled instead. Answers whether it parked.
+    /// asked to stop is canceled instead. Answers the parked row as this
+    /// transaction left it (none when it was canceled instead).
     pub async fn park(
         &self,
         run_id: &str,
         wait: &RunWait,
         events: &[EventWait],
         now: i64,
-    ) -> Result<bool, DbError> {
+    ) -> Result<Option<Run>, DbError> {
         let wait_json = serde_json::to_value(wait).unwrap_or(Value::Null);
         let mut statements = vec![Statement::new(
             format!(
@@ -58,8 +59,7 @@ impl RunStore {
         }
         statements.push(self.select(run_id));
         let mut rows = self.db.transaction(statements).await?;
-        let run = first(rows.pop())?;
-        Ok(run.is_some_and(|r| r.status == RunStatus::Waiting))
+        Ok(first(rows.pop())?.filter(|r| r.status == RunStatus::Waiting))
     }
 
     /// Moves every waiting run whose clock has come (a sleep's end, an
