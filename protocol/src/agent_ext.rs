@@ -30,6 +30,15 @@ pub mod methods {
 /// shown to a Seed client as `{type:"error", message}`.
 pub const ERROR_UPDATE: &str = "_agentos/error";
 
+/// The key under a `tool_call` update's `_meta.agentos` that keeps the
+/// provider's signature on the call, so a rebuilt transcript sends it back.
+pub const SIGNATURE_META: &str = "thoughtSignature";
+
+/// The `sessionUpdate` kind, to the sidecar only, of what the agent is
+/// doing between its other updates (waiting out a busy provider):
+/// `{phase, detail}` as a Seed `activity`, published live and never stored.
+pub const ACTIVITY_UPDATE: &str = "_agentos/activity";
+
 /// Bytes of one tool result the model receives; the rest is cut on a UTF-8
 /// boundary with a notice.
 pub const MODEL_RESULT_BYTES: usize = 8 * 1024;
@@ -66,6 +75,11 @@ pub struct TurnContext {
     /// the whole conversation and the prompt adds no user message.
     #[serde(default)]
     pub resume: bool,
+    /// How many times a model call refused as rate limited or overloaded is
+    /// made again before the turn fails (`builtin.providerRetries`); absent,
+    /// the agent's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_retries: Option<u32>,
 }
 
 /// The provider a turn calls: its Seed `type`, the endpoint the sidecar
@@ -110,6 +124,10 @@ pub enum TranscriptItem {
         id: String,
         name: String,
         input: Value,
+        /// The provider's signature on the call (Gemini's
+        /// `thoughtSignature`), read back from the call's event.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// At most [`MODEL_RESULT_BYTES`] of the result.
     ToolResult {

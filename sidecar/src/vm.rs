@@ -158,6 +158,7 @@ fn builtin_services(
             host::ProviderEndpoints {
                 pinned: config.builtin.provider_endpoints.clone(),
                 allow_private: config.builtin.allow_private_endpoints,
+                provider_retries: config.builtin.provider_retries,
             },
         )
         .map_err(|e| VmError::Builtin(e.message))?,

@@ -2,13 +2,19 @@
 //! speaks the OpenAI chat completions, Anthropic messages or Google
 //! generateContent API, answering each call with the next reply a test
 //! queued, framed byte for byte as that provider frames its event stream.
-//! It records every request so tests can assert what a client sent, and
+//! Like Gemini 3, the Google flavor signs the first call of an answer
+//! (`thoughtSignature`, and the last part of an answer without calls) and
+//! refuses, 400 `INVALID_ARGUMENT`, a request that sends a call it signed
+//! without that signature. It records every request so tests can assert
+//! what a client sent, and
 //! the instant each delta was handed to the connection so a benchmark can
 //! measure streaming latency. Replies cost no more than building their
 //! frames, so a default reply can serve thousands of calls per second.
 //! `wire.rs` renders replies in each provider's format.
 
 mod wire;
+
+pub use wire::{google_call_signature, GOOGLE_TEXT_SIGNATURE};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -50,6 +56,9 @@ pub enum Reply {
     ToolCalls(Vec<(String, String, Value)>),
     /// This status with this body (as JSON).
     Status(u16, String),
+    /// This status with this body and a `retry-after` header of this
+    /// value (seconds or an HTTP date), as a busy provider answers.
+    RetryAfter(u16, String, String),
     /// Text deltas with `gap` between two of them.
     Slow { deltas: Vec<String>, gap: Duration },
     /// The headers of a stream, then nothing, forever.
@@ -97,6 +106,8 @@ struct Shared {
     recording: bool,
     requests: Vec<RecordedRequest>,
     last_sent_at: Arc<Mutex<Vec<Instant>>>,
+    /// Google: `(name, args, signature)` of every call signed so far.
+    signed_calls: Vec<(String, Value, String)>,
 }
 
 /// A running server; dropping it stops it and closes its connections.
@@ -270,6 +281,15 @@ async fn serve(
             )),
         ));
     }
+    if flavor == Flavor::Google && method == "POST" {
+        let refusal = wire::google_missing_signature(&body, &lock(shared).signed_calls);
+        if let Some(message) = refusal {
+            return Ok(json_response(
+                400,
+                wire::google_error_body(400, "INVALID_ARGUMENT", &message),
+            ));
+        }
+    }
     let reply = {
         let mut shared = lock(shared);
         if shared.recording {
@@ -297,9 +317,23 @@ async fn serve(
     match reply {
         Reply::Disconnect => Err(Disconnect),
         Reply::Status(status, body) => Ok(json_response(status, body)),
+        Reply::RetryAfter(status, body, after) => {
+            let mut response = json_response(status, body);
+            if let Ok(value) = hyper::header::HeaderValue::from_str(&after) {
+                response
+                    .headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, value);
+            }
+            Ok(response)
+        }
         Reply::Models(models) => Ok(json_response(200, wire::models_body(flavor, &models))),
         other => {
             let script = wire::Script::from_reply(&other);
+            if flavor == Flavor::Google {
+                lock(shared)
+                    .signed_calls
+                    .extend(wire::google_signed_calls(&script));
+            }
             let frames = wire::render(flavor, model, &script);
             let sent_at = Arc::new(Mutex::new(Vec::with_capacity(frames.len())));
             lock(shared).last_sent_at = sent_at.clone();

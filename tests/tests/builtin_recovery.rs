@@ -11,6 +11,7 @@ mod common;
 use agentos_tests::provider_server::{Flavor, Reply};
 use builtin::{answer_text, kinds, ok, world, Sent, World, KEY};
 use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// The raw `_agentos/error` update the host socket's history holds.
 async fn stored_error(w: &World, session: &str) -> Value {
@@ -98,68 +99,116 @@ async fn a_rejected_key_fails_the_turn_and_a_retry_succeeds() {
 }
 
 #[tokio::test]
-async fn rate_limits_and_server_errors_are_retryable_failures() {
+async fn a_busy_provider_is_tried_again_after_the_pause_it_asks_for() {
     let w = world(Flavor::Anthropic).await;
     let session = w.session().await;
-    for (status, code) in [
-        (429, "provider_rate_limited"),
-        (503, "provider_server_error"),
-    ] {
-        w.provider.push(Reply::Status(
-            status,
-            json!({"type": "error", "error": {"type": "overloaded_error", "message": format!("scripted {status}")}})
-                .to_string(),
-        ));
-        let failed = w.message(&session, &format!("try {status}")).await;
-        assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
-        assert!(
-            answer_text(&failed, "message").contains(&format!("scripted {status}")),
-            "{:?}",
-            failed.body
-        );
-        let events = w.events(&session).await;
-        let last = events.last().expect("events");
-        assert_eq!(last["type"], "error", "{last}");
-        assert_eq!(last["code"], code);
-        let stored = stored_error(&w, &session).await;
-        assert!(
-            stored.to_string().contains("\"retryable\":true"),
-            "{stored}"
-        );
-        // The failed prompt's own error, as the host socket answers it,
-        // keeps the agent's code and class.
-        w.provider.push(Reply::Status(
-            status,
-            json!({"type": "error", "error": {"type": "overloaded_error", "message": "again"}})
-                .to_string(),
-        ));
-        let error =
-            w.sc.err(
-                "sessions/prompt",
-                json!({"sessionId": session, "content": [{"type": "text", "text": "host try"}]}),
-            )
-            .await;
-        let data = error.data.unwrap_or_default();
-        assert_eq!(data["agentCode"], code, "{data}");
-        assert_eq!(data["retryable"], true, "{data}");
+    let busy = |status: u16| {
+        let kind = if status == 429 {
+            "rate_limit_error"
+        } else {
+            "overloaded_error"
+        };
+        json!({"type": "error", "error": {"type": kind, "message": format!("scripted {status}")}})
+            .to_string()
+    };
+    // A 429 that asks for a second: the call is made again after it, and
+    // the turn answers as if nothing happened.
+    w.provider
+        .push(Reply::RetryAfter(429, busy(429), "1".into()));
+    w.provider.push(Reply::Text(vec!["after the wait".into()]));
+    let started = Instant::now();
+    ok(&w.message(&session, "try 429").await);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(w.provider.requests().len(), 2);
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        ["user:try 429", "assistant:after the wait"]
+    );
+
+    // A provider that stays overloaded: the first call and three more
+    // (`builtin.providerRetries`), then the turn fails, retryable, in the
+    // provider's words.
+    for _ in 0..4 {
+        w.provider
+            .push(Reply::RetryAfter(503, busy(503), "0".into()));
     }
-    // A stream that breaks after it began, and a connection closed without
-    // an answer, are retryable too.
+    let failed = w.message(&session, "try 503").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    assert!(
+        answer_text(&failed, "message").contains("scripted 503"),
+        "{:?}",
+        failed.body
+    );
+    assert_eq!(w.provider.requests().len(), 6);
+    assert_eq!(w.provider.pending(), 0);
+    let events = w.events(&session).await;
+    let last = events.last().expect("events");
+    assert_eq!(last["type"], "error", "{last}");
+    assert_eq!(last["code"], "provider_server_error");
+    let stored = stored_error(&w, &session).await;
+    assert!(
+        stored.to_string().contains("\"retryable\":true"),
+        "{stored}"
+    );
+
+    // The failed prompt's own error, as the host socket answers it, keeps
+    // the agent's code and class.
+    for _ in 0..4 {
+        w.provider
+            .push(Reply::RetryAfter(503, busy(503), "0".into()));
+    }
+    let error =
+        w.sc.err(
+            "sessions/prompt",
+            json!({"sessionId": session, "content": [{"type": "text", "text": "host try"}]}),
+        )
+        .await;
+    let data = error.data.unwrap_or_default();
+    assert_eq!(data["agentCode"], "provider_server_error", "{data}");
+    assert_eq!(data["retryable"], true, "{data}");
+    assert_eq!(w.provider.requests().len(), 10);
+
+    // A pause longer than the agent waits out fails the turn at once.
+    w.provider
+        .push(Reply::RetryAfter(429, busy(429), "3600".into()));
+    let failed = w.message(&session, "try later").await;
+    assert!(!(200..300).contains(&failed.status), "{:?}", failed.body);
+    assert_eq!(w.provider.requests().len(), 11);
+    let events = w.events(&session).await;
+    assert_eq!(
+        events.last().expect("events")["code"],
+        "provider_rate_limited"
+    );
+
+    // A stream that breaks after it began is not made again (its text
+    // went out), and a connection closed without an answer is no busy
+    // provider: both fail the turn, retryable. The cut message is not
+    // stored as an answer, and no later turn sends it to the model.
     for reply in [Reply::StreamError, Reply::Disconnect] {
         w.provider.push(reply.clone());
+        let before = w.provider.requests().len();
         let failed = w.message(&session, "break").await;
         assert!(
             !(200..300).contains(&failed.status),
             "{reply:?}: {:?}",
             failed.body
         );
+        assert_eq!(w.provider.requests().len(), before + 1, "{reply:?}");
         let stored = stored_error(&w, &session).await;
         let text = stored.to_string();
         assert!(text.contains("\"retryable\":true"), "{reply:?}: {stored}");
     }
+    let events = w.events(&session).await;
+    assert!(
+        !kinds(&events).iter().any(|k| k.contains("partial")),
+        "{:?}",
+        kinds(&events)
+    );
     // The session still works.
     w.provider.push(Reply::Text(vec!["fine".into()]));
     ok(&w.message(&session, "now?").await);
+    let body = w.last_body();
+    assert!(!body.to_string().contains("partial"), "{body}");
 }
 
 #[tokio::test]

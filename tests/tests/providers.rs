@@ -10,7 +10,8 @@ use agentos_adapters::builtin::provider::{
     ProviderOptions, StopKind, StreamEvent, ToolCall, ToolSpec, Usage,
 };
 use agentos_tests::provider_server::{
-    Flavor, RecordedRequest, Reply, ScriptedProvider, INPUT_TOKENS,
+    google_call_signature, Flavor, RecordedRequest, Reply, ScriptedProvider, GOOGLE_TEXT_SIGNATURE,
+    INPUT_TOKENS,
 };
 use serde_json::{json, Value};
 
@@ -78,7 +79,12 @@ async fn run(
     request: &ModelRequest,
 ) -> (Result<StopKind, ProviderError>, Vec<StreamEvent>) {
     let mut seen = Vec::new();
-    let mut sink = |event: StreamEvent| seen.push(event);
+    // A signature on the text (Gemini's) is checked by its own test.
+    let mut sink = |event: StreamEvent| {
+        if !matches!(event, StreamEvent::TextSignature(_)) {
+            seen.push(event)
+        }
+    };
     let result = provider.stream(endpoint, request, &mut sink).await;
     (result, seen)
 }
@@ -318,9 +324,21 @@ async fn tool_calls_round_trip_(flavor: Flavor) {
 
     // The follow-up carries the calls and their results.
     server.push(Reply::Text(vec!["Both read.".into()]));
+    match flavor {
+        // Gemini signs the first call of an answer, and wants it back.
+        Flavor::Google => {
+            assert_eq!(
+                calls[0].signature.as_deref(),
+                Some(&*google_call_signature("call_a"))
+            );
+            assert_eq!(calls[1].signature, None);
+        }
+        _ => assert!(calls.iter().all(|c| c.signature.is_none()), "{calls:?}"),
+    }
     first.messages.push(Message::Assistant {
         text: "Reading.".into(),
         tool_calls: calls.clone(),
+        signature: None,
     });
     first.messages.push(Message::ToolResult {
         call_id: calls[0].id.clone(),
@@ -390,7 +408,8 @@ async fn tool_calls_round_trip_(flavor: Flavor) {
                 contents[1],
                 json!({"role": "model", "parts": [
                     {"text": "Reading."},
-                    {"functionCall": {"name": "read", "args": first_args}},
+                    {"functionCall": {"name": "read", "args": first_args},
+                     "thoughtSignature": google_call_signature("call_a")},
                     {"functionCall": {"name": "read", "args": second_args}},
                 ]})
             );
@@ -712,6 +731,102 @@ async fn the_default_reply_serves_every_call() {
     }
     assert!(server.requests().is_empty());
     assert_eq!(server.pending(), 0);
+}
+
+/// Gemini's thought signatures: each goes back in the part that carried
+/// it, a call's and the text's; a request that drops a call's signature is
+/// refused, as Gemini 3 refuses it.
+#[tokio::test]
+async fn gemini_signatures_go_back_in_the_parts_that_carried_them() {
+    let server = ScriptedProvider::start(Flavor::Google).await;
+    let provider = provider();
+    let endpoint = endpoint(&server);
+    server.push(Reply::Text(vec!["Hi.".into()]));
+    let mut signatures = Vec::new();
+    let mut sink = |event: StreamEvent| {
+        if let StreamEvent::TextSignature(s) = event {
+            signatures.push(s);
+        }
+    };
+    let result = provider.stream(&endpoint, &hello(), &mut sink).await;
+    assert_eq!(result, Ok(StopKind::EndTurn));
+    assert_eq!(signatures, [GOOGLE_TEXT_SIGNATURE]);
+
+    let args = json!({"address": "/a"});
+    server.push(Reply::ToolCalls(vec![(
+        "c1".into(),
+        "read".into(),
+        args.clone(),
+    )]));
+    let mut turn = request(
+        vec![
+            Message::User {
+                text: "Hello".into(),
+            },
+            Message::Assistant {
+                text: "Hi.".into(),
+                tool_calls: vec![],
+                signature: Some(GOOGLE_TEXT_SIGNATURE.into()),
+            },
+            Message::User {
+                text: "Read /a".into(),
+            },
+        ],
+        tools(),
+    );
+    let (result, seen) = run(&provider, &endpoint, &turn).await;
+    assert_eq!(result, Ok(StopKind::ToolUse));
+    let sent = &server.requests()[1].body;
+    assert_eq!(
+        sent["contents"][1]["parts"],
+        json!([{"text": "Hi.", "thoughtSignature": GOOGLE_TEXT_SIGNATURE}])
+    );
+    let Some(StreamEvent::ToolCall(call)) = seen.first().cloned() else {
+        panic!("a call: {seen:?}");
+    };
+    let result_of = |call: &ToolCall| Message::ToolResult {
+        call_id: call.id.clone(),
+        name: "read".into(),
+        content: "A".into(),
+        is_error: false,
+    };
+
+    // The call without its signature: refused, as Gemini 3 refuses it.
+    let mut unsigned = call.clone();
+    unsigned.signature = None;
+    let mut dropped = turn.clone();
+    dropped.messages.push(Message::Assistant {
+        text: String::new(),
+        tool_calls: vec![unsigned.clone()],
+        signature: None,
+    });
+    dropped.messages.push(result_of(&unsigned));
+    server.push(Reply::Text(vec!["A it is.".into()]));
+    let (result, _) = run(&provider, &endpoint, &dropped).await;
+    let error = result.expect_err("refused without the signature");
+    assert_eq!(
+        (error.class, error.code, error.status),
+        (ErrorClass::Configuration, "provider_bad_request", Some(400)),
+        "{error}"
+    );
+    assert!(error.message.contains("thought_signature"), "{error}");
+
+    // With it: answered, the call sent back signed.
+    turn.messages.push(Message::Assistant {
+        text: String::new(),
+        tool_calls: vec![call.clone()],
+        signature: None,
+    });
+    turn.messages.push(result_of(&call));
+    let (result, seen) = run(&provider, &endpoint, &turn).await;
+    assert_eq!(result, Ok(StopKind::EndTurn));
+    assert_eq!(seen[0], text("A it is."));
+    let requests = server.requests();
+    let sent = &requests.last().expect("sent").body;
+    assert_eq!(
+        sent["contents"][3]["parts"][0]["thoughtSignature"],
+        json!(google_call_signature("c1"))
+    );
 }
 
 #[tokio::test]

@@ -131,6 +131,43 @@ async fn a_delegating_turn_parks_its_child_works_from_the_brief_and_the_parent_r
     assert!(sent[0].1.contains("one two three"), "{sent:?}");
 }
 
+/// Gemini wants the signature it put on a call back with the call; a turn
+/// resumed after its child is rebuilt from the log, which keeps it.
+#[tokio::test]
+async fn a_resumed_gemini_turn_sends_its_calls_signature_back() {
+    let w = world(Flavor::Google).await;
+    let session = w.session().await;
+    w.provider.push(tool_calls(&[(
+        "d1",
+        "delegate",
+        json!({"brief": "Count to two.", "title": "Counter"}),
+    )]));
+    w.provider.push(text("one two"));
+    w.provider.push(text("Counted."));
+    ok(&w.message(&session, "delegate it").await);
+    let parent = turn_run(&w, &session).await;
+    let parent_id = parent["id"].as_str().expect("id").to_owned();
+    until_status(&w, &parent_id, "succeeded").await;
+    let requests = w.provider.requests();
+    assert_eq!(requests.len(), 3, "the resumed call was not refused");
+    let resumed = &requests[2].body;
+    let call = resumed["contents"]
+        .as_array()
+        .expect("contents")
+        .iter()
+        .flat_map(|c| c["parts"].as_array().cloned().unwrap_or_default())
+        .find(|p| p.get("functionCall").is_some())
+        .expect("the delegate call went back");
+    assert_eq!(
+        call["thoughtSignature"],
+        json!(agentos_tests::provider_server::google_call_signature("d1"))
+    );
+    assert_eq!(
+        kinds(&w.events(&session).await).last().map(String::as_str),
+        Some("assistant:Counted.")
+    );
+}
+
 #[tokio::test]
 async fn a_script_child_journals_its_effects_and_returns_its_value() {
     let w = world(Flavor::OpenAi).await;

@@ -11,8 +11,15 @@
 //! key the client could not give, answers the prompt with an error naming
 //! its class, so the client decides whether to retry; to the sidecar it is
 //! also an `_agentos/error` update (a plain ACP client gets no update of a
-//! kind ACP does not define). Cancellation drops the
+//! kind ACP does not define). A call the provider refused as busy (429,
+//! 503, 529, overloaded) before any of its answer went out is made again
+//! after the pause it asked for, at most the turn's retries; each wait is
+//! an `_agentos/activity` update to the sidecar. A provider's signature on
+//! a call (Gemini's) is kept in the call's `tool_call` update, so a turn
+//! rebuilt from the log sends it back. Cancellation drops the
 //! provider stream at once and answers `cancelled`.
+
+use std::time::Duration;
 
 use agentos_protocol::acp::RpcError;
 use agentos_protocol::agent_ext::{
@@ -162,24 +169,25 @@ pub(super) async fn run(
             tools: tools.clone(),
             max_tokens,
         };
-        let step = match call_model(agent, session, &endpoint, &request, cancel).await {
-            Step::Done(step) => step,
-            Step::Cancelled => {
-                stop = "cancelled";
-                break;
-            }
-            Step::Failed(e) => {
-                return Err(fail(
-                    agent,
-                    session,
-                    source.client(),
-                    e.code,
-                    e.is_retryable(),
-                    e.message,
-                )
-                .await);
-            }
-        };
+        let step =
+            match call_with_retries(agent, session, &source, &endpoint, &request, cancel).await {
+                Step::Done(step) => step,
+                Step::Cancelled => {
+                    stop = "cancelled";
+                    break;
+                }
+                Step::Failed { error: e, .. } => {
+                    return Err(fail(
+                        agent,
+                        session,
+                        source.client(),
+                        e.code,
+                        e.is_retryable(),
+                        e.message,
+                    )
+                    .await);
+                }
+            };
         let mut step = step;
         for call in &mut step.calls {
             if !usable_id(&call.id) || !used_ids.insert(call.id.clone()) {
@@ -194,6 +202,7 @@ pub(super) async fn run(
         messages.push(Message::Assistant {
             text: step.text.clone(),
             tool_calls: step.calls.clone(),
+            signature: step.signature.clone(),
         });
         if step.calls.is_empty() {
             stop = match step.stop {
@@ -366,6 +375,8 @@ async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpo
 
 struct StepOutput {
     text: String,
+    /// The provider's signature on the text, if it gave one.
+    signature: Option<String>,
     calls: Vec<ToolCall>,
     stop: StopKind,
     usage: Usage,
@@ -374,7 +385,79 @@ struct StepOutput {
 enum Step {
     Done(StepOutput),
     Cancelled,
-    Failed(ProviderError),
+    /// `streamed`: text or reasoning of this call already went out.
+    Failed {
+        error: ProviderError,
+        streamed: bool,
+    },
+}
+
+/// Retries of a busy provider when the client names none (a plain ACP
+/// client).
+const DEFAULT_RETRIES: u32 = 3;
+/// The first pause when the provider names none; it doubles each time.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest pause waited out; a provider asking for more fails the turn
+/// at once, with its own words.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// One model call, made again while the provider answers that it is rate
+/// limited or overloaded and nothing of the answer has gone out yet: after
+/// the pause it asked for (`retry-after`), or a doubling backoff, at most
+/// the turn's number of retries. Each wait is reported to the sidecar as
+/// the turn's activity.
+async fn call_with_retries(
+    agent: &Agent,
+    session: &str,
+    source: &Source,
+    endpoint: &Endpoint,
+    request: &ModelRequest,
+    cancel: &Cancel,
+) -> Step {
+    let retries = match source {
+        Source::Sidecar(ctx) => ctx.provider_retries.unwrap_or(DEFAULT_RETRIES),
+        Source::Local => DEFAULT_RETRIES,
+    };
+    let mut attempt = 0u32;
+    loop {
+        let step = call_model(agent, session, endpoint, request, cancel).await;
+        let Step::Failed {
+            error,
+            streamed: false,
+        } = &step
+        else {
+            return step;
+        };
+        if !error.is_busy() || attempt >= retries {
+            return step;
+        }
+        let wait = error
+            .retry_after
+            .unwrap_or_else(|| FIRST_BACKOFF.saturating_mul(1 << attempt.min(16)));
+        if wait > MAX_RETRY_WAIT {
+            return step;
+        }
+        attempt += 1;
+        if source.client() == Client::Sidecar {
+            let detail = format!(
+                "the provider is busy ({}); trying again in {} s ({attempt} of {retries})",
+                error
+                    .status
+                    .map_or_else(|| error.code.to_owned(), |s| format!("HTTP {s}")),
+                wait.as_secs_f64().ceil(),
+            );
+            let update = json!({
+                "sessionUpdate": agent_ext::ACTIVITY_UPDATE,
+                "phase": "thinking",
+                "detail": detail,
+            });
+            agent.peer.session_update(session, update).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => return Step::Cancelled,
+        }
+    }
 }
 
 /// One streamed model call; deltas go out as they arrive.
@@ -392,7 +475,9 @@ async fn call_model(
     let peer = agent.peer.clone();
     let session_id = session.to_owned();
     let forward = async move {
+        let mut streamed = false;
         let mut text = String::new();
+        let mut signature = None;
         let mut calls = Vec::new();
         let mut usage = Usage {
             input_tokens: 0,
@@ -401,6 +486,7 @@ async fn call_model(
         while let Some(event) = rx.recv().await {
             match event {
                 StreamEvent::TextDelta(delta) => {
+                    streamed = true;
                     text.push_str(&delta);
                     peer.notify(
                         "session/update",
@@ -409,6 +495,7 @@ async fn call_model(
                     .await;
                 }
                 StreamEvent::ReasoningDelta(delta) => {
+                    streamed = true;
                     peer.notify(
                         "session/update",
                         chunk(&session_id, "agent_thought_chunk", &message_id, delta),
@@ -417,9 +504,10 @@ async fn call_model(
                 }
                 StreamEvent::ToolCall(call) => calls.push(call),
                 StreamEvent::Usage(u) => usage = u,
+                StreamEvent::TextSignature(s) => signature = Some(s),
             }
         }
-        (text, calls, usage)
+        (text, signature, calls, usage, streamed)
     };
     let call = async {
         let mut on_event = |event: StreamEvent| {
@@ -434,14 +522,14 @@ async fn call_model(
     };
     let both = async { tokio::join!(call, forward) };
     tokio::select! {
-        (result, (text, mut calls, usage)) = both => match result {
+        (result, (text, signature, mut calls, usage, streamed)) = both => match result {
             Ok(stop) => {
                 // Calls past twice what a step runs are dropped unseen
                 // (a hostile stream of tiny calls), not answered one by one.
                 calls.truncate(2 * MAX_CALLS_PER_STEP);
-                Step::Done(StepOutput { text, calls, stop, usage })
+                Step::Done(StepOutput { text, signature, calls, stop, usage })
             }
-            Err(e) => Step::Failed(e),
+            Err(error) => Step::Failed { error, streamed },
         },
         _ = cancel.cancelled() => Step::Cancelled,
     }
@@ -461,7 +549,7 @@ fn chunk(session: &str, kind: &str, message_id: &str, text: String) -> Value {
 /// Reports the call, runs it (through the sidecar or locally), reports the
 /// result.
 async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall) -> VerbResult {
-    let started = json!({
+    let mut started = json!({
         "sessionUpdate": "tool_call",
         "toolCallId": call.id,
         "title": call.name,
@@ -469,6 +557,11 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
         "status": "in_progress",
         "rawInput": call.arguments,
     });
+    if let Some(signature) = &call.signature {
+        // Kept with the call in the log, so a turn rebuilt from it (one
+        // resumed after its children) sends the call back signed.
+        started["_meta"] = json!({"agentos": {agent_ext::SIGNATURE_META: signature}});
+    }
     agent.peer.session_update(session, started).await;
     let result = match source {
         Source::Sidecar(_) => match agent
@@ -541,23 +634,32 @@ fn transcript_messages(items: &[TranscriptItem]) -> Vec<Message> {
                 Some(Message::Assistant {
                     text: last,
                     tool_calls,
+                    ..
                 }) if tool_calls.is_empty() => last.push_str(text),
                 _ => out.push(Message::Assistant {
                     text: text.clone(),
                     tool_calls: Vec::new(),
+                    signature: None,
                 }),
             },
-            TranscriptItem::ToolCall { id, name, input } => {
+            TranscriptItem::ToolCall {
+                id,
+                name,
+                input,
+                signature,
+            } => {
                 let call = ToolCall {
                     id: id.clone(),
                     name: name.clone(),
                     arguments: input.clone(),
+                    signature: signature.clone(),
                 };
                 match out.last_mut() {
                     Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call),
                     _ => out.push(Message::Assistant {
                         text: String::new(),
                         tool_calls: vec![call],
+                        signature: None,
                     }),
                 }
             }
@@ -592,6 +694,7 @@ mod tests {
                 id: "c1".into(),
                 name: "read".into(),
                 input: json!({"address": "~/memory/a"}),
+                signature: None,
             },
             TranscriptItem::ToolResult {
                 id: "c1".into(),
@@ -608,7 +711,7 @@ mod tests {
         let messages = transcript_messages(&items);
         assert_eq!(messages.len(), 5);
         assert!(
-            matches!(&messages[1], Message::Assistant { text, tool_calls } if text == "let me look" && tool_calls.len() == 1)
+            matches!(&messages[1], Message::Assistant { text, tool_calls, .. } if text == "let me look" && tool_calls.len() == 1)
         );
         assert!(matches!(&messages[2], Message::ToolResult { call_id, .. } if call_id == "c1"));
         assert!(matches!(&messages[4], Message::User { text } if text == "a\n\nb"));

@@ -52,6 +52,8 @@ pub struct ProviderEndpoints {
     pub pinned: BTreeMap<String, String>,
     /// A client's endpoint may lead to private addresses.
     pub allow_private: bool,
+    /// `builtin.providerRetries`, passed to the agent with each turn.
+    pub provider_retries: u32,
 }
 
 impl ProviderEndpoints {
@@ -320,6 +322,7 @@ impl Host {
             transcript: items,
             max_tokens: MAX_TOKENS,
             resume: turn.resume,
+            provider_retries: Some(self.endpoints.provider_retries),
         })
     }
 
@@ -472,6 +475,7 @@ mod tests {
         let pinned = ProviderEndpoints {
             pinned: BTreeMap::from([("anthropic".to_owned(), "http://127.0.0.1:1".to_owned())]),
             allow_private: true,
+            provider_retries: 0,
         };
         assert_eq!(
             pinned.resolve(&config("anthropic", None)).unwrap(),
@@ -489,6 +493,7 @@ mod tests {
             id: "c".into(),
             name: name.into(),
             input,
+            signature: None,
         };
         let items = vec![
             call("read", json!({"address": "~/tools/search"})),

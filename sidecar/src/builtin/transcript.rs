@@ -25,6 +25,7 @@
 
 use agentos_protocol::agent_ext::{
     block_text, cut_with_notice, output_text, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES,
+    SIGNATURE_META,
 };
 use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use serde_json::Value;
@@ -132,7 +133,10 @@ pub fn items(events: &[StoredEvent], floor: Floor) -> Vec<TranscriptItem> {
                 let name = update["title"].as_str().unwrap_or_default().to_owned();
                 let input = update.get("rawInput").cloned().unwrap_or(Value::Null);
                 if by_agent {
-                    out.call(id, name, input);
+                    let signature = update["_meta"]["agentos"][SIGNATURE_META]
+                        .as_str()
+                        .map(str::to_owned);
+                    out.call(id, name, input, signature);
                 } else {
                     out.user_actions.push((id, name, input));
                 }
@@ -210,10 +214,14 @@ impl Builder {
         }
     }
 
-    fn call(&mut self, id: String, name: String, input: Value) {
+    fn call(&mut self, id: String, name: String, input: Value, signature: Option<String>) {
         self.open.push((id.clone(), name.clone()));
-        self.items
-            .push(TranscriptItem::ToolCall { id, name, input });
+        self.items.push(TranscriptItem::ToolCall {
+            id,
+            name,
+            input,
+            signature,
+        });
     }
 
     fn result(&mut self, id: &str, output: String, failed: bool) {

@@ -12,7 +12,7 @@ use super::ConfigError;
 /// Provider types whose endpoint is pinned.
 pub const PINNED_TYPES: [&str; 3] = ["openai", "anthropic", "google"];
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct BuiltinConfig {
     /// Provider type (`openai`, `anthropic`, `google`) to the base URL used
@@ -23,10 +23,37 @@ pub struct BuiltinConfig {
     /// private addresses. Off: only public addresses, so no account can
     /// make the sidecar call what only the machine can reach.
     pub allow_private_endpoints: bool,
+    /// How many times a model call the provider refused as rate limited or
+    /// overloaded (429, 503, 529, `overloaded_error`) is made again before
+    /// the turn fails, each after the pause the provider asked for
+    /// (`retry-after`) or a doubling backoff; 0 turns retries off. A call
+    /// whose answer had begun streaming is never repeated.
+    pub provider_retries: u32,
+}
+
+/// Retries of a busy provider by default.
+pub const DEFAULT_PROVIDER_RETRIES: u32 = 3;
+/// The most retries a configuration may ask for.
+pub const MAX_PROVIDER_RETRIES: u32 = 10;
+
+impl Default for BuiltinConfig {
+    fn default() -> Self {
+        BuiltinConfig {
+            provider_endpoints: BTreeMap::new(),
+            allow_private_endpoints: false,
+            provider_retries: DEFAULT_PROVIDER_RETRIES,
+        }
+    }
 }
 
 impl BuiltinConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.provider_retries > MAX_PROVIDER_RETRIES {
+            return Err(ConfigError::new(
+                "builtin.providerRetries",
+                format!("must be at most {MAX_PROVIDER_RETRIES}"),
+            ));
+        }
         for (provider_type, url) in &self.provider_endpoints {
             let field = format!("builtin.providerEndpoints.{provider_type}");
             if !PINNED_TYPES.contains(&provider_type.as_str()) {
@@ -66,5 +93,18 @@ mod tests {
             .provider_endpoints
             .insert("google".into(), "ftp://x".into());
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn provider_retries_are_bounded() {
+        let mut config = BuiltinConfig::default();
+        assert_eq!(config.provider_retries, DEFAULT_PROVIDER_RETRIES);
+        config.provider_retries = 0;
+        assert!(config.validate().is_ok());
+        config.provider_retries = MAX_PROVIDER_RETRIES + 1;
+        assert_eq!(
+            config.validate().unwrap_err().field,
+            "builtin.providerRetries"
+        );
     }
 }

@@ -99,7 +99,7 @@ impl Script {
             ),
             Reply::Hang => (Vec::new(), Ending::Hang),
             // Answered without a stream before a script is made.
-            Reply::Status(..) | Reply::Disconnect | Reply::Models(_) => {
+            Reply::Status(..) | Reply::RetryAfter(..) | Reply::Disconnect | Reply::Models(_) => {
                 (Vec::new(), Ending::Finish)
             }
         };
@@ -443,6 +443,78 @@ fn anthropic(model: &str, script: &Script) -> Vec<Chunk> {
     out
 }
 
+/// The `thoughtSignature` the Google flavor puts on a call it makes, as
+/// Gemini does on the first call of an answer.
+pub fn google_call_signature(id: &str) -> String {
+    format!("scripted-signature/{id}")
+}
+
+/// The signature the Google flavor puts on the last part of an answer that
+/// makes no call.
+pub const GOOGLE_TEXT_SIGNATURE: &str = "scripted-text-signature";
+
+/// `(name, args, signature)` of each call this script signs (Gemini signs
+/// the first call of an answer).
+pub(super) fn google_signed_calls(script: &Script) -> Vec<(String, Value, String)> {
+    script
+        .steps
+        .iter()
+        .find_map(|(step, _)| match step {
+            Step::Call {
+                id,
+                name,
+                arguments,
+            } => Some((name.clone(), arguments.clone(), google_call_signature(id))),
+            _ => None,
+        })
+        .into_iter()
+        .collect()
+}
+
+/// Gemini 3's check on a request: every call it signed comes back in a
+/// `model` part carrying that same signature. Answers the refusal's
+/// message, or `None` when the request passes.
+pub(super) fn google_missing_signature(
+    body: &Value,
+    signed: &[(String, Value, String)],
+) -> Option<String> {
+    let contents = body.get("contents")?.as_array()?;
+    for content in contents {
+        if content.get("role").and_then(Value::as_str) != Some("model") {
+            continue;
+        }
+        let parts = content.get("parts").and_then(Value::as_array)?;
+        for part in parts {
+            let Some(call) = part.get("functionCall") else {
+                continue;
+            };
+            let name = call.get("name").and_then(Value::as_str).unwrap_or("");
+            let args = call.get("args").cloned().unwrap_or(Value::Null);
+            let issued: Vec<&str> = signed
+                .iter()
+                .filter(|(n, a, _)| n == name && *a == args)
+                .map(|(_, _, sig)| sig.as_str())
+                .collect();
+            if issued.is_empty() {
+                continue;
+            }
+            let sent = part.get("thoughtSignature").and_then(Value::as_str);
+            if !sent.is_some_and(|sent| issued.contains(&sent)) {
+                return Some(format!(
+                    "Function call is missing a thought_signature in functionCall parts. \
+                     This is required for tools to work correctly (call `{name}`)."
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Google's error body.
+pub(super) fn google_error_body(code: u16, status: &str, message: &str) -> String {
+    json!({"error": {"code": code, "message": message, "status": status}}).to_string()
+}
+
 fn google(script: &Script) -> Vec<Chunk> {
     let data = |object: Value| format!("data: {object}\r\n\r\n");
     let usage = |output: u64| {
@@ -460,17 +532,23 @@ fn google(script: &Script) -> Vec<Chunk> {
         })
     };
     let mut out = Vec::new();
+    let mut signed = false;
     for (sent, (step, gap)) in script.steps.iter().enumerate() {
         let so_far = sent as u64 + 1;
         let (part, delta) = match step {
             Step::Text(text) => (json!({"text": text}), true),
             Step::Reasoning(text) => (json!({"text": text, "thought": true}), true),
             Step::Call {
-                name, arguments, ..
-            } => (
-                json!({"functionCall": {"name": name, "args": arguments}}),
-                false,
-            ),
+                id,
+                name,
+                arguments,
+            } => {
+                let mut part = json!({"functionCall": {"name": name, "args": arguments}});
+                if !std::mem::replace(&mut signed, true) {
+                    part["thoughtSignature"] = json!(google_call_signature(id));
+                }
+                (part, false)
+            }
         };
         out.push(chunk(data(candidate(part, so_far)), delta, *gap));
     }
@@ -478,7 +556,11 @@ fn google(script: &Script) -> Vec<Chunk> {
         Ending::Finish => out.push(chunk(
             data(json!({
                 "candidates": [{
-                    "content": {"parts": [{"text": ""}], "role": "model"},
+                    "content": {"parts": [if signed {
+                        json!({"text": ""})
+                    } else {
+                        json!({"text": "", "thoughtSignature": GOOGLE_TEXT_SIGNATURE})
+                    }], "role": "model"},
                     "finishReason": "STOP",
                     "index": 0,
                 }],

@@ -55,7 +55,9 @@ pub(super) fn request_body(request: &ModelRequest) -> Value {
     for message in &request.messages {
         let (role, blocks) = match message {
             Message::User { text } => ("user", text_block(text).into_iter().collect()),
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant {
+                text, tool_calls, ..
+            } => {
                 let mut blocks: Vec<Value> = text_block(text).into_iter().collect();
                 for call in tool_calls {
                     // `input` must be an object; arguments kept as text
@@ -243,6 +245,7 @@ impl StreamState {
                         id,
                         name,
                         arguments: parse_arguments(&input),
+                        signature: None,
                     }));
                 }
             }
@@ -379,13 +382,16 @@ mod tests {
                             id: "a".into(),
                             name: "x".into(),
                             arguments: json!({}),
+                            signature: None,
                         },
                         ToolCall {
                             id: "b".into(),
                             name: "y".into(),
                             arguments: json!("{bad"),
+                            signature: None,
                         },
                     ],
+                    signature: None,
                 },
                 Message::ToolResult {
                     call_id: "a".into(),
@@ -405,6 +411,7 @@ mod tests {
                 Message::Assistant {
                     text: String::new(),
                     tool_calls: vec![],
+                    signature: None,
                 },
             ],
             tools: vec![],

@@ -70,19 +70,48 @@ fn model_path(model: &str) -> Result<String, ProviderError> {
     Ok(path)
 }
 
+/// What Google documents for a function call of the current turn that
+/// has no signature of its own (history another model wrote): Gemini 3
+/// refuses such a call without one.
+pub(super) const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
+
 pub(super) fn request_body(request: &ModelRequest) -> Value {
+    // The current turn: everything after the last message the user wrote.
+    // Its model steps must carry their signatures (Gemini 3 validates them).
+    let turn_starts = request
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .map_or(0, |at| at + 1);
     let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for message in &request.messages {
+    for (at, message) in request.messages.iter().enumerate() {
         let (role, parts) = match message {
             Message::User { text } => ("user", text_part(text).into_iter().collect()),
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant {
+                text,
+                tool_calls,
+                signature,
+            } => {
                 let mut parts: Vec<Value> = text_part(text).into_iter().collect();
-                for call in tool_calls {
+                if let (Some(part), Some(signature)) = (parts.first_mut(), signature) {
+                    part["thoughtSignature"] = json!(signature);
+                }
+                for (n, call) in tool_calls.iter().enumerate() {
                     let args = match &call.arguments {
                         Value::Object(_) => call.arguments.clone(),
                         _ => json!({}),
                     };
-                    parts.push(json!({"functionCall": {"name": call.name, "args": args}}));
+                    let mut part = json!({"functionCall": {"name": call.name, "args": args}});
+                    // Sent back in the part that carried it; the first call
+                    // of a step in this turn must have one.
+                    match &call.signature {
+                        Some(signature) => part["thoughtSignature"] = json!(signature),
+                        None if n == 0 && at >= turn_starts => {
+                            part["thoughtSignature"] = json!(SKIP_SIGNATURE);
+                        }
+                        None => {}
+                    }
+                    parts.push(part);
                 }
                 ("model", parts)
             }
@@ -295,16 +324,14 @@ impl StreamState {
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         for part in parts {
-            if let Some(text) = part.get("text").and_then(Value::as_str) {
-                if text.is_empty() {
-                    continue;
-                }
-                if part.get("thought").and_then(Value::as_bool) == Some(true) {
-                    on_event(StreamEvent::ReasoningDelta(text.to_owned()));
-                } else {
-                    on_event(StreamEvent::TextDelta(text.to_owned()));
-                }
-            } else if let Some(call) = part.get("functionCall") {
+            // Gemini's signature of its reasoning, on the part it belongs
+            // to: a call keeps its own, any other part's goes with the text.
+            let signature = part
+                .get("thoughtSignature")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned);
+            if let Some(call) = part.get("functionCall") {
                 let name = call.get("name").and_then(Value::as_str).unwrap_or("");
                 if name.is_empty() {
                     return Err(ProviderError::protocol("a function call has no name"));
@@ -320,7 +347,24 @@ impl StreamState {
                     id,
                     name: name.to_owned(),
                     arguments: call.get("args").cloned().unwrap_or_else(|| json!({})),
+                    signature,
                 }));
+                continue;
+            }
+            let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
+            if let Some(signature) = signature.filter(|_| !thought) {
+                on_event(StreamEvent::TextSignature(signature));
+            }
+            let Some(text) = part.get("text").and_then(Value::as_str) else {
+                continue;
+            };
+            if text.is_empty() {
+                continue;
+            }
+            if thought {
+                on_event(StreamEvent::ReasoningDelta(text.to_owned()));
+            } else {
+                on_event(StreamEvent::TextDelta(text.to_owned()));
             }
         }
         if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
@@ -353,6 +397,7 @@ impl StreamState {
                     status: None,
                     code: PROVIDER_SERVER_ERROR,
                     message: format!("the model's answer ended with {reason}"),
+                    retry_after: None,
                 });
             }
             _ if self.called => StopKind::ToolUse,
@@ -432,6 +477,81 @@ mod tests {
                 "required": ["when"],
             })
         );
+    }
+
+    #[test]
+    fn an_unsigned_first_call_of_this_turn_says_so_and_older_ones_go_as_they_are() {
+        let call = |id: &str, signature: Option<&str>| ToolCall {
+            id: id.into(),
+            name: "read".into(),
+            arguments: json!({"address": id}),
+            signature: signature.map(str::to_owned),
+        };
+        let step = |calls: Vec<ToolCall>| Message::Assistant {
+            text: String::new(),
+            tool_calls: calls,
+            signature: None,
+        };
+        let result = |id: &str| Message::ToolResult {
+            call_id: id.into(),
+            name: "read".into(),
+            content: "x".into(),
+            is_error: false,
+        };
+        let user = |text: &str| Message::User { text: text.into() };
+        let request = ModelRequest {
+            model: "m".into(),
+            system: String::new(),
+            messages: vec![
+                user("earlier"),
+                step(vec![call("old", None)]),
+                result("old"),
+                user("now"),
+                step(vec![call("a", None), call("b", None)]),
+                result("a"),
+                result("b"),
+                step(vec![call("c", Some("sig-c"))]),
+                result("c"),
+            ],
+            tools: vec![],
+            max_tokens: 10,
+        };
+        let body = request_body(&request);
+        let signature_of = |content: usize, part: usize| {
+            body["contents"][content]["parts"][part]
+                .get("thoughtSignature")
+                .cloned()
+        };
+        // Contents: the user, the old call, its result and "now" (one
+        // user content), this turn's steps and their results.
+        assert_eq!(signature_of(1, 0), None, "a call of an earlier turn");
+        assert_eq!(signature_of(3, 0), Some(json!(SKIP_SIGNATURE)));
+        assert_eq!(signature_of(3, 1), None, "only a step's first call");
+        assert_eq!(signature_of(5, 0), Some(json!("sig-c")));
+    }
+
+    #[test]
+    fn signatures_are_read_from_the_parts_that_carry_them() {
+        let mut state = StreamState::default();
+        let mut seen = Vec::new();
+        let mut sink = |e: StreamEvent| seen.push(e);
+        let data = r#"{"candidates":[{"content":{"parts":[
+            {"text":"thinking","thought":true,"thoughtSignature":"ignored"},
+            {"functionCall":{"name":"read","args":{}},"thoughtSignature":"sig-1"},
+            {"functionCall":{"name":"read","args":{"b":1}}},
+            {"text":"","thoughtSignature":"sig-text"}
+        ]},"finishReason":"STOP"}]}"#;
+        state.on_data(data, &mut sink).unwrap();
+        let signatures: Vec<Option<String>> = seen
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCall(c) => Some(c.signature.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(signatures, [Some("sig-1".into()), None]);
+        assert!(seen.contains(&StreamEvent::TextSignature("sig-text".into())));
+        assert!(!seen.contains(&StreamEvent::TextSignature("ignored".into())));
     }
 
     #[test]

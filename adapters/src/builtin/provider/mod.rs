@@ -91,6 +91,9 @@ pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: serde_json::Value,
+    /// The provider's opaque signature of the reasoning behind the call
+    /// (Gemini's `thoughtSignature`), sent back with the call verbatim.
+    pub signature: Option<String>,
 }
 
 /// One entry of the conversation sent to the model.
@@ -102,6 +105,9 @@ pub enum Message {
     Assistant {
         text: String,
         tool_calls: Vec<ToolCall>,
+        /// The signature the provider put on the answer's text (Gemini's
+        /// `thoughtSignature` on a text part), sent back with the text.
+        signature: Option<String>,
     },
     ToolResult {
         call_id: String,
@@ -144,6 +150,9 @@ pub enum StreamEvent {
     ReasoningDelta(String),
     ToolCall(ToolCall),
     Usage(Usage),
+    /// A signature on the answer's text rather than on a call (Gemini puts
+    /// it on the last part, often an empty one); the last one counts.
+    TextSignature(String),
 }
 
 /// A model a provider offers.
@@ -172,6 +181,9 @@ pub struct ProviderError {
     pub status: Option<u16>,
     pub code: &'static str,
     pub message: String,
+    /// How long the provider asked to be left alone (`retry-after-ms` or
+    /// `retry-after`, in seconds or as a date), when it said.
+    pub retry_after: Option<Duration>,
 }
 
 pub const PROVIDER_NETWORK: &str = "provider_network";
@@ -191,6 +203,7 @@ impl ProviderError {
             status: None,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -250,6 +263,7 @@ impl ProviderError {
             status: Some(status),
             code,
             message,
+            retry_after: None,
         }
     }
 
@@ -275,6 +289,15 @@ impl ProviderError {
         }
     }
 
+    /// Whether the provider said it is rate limited or overloaded: a 429, a
+    /// 503 or 529, or Anthropic's `overloaded_error` in a stream. Such a
+    /// call is worth repeating after a pause.
+    pub fn is_busy(&self) -> bool {
+        self.code == PROVIDER_RATE_LIMITED
+            || matches!(self.status, Some(503 | 529))
+            || self.message.contains("overloaded")
+    }
+
     /// Removes the key from the message, whatever put it there (some
     /// providers echo part of a rejected key, some servers the whole).
     fn redact(mut self, api_key: Option<&str>) -> ProviderError {
@@ -285,6 +308,29 @@ impl ProviderError {
         }
         self
     }
+}
+
+/// The pause a response's headers ask for: `retry-after-ms` (OpenAI's) or
+/// `retry-after` in seconds or as an HTTP date.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return (ms.is_finite() && ms >= 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = text("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 impl std::fmt::Display for ProviderError {

@@ -54,7 +54,9 @@ pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value 
     for message in &request.messages {
         messages.push(match message {
             Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls } => {
+            Message::Assistant {
+                text, tool_calls, ..
+            } => {
                 let mut entry = json!({"role": "assistant"});
                 entry["content"] = if text.is_empty() && !tool_calls.is_empty() {
                     Value::Null
@@ -307,6 +309,7 @@ impl StreamState {
                 id,
                 name: call.name.clone(),
                 arguments: parse_arguments(&call.arguments),
+                signature: None,
             }));
         }
         Ok(())
@@ -384,7 +387,9 @@ mod tests {
                         id: "c1".into(),
                         name: "read".into(),
                         arguments: json!({"address": "/a"}),
+                        signature: None,
                     }],
+                    signature: None,
                 },
                 Message::ToolResult {
                     call_id: "c1".into(),
@@ -436,12 +441,14 @@ mod tests {
                 StreamEvent::ToolCall(ToolCall {
                     id: "a".into(),
                     name: "x".into(),
-                    arguments: json!({"k": 1})
+                    arguments: json!({"k": 1}),
+                    signature: None,
                 }),
                 StreamEvent::ToolCall(ToolCall {
                     id: "b".into(),
                     name: "y".into(),
-                    arguments: json!({})
+                    arguments: json!({}),
+                    signature: None,
                 }),
             ]
         );

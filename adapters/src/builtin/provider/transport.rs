@@ -193,8 +193,11 @@ impl Transport {
         if status.is_success() {
             return Ok(response);
         }
+        let retry_after = super::retry_after(response.headers());
         let body = self.read_error_body(response).await;
-        Err(ProviderError::from_status(status.as_u16(), &body))
+        let mut error = ProviderError::from_status(status.as_u16(), &body);
+        error.retry_after = retry_after;
+        Err(error)
     }
 
     /// At most `MAX_ERROR_BODY_BYTES` of a body; what could be read when

@@ -155,6 +155,8 @@ impl SessionView {
                     self.activity(phase("responding"), Some(text.to_owned()), out);
                 } else if is_thought(update) {
                     self.activity(phase("thinking"), None, out);
+                } else if let Some(now) = agent_activity(update) {
+                    self.activity(now, None, out);
                 }
             }
         }
@@ -181,6 +183,27 @@ fn tool_call(event: &Ipld) -> Option<(String, String)> {
         (Some(Ipld::String(name)), Some(Ipld::String(id))) => Some((name.clone(), id.clone())),
         _ => None,
     }
+}
+
+/// The builtin agent's word on what it is doing (`_agentos/activity`,
+/// e.g. waiting out a busy provider), as a Seed activity.
+fn agent_activity(update: &Value) -> Option<RunActivity> {
+    if update.get("sessionUpdate").and_then(Value::as_str)
+        != Some(agentos_protocol::agent_ext::ACTIVITY_UPDATE)
+    {
+        return None;
+    }
+    let mut now = phase(
+        update
+            .get("phase")
+            .and_then(Value::as_str)
+            .unwrap_or("thinking"),
+    );
+    now.detail = update
+        .get("detail")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(now)
 }
 
 fn is_thought(update: &Value) -> bool {
@@ -478,6 +501,18 @@ mod tests {
         })));
         assert_eq!(thought[0]["patch"]["activity"]["phase"], "thinking");
         assert!(thought[0]["patch"].get("textDelta").is_none());
+        // The agent waiting out a busy provider says so, with its detail.
+        let waiting = parse(render.frames(item(Item::Ephemeral {
+            session_id: Arc::from("s"),
+            after_sequence: 1,
+            update: Arc::new(json!({"sessionUpdate": "_agentos/activity",
+                                    "phase": "thinking", "detail": "busy; again in 1 s"})),
+        })));
+        assert_eq!(waiting[0]["patch"]["activity"]["phase"], "thinking");
+        assert_eq!(
+            waiting[0]["patch"]["activity"]["detail"],
+            "busy; again in 1 s"
+        );
         let tool = parse(render.frames(item(durable(
             2,
             json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "read"}),

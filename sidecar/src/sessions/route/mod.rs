@@ -147,8 +147,14 @@ impl RouteHandle {
 enum Incoming {
     /// A message or thought chunk: live only, buffered.
     Chunk(Value),
+    /// What the agent is doing (`_agentos/activity`): live only, never
+    /// buffered or stored.
+    Live(Value),
     /// Anything else, stored as the agent wrote it.
     Durable(String),
+    /// The builtin agent's report of its failure (`_agentos/error`),
+    /// stored; the message it cut is not.
+    Failure(String),
 }
 
 pub(crate) struct Route {
@@ -389,8 +395,8 @@ impl Route {
     async fn idle_event(&mut self, event: AdapterEvent) -> Result<(), SessionError> {
         match event {
             AdapterEvent::SessionUpdate(update) => match self.classify(update) {
-                Some(Incoming::Chunk(update)) => self.publish_live(update),
-                Some(Incoming::Durable(payload_json)) => {
+                Some(Incoming::Chunk(update) | Incoming::Live(update)) => self.publish_live(update),
+                Some(Incoming::Durable(payload_json) | Incoming::Failure(payload_json)) => {
                     let event = NewEvent::raw_update(Actor::Agent, payload_json);
                     self.commit(vec![event], vec![]).await?;
                 }
@@ -511,6 +517,12 @@ impl Route {
         ) {
             let value = update.update();
             return is_chunk(&value).then_some(Incoming::Chunk(value));
+        }
+        if update.kind == agentos_protocol::agent_ext::ACTIVITY_UPDATE {
+            return Some(Incoming::Live(update.update()));
+        }
+        if update.kind == agentos_protocol::agent_ext::ERROR_UPDATE {
+            return Some(Incoming::Failure(update.update_json));
         }
         Some(Incoming::Durable(update.update_json))
     }

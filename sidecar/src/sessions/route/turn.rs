@@ -310,6 +310,7 @@ impl Route {
                     let Some(incoming) = self.classify(update) else {
                         continue;
                     };
+                    let failure = matches!(incoming, Incoming::Failure(_));
                     if let Incoming::Chunk(update) = incoming {
                         if !turn.buffer.continues(&update) {
                             let flushed = turn.buffer.take();
@@ -344,9 +345,20 @@ impl Route {
                         }
                         self.shared
                             .warn_session(&self.session_id, MESSAGE_SETTING, used, limit);
-                    } else if let Incoming::Durable(payload_json) = incoming {
-                        let flushed = turn.buffer.take();
-                        self.queue(turn, flushed);
+                    } else if let Incoming::Live(update) = incoming {
+                        self.publish_live(update);
+                    } else if let Incoming::Durable(payload_json)
+                    | Incoming::Failure(payload_json) = incoming
+                    {
+                        if failure {
+                            // The message the failure cut is not an answer:
+                            // it is not stored, so no later turn replays it
+                            // to the model as one (it went out live only).
+                            turn.buffer.discard();
+                        } else {
+                            let flushed = turn.buffer.take();
+                            self.queue(turn, flushed);
+                        }
                         self.queue_raw(turn, payload_json);
                         if turn.pending.len() >= MAX_BATCH_EVENTS
                             || turn.pending_bytes >= MAX_BATCH_BYTES
