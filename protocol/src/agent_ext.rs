@@ -34,6 +34,12 @@ pub const ERROR_UPDATE: &str = "_agentos/error";
 /// provider's signature on the call, so a rebuilt transcript sends it back.
 pub const SIGNATURE_META: &str = "thoughtSignature";
 
+/// The key under an update's `_meta.agentos` for what the reference keeps
+/// as an event's `meta` (`SessionEventMeta`): on the empty chunk that closes
+/// an assistant message, `{model, provider, usage, durationMs}`; on a tool
+/// call's end, `{durationMs}`.
+pub const MESSAGE_META: &str = "meta";
+
 /// The `sessionUpdate` kind, to the sidecar only, of what the agent is
 /// doing between its other updates (waiting out a busy provider):
 /// `{phase, detail}` as a Seed `activity`, published live and never stored.

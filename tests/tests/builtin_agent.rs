@@ -14,9 +14,9 @@ mod builtin;
 mod client;
 mod common;
 
-use agentos_tests::provider_server::{Flavor, Reply};
+use agentos_tests::provider_server::{Flavor, Reply, INPUT_TOKENS};
 use agentos_tests::seed::call;
-use builtin::{answer_text, key_header, kinds, ok, world, Sent, KEY};
+use builtin::{answer_text, flavor_type, key_header, kinds, ok, world, Sent, KEY};
 use client::Ws;
 use serde_json::json;
 
@@ -168,6 +168,24 @@ async fn text_and_tool_turns(flavor: Flavor) {
     );
     assert_eq!(events[3]["input"]["address"], "~/memory/a.md");
     assert_eq!(events[4]["output"]["path"], "a.md");
+    // Provenance as the reference's `SessionEventMeta`: who wrote the
+    // user's words; which model wrote a reply, on which provider, at what
+    // cost and in how long; how long a tool took.
+    assert_eq!(events[0]["meta"]["accountId"], w.owner.id().as_str());
+    assert_eq!(events[0]["meta"]["signerId"], w.owner.key_id().as_str());
+    for reply in [&events[1], &events[5]] {
+        let meta = &reply["meta"];
+        assert_eq!(meta["model"], "scripted-model", "{reply}");
+        assert_eq!(meta["provider"], flavor_type(flavor), "{reply}");
+        assert_eq!(meta["usage"]["input"], INPUT_TOKENS, "{reply}");
+        let output = meta["usage"]["output"].as_u64().expect("output tokens");
+        assert!(output > 0, "{reply}");
+        assert_eq!(meta["usage"]["total"], INPUT_TOKENS + output, "{reply}");
+        assert_eq!(meta["usage"]["cacheRead"], 0, "{reply}");
+        assert!(meta["durationMs"].is_u64(), "{reply}");
+        assert!(reply.get("clientMessageId").is_none(), "{reply}");
+    }
+    assert!(events[4]["meta"]["durationMs"].is_u64(), "{}", events[4]);
     let body = w.last_body();
     let sent = Sent::new(flavor, &body);
     let results = sent.tool_results();
@@ -214,6 +232,61 @@ async fn text_and_tool_turns(flavor: Flavor) {
         .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "a.md"}))
         .await;
     ok(&read);
+}
+
+/// A message sent the way Seed's desktop sends it: the stored user event
+/// echoes the part's `clientMessageId`, keeps its rich `blocks` and its
+/// text as `rawMarkdown`, and names its sender under `meta`.
+#[tokio::test]
+async fn a_desktop_message_is_stored_as_the_reference_stores_it() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Text(vec!["Seen.".into()]));
+    let blocks = json!([{"type": "Paragraph", "text": "Look at ",
+                         "annotations": [{"type": "Embed", "link": "hm://z6Mkdoc"}]}]);
+    ok(&w
+        .act(json!({"_": "MessageSession", "sessionId": session,
+                    "content": [{"type": "text", "text": "Look at this",
+                                 "blocks": blocks, "clientMessageId": "cm-1"}],
+                    "clientMessageId": "cm-1"}))
+        .await);
+    // Only the action's id: the one text part echoes it.
+    w.provider.push(Reply::Text(vec!["Again.".into()]));
+    ok(&w
+        .act(json!({"_": "MessageSession", "sessionId": session,
+                    "content": [{"type": "text", "text": "and this"}],
+                    "clientMessageId": "cm-2"}))
+        .await);
+    let events = w.events(&session).await;
+    assert_eq!(
+        kinds(&events),
+        [
+            "user:Look at this",
+            "assistant:Seen.",
+            "user:and this",
+            "assistant:Again."
+        ]
+    );
+    let user = &events[0];
+    assert_eq!(user["clientMessageId"], "cm-1", "{user}");
+    assert_eq!(user["rawMarkdown"], "Look at this", "{user}");
+    assert_eq!(user["blocks"], blocks, "{user}");
+    assert_eq!(user["meta"]["accountId"], w.owner.id().as_str(), "{user}");
+    assert_eq!(
+        user["meta"]["signerId"],
+        w.owner.key_id().as_str(),
+        "{user}"
+    );
+    assert!(
+        user.get("account").is_none() && user.get("signer").is_none(),
+        "{user}"
+    );
+    assert_eq!(events[2]["clientMessageId"], "cm-2", "{}", events[2]);
+    assert!(events[2].get("blocks").is_none(), "{}", events[2]);
+    assert!(events[1].get("clientMessageId").is_none(), "{}", events[1]);
+    // The model reads the words, not the blocks.
+    let sent = w.provider.requests()[0].body.to_string();
+    assert!(!sent.contains("hm://z6Mkdoc"), "{sent}");
 }
 
 #[tokio::test]

@@ -322,8 +322,12 @@ async fn the_user_runs_verbs_on_the_shared_log() {
     );
     for event in &events {
         assert_eq!(event["actor"], "user", "{event}");
-        assert_eq!(event["account"], w.owner.id().as_str(), "{event}");
-        assert_eq!(event["signer"], w.owner.key_id().as_str(), "{event}");
+        assert_eq!(event["meta"]["accountId"], w.owner.id().as_str(), "{event}");
+        assert_eq!(
+            event["meta"]["signerId"],
+            w.owner.key_id().as_str(),
+            "{event}"
+        );
     }
     // A verb that fails is a logged result, answered in `error`.
     let missing = w
@@ -348,7 +352,7 @@ async fn the_user_runs_verbs_on_the_shared_log() {
     ok(&by_writer);
     let events = w.events(&session).await;
     assert_eq!(
-        events.last().expect("the writer's result")["account"],
+        events.last().expect("the writer's result")["meta"]["accountId"],
         writer.id().as_str()
     );
     let reader = collaborator(&w, "reader").await;
@@ -603,7 +607,7 @@ async fn subscribers_see_the_users_verbs_as_they_are_logged() {
         answer_text(&wrote, "resultEventId").as_str()
     );
     assert_eq!(
-        result["event"]["event"]["signer"],
+        result["event"]["event"]["meta"]["signerId"],
         w.owner.key_id().as_str()
     );
 }

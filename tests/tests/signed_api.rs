@@ -92,8 +92,9 @@ async fn agents_sessions_and_turns(backend: Backend) {
     assert_eq!(field(user, "type"), &Ipld::String("message".into()));
     assert_eq!(field(user, "role"), &Ipld::String("user".into()));
     assert_eq!(field(user, "actor"), &Ipld::String("user".into()));
-    assert_eq!(field(user, "account"), &Ipld::String(owner.id()));
-    assert_eq!(field(user, "signer"), &Ipld::String(owner.id()));
+    let meta = field(user, "meta");
+    assert_eq!(field(meta, "accountId"), &Ipld::String(owner.id()));
+    assert_eq!(field(meta, "signerId"), &Ipld::String(owner.id()));
     let reply = field(&events[1], "event");
     assert_eq!(field(reply, "role"), &Ipld::String("assistant".into()));
     assert_eq!(field(reply, "content"), &Ipld::String("hello there".into()));

@@ -431,7 +431,7 @@ async fn collaborators_hear_the_agents_changes() {
     assert_eq!(invited.status, 200, "{:?}", invited.body);
     let change = ws.next().await;
     assert_eq!(change["key"], account.as_str());
-    assert_eq!(change["value"]["reason"], "agent_invited");
+    assert_eq!(change["value"]["reason"], "agent-invites-changed");
     assert_eq!(change["value"]["agentId"], agent_id.as_str());
     // Pending, the invitee reads nothing of the agent.
     let refused = ws
@@ -446,7 +446,10 @@ async fn collaborators_hear_the_agents_changes() {
     )
     .await;
     assert_eq!(accepted.status, 200, "{:?}", accepted.body);
-    assert_eq!(ws.next().await["value"]["reason"], "collaborators_changed");
+    assert_eq!(
+        ws.next().await["value"]["reason"],
+        "agent-collaborators-changed"
+    );
     let agent_key = format!("agents/{agent_id}");
     ws.subscribed(&reader, &agent_key, None).await;
 
@@ -465,7 +468,7 @@ async fn collaborators_hear_the_agents_changes() {
     assert_eq!(agent["value"]["accessRole"], "reader");
     let change = ws.next().await;
     assert_eq!(change["key"], account.as_str());
-    assert_eq!(change["value"]["reason"], "agent_updated");
+    assert_eq!(change["value"]["reason"], "agent-updated");
 
     let session = call(
         &t,
@@ -474,12 +477,20 @@ async fn collaborators_hear_the_agents_changes() {
     )
     .await;
     let change = ws.next().await;
-    assert_eq!(change["value"]["reason"], "session_created");
+    assert_eq!(change["value"]["reason"], "session-created");
     assert_eq!(
         change["value"]["sessionId"],
         session.text("sessionId").as_str()
     );
     let session_key = format!("sessions/{}", session.text("sessionId"));
+    // The account is account-wide: the new session's state follows, under
+    // its own key.
+    let state = ws.next().await;
+    assert_eq!(
+        (state["_"].clone(), state["key"].clone()),
+        (json!("change"), json!(session_key)),
+        "{state}"
+    );
     ws.subscribed(&reader, &session_key, None).await;
     assert_eq!(ws.next().await["_"], "change");
 
@@ -497,7 +508,7 @@ async fn collaborators_hear_the_agents_changes() {
         if event["code"] == "access_revoked" {
             revoked.push(event["message"].as_str().unwrap().to_owned());
         } else {
-            assert_eq!(event["value"]["reason"], "agent_access_removed", "{event}");
+            assert_eq!(event["value"]["reason"], "agent-invites-changed", "{event}");
         }
     }
     assert!(revoked.iter().any(|m| m.contains(&agent_key)));
@@ -575,7 +586,126 @@ async fn a_revoked_signer_loses_its_sockets_whichever_door_revokes_it() {
     .await;
     assert_eq!(created.status, 200, "{:?}", created.body);
     let change = own
-        .next_where(|e| e["_"] == "change" && e["value"]["reason"] == "session_created")
+        .next_where(|e| e["_"] == "change" && e["value"]["reason"] == "session-created")
         .await;
     assert_eq!(change["key"], account_key.as_str());
+}
+
+/// `account/<self>` is account-wide, as the reference serves it: during a
+/// turn the account's socket receives the session's appends, its partial
+/// text and its state changes under the session's own key, and an account
+/// change `session-event` for each appended event; a collaborator's account
+/// socket receives the same. A socket on `agents/<id>` receives the
+/// session's state changes under the session's key. A socket holding the
+/// session itself gets each frame once.
+#[tokio::test]
+async fn account_and_agent_subscribers_follow_a_turn() {
+    let (sc, t, addr) = start().await;
+    let owner = Signer::new();
+    let writer = Signer::new();
+    let (agent_id, session_id) = agent_and_session(&t, &owner).await;
+    for (signer, action) in [
+        (
+            &owner,
+            json!({"_": "InviteAgentCollaborator", "agentId": agent_id,
+                   "accountId": writer.id(), "role": "writer"}),
+        ),
+        (
+            &writer,
+            json!({"_": "AcceptAgentInvite", "agentId": agent_id}),
+        ),
+    ] {
+        let answer = call(&t, signer, action).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
+    let session_key = format!("sessions/{session_id}");
+    let mut own = Ws::open(&addr).await;
+    own.subscribed(&owner, &format!("account/{}", owner.id()), None)
+        .await;
+    let mut shared = Ws::open(&addr).await;
+    shared
+        .subscribed(&writer, &format!("account/{}", writer.id()), None)
+        .await;
+    let mut page = Ws::open(&addr).await;
+    page.subscribed(&owner, &format!("agents/{agent_id}"), None)
+        .await;
+    // Holding the session and the account: each frame once.
+    let mut both = Ws::open(&addr).await;
+    both.subscribed(&owner, &format!("account/{}", owner.id()), None)
+        .await;
+    both.subscribed(&owner, &session_key, None).await;
+
+    say(&t, &writer, &session_id, "stream 3").await;
+    let last = latest_sequence(&sc, &session_id).await;
+    for (ws, signer, who) in [
+        (&mut own, &owner, "owner"),
+        (&mut shared, &writer, "collaborator"),
+        (&mut both, &owner, "session and account"),
+    ] {
+        let mut frames = Vec::new();
+        // Until the turn's end state has come, then everything sent so far.
+        loop {
+            let frame = ws.next().await;
+            let idle = frame["_"] == "change"
+                && frame["key"] == session_key.as_str()
+                && frame["value"]["status"] == "idle";
+            frames.push(frame);
+            if idle {
+                break;
+            }
+        }
+        frames.extend(ws.barrier(signer).await);
+        let appends: Vec<u64> = frames
+            .iter()
+            .filter(|f| f["_"] == "append")
+            .map(|f| {
+                assert_eq!(f["key"], session_key.as_str(), "{who}: {f}");
+                seq(f)
+            })
+            .collect();
+        assert_every_seq_once(&appends, 0, last, who);
+        let partial_text: String = frames
+            .iter()
+            .filter(|f| f["_"] == "appendPartial" && f["key"] == session_key.as_str())
+            .filter_map(|f| f["patch"]["textDelta"].as_str())
+            .collect();
+        assert!(
+            !partial_text.is_empty(),
+            "{who}: no partial text in {frames:?}"
+        );
+        let events = frames
+            .iter()
+            .filter(|f| f["value"]["reason"] == "session-event")
+            .inspect(|f| {
+                assert!(f["key"].as_str().is_some_and(|k| k.starts_with("account/")));
+                assert_eq!(f["value"]["sessionId"], session_id.as_str());
+                assert_eq!(f["value"]["agentId"], agent_id.as_str());
+            })
+            .count();
+        assert_eq!(events as u64, last, "{who}: one session-event per append");
+        assert!(
+            frames
+                .iter()
+                .any(|f| f["key"] == session_key.as_str() && f["value"]["status"] == "streaming"),
+            "{who}: the turn's start state"
+        );
+    }
+    // The agent's page: the session's states under the session's key, and
+    // the account changes that name the agent.
+    let mut frames = Vec::new();
+    loop {
+        let frame = page.next().await;
+        let idle = frame["key"] == session_key.as_str() && frame["value"]["status"] == "idle";
+        frames.push(frame);
+        if idle {
+            break;
+        }
+    }
+    assert!(frames
+        .iter()
+        .all(|f| f["_"] == "change" && f["key"] != json!(format!("agents/{agent_id}"))));
+    assert!(frames
+        .iter()
+        .any(|f| f["value"]["reason"] == "session-event"));
+    assert!(!frames.iter().any(|f| f["_"] == "append"), "{frames:?}");
 }

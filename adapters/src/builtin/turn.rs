@@ -169,6 +169,7 @@ pub(super) async fn run(
             tools: tools.clone(),
             max_tokens,
         };
+        let started = std::time::Instant::now();
         let step =
             match call_with_retries(agent, session, &source, &endpoint, &request, cancel).await {
                 Step::Done(step) => step,
@@ -189,6 +190,25 @@ pub(super) async fn run(
                 }
             };
         let mut step = step;
+        if let (Source::Sidecar(ctx), false) = (&source, step.text.is_empty()) {
+            // Where the message came from, what it cost and how long it
+            // took, closing it: an empty chunk of the same message whose
+            // `_meta` the sidecar keeps with the stored message.
+            let meta = json!({
+                "model": ctx.provider.model,
+                "provider": ctx.provider.provider_type,
+                "usage": usage_json(step.usage),
+                "durationMs": elapsed_ms(started),
+            });
+            let mut closing = chunk(
+                session,
+                "agent_message_chunk",
+                &step.message_id,
+                String::new(),
+            );
+            closing["update"]["_meta"] = json!({"agentos": {agent_ext::MESSAGE_META: meta}});
+            agent.peer.notify("session/update", closing).await;
+        }
         for call in &mut step.calls {
             if !usable_id(&call.id) || !used_ids.insert(call.id.clone()) {
                 // A provider may repeat ids across calls (`call_0` every
@@ -374,6 +394,8 @@ async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpo
 }
 
 struct StepOutput {
+    /// The `messageId` its chunks went out under.
+    message_id: String,
     text: String,
     /// The provider's signature on the text, if it gave one.
     signature: Option<String>,
@@ -474,6 +496,7 @@ async fn call_model(
     let (tx, mut rx) = mpsc::unbounded_channel::<StreamEvent>();
     let peer = agent.peer.clone();
     let session_id = session.to_owned();
+    let chunk_id = message_id.clone();
     let forward = async move {
         let mut streamed = false;
         let mut text = String::new();
@@ -490,7 +513,7 @@ async fn call_model(
                     text.push_str(&delta);
                     peer.notify(
                         "session/update",
-                        chunk(&session_id, "agent_message_chunk", &message_id, delta),
+                        chunk(&session_id, "agent_message_chunk", &chunk_id, delta),
                     )
                     .await;
                 }
@@ -498,7 +521,7 @@ async fn call_model(
                     streamed = true;
                     peer.notify(
                         "session/update",
-                        chunk(&session_id, "agent_thought_chunk", &message_id, delta),
+                        chunk(&session_id, "agent_thought_chunk", &chunk_id, delta),
                     )
                     .await;
                 }
@@ -527,12 +550,27 @@ async fn call_model(
                 // Calls past twice what a step runs are dropped unseen
                 // (a hostile stream of tiny calls), not answered one by one.
                 calls.truncate(2 * MAX_CALLS_PER_STEP);
-                Step::Done(StepOutput { text, signature, calls, stop, usage })
+                Step::Done(StepOutput { message_id, text, signature, calls, stop, usage })
             }
             Err(error) => Step::Failed { error, streamed },
         },
         _ = cancel.cancelled() => Step::Cancelled,
     }
+}
+
+fn elapsed_ms(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One model call's tokens as the reference's `AgentRunUsage`.
+fn usage_json(usage: Usage) -> Value {
+    json!({
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "total": usage.input_tokens.saturating_add(usage.output_tokens),
+    })
 }
 
 fn chunk(session: &str, kind: &str, message_id: &str, text: String) -> Value {
@@ -563,6 +601,7 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
         started["_meta"] = json!({"agentos": {agent_ext::SIGNATURE_META: signature}});
     }
     agent.peer.session_update(session, started).await;
+    let began = std::time::Instant::now();
     let result = match source {
         Source::Sidecar(_) => match agent
             .peer
@@ -603,6 +642,7 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
         "title": call.name,
         "status": if result.is_error { "failed" } else { "completed" },
         "rawOutput": stored,
+        "_meta": {"agentos": {agent_ext::MESSAGE_META: {"durationMs": elapsed_ms(began)}}},
     });
     agent.peer.session_update(session, ended).await;
     result

@@ -7,8 +7,12 @@
 //! toolCallId, name, output | error}`; every other ACP update keeps its
 //! native fields under its own `type` (the reference allows any record),
 //! except the builtin agent's failure update, `{type:"error", message}`.
-//! Every event names its actor (`actor`, and for a user the exact
-//! `account` and `signer` when known).
+//! Every event names its actor (`actor`, and for a user the exact account
+//! and signer, when known, as `meta: {accountId, signerId}`). A user's
+//! message sent through the signed door echoes its `clientMessageId`,
+//! keeps its `blocks` and its text as `rawMarkdown`; the builtin agent's
+//! messages and tool results carry the `meta` it stored with them (model,
+//! provider, usage, `durationMs`).
 
 use std::collections::BTreeMap;
 
@@ -64,12 +68,47 @@ pub fn session_event(event: &StoredEvent) -> SessionEvent {
 fn stamp_actor(payload: &mut BTreeMap<String, Ipld>, actor: &Actor) {
     payload.insert("actor".into(), Ipld::String(actor.kind().into()));
     if let Actor::User { account, signer } = actor {
-        if let Some(account) = account {
-            payload.insert("account".into(), Ipld::String(account.clone()));
+        let origin = [("accountId", account), ("signerId", signer)];
+        if origin.iter().all(|(_, v)| v.is_none()) {
+            return;
         }
-        if let Some(signer) = signer {
-            payload.insert("signer".into(), Ipld::String(signer.clone()));
+        let meta = payload
+            .entry("meta".into())
+            .or_insert_with(|| Ipld::Map(BTreeMap::new()));
+        if let Ipld::Map(meta) = meta {
+            for (key, value) in origin {
+                if let Some(value) = value {
+                    meta.insert(key.into(), Ipld::String(value.clone()));
+                }
+            }
         }
+    }
+}
+
+/// What an update keeps under `_meta.agentos.meta` (the builtin agent's
+/// `SessionEventMeta`), when it is a map.
+fn stored_meta(native: &Value) -> Option<Ipld> {
+    native
+        .pointer("/_meta/agentos/meta")
+        .filter(|m| m.is_object())
+        .map(to_ipld)
+}
+
+/// A user's words as the signed door received them: the part's
+/// `clientMessageId` and `blocks` (kept in the block's `_meta.seed`), and
+/// the text as `rawMarkdown`.
+fn seed_message_fields(content: &Value, map: &mut BTreeMap<String, Ipld>) {
+    let Some(seed) = content.pointer("/_meta/seed").filter(|s| s.is_object()) else {
+        return;
+    };
+    if let Some(text) = content.get("text").and_then(Value::as_str) {
+        map.insert("rawMarkdown".into(), Ipld::String(text.to_owned()));
+    }
+    if let Some(id) = seed.get("clientMessageId").and_then(Value::as_str) {
+        map.insert("clientMessageId".into(), Ipld::String(id.to_owned()));
+    }
+    if let Some(blocks) = seed.get("blocks").filter(|b| b.is_array()) {
+        map.insert("blocks".into(), to_ipld(blocks));
     }
 }
 
@@ -99,8 +138,18 @@ fn update(native: &Value) -> BTreeMap<String, Ipld> {
         true
     };
     match kind {
-        "user_message_chunk" if message("user", &mut map) => return map,
-        "agent_message_chunk" if message("assistant", &mut map) => return map,
+        "user_message_chunk" if message("user", &mut map) => {
+            if let Some(content) = native.get("content") {
+                seed_message_fields(content, &mut map);
+            }
+            return map;
+        }
+        "agent_message_chunk" if message("assistant", &mut map) => {
+            if let Some(meta) = stored_meta(native) {
+                map.insert("meta".into(), meta);
+            }
+            return map;
+        }
         "tool_call" => {
             map.insert("type".into(), Ipld::String("tool_call".into()));
             map.insert("id".into(), string_field(native, "toolCallId"));
@@ -129,6 +178,9 @@ fn update(native: &Value) -> BTreeMap<String, Ipld> {
                     map.insert("error".into(), Ipld::String(message.into()));
                 } else if let Some(output) = output {
                     map.insert("output".into(), output);
+                }
+                if let Some(meta) = stored_meta(native) {
+                    map.insert("meta".into(), meta);
                 }
                 return map;
             }
@@ -226,15 +278,67 @@ mod tests {
         assert_eq!(field(&e, "role"), &Ipld::String("user".into()));
         assert_eq!(field(&e, "content"), &Ipld::String("hi".into()));
         assert_eq!(field(&e, "actor"), &Ipld::String("user".into()));
-        assert_eq!(field(&e, "account"), &Ipld::String("zAcc".into()));
-        assert_eq!(field(&e, "signer"), &Ipld::String("zSig".into()));
+        // Provenance as the reference's `SessionEventMeta`, not at the root.
+        assert_eq!(
+            field(&e, "meta"),
+            &Ipld::Map(BTreeMap::from([
+                ("accountId".to_owned(), Ipld::String("zAcc".into())),
+                ("signerId".to_owned(), Ipld::String("zSig".into())),
+            ]))
+        );
+        assert_eq!(field(&e, "account"), &Ipld::Null);
+        assert_eq!(field(&e, "signer"), &Ipld::Null);
+        // Not sent through the signed door: no rawMarkdown.
+        assert_eq!(field(&e, "rawMarkdown"), &Ipld::Null);
         let e = session_event(&stored(
             r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"yo"}}"#,
             Actor::Agent,
         ));
         assert_eq!(field(&e, "role"), &Ipld::String("assistant".into()));
         assert_eq!(field(&e, "actor"), &Ipld::String("agent".into()));
-        assert_eq!(field(&e, "account"), &Ipld::Null);
+        assert_eq!(field(&e, "meta"), &Ipld::Null);
+    }
+
+    #[test]
+    fn a_seed_message_keeps_its_id_blocks_and_markdown_and_the_agents_its_meta() {
+        let user = Actor::User {
+            account: Some("zAcc".into()),
+            signer: None,
+        };
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"see @doc",
+                "_meta":{"seed":{"clientMessageId":"cm-1","blocks":[{"type":"paragraph","text":"see @doc"}]}}}}"#,
+            user,
+        ));
+        assert_eq!(field(&e, "content"), &Ipld::String("see @doc".into()));
+        assert_eq!(field(&e, "rawMarkdown"), &Ipld::String("see @doc".into()));
+        assert_eq!(field(&e, "clientMessageId"), &Ipld::String("cm-1".into()));
+        assert!(matches!(field(&e, "blocks"), Ipld::List(b) if b.len() == 1));
+        assert_eq!(
+            field(&e, "meta"),
+            &Ipld::Map(BTreeMap::from([(
+                "accountId".to_owned(),
+                Ipld::String("zAcc".into())
+            )]))
+        );
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"yo"},
+                "_meta":{"agentos":{"meta":{"model":"m","provider":"openai","durationMs":12}}}}"#,
+            Actor::Agent,
+        ));
+        let Ipld::Map(meta) = field(&e, "meta") else {
+            panic!("no meta: {e:?}");
+        };
+        assert_eq!(meta.get("model"), Some(&Ipld::String("m".into())));
+        assert_eq!(meta.get("durationMs"), Some(&Ipld::Integer(12)));
+        let e = session_event(&stored(
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed","rawOutput":"ok",
+                "_meta":{"agentos":{"meta":{"durationMs":3}}}}"#,
+            Actor::Agent,
+        ));
+        assert!(
+            matches!(field(&e, "meta"), Ipld::Map(m) if m.get("durationMs") == Some(&Ipld::Integer(3)))
+        );
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! turn succeeds. Adjacent chunks merge as they arrive when they differ in
 //! nothing but `content.text`: the new text is appended in place and the
 //! chunk dropped, so a message of any length costs the same per chunk and
-//! the buffer holds text, not one value per chunk.
+//! the buffer holds text, not one value per chunk. A chunk with no text and
+//! a `_meta` closes the message it continues: its `_meta` becomes the
+//! message's (the builtin agent says so where the message came from, what
+//! it cost and how long it took).
 
 use serde_json::{Map, Value};
 
@@ -74,33 +77,57 @@ impl ChunkBuffer {
     }
 }
 
+fn text_content(update: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    let content = update.get("content")?.as_object()?;
+    (content.get("type")?.as_str()? == "text" && content.get("text")?.is_string())
+        .then_some(content)
+}
+
+/// Whether `a` and `b` hold the same entries, `skip` aside. Compares in
+/// place: nothing is cloned.
+fn same_except(a: &Map<String, Value>, b: &Map<String, Value>, skip: &[&str]) -> bool {
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip.contains(&k.as_str()))
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
 /// Whether two chunks are text chunks that differ in nothing but
 /// `content.text`. Compares in place: nothing is cloned, so a merge costs
 /// the same however long the buffered text has grown.
 fn differ_only_in_text(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
-    fn text_content(update: &Map<String, Value>) -> Option<&Map<String, Value>> {
-        let content = update.get("content")?.as_object()?;
-        (content.get("type")?.as_str()? == "text" && content.get("text")?.is_string())
-            .then_some(content)
-    }
-    fn same_except(a: &Map<String, Value>, b: &Map<String, Value>, key: &str) -> bool {
-        a.len() == b.len()
-            && a.iter()
-                .filter(|(k, _)| k.as_str() != key)
-                .all(|(k, v)| b.get(k) == Some(v))
-    }
     match (text_content(a), text_content(b)) {
-        (Some(ca), Some(cb)) => same_except(a, b, "content") && same_except(ca, cb, "text"),
+        (Some(ca), Some(cb)) => same_except(a, b, &["content"]) && same_except(ca, cb, &["text"]),
         _ => false,
     }
 }
 
-/// Appends `next`'s text to `prev` when the two differ only in their text;
-/// `false` (nothing changed) otherwise.
+/// Whether `next` closes `prev`'s message: a text chunk of it with no text
+/// and a `_meta` of its own.
+fn closes(prev: &Map<String, Value>, next: &Map<String, Value>) -> bool {
+    let (Some(cp), Some(cn)) = (text_content(prev), text_content(next)) else {
+        return false;
+    };
+    cn.get("text").and_then(Value::as_str) == Some("")
+        && next.get("_meta").is_some_and(Value::is_object)
+        && same_except(prev, next, &["content", "_meta"])
+        && same_except(cp, cn, &["text"])
+}
+
+/// Appends `next`'s text to `prev` when the two differ only in their text,
+/// or takes `next`'s `_meta` when `next` closes `prev`'s message; `false`
+/// (nothing changed) otherwise.
 fn merge_into(prev: Option<&mut Value>, next: &Value) -> bool {
     let (Some(Value::Object(prev)), Value::Object(next)) = (prev, next) else {
         return false;
     };
+    if closes(prev, next) {
+        if let Some(meta) = next.get("_meta") {
+            prev.insert("_meta".into(), meta.clone());
+        }
+        return true;
+    }
     if !differ_only_in_text(prev, next) {
         return false;
     }
@@ -168,6 +195,26 @@ mod tests {
         let mut c = chunk("c");
         c["content"]["annotations"] = json!({"x": 1});
         assert_eq!(coalesce(vec![chunk("x"), c.clone()]), vec![chunk("x"), c]);
+    }
+
+    #[test]
+    fn an_empty_chunk_with_meta_closes_the_message_with_its_meta() {
+        let mut closing = chunk("");
+        closing["_meta"] = json!({"agentos": {"meta": {"durationMs": 5}}});
+        let mut closed = chunk("ab");
+        closed["_meta"] = closing["_meta"].clone();
+        assert_eq!(
+            coalesce(vec![chunk("a"), chunk("b"), closing.clone()]),
+            vec![closed]
+        );
+        // Alone, or after another message's text, it stays what it is.
+        assert_eq!(coalesce(vec![closing.clone()]), vec![closing.clone()]);
+        let mut other = closing.clone();
+        other["messageId"] = json!("n");
+        assert_eq!(
+            coalesce(vec![chunk("a"), other.clone()]),
+            vec![chunk("a"), other]
+        );
     }
 
     #[test]

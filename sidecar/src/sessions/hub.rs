@@ -182,10 +182,15 @@ impl State {
     }
 }
 
+/// Sees every committed event and live update of every session as it is
+/// published, under the hub's lock: it must not block or take the lock.
+pub type Tap = Box<dyn Fn(&str, &Item) + Send + Sync>;
+
 /// All sessions' channels.
 #[derive(Default)]
 pub struct Hub {
     state: Mutex<State>,
+    tap: std::sync::OnceLock<Tap>,
 }
 
 /// A sink already holds its maximum number of subscriptions.
@@ -195,6 +200,11 @@ pub struct TooManySubscriptions {
 }
 
 impl Hub {
+    /// Sets the tap that sees everything published from now on; once.
+    pub fn set_tap(&self, tap: Tap) {
+        let _ = self.tap.set(tap);
+    }
+
     /// Notes the latest committed sequence of a session whose writer starts.
     pub fn set_published(&self, session_id: &str, latest: u64) {
         let mut state = lock(&self.state);
@@ -212,12 +222,16 @@ impl Hub {
             return;
         };
         let mut dropped = Vec::new();
+        let tap = self.tap.get();
         for event in events {
             channel.last_published = channel.last_published.max(event.sequence);
-            if channel.subscriptions.is_empty() {
+            if channel.subscriptions.is_empty() && tap.is_none() {
                 continue;
             }
             let item = Item::durable(event);
+            if let Some(tap) = tap {
+                tap(session_id, &item);
+            }
             for sub in channel.subscriptions.values() {
                 if !sub.offer(&item) && !dropped.contains(&sub.id) {
                     dropped.push(sub.id.clone());
@@ -233,7 +247,8 @@ impl Hub {
         let Some(channel) = state.sessions.get_mut(session_id) else {
             return;
         };
-        if channel.subscriptions.is_empty() {
+        let tap = self.tap.get();
+        if channel.subscriptions.is_empty() && tap.is_none() {
             return;
         }
         let item = Item::Ephemeral {
@@ -241,6 +256,9 @@ impl Hub {
             after_sequence,
             update: Arc::new(update),
         };
+        if let Some(tap) = tap {
+            tap(session_id, &item);
+        }
         let dropped: Vec<String> = channel
             .subscriptions
             .values()

@@ -200,6 +200,7 @@ impl SignedApi {
                 let audience = self.audience_of(&agent_id).await;
                 let sessions = control.delete_agent(&agent_id).await?;
                 self.sockets.agent_deleted(&agent_id);
+                self.sockets.audiences_changed();
                 // Nothing of it stays reachable: live turns stop with their
                 // sessions, every one of them even when one fails, and its
                 // memory goes (its tool documents went with its row).

@@ -11,6 +11,8 @@ impl SignedApi {
     /// owner's and accepted collaborators' accounts, and `extra`, are told
     /// `reason`.
     pub(super) async fn announce_agent(&self, agent_id: &str, reason: &str, extra: &[String]) {
+        // Who may see it may have changed: the account feed reads it again.
+        self.sockets.audiences_changed();
         if self.sockets.is_quiet() {
             return;
         }
@@ -60,8 +62,8 @@ impl SignedApi {
     }
 
     /// A session of `agent_id` was created, updated or deleted: the
-    /// agent's accounts are told, and an update's new state goes to the
-    /// session's subscribers.
+    /// agent's accounts are told, and a new or updated session's state goes
+    /// to its subscribers, its agent's and its accounts'.
     pub(super) async fn announce_session(&self, agent_id: &str, session_id: &str, reason: &str) {
         if self.sockets.is_quiet() {
             return;
@@ -69,7 +71,7 @@ impl SignedApi {
         let accounts = self.audience_of(agent_id).await;
         self.sockets
             .account_changed(&accounts, reason, Some(agent_id), Some(session_id));
-        if reason == crate::http::ws::reason::SESSION_UPDATED {
+        if reason != crate::http::ws::reason::SESSION_DELETED {
             match self.sessions.get(session_id).await {
                 Ok(info) => self.sockets.session_changed(info),
                 Err(e) => {

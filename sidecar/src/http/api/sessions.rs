@@ -33,17 +33,41 @@ const MAX_PAGE: u64 = 200;
 /// A client message id, as the part of the turn's idempotency key.
 const MAX_CLIENT_ID_BYTES: usize = 128;
 
-fn content_blocks(parts: Vec<ContentPart>) -> Result<(Vec<Value>, Option<String>), ApiError> {
+/// The message's ACP blocks, and the first text part's own id. The first
+/// text part without an id of its own echoes the action's (`action_id`).
+fn content_blocks(
+    parts: Vec<ContentPart>,
+    action_id: Option<&str>,
+) -> Result<(Vec<Value>, Option<String>), ApiError> {
     let mut blocks = Vec::new();
     let mut part_id = None;
+    let mut action_id = action_id.map(str::to_owned);
     for part in parts {
         match part {
             ContentPart::Text {
                 text,
+                blocks: rich,
                 client_message_id,
-                ..
             } => {
-                blocks.push(json!({"type": "text", "text": text}));
+                // What the reference keeps on the user's event besides the
+                // words: the part's id, echoed so the sender can match its
+                // pending row, and its rich blocks as sent.
+                let mut seed = serde_json::Map::new();
+                // Only the first text part may stand for the whole action.
+                let echoed = client_message_id.clone().or(action_id.take());
+                if let Some(id) = echoed {
+                    seed.insert("clientMessageId".into(), json!(id));
+                }
+                if let Some(rich) = rich.filter(|b| !b.is_empty()) {
+                    let rich = crate::space::schema::to_json(&Ipld::List(rich)).map_err(|e| {
+                        ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            format!("MessageSession: blocks must be plain data ({e})"),
+                        )
+                    })?;
+                    seed.insert("blocks".into(), rich);
+                }
+                blocks.push(json!({"type": "text", "text": text, "_meta": {"seed": seed}}));
                 part_id = part_id.or(client_message_id);
             }
             ContentPart::Context { lines } => blocks.push(json!({
@@ -345,7 +369,7 @@ impl SignedApi {
                 let (link, _) =
                     authz::require_session(control, account, &session_id, AccessRole::Writer)
                         .await?;
-                let (blocks, part_id) = content_blocks(content)?;
+                let (blocks, part_id) = content_blocks(content, client_message_id.as_deref())?;
                 let client_id = client_message_id.or(part_id);
                 if client_id
                     .as_ref()

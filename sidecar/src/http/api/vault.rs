@@ -84,6 +84,12 @@ impl SignedApi {
                         },
                     )
                     .await?;
+                self.sockets.account_changed(
+                    &[account.to_owned()],
+                    crate::http::ws::reason::MODEL_PROVIDER_CHANGED,
+                    None,
+                    None,
+                );
                 ok(&SetModelProviderResponse {
                     provider: render::provider(&stored),
                 })
@@ -97,6 +103,12 @@ impl SignedApi {
             }
             Action::DeleteModelProvider { name } => {
                 let deleted = control.delete_provider(account, &name).await?;
+                self.sockets.account_changed(
+                    &[account.to_owned()],
+                    crate::http::ws::reason::MODEL_PROVIDER_CHANGED,
+                    None,
+                    None,
+                );
                 ok(&DeleteModelProviderResponse { name: deleted.name })
             }
             Action::ListProviderModels { provider, agent_id } => {

@@ -4,7 +4,9 @@
 //!
 //! - `account/<id>`: `{reason, agentId?, sessionId?}` for the owner and
 //!   every accepted collaborator of the agent concerned (an invitation
-//!   goes to the invitee).
+//!   goes to the invitee); one naming an agent also reaches the account's
+//!   sockets on `agents/<agentId>`, under the `account/<id>` key, as the
+//!   reference sends it. The account's other frames are `account.rs`'s.
 //! - `agents/<id>`: the agent as each subscriber may see it (its own
 //!   `accessRole`). A change of who may read an agent re-checks every
 //!   socket watching it, through `agents/<id>` or one of its sessions: a
@@ -37,17 +39,22 @@ use super::sockets::Sockets;
 use crate::control::{authz, AccessRole, AgentRecord, CollaboratorRecord};
 use crate::sessions::{Notice, SessionInfo};
 
-/// Why an account's view changed.
+/// Why an account's view changed, spelled as the reference spells it.
 pub mod reason {
-    pub const AGENT_CREATED: &str = "agent_created";
-    pub const AGENT_UPDATED: &str = "agent_updated";
-    pub const AGENT_DELETED: &str = "agent_deleted";
-    pub const AGENT_INVITED: &str = "agent_invited";
-    pub const COLLABORATORS_CHANGED: &str = "collaborators_changed";
-    pub const AGENT_ACCESS_REMOVED: &str = "agent_access_removed";
-    pub const SESSION_CREATED: &str = "session_created";
-    pub const SESSION_UPDATED: &str = "session_updated";
-    pub const SESSION_DELETED: &str = "session_deleted";
+    pub const AGENT_CREATED: &str = "agent-created";
+    pub const AGENT_UPDATED: &str = "agent-updated";
+    pub const AGENT_DELETED: &str = "agent-deleted";
+    /// An invitation to the account came or went (it was invited, or its
+    /// access was removed).
+    pub const AGENT_INVITED: &str = "agent-invites-changed";
+    pub const COLLABORATORS_CHANGED: &str = "agent-collaborators-changed";
+    pub const AGENT_ACCESS_REMOVED: &str = "agent-invites-changed";
+    pub const SESSION_CREATED: &str = "session-created";
+    pub const SESSION_UPDATED: &str = "session-updated";
+    pub const SESSION_DELETED: &str = "session-deleted";
+    /// An event was appended to one of the account's sessions.
+    pub const SESSION_EVENT: &str = "session-event";
+    pub const MODEL_PROVIDER_CHANGED: &str = "model-provider-changed";
 }
 
 /// The accounts told about an agent: its owner and accepted collaborators.
@@ -75,6 +82,14 @@ impl Sockets {
         for account in accounts {
             let key = format!("account/{account}");
             let holders = self.holders(&key);
+            let agent_key = agent_id.map(|id| format!("agents/{id}"));
+            let agent_holders = agent_key
+                .as_ref()
+                .map(|key| self.holders(key))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|s| s.account().as_deref() == Some(account.as_str()));
+            let holders: Vec<Arc<Socket>> = holders.into_iter().chain(agent_holders).collect();
             if holders.is_empty() {
                 continue;
             }
@@ -88,8 +103,11 @@ impl Sockets {
             }
             .to_json()
             .into();
+            let mut told = std::collections::HashSet::new();
             for socket in holders {
-                if socket.holds(&key) {
+                let holds =
+                    socket.holds(&key) || agent_key.as_ref().is_some_and(|k| socket.holds(k));
+                if holds && told.insert(socket.id) {
                     socket.outbox.frame(frame.clone());
                 }
             }
@@ -181,7 +199,8 @@ impl Sockets {
         }
     }
 
-    /// A session's new state, for its `sessions/<id>` subscribers.
+    /// A session's new state, for its `sessions/<id>` subscribers, and
+    /// through the account feed for its agent's and accounts' sockets.
     pub fn session_changed(&self, info: SessionInfo) {
         let key = format!("sessions/{}", info.session_id);
         let info = Arc::new(info);
@@ -190,6 +209,7 @@ impl Sockets {
                 let _ = socket.outbox.push(Out::State(info.clone()));
             }
         }
+        self.offer_feed(super::account::FeedMsg::State(info));
     }
 
     /// Starts relaying session states from the session service's notices,
@@ -224,9 +244,10 @@ async fn relay(sockets: Weak<Sockets>, mut notices: broadcast::Receiver<Notice>)
         let Some(sockets) = sockets.upgrade() else {
             return;
         };
-        if sockets
-            .holders(&format!("sessions/{session_id}"))
-            .is_empty()
+        if sockets.feed.get().is_none()
+            && sockets
+                .holders(&format!("sessions/{session_id}"))
+                .is_empty()
         {
             continue;
         }

@@ -126,6 +126,10 @@ async fn subscribe(
                 return Err(WsError::ForeignAccount(key.to_owned()));
             }
             replace(state, socket, key, Hold::Account);
+            state
+                .api
+                .sockets
+                .start_feed(control.clone(), state.api.turns.runs().clone());
             socket.outbox.frame(subscribed);
         }
         Key::Agent(agent_id) => {
@@ -133,6 +137,10 @@ async fn subscribe(
                 .await
                 .map_err(unseen(key))?;
             replace(state, socket, key, Hold::Agent(agent_id.to_owned()));
+            state
+                .api
+                .sockets
+                .start_feed(control.clone(), state.api.turns.runs().clone());
             let recheck = authz::require_read(control, account, agent_id).await;
             recheck.map_err(|e| withdraw(state, socket, key, e))?;
             socket.outbox.frame(subscribed);

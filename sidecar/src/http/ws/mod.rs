@@ -8,9 +8,13 @@
 //! `writer.rs` renders and sends, pings and closes; `outbox.rs` is the
 //! byte-bounded queue between them; `sockets.rs` the registry of open
 //! sockets (the `http.ws.maxSockets` cap, the index of keys, shutdown);
-//! `changes.rs` the change feed the API's handlers publish to; `error.rs`
-//! the error frames. Every bound is an `http.ws.*` setting.
+//! `changes.rs` the change feed the API's handlers publish to;
+//! `account.rs` what `account/<id>` and `agents/<id>` carry besides it
+//! (every frame of the account's agents, each agent's sessions' states);
+//! `error.rs` the error frames. Every bound is an `http.ws.*` setting, or
+//! named in its module.
 
+mod account;
 mod changes;
 mod error;
 mod frames;

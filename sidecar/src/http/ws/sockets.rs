@@ -11,11 +11,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::account::FeedSender;
 use super::error::WsError;
 use super::outbox::{Budget, CLOSE_REVOKED, CLOSE_SHUTDOWN};
 use super::socket::Socket;
@@ -29,6 +30,8 @@ struct Index {
     by_key: HashMap<String, HashSet<u64>>,
     /// Sockets holding keys that depend on each agent, with how many.
     by_agent: HashMap<String, HashMap<u64, usize>>,
+    /// `account/` keys held by some socket.
+    account_keys: usize,
 }
 
 /// The registry of open sockets; also the change feed (`changes.rs`).
@@ -47,6 +50,12 @@ pub struct Sockets {
     /// Open sockets bound to each account (`http.ws.maxSocketsPerAccount`).
     /// Taken on its own, or with one socket's state lock inside it.
     accounts: Mutex<HashMap<String, usize>>,
+    /// The account-wide feed (`account.rs`), once a socket held an
+    /// `account/` or `agents/` key.
+    pub(super) feed: OnceLock<FeedSender>,
+    /// Bumped whenever who may see an agent changes: the feed forgets the
+    /// audiences it read.
+    audience_epoch: AtomicU64,
 }
 
 /// A socket's place under `http.ws.maxSockets`, released on drop.
@@ -75,6 +84,8 @@ impl Sockets {
             relaying: AtomicBool::new(false),
             budget: Budget::new(limits.max_queued_bytes),
             accounts: Mutex::default(),
+            feed: OnceLock::new(),
+            audience_epoch: AtomicU64::new(0),
             limits,
         }
     }
@@ -156,11 +167,12 @@ impl Sockets {
 
     pub(super) fn index(&self, socket: u64, key: &str, agent: Option<&str>) {
         let mut index = self.index_lock();
-        index
-            .by_key
-            .entry(key.to_owned())
-            .or_default()
-            .insert(socket);
+        let holders = index.by_key.entry(key.to_owned()).or_default();
+        let first = holders.is_empty();
+        holders.insert(socket);
+        if first && key.starts_with("account/") {
+            index.account_keys += 1;
+        }
         if let Some(agent) = agent {
             *index
                 .by_agent
@@ -198,6 +210,38 @@ impl Sockets {
             .flat_map(HashMap::keys)
             .filter_map(|id| index.sockets.get(id).cloned())
             .collect()
+    }
+
+    /// Whether some socket holds an `account/` key.
+    pub(super) fn holds_any_account(&self) -> bool {
+        self.index_lock().account_keys > 0
+    }
+
+    /// Every socket holding an `account/` key.
+    pub(super) fn account_holders(&self) -> Vec<Arc<Socket>> {
+        let index = self.index_lock();
+        index
+            .by_key
+            .iter()
+            .filter(|(key, _)| key.starts_with("account/"))
+            .flat_map(|(_, ids)| ids.iter())
+            .filter_map(|id| index.sockets.get(id).cloned())
+            .collect()
+    }
+
+    /// Whether socket `id` is still open.
+    pub(super) fn is_open(&self, id: u64) -> bool {
+        self.index_lock().sockets.contains_key(&id)
+    }
+
+    pub(super) fn audience_epoch(&self) -> u64 {
+        self.audience_epoch.load(Ordering::Acquire)
+    }
+
+    /// Who may see some agent changed (a collaborator came or went, its
+    /// public read was set, it was deleted).
+    pub fn audiences_changed(&self) {
+        self.audience_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// True when no socket holds any key: the change feed has nobody to
@@ -254,6 +298,9 @@ impl Index {
             ids.remove(&socket);
             if ids.is_empty() {
                 self.by_key.remove(key);
+                if key.starts_with("account/") {
+                    self.account_keys = self.account_keys.saturating_sub(1);
+                }
             }
         }
         let Some(agent) = agent else {

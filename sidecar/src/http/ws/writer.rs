@@ -219,7 +219,11 @@ fn agent_text(update: &Value) -> Option<&str> {
     if content.get("type").and_then(Value::as_str) != Some("text") {
         return None;
     }
-    content.get("text").and_then(Value::as_str)
+    // A chunk with no text (one closing its message) says nothing live.
+    content
+        .get("text")
+        .and_then(Value::as_str)
+        .filter(|text| !text.is_empty())
 }
 
 /// The session subscriptions of one socket, by hub subscription id.

@@ -326,7 +326,12 @@ impl Route {
                                     .and_then(Value::as_str)
                                     .map(str::to_owned);
                             }
-                            if let Some(content) = update.get("content") {
+                            // A chunk with no text (one that closes its
+                            // message with a `_meta`) adds nothing to it.
+                            if let Some(content) = update
+                                .get("content")
+                                .filter(|c| c.get("text").and_then(Value::as_str) != Some(""))
+                            {
                                 turn.message.push(json!({"sessionUpdate": "agent_message_chunk", "content": content}));
                             }
                         }

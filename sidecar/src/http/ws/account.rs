@@ -1,0 +1,514 @@
+//! `account/<id>` and `agents/<id>` as the reference serves them: a socket
+//! holding `account/<self>` receives every frame of every agent the account
+//! owns or collaborates on (each session's `append` and `appendPartial`,
+//! its `change`, each run's `change`, `append` and `appendPartial`, under
+//! their own `sessions/…` and `runs/…` keys), and a socket holding
+//! `agents/<id>` receives the `change` of each of that agent's sessions.
+//! Each appended session event is also an account `change` with reason
+//! `session-event` (see `changes.rs`).
+//!
+//! The feed is one task, started when a socket first holds such a key. The
+//! session hub hands it every committed event and live update (a tap, which
+//! never waits), the session-state relay every new state, and the runs'
+//! broadcast every run event; it resolves who may see each (the session's
+//! agent, that agent's owner and accepted collaborators, read once and
+//! kept until an agent's audience changes) and queues the frames to those
+//! sockets. A socket that holds a session or run directly gets it from that
+//! subscription alone. Sessions reach an account socket through views of
+//! their own in its writer (the same rendering as a subscription, opened at
+//! the first item), at most [`MAX_VIEWS`] per socket, the oldest closed
+//! first. What waits for the feed is bounded by [`FEED_BYTES`] and
+//! [`FEED_MESSAGES`]: past either, the sockets holding an `account/` key
+//! are closed as fallen behind (1008), and their clients subscribe again.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use agentos_protocol::seed::ws::{ChangeValue, RunWsEvent, WsEvent};
+use axum::extract::ws::Utf8Bytes;
+use tokio::sync::{broadcast, mpsc};
+
+use super::changes::{audience, reason};
+use super::outbox::{Out, CLOSE_OVERFLOW};
+use super::socket::Socket;
+use super::sockets::Sockets;
+use crate::control::{Control, SessionLink};
+use crate::http::api::render;
+use crate::runs::{RunEvent, Runs};
+use crate::sessions::{Item, SessionInfo};
+
+/// Messages waiting for the feed, at most.
+pub const FEED_MESSAGES: usize = 16_384;
+/// Bytes of events and updates waiting for the feed, at most.
+pub const FEED_BYTES: usize = 64 * 1024 * 1024;
+/// Sessions one socket sees through its account at once.
+pub const MAX_VIEWS: usize = 256;
+/// Sessions, agents and runs whose audience the feed keeps, each.
+const CACHE_ENTRIES: usize = 16_384;
+/// Bytes charged for a message besides what it carries.
+const OVERHEAD: usize = 256;
+
+/// What the feed is handed.
+pub(super) enum FeedMsg {
+    /// A session's committed event or live update.
+    Item { session_id: Arc<str>, item: Item },
+    /// A session's new state.
+    State(Arc<SessionInfo>),
+}
+
+impl FeedMsg {
+    fn estimate(&self) -> usize {
+        OVERHEAD
+            + match self {
+                FeedMsg::Item {
+                    item: Item::Durable(_, public),
+                    ..
+                } => public.len(),
+                FeedMsg::Item {
+                    item: Item::Ephemeral { update, .. },
+                    ..
+                } => update
+                    .pointer("/content/text")
+                    .and_then(serde_json::Value::as_str)
+                    .map_or(0, str::len),
+                FeedMsg::State(_) => 0,
+            }
+    }
+}
+
+/// The feed's door: never waits; what does not fit marks the feed fallen
+/// behind.
+pub(super) struct FeedSender {
+    tx: mpsc::Sender<(FeedMsg, usize)>,
+    bytes: Arc<AtomicUsize>,
+    overflowed: Arc<AtomicBool>,
+}
+
+impl FeedSender {
+    pub(super) fn offer(&self, msg: FeedMsg) {
+        let size = msg.estimate();
+        if self.bytes.fetch_add(size, Ordering::AcqRel) + size > FEED_BYTES {
+            self.bytes.fetch_sub(size, Ordering::AcqRel);
+            self.overflowed.store(true, Ordering::Release);
+            return;
+        }
+        if self.tx.try_send((msg, size)).is_err() {
+            self.bytes.fetch_sub(size, Ordering::AcqRel);
+            self.overflowed.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Sockets {
+    /// Starts the account-wide feed, once.
+    pub(super) fn start_feed(self: &Arc<Self>, control: Control, runs: Runs) {
+        if self.feed.get().is_some() {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(FEED_MESSAGES);
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let sender = FeedSender {
+            tx,
+            bytes: bytes.clone(),
+            overflowed: overflowed.clone(),
+        };
+        if self.feed.set(sender).is_err() {
+            return;
+        }
+        let tap = Arc::downgrade(self);
+        self.sessions
+            .hub()
+            .set_tap(Box::new(move |session_id, item| {
+                if let Some(sockets) = tap.upgrade() {
+                    sockets.offer_feed(FeedMsg::Item {
+                        session_id: Arc::from(session_id),
+                        item: item.clone(),
+                    });
+                }
+            }));
+        let feed = Feed {
+            sockets: Arc::downgrade(self),
+            control,
+            links: HashMap::new(),
+            audiences: HashMap::new(),
+            roots: HashMap::new(),
+            epoch: self.audience_epoch(),
+            views: HashMap::new(),
+            handled: 0,
+        };
+        let run_events = runs.subscribe();
+        tokio::spawn(feed.run(rx, run_events, bytes, overflowed));
+    }
+
+    /// Hands the feed a message, if it runs.
+    pub(super) fn offer_feed(&self, msg: FeedMsg) {
+        if let Some(feed) = self.feed.get() {
+            feed.offer(msg);
+        }
+    }
+}
+
+/// The sessions one socket sees through its account, oldest first.
+#[derive(Default)]
+struct Views {
+    order: VecDeque<Arc<str>>,
+}
+
+struct Feed {
+    sockets: Weak<Sockets>,
+    control: Control,
+    /// Each session's link (its agent), once read.
+    links: HashMap<String, Arc<SessionLink>>,
+    /// Each agent's audience, as of `epoch`.
+    audiences: HashMap<String, Arc<Vec<String>>>,
+    /// Each run tree's agent, learned from its runs' changes.
+    roots: HashMap<String, String>,
+    epoch: u64,
+    /// Account views, by socket id.
+    views: HashMap<u64, Views>,
+    handled: u64,
+}
+
+fn view_id(session_id: &str) -> Arc<str> {
+    Arc::from(format!("account:{session_id}"))
+}
+
+impl Feed {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<(FeedMsg, usize)>,
+        mut run_events: broadcast::Receiver<RunEvent>,
+        bytes: Arc<AtomicUsize>,
+        overflowed: Arc<AtomicBool>,
+    ) {
+        loop {
+            tokio::select! {
+                msg = rx.recv() => {
+                    let Some((msg, size)) = msg else { return };
+                    bytes.fetch_sub(size, Ordering::AcqRel);
+                    let Some(sockets) = self.sockets.upgrade() else { return };
+                    if overflowed.swap(false, Ordering::AcqRel) {
+                        self.fell_behind(&sockets);
+                    }
+                    match msg {
+                        FeedMsg::Item { session_id, item } => {
+                            self.item(&sockets, &session_id, &item).await;
+                        }
+                        FeedMsg::State(info) => self.state(&sockets, &info).await,
+                    }
+                    self.tidy(&sockets);
+                }
+                event = run_events.recv() => match event {
+                    Ok(event) => {
+                        let Some(sockets) = self.sockets.upgrade() else { return };
+                        self.run_event(&sockets, event).await;
+                    }
+                    Err(broadcast::error::RecvError::Lagged(skipped)) => {
+                        tracing::warn!(skipped, "the account feed fell behind the run events");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    /// What waited for the feed did not fit: every account-wide socket
+    /// missed something, so each is closed and its client starts again.
+    fn fell_behind(&mut self, sockets: &Sockets) {
+        tracing::warn!("the account feed fell behind; closing the sockets that hold an account");
+        for socket in sockets.account_holders() {
+            socket.outbox.close(CLOSE_OVERFLOW);
+        }
+        self.views.clear();
+    }
+
+    /// Forgets audiences read before they last changed, and views of
+    /// sockets that are gone.
+    fn tidy(&mut self, sockets: &Sockets) {
+        let epoch = sockets.audience_epoch();
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.audiences.clear();
+        }
+        self.handled += 1;
+        if self.handled.is_multiple_of(1024) {
+            self.views.retain(|id, _| sockets.is_open(*id));
+        }
+    }
+
+    async fn link(&mut self, session_id: &str) -> Option<Arc<SessionLink>> {
+        if let Some(link) = self.links.get(session_id) {
+            return Some(link.clone());
+        }
+        let link = match self.control.session_agent(session_id).await {
+            Ok(Some(link)) => Arc::new(link),
+            // Not a Seed session (the host door's own), or gone.
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::debug!(session = %session_id, error = %e, "no link for the account feed");
+                return None;
+            }
+        };
+        if self.links.len() >= CACHE_ENTRIES {
+            self.links.clear();
+        }
+        self.links.insert(session_id.to_owned(), link.clone());
+        Some(link)
+    }
+
+    async fn audience(&mut self, agent_id: &str) -> Option<Arc<Vec<String>>> {
+        if let Some(accounts) = self.audiences.get(agent_id) {
+            return Some(accounts.clone());
+        }
+        let read = async {
+            let agent = self.control.get_agent(agent_id).await?;
+            let collaborators = self.control.list_collaborators(agent_id).await?;
+            Ok::<_, crate::control::ControlError>(agent.map(|a| audience(&a, &collaborators)))
+        };
+        let accounts = match read.await {
+            Ok(Some(accounts)) => Arc::new(accounts),
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::debug!(agent = %agent_id, error = %e, "no audience for the account feed");
+                return None;
+            }
+        };
+        if self.audiences.len() >= CACHE_ENTRIES {
+            self.audiences.clear();
+        }
+        self.audiences.insert(agent_id.to_owned(), accounts.clone());
+        Some(accounts)
+    }
+
+    /// The sockets of `accounts` that hold their `account/` key.
+    fn account_sockets(sockets: &Sockets, accounts: &[String]) -> Vec<Arc<Socket>> {
+        accounts
+            .iter()
+            .flat_map(|account| sockets.holders(&format!("account/{account}")))
+            .collect()
+    }
+
+    /// Opens the socket's view of `link`'s session unless it has one;
+    /// answers its id. The oldest view goes when the socket has
+    /// [`MAX_VIEWS`].
+    fn view(&mut self, socket: &Socket, link: &SessionLink, after: u64) -> Arc<str> {
+        let views = self.views.entry(socket.id).or_default();
+        if let Some(id) = views
+            .order
+            .iter()
+            .find(|id| id.strip_prefix("account:") == Some(link.session_id.as_str()))
+        {
+            return id.clone();
+        }
+        if views.order.len() >= MAX_VIEWS {
+            if let Some(oldest) = views.order.pop_front() {
+                let _ = socket.outbox.push(Out::End {
+                    sub_id: oldest,
+                    frame: None,
+                });
+            }
+        }
+        let id = view_id(&link.session_id);
+        views.order.push_back(id.clone());
+        let _ = socket.outbox.push(Out::Open {
+            sub_id: id.clone(),
+            key: format!("sessions/{}", link.session_id),
+            link: link.clone(),
+            after,
+        });
+        id
+    }
+
+    fn has_view(&self, socket: u64, session_id: &str) -> bool {
+        self.views.get(&socket).is_some_and(|v| {
+            v.order
+                .iter()
+                .any(|id| id.strip_prefix("account:") == Some(session_id))
+        })
+    }
+
+    /// A socket now holding the session itself gets it from there alone.
+    fn close_view(&mut self, socket: &Socket, session_id: &str) {
+        let Some(views) = self.views.get_mut(&socket.id) else {
+            return;
+        };
+        if let Some(at) = views
+            .order
+            .iter()
+            .position(|id| id.strip_prefix("account:") == Some(session_id))
+        {
+            if let Some(id) = views.order.remove(at) {
+                let _ = socket.outbox.push(Out::End {
+                    sub_id: id,
+                    frame: None,
+                });
+            }
+        }
+    }
+
+    async fn item(&mut self, sockets: &Sockets, session_id: &str, item: &Item) {
+        let Some(link) = self.link(session_id).await else {
+            return;
+        };
+        let Some(accounts) = self.audience(&link.agent_id).await else {
+            return;
+        };
+        let key = format!("sessions/{session_id}");
+        let after = match item {
+            Item::Durable(event, _) => event.sequence.saturating_sub(1),
+            Item::Ephemeral { after_sequence, .. } => *after_sequence,
+        };
+        for socket in Self::account_sockets(sockets, &accounts) {
+            if socket.holds(&key) {
+                self.close_view(&socket, session_id);
+                continue;
+            }
+            let sub_id = self.view(&socket, &link, after);
+            let _ = socket.outbox.push(Out::Item {
+                sub_id,
+                item: item.clone(),
+            });
+        }
+        if let Item::Durable(..) = item {
+            sockets.account_changed(
+                &accounts,
+                reason::SESSION_EVENT,
+                Some(&link.agent_id),
+                Some(session_id),
+            );
+        }
+    }
+
+    async fn state(&mut self, sockets: &Sockets, info: &Arc<SessionInfo>) {
+        let Some(link) = self.link(&info.session_id).await else {
+            return;
+        };
+        let Some(accounts) = self.audience(&link.agent_id).await else {
+            return;
+        };
+        let key = format!("sessions/{}", info.session_id);
+        for socket in Self::account_sockets(sockets, &accounts) {
+            if socket.holds(&key) {
+                continue;
+            }
+            self.view(&socket, &link, info.latest_sequence);
+            let _ = socket.outbox.push(Out::State(info.clone()));
+        }
+        // The agent's page: the session's state under its own key, as the
+        // reference sends it there.
+        let mut frame: Option<Utf8Bytes> = None;
+        for socket in sockets.holders(&format!("agents/{}", link.agent_id)) {
+            let allowed = socket.account().is_some_and(|a| accounts.contains(&a));
+            if !allowed || socket.holds(&key) || self.has_view(socket.id, &info.session_id) {
+                continue;
+            }
+            let frame = frame.get_or_insert_with(|| {
+                WsEvent::Change {
+                    key: key.clone(),
+                    value: ChangeValue::Session(render::session(info, &link)),
+                }
+                .to_json()
+                .into()
+            });
+            socket.outbox.frame(frame.clone());
+        }
+    }
+
+    async fn run_event(&mut self, sockets: &Sockets, event: RunEvent) {
+        if !sockets.holds_any_account() {
+            return;
+        }
+        let root = event.root_run_id().to_owned();
+        let agent_id = match &event {
+            RunEvent::Changed(run) => {
+                let Some(agent_id) = run.agent_id.clone() else {
+                    return;
+                };
+                if self.roots.len() >= CACHE_ENTRIES {
+                    self.roots.clear();
+                }
+                self.roots.insert(root.clone(), agent_id.clone());
+                agent_id
+            }
+            _ => match self.roots.get(&root) {
+                Some(agent_id) => agent_id.clone(),
+                None => return,
+            },
+        };
+        let Some(accounts) = self.audience(&agent_id).await else {
+            return;
+        };
+        let key = format!("runs/{root}");
+        let frame: Utf8Bytes = match event {
+            RunEvent::Changed(run) => RunWsEvent::Change {
+                key: key.clone(),
+                value: Box::new(render::run(&run)),
+            },
+            RunEvent::Journal { row, .. } => RunWsEvent::Append {
+                key: key.clone(),
+                run_id: row.run_id,
+                seq: row.seq,
+                entry: row.entry,
+                created_at: row.created_at_ms,
+            },
+            RunEvent::Partial { run_id, patch, .. } => RunWsEvent::AppendPartial {
+                key: key.clone(),
+                partial_id: format!("{run_id}:progress"),
+                run_id,
+                patch,
+            },
+        }
+        .to_json()
+        .into();
+        for socket in Self::account_sockets(sockets, &accounts) {
+            if !socket.holds(&key) {
+                socket.outbox.frame(frame.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sender(capacity: usize) -> (FeedSender, mpsc::Receiver<(FeedMsg, usize)>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let sender = FeedSender {
+            tx,
+            bytes: Arc::new(AtomicUsize::new(0)),
+            overflowed: Arc::new(AtomicBool::new(false)),
+        };
+        (sender, rx)
+    }
+
+    fn update(text: &str) -> FeedMsg {
+        FeedMsg::Item {
+            session_id: Arc::from("s"),
+            item: Item::Ephemeral {
+                session_id: Arc::from("s"),
+                after_sequence: 1,
+                update: Arc::new(serde_json::json!({"content": {"text": text}})),
+            },
+        }
+    }
+
+    #[test]
+    fn what_does_not_fit_marks_the_feed_fallen_behind() {
+        let (feed, mut rx) = sender(2);
+        feed.offer(update("a"));
+        feed.offer(update("b"));
+        assert!(!feed.overflowed.load(Ordering::Acquire));
+        feed.offer(update("c"));
+        assert!(feed.overflowed.load(Ordering::Acquire), "past its messages");
+        assert_eq!(feed.bytes.load(Ordering::Acquire), 2 * (OVERHEAD + 1));
+        while rx.try_recv().is_ok() {}
+
+        let (feed, _rx) = sender(FEED_MESSAGES);
+        feed.offer(update(&"x".repeat(FEED_BYTES)));
+        assert!(feed.overflowed.load(Ordering::Acquire), "past its bytes");
+        assert_eq!(feed.bytes.load(Ordering::Acquire), 0);
+    }
+}
