@@ -163,6 +163,15 @@ fn builtin_services(
         )
         .map_err(|e| VmError::Builtin(e.message))?,
     );
+    if config.builtin.session_titles {
+        let titles = crate::builtin::titles::Titles::new(
+            host.clone(),
+            control.clone(),
+            sessions.clone(),
+            SessionStore::new(db.clone()),
+        );
+        titles.spawn(turns.runs().subscribe());
+    }
     match crate::builtin::agent_spec() {
         Ok(spec) => {
             sessions.set_builtin(spec, host.clone());

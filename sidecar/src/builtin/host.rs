@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 
 use agentos_adapters::builtin::provider::{
-    Endpoint, ModelInfo, Provider, ProviderError, ProviderKind, ProviderOptions,
+    Endpoint, Message, ModelInfo, ModelRequest, Provider, ProviderError, ProviderKind,
+    ProviderOptions, StreamEvent,
 };
 use agentos_adapters::RpcError;
 use agentos_protocol::agent_ext::{
@@ -32,6 +33,8 @@ const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 const MAX_TOKENS: u32 = 16_384;
 /// How long a model listing may take.
 const LISTING_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+/// Output tokens a title call may spend.
+const TITLE_TOKENS: u32 = 256;
 /// The endpoint of a local Ollama when its provider names none.
 const OLLAMA_DEFAULT: &str = "http://127.0.0.1:11434/v1";
 
@@ -181,6 +184,47 @@ impl Host {
             .list_models(&endpoint)
             .await
             .map_err(ListModelsError::Provider)
+    }
+
+    /// One short call to the agent's own model, with no tools, asking for
+    /// a title and a description of the conversation `digest` shows
+    /// (`titles.rs`); answers the model's text, at most 4 KiB of it.
+    pub async fn ask_for_title(&self, resolved: &Resolved, digest: &str) -> Result<String, String> {
+        let provider = resolved.provider().map_err(|e| e.message)?;
+        let (base_url, public_only) = self.endpoints.resolve(provider).map_err(|e| e.message)?;
+        let api_key = self
+            .open_key(&resolved.agent.account_id, provider)
+            .await
+            .map_err(|e| e.message)?
+            .api_key;
+        let endpoint = Endpoint {
+            kind: ProviderKind::from_type(&provider.provider_type),
+            base_url,
+            api_key,
+            public_only,
+        };
+        let request = ModelRequest {
+            model: resolved.definition.model.clone(),
+            system: super::titles::TITLE_INSTRUCTIONS.to_owned(),
+            messages: vec![Message::User {
+                text: digest.to_owned(),
+            }],
+            tools: Vec::new(),
+            max_tokens: TITLE_TOKENS,
+        };
+        let mut text = String::new();
+        let mut sink = |event: StreamEvent| {
+            if let StreamEvent::TextDelta(delta) = event {
+                if text.len() + delta.len() <= 4096 {
+                    text.push_str(&delta);
+                }
+            }
+        };
+        self.provider
+            .stream(&endpoint, &request, &mut sink)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(text)
     }
 
     /// The session's agent, its definition and its provider.

@@ -5,13 +5,15 @@
 //! rebuilt from the log (`transcript.rs`), the system prompt (`prompt.rs`)
 //! with its `<space>` index (`index.rs`), the verbs shared by the agent and
 //! the user (`verbs/`), what a script's `ctx.call` reaches
-//! (`script_tools.rs`), and bounded web reads (`fetch.rs`).
+//! (`script_tools.rs`), bounded web reads (`fetch.rs`), and sessions named
+//! after their first turn (`titles.rs`).
 
 pub mod fetch;
 pub mod host;
 pub mod index;
 pub mod prompt;
 pub mod script_tools;
+pub mod titles;
 pub mod transcript;
 pub mod verbs;
 

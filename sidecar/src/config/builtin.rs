@@ -29,6 +29,10 @@ pub struct BuiltinConfig {
     /// (`retry-after`) or a doubling backoff; 0 turns retries off. A call
     /// whose answer had begun streaming is never repeated.
     pub provider_retries: u32,
+    /// Names each Seed session after its first turn while nobody named it
+    /// (a short call to the agent's own model; a registry adapter's from
+    /// the user's first words). Off: sessions keep what they were given.
+    pub session_titles: bool,
 }
 
 /// Retries of a busy provider by default.
@@ -42,6 +46,7 @@ impl Default for BuiltinConfig {
             provider_endpoints: BTreeMap::new(),
             allow_private_endpoints: false,
             provider_retries: DEFAULT_PROVIDER_RETRIES,
+            session_titles: true,
         }
     }
 }

@@ -142,6 +142,17 @@ impl Sessions {
         self.shared.notices.subscribe()
     }
 
+    /// Says that a session was renamed by the sidecar itself (a generated
+    /// title), for whoever shows it live.
+    pub fn announce_renamed(&self, session_id: &str) {
+        let _ = self.shared.renamed.send(session_id.to_owned());
+    }
+
+    /// The sessions renamed by the sidecar itself, as it happens.
+    pub fn renames(&self) -> broadcast::Receiver<String> {
+        self.shared.renamed.subscribe()
+    }
+
     /// The VM-wide counters of bounded queues (shared with the host door).
     pub fn counters(&self) -> &Arc<MemoryCounters> {
         &self.shared.counters

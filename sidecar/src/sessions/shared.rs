@@ -38,6 +38,9 @@ pub(crate) struct Shared {
     pub limits: AcpLimits,
     pub agents: BTreeMap<String, AgentSpec>,
     pub notices: broadcast::Sender<Notice>,
+    /// Sessions renamed outside a front door's request (a generated title),
+    /// for the signed door's live feed.
+    pub renamed: broadcast::Sender<String>,
     pub keep_awake: KeepAwake,
     pub fs: Option<Arc<dyn FsBridge>>,
     /// Where and how adapters start (their directories and confinement).
@@ -77,6 +80,7 @@ impl Shared {
         fs: Option<Arc<dyn FsBridge>>,
     ) -> Shared {
         let (notices, _) = broadcast::channel(4096);
+        let (renamed, _) = broadcast::channel(1024);
         let adapters = agentos_adapters::client::ProcessBudget::new(
             usize::try_from(limits.max_queued_stdin_bytes_per_vm).unwrap_or(usize::MAX),
             usize::try_from(limits.max_stdout_bytes_per_vm).unwrap_or(usize::MAX),
@@ -89,6 +93,7 @@ impl Shared {
             limits,
             agents,
             notices,
+            renamed,
             keep_awake: KeepAwake::default(),
             fs,
             launcher: Arc::new(Launcher::inherit()),

@@ -28,6 +28,8 @@ pub struct World {
     pub flavor: Flavor,
     /// Merged into the config's limits, at every start.
     pub limits: Value,
+    /// Whether the sidecar names sessions (`builtin.sessionTitles`).
+    pub titles: bool,
 }
 
 pub fn flavor_type(flavor: Flavor) -> &'static str {
@@ -38,11 +40,14 @@ pub fn flavor_type(flavor: Flavor) -> &'static str {
     }
 }
 
-fn options(provider: &ScriptedProvider) -> Options {
+fn options(provider: &ScriptedProvider, titles: bool) -> Options {
     Options {
         config: json!({
             "http": {"listen": "127.0.0.1:0"},
-            "builtin": {"providerEndpoints": {flavor_type(provider.flavor()): provider.base_url()}},
+            // Sessions keep their names unless a test asks for titles: a
+            // title call would be one more request to the scripted provider.
+            "builtin": {"providerEndpoints": {flavor_type(provider.flavor()): provider.base_url()},
+                        "sessionTitles": titles},
         }),
         ..Options::default()
     }
@@ -75,12 +80,22 @@ pub async fn world_on(flavor: Flavor, backend: Backend) -> World {
 
 /// [`world_on`] with `limits` merged into the sidecar's config.
 pub async fn world_with(flavor: Flavor, backend: Backend, limits: Value) -> World {
+    world_of(flavor, backend, limits, false).await
+}
+
+/// [`world`] on a sidecar that names its sessions after their first turn.
+#[allow(dead_code)]
+pub async fn world_titled(flavor: Flavor) -> World {
+    world_of(flavor, Backend::SqliteFile, json!({}), true).await
+}
+
+async fn world_of(flavor: Flavor, backend: Backend, limits: Value, titles: bool) -> World {
     let provider = ScriptedProvider::start(flavor).await;
     let sc = Sidecar::start_with(
         backend,
         Options {
             limits: limits.clone(),
-            ..options(&provider)
+            ..options(&provider, titles)
         },
     )
     .await;
@@ -114,6 +129,7 @@ pub async fn world_with(flavor: Flavor, backend: Backend, limits: Value) -> Worl
         owner,
         flavor,
         limits,
+        titles,
     }
 }
 
@@ -263,11 +279,12 @@ impl World {
             agent_id,
             flavor,
             limits,
+            titles,
             ..
         } = self;
         let options = Options {
             limits: limits.clone(),
-            ..options(&provider)
+            ..options(&provider, titles)
         };
         let sc = if crash {
             sc.crash(options).await
@@ -283,6 +300,7 @@ impl World {
             agent_id,
             flavor,
             limits,
+            titles,
         }
     }
 }

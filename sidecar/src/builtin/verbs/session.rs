@@ -79,10 +79,16 @@ pub(super) async fn status(verbs: &Verbs, scope: &VerbScope, input: &Value) -> V
         .set_agent_status(&scope.session_id, title, description, now)
         .await
     {
-        Ok(Some(kept_user_title)) => success(json!({
-            "title": if kept_user_title { Value::String("kept: the user set this session's title".into()) } else { json!(title) },
-            "description": description,
-        })),
+        Ok(Some(kept_user_title)) => {
+            // The session's watchers see its new name and description.
+            if let Some((sessions, _)) = verbs.sessions.get() {
+                sessions.announce_renamed(&scope.session_id);
+            }
+            success(json!({
+                "title": if kept_user_title { Value::String("kept: the user set this session's title".into()) } else { json!(title) },
+                "description": description,
+            }))
+        }
         Ok(None) => failure("not_found", "the session no longer exists"),
         Err(_) => failure("storage", "the session's status could not be saved"),
     }

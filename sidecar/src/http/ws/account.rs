@@ -55,6 +55,8 @@ pub(super) enum FeedMsg {
     Item { session_id: Arc<str>, item: Item },
     /// A session's new state.
     State(Arc<SessionInfo>),
+    /// The sidecar renamed a session: its accounts hear `session-updated`.
+    Renamed(String),
 }
 
 impl FeedMsg {
@@ -73,6 +75,7 @@ impl FeedMsg {
                     .and_then(serde_json::Value::as_str)
                     .map_or(0, str::len),
                 FeedMsg::State(_) => 0,
+                FeedMsg::Renamed(id) => id.len(),
             }
     }
 }
@@ -197,6 +200,7 @@ impl Feed {
                             self.item(&sockets, &session_id, &item).await;
                         }
                         FeedMsg::State(info) => self.state(&sockets, &info).await,
+                        FeedMsg::Renamed(session_id) => self.renamed(&sockets, &session_id).await,
                     }
                     self.tidy(&sockets);
                 }
@@ -414,6 +418,21 @@ impl Feed {
             });
             socket.outbox.frame(frame.clone());
         }
+    }
+
+    async fn renamed(&mut self, sockets: &Sockets, session_id: &str) {
+        let Some(link) = self.link(session_id).await else {
+            return;
+        };
+        let Some(accounts) = self.audience(&link.agent_id).await else {
+            return;
+        };
+        sockets.account_changed(
+            &accounts,
+            reason::SESSION_UPDATED,
+            Some(&link.agent_id),
+            Some(session_id),
+        );
     }
 
     async fn run_event(&mut self, sockets: &Sockets, event: RunEvent) {

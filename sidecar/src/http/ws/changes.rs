@@ -219,27 +219,36 @@ impl Sockets {
             return;
         }
         let notices = self.sessions.notices();
-        tokio::spawn(relay(Arc::downgrade(self), notices));
+        let renames = self.sessions.renames();
+        tokio::spawn(relay(Arc::downgrade(self), notices, renames));
     }
 }
 
 /// A turn takes keep-awake after its accept commit and releases it after
-/// its terminal commit: both are the moments a session's state changes.
-async fn relay(sockets: Weak<Sockets>, mut notices: broadcast::Receiver<Notice>) {
+/// its terminal commit: both are the moments a session's state changes. A
+/// session the sidecar renamed (a generated title) changed too, and its
+/// accounts hear `session-updated`.
+async fn relay(
+    sockets: Weak<Sockets>,
+    mut notices: broadcast::Receiver<Notice>,
+    mut renames: broadcast::Receiver<String>,
+) {
     loop {
-        let notice = match notices.recv().await {
-            Ok(notice) => notice,
-            Err(broadcast::error::RecvError::Lagged(skipped)) => {
-                tracing::warn!(
-                    skipped,
-                    "websocket session states lagged behind the notices"
-                );
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        let Notice::KeepAwake { session_id, .. } = notice else {
-            continue;
+        let (session_id, renamed) = tokio::select! {
+            notice = notices.recv() => match notice {
+                Ok(Notice::KeepAwake { session_id, .. }) => (session_id, false),
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(skipped)) => {
+                    tracing::warn!(skipped, "websocket session states lagged behind the notices");
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            renamed = renames.recv() => match renamed {
+                Ok(session_id) => (session_id, true),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
         };
         let Some(sockets) = sockets.upgrade() else {
             return;
@@ -256,6 +265,9 @@ async fn relay(sockets: Weak<Sockets>, mut notices: broadcast::Receiver<Notice>)
             Err(e) => {
                 tracing::debug!(session = %session_id, error = %e, "no state to relay")
             }
+        }
+        if renamed {
+            sockets.offer_feed(super::account::FeedMsg::Renamed(session_id));
         }
     }
 }

@@ -148,6 +148,51 @@ impl SessionStore {
         Ok(results.first().is_some_and(|r| r.changes == 1))
     }
 
+    /// Who named the session (`none`, `agent`, `user`); `None` when there
+    /// is no such session.
+    pub async fn title_source(&self, session_id: &str) -> Result<Option<String>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT title_source FROM agentos_core_sessions WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        Ok(match rows.rows.first().and_then(|r| r.first()) {
+            Some(SqlValue::Text(source)) => Some(source.clone()),
+            _ => None,
+        })
+    }
+
+    /// A generated name: the title only while nobody named the session,
+    /// then as the agent's; the description only where there is none.
+    /// Answers whether the title was set.
+    pub async fn set_generated_title(
+        &self,
+        session_id: &str,
+        title: &str,
+        description: Option<&str>,
+        now: i64,
+    ) -> Result<bool, DbError> {
+        let results = self
+            .db
+            .transaction(vec![Statement::new(
+                "UPDATE agentos_core_sessions SET title = ?2, title_source = 'agent', \
+                   description = CASE WHEN description IS NULL OR description = '' \
+                     THEN ?3 ELSE description END, \
+                   updated_at_ms = max(updated_at_ms, ?4) \
+                 WHERE session_id = ?1 AND title_source = 'none'",
+                vec![
+                    session_id.into(),
+                    title.into(),
+                    description.map_or(SqlValue::Null, |d| d.into()),
+                    now.into(),
+                ],
+            )])
+            .await?;
+        Ok(results.first().is_some_and(|r| r.changes == 1))
+    }
+
     /// The agent's `status`: its title replaces any title but the user's,
     /// and its description replaces the last one. `None` when the session
     /// does not exist; otherwise whether a user-set title was kept.
