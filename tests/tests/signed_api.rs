@@ -14,7 +14,10 @@ async fn start(backend: Backend) -> (Sidecar, Target) {
     let sc = Sidecar::start_with(
         backend,
         Options {
-            config: json!({"http": {"listen": "127.0.0.1:0"}}),
+            // Sessions keep the titles they were given: naming them after
+            // their first turn is `session_titles.rs`'s.
+            config: json!({"http": {"listen": "127.0.0.1:0"},
+                           "builtin": {"sessionTitles": false}}),
             ..Options::default()
         },
     )

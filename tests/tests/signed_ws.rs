@@ -36,6 +36,19 @@ async fn agent_and_session(t: &Target, owner: &Signer) -> (String, String) {
     (agent_id, session.text("sessionId"))
 }
 
+/// The owner renames the agent to "Renamed".
+async fn rename_agent(t: &Target, owner: &Signer, agent_id: &str) {
+    let updated = call(
+        t,
+        owner,
+        json!({"_": "UpdateAgent", "agentId": agent_id, "definition": {
+            "name": "Renamed", "systemPrompt": "Be brief.", "modelProvider": "openai",
+            "model": "gpt-5-mini", "adapter": "echo"}}),
+    )
+    .await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+}
+
 async fn say(t: &Target, signer: &Signer, session_id: &str, text: &str) {
     let said = call(
         t,
@@ -446,22 +459,18 @@ async fn collaborators_hear_the_agents_changes() {
     )
     .await;
     assert_eq!(accepted.status, 200, "{:?}", accepted.body);
+    // Account-wide: the agent now shared with it, as it reads it, then why.
+    let agent_key = format!("agents/{agent_id}");
+    let shared = ws.next().await;
+    assert_eq!(shared["key"], agent_key.as_str(), "{shared}");
+    assert_eq!(shared["value"]["accessRole"], "reader");
     assert_eq!(
         ws.next().await["value"]["reason"],
         "agent-collaborators-changed"
     );
-    let agent_key = format!("agents/{agent_id}");
     ws.subscribed(&reader, &agent_key, None).await;
 
-    let updated = call(
-        &t,
-        &owner,
-        json!({"_": "UpdateAgent", "agentId": agent_id, "definition": {
-            "name": "Renamed", "systemPrompt": "Be brief.", "modelProvider": "openai",
-            "model": "gpt-5-mini", "adapter": "echo"}}),
-    )
-    .await;
-    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    rename_agent(&t, &owner, &agent_id).await;
     let agent = ws.next().await;
     assert_eq!(agent["key"], agent_key.as_str());
     assert_eq!(agent["value"]["definition"]["name"], "Renamed");
@@ -708,4 +717,14 @@ async fn account_and_agent_subscribers_follow_a_turn() {
         .iter()
         .any(|f| f["value"]["reason"] == "session-event"));
     assert!(!frames.iter().any(|f| f["_"] == "append"), "{frames:?}");
+
+    // The agent's own changes reach its accounts' sockets, as each reads it.
+    rename_agent(&t, &owner, &agent_id).await;
+    let agent_key = format!("agents/{agent_id}");
+    for (ws, role) in [(&mut own, "owner"), (&mut shared, "writer")] {
+        let agent = ws.next_where(|f| f["key"] == agent_key.as_str()).await;
+        assert_eq!(agent["_"], "change");
+        assert_eq!(agent["value"]["definition"]["name"], "Renamed");
+        assert_eq!(agent["value"]["accessRole"], role);
+    }
 }

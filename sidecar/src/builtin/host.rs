@@ -165,25 +165,31 @@ impl Host {
             .ok_or(ListModelsError::NotFound)?;
         let config: ModelProviderConfig = cbor::from_slice(&record.config, MAX_DOCUMENT_BYTES)
             .map_err(|_| ListModelsError::Storage("corrupt_row".into()))?;
-        let (base_url, public_only) = self
-            .endpoints
-            .resolve(&config)
-            .map_err(ListModelsError::Refused)?;
-        let api_key = self
-            .open_key(account, &config)
+        let endpoint = self
+            .endpoint(account, &config)
             .await
-            .map_err(ListModelsError::Refused)?
-            .api_key;
-        let endpoint = Endpoint {
-            kind: ProviderKind::from_type(&config.provider_type),
-            base_url,
-            api_key,
-            public_only,
-        };
+            .map_err(ListModelsError::Refused)?;
         self.provider
             .list_models(&endpoint)
             .await
             .map_err(ListModelsError::Provider)
+    }
+
+    /// Where `account`'s provider is called from the sidecar itself, with
+    /// its key opened for this call only.
+    async fn endpoint(
+        &self,
+        account: &str,
+        config: &ModelProviderConfig,
+    ) -> Result<Endpoint, RpcError> {
+        let (base_url, public_only) = self.endpoints.resolve(config)?;
+        let api_key = self.open_key(account, config).await?.api_key;
+        Ok(Endpoint {
+            kind: ProviderKind::from_type(&config.provider_type),
+            base_url,
+            api_key,
+            public_only,
+        })
     }
 
     /// One short call to the agent's own model, with no tools, asking for
@@ -191,18 +197,10 @@ impl Host {
     /// (`titles.rs`); answers the model's text, at most 4 KiB of it.
     pub async fn ask_for_title(&self, resolved: &Resolved, digest: &str) -> Result<String, String> {
         let provider = resolved.provider().map_err(|e| e.message)?;
-        let (base_url, public_only) = self.endpoints.resolve(provider).map_err(|e| e.message)?;
-        let api_key = self
-            .open_key(&resolved.agent.account_id, provider)
+        let endpoint = self
+            .endpoint(&resolved.agent.account_id, provider)
             .await
-            .map_err(|e| e.message)?
-            .api_key;
-        let endpoint = Endpoint {
-            kind: ProviderKind::from_type(&provider.provider_type),
-            base_url,
-            api_key,
-            public_only,
-        };
+            .map_err(|e| e.message)?;
         let request = ModelRequest {
             model: resolved.definition.model.clone(),
             system: super::titles::TITLE_INSTRUCTIONS.to_owned(),

@@ -6,7 +6,8 @@
 //!   every accepted collaborator of the agent concerned (an invitation
 //!   goes to the invitee); one naming an agent also reaches the account's
 //!   sockets on `agents/<agentId>`, under the `account/<id>` key, as the
-//!   reference sends it. The account's other frames are `account.rs`'s.
+//!   reference sends it. The account's sockets also get each of its
+//!   agents' `change` (below); its other frames are `account.rs`'s.
 //! - `agents/<id>`: the agent as each subscriber may see it (its own
 //!   `accessRole`). A change of who may read an agent re-checks every
 //!   socket watching it, through `agents/<id>` or one of its sessions: a
@@ -126,40 +127,58 @@ impl Sockets {
         let key = format!("agents/{}", agent.agent_id);
         // One rendering per role, shared by the sockets that read as it.
         let mut rendered: Vec<(AccessRole, Option<Utf8Bytes>)> = Vec::new();
-        for socket in self.watchers(&agent.agent_id) {
-            let Some(account) = socket.account() else {
-                continue;
-            };
+        let mut frame_for = |role: AccessRole| match rendered.iter().find(|(r, _)| *r == role) {
+            Some((_, frame)) => frame.clone(),
+            None => {
+                let frame = render(role).map(|info| {
+                    Utf8Bytes::from(
+                        WsEvent::Change {
+                            key: key.clone(),
+                            value: ChangeValue::Agent(info),
+                        }
+                        .to_json(),
+                    )
+                });
+                rendered.push((role, frame.clone()));
+                frame
+            }
+        };
+        let role_of = |account: &str| {
             let collaboration = collaborators
                 .iter()
                 .find(|c| c.account_id == account)
                 .map(|c| (c.role, c.status));
-            match authz::role_for(&account, agent, collaboration) {
+            authz::role_for(account, agent, collaboration)
+        };
+        for socket in self.watchers(&agent.agent_id) {
+            let Some(account) = socket.account() else {
+                continue;
+            };
+            match role_of(&account) {
                 None => self.revoke(&socket, &agent.agent_id, |key| {
                     WsError::AccessRevoked(key.to_owned())
                 }),
                 Some(role) if socket.holds(&key) => {
-                    let frame = match rendered.iter().find(|(r, _)| *r == role) {
-                        Some((_, frame)) => frame.clone(),
-                        None => {
-                            let frame = render(role).map(|info| {
-                                Utf8Bytes::from(
-                                    WsEvent::Change {
-                                        key: key.clone(),
-                                        value: ChangeValue::Agent(info),
-                                    }
-                                    .to_json(),
-                                )
-                            });
-                            rendered.push((role, frame.clone()));
-                            frame
-                        }
-                    };
-                    if let Some(frame) = frame {
+                    if let Some(frame) = frame_for(role) {
                         socket.outbox.frame(frame);
                     }
                 }
                 Some(_) => {}
+            }
+        }
+        // Account-wide sockets of its owner and accepted collaborators get
+        // it too, as each reads it (`account.rs`).
+        for account in audience(agent, collaborators) {
+            let Some(role) = role_of(&account) else {
+                continue;
+            };
+            for socket in self.holders(&format!("account/{account}")) {
+                if socket.holds(&key) {
+                    continue;
+                }
+                if let Some(frame) = frame_for(role) {
+                    socket.outbox.frame(frame);
+                }
             }
         }
     }

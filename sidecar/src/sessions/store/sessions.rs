@@ -224,17 +224,7 @@ impl SessionStore {
         if results.first().is_none_or(|r| r.changes != 1) {
             return Ok(None);
         }
-        let rows = self
-            .db
-            .query(
-                "SELECT title_source FROM agentos_core_sessions WHERE session_id = ?1",
-                vec![session_id.into()],
-            )
-            .await?;
-        let user = matches!(
-            rows.rows.first().and_then(|r| r.first()),
-            Some(SqlValue::Text(source)) if source == "user"
-        );
+        let user = self.title_source(session_id).await?.as_deref() == Some("user");
         Ok(Some(title.is_some() && user))
     }
 
