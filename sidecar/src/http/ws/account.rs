@@ -24,6 +24,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use agentos_protocol::seed::ws::{ChangeValue, RunWsEvent, WsEvent};
 use axum::extract::ws::Utf8Bytes;
@@ -48,6 +49,8 @@ pub const MAX_VIEWS: usize = 256;
 const CACHE_ENTRIES: usize = 16_384;
 /// Bytes charged for a message besides what it carries.
 const OVERHEAD: usize = 256;
+/// How long a session found linked to no agent is taken to have none.
+const UNLINKED_FOR: Duration = Duration::from_secs(5);
 
 /// What the feed is handed.
 pub(super) enum FeedMsg {
@@ -162,8 +165,10 @@ struct Views {
 struct Feed {
     sockets: Weak<Sockets>,
     control: Control,
-    /// Each session's link (its agent), once read.
-    links: HashMap<String, Arc<SessionLink>>,
+    /// Each session's link (its agent), once read; `None`, read at that
+    /// instant, for a session of no agent (the host door's own), asked
+    /// again after [`UNLINKED_FOR`].
+    links: HashMap<String, (Option<Arc<SessionLink>>, Instant)>,
     /// Each agent's audience, as of `epoch`.
     audiences: HashMap<String, Arc<Vec<String>>>,
     /// Each run tree's agent, learned from its runs' changes.
@@ -243,13 +248,13 @@ impl Feed {
     }
 
     async fn link(&mut self, session_id: &str) -> Option<Arc<SessionLink>> {
-        if let Some(link) = self.links.get(session_id) {
-            return Some(link.clone());
+        match self.links.get(session_id) {
+            Some((Some(link), _)) => return Some(link.clone()),
+            Some((None, at)) if at.elapsed() < UNLINKED_FOR => return None,
+            _ => {}
         }
         let link = match self.control.session_agent(session_id).await {
-            Ok(Some(link)) => Arc::new(link),
-            // Not a Seed session (the host door's own), or gone.
-            Ok(None) => return None,
+            Ok(link) => link.map(Arc::new),
             Err(e) => {
                 tracing::debug!(session = %session_id, error = %e, "no link for the account feed");
                 return None;
@@ -258,8 +263,11 @@ impl Feed {
         if self.links.len() >= CACHE_ENTRIES {
             self.links.clear();
         }
-        self.links.insert(session_id.to_owned(), link.clone());
-        Some(link)
+        // Not a Seed session (the host door's own), or gone: its events
+        // are not looked up one by one.
+        self.links
+            .insert(session_id.to_owned(), (link.clone(), Instant::now()));
+        link
     }
 
     async fn audience(&mut self, agent_id: &str) -> Option<Arc<Vec<String>>> {
