@@ -304,6 +304,43 @@ async fn google_text_and_tool_turns() {
     text_and_tool_turns(Flavor::Google).await;
 }
 
+/// A busy provider's pause is the turn's activity on the live feed: the
+/// agent says it waits, and why, then the answer streams.
+#[tokio::test]
+async fn a_wait_for_a_busy_provider_shows_as_the_turns_activity() {
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
+    let mut ws = Ws::open(&addr).await;
+    ws.subscribed(&w.owner, &format!("sessions/{session}"), None)
+        .await;
+    w.provider.push(Reply::RetryAfter(
+        429,
+        json!({"error": {"message": "slow down", "type": "rate_limit_error"}}).to_string(),
+        "1".into(),
+    ));
+    w.provider.push(Reply::Text(vec!["Here.".into()]));
+    let turn = w.message_in_background(&session, "now");
+    let waiting = ws
+        .next_where(|e| e["patch"]["activity"]["detail"].is_string())
+        .await;
+    assert_eq!(waiting["_"], "appendPartial");
+    assert_eq!(waiting["patch"]["activity"]["phase"], "thinking");
+    let detail = waiting["patch"]["activity"]["detail"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        detail.contains("HTTP 429") && detail.contains("1 of 3"),
+        "{detail}"
+    );
+    ok(&turn.await.expect("the turn task"));
+    assert_eq!(
+        kinds(&w.events(&session).await),
+        ["user:now", "assistant:Here."],
+        "the wait left nothing in the log"
+    );
+}
+
 #[tokio::test]
 async fn websocket_subscribers_see_deltas_then_the_message_once() {
     let w = world(Flavor::Anthropic).await;

@@ -127,7 +127,8 @@ impl Sockets {
         self.sessions
             .hub()
             .set_tap(Box::new(move |session_id, item| {
-                if let Some(sockets) = tap.upgrade() {
+                // Session items go only to account-wide sockets.
+                if let Some(sockets) = tap.upgrade().filter(|s| s.holds_any_account()) {
                     sockets.offer_feed(FeedMsg::Item {
                         session_id: Arc::from(session_id),
                         item: item.clone(),

@@ -56,6 +56,9 @@ pub struct Sockets {
     /// Bumped whenever who may see an agent changes: the feed forgets the
     /// audiences it read.
     audience_epoch: AtomicU64,
+    /// `Index::account_keys`, readable without the index's lock (the hub's
+    /// tap asks under the hub's).
+    account_keys: AtomicUsize,
 }
 
 /// A socket's place under `http.ws.maxSockets`, released on drop.
@@ -86,6 +89,7 @@ impl Sockets {
             accounts: Mutex::default(),
             feed: OnceLock::new(),
             audience_epoch: AtomicU64::new(0),
+            account_keys: AtomicUsize::new(0),
             limits,
         }
     }
@@ -163,6 +167,8 @@ impl Sockets {
         for (key, hold) in keys {
             index.remove(socket.id, &key, hold.agent());
         }
+        self.account_keys
+            .store(index.account_keys, Ordering::Release);
     }
 
     pub(super) fn index(&self, socket: u64, key: &str, agent: Option<&str>) {
@@ -172,6 +178,8 @@ impl Sockets {
         holders.insert(socket);
         if first && key.starts_with("account/") {
             index.account_keys += 1;
+            self.account_keys
+                .store(index.account_keys, Ordering::Release);
         }
         if let Some(agent) = agent {
             *index
@@ -184,7 +192,10 @@ impl Sockets {
     }
 
     pub(super) fn unindex(&self, socket: u64, key: &str, agent: Option<&str>) {
-        self.index_lock().remove(socket, key, agent);
+        let mut index = self.index_lock();
+        index.remove(socket, key, agent);
+        self.account_keys
+            .store(index.account_keys, Ordering::Release);
     }
 
     /// The sockets indexed under `key` (each still checks that it holds
@@ -212,9 +223,9 @@ impl Sockets {
             .collect()
     }
 
-    /// Whether some socket holds an `account/` key.
+    /// Whether some socket holds an `account/` key; takes no lock.
     pub(super) fn holds_any_account(&self) -> bool {
-        self.index_lock().account_keys > 0
+        self.account_keys.load(Ordering::Acquire) > 0
     }
 
     /// Every socket holding an `account/` key.
