@@ -294,8 +294,9 @@ impl ProviderError {
     /// call is worth repeating after a pause.
     pub fn is_busy(&self) -> bool {
         self.code == PROVIDER_RATE_LIMITED
-            || matches!(self.status, Some(503 | 529))
-            || self.message.contains("overloaded")
+            || (self.class == ErrorClass::Retryable
+                && (matches!(self.status, Some(503 | 529))
+                    || self.message.to_ascii_lowercase().contains("overloaded")))
     }
 
     /// Removes the key from the message, whatever put it there (some
@@ -319,12 +320,14 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    // A value no `Duration` holds (negative, not finite, too large) says
+    // nothing usable.
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return (ms.is_finite() && ms >= 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
     let value = text("retry-after")?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+        return Duration::try_from_secs_f64(seconds).ok();
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(
@@ -503,6 +506,60 @@ fn u64_at(value: &serde_json::Value, pointer: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_reads_ms_seconds_and_dates_and_ignores_what_no_pause_holds() {
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = reqwest::header::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(
+                    *name,
+                    reqwest::header::HeaderValue::from_str(value).expect("a header value"),
+                );
+            }
+            map
+        };
+        let after = |pairs: &[(&'static str, &str)]| retry_after(&headers(pairs));
+        assert_eq!(
+            after(&[("retry-after-ms", "1500")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            after(&[("retry-after", " 2 ")]),
+            Some(Duration::from_secs(2))
+        );
+        // Milliseconds win over seconds, as the header that says more.
+        assert_eq!(
+            after(&[("retry-after-ms", "10"), ("retry-after", "9")]),
+            Some(Duration::from_millis(10))
+        );
+        // A date in the past is no pause.
+        assert_eq!(
+            after(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]),
+            Some(Duration::ZERO)
+        );
+        for hostile in ["-1", "1e30", "NaN", "inf", "soon", ""] {
+            assert_eq!(after(&[("retry-after", hostile)]), None, "{hostile}");
+            assert_eq!(after(&[("retry-after-ms", hostile)]), None, "{hostile}");
+        }
+        assert_eq!(after(&[]), None);
+    }
+
+    #[test]
+    fn only_a_rate_limit_or_an_overloaded_provider_is_busy() {
+        let busy = |e: ProviderError| e.is_busy();
+        assert!(busy(ProviderError::from_status(429, b"")));
+        assert!(busy(ProviderError::from_status(503, b"")));
+        assert!(busy(ProviderError::from_status(529, b"")));
+        assert!(busy(ProviderError::in_stream(Some(529), "Overloaded")));
+        assert!(busy(ProviderError::in_stream(None, "overloaded_error")));
+        assert!(!busy(ProviderError::from_status(500, b"")));
+        assert!(!busy(ProviderError::from_status(
+            400,
+            br#"{"error":{"message":"the context is overloaded"}}"#
+        )));
+        assert!(!busy(ProviderError::network("connection reset")));
+    }
 
     #[test]
     fn kinds_from_seed_types() {
