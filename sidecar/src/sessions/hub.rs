@@ -184,13 +184,17 @@ impl State {
 
 /// Sees every committed event and live update of every session as it is
 /// published, under the hub's lock: it must not block or take the lock.
-pub type Tap = Box<dyn Fn(&str, &Item) + Send + Sync>;
+pub trait Tap: Send + Sync {
+    /// Whether it wants items now; when not, none is rendered for it.
+    fn wants(&self) -> bool;
+    fn see(&self, session_id: &str, item: &Item);
+}
 
 /// All sessions' channels.
 #[derive(Default)]
 pub struct Hub {
     state: Mutex<State>,
-    tap: std::sync::OnceLock<Tap>,
+    tap: std::sync::OnceLock<Box<dyn Tap>>,
 }
 
 /// A sink already holds its maximum number of subscriptions.
@@ -201,7 +205,7 @@ pub struct TooManySubscriptions {
 
 impl Hub {
     /// Sets the tap that sees everything published from now on; once.
-    pub fn set_tap(&self, tap: Tap) {
+    pub fn set_tap(&self, tap: Box<dyn Tap>) {
         let _ = self.tap.set(tap);
     }
 
@@ -222,7 +226,7 @@ impl Hub {
             return;
         };
         let mut dropped = Vec::new();
-        let tap = self.tap.get();
+        let tap = self.tap.get().filter(|tap| tap.wants());
         for event in events {
             channel.last_published = channel.last_published.max(event.sequence);
             if channel.subscriptions.is_empty() && tap.is_none() {
@@ -230,7 +234,7 @@ impl Hub {
             }
             let item = Item::durable(event);
             if let Some(tap) = tap {
-                tap(session_id, &item);
+                tap.see(session_id, &item);
             }
             for sub in channel.subscriptions.values() {
                 if !sub.offer(&item) && !dropped.contains(&sub.id) {
@@ -247,7 +251,7 @@ impl Hub {
         let Some(channel) = state.sessions.get_mut(session_id) else {
             return;
         };
-        let tap = self.tap.get();
+        let tap = self.tap.get().filter(|tap| tap.wants());
         if channel.subscriptions.is_empty() && tap.is_none() {
             return;
         }
@@ -257,7 +261,7 @@ impl Hub {
             update: Arc::new(update),
         };
         if let Some(tap) = tap {
-            tap(session_id, &item);
+            tap.see(session_id, &item);
         }
         let dropped: Vec<String> = channel
             .subscriptions

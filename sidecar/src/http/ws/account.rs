@@ -37,7 +37,7 @@ use super::sockets::Sockets;
 use crate::control::{Control, SessionLink};
 use crate::http::api::render;
 use crate::runs::{RunEvent, Runs};
-use crate::sessions::{Item, SessionInfo};
+use crate::sessions::{Item, SessionInfo, Tap};
 
 /// Messages waiting for the feed, at most.
 pub const FEED_MESSAGES: usize = 16_384;
@@ -123,18 +123,9 @@ impl Sockets {
         if self.feed.set(sender).is_err() {
             return;
         }
-        let tap = Arc::downgrade(self);
         self.sessions
             .hub()
-            .set_tap(Box::new(move |session_id, item| {
-                // Session items go only to account-wide sockets.
-                if let Some(sockets) = tap.upgrade().filter(|s| s.holds_any_account()) {
-                    sockets.offer_feed(FeedMsg::Item {
-                        session_id: Arc::from(session_id),
-                        item: item.clone(),
-                    });
-                }
-            }));
+            .set_tap(Box::new(HubTap(Arc::downgrade(self))));
         let feed = Feed {
             sockets: Arc::downgrade(self),
             control,
@@ -153,6 +144,25 @@ impl Sockets {
     pub(super) fn offer_feed(&self, msg: FeedMsg) {
         if let Some(feed) = self.feed.get() {
             feed.offer(msg);
+        }
+    }
+}
+
+/// What the session hub hands the feed: session items, and only while
+/// some socket is account-wide (otherwise nothing is rendered for it).
+struct HubTap(Weak<Sockets>);
+
+impl Tap for HubTap {
+    fn wants(&self) -> bool {
+        self.0.upgrade().is_some_and(|s| s.holds_any_account())
+    }
+
+    fn see(&self, session_id: &str, item: &Item) {
+        if let Some(sockets) = self.0.upgrade() {
+            sockets.offer_feed(FeedMsg::Item {
+                session_id: Arc::from(session_id),
+                item: item.clone(),
+            });
         }
     }
 }
