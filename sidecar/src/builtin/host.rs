@@ -35,6 +35,8 @@ const MAX_TOKENS: u32 = 16_384;
 const LISTING_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Output tokens a title call may spend.
 const TITLE_TOKENS: u32 = 256;
+/// Bytes a title call's answer may stream, in all and in one event.
+const TITLE_STREAM_BYTES: usize = 64 * 1024;
 /// The endpoint of a local Ollama when its provider names none.
 const OLLAMA_DEFAULT: &str = "http://127.0.0.1:11434/v1";
 
@@ -127,6 +129,8 @@ pub struct Host {
     endpoints: ProviderEndpoints,
     /// The provider client, for model listings made by the sidecar itself.
     provider: Provider,
+    /// The provider client for session titles, bounded to what a title is.
+    titler: Provider,
 }
 
 impl Host {
@@ -145,6 +149,16 @@ impl Host {
             provider: Provider::new(ProviderOptions {
                 idle_timeout: LISTING_DEADLINE,
                 call_deadline: LISTING_DEADLINE,
+                ..ProviderOptions::default()
+            })?,
+            // A title is two lines: what a provider streams past these
+            // bounds is refused, however it floods.
+            titler: Provider::new(ProviderOptions {
+                idle_timeout: LISTING_DEADLINE,
+                call_deadline: LISTING_DEADLINE,
+                max_event_bytes: TITLE_STREAM_BYTES,
+                max_response_bytes: TITLE_STREAM_BYTES,
+                max_stream_bytes: TITLE_STREAM_BYTES,
                 ..ProviderOptions::default()
             })?,
         })
@@ -218,7 +232,7 @@ impl Host {
                 }
             }
         };
-        self.provider
+        self.titler
             .stream(&endpoint, &request, &mut sink)
             .await
             .map_err(|e| e.to_string())?;

@@ -9,7 +9,8 @@
 //! description only where there is none, and a session change follows
 //! (`Sessions::announce_renamed`). A registry adapter runs its own model, so
 //! its sessions are named after the first thing the user wrote. Each session
-//! gets at most [`MAX_ATTEMPTS`] model calls per process; delegated children
+//! gets at most [`MAX_ATTEMPTS`] model calls per process, and at most
+//! [`MAX_CALLS`] run at once (each answer bounded to 64 KiB); delegated children
 //! keep the title their parent's brief gave them; `builtin.sessionTitles`
 //! turns it all off.
 
@@ -28,6 +29,9 @@ use crate::sessions::{SessionStore, Sessions};
 
 /// Model calls one session gets for its title, per process.
 pub const MAX_ATTEMPTS: u32 = 3;
+/// Title calls under way at once, in all; a session that finds none free
+/// is named at one of its next turn's changes.
+pub const MAX_CALLS: usize = 4;
 /// Events read for the digest the model is shown, at most.
 const DIGEST_EVENTS: u64 = 12;
 /// Bytes of the digest, at most; a user's message gives at most 1,200 of
@@ -67,6 +71,7 @@ pub struct Titles {
     sessions: Sessions,
     store: SessionStore,
     state: Mutex<State>,
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 fn clip(text: &str, max_bytes: usize) -> &str {
@@ -169,6 +174,7 @@ impl Titles {
             sessions,
             store,
             state: Mutex::default(),
+            calls: Arc::new(tokio::sync::Semaphore::new(MAX_CALLS)),
         })
     }
 
@@ -276,6 +282,9 @@ impl Titles {
             .as_deref()
             .is_none_or(|a| a == crate::config::BUILTIN_AGENT);
         let (title, description) = if builtin {
+            let Ok(_call) = self.calls.clone().try_acquire_owned() else {
+                return Ok(Named::NotYet);
+            };
             self.attempt(session_id);
             let answer = self.host.ask_for_title(&resolved, &digest).await?;
             parse_answer(&answer).ok_or("the model answered no title")?
