@@ -287,6 +287,18 @@ async fn a_desktop_message_is_stored_as_the_reference_stores_it() {
     // The model reads the words, not the blocks.
     let sent = w.provider.requests()[0].body.to_string();
     assert!(!sent.contains("hm://z6Mkdoc"), "{sent}");
+
+    // Blocks that are not plain data (bytes) are refused, naming where,
+    // and nothing is appended.
+    let refused = w
+        .act(json!({"_": "MessageSession", "sessionId": session,
+                    "content": [{"type": "text", "text": "x",
+                                 "blocks": [{"type": "Image", "data": {"/": {"bytes": "AAAA"}}}]}]}))
+        .await;
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+    assert_eq!(answer_text(&refused, "code"), "bad_request");
+    assert!(answer_text(&refused, "message").contains("/0/data"));
+    assert_eq!(w.events(&session).await.len(), events.len());
 }
 
 #[tokio::test]
