@@ -316,16 +316,22 @@ async fn google_text_and_tool_turns() {
     text_and_tool_turns(Flavor::Google).await;
 }
 
-/// A busy provider's pause is the turn's activity on the live feed: the
-/// agent says it waits, and why, then the answer streams.
-#[tokio::test]
-async fn a_wait_for_a_busy_provider_shows_as_the_turns_activity() {
-    let w = world(Flavor::OpenAi).await;
+/// A new session, and a socket subscribed to it.
+async fn watched_session(w: &builtin::World) -> (String, Ws) {
     let session = w.session().await;
     let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
     let mut ws = Ws::open(&addr).await;
     ws.subscribed(&w.owner, &format!("sessions/{session}"), None)
         .await;
+    (session, ws)
+}
+
+/// A busy provider's pause is the turn's activity on the live feed: the
+/// agent says it waits, and why, then the answer streams.
+#[tokio::test]
+async fn a_wait_for_a_busy_provider_shows_as_the_turns_activity() {
+    let w = world(Flavor::OpenAi).await;
+    let (session, mut ws) = watched_session(&w).await;
     w.provider.push(Reply::RetryAfter(
         429,
         json!({"error": {"message": "slow down", "type": "rate_limit_error"}}).to_string(),
@@ -356,11 +362,7 @@ async fn a_wait_for_a_busy_provider_shows_as_the_turns_activity() {
 #[tokio::test]
 async fn websocket_subscribers_see_deltas_then_the_message_once() {
     let w = world(Flavor::Anthropic).await;
-    let session = w.session().await;
-    let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
-    let mut ws = Ws::open(&addr).await;
-    ws.subscribed(&w.owner, &format!("sessions/{session}"), None)
-        .await;
+    let (session, mut ws) = watched_session(&w).await;
     assert_eq!(ws.next().await["_"], "change");
     let deltas: Vec<String> = ["Once ", "upon ", "a ", "time"].map(str::to_owned).to_vec();
     w.provider.push(Reply::Slow {
