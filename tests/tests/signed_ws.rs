@@ -728,3 +728,42 @@ async fn account_and_agent_subscribers_follow_a_turn() {
         assert_eq!(agent["value"]["accessRole"], role);
     }
 }
+
+/// An account socket sees at most 64 sessions at once (their render state
+/// in its writer); past that the oldest view closes, and that session's
+/// next frames open it again: nothing of it is lost.
+#[tokio::test]
+async fn an_account_socket_past_its_session_views_still_sees_every_session() {
+    let (sc, t, addr) = start().await;
+    let owner = Signer::new();
+    let (agent_id, first) = agent_and_session(&t, &owner).await;
+    let mut ws = Ws::open(&addr).await;
+    ws.subscribed(&owner, &format!("account/{}", owner.id()), None)
+        .await;
+    // The first session's view opens with its first frame, then 64 more
+    // sessions push it out.
+    say(&t, &owner, &first, "echo one").await;
+    let first_key = format!("sessions/{first}");
+    ws.next_where(|f| f["key"] == first_key.as_str() && f["value"]["status"] == "idle")
+        .await;
+    for _ in 0..64 {
+        let created = call(
+            &t,
+            &owner,
+            json!({"_": "CreateSession", "agentId": agent_id}),
+        )
+        .await;
+        assert_eq!(created.status, 200, "{:?}", created.body);
+    }
+    let before = latest_sequence(&sc, &first).await;
+    say(&t, &owner, &first, "echo two").await;
+    let last = latest_sequence(&sc, &first).await;
+    let mut appends = Vec::new();
+    while appends.last().is_none_or(|s| *s < last) {
+        let frame = ws
+            .next_where(|f| f["_"] == "append" && f["key"] == first_key.as_str())
+            .await;
+        appends.push(seq(&frame));
+    }
+    assert_every_seq_once(&appends, before, last, "after its view was closed");
+}

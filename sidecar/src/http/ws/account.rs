@@ -43,8 +43,10 @@ use crate::sessions::{Item, SessionInfo, Tap};
 pub const FEED_MESSAGES: usize = 16_384;
 /// Bytes of events and updates waiting for the feed, at most.
 pub const FEED_BYTES: usize = 64 * 1024 * 1024;
-/// Sessions one socket sees through its account at once.
-pub const MAX_VIEWS: usize = 256;
+/// Sessions one socket sees through its account at once (each view is
+/// about 700 bytes of render state in its writer; a closed one opens again
+/// at the session's next item).
+pub const MAX_VIEWS: usize = 64;
 /// Sessions, agents and runs whose audience the feed keeps, each.
 const CACHE_ENTRIES: usize = 16_384;
 /// Bytes charged for a message besides what it carries.
