@@ -2,7 +2,6 @@
 //! JSON-RPC over its stdio, negotiate capabilities, and hand requests from the
 //! agent back to the caller. Knows nothing of SQLite.
 
-pub mod budget;
 pub mod builtin;
 pub mod client;
 mod seccomp;

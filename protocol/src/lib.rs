@@ -5,7 +5,8 @@
 //! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
 //! line-delimited JSON-RPC spoken with ACP adapters (`acp`), the Seed Agents
 //! signed control plane (`seed`: DAG-CBOR envelopes, actions, responses and
-//! WebSocket events); and the one list of application error codes
+//! WebSocket events); the runs vocabulary both doors share (`runs`); and
+//! the one list of application error codes
 //! (`ErrorCode`).
 
 pub mod acp;
@@ -13,6 +14,7 @@ pub mod agent_ext;
 pub mod ars;
 mod error_code;
 pub mod host;
+pub mod runs;
 pub mod seed;
 
 pub use error_code::ErrorCode;

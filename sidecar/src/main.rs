@@ -5,9 +5,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use agentos_client::ctl::CtlArgs;
+use agentos_client::seed::cli::{self as seed_cli, CallOptions, SubscribeOptions, Target};
 use agentos_sidecar::config::Config;
-use agentos_sidecar::ctl::CtlArgs;
-use agentos_sidecar::seed_client::cli::{self as seed_cli, CallOptions, SubscribeOptions, Target};
 use clap::{Args, Parser, Subcommand};
 
 /// mimalloc, built without transparent huge pages: more durable events per
@@ -167,7 +167,7 @@ fn load_config(arg: Option<&str>) -> Result<Config, String> {
             let dir = std::env::current_dir()
                 .map_err(|e| format!("cannot resolve the current directory: {e}"))?
                 .join("agentos-data");
-            agentos_sidecar::private::create_private_dir(&dir)
+            agentos_base::private::create_private_dir(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             let exe =
                 std::env::current_exe().map_err(|e| format!("cannot locate this binary: {e}"))?;
@@ -189,7 +189,7 @@ fn load_config(arg: Option<&str>) -> Result<Config, String> {
 /// Prints a signed-API command's JSON result (or its error) on standard
 /// output; success means a 2xx answer.
 fn print_outcome(
-    outcome: Result<(serde_json::Value, bool), agentos_sidecar::seed_client::ClientError>,
+    outcome: Result<(serde_json::Value, bool), agentos_client::seed::ClientError>,
 ) -> ExitCode {
     match outcome {
         Ok((value, success)) => {
@@ -243,7 +243,7 @@ fn main() -> ExitCode {
             Err(message) => Err(format!("invalid_config: {message}")),
         },
         Command::ArsServe { db, socket } => runtime
-            .block_on(agentos_sidecar::db::ars_server::run_cli(&db, &socket))
+            .block_on(agentos_storage::ars_server::run_cli(&db, &socket))
             .map_err(|e| format!("{}: {e}", e.code())),
         Command::Secrets(SecretsCommand::RotateKey { config }) => {
             match load_config(config.as_deref()) {
@@ -255,7 +255,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Ctl(args) => {
-            let code = runtime.block_on(agentos_sidecar::ctl::run(args));
+            let code = runtime.block_on(agentos_client::ctl::run(args));
             return ExitCode::from(code as u8);
         }
         Command::Keys(KeysCommand::New { out }) => {

@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use crate::config::{Config, ConfigError};
 use crate::control::{Control, SecretBox, SecretKey};
-use crate::private::StoreLock;
 use crate::vm::{secrets_key_source, KeySource, VmError, SECRETS_KEY_ENV};
+use agentos_base::private::StoreLock;
 
 /// The key file a VM uses. A key given in the environment is not a file
 /// and cannot be rotated here.
@@ -54,7 +54,7 @@ pub async fn rotate_secrets_key(config: &Config) -> Result<Value, VmError> {
     let _lock = StoreLock::acquire(config.database.path())
         .map_err(|e| VmError::Io(format!("{}: {e}", e.code())))?;
     let current = SecretKey::load_or_create(&path)?;
-    let db = crate::db::open(&config.database, &config.limits.sqlite).await?;
+    let db = agentos_storage::open(&config.database, &config.limits.sqlite).await?;
     migrate_all(&*db).await?;
     let control = Control::new(
         db.clone(),

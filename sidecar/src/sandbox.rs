@@ -258,7 +258,7 @@ impl Launcher {
 
 /// Creates `dir` (and its parents) and makes it 0700.
 fn private_dir(dir: &Path) -> Result<(), String> {
-    crate::private::create_private_dir(dir)
+    agentos_base::private::create_private_dir(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("cannot make {} private: {e}", dir.display()))

@@ -13,8 +13,8 @@ use std::time::Duration;
 use crate::config::{Config, ConfigError};
 use crate::host::{HostError, HostServer};
 use crate::http::{HttpError, HttpServer};
-use crate::private::{LockError, StoreLock};
 use crate::vm::{Vm, VmError};
+use agentos_base::private::{LockError, StoreLock};
 
 /// How long requests in flight may take to finish on their own.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

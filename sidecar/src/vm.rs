@@ -12,11 +12,10 @@ use crate::control::{Control, SecretBox, SecretKey};
 use crate::http::api::SignedApi;
 use crate::runs::{Delegation, Executors, Runs, RunsConfig, ScriptExecutor, TurnExecutor, Turns};
 use crate::sandbox::Launcher;
-use crate::scripts::{ScriptEngine, ScriptLimits};
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::space::Space;
-use crate::vfs::acp::AcpFs;
-use crate::vfs::{FsError, Vfs};
+use agentos_scripts::{ScriptEngine, ScriptLimits};
+use agentos_vfs::{FsError, Vfs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
@@ -189,11 +188,16 @@ impl Vm {
     pub async fn open(config: Config) -> Result<Arc<Vm>, VmError> {
         config.validate()?;
         let started = Instant::now();
-        let db = crate::db::open(&config.database, &config.limits.sqlite).await?;
+        let db = agentos_storage::open(&config.database, &config.limits.sqlite).await?;
         migrate_all(&*db).await?;
         let vfs = Vfs::open(
             db.clone(),
-            config.limits.fs.clone().validated()?,
+            config
+                .limits
+                .fs
+                .clone()
+                .validated()
+                .map_err(ConfigError::from)?,
             config.filesystem.clone().into(),
         )
         .await?;
@@ -201,7 +205,7 @@ impl Vm {
             SessionStore::new(db.clone()),
             config.agents.clone(),
             config.limits.acp.clone(),
-            Some(Arc::new(AcpFs::new(vfs.clone()))),
+            Some(Arc::new(crate::sessions::AcpFs::new(vfs.clone()))),
         );
         let launcher = Arc::new(Launcher::for_config(&config));
         let sessions = sessions.with_launcher(launcher.clone());

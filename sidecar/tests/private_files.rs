@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agentos_sidecar::config::Config;
-use agentos_sidecar::db::ars_server::{self, ArsServerOptions};
 use agentos_sidecar::host::HostServer;
 use agentos_sidecar::vm::Vm;
+use agentos_storage::ars_server::{self, ArsServerOptions};
 use serde_json::json;
 
 fn mode(path: &Path) -> u32 {
@@ -52,7 +52,7 @@ async fn the_data_directory_and_database_files_are_private() {
         .await
         .expect_err("no such agent, but the database is open");
     assert_eq!(mode(&data), 0o700);
-    for file in agentos_sidecar::private::database_files(&db) {
+    for file in agentos_base::private::database_files(&db) {
         if file.exists() {
             assert_eq!(mode(&file), 0o600, "{}", file.display());
         }

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentos_schema::migrate_all;
-use agentos_sidecar::db::testing::all_backends;
 use agentos_sidecar::runs::{
     Caps, EventWait, Executor, Executors, Finish, LiveRun, NewRun, Origin, Outcome, ParentLink,
     Queue, Run, RunKind, RunScope, RunStatus, RunStore, RunWait, Runs, RunsConfig, WaitReason,
 };
+use agentos_storage::testing::all_backends;
 use serde_json::{json, Value};
 
 const CAPS: Caps = Caps {

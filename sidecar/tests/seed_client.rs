@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentos_client::seed::cli::{self, CallOptions, SubscribeOptions, Target};
+use agentos_client::seed::{Identity, SeedClient, Transport};
 use agentos_protocol::host::{
     decode_message, response_frame, FrameDecoder, HttpRequestParams, Inbound,
 };
 use agentos_protocol::seed::{cbor, Action, Envelope, Ipld, Principal};
-use agentos_sidecar::seed_client::cli::{self, CallOptions, SubscribeOptions, Target};
-use agentos_sidecar::seed_client::{Identity, SeedClient, Transport};
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;

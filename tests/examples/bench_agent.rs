@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agentos_client::ctl::HostClient;
 use agentos_protocol::seed::Ipld;
-use agentos_sidecar::ctl::HostClient;
 use agentos_tests::bench::{
     children_of, load_average, percentile, proc_cpu, start_sidecar, status_kib, threads_on_cpu,
     tree_cpu, Error, Running,

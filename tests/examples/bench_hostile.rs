@@ -171,7 +171,7 @@ async fn ws_flood(old: bool) -> Result<(), Error> {
 async fn host_reads() -> Result<(), Error> {
     let sidecar = start_sidecar(json!({})).await?;
     let pid = sidecar.child.id().ok_or("no pid")?;
-    let (client, _notes) = agentos_sidecar::ctl::HostClient::connect(&sidecar.socket).await?;
+    let (client, _notes) = agentos_client::ctl::HostClient::connect(&sidecar.socket).await?;
     let piece = base64_zeros(8 * MIB as usize);
     for i in 0..2u64 {
         let mut params = json!({"path": "/big.bin", "data": piece});

@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentos_schema::migrate_all;
+use agentos_scripts::{
+    EffectError, ScriptEngine, ScriptHost, ScriptLimits, ScriptOutcome, ScriptRun,
+};
 use agentos_sidecar::config::{DatabaseDescriptor, SqliteLimits};
 use agentos_sidecar::runs::{
     Caps, Executor, Executors, Finish, LiveRun, NewRun, Origin, Outcome, Queue, Run, RunKind,
     RunStatus, RunStore, Runs, RunsConfig,
-};
-use agentos_sidecar::scripts::{
-    EffectError, ScriptEngine, ScriptHost, ScriptLimits, ScriptOutcome, ScriptRun,
 };
 use serde_json::{json, Value};
 
@@ -36,7 +36,7 @@ async fn database(
     dir: &std::path::Path,
     name: &str,
 ) -> Result<agentos_schema::SharedDatabase, Error> {
-    let db = agentos_sidecar::db::open(
+    let db = agentos_storage::open(
         &DatabaseDescriptor::SqliteFile {
             path: dir.join(name),
         },

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agentos_adapters::{AdapterCommand, AdapterConnection, AdapterOptions};
-use agentos_sidecar::ctl::HostClient;
+use agentos_client::ctl::HostClient;
 use serde_json::{json, Value};
 
 const FLOOD: u64 = 100_000;

@@ -267,7 +267,7 @@ fn read_replies(stdout: std::process::ChildStdout, waiters: Waiters, ready: mpsc
 pub async fn snapshot(socket: &Path, into: &Path) -> Result<(), String> {
     use agentos_schema::{Database, SqlValue};
     use agentos_sidecar::config::SqliteLimits;
-    use agentos_sidecar::db::actor_uds;
+    use agentos_storage::actor_uds;
     use rusqlite::types::Value as Local;
 
     let remote = actor_uds::connect(socket, &SqliteLimits::default())

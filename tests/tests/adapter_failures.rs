@@ -23,7 +23,7 @@ async fn prompt_err(
 ) -> agentos_protocol::host::ErrorObject {
     match sc.prompt(session, text).await {
         Ok(v) => panic!("{text} unexpectedly succeeded: {v}"),
-        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(agentos_client::ctl::ClientError::Rpc(e)) => e,
         Err(e) => panic!("{text} failed without an RPC error: {e}"),
     }
 }

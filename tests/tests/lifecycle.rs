@@ -49,7 +49,7 @@ async fn sigterm_mid_turn(backend: Backend) {
     .await;
     let answer = turn.await.expect("the prompt task");
     let error = match answer {
-        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(agentos_client::ctl::ClientError::Rpc(e)) => e,
         other => panic!("{backend:?}: expected an error answer, got {other:?}"),
     };
     assert_eq!(

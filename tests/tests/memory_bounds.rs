@@ -169,7 +169,7 @@ async fn an_agent_that_stops_reading_fails_its_turn(backend: Backend) {
         .await
     {
         Ok(v) => panic!("the flooding turn succeeded: {v}"),
-        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(agentos_client::ctl::ClientError::Rpc(e)) => e,
         Err(e) => panic!("the flooding turn failed without an RPC error: {e}"),
     };
     assert_eq!(data_code(&error), "resource_limit", "{error:?}");
@@ -269,7 +269,7 @@ async fn an_update_nested_too_deep_is_refused(backend: Backend) {
     let before = commit_a_turn(&sc, "deep").await;
     let error = match sc.prompt("deep", "deep 900").await {
         Ok(v) => panic!("the deep update was accepted: {v}"),
-        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(agentos_client::ctl::ClientError::Rpc(e)) => e,
         Err(e) => panic!("no RPC error: {e}"),
     };
     assert_eq!(data_code(&error), "acp_protocol_error", "{error:?}");
@@ -583,7 +583,7 @@ async fn adapters_share_the_vms_stdin_and_stdout_budgets() {
         .await
     {
         Ok(v) => panic!("the flooding turn succeeded: {v}"),
-        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(agentos_client::ctl::ClientError::Rpc(e)) => e,
         Err(e) => panic!("no RPC error: {e}"),
     };
     assert_eq!(data_code(&error), "resource_limit", "{error:?}");
@@ -592,7 +592,7 @@ async fn adapters_share_the_vms_stdin_and_stdout_budgets() {
     commit_a_turn(&sc, "long").await;
     let error = match sc.prompt("long", "oversize 1000000").await {
         Ok(v) => panic!("a line over the VM's stdout budget went through: {v}"),
-        Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => e,
+        Err(agentos_client::ctl::ClientError::Rpc(e)) => e,
         Err(e) => panic!("no RPC error: {e}"),
     };
     assert_eq!(
@@ -644,7 +644,7 @@ async fn a_small_request_is_refused_not_waited_for_when_the_inbound_budget_is_fu
     holder.write_all(b"{").await.expect("a byte");
     common::eventually("the small request is refused", || async {
         match sc.call("vm/status", json!({})).await {
-            Err(agentos_sidecar::ctl::ClientError::Rpc(e)) => {
+            Err(agentos_client::ctl::ClientError::Rpc(e)) => {
                 assert_eq!(data_code(&e), "host_inbound_limit", "{e:?}");
                 assert_eq!(
                     e.data.as_ref().and_then(|d| d.get("setting")),

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 async fn start_permission_turn(
     sc: &mut Sidecar,
 ) -> (
-    JoinHandle<Result<Value, agentos_sidecar::ctl::ClientError>>,
+    JoinHandle<Result<Value, agentos_client::ctl::ClientError>>,
     String,
 ) {
     sc.open_with_policy("s1", "echo", "ask").await;
@@ -49,7 +49,7 @@ fn is_uuid(s: &str) -> bool {
         })
 }
 
-async fn finish(turn: JoinHandle<Result<Value, agentos_sidecar::ctl::ClientError>>) -> Value {
+async fn finish(turn: JoinHandle<Result<Value, agentos_client::ctl::ClientError>>) -> Value {
     tokio::time::timeout(common::PATIENCE, turn)
         .await
         .expect("the turn ends")

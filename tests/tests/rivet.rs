@@ -194,7 +194,7 @@ async fn what_never_ran_behind_an_expired_lease_is_sent_again() {
     use agentos_protocol::ars::{RequestPayload, ResponsePayload, SqliteBegin, SqliteCommit};
     use agentos_schema::{Database, SqlValue, Statement};
     use agentos_sidecar::config::SqliteLimits;
-    use agentos_sidecar::db::actor_uds;
+    use agentos_storage::actor_uds;
     use std::sync::Arc;
 
     let key = uuid::Uuid::new_v4().to_string();

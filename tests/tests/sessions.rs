@@ -360,7 +360,7 @@ async fn busy_and_cancel(backend: Backend) {
         .await
         .expect_err("second prompt");
     match e {
-        agentos_sidecar::ctl::ClientError::Rpc(obj) => assert_eq!(data_code(&obj), "session_busy"),
+        agentos_client::ctl::ClientError::Rpc(obj) => assert_eq!(data_code(&obj), "session_busy"),
         other => panic!("unexpected {other}"),
     }
     let c = sc.ok("sessions/cancel", json!({"sessionId": "s1"})).await;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::budget::ByteBudget;
+use agentos_base::budget::ByteBudget;
 
 /// The start of a line every connection reads without asking the budget.
 pub const FREE_LINE_BYTES: usize = 64 * 1024;

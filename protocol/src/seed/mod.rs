@@ -35,3 +35,7 @@ pub use ipld_core::ipld::Ipld;
 pub use principal::{Principal, ED25519_PREFIX, PRINCIPAL_LEN};
 pub use response::{encode_response, try_encode_response, ErrorResponse};
 pub use tool::{ToolDocument, MAX_TOOL_DOCUMENT_BYTES};
+
+/// The Seed Agents protocol version spoken here (`X-Agents-Protocol`, and an
+/// envelope's `protocol`).
+pub const PROTOCOL_VERSION: u64 = 2;

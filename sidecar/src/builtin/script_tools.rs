@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::host::Host;
 use super::verbs::Verbs;
 use crate::runs::{Run, Runs, ScriptTools};
-use crate::scripts::EffectError;
+use agentos_scripts::EffectError;
 
 /// How far up the tree a script looks for the session it works in.
 const MAX_ANCESTORS: usize = 8;

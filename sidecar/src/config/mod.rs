@@ -6,7 +6,6 @@
 //! `ValidFsLimits`, so it never re-checks them).
 
 use std::collections::BTreeMap;
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +13,11 @@ use serde::{Deserialize, Serialize};
 mod builtin;
 mod http;
 mod runs;
+
+pub use agentos_storage::{DatabaseDescriptor, SqliteLimits};
+pub use agentos_vfs::{
+    FilesystemConfig, FsLimits, InvalidSetting, ValidFsLimits, MAX_FS_CHUNK_BYTES,
+};
 pub use builtin::BuiltinConfig;
 pub use http::{ControlLimits, HttpConfig, HttpListen, SecretsConfig, WsLimits};
 pub use runs::RunLimits;
@@ -26,6 +30,12 @@ pub struct ConfigError {
     pub message: String,
 }
 
+impl From<InvalidSetting> for ConfigError {
+    fn from(e: InvalidSetting) -> Self {
+        ConfigError::new(e.field, e.message)
+    }
+}
+
 impl ConfigError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError {
@@ -36,28 +46,6 @@ impl ConfigError {
 
     pub fn code(&self) -> &'static str {
         "invalid_config"
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum DatabaseDescriptor {
-    SqliteFile { path: PathBuf },
-    ActorUds { path: PathBuf },
-}
-
-impl DatabaseDescriptor {
-    pub fn path(&self) -> &Path {
-        match self {
-            DatabaseDescriptor::SqliteFile { path } | DatabaseDescriptor::ActorUds { path } => path,
-        }
-    }
-
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            DatabaseDescriptor::SqliteFile { .. } => "sqlite_file",
-            DatabaseDescriptor::ActorUds { .. } => "actor_uds",
-        }
     }
 }
 
@@ -132,54 +120,6 @@ pub struct Config {
     pub builtin: BuiltinConfig,
 }
 
-/// `filesystem`: the VM's mount policy as configured. The VFS normalises it
-/// into its `VfsPolicy`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FilesystemConfig {
-    /// Subtrees sessions may read and write; `["/"]` is the whole VM.
-    pub roots: Vec<String>,
-    /// Subtrees that refuse every mutation.
-    #[serde(default)]
-    pub read_only: Vec<String>,
-}
-
-impl Default for FilesystemConfig {
-    fn default() -> Self {
-        FilesystemConfig {
-            roots: vec!["/".to_owned()],
-            read_only: Vec::new(),
-        }
-    }
-}
-
-impl FilesystemConfig {
-    /// Every path must be absolute and free of NUL (the VFS normalises the rest).
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let lists = [
-            ("filesystem.roots", &self.roots),
-            ("filesystem.readOnly", &self.read_only),
-        ];
-        for (field, paths) in lists {
-            for (i, path) in paths.iter().enumerate() {
-                if !path.starts_with('/') {
-                    return Err(ConfigError::new(
-                        format!("{field}[{i}]"),
-                        "must be absolute",
-                    ));
-                }
-                if path.contains('\0') {
-                    return Err(ConfigError::new(
-                        format!("{field}[{i}]"),
-                        "must not contain NUL",
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Limits {
@@ -205,41 +145,6 @@ pub const BUILTIN_AGENT: &str = "builtin";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:7878";
 
 pub(crate) const MIB: u64 = 1024 * 1024;
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct SqliteLimits {
-    /// Largest materialized result of one statement (`sqlite_result_limit`).
-    pub max_result_bytes: u64,
-    /// Requests in flight on the actor socket at once.
-    pub max_in_flight_requests: u32,
-    /// Bytes of encoded requests waiting to be written to the actor socket.
-    pub max_queued_request_bytes: u64,
-    /// Leases begun on one actor socket connection before the next
-    /// transaction opens a fresh one. A server remembers every lease key a
-    /// connection used (Rivet's does, to refuse a reused key) until that
-    /// connection closes; this bounds what one long-lived connection makes
-    /// it hold.
-    pub max_leases_per_connection: u32,
-    /// Jobs waiting for the local-file executor thread.
-    pub max_queued_jobs: u32,
-    /// The largest `maxFrameBytes` an actor socket may announce; a larger
-    /// announcement is refused at connect.
-    pub max_socket_frame_bytes: u32,
-}
-
-impl Default for SqliteLimits {
-    fn default() -> Self {
-        SqliteLimits {
-            max_result_bytes: 128 * MIB,
-            max_in_flight_requests: 64,
-            max_queued_request_bytes: 64 * MIB,
-            max_leases_per_connection: 65_536,
-            max_queued_jobs: 4096,
-            max_socket_frame_bytes: 256 * MIB as u32,
-        }
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -487,94 +392,6 @@ impl Limits {
 }
 
 /// `limits.fs`: the VFS's bounds and storage granularity.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct FsLimits {
-    /// Sum of the sizes of all regular files.
-    pub max_total_bytes: u64,
-    /// Inodes of every kind, the root included.
-    pub max_inodes: u64,
-    /// Largest size of one regular file.
-    pub max_file_bytes: u64,
-    /// Size of the content-addressed chunks of files above the inline threshold.
-    pub chunk_bytes: u64,
-    /// Files up to this size keep their bytes in the inode row.
-    pub inline_threshold_bytes: u64,
-}
-
-impl Default for FsLimits {
-    fn default() -> Self {
-        FsLimits {
-            max_total_bytes: 8 * 1024 * MIB,
-            max_inodes: 1_000_000,
-            max_file_bytes: 1024 * MIB,
-            chunk_bytes: 512 * 1024,
-            inline_threshold_bytes: 64 * 1024,
-        }
-    }
-}
-
-/// Largest chunk: a chunk is one SQLite blob and one statement parameter.
-pub const MAX_FS_CHUNK_BYTES: u64 = 16 * MIB;
-
-/// `FsLimits` that passed `FsLimits::validate`: the only form the VFS accepts,
-/// so its arithmetic (chunk sizes, signed counters) can rely on the bounds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ValidFsLimits(FsLimits);
-
-impl Deref for ValidFsLimits {
-    type Target = FsLimits;
-
-    fn deref(&self) -> &FsLimits {
-        &self.0
-    }
-}
-
-impl FsLimits {
-    /// Validates and wraps the limits for the VFS.
-    pub fn validated(self) -> Result<ValidFsLimits, ConfigError> {
-        self.validate()?;
-        Ok(ValidFsLimits(self))
-    }
-
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive = [
-            ("limits.fs.maxTotalBytes", self.max_total_bytes),
-            ("limits.fs.maxInodes", self.max_inodes),
-            ("limits.fs.maxFileBytes", self.max_file_bytes),
-            ("limits.fs.chunkBytes", self.chunk_bytes),
-        ];
-        for (field, value) in positive {
-            if value == 0 {
-                return Err(ConfigError::new(field, "must be greater than 0"));
-            }
-        }
-        let signed = [
-            ("limits.fs.maxTotalBytes", self.max_total_bytes),
-            ("limits.fs.maxInodes", self.max_inodes),
-            ("limits.fs.maxFileBytes", self.max_file_bytes),
-        ];
-        for (field, value) in signed {
-            if value > i64::MAX as u64 {
-                return Err(ConfigError::new(field, "must fit a signed 64-bit integer"));
-            }
-        }
-        if self.chunk_bytes > MAX_FS_CHUNK_BYTES {
-            return Err(ConfigError::new(
-                "limits.fs.chunkBytes",
-                format!("must be at most {MAX_FS_CHUNK_BYTES}"),
-            ));
-        }
-        if self.inline_threshold_bytes > self.chunk_bytes {
-            return Err(ConfigError::new(
-                "limits.fs.inlineThresholdBytes",
-                "must not exceed limits.fs.chunkBytes",
-            ));
-        }
-        Ok(())
-    }
-}
-
 impl Config {
     /// The data directory: where the database file (or the actor socket)
     /// lives. Sessions' directories default to `sessions/` inside it.

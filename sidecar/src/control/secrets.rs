@@ -24,7 +24,7 @@ use zeroize::{Zeroize, Zeroizing};
 use super::error::ControlError;
 use super::store::Reseal;
 use super::Control;
-use crate::private::create_private_dir;
+use agentos_base::private::create_private_dir;
 
 /// Largest secret value, in bytes.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
@@ -156,7 +156,7 @@ fn create_key_file(path: &Path) -> Result<SecretKey, ControlError> {
         .unwrap_or(Path::new("."));
     create_private_dir(parent).map_err(|e| io("create the directory of", e))?;
     let key = SecretKey::generate();
-    match crate::private::create_private_file(path, &key.bytes[..]) {
+    match agentos_base::private::create_private_file(path, &key.bytes[..]) {
         Ok(()) => Ok(key),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let file = File::open(path).map_err(|e| io("open the key file", e))?;

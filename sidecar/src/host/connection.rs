@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentos_adapters::budget::{ByteBudget, Held};
+use agentos_base::budget::{ByteBudget, Held};
 use agentos_protocol::host::{
     codes, event_notification_frame, methods, notification_frame, response_frame, ErrorObject,
     FrameDecoder, FrameError, Inbound,

@@ -13,8 +13,8 @@ use serde_json::{json, value::RawValue, Value};
 
 use super::codec::{params, reply};
 use super::render::fs_error_object;
-use crate::vfs::FsError;
 use crate::vm::Vm;
+use agentos_vfs::FsError;
 
 fn fs(e: FsError) -> ErrorObject {
     fs_error_object(&e)

@@ -71,7 +71,7 @@ impl HostServer {
             path: path.to_owned(),
             message,
         };
-        let listener = crate::private::bind_private_socket(path).map_err(err)?;
+        let listener = agentos_base::private::bind_private_socket(path).map_err(err)?;
         // SAFETY: getuid(2) cannot fail and has no memory effects.
         let own_uid = unsafe { libc::getuid() };
         let allowed_uids = vm

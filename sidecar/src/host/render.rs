@@ -13,7 +13,7 @@ use crate::sessions::{
     LimitUse, PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage,
     SessionState, Usage, VmStatus,
 };
-use crate::vfs::FsError;
+use agentos_vfs::FsError;
 
 pub(super) fn session_info(info: &SessionInfo) -> wire::SessionInfo {
     wire::SessionInfo {

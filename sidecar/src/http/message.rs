@@ -21,11 +21,11 @@ use super::HttpState;
 const CBOR: &str = "application/cbor";
 
 /// The process-wide budget of request bodies.
-pub struct Bodies(Arc<agentos_adapters::budget::ByteBudget>);
+pub struct Bodies(Arc<agentos_base::budget::ByteBudget>);
 
 impl Bodies {
     pub fn new(max_bytes: u64) -> Bodies {
-        Bodies(agentos_adapters::budget::ByteBudget::new(
+        Bodies(agentos_base::budget::ByteBudget::new(
             usize::try_from(max_bytes).unwrap_or(usize::MAX).max(1),
         ))
     }

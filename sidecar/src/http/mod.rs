@@ -27,8 +27,7 @@ pub use server::{HttpError, HttpServer, Running};
 
 use crate::config::HttpConfig;
 
-/// The Seed Agents protocol version we speak (`X-Agents-Protocol`).
-pub const PROTOCOL_VERSION: u64 = 2;
+pub use agentos_protocol::seed::PROTOCOL_VERSION;
 
 /// What the handlers share.
 pub struct HttpState {

@@ -85,7 +85,7 @@ impl HttpServer {
                 })
             }
             HttpListen::Unix(path) => {
-                let listener = crate::private::bind_private_socket(path).map_err(err)?;
+                let listener = agentos_base::private::bind_private_socket(path).map_err(err)?;
                 Ok(HttpServer {
                     bound: Bound::Unix(listener, path.clone()),
                     address: listen.to_string(),

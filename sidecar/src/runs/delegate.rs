@@ -21,10 +21,10 @@ use super::{
     NewRun, Origin, ParentLink, Queue, Run, RunError, RunKind, RunStatus, Runs,
     BACKGROUND_MAX_ATTEMPTS,
 };
-use crate::clock::unix_ms;
 use crate::control::Control;
-use crate::scripts::ScriptEngine;
 use crate::sessions::{input_hash, SessionError, Sessions};
+use agentos_base::clock::unix_ms;
+use agentos_scripts::ScriptEngine;
 
 /// The longest brief or script a delegate call may carry.
 pub const MAX_BRIEF_BYTES: usize = 256 * 1024;

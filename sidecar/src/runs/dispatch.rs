@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use super::{lock, Finish, LiveRun, Outcome, Run, RunError, RunKind, Runs};
-use crate::clock::unix_ms;
+use agentos_base::clock::unix_ms;
 
 /// How often the dispatcher prunes finished trees past the table's cap, and
 /// how many trees one pass removes at most.

@@ -24,6 +24,7 @@ pub mod store;
 mod turns;
 mod types;
 
+pub use agentos_protocol::runs::MAX_LIST;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,7 +43,7 @@ pub use types::{
     RunScope, RunStatus, RunWait, WaitReason,
 };
 
-use crate::clock::unix_ms;
+use agentos_base::clock::unix_ms;
 
 /// The first retry waits this long; each further one twice as long.
 const BACKOFF_BASE_MS: i64 = 5_000;
@@ -50,8 +51,6 @@ const BACKOFF_MAX_MS: i64 = 300_000;
 /// Attempts of a background run (an interactive turn gets one: the user has
 /// Retry).
 pub const BACKGROUND_MAX_ATTEMPTS: u32 = 3;
-/// The most runs one listing answers.
-pub const MAX_LIST: u64 = 200;
 /// The longest signal name, and the most JSON text a signal's payload may
 /// hold (the payload goes into the run's journal).
 pub const MAX_SIGNAL_BYTES: usize = 256;

@@ -19,8 +19,8 @@ use super::{
     run_error, EventWait, Executor, Finish, LiveRun, NewRun, Outcome, ParentLink, Run, RunStatus,
     RunWait, Runs, WaitReason,
 };
-use crate::clock::unix_ms;
-use crate::scripts::{
+use agentos_base::clock::unix_ms;
+use agentos_scripts::{
     EffectError, JournalEntry, Park, ScriptEngine, ScriptHost, ScriptOutcome, ScriptRun,
 };
 
@@ -190,7 +190,7 @@ fn wall_deadline(run: &Run) -> Option<i64> {
 
 /// A script's failure as the run stores it: `{code, message, stack?, tool?,
 /// callSeq?}`.
-fn failure(e: &crate::scripts::ScriptError) -> Value {
+fn failure(e: &agentos_scripts::ScriptError) -> Value {
     let mut error = run_error(e.code(), &e.to_string());
     if let Some(stack) = e.stack() {
         error["stack"] = json!(stack);

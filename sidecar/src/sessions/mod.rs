@@ -7,6 +7,7 @@
 //! one. One route start at a time per session. The service knows nothing of
 //! JSON-RPC or sockets: it returns domain values and `SessionError`s.
 
+mod acp_fs;
 mod agent_host;
 pub mod coalesce;
 mod counters;
@@ -43,7 +44,7 @@ pub use types::{
 };
 
 use crate::config::{AcpLimits, AgentSpec};
-pub use crate::vfs::acp::FsBridge;
+pub use acp_fs::{AcpFs, FsBridge};
 use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
 pub(crate) use shared::{lock, Shared};
 use store::{NewSession, PromptState, SessionStatus};

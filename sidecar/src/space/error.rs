@@ -5,7 +5,7 @@
 
 use agentos_schema::DbError;
 
-use crate::vfs::FsError;
+use agentos_vfs::FsError;
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SpaceError {

@@ -14,7 +14,7 @@
 //! climbing (`..`), at most [`MAX_PATH_BYTES`] bytes and [`MAX_PATH_DEPTH`]
 //! segments. Errors and answers speak in these relative paths.
 
-use crate::vfs::{path::NAME_MAX, FileKind, FsError, Stat, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
+use agentos_vfs::{path::NAME_MAX, FileKind, FsError, Stat, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
 
 use super::SpaceError;
 

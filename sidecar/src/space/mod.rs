@@ -22,7 +22,7 @@ pub use memory::{AgentMemory, MemoryEntry, MemoryFile};
 pub use tools::{LambdaInput, ToolDocuments, ToolRecord};
 
 use crate::config::ControlLimits;
-use crate::vfs::Vfs;
+use agentos_vfs::Vfs;
 
 /// Why an account's view changed, when a Space changes (the change feed's
 /// `{reason}` on `account/<id>`, beside the agent on `agents/<id>`).

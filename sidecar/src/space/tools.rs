@@ -258,7 +258,7 @@ impl ToolDocuments {
         agent_id: &str,
         rows: Vec<StoredTool>,
     ) -> Result<Vec<StoredTool>, SpaceError> {
-        let now_ms = crate::clock::unix_ms();
+        let now_ms = agentos_base::clock::unix_ms();
         let stale: Vec<ToolRow<'_>> = self
             .builtins
             .iter()
@@ -369,7 +369,7 @@ impl ToolDocuments {
             cid: &cid,
             document: &bytes,
             enabled,
-            now_ms: crate::clock::unix_ms(),
+            now_ms: agentos_base::clock::unix_ms(),
         };
         let stored = match previous_name.filter(|previous| *previous != name) {
             Some(previous) => match self.store.rename_lambda_tool(previous, &row).await? {

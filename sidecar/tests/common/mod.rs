@@ -10,13 +10,13 @@ pub use std::sync::Arc;
 pub use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
 pub use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 pub use agentos_sidecar::config::{AcpLimits, AgentSpec, SqliteLimits};
-pub use agentos_sidecar::db::ars_server::ArsServerOptions;
-pub use agentos_sidecar::db::testing::{
-    actor_uds_with, all_backends, CapturedLog, CountingDatabase, FaultyDatabase,
-};
 pub use agentos_sidecar::sessions::{
     CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionError, SessionInfo,
     SessionState, SessionStore, Sessions,
+};
+pub use agentos_storage::ars_server::ArsServerOptions;
+pub use agentos_storage::testing::{
+    actor_uds_with, all_backends, CapturedLog, CountingDatabase, FaultyDatabase,
 };
 pub use serde_json::{json, Value};
 

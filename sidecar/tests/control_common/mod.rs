@@ -8,7 +8,7 @@ pub use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 pub use agentos_sidecar::control::authz;
 pub use agentos_sidecar::control::secrets::{self, KEY_BYTES, MAX_SECRET_BYTES};
 pub use agentos_sidecar::control::*;
-pub use agentos_sidecar::db::testing::{all_backends, CapturedLog, FaultyDatabase, TestDb};
+pub use agentos_storage::testing::{all_backends, CapturedLog, FaultyDatabase, TestDb};
 
 /// One backend with a control service over its migrated database.
 pub struct Env {

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use agentos_sidecar::ctl::HostClient;
+use agentos_client::ctl::HostClient;
 use serde_json::{json, Value};
 
 use super::checks::{prompt_rows, row_key, stored_answer, stored_events, PromptRow};

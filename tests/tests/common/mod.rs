@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use agentos_sidecar::ctl::{ClientError, HostClient, Notification};
+use agentos_client::ctl::{ClientError, HostClient, Notification};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

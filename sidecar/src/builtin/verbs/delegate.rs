@@ -11,9 +11,9 @@ use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
-use crate::clock::unix_ms;
 use crate::runs::delegate::settle_plan;
 use crate::runs::{ChildSpec, NewRun, Origin, ParentLink, Queue, RunKind, RunStatus};
+use agentos_base::clock::unix_ms;
 
 const MAX_STEPS: usize = 50;
 const MAX_LABEL_BYTES: usize = 512;

@@ -70,7 +70,7 @@ impl ControlStore {
     }
 }
 
-pub(crate) use crate::clock::unix_ms as now_ms;
+pub(crate) use agentos_base::clock::unix_ms as now_ms;
 
 /// A limit as a bound parameter (limits above `i64::MAX` are unbounded).
 fn bound(limit: u64) -> agentos_schema::SqlValue {
@@ -109,7 +109,7 @@ mod tests {
     use super::*;
     use crate::control::ControlError;
 
-    use crate::db::testing::OddRows;
+    use agentos_storage::testing::OddRows;
 
     fn code<T: std::fmt::Debug>(result: Result<T, DbError>) -> String {
         match result {

@@ -324,7 +324,7 @@ impl ControlStore {
 mod tests {
     use agentos_schema::{ladders, migrate, migrate_all, Owner, Statement};
 
-    use crate::db::testing::all_backends;
+    use agentos_storage::testing::all_backends;
 
     /// Core migration 5 on both backends: a store at 4 with a session in it
     /// gains the tool documents table and the session's `title_source`, and

@@ -39,7 +39,7 @@ impl Caller {
     }
 }
 
-pub(super) use crate::clock::unix_ms as now_ms;
+pub(super) use agentos_base::clock::unix_ms as now_ms;
 
 /// Whether `ts` is at most `window` ms away from `now`, either way. Computed
 /// without overflow: `ts` comes from outside and may be any `i64`.

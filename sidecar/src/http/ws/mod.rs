@@ -41,7 +41,7 @@ const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
 
 use super::HttpState;
 
-pub(crate) use crate::clock::unix_ms as now_ms;
+pub(crate) use agentos_base::clock::unix_ms as now_ms;
 
 /// Upgrades a request to a socket, or refuses it with 503 when
 /// `http.ws.maxSockets` are open or the server is shutting down.

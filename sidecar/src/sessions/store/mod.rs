@@ -40,8 +40,8 @@ pub struct SessionStore {
     db: SharedDatabase,
 }
 
-pub(super) use crate::clock::unix_ms as now_ms;
-pub(crate) use crate::clock::unix_ms as clock_ms;
+pub(super) use agentos_base::clock::unix_ms as now_ms;
+pub(crate) use agentos_base::clock::unix_ms as clock_ms;
 
 pub(super) fn json_text(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
@@ -77,7 +77,7 @@ mod tests {
     use super::*;
     use crate::sessions::SessionError;
 
-    use crate::db::testing::OddRows;
+    use agentos_storage::testing::OddRows;
 
     fn code<T: std::fmt::Debug>(result: Result<T, DbError>) -> String {
         match result {

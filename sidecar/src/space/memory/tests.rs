@@ -2,8 +2,8 @@ use agentos_schema::migrate_all;
 
 use super::*;
 use crate::config::FsLimits;
-use crate::db::testing::{sqlite_file, TestDb};
-use crate::vfs::VfsPolicy;
+use agentos_storage::testing::{sqlite_file, TestDb};
+use agentos_vfs::VfsPolicy;
 
 /// A VM whose sessions may touch only `/work` (and `/work/ro` read-only):
 /// memory is reached anyway, through the reserved view.

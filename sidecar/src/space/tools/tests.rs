@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::control::{AgentRecord, AgentStatus};
-use crate::db::testing::{all_backends, sqlite_file, CountingDatabase, TestDb};
+use agentos_storage::testing::{all_backends, sqlite_file, CountingDatabase, TestDb};
 
 const OWNER: &str = "z6MkOwner";
 const AGENT: &str = "agent-1";
@@ -370,7 +370,7 @@ async fn a_damaged_row_is_corrupt_not_a_panic() {
         .expect("damage");
     let error = tools.list(OWNER, AGENT, None).await.expect_err("corrupt");
     assert_eq!(error.code(), "corrupt_row");
-    let error = ToolDocuments::new(Arc::new(crate::db::testing::OddRows), 200)
+    let error = ToolDocuments::new(Arc::new(agentos_storage::testing::OddRows), 200)
         .expect("tools")
         .list(OWNER, AGENT, None)
         .await

@@ -1,0 +1,585 @@
+//! One client connection of the reference server: frames in, lease rules
+//! that need no database state checked here, requests handed to the SQLite
+//! thread, and responses written back through a byte-bounded outbox (a
+//! client that stops reading is closed, not buffered for).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use agentos_protocol::ars::{
+    self, ArsError, ClientFrame, FrameDecoder, GoAway, GoAwayReason, HelloOk, InvalidLeaseKey,
+    QueueFull, RequestPayload, Response, ResponsePayload, ServerFrame, ServerHello,
+};
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc as tmpsc, watch};
+
+use super::worker::{Job, Req};
+use super::Shared;
+
+/// How much a connection asks the socket for at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A write is flushed once this much is coalesced, even if more is queued.
+const WRITE_BATCH: usize = 1024 * 1024;
+
+/// What a connection's writer task sends.
+pub(super) enum Outgoing {
+    Response(u32, ResponsePayload),
+    /// Responses the SQLite thread produced in one pass, in order.
+    Responses(Vec<(u32, ResponsePayload)>),
+    GoAway(GoAwayReason),
+    /// The reader is done; stop once everything before this is written.
+    Close,
+}
+
+impl Outgoing {
+    /// About what this costs once encoded: what bounds an outbox.
+    fn approx_bytes(&self) -> usize {
+        match self {
+            Outgoing::Response(_, payload) => payload_bytes(payload),
+            Outgoing::Responses(all) => all.iter().map(|(_, p)| payload_bytes(p)).sum(),
+            Outgoing::GoAway(_) | Outgoing::Close => 16,
+        }
+    }
+}
+
+/// An estimate of a response's encoded size (never below its real size by
+/// more than the per-frame header slack).
+fn payload_bytes(payload: &ResponsePayload) -> usize {
+    const FRAME: usize = 16;
+    match payload {
+        ResponsePayload::SqliteQueryOk(ok) => {
+            let columns: usize = ok.columns.iter().map(|c| c.len() + 4).sum();
+            let values: usize = ok
+                .rows
+                .iter()
+                .flatten()
+                .map(|v| match v {
+                    ars::SqlValue::SqlText(t) => t.len() + 4,
+                    ars::SqlValue::SqlBlob(b) => b.len() + 4,
+                    _ => 9,
+                })
+                .sum();
+            FRAME + columns + values + ok.rows.len() * 4
+        }
+        ResponsePayload::SqlError(e) => FRAME + e.message.len(),
+        ResponsePayload::InvalidLeaseKey(e) => FRAME + e.message.len(),
+        ResponsePayload::LeaseExpired(e) => FRAME + e.message.len(),
+        ResponsePayload::QueueFull(q) => FRAME + q.limit.len(),
+        _ => FRAME,
+    }
+}
+
+/// One connection's unread responses, and how it is told it must close.
+#[derive(Default)]
+pub(super) struct Unread {
+    bytes: AtomicUsize,
+    overflow: tokio::sync::Notify,
+}
+
+/// Every connection's unread responses together, against
+/// `max_outbox_bytes_total`: over it, the connection with the most unread
+/// is told to close.
+pub(super) struct Outboxes {
+    max: usize,
+    total: AtomicUsize,
+    members: Mutex<HashMap<u64, Weak<Unread>>>,
+}
+
+impl Outboxes {
+    pub(super) fn new(max: usize) -> Arc<Outboxes> {
+        Arc::new(Outboxes {
+            max,
+            total: AtomicUsize::new(0),
+            members: Mutex::default(),
+        })
+    }
+
+    fn join(&self, conn: u64) -> Arc<Unread> {
+        let unread = Arc::new(Unread::default());
+        if let Ok(mut members) = self.members.lock() {
+            members.insert(conn, Arc::downgrade(&unread));
+        }
+        unread
+    }
+
+    /// The connection is gone: what it had unread leaves the total.
+    fn leave(&self, conn: u64, unread: &Unread) {
+        if let Ok(mut members) = self.members.lock() {
+            members.remove(&conn);
+        }
+        let left = unread.bytes.swap(0, Ordering::AcqRel);
+        self.total.fetch_sub(left, Ordering::AcqRel);
+    }
+
+    fn added(&self, n: usize) {
+        if self.total.fetch_add(n, Ordering::AcqRel) + n <= self.max {
+            return;
+        }
+        let Ok(members) = self.members.lock() else {
+            return;
+        };
+        let furthest = members
+            .values()
+            .filter_map(Weak::upgrade)
+            .max_by_key(|unread| unread.bytes.load(Ordering::Acquire));
+        drop(members);
+        if let Some(unread) = furthest {
+            unread.overflow.notify_one();
+        }
+    }
+
+    fn taken(&self, unread: &Unread, n: usize) {
+        // A connection that left already gave its bytes back.
+        let taken = unread
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(n))
+            })
+            .map_or(0, |before| before.min(n));
+        self.total.fetch_sub(taken, Ordering::AcqRel);
+    }
+}
+
+/// A connection's outbox: a queue for its writer task, bounded in bytes,
+/// alone and with every other connection's. Going over a bound marks the
+/// connection (or, over the total, the one with the most unread) for
+/// closing.
+#[derive(Clone)]
+pub(super) struct Outbox {
+    tx: tmpsc::UnboundedSender<Outgoing>,
+    unread: Arc<Unread>,
+    all: Arc<Outboxes>,
+    limit: usize,
+}
+
+impl Outbox {
+    pub(super) fn send(&self, message: Outgoing) {
+        let size = message.approx_bytes();
+        if self.tx.send(message).is_err() {
+            return;
+        }
+        let mine = self.unread.bytes.fetch_add(size, Ordering::AcqRel) + size;
+        self.all.added(size);
+        if mine > self.limit {
+            self.unread.overflow.notify_one();
+        }
+    }
+}
+
+/// Every lease key begun on one connection, shared with the SQLite thread.
+/// A key is remembered for the connection's life, so a reused key is
+/// refused (`InvalidLeaseKey`) however long ago its lease ended; only a
+/// Begin that never began (refused, or queued behind a lease that expired)
+/// frees its key again. Memory is bounded whatever the keys are: each is
+/// kept as a 128-bit keyed digest (the hash key is the connection's own,
+/// so a client cannot aim collisions), and a connection may begin at most
+/// `maxLeasesPerConnection` leases (16 bytes each, about 1.5 MiB for
+/// the default 65,536) before it must open a new one, as the client does.
+pub(super) type LeaseKeys = Arc<Mutex<UsedKeys>>;
+
+pub(super) struct UsedKeys {
+    hash_key: [u8; 32],
+    used: HashSet<u128>,
+    max: usize,
+}
+
+/// Why a Begin's key cannot be taken.
+pub(super) enum KeyRefusal {
+    Reused,
+    Exhausted(usize),
+}
+
+impl UsedKeys {
+    pub(super) fn new(max: u32) -> Self {
+        UsedKeys {
+            hash_key: rand::random(),
+            used: HashSet::new(),
+            max: max as usize,
+        }
+    }
+
+    fn digest(&self, key: &str) -> u128 {
+        let hash = blake3::keyed_hash(&self.hash_key, key.as_bytes());
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&hash.as_bytes()[..16]);
+        u128::from_le_bytes(first)
+    }
+
+    /// Takes `key` for a new lease.
+    pub(super) fn take(&mut self, key: &str) -> Result<(), KeyRefusal> {
+        let digest = self.digest(key);
+        if self.used.contains(&digest) {
+            return Err(KeyRefusal::Reused);
+        }
+        if self.used.len() >= self.max {
+            return Err(KeyRefusal::Exhausted(self.max));
+        }
+        self.used.insert(digest);
+        Ok(())
+    }
+
+    pub(super) fn contains(&self, key: &str) -> bool {
+        self.used.contains(&self.digest(key))
+    }
+
+    /// Frees the key of a Begin that never began.
+    fn release(&mut self, key: &str) {
+        let digest = self.digest(key);
+        self.used.remove(&digest);
+    }
+}
+
+/// Frees the key of a Begin that never began, so it may be sent again.
+pub(super) fn release_key(keys: &LeaseKeys, key: &str) {
+    if let Ok(mut keys) = keys.lock() {
+        keys.release(key);
+    }
+}
+
+enum ReadOutcome {
+    Frame(Bytes),
+    Eof,
+    TooLarge,
+}
+
+async fn read_frame(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    decoder: &FrameDecoder,
+) -> std::io::Result<ReadOutcome> {
+    loop {
+        match decoder.decode(buf) {
+            Ok(Some(payload)) => return Ok(ReadOutcome::Frame(payload)),
+            Ok(None) => {}
+            Err(_) => return Ok(ReadOutcome::TooLarge),
+        }
+        if rd.read_buf(buf).await? == 0 {
+            return Ok(ReadOutcome::Eof);
+        }
+    }
+}
+
+pub(super) async fn serve_connection(
+    stream: UnixStream,
+    conn_id: u64,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut rd, mut wr) = stream.into_split();
+    let decoder = FrameDecoder::new(shared.options.max_frame_bytes);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+
+    let hello = tokio::time::timeout(
+        shared.options.handshake_timeout,
+        read_frame(&mut rd, &mut buf, &decoder),
+    )
+    .await;
+    let reply = match hello {
+        Ok(Ok(ReadOutcome::Frame(payload))) => match ars::decode_client_hello(payload) {
+            Ok(_) => ServerHello::HelloOk(HelloOk {
+                max_frame_bytes: shared.options.max_frame_bytes,
+            }),
+            Err(ArsError::UnsupportedVersion { .. }) => ServerHello::HelloRejectUnsupportedVersion,
+            Err(_) => return,
+        },
+        _ => return,
+    };
+    let Ok(frame) = ars::server_hello_frame(&reply) else {
+        return;
+    };
+    if wr.write_all(&frame).await.is_err() || !matches!(reply, ServerHello::HelloOk(_)) {
+        let _ = wr.shutdown().await;
+        return;
+    }
+
+    let in_flight: Arc<Mutex<HashSet<u32>>> = Arc::default();
+    let (out_tx, out_rx) = tmpsc::unbounded_channel();
+    let out = Outbox {
+        tx: out_tx,
+        unread: shared.outboxes.join(conn_id),
+        all: shared.outboxes.clone(),
+        limit: shared.options.max_outbox_bytes,
+    };
+    let writer = tokio::spawn(write_loop(
+        wr,
+        out_rx,
+        in_flight.clone(),
+        shared.options.max_frame_bytes,
+        (out.unread.clone(), out.all.clone()),
+    ));
+    // The inbound budget taken for the large frame at the front of `buf`,
+    // whole, before the rest of it is read; it travels with its request.
+    let mut inbound: Option<agentos_base::budget::Held> = None;
+    let keys: LeaseKeys = Arc::new(Mutex::new(UsedKeys::new(
+        shared.options.max_leases_per_connection,
+    )));
+    let mut overflowed = false;
+    let mut accepted: Vec<Req> = Vec::new();
+    'serve: loop {
+        // Take every complete frame the last read brought in and hand the
+        // accepted ones to the SQLite thread as one job: one wake-up per read
+        // rather than per request.
+        let mut go_away = None;
+        loop {
+            if inbound.is_none() {
+                match decoder.next_length(&buf) {
+                    Some(len) if len as usize > READ_CHUNK && len <= decoder.max() => {
+                        let taken = shared.inbound.take(len as usize);
+                        tokio::select! {
+                            held = taken => inbound = Some(held),
+                            _ = shutdown.changed() => break 'serve,
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let payload = match decoder.decode(&mut buf) {
+                Ok(Some(payload)) => payload,
+                Ok(None) => break,
+                Err(_) => {
+                    go_away = Some(GoAwayReason::FrameTooLarge);
+                    break;
+                }
+            };
+            let request = match ars::decode_client_frame(payload) {
+                Ok(ClientFrame::Request(request)) => request,
+                Err(_) => {
+                    go_away = Some(GoAwayReason::MalformedFrame);
+                    break;
+                }
+            };
+            let fresh = match in_flight.lock() {
+                Ok(mut ids) => ids.insert(request.request_id),
+                Err(_) => false,
+            };
+            if !fresh {
+                go_away = Some(GoAwayReason::MalformedFrame);
+                break;
+            }
+            if let Some(rejection) = check_lease_rules(&request, &keys) {
+                out.send(Outgoing::Response(
+                    request.request_id,
+                    ResponsePayload::InvalidLeaseKey(InvalidLeaseKey { message: rejection }),
+                ));
+                continue;
+            }
+            let capacity = shared.options.worker_queue_capacity;
+            if shared.queued.fetch_add(1, Ordering::AcqRel) >= capacity as usize {
+                shared.queued.fetch_sub(1, Ordering::AcqRel);
+                out.send(Outgoing::Response(
+                    request.request_id,
+                    ResponsePayload::QueueFull(QueueFull {
+                        limit: "sqliteWorkerQueue".into(),
+                        capacity,
+                    }),
+                ));
+                continue;
+            }
+            accepted.push(Req {
+                conn: conn_id,
+                request_id: request.request_id,
+                lease: request.lease_key,
+                payload: request.payload,
+                out: out.clone(),
+                keys: keys.clone(),
+                seq: 0,
+                _inbound: inbound.take(),
+            });
+        }
+        if !accepted.is_empty() {
+            let requests = std::mem::take(&mut accepted);
+            if let Err(Job::Requests(refused)) = shared.send(Job::Requests(requests)) {
+                for req in refused {
+                    shared.queued.fetch_sub(1, Ordering::AcqRel);
+                    out.send(Outgoing::Response(
+                        req.request_id,
+                        ResponsePayload::EndpointClosed,
+                    ));
+                }
+            }
+        }
+        if let Some(reason) = go_away {
+            out.send(Outgoing::GoAway(reason));
+            break;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let read = tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = out.unread.overflow.notified() => {
+                overflowed = true;
+                break;
+            }
+            read = rd.read_buf(&mut buf) => read,
+        };
+        match read {
+            Ok(0) | Err(_) => break 'serve,
+            Ok(_) => {}
+        }
+    }
+    let _ = shared.send(Job::Closed { conn: conn_id });
+    if overflowed {
+        // The client stopped reading: nothing more is written to it.
+        tracing::warn!(
+            conn = conn_id,
+            max = shared.options.max_outbox_bytes,
+            max_total = shared.options.max_outbox_bytes_total,
+            "ars server: closing a connection whose unread responses exceeded its outbox bound, or the most unread when all together exceeded theirs"
+        );
+        writer.abort();
+        let _ = writer.await;
+        shared.outboxes.leave(conn_id, &out.unread);
+        return;
+    }
+    out.send(Outgoing::Close);
+    let unread = out.unread.clone();
+    drop(out);
+    let _ = writer.await;
+    shared.outboxes.leave(conn_id, &unread);
+}
+
+/// The lease rules that depend only on this connection's history.
+fn check_lease_rules(request: &ars::Request, keys: &LeaseKeys) -> Option<String> {
+    let Ok(mut used_keys) = keys.lock() else {
+        return Some("the connection's lease table is unusable".into());
+    };
+    match &request.payload {
+        RequestPayload::SqliteBegin(begin) => {
+            if request.lease_key.is_some() {
+                Some("SqliteBegin must not carry Request.leaseKey".into())
+            } else if begin.lease_key.is_empty() {
+                Some("the lease key is empty".into())
+            } else {
+                match used_keys.take(&begin.lease_key) {
+                    Ok(()) => None,
+                    Err(KeyRefusal::Reused) => {
+                        Some("the lease key was already used on this connection".into())
+                    }
+                    Err(KeyRefusal::Exhausted(max)) => Some(format!(
+                        "this connection has begun its {max} leases \
+                         (maxLeasesPerConnection); open a new connection"
+                    )),
+                }
+            }
+        }
+        RequestPayload::SqliteCommit(ars::SqliteCommit { lease_key })
+        | RequestPayload::SqliteRollback(ars::SqliteRollback { lease_key }) => {
+            if request.lease_key.is_some() {
+                Some("SqliteCommit and SqliteRollback must not carry Request.leaseKey".into())
+            } else if !used_keys.contains(lease_key) {
+                Some("no lease with this key was begun on this connection".into())
+            } else {
+                None
+            }
+        }
+        RequestPayload::SqliteQuery(_) | RequestPayload::SqliteExec(_) => {
+            match &request.lease_key {
+                Some(key) if !used_keys.contains(key) => {
+                    Some("no lease with this key was begun on this connection".into())
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: tmpsc::UnboundedReceiver<Outgoing>,
+    in_flight: Arc<Mutex<HashSet<u32>>>,
+    max_frame_bytes: u32,
+    (unread, all): (Arc<Unread>, Arc<Outboxes>),
+) {
+    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut responses: Vec<(u32, ResponsePayload)> = Vec::new();
+    'outer: while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        let mut stop = false;
+        let mut taken = 0;
+        // Coalesce whatever is already queued into one write.
+        while let Some(message) = next.take() {
+            taken += message.approx_bytes();
+            match message {
+                Outgoing::Response(id, payload) => responses.push((id, payload)),
+                Outgoing::Responses(mut more) => responses.append(&mut more),
+                Outgoing::GoAway(reason) => {
+                    if !encode_responses(&mut responses, &in_flight, max_frame_bytes, &mut batch) {
+                        break 'outer;
+                    }
+                    let frame = ServerFrame::GoAway(GoAway { reason });
+                    let _ = ars::server_frame_into(&frame, max_frame_bytes, &mut batch);
+                    stop = true;
+                    break;
+                }
+                Outgoing::Close => {
+                    stop = true;
+                    break;
+                }
+            }
+            if !encode_responses(&mut responses, &in_flight, max_frame_bytes, &mut batch) {
+                break 'outer;
+            }
+            if batch.len() < WRITE_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !encode_responses(&mut responses, &in_flight, max_frame_bytes, &mut batch) {
+            break;
+        }
+        if !batch.is_empty() {
+            if wr.write_all(&batch).await.is_err() {
+                break;
+            }
+            batch.clear();
+        }
+        all.taken(&unread, taken);
+        if stop {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Appends `responses` to `batch` as frames and retires their request ids.
+/// A response over the frame limit is replaced by `ResponseTooLarge`; false
+/// when even that cannot be encoded.
+fn encode_responses(
+    responses: &mut Vec<(u32, ResponsePayload)>,
+    in_flight: &Mutex<HashSet<u32>>,
+    max_frame_bytes: u32,
+    batch: &mut Vec<u8>,
+) -> bool {
+    if responses.is_empty() {
+        return true;
+    }
+    if let Ok(mut ids) = in_flight.lock() {
+        for (id, _) in responses.iter() {
+            ids.remove(id);
+        }
+    }
+    for (id, payload) in responses.drain(..) {
+        let frame = ServerFrame::Response(Response {
+            request_id: id,
+            payload,
+        });
+        if ars::server_frame_into(&frame, max_frame_bytes, batch).is_err() {
+            let too_large = ServerFrame::Response(Response {
+                request_id: id,
+                payload: ResponsePayload::ResponseTooLarge,
+            });
+            if ars::server_frame_into(&too_large, max_frame_bytes, batch).is_err() {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------
+// The SQLite thread: coordinator and executor in one.

@@ -1,0 +1,664 @@
+//! The `sqlite_file` backend: one rusqlite connection owned by one dedicated
+//! thread, fed through a bounded queue, for every write and ordered query;
+//! `Database::read` goes to the read connections of `sqlite_read` instead
+//! (WAL lets them read while the writer commits).
+//!
+//! Async callers never touch SQLite on a worker the runtime counts on: they
+//! enqueue a job and await a oneshot reply (or, for reads, read inside
+//! `block_in_place`), so no tokio worker ever blocks on disk. A full queue
+//! is a typed `QueueFull` error rather than unbounded memory. Every
+//! transaction is `BEGIN IMMEDIATE … COMMIT`; any failure or
+//! expected-change mismatch rolls back everything. The writer counts every
+//! job it answers before it answers, which is how a read connection knows
+//! whether the snapshot it holds is still the latest.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread;
+
+use agentos_schema::{
+    blob_range_of, blob_range_query, Database, DatabaseKind, DbError, Rows, SqlValue, Statement,
+};
+use async_trait::async_trait;
+use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use super::sqlite_checkpoint::{watch_wal, Checkpointer};
+use super::sqlite_read::{BlobRange, ReadSide};
+use crate::SqliteLimits;
+
+pub(super) const STATEMENT_CACHE: usize = 512;
+
+enum Job {
+    Query {
+        sql: String,
+        params: Vec<SqlValue>,
+        reply: oneshot::Sender<Result<Rows, DbError>>,
+    },
+    Transaction {
+        statements: Vec<Statement>,
+        reply: oneshot::Sender<Result<Vec<Rows>, DbError>>,
+    },
+    /// Ends the executor once the jobs queued before it are done; the
+    /// connection is dropped before the reply (the last connection to close
+    /// checkpoints the WAL and removes it).
+    Close { reply: oneshot::Sender<()> },
+}
+
+/// The local-file database handle.
+pub struct SqliteFileDatabase {
+    jobs: SyncSender<Job>,
+    /// The read connections (None when none could open: reads then go
+    /// through the writer).
+    reads: Option<ReadSide>,
+    /// The background checkpointer (None when it could not start: the
+    /// writer then checkpoints as SQLite does by default).
+    checkpointer: Option<Arc<Checkpointer>>,
+    capacity: u32,
+    path: PathBuf,
+    closed: AtomicBool,
+}
+
+impl SqliteFileDatabase {
+    /// Opens (creating if needed) the file, applies the connection settings and
+    /// starts the executor thread and the read side.
+    pub fn open(path: &Path, limits: &SqliteLimits) -> Result<SqliteFileDatabase, DbError> {
+        let conn = open_connection(path)?;
+        let checkpointer = match Checkpointer::start(path) {
+            Ok(checkpointer) => {
+                watch_wal(&conn);
+                Some(Arc::new(checkpointer))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no background checkpointer: the writer checkpoints");
+                None
+            }
+        };
+        let capacity = limits.max_queued_jobs.max(1);
+        let (jobs, rx) = mpsc::sync_channel::<Job>(capacity as usize);
+        let max_result_bytes = limits.max_result_bytes;
+        let answered = Arc::new(AtomicU64::new(0));
+        let counted = answered.clone();
+        let wakes = checkpointer.clone();
+        thread::Builder::new()
+            .name("agentos-sqlite".into())
+            .spawn(move || executor(conn, rx, &counted, wakes.as_deref(), max_result_bytes))
+            .map_err(|e| DbError::Connect(format!("cannot start the executor thread: {e}")))?;
+        let reads = match ReadSide::start(path, capacity, max_result_bytes, answered) {
+            Ok(reads) => Some(reads),
+            Err(e) => {
+                tracing::warn!(error = %e, "no read connections: reads share the writer's queue");
+                None
+            }
+        };
+        Ok(SqliteFileDatabase {
+            jobs,
+            reads,
+            checkpointer,
+            capacity,
+            path: path.to_owned(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn submit(&self, job: Job) -> Result<(), DbError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
+        self.jobs.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => DbError::QueueFull {
+                limit: "sqliteWorkerQueue".into(),
+                capacity: self.capacity,
+            },
+            TrySendError::Disconnected(_) => DbError::Closed,
+        })
+    }
+}
+
+#[async_trait]
+impl Database for SqliteFileDatabase {
+    fn kind(&self) -> DatabaseKind {
+        DatabaseKind::SqliteFile
+    }
+
+    async fn query(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Query {
+            sql: sql.to_owned(),
+            params,
+            reply,
+        })?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    async fn transaction(&self, statements: Vec<Statement>) -> Result<Vec<Rows>, DbError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Transaction { statements, reply })?;
+        rx.await.map_err(|_| DbError::Closed)?
+    }
+
+    /// A read on the read side (`sqlite_read`): on a multi-threaded runtime
+    /// on the caller's own thread, on a borrowed connection, otherwise queued
+    /// for the reader threads. It sees every transaction answered before it.
+    async fn read(&self, sql: &str, params: Vec<SqlValue>) -> Result<Rows, DbError> {
+        let Some(reads) = &self.reads else {
+            return self.query(sql, params).await;
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
+        reads.query(sql, params).await
+    }
+
+    async fn read_blob(
+        &self,
+        table: &'static str,
+        column: &'static str,
+        rowid: i64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, DbError> {
+        let Some(reads) = &self.reads else {
+            let (sql, params) = blob_range_query(table, column, rowid, offset, len);
+            return Ok(blob_range_of(self.query(&sql, params).await?));
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(DbError::Closed);
+        }
+        reads
+            .blob(BlobRange {
+                table,
+                column,
+                rowid,
+                offset,
+                len,
+            })
+            .await
+    }
+
+    async fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // The readers and the checkpointer first, so the writer's close can
+        // checkpoint the WAL whole.
+        if let Some(reads) = &self.reads {
+            reads.close().await;
+        }
+        if let Some(checkpointer) = self.checkpointer.clone() {
+            let _ = tokio::task::spawn_blocking(move || checkpointer.close()).await;
+        }
+        let (reply, done) = oneshot::channel();
+        let jobs = self.jobs.clone();
+        // The queue may be full: wait for room off the async threads.
+        let queued =
+            tokio::task::spawn_blocking(move || jobs.send(Job::Close { reply }).is_ok()).await;
+        if matches!(queued, Ok(true)) {
+            let _ = done.await;
+        }
+    }
+}
+
+/// Opens a connection with the settings every backend's file must have.
+pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
+    // Private whatever the umask: the file is created 0600 first, and
+    // SQLite gives the WAL and SHM the database file's mode.
+    agentos_base::private::prepare_database_file(path)
+        .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
+    let conn =
+        Connection::open(path).map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(sql_error(0))?;
+    // WAL with synchronous=NORMAL: a commit survives a process crash (the WAL
+    // is written before COMMIT returns); fsync happens at checkpoints.
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(sql_error(0))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sql_error(0))?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(sql_error(0))?;
+    let on: i64 = conn
+        .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+        .map_err(sql_error(0))?;
+    if on != 1 {
+        return Err(DbError::ForeignKeysDisabled);
+    }
+    // The WAL and SHM exist now; an older deployment may have left them wider.
+    agentos_base::private::restrict_database_files(path)
+        .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
+    Ok(conn)
+}
+
+/// Transactions committed together at most, so one group never holds the
+/// first caller in it for long.
+const GROUP_COMMIT_MAX: usize = 64;
+
+type TransactionReply = oneshot::Sender<Result<Vec<Rows>, DbError>>;
+type TransactionJob = (Vec<Statement>, TransactionReply);
+
+fn executor(
+    conn: Connection,
+    jobs: mpsc::Receiver<Job>,
+    answered: &AtomicU64,
+    checkpointer: Option<&Checkpointer>,
+    max_result_bytes: u64,
+) {
+    let closed = execute(conn, &jobs, answered, checkpointer, max_result_bytes);
+    if let Some(reply) = closed {
+        let _ = reply.send(());
+    }
+}
+
+/// Runs jobs until the queue closes or a `Close` arrives; returns the
+/// close's reply after the connection has been dropped. Each job's work is
+/// counted in `answered` before its answers go out, and reported to the
+/// checkpointer after.
+fn execute(
+    mut conn: Connection,
+    jobs: &mpsc::Receiver<Job>,
+    answered: &AtomicU64,
+    checkpointer: Option<&Checkpointer>,
+    max_result_bytes: u64,
+) -> Option<oneshot::Sender<()>> {
+    let mut next: Option<Job> = None;
+    loop {
+        let job = match next.take().or_else(|| next_soon(jobs)) {
+            Some(job) => job,
+            None => match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => return None,
+            },
+        };
+        match job {
+            Job::Close { reply } => {
+                if let Err((_, e)) = conn.close() {
+                    tracing::warn!(error = %e, "closing the database file failed");
+                }
+                return Some(reply);
+            }
+            Job::Query { sql, params, reply } => {
+                let result = run_statement(&conn, 0, &sql, &params, max_result_bytes);
+                answered.fetch_add(1, Ordering::SeqCst);
+                let _ = reply.send(result);
+                if let Some(checkpointer) = checkpointer {
+                    checkpointer.after_job();
+                }
+            }
+            Job::Transaction { statements, reply } => {
+                // Group commit: transactions already waiting share one
+                // commit, each inside its own savepoint.
+                let mut group: Vec<TransactionJob> = vec![(statements, reply)];
+                while group.len() < GROUP_COMMIT_MAX {
+                    match jobs.try_recv() {
+                        Ok(Job::Transaction { statements, reply }) => {
+                            group.push((statements, reply))
+                        }
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let answers = if group.len() == 1 {
+                    group
+                        .into_iter()
+                        .map(|(statements, reply)| {
+                            (
+                                reply,
+                                run_transaction(&mut conn, &statements, max_result_bytes),
+                            )
+                        })
+                        .collect()
+                } else {
+                    run_group(&mut conn, group, max_result_bytes)
+                };
+                answered.fetch_add(1, Ordering::SeqCst);
+                for (reply, outcome) in answers {
+                    let _ = reply.send(outcome);
+                }
+                if let Some(checkpointer) = checkpointer {
+                    checkpointer.after_job();
+                }
+            }
+        }
+    }
+}
+
+/// How long the executor keeps looking for the next job before it sleeps.
+/// A caller that awaits each transaction sends the next one a few
+/// microseconds after its answer; catching it awake saves a thread wake-up
+/// (tens of microseconds on a virtual machine) per transaction.
+const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// The next job if one arrives within `STAY_AWAKE`, yielding the core
+/// meanwhile so the caller can run.
+pub(super) fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
+    let start = std::time::Instant::now();
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        if start.elapsed() >= STAY_AWAKE {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Answers to the members of a group, in their order.
+type GroupAnswers = Vec<(TransactionReply, Result<Vec<Rows>, DbError>)>;
+
+/// Runs several transactions under one `BEGIN IMMEDIATE … COMMIT`, each in a
+/// savepoint: a failing one rolls back to its savepoint alone. The answers
+/// are returned, for the caller to send once the shared commit is done.
+fn run_group(
+    conn: &mut Connection,
+    group: Vec<TransactionJob>,
+    max_result_bytes: u64,
+) -> GroupAnswers {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let error = sql_error(0)(e);
+        return group
+            .into_iter()
+            .map(|(_, reply)| (reply, Err(error.clone())))
+            .collect();
+    }
+    let mut done: GroupAnswers = Vec::with_capacity(group.len());
+    let mut rest = group.into_iter();
+    for (statements, reply) in rest.by_ref() {
+        if let Err(e) = conn.execute_batch("SAVEPOINT agentos_group_member") {
+            done.push((reply, Err(sql_error(0)(e))));
+            continue;
+        }
+        let outcome = run_statements(conn, &statements, max_result_bytes);
+        if outcome.is_err() {
+            let _ = conn
+                .execute_batch("ROLLBACK TO agentos_group_member; RELEASE agentos_group_member");
+        } else if let Err(e) = conn.execute_batch("RELEASE agentos_group_member") {
+            done.push((reply, Err(sql_error(statements.len() as u32)(e))));
+            continue;
+        }
+        let lost = conn.is_autocommit();
+        done.push((reply, outcome));
+        if lost {
+            // Some errors (I/O, full disk) end the whole transaction: nothing
+            // of the group was committed. Fail it, and run the rest alone.
+            let error = DbError::Sql {
+                code: -1,
+                statement_index: 0,
+                message: "the group transaction was rolled back by SQLite".into(),
+            };
+            let mut answers: GroupAnswers = done
+                .into_iter()
+                .map(|(reply, outcome)| (reply, outcome.and(Err(error.clone()))))
+                .collect();
+            for (statements, reply) in rest {
+                answers.push((reply, run_transaction(conn, &statements, max_result_bytes)));
+            }
+            return answers;
+        }
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => done,
+        Err(e) => {
+            rollback(conn);
+            let error = sql_error(0)(e);
+            done.into_iter()
+                .map(|(reply, outcome)| (reply, outcome.and(Err(error.clone()))))
+                .collect()
+        }
+    }
+}
+
+/// Runs `statements` in one `BEGIN IMMEDIATE` transaction on `conn`. Shared
+/// with the reference actor socket server, which serves the same file shape.
+pub fn run_transaction(
+    conn: &mut Connection,
+    statements: &[Statement],
+    max_result_bytes: u64,
+) -> Result<Vec<Rows>, DbError> {
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(sql_error(0))?;
+    let results = match run_statements(conn, statements, max_result_bytes) {
+        Ok(results) => results,
+        Err(error) => {
+            rollback(conn);
+            return Err(error);
+        }
+    };
+    if let Err(e) = conn.execute_batch("COMMIT") {
+        rollback(conn);
+        return Err(sql_error(statements.len() as u32)(e));
+    }
+    Ok(results)
+}
+
+/// Runs the statements of one transaction, checking expected change counts;
+/// stops at the first failure (the caller rolls back).
+fn run_statements(
+    conn: &Connection,
+    statements: &[Statement],
+    max_result_bytes: u64,
+) -> Result<Vec<Rows>, DbError> {
+    let mut results = Vec::with_capacity(statements.len());
+    for (index, statement) in statements.iter().enumerate() {
+        let index = index as u32;
+        let rows = run_statement(
+            conn,
+            index,
+            &statement.sql,
+            &statement.params,
+            max_result_bytes,
+        )?;
+        match statement.expected_changes {
+            Some(expected) if expected != rows.changes => {
+                return Err(DbError::ExpectedChanges {
+                    statement_index: index,
+                    expected,
+                    actual: rows.changes,
+                })
+            }
+            _ => results.push(rows),
+        }
+    }
+    Ok(results)
+}
+
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit() {
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed");
+        }
+    }
+}
+
+/// Runs one statement, materializing its rows within the result limit.
+pub fn run_statement<P: BindValue>(
+    conn: &Connection,
+    index: u32,
+    sql: &str,
+    params: &[P],
+    max_result_bytes: u64,
+) -> Result<Rows, DbError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(sql_error(index))?;
+    for (i, param) in params.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, Param(param.value_ref()))
+            .map_err(sql_error(index))?;
+    }
+    let before = conn.total_changes();
+    let columns: Vec<String> = stmt
+        .column_names()
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect();
+    let width = columns.len();
+    let mut out = Vec::new();
+    let mut bytes: u64 = 0;
+    {
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(sql_error(index))? {
+            let mut values = Vec::with_capacity(width);
+            for c in 0..width {
+                let value = from_value_ref(row.get_ref(c).map_err(sql_error(index))?);
+                bytes += value.approx_bytes() as u64;
+                values.push(value);
+            }
+            if bytes > max_result_bytes {
+                return Err(DbError::ResultLimit {
+                    limit: max_result_bytes,
+                });
+            }
+            out.push(values);
+        }
+    }
+    let changes = conn.total_changes().saturating_sub(before);
+    Ok(Rows {
+        columns,
+        rows: out,
+        changes,
+        last_insert_rowid: Some(conn.last_insert_rowid()),
+    })
+}
+
+/// A parameter value SQLite can bind by reference. Implemented for the
+/// handle's values and for the actor socket's wire values, so the reference
+/// server binds what it decoded without copying texts and blobs first.
+pub trait BindValue {
+    fn value_ref(&self) -> ValueRef<'_>;
+}
+
+impl BindValue for SqlValue {
+    fn value_ref(&self) -> ValueRef<'_> {
+        match self {
+            SqlValue::Null => ValueRef::Null,
+            SqlValue::Integer(i) => ValueRef::Integer(*i),
+            SqlValue::Real(f) => ValueRef::Real(*f),
+            SqlValue::Text(s) => ValueRef::Text(s.as_bytes()),
+            SqlValue::Blob(b) => ValueRef::Blob(b),
+        }
+    }
+}
+
+impl BindValue for agentos_protocol::ars::SqlValue {
+    fn value_ref(&self) -> ValueRef<'_> {
+        use agentos_protocol::ars::SqlValue as Wire;
+        match self {
+            Wire::SqlNull => ValueRef::Null,
+            Wire::SqlInteger(i) => ValueRef::Integer(*i),
+            Wire::SqlReal(f) => ValueRef::Real(*f),
+            Wire::SqlText(s) => ValueRef::Text(s.as_bytes()),
+            Wire::SqlBlob(b) => ValueRef::Blob(b),
+        }
+    }
+}
+
+/// Binds a parameter by reference: large texts and blobs are never copied.
+struct Param<'a>(ValueRef<'a>);
+
+impl ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(self.0))
+    }
+}
+
+pub fn from_value_ref(v: ValueRef<'_>) -> SqlValue {
+    match v {
+        ValueRef::Null => SqlValue::Null,
+        ValueRef::Integer(i) => SqlValue::Integer(i),
+        ValueRef::Real(f) => SqlValue::Real(f),
+        // Valid UTF-8 (the normal case) takes the fast check; anything else
+        // is repaired rather than rejected.
+        ValueRef::Text(t) => SqlValue::Text(match std::str::from_utf8(t) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(t).into_owned(),
+        }),
+        ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
+    }
+}
+
+/// Maps a rusqlite error to `DbError::Sql` with SQLite's extended code.
+pub fn sql_error(index: u32) -> impl Fn(rusqlite::Error) -> DbError {
+    move |e| {
+        let code = match &e {
+            rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
+            _ => -1,
+        };
+        let message = match e {
+            // As the reference runtime words it.
+            rusqlite::Error::MultipleStatement => {
+                "sqlite execute only supports a single statement".to_owned()
+            }
+            other => other.to_string(),
+        };
+        DbError::Sql {
+            code,
+            statement_index: index,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(
+        statements: Vec<Statement>,
+    ) -> (
+        TransactionJob,
+        oneshot::Receiver<Result<Vec<Rows>, DbError>>,
+    ) {
+        let (tx, rx) = oneshot::channel();
+        ((statements, tx), rx)
+    }
+
+    #[test]
+    fn a_group_commits_its_members_and_isolates_a_failure() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut conn = open_connection(&dir.path().join("g.sqlite")).expect("open");
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY) STRICT")
+            .expect("table");
+        let insert = |id: i64| Statement::new("INSERT INTO t (id) VALUES (?1)", vec![id.into()]);
+        let (a, a_rx) = member(vec![insert(1)]);
+        let (b, b_rx) = member(vec![
+            insert(2),
+            Statement::new("DELETE FROM t WHERE id = 99", vec![]).expect_changes(1),
+        ]);
+        let (c, c_rx) = member(vec![insert(3), insert(1)]);
+        let (d, d_rx) = member(vec![insert(4)]);
+        for (reply, outcome) in run_group(&mut conn, vec![a, b, c, d], u64::MAX) {
+            let _ = reply.send(outcome);
+        }
+        assert!(a_rx.blocking_recv().expect("a").is_ok());
+        assert_eq!(
+            b_rx.blocking_recv().expect("b").unwrap_err().code(),
+            "expected_changes_mismatch"
+        );
+        assert!(c_rx
+            .blocking_recv()
+            .expect("c")
+            .unwrap_err()
+            .is_constraint());
+        assert!(d_rx.blocking_recv().expect("d").is_ok());
+        let ids: Vec<i64> = conn
+            .prepare("SELECT id FROM t ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(ids, [1, 4], "only the members that succeeded committed");
+        assert!(conn.is_autocommit(), "the group transaction is closed");
+    }
+}
