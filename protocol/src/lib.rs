@@ -5,7 +5,8 @@
 //! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
 //! line-delimited JSON-RPC spoken with ACP adapters (`acp`), the Seed Agents
 //! signed control plane (`seed`: DAG-CBOR envelopes, actions, responses and
-//! WebSocket events); the runs vocabulary both doors share (`runs`); and
+//! WebSocket events); the runs and session vocabularies both doors share (`runs`,
+//! `session`); and
 //! the one list of application error codes
 //! (`ErrorCode`).
 
@@ -16,5 +17,6 @@ mod error_code;
 pub mod host;
 pub mod runs;
 pub mod seed;
+pub mod session;
 
 pub use error_code::ErrorCode;

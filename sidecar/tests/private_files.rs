@@ -48,7 +48,10 @@ async fn the_data_directory_and_database_files_are_private() {
         .expect("open");
     // Something written, so the WAL and SHM exist.
     vm.sessions
-        .open(serde_json::from_value(json!({"agent": "none"})).expect("params"))
+        .open(agentos_sidecar::sessions::OpenSession {
+            agent: "none".into(),
+            ..Default::default()
+        })
         .await
         .expect_err("no such agent, but the database is open");
     assert_eq!(mode(&data), 0o700);

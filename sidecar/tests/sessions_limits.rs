@@ -361,14 +361,7 @@ async fn a_ten_thousand_session_page_is_at_most_two_queries() {
             t.await.unwrap();
         }
         counting.take();
-        let page = env
-            .sessions
-            .list(ListSessionsParams {
-                cursor: None,
-                limit: Some(10_000),
-            })
-            .await
-            .unwrap();
+        let page = env.sessions.list(None, Some(10_000)).await.unwrap();
         let counts = counting.take();
         assert_eq!(page.sessions.len(), 10_000, "{}", backend.name);
         assert!(

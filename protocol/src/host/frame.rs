@@ -138,7 +138,7 @@ pub fn event_notification_frame(
         out.extend_from_slice(super::methods::EVENT.as_bytes());
         out.extend_from_slice(b"\",\"params\":{\"subscriptionId\":");
         let mut id = String::with_capacity(subscription_id.len() + 2);
-        super::event::push_json_str(&mut id, subscription_id);
+        crate::session::push_json_str(&mut id, subscription_id);
         out.extend_from_slice(id.as_bytes());
         out.extend_from_slice(b",\"event\":");
         out.extend_from_slice(public_event.as_bytes());

@@ -10,16 +10,16 @@
 //! answers), `event` (the public event).
 
 mod envelope;
-mod event;
 mod frame;
 mod params;
 mod results;
 
 pub use envelope::*;
-pub use event::*;
 pub use frame::*;
 pub use params::*;
 pub use results::*;
+// The shared session vocabulary, in the host protocol's namespace too.
+pub use crate::session::*;
 
 pub const PROTOCOL_VERSION: u64 = 1;
 

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::session::PermissionPolicy;
+
 // Method params and results
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -14,33 +16,6 @@ pub struct InitializeParams {
     pub protocol_version: u64,
     #[serde(default)]
     pub client_info: Option<Value>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PermissionPolicy {
-    AllowAll,
-    RejectAll,
-    Ask,
-}
-
-impl PermissionPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionPolicy::AllowAll => "allow_all",
-            PermissionPolicy::RejectAll => "reject_all",
-            PermissionPolicy::Ask => "ask",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "allow_all" => Some(PermissionPolicy::AllowAll),
-            "reject_all" => Some(PermissionPolicy::RejectAll),
-            "ask" => Some(PermissionPolicy::Ask),
-            _ => None,
-        }
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::PermissionPolicy;
+use crate::session::{CancelStatus, NotPendingReason, PermissionPolicy};
 
 /// `sessions/open`, `sessions/get` (under `session`), and each entry of
 /// `sessions/list`.
@@ -86,59 +86,9 @@ pub struct AgentMessage {
 }
 
 /// `sessions/cancel`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CancelStatus {
-    /// A turn was running; the agent was asked to stop and its pending
-    /// permission requests were cancelled.
-    Cancelled,
-    /// Nothing was running.
-    NoActivePrompt,
-}
-
-/// `sessions/cancel`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CancelResult {
     pub status: CancelStatus,
-}
-
-/// Why a permission answer found nothing to answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NotPendingReason {
-    RequestNotFound,
-    AlreadyResolved,
-    PromptCancelled,
-    SessionDeleted,
-    VmShutdown,
-    AdapterExited,
-}
-
-impl NotPendingReason {
-    /// The reason as stored and sent.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotPendingReason::RequestNotFound => "request_not_found",
-            NotPendingReason::AlreadyResolved => "already_resolved",
-            NotPendingReason::PromptCancelled => "prompt_cancelled",
-            NotPendingReason::SessionDeleted => "session_deleted",
-            NotPendingReason::VmShutdown => "vm_shutdown",
-            NotPendingReason::AdapterExited => "adapter_exited",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<NotPendingReason> {
-        [
-            NotPendingReason::RequestNotFound,
-            NotPendingReason::AlreadyResolved,
-            NotPendingReason::PromptCancelled,
-            NotPendingReason::SessionDeleted,
-            NotPendingReason::VmShutdown,
-            NotPendingReason::AdapterExited,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == text)
-    }
 }
 
 /// `sessions/respondPermission`.

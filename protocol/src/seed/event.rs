@@ -20,7 +20,7 @@ use ipld_core::ipld::Ipld;
 use serde_json::Value;
 
 use super::response::SessionEvent;
-use crate::host::{Actor, EventKind, StoredEvent};
+use crate::session::{Actor, EventKind, StoredEvent};
 
 /// The stable public id of an event: its session and sequence.
 pub fn event_id(session_id: &str, sequence: u64) -> String {

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use super::codec::{params, reply};
 use super::render;
 use crate::http::proxy::ProxyError;
-use crate::sessions::{LimitUse, SessionConfig, SessionError, Sink};
+use crate::sessions::{LimitUse, OpenSession, SessionConfig, SessionError, Sink};
 use crate::vm::Vm;
 
 fn session(e: SessionError) -> ErrorObject {
@@ -62,7 +62,7 @@ pub(super) async fn dispatch(
         }
         methods::SESSIONS_OPEN => {
             let p: OpenSessionParams = params(raw)?;
-            let info = sessions.open(p).await.map_err(session)?;
+            let info = sessions.open(open_session(p)).await.map_err(session)?;
             reply(&render::session_info(&info))
         }
         methods::SESSIONS_GET => {
@@ -74,7 +74,10 @@ pub(super) async fn dispatch(
         }
         methods::SESSIONS_LIST => {
             let p: ListSessionsParams = params(raw)?;
-            let page = sessions.list(p).await.map_err(session)?;
+            let page = sessions
+                .list(p.cursor.as_deref(), p.limit)
+                .await
+                .map_err(session)?;
             reply(&render::session_page(&page))
         }
         methods::SESSIONS_DELETE => {
@@ -243,5 +246,20 @@ pub(super) async fn dispatch(
         m if m.starts_with("fs/") => super::fs::dispatch(vm, m, raw).await,
         m if m.starts_with("runs/") => super::runs::dispatch(vm, m, raw).await,
         other => Err(ErrorObject::method_not_found(other)),
+    }
+}
+
+/// `sessions/open`'s params as the session service's request.
+fn open_session(p: OpenSessionParams) -> OpenSession {
+    OpenSession {
+        session_id: p.session_id,
+        agent: p.agent,
+        cwd: p.cwd,
+        additional_directories: p.additional_directories,
+        env: p.env,
+        mcp_servers: p.mcp_servers,
+        permission_policy: p.permission_policy,
+        title: p.title,
+        metadata: p.metadata,
     }
 }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use agentos_protocol::agent_ext::stored_output;
-use agentos_protocol::host::{Actor, OpenSessionParams};
+use agentos_protocol::session::Actor;
 use serde_json::{json, Map, Value};
 
 use super::store::RunStore;
@@ -22,7 +22,7 @@ use super::{
     BACKGROUND_MAX_ATTEMPTS,
 };
 use crate::control::Control;
-use crate::sessions::{input_hash, SessionError, Sessions};
+use crate::sessions::{input_hash, OpenSession, SessionError, Sessions};
 use agentos_base::clock::unix_ms;
 use agentos_scripts::ScriptEngine;
 
@@ -417,7 +417,7 @@ impl Delegation {
                 run.max_attempts = BACKGROUND_MAX_ATTEMPTS;
                 run.plan_step_id = plan_step_id;
                 self.sessions
-                    .open(OpenSessionParams {
+                    .open(OpenSession {
                         session_id: Some(session_id.clone()),
                         agent: agent.adapter.clone(),
                         title: Some(title),
@@ -426,7 +426,7 @@ impl Delegation {
                         metadata: prompt
                             .as_ref()
                             .map(|p| json!({"delegate": {"instructions": p}})),
-                        ..OpenSessionParams::default()
+                        ..OpenSession::default()
                     })
                     .await
                     .map_err(|e| refuse(e.code().as_str(), e.to_string()))?;

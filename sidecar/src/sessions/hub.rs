@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agentos_protocol::host::StoredEvent;
+use agentos_protocol::session::StoredEvent;
 use serde_json::Value;
 
 /// What a subscriber receives.

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
+use agentos_protocol::session::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -39,8 +39,8 @@ pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 pub use turns::RunTurn;
 pub use types::{
-    AgentReply, CancelStatus, LimitUse, NotPendingReason, PermissionAnswer, PromptOutcome,
-    SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,
+    AgentReply, CancelStatus, LimitUse, NotPendingReason, OpenSession, PermissionAnswer,
+    PromptOutcome, SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,
 };
 
 use crate::config::{AcpLimits, AgentSpec};
@@ -200,7 +200,7 @@ impl Sessions {
     }
 
     /// Idempotent open. Never starts an adapter.
-    pub async fn open(&self, params: OpenSessionParams) -> Result<SessionInfo, SessionError> {
+    pub async fn open(&self, params: OpenSession) -> Result<SessionInfo, SessionError> {
         let session_id = params
             .session_id
             .clone()
@@ -353,9 +353,15 @@ impl Sessions {
         self.info(&row).await
     }
 
-    pub async fn list(&self, params: ListSessionsParams) -> Result<SessionPage, SessionError> {
+    /// A page of at most `limit` sessions (the default page when `None`),
+    /// after `cursor` (one this service issued).
+    pub async fn list(
+        &self,
+        cursor: Option<&str>,
+        limit: Option<u64>,
+    ) -> Result<SessionPage, SessionError> {
         let max = self.shared.limits.max_session_list_entries;
-        let limit = params.limit.unwrap_or(DEFAULT_LIST_LIMIT.min(max));
+        let limit = limit.unwrap_or(DEFAULT_LIST_LIMIT.min(max));
         if limit == 0 || limit > max {
             return Err(SessionError::Limit {
                 code: ErrorCode::SessionListLimit,
@@ -364,7 +370,7 @@ impl Sessions {
                 limit: max,
             });
         }
-        let cursor = match params.cursor.as_deref() {
+        let cursor = match cursor {
             None => None,
             Some(c) => Some(decode_cursor(c).ok_or_else(|| {
                 SessionError::InvalidArgument("cursor is not one this sidecar issued".into())
@@ -884,7 +890,7 @@ pub(super) fn stored_outcome(
 fn check_same(
     existing: &SessionRow,
     new: &NewSession,
-    params: &OpenSessionParams,
+    params: &OpenSession,
 ) -> Result<(), SessionError> {
     let conflict = |field| {
         Err(SessionError::Conflict {

@@ -4,7 +4,7 @@
 //! stored answer for the run's waiters, and a failed prompt's words for a
 //! retry. The runs service (`runs/turns.rs`) drives these.
 
-use agentos_protocol::host::Actor;
+use agentos_protocol::session::Actor;
 use agentos_protocol::ErrorCode;
 use serde_json::Value;
 

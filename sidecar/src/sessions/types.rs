@@ -1,15 +1,34 @@
 //! The session service's answers as domain values.
 //!
-//! Front doors render these in their own wire form (the host door in
-//! `protocol::host`); nothing here knows JSON-RPC. A session's state is built
+//! Front doors decode their requests into these and render the answers in
+//! their own wire form (the host door in `protocol::host`, the signed door in
+//! `protocol::seed`); nothing here knows JSON-RPC. A session's state is built
 //! from its row in one place, `SessionState::of`, whichever call asks.
 
-use agentos_protocol::host::PermissionPolicy;
+use agentos_protocol::session::PermissionPolicy;
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use super::store::{SessionRow, SessionStatus};
 
-pub use agentos_protocol::host::{CancelStatus, NotPendingReason};
+pub use agentos_protocol::session::{CancelStatus, NotPendingReason};
+
+/// What opening a session asks for. A member left `None` takes its default
+/// for a new session and is not compared with an existing one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpenSession {
+    /// The session's id (`default` when absent).
+    pub session_id: Option<String>,
+    pub agent: String,
+    pub cwd: Option<String>,
+    pub additional_directories: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub mcp_servers: Option<Vec<Value>>,
+    pub permission_policy: Option<PermissionPolicy>,
+    pub title: Option<String>,
+    pub metadata: Option<Value>,
+}
 
 /// Where a session is in its life.
 #[derive(Clone, Debug, PartialEq)]

@@ -7,9 +7,10 @@ pub use std::collections::BTreeMap;
 pub use std::path::{Path, PathBuf};
 pub use std::sync::Arc;
 
-pub use agentos_protocol::host::{Actor, ListSessionsParams, OpenSessionParams, PermissionPolicy};
+pub use agentos_protocol::session::{Actor, PermissionPolicy};
 pub use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 pub use agentos_sidecar::config::{AcpLimits, AgentSpec, SqliteLimits};
+pub use agentos_sidecar::sessions::OpenSession;
 pub use agentos_sidecar::sessions::{
     CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionError, SessionInfo,
     SessionState, SessionStore, Sessions,
@@ -99,8 +100,8 @@ pub async fn env_with(db: SharedDatabase, limits: AcpLimits) -> Env {
     Env { sessions, state }
 }
 
-pub fn open(id: &str, agent: &str) -> OpenSessionParams {
-    OpenSessionParams {
+pub fn open(id: &str, agent: &str) -> OpenSession {
+    OpenSession {
         session_id: Some(id.into()),
         agent: agent.into(),
         ..Default::default()

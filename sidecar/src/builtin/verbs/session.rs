@@ -4,12 +4,13 @@
 //! turn.
 
 use agentos_protocol::agent_ext::VerbResult;
-use agentos_protocol::host::{Actor, OpenSessionParams};
+use agentos_protocol::session::Actor;
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 use crate::config::BUILTIN_AGENT;
 use crate::runs::TurnOwner;
+use crate::sessions::OpenSession;
 
 /// Bytes of a title or a description the agent may set.
 const MAX_TITLE_BYTES: usize = 1024;
@@ -128,11 +129,11 @@ pub(super) async fn continue_session(
     }
     let successor = uuid::Uuid::new_v4().to_string();
     if let Err(e) = sessions
-        .open(OpenSessionParams {
+        .open(OpenSession {
             session_id: Some(successor.clone()),
             agent: BUILTIN_AGENT.to_owned(),
             title: Some(title.to_owned()),
-            ..OpenSessionParams::default()
+            ..OpenSession::default()
         })
         .await
     {

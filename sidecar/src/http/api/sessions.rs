@@ -7,7 +7,6 @@
 use agentos_protocol::seed::ApiCode;
 use std::collections::BTreeMap;
 
-use agentos_protocol::host::{Actor, OpenSessionParams};
 use agentos_protocol::seed::event::{event_id, session_event};
 use agentos_protocol::seed::response::{
     CreateSessionResponse, DeleteSessionResponse, GetSessionResponse, ListSessionsResponse,
@@ -17,13 +16,14 @@ use agentos_protocol::seed::response::{
 use agentos_protocol::seed::{
     encode_response, Action, ContentPart, Ipld, SessionListCursor, SystemPrompt,
 };
+use agentos_protocol::session::Actor;
 use serde_json::{json, Value};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
 use crate::http::ws::reason;
 use crate::runs::{TurnAnswer, TurnOwner};
-use crate::sessions::{CancelStatus, SessionError};
+use crate::sessions::{CancelStatus, OpenSession, SessionError};
 
 const DEFAULT_PAGE: u64 = 50;
 /// Payload bytes one `GetSession` answer carries at most (a single larger
@@ -220,11 +220,11 @@ impl SignedApi {
                 }
                 let session_id = uuid::Uuid::new_v4().to_string();
                 self.sessions
-                    .open(OpenSessionParams {
+                    .open(OpenSession {
                         session_id: Some(session_id.clone()),
                         agent: access.agent.adapter.clone(),
                         title: title.clone(),
-                        ..OpenSessionParams::default()
+                        ..OpenSession::default()
                     })
                     .await?;
                 let response = encode_response(&CreateSessionResponse {

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use agentos_adapters::{
     AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, SessionUpdate,
 };
-use agentos_protocol::host::{Actor, PermissionPolicy};
+use agentos_protocol::session::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};

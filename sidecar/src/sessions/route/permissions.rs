@@ -4,7 +4,7 @@
 //! with its reason and the agent is always answered.
 
 use agentos_adapters::{IncomingRequestId, RpcError};
-use agentos_protocol::host::{Actor, EventKind, PermissionPolicy};
+use agentos_protocol::session::{Actor, EventKind, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use agentos_adapters::{AdapterError, AdapterEvent};
-use agentos_protocol::host::Actor;
+use agentos_protocol::session::Actor;
 use agentos_protocol::ErrorCode;
 use agentos_schema::DbError;
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! turning a wrong value into a default; NULL is accepted only where the
 //! column is nullable.
 
-use agentos_protocol::host::{Actor, EventKind, PermissionPolicy, StoredEvent};
+use agentos_protocol::session::{Actor, EventKind, PermissionPolicy, StoredEvent};
 pub(super) use agentos_schema::row::{count, texts, Row};
 use agentos_schema::{DbError, Rows, SqlValue};
 

@@ -4,7 +4,7 @@
 //! history pages, subscription replay and the updates a continuation is
 //! built from.
 
-use agentos_protocol::host::{Actor, EventKind, StoredEvent};
+use agentos_protocol::session::{Actor, EventKind, StoredEvent};
 use agentos_schema::{DbError, Rows, SqlValue, Statement};
 use serde_json::Value;
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use agentos_protocol::host::PermissionPolicy;
+use agentos_protocol::session::PermissionPolicy;
 use agentos_schema::{DbError, SqlValue, Statement};
 use serde_json::Value;
 

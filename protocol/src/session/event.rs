@@ -170,7 +170,7 @@ fn object_members(text: &str) -> Option<Vec<(&str, &RawValue)>> {
     serde_json::from_str::<Members<'_>>(text).ok().map(|m| m.0)
 }
 
-pub(super) fn push_json_str(out: &mut String, s: &str) {
+pub(crate) fn push_json_str(out: &mut String, s: &str) {
     if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
         out.push('"');
         out.push_str(s);
