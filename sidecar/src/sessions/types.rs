@@ -1,8 +1,8 @@
 //! The session service's answers as domain values.
 //!
 //! Front doors decode their requests into these and render the answers in
-//! their own wire form (the host door in `protocol::host`, the signed door in
-//! `protocol::seed`); nothing here knows JSON-RPC. A session's state is built
+//! their own wire forms (the host door's JSON-RPC, the signed door's
+//! DAG-CBOR); nothing here knows either. A session's state is built
 //! from its row in one place, `SessionState::of`, whichever call asks.
 
 use agentos_protocol::session::PermissionPolicy;

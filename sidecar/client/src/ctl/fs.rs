@@ -7,6 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use agentos_protocol::host::methods;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use clap::Subcommand;
@@ -59,7 +60,7 @@ async fn put(client: &HostClient, data: &[u8], remote: &str) -> Result<(), Clien
     let first = pieces.next().unwrap_or_default();
     client
         .call(
-            "fs/write",
+            methods::FS_WRITE,
             json!({"path": remote, "data": BASE64.encode(first)}),
         )
         .await?;
@@ -67,7 +68,7 @@ async fn put(client: &HostClient, data: &[u8], remote: &str) -> Result<(), Clien
     for piece in pieces {
         client
             .call(
-                "fs/write",
+                methods::FS_WRITE,
                 json!({"path": remote, "data": BASE64.encode(piece), "offset": offset}),
             )
             .await?;
@@ -81,7 +82,7 @@ async fn get(client: &HostClient, remote: &str, out: &mut dyn Write) -> Result<u
     loop {
         let v = client
             .call(
-                "fs/read",
+                methods::FS_READ,
                 json!({"path": remote, "offset": offset, "length": PIECE}),
             )
             .await?;
@@ -108,7 +109,7 @@ async fn list(client: &HostClient, path: &str) -> Result<Vec<Value>, ClientError
     loop {
         let page = client
             .call(
-                "fs/readdir",
+                methods::FS_READDIR,
                 json!({"path": path, "cursor": cursor, "limit": 1000}),
             )
             .await?;
@@ -291,19 +292,22 @@ pub(super) async fn run(
         }
         FsCommand::Rm { path, recursive } => {
             client
-                .call("fs/remove", json!({"path": path, "recursive": recursive}))
+                .call(
+                    methods::FS_REMOVE,
+                    json!({"path": path, "recursive": recursive}),
+                )
                 .await?;
             done(json!({}), format!("removed {path}"));
         }
         FsCommand::Mv { from, to } => {
             client
-                .call("fs/rename", json!({"from": from, "to": to}))
+                .call(methods::FS_RENAME, json!({"from": from, "to": to}))
                 .await?;
             done(json!({}), format!("{from} → {to}"));
         }
         FsCommand::Mkdir { path, parents } => {
             client
-                .call("fs/mkdir", json!({"path": path, "parents": parents}))
+                .call(methods::FS_MKDIR, json!({"path": path, "parents": parents}))
                 .await?;
             done(json!({}), String::new());
         }
@@ -312,12 +316,12 @@ pub(super) async fn run(
             let total: u64 = files.iter().map(|(_, n)| n).sum();
             let mut progress = Progress::new("import", files.len() as u64, total);
             client
-                .call("fs/mkdir", json!({"path": remote, "parents": true}))
+                .call(methods::FS_MKDIR, json!({"path": remote, "parents": true}))
                 .await?;
             for dir in &dirs {
                 let target = join(remote, &relative(local, dir));
                 client
-                    .call("fs/mkdir", json!({"path": target, "parents": true}))
+                    .call(methods::FS_MKDIR, json!({"path": target, "parents": true}))
                     .await?;
             }
             for (file, len) in &files {

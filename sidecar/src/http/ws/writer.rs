@@ -509,8 +509,10 @@ mod tests {
         let waiting = parse(render.frames(item(Item::Ephemeral {
             session_id: Arc::from("s"),
             after_sequence: 1,
-            update: Arc::new(json!({"sessionUpdate": "_agentos/activity",
-                                    "phase": "thinking", "detail": "busy; again in 1 s"})),
+            update: Arc::new(
+                json!({"sessionUpdate": agentos_protocol::agent_ext::ACTIVITY_UPDATE,
+                                    "phase": "thinking", "detail": "busy; again in 1 s"}),
+            ),
         })));
         assert_eq!(waiting[0]["patch"]["activity"]["phase"], "thinking");
         assert_eq!(

@@ -4,7 +4,8 @@
 //! and, for the builtin agent only, `_agentos/*`, answered by the agent host.
 
 use agentos_adapters::RpcError;
-use serde_json::{json, Value};
+use agentos_protocol::acp::{self, methods};
+use serde_json::Value;
 
 use super::Route;
 
@@ -30,7 +31,7 @@ impl Route {
             return agent.host.serve(scope, method, params).await;
         }
         match (method, &self.shared.fs) {
-            ("fs/read_text_file", Some(fs)) => {
+            (methods::FS_READ_TEXT_FILE, Some(fs)) => {
                 let path = params
                     .get("path")
                     .and_then(Value::as_str)
@@ -40,9 +41,9 @@ impl Route {
                 let max = self.shared.limits.max_read_text_file_bytes;
                 fs.read_text_file(&self.roots, path, line, limit, max)
                     .await
-                    .map(|content| json!({ "content": content }))
+                    .map(|content| acp::to_params(&acp::ReadTextFileResult { content }))
             }
-            ("fs/write_text_file", Some(fs)) => {
+            (methods::FS_WRITE_TEXT_FILE, Some(fs)) => {
                 let path = params
                     .get("path")
                     .and_then(Value::as_str)
@@ -52,7 +53,7 @@ impl Route {
                 };
                 fs.write_text_file(&self.roots, path, content)
                     .await
-                    .map(|()| json!({}))
+                    .map(|()| acp::to_params(&acp::WriteTextFileResult {}))
             }
             _ => Err(RpcError::method_not_found(method)),
         }

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use agentos_adapters::{
     AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, SessionUpdate,
 };
+use agentos_protocol::acp::{self, methods};
 use agentos_protocol::session::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
@@ -402,7 +403,7 @@ impl Route {
                 }
                 None => {}
             },
-            AdapterEvent::Notification { method, .. } if method == "session/update" => {
+            AdapterEvent::Notification { method, .. } if method == methods::SESSION_UPDATE => {
                 tracing::warn!(session = %self.session_id, "dropping a malformed session/update");
             }
             AdapterEvent::Notification { .. } => {}
@@ -416,8 +417,8 @@ impl Route {
                     self.conn.shutdown().await;
                     return Ok(());
                 }
-                let answer = if method == "session/request_permission" {
-                    Ok(json!({"outcome": {"outcome": "cancelled"}}))
+                let answer = if method == methods::SESSION_REQUEST_PERMISSION {
+                    Ok(acp::PermissionResponse::cancelled())
                 } else {
                     self.serve_request(&method, params).await
                 };
@@ -532,10 +533,13 @@ impl Route {
         config_id: String,
         value: Value,
     ) -> Result<SessionConfig, SessionError> {
-        let params =
-            json!({"sessionId": self.acp_session_id, "configId": config_id, "value": value});
+        let params = acp::to_params(&acp::SetConfigOptionParams {
+            session_id: &self.acp_session_id,
+            config_id: &config_id,
+            value: &value,
+        });
         let conn = self.conn.clone();
-        let answer = conn.request("session/set_config_option", params);
+        let answer = conn.request(methods::SESSION_SET_CONFIG_OPTION, params);
         tokio::pin!(answer);
         // Keep draining the adapter while it answers.
         let result = loop {

@@ -4,6 +4,7 @@
 //! with its reason and the agent is always answered.
 
 use agentos_adapters::{IncomingRequestId, RpcError};
+use agentos_protocol::acp::PermissionResponse;
 use agentos_protocol::session::{Actor, EventKind, PermissionPolicy};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
@@ -50,10 +51,8 @@ impl Route {
                 .iter()
                 .find(|(_, kind)| kinds.contains(&kind.as_str()))
             {
-                Some((option_id, _)) => {
-                    json!({"outcome": {"outcome": "selected", "optionId": option_id}})
-                }
-                None => json!({"outcome": {"outcome": "cancelled"}}),
+                Some((option_id, _)) => PermissionResponse::selected(option_id),
+                None => PermissionResponse::cancelled(),
             };
             let _ = self.conn.respond(&id, Ok(outcome));
             return Ok(());
@@ -111,9 +110,7 @@ impl Route {
             }
             Err(e) => {
                 turn.failure = Some((ErrorCode::HistoryCommitFailed, e.to_string()));
-                let _ = self
-                    .conn
-                    .respond(&id, Ok(json!({"outcome": {"outcome": "cancelled"}})));
+                let _ = self.conn.respond(&id, Ok(PermissionResponse::cancelled()));
                 self.abort_adapter_turn().await;
                 Err(())
             }
@@ -185,7 +182,7 @@ impl Route {
         if !pending.option_ids.iter().any(|o| o == option_id) {
             return Err(SessionError::InvalidPermissionOption(option_id.to_owned()));
         }
-        let outcome = json!({"outcome": {"outcome": "selected", "optionId": option_id}});
+        let outcome = PermissionResponse::selected(option_id);
         self.resolve_permission(turn, request_id, "accepted", outcome)
             .await?;
         Ok(None)
@@ -205,7 +202,7 @@ impl Route {
     pub(super) async fn end_permissions(&mut self, turn: &mut Turn, reason: &str) {
         let ids: Vec<String> = turn.permissions.keys().cloned().collect();
         for id in ids {
-            let outcome = json!({"outcome": {"outcome": "cancelled"}});
+            let outcome = PermissionResponse::cancelled();
             if let Err(e) = self.resolve_permission(turn, &id, reason, outcome).await {
                 tracing::warn!(session = %self.session_id, error = %e, "could not store a permission's end");
             }

@@ -14,7 +14,8 @@ use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
     RpcError,
 };
-use serde_json::{json, Value};
+use agentos_protocol::acp::{self, methods};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::commit::{commit_loop, publish_loop, MAX_BATCH_EVENTS};
@@ -181,32 +182,41 @@ impl Route {
         let fs = shared.fs.is_some();
         let init = conn
             .initialize(
-                json!({"name": "agentos-sidecar", "version": env!("CARGO_PKG_VERSION")}),
-                json!({"fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": false}),
+                acp::to_params(&acp::ClientInfo {
+                    name: "agentos-sidecar",
+                    version: env!("CARGO_PKG_VERSION"),
+                }),
+                acp::to_params(&acp::ClientCapabilities {
+                    fs: acp::FsCapabilities {
+                        read_text_file: fs,
+                        write_text_file: fs,
+                    },
+                    terminal: false,
+                }),
             )
             .await
             .map_err(|e| SessionError::RestoreFailed(format!("initialize: {e}")))?;
-        let mut base = json!({
-            "cwd": row.cwd,
-            "mcpServers": row.mcp_servers,
-        });
-        if !row.additional_directories.is_empty() {
-            base["additionalDirectories"] = json!(row.additional_directories);
-        }
+        let setup = |session_id| {
+            acp::to_params(&acp::SessionSetup {
+                session_id,
+                cwd: &row.cwd,
+                mcp_servers: &row.mcp_servers,
+                additional_directories: &row.additional_directories,
+            })
+        };
         let mut preamble = row.pending_preamble.clone();
         let mut agent_config: Option<Value> = None;
         let mut native: Option<String> = None;
         if let Some(old) = &row.acp_session_id {
             let method = if init.supports_resume() {
-                Some("session/resume")
+                Some(methods::SESSION_RESUME)
             } else if init.supports_load() {
-                Some("session/load")
+                Some(methods::SESSION_LOAD)
             } else {
                 None
             };
             if let Some(method) = method {
-                let mut params = base.clone();
-                params["sessionId"] = json!(old);
+                let params = setup(Some(old.as_str()));
                 // Whatever either rung replays, our history already holds.
                 match request_during_restore(conn, events, method, params, true).await {
                     Ok(result) => {
@@ -225,9 +235,10 @@ impl Route {
         let acp_session_id = match native {
             Some(id) => id,
             None => {
-                let result = request_during_restore(conn, events, "session/new", base, false)
-                    .await
-                    .map_err(|e| SessionError::RestoreFailed(format!("session/new: {e}")))?;
+                let result =
+                    request_during_restore(conn, events, methods::SESSION_NEW, setup(None), false)
+                        .await
+                        .map_err(|e| SessionError::RestoreFailed(format!("session/new: {e}")))?;
                 let id = result
                     .get("sessionId")
                     .and_then(Value::as_str)
@@ -275,9 +286,19 @@ impl Route {
             if current == Some(value) {
                 continue;
             }
-            let params = json!({"sessionId": acp_session_id, "configId": id, "value": value});
-            match request_during_restore(conn, events, "session/set_config_option", params, false)
-                .await
+            let params = acp::to_params(&acp::SetConfigOptionParams {
+                session_id: &acp_session_id,
+                config_id: id,
+                value,
+            });
+            match request_during_restore(
+                conn,
+                events,
+                methods::SESSION_SET_CONFIG_OPTION,
+                params,
+                false,
+            )
+            .await
             {
                 Ok(result) => config_now = result.get("configOptions").cloned().or(config_now),
                 Err(e) => {

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use agentos_adapters::{AdapterError, AdapterEvent};
+use agentos_protocol::acp::{self, methods};
 use agentos_protocol::session::Actor;
 use agentos_protocol::ErrorCode;
 use agentos_schema::DbError;
@@ -169,8 +170,11 @@ impl Route {
                 .warn_session(&self.session_id, setting, 0, limit);
         }
         let conn = self.conn.clone();
-        let params = json!({"sessionId": self.acp_session_id, "prompt": blocks});
-        let answer = conn.request("session/prompt", params);
+        let params = acp::to_params(&acp::PromptParams {
+            session_id: &self.acp_session_id,
+            prompt: &blocks,
+        });
+        let answer = conn.request(methods::SESSION_PROMPT, params);
         tokio::pin!(answer);
         let end = loop {
             if self.lost_commit.is_some() {
@@ -374,7 +378,7 @@ impl Route {
                 }
                 AdapterEvent::Notification { .. } => {}
                 AdapterEvent::Request { id, method, params } => {
-                    if method == "session/request_permission" {
+                    if method == methods::SESSION_REQUEST_PERMISSION {
                         let flushed = turn.buffer.take();
                         self.queue(turn, flushed);
                         self.permission_request(turn, id, params).await?;
@@ -451,17 +455,23 @@ impl Route {
     /// The adapter can no longer be trusted for this turn: stop it. The next
     /// prompt restores the session.
     pub(super) async fn abort_adapter_turn(&mut self) {
-        let _ = self
-            .conn
-            .notify("session/cancel", json!({"sessionId": self.acp_session_id}));
+        let _ = self.conn.notify(
+            methods::SESSION_CANCEL,
+            acp::to_params(&acp::CancelParams {
+                session_id: &self.acp_session_id,
+            }),
+        );
         self.conn.shutdown().await;
     }
 
     async fn cancel(&mut self, turn: &mut Turn) -> CancelStatus {
         turn.cancel_requested = true;
-        let _ = self
-            .conn
-            .notify("session/cancel", json!({"sessionId": self.acp_session_id}));
+        let _ = self.conn.notify(
+            methods::SESSION_CANCEL,
+            acp::to_params(&acp::CancelParams {
+                session_id: &self.acp_session_id,
+            }),
+        );
         self.end_permissions(turn, "prompt_cancelled").await;
         CancelStatus::Cancelled
     }

@@ -4,7 +4,10 @@
 //! line, never an embedded newline. This module classifies one received line
 //! into a request, a notification or a response (by shape, because each
 //! direction has its own id space), encodes outgoing messages, and names the
-//! methods and standard error codes the sidecar uses. It does no I/O.
+//! methods and standard error codes the sidecar uses; `params` types what
+//! the client side writes. It does no I/O.
+
+mod params;
 
 use std::borrow::Cow;
 
@@ -12,6 +15,8 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+pub use params::*;
 
 /// The only ACP major version this client speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
