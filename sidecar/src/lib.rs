@@ -13,3 +13,4 @@ pub mod serve;
 pub mod sessions;
 pub mod space;
 pub mod vm;
+pub mod work;

@@ -10,10 +10,11 @@ use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedD
 use crate::config::{Config, ConfigError, DatabaseDescriptor};
 use crate::control::{Control, SecretBox, SecretKey};
 use crate::http::api::SignedApi;
-use crate::runs::{Delegation, Executors, Runs, RunsConfig, ScriptExecutor, TurnExecutor, Turns};
+use crate::runs::{Executors, Runs, RunsConfig};
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::space::Space;
+use crate::work::{Delegation, ScriptExecutor, TurnExecutor, Turns};
 use agentos_scripts::{ScriptEngine, ScriptLimits};
 use agentos_vfs::{FsError, Vfs};
 

@@ -12,10 +12,9 @@ mod common;
 use std::time::Duration;
 
 use agentos_protocol::ErrorCode;
-use agentos_sidecar::runs::{
-    Executors, RunScope, RunStatus, Runs, RunsConfig, TurnAnswer, TurnExecutor, TurnOwner, Turns,
-};
+use agentos_sidecar::runs::{Executors, RunScope, RunStatus, Runs, RunsConfig};
 use agentos_sidecar::sessions::{PromptOutcome, SessionError};
+use agentos_sidecar::work::{TurnAnswer, TurnExecutor, TurnOwner, Turns};
 use common::*;
 
 /// The runs queue over the env's database, working turns through its
@@ -39,7 +38,7 @@ async fn message(turns: &Turns, sid: &str, t: &str) -> Result<PromptOutcome, Ses
     {
         Ok(TurnAnswer::Done(outcome)) => Ok(outcome),
         Ok(other) => panic!("the turn did not end: {other:?}"),
-        Err(agentos_sidecar::runs::RunError::Session(e)) => Err(e),
+        Err(agentos_sidecar::work::TurnError::Session(e)) => Err(e),
         Err(e) => panic!("not a session failure: {e}"),
     }
 }
@@ -224,7 +223,7 @@ async fn a_failed_prompt_is_retried_without_appending_its_input_again() {
             match turns.retry("r", TurnOwner::default()).await {
                 Ok(TurnAnswer::Done(outcome)) => Ok(outcome),
                 Ok(other) => panic!("the retry did not end: {other:?}"),
-                Err(agentos_sidecar::runs::RunError::Session(e)) => Err(e),
+                Err(agentos_sidecar::work::TurnError::Session(e)) => Err(e),
                 Err(e) => panic!("not a session failure: {e}"),
             }
         };

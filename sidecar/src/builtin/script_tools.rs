@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use super::host::Host;
 use super::verbs::Verbs;
-use crate::runs::{Run, Runs, ScriptTools};
+use crate::runs::{Run, Runs};
+use crate::work::ScriptTools;
 use agentos_scripts::EffectError;
 
 /// How far up the tree a script looks for the session it works in.

@@ -278,13 +278,11 @@ pub(super) fn journal_entry(row: &JournalRow) -> wire::RunJournalEntry {
 }
 
 /// The JSON-RPC error for a runs-layer error. A bad argument is
-/// `invalid_params`, as for every other method; a turn's failure is the
-/// session layer's error.
+/// `invalid_params`, as for every other method.
 pub fn run_error_object(e: &RunError) -> ErrorObject {
     let mut extra = Map::new();
     let code = match e {
         RunError::InvalidArgument(_) => return ErrorObject::invalid_params(e.to_string()),
-        RunError::Session(inner) => return error_object(inner),
         RunError::NotFound(_) => ErrorCode::RunNotFound,
         RunError::Limit { setting, limit } => {
             extra.insert("setting".into(), json!(setting));
@@ -362,7 +360,6 @@ mod tests {
                 setting: "limits.runs.maxJournalEntries",
             },
             RunError::Storage(agentos_schema::DbError::Closed),
-            RunError::Session(SessionError::NotFound("s".into())),
         ];
         for e in cases {
             let object = run_error_object(&e);

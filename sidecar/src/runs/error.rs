@@ -4,8 +4,6 @@
 
 use agentos_schema::DbError;
 
-use crate::sessions::SessionError;
-
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum RunError {
     /// No such run, or the caller may not know it exists.
@@ -20,9 +18,6 @@ pub enum RunError {
     /// The run's journal would pass its caps.
     #[error("the run's journal is full ({setting})")]
     JournalCap { setting: &'static str },
-    /// A turn of the run failed in the session layer.
-    #[error(transparent)]
-    Session(#[from] SessionError),
     #[error("storage failed: {0}")]
     Storage(#[from] DbError),
 }
@@ -34,7 +29,6 @@ impl RunError {
             RunError::InvalidArgument(_) => "invalid_argument",
             RunError::Limit { .. } => "run_limit",
             RunError::JournalCap { .. } => "journal_cap",
-            RunError::Session(e) => e.code().as_str(),
             RunError::Storage(DbError::CorruptRow { .. }) => "corrupt_row",
             RunError::Storage(_) => "run_storage_error",
         }

@@ -12,16 +12,16 @@
 //! agent fails `prompt_delivery_uncertain`). A waiting run holds no slot: the
 //! clock, its children, or a signal (delivered exactly once) wakes it.
 //! Cancellation covers the whole subtree. Every transition is published, as
-//! the row read back, to [`Runs::subscribe`]rs. `turns.rs` binds prompt
-//! turns to the session service; the store knows only SQL.
+//! the row read back, to [`Runs::subscribe`]rs. What works a run (a
+//! session's turn, a script, a delegation) lives above, in `work`, behind
+//! [`Executor`] and [`Resolver`]; the session service writes its turns' run
+//! rows through [`RunStore`]'s statements in its own transactions. The store
+//! knows only SQL.
 
-pub mod delegate;
 mod dispatch;
 mod error;
 pub mod obligations;
-mod script;
 pub mod store;
-mod turns;
 mod types;
 
 pub use agentos_protocol::runs::MAX_LIST;
@@ -33,11 +33,8 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, Notify};
 
-pub use delegate::{ChildSpec, Delegation, Refusal, Started};
 pub use error::RunError;
-pub use script::{ScriptExecutor, ScriptTools};
 pub use store::{Canceled, Caps, RunStore};
-pub use turns::{TurnAnswer, TurnExecutor, TurnOwner, Turns};
 pub use types::{
     run_error, EventWait, Finish, JournalRow, NewRun, Origin, ParentLink, Queue, Run, RunKind,
     RunScope, RunStatus, RunWait, WaitReason,

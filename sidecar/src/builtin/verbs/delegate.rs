@@ -11,8 +11,9 @@ use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
-use crate::runs::delegate::settle_plan;
-use crate::runs::{ChildSpec, NewRun, Origin, ParentLink, Queue, RunKind, RunStatus};
+use crate::runs::{NewRun, Origin, ParentLink, Queue, RunKind, RunStatus};
+use crate::work::delegate::settle_plan;
+use crate::work::ChildSpec;
 use agentos_base::clock::unix_ms;
 
 const MAX_STEPS: usize = 50;

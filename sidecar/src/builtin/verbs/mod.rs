@@ -30,9 +30,9 @@ use super::fetch::Fetcher;
 use super::host::Resolved;
 use super::index;
 use crate::control::Control;
-use crate::runs::{Delegation, Turns};
 use crate::sessions::{SessionStore, Sessions};
 use crate::space::{AgentMemory, Space, ToolDocuments};
+use crate::work::{Delegation, Turns};
 
 /// Sessions whose expanded tools are remembered at once, at most; past it
 /// the memory starts again (a call then shows a contract once more).

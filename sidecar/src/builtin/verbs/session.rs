@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 use crate::config::BUILTIN_AGENT;
-use crate::runs::TurnOwner;
 use crate::sessions::OpenSession;
+use crate::work::TurnOwner;
 
 /// Bytes of a title or a description the agent may set.
 const MAX_TITLE_BYTES: usize = 1024;

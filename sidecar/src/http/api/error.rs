@@ -11,6 +11,7 @@ use crate::control::ControlError;
 use crate::runs::RunError;
 use crate::sessions::SessionError;
 use crate::space::SpaceError;
+use crate::work::TurnError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
@@ -117,10 +118,18 @@ impl From<SpaceError> for ApiError {
     }
 }
 
+impl From<TurnError> for ApiError {
+    fn from(e: TurnError) -> Self {
+        match e {
+            TurnError::Run(e) => e.into(),
+            TurnError::Session(e) => e.into(),
+        }
+    }
+}
+
 impl From<RunError> for ApiError {
     fn from(e: RunError) -> Self {
         let status = match &e {
-            RunError::Session(inner) => return inner.clone().into(),
             RunError::NotFound(_) => 404,
             RunError::InvalidArgument(_) => 400,
             RunError::Limit { .. } | RunError::JournalCap { .. } => 409,

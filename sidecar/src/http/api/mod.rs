@@ -37,9 +37,9 @@ pub use verify::Caller;
 use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
 use crate::http::ws::Sockets;
-use crate::runs::Turns;
 use crate::sessions::Sessions;
 use crate::space::Space;
+use crate::work::Turns;
 
 /// The signed API over the services.
 pub struct SignedApi {

@@ -22,8 +22,8 @@ use serde_json::{json, Value};
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
 use crate::http::ws::reason;
-use crate::runs::{TurnAnswer, TurnOwner};
 use crate::sessions::{CancelStatus, OpenSession, SessionError};
+use crate::work::{TurnAnswer, TurnOwner};
 
 const DEFAULT_PAGE: u64 = 50;
 /// Payload bytes one `GetSession` answer carries at most (a single larger

@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
-use agentos_protocol::host::Actor;
+use agentos_protocol::session::Actor;
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
 
-use super::{
+use super::TurnError;
+use crate::runs::{
     prompt_id_of, run_error, Executor, Finish, LiveRun, NewRun, Origin, Outcome, Queue, Run,
-    RunError, RunKind, RunLink, RunStatus, Runs,
+    RunKind, RunLink, RunStatus, Runs,
 };
 use crate::sessions::{input_hash, PromptOutcome, RunTurn, SessionError, Sessions};
 
@@ -67,7 +68,7 @@ impl Turns {
         key: Option<String>,
         actor: Actor,
         owner: TurnOwner,
-    ) -> Result<TurnAnswer, RunError> {
+    ) -> Result<TurnAnswer, TurnError> {
         let hash = hex::encode(input_hash(&content));
         if let Some(key) = &key {
             if key.is_empty() || key.len() > 256 {
@@ -110,7 +111,7 @@ impl Turns {
         self.answer(&run_id).await
     }
 
-    async fn replay(&self, run: Run, hash: &str) -> Result<TurnAnswer, RunError> {
+    async fn replay(&self, run: Run, hash: &str) -> Result<TurnAnswer, TurnError> {
         if run.input["inputHash"] != json!(hash) {
             return Err(SessionError::IdempotencyConflict.into());
         }
@@ -120,7 +121,7 @@ impl Turns {
     /// Runs the session's failed latest turn again, as a new interactive
     /// run, without appending its words again. Refused while a turn is live
     /// or queued (`session_busy`).
-    pub async fn retry(&self, session_id: &str, owner: TurnOwner) -> Result<TurnAnswer, RunError> {
+    pub async fn retry(&self, session_id: &str, owner: TurnOwner) -> Result<TurnAnswer, TurnError> {
         let open = self.runs.store().session_open_runs(session_id).await?;
         if !open.is_empty() {
             return Err(SessionError::Busy(session_id.to_owned()).into());
@@ -142,7 +143,7 @@ impl Turns {
 
     /// Waits for a turn's run to end (or park) and answers what its prompt
     /// stored.
-    pub async fn answer(&self, run_id: &str) -> Result<TurnAnswer, RunError> {
+    pub async fn answer(&self, run_id: &str) -> Result<TurnAnswer, TurnError> {
         let run = self.runs.wait_for(run_id, done_or_parked).await?;
         if run.status == RunStatus::Waiting {
             return Ok(TurnAnswer::Parked(run));

@@ -16,12 +16,13 @@ use agentos_protocol::agent_ext::stored_output;
 use agentos_protocol::session::Actor;
 use serde_json::{json, Map, Value};
 
-use super::store::RunStore;
-use super::{
+use super::TurnError;
+use crate::control::Control;
+use crate::runs::store::RunStore;
+use crate::runs::{
     NewRun, Origin, ParentLink, Queue, Run, RunError, RunKind, RunStatus, Runs,
     BACKGROUND_MAX_ATTEMPTS,
 };
-use crate::control::Control;
 use crate::sessions::{input_hash, OpenSession, SessionError, Sessions};
 use agentos_base::clock::unix_ms;
 use agentos_scripts::ScriptEngine;
@@ -529,7 +530,7 @@ impl Delegation {
     }
 
     /// Brings an ended awaited child's result to its parent, at most once.
-    pub async fn resolve(&self, child: &Run) -> Result<(), RunError> {
+    pub async fn resolve(&self, child: &Run) -> Result<(), TurnError> {
         if !child.parent_awaits || child.resolved || !child.status.is_terminal() {
             return Ok(());
         }
@@ -632,7 +633,7 @@ impl Delegation {
 }
 
 #[async_trait::async_trait]
-impl super::Resolver for Delegation {
+impl crate::runs::Resolver for Delegation {
     async fn resolve(&self, child: &Run) {
         if let Err(e) = Delegation::resolve(self, child).await {
             tracing::warn!(run = %child.run_id, error = %e, "a child's result could not reach its parent yet");

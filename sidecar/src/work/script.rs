@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{json, Value};
 
 use super::delegate::{ChildSpec, Delegation};
-use super::store::RunStore;
-use super::{
+use crate::runs::store::RunStore;
+use crate::runs::{
     run_error, EventWait, Executor, Finish, LiveRun, NewRun, Outcome, ParentLink, Run, RunStatus,
     RunWait, Runs, WaitReason,
 };
@@ -337,7 +337,11 @@ impl Executor for ScriptExecutor {
 /// Ends `run` and queues its successor with `state` as its input, in one
 /// transaction: the same tree position, the same source, a fresh journal.
 /// The successor answers the parent, not this run.
-async fn continue_as_new(runs: &Runs, run: &Run, state: Value) -> Result<(), super::RunError> {
+async fn continue_as_new(
+    runs: &Runs,
+    run: &Run,
+    state: Value,
+) -> Result<(), crate::runs::RunError> {
     let mut next = NewRun::root(run.kind, run.origin, run.queue, state);
     next.parent = run.parent_run_id.as_ref().map(|parent| ParentLink {
         run_id: parent.clone(),
