@@ -675,7 +675,8 @@ impl Agent {
                 let depth = count() as usize;
                 let raw = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
                 let line = format!(
-                    r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{},"update":{{"sessionUpdate":"tool_call","toolCallId":"deep","title":"deep","rawInput":{raw}}}}}}}"#,
+                    r#"{{"jsonrpc":"2.0","method":"{}","params":{{"sessionId":{},"update":{{"sessionUpdate":"tool_call","toolCallId":"deep","title":"deep","rawInput":{raw}}}}}}}"#,
+                    methods::SESSION_UPDATE,
                     Value::from(session_id)
                 );
                 self.write(format!("{line}\n"));
@@ -804,7 +805,8 @@ impl Agent {
             line.clear();
             let _ = writeln!(
                 line,
-                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{sid},"update":{update}}}}}"#
+                r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"sessionId":{sid},"update":{update}}}}}"#,
+                method = methods::SESSION_UPDATE,
             );
             self.record(session_id, &update);
             if out.write_all(line.as_bytes()).is_err() {
