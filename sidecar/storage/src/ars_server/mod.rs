@@ -40,7 +40,7 @@ use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::sqlite_file::open_connection;
+use super::sqlite_conn::open_connection;
 
 mod connection;
 mod lease_keys;

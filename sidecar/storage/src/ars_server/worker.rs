@@ -19,7 +19,7 @@ use agentos_schema::DbError;
 use rusqlite::Connection;
 
 use crate::ars_values::to_wire;
-use crate::sqlite_file::{run_statement, sql_error};
+use crate::sqlite_conn::{run_statement, sql_error};
 
 use super::lease_keys::{release_key, LeaseKeys};
 use super::outbox::{Outbox, Outgoing};
