@@ -1,5 +1,6 @@
 //! The builtin model agent as an ACP agent: the request loop over one byte
-//! stream, its sessions and their cancellation.
+//! stream, which opens and forgets sessions and starts and cancels their
+//! prompts (the state it shares with the turns is in `state.rs`).
 //!
 //! It answers `initialize`, `session/new`, `session/resume` and
 //! `session/load` (both accepted for any id: the conversation is rebuilt
@@ -10,92 +11,21 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use agentos_protocol::acp::RpcError;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
-use tokio::sync::watch;
 
-use super::local::LocalConfig;
 use super::peer::Peer;
-use super::provider::{Message, Provider, ProviderOptions};
+use super::provider::Provider;
+use super::state::{lock, Agent, Cancel};
 use super::turn;
+
+pub use super::state::AgentOptions;
 
 /// The longest line accepted from the client.
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
-
-/// How the agent runs.
-#[derive(Clone, Debug)]
-pub struct AgentOptions {
-    /// The provider to use when the client is not the sidecar (it does not
-    /// answer `_agentos/context`); without it such a client's prompts fail
-    /// with a message saying so.
-    pub local: Option<LocalConfig>,
-    pub provider: ProviderOptions,
-    /// Model calls in one turn, at most; then the turn ends with
-    /// `max_turn_requests`.
-    pub max_steps: u32,
-}
-
-impl Default for AgentOptions {
-    fn default() -> Self {
-        AgentOptions {
-            local: None,
-            provider: ProviderOptions::default(),
-            max_steps: 32,
-        }
-    }
-}
-
-/// A cancellation signal for one running prompt.
-#[derive(Clone)]
-pub(super) struct Cancel(watch::Sender<bool>);
-
-impl Cancel {
-    fn new() -> Self {
-        Cancel(watch::channel(false).0)
-    }
-
-    fn cancel(&self) {
-        self.0.send_replace(true);
-    }
-
-    pub(super) fn is_cancelled(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    pub(super) async fn cancelled(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|cancelled| *cancelled).await;
-    }
-}
-
-#[derive(Default)]
-pub(super) struct SessionState {
-    pub(super) cwd: Option<PathBuf>,
-    /// The running prompt's signal.
-    running: Option<Cancel>,
-    /// The conversation, kept here only when the client is not the sidecar
-    /// (the sidecar's log is the conversation otherwise).
-    pub(super) local_transcript: Vec<Message>,
-}
-
-pub(super) struct Agent {
-    pub(super) peer: Peer,
-    pub(super) options: AgentOptions,
-    pub(super) provider: Provider,
-    /// Whether the client serves `fs/read_text_file` / `fs/write_text_file`.
-    pub(super) client_fs: Mutex<(bool, bool)>,
-    pub(super) sessions: Mutex<HashMap<String, SessionState>>,
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain maps and flags: consistent whatever panicked holding them.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Serves one client until its input ends.
 pub async fn serve<R, W>(input: R, output: W, options: AgentOptions) -> std::io::Result<()>

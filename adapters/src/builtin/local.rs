@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
 
-use super::agent::{lock, Agent};
+use super::peer::Peer;
 use super::provider::{ProviderKind, ToolCall, ToolSpec};
 
 /// The longest key file read.
@@ -91,9 +91,9 @@ impl LocalConfig {
     }
 }
 
-/// The tools offered under a plain client.
-pub(super) fn tools(agent: &Agent) -> Vec<ToolSpec> {
-    let (read, write) = *lock(&agent.client_fs);
+/// The tools offered under a plain client, given whether it serves
+/// `fs/read_text_file` and `fs/write_text_file`.
+pub(super) fn tools((read, write): (bool, bool)) -> Vec<ToolSpec> {
     let mut tools = Vec::new();
     if read {
         tools.push(ToolSpec {
@@ -140,15 +140,18 @@ fn error(message: String) -> VerbResult {
     }
 }
 
-/// Runs `read` or `write` through the client's `fs/*`.
-pub(super) async fn run_verb(agent: &Agent, session: &str, call: &ToolCall) -> VerbResult {
-    let cwd = lock(&agent.sessions)
-        .get(session)
-        .and_then(|s| s.cwd.clone());
+/// Runs `read` or `write` through the client's `fs/*`, relative paths
+/// under `cwd`, the session's working directory.
+pub(super) async fn run_verb(
+    peer: &Peer,
+    cwd: Option<&Path>,
+    session: &str,
+    call: &ToolCall,
+) -> VerbResult {
     let Some(address) = call.arguments["address"].as_str() else {
         return error("`address` must be a string".into());
     };
-    let path = resolve(cwd.as_deref(), address);
+    let path = resolve(cwd, address);
     let (method, params) = match call.name.as_str() {
         "read" => (
             "fs/read_text_file",
@@ -165,7 +168,7 @@ pub(super) async fn run_verb(agent: &Agent, session: &str, call: &ToolCall) -> V
         }
         other => return error(format!("no tool named {other:?}")),
     };
-    match agent.peer.request(method, params).await {
+    match peer.request(method, params).await {
         Ok(answer) if call.name == "read" => VerbResult {
             output: answer["content"].clone(),
             is_error: false,

@@ -2,13 +2,15 @@
 //! answers prompts by calling an LLM provider over HTTP, rather than
 //! spawning a third-party agent. `provider` is its client for the
 //! providers' APIs; `agent` serves ACP (the request loop and sessions),
-//! `turn` runs one prompt's model loop, `peer` is the JSON-RPC line
-//! connection, `local` the configuration used under a client that is not
-//! the sidecar, and `net` which addresses a client-chosen URL may reach.
+//! `state` is what that loop and its turns share, `turn` runs one prompt's
+//! model loop, `peer` is the JSON-RPC line connection, `local` the
+//! configuration and file tools used under a client that is not the
+//! sidecar, and `net` which addresses a client-chosen URL may reach.
 
 pub mod agent;
 pub mod local;
 pub mod net;
 mod peer;
 pub mod provider;
+mod state;
 mod turn;

@@ -29,11 +29,11 @@ use agentos_protocol::agent_ext::{
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::agent::{lock, Agent, Cancel};
 use super::provider::{
     Endpoint, Message, ModelRequest, ProviderError, ProviderKind, StopKind, StreamEvent, ToolCall,
     ToolSpec, Usage,
 };
+use super::state::{lock, Agent, Cancel};
 
 /// The JSON-RPC error code of a failed turn; `data.code` says why.
 pub const TURN_FAILED: i64 = -32000;
@@ -124,9 +124,10 @@ pub(super) async fn run(
                 .get(session)
                 .map(|s| s.local_transcript.clone())
                 .unwrap_or_default();
+            let client_fs = *lock(&agent.client_fs);
             (
                 local.unwrap_or_default(),
-                super::local::tools(agent),
+                super::local::tools(client_fs),
                 history,
                 16_384,
             )
@@ -629,7 +630,12 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
                 parked: false,
             },
         },
-        Source::Local => super::local::run_verb(agent, session, call).await,
+        Source::Local => {
+            let cwd = lock(&agent.sessions)
+                .get(session)
+                .and_then(|s| s.cwd.clone());
+            super::local::run_verb(&agent.peer, cwd.as_deref(), session, call).await
+        }
     };
     if result.parked {
         // The child's result is this call's, logged when the child ends.

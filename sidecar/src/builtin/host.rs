@@ -19,13 +19,16 @@ use agentos_protocol::agent_ext::{
 };
 use agentos_protocol::host::Actor;
 use agentos_protocol::seed::{cbor, AgentDefinition, ModelProviderConfig};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::prompt;
+use super::resolved::unservable;
 use super::transcript;
 use super::verbs::{VerbScope, Verbs};
-use crate::control::{AgentRecord, Control, ControlError};
+use crate::control::{Control, ControlError};
 use crate::sessions::{AgentHost, SessionStore, TurnScope};
+
+pub use super::resolved::{Resolved, UNSERVABLE};
 
 /// Stored documents are ours and bounded; this only guards the decoder.
 const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
@@ -39,15 +42,6 @@ const TITLE_TOKENS: u32 = 256;
 const TITLE_STREAM_BYTES: usize = 64 * 1024;
 /// The endpoint of a local Ollama when its provider names none.
 const OLLAMA_DEFAULT: &str = "http://127.0.0.1:11434/v1";
-
-/// The JSON-RPC error code of a request the sidecar cannot serve for this
-/// session (not a Seed session, a missing provider, …); `data.code` says
-/// which.
-pub const UNSERVABLE: i64 = -32000;
-
-fn unservable(code: &str, message: impl Into<String>) -> RpcError {
-    RpcError::new(UNSERVABLE, message).with_data(json!({ "code": code, "retryable": false }))
-}
 
 /// Endpoints the operator pins per provider type instead of the public
 /// ones (a proxy, or a scripted provider in tests). Signed clients can name
@@ -96,30 +90,6 @@ pub enum ListModelsError {
     Refused(RpcError),
     /// The provider answered with a failure.
     Provider(ProviderError),
-}
-
-/// Everything a builtin session's turn is made from.
-pub struct Resolved {
-    pub agent: AgentRecord,
-    pub definition: AgentDefinition,
-    pub provider_name: String,
-    /// `None` when the account has no provider of that name (the verbs
-    /// still run; a model call cannot).
-    pub provider: Option<ModelProviderConfig>,
-}
-
-impl Resolved {
-    pub fn provider(&self) -> Result<&ModelProviderConfig, RpcError> {
-        self.provider.as_ref().ok_or_else(|| {
-            unservable(
-                "provider_not_found",
-                format!(
-                    "the agent's model provider {:?} does not exist",
-                    self.provider_name
-                ),
-            )
-        })
-    }
 }
 
 pub struct Host {
@@ -206,10 +176,16 @@ impl Host {
         })
     }
 
-    /// One short call to the agent's own model, with no tools, asking for
-    /// a title and a description of the conversation `digest` shows
-    /// (`titles.rs`); answers the model's text, at most 4 KiB of it.
-    pub async fn ask_for_title(&self, resolved: &Resolved, digest: &str) -> Result<String, String> {
+    /// One short call to the agent's own model, with no tools, asking it
+    /// under `instructions` for a title and a description of the
+    /// conversation `digest` shows (`titles.rs`); answers the model's text,
+    /// at most 4 KiB of it.
+    pub async fn ask_for_title(
+        &self,
+        resolved: &Resolved,
+        instructions: &str,
+        digest: &str,
+    ) -> Result<String, String> {
         let provider = resolved.provider().map_err(|e| e.message)?;
         let endpoint = self
             .endpoint(&resolved.agent.account_id, provider)
@@ -217,7 +193,7 @@ impl Host {
             .map_err(|e| e.message)?;
         let request = ModelRequest {
             model: resolved.definition.model.clone(),
-            system: super::titles::TITLE_INSTRUCTIONS.to_owned(),
+            system: instructions.to_owned(),
             messages: vec![Message::User {
                 text: digest.to_owned(),
             }],
@@ -498,6 +474,7 @@ impl AgentHost for Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn config(provider_type: &str, base_url: Option<&str>) -> ModelProviderConfig {
         ModelProviderConfig {

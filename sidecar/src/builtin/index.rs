@@ -2,25 +2,33 @@
 //! line with one `- name — summary` line per callable the agent may use
 //! (`(authored)` for its own), and a memory line with its top-level
 //! entries. Within [`INDEX_BYTES`]; over it, the index collapses to counts.
+//! It reads the agent's Space directly; the verbs (`Verbs::space_index`)
+//! call it with their scope.
 
 use agentos_protocol::seed::vocab::ToolKind;
 
-use super::verbs::{VerbScope, Verbs};
+use crate::space::{AgentMemory, ToolDocuments};
 
 /// The index's budget.
 pub const INDEX_BYTES: usize = 2048;
 
-pub async fn build(verbs: &Verbs, scope: &VerbScope) -> String {
-    let tools = verbs
-        .tools
-        .list(&scope.account_id, &scope.agent_id, scope.grants.as_deref())
+/// The index of agent `agent_id` of account `account_id`, which may use
+/// what its definition's `grants` offer.
+pub async fn build(
+    tool_documents: &ToolDocuments,
+    agent_memory: &AgentMemory,
+    account_id: &str,
+    agent_id: &str,
+    grants: Option<&[String]>,
+) -> String {
+    let tools = tool_documents
+        .list(account_id, agent_id, grants)
         .await
         .unwrap_or_default();
     let usable: Vec<_> = tools.iter().filter(|t| t.granted && t.enabled).collect();
     // The top level only: the index never walks the whole memory.
-    let memory = verbs
-        .memory
-        .list_dir(&scope.agent_id, "")
+    let memory = agent_memory
+        .list_dir(agent_id, "")
         .await
         .unwrap_or_default();
     let top: Vec<String> = memory

@@ -1,7 +1,8 @@
 //! The sidecar's side of the builtin model agent: how it is started (this
 //! same binary, `agentos-sidecar agent`, as any adapter is, confined the
 //! same way), the answers to its `_agentos/*` requests (`host.rs`: the turn's
-//! context, the provider key at call time, the verbs), the conversation
+//! context, the provider key at call time, the verbs; what a session
+//! resolves to is `resolved.rs`), the conversation
 //! rebuilt from the log (`transcript.rs`), the system prompt (`prompt.rs`)
 //! with its `<space>` index (`index.rs`), the verbs shared by the agent and
 //! the user (`verbs/`), what a script's `ctx.call` reaches
@@ -12,6 +13,7 @@ pub mod fetch;
 pub mod host;
 pub mod index;
 pub mod prompt;
+pub mod resolved;
 pub mod script_tools;
 pub mod titles;
 pub mod transcript;

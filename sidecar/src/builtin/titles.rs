@@ -286,7 +286,10 @@ impl Titles {
                 return Ok(Named::NotYet);
             };
             self.attempt(session_id);
-            let answer = self.host.ask_for_title(&resolved, &digest).await?;
+            let answer = self
+                .host
+                .ask_for_title(&resolved, TITLE_INSTRUCTIONS, &digest)
+                .await?;
             parse_answer(&answer).ok_or("the model answered no title")?
         } else {
             let first = digest

@@ -9,6 +9,7 @@ pub mod ars_server;
 pub mod ars_values;
 mod settings;
 pub mod sqlite_checkpoint;
+pub mod sqlite_conn;
 pub mod sqlite_file;
 pub mod sqlite_read;
 #[cfg(any(test, feature = "testing"))]

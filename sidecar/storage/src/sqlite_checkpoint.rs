@@ -24,7 +24,7 @@ use agentos_schema::DbError;
 use rusqlite::hooks::Wal;
 use rusqlite::Connection;
 
-use super::sqlite_file::open_connection;
+use super::sqlite_conn::open_connection;
 
 /// WAL pages not yet copied at which the thread checkpoints (SQLite's own
 /// default mark).

@@ -22,15 +22,13 @@ use agentos_schema::{
     blob_range_of, blob_range_query, Database, DatabaseKind, DbError, Rows, SqlValue, Statement,
 };
 use async_trait::async_trait;
-use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::sqlite_checkpoint::{watch_wal, Checkpointer};
+use super::sqlite_conn::{next_soon, open_connection, run_statement, sql_error};
 use super::sqlite_read::{BlobRange, ReadSide};
 use crate::SqliteLimits;
-
-pub(super) const STATEMENT_CACHE: usize = 512;
 
 enum Job {
     Query {
@@ -206,37 +204,6 @@ impl Database for SqliteFileDatabase {
     }
 }
 
-/// Opens a connection with the settings every backend's file must have.
-pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
-    // Private whatever the umask: the file is created 0600 first, and
-    // SQLite gives the WAL and SHM the database file's mode.
-    agentos_base::private::prepare_database_file(path)
-        .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
-    let conn =
-        Connection::open(path).map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(sql_error(0))?;
-    // WAL with synchronous=NORMAL: a commit survives a process crash (the WAL
-    // is written before COMMIT returns); fsync happens at checkpoints.
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(sql_error(0))?;
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sql_error(0))?;
-    conn.pragma_update(None, "foreign_keys", "ON")
-        .map_err(sql_error(0))?;
-    let on: i64 = conn
-        .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
-        .map_err(sql_error(0))?;
-    if on != 1 {
-        return Err(DbError::ForeignKeysDisabled);
-    }
-    // The WAL and SHM exist now; an older deployment may have left them wider.
-    agentos_base::private::restrict_database_files(path)
-        .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
-    Ok(conn)
-}
-
 /// Transactions committed together at most, so one group never holds the
 /// first caller in it for long.
 const GROUP_COMMIT_MAX: usize = 64;
@@ -330,29 +297,6 @@ fn execute(
                 }
             }
         }
-    }
-}
-
-/// How long the executor keeps looking for the next job before it sleeps.
-/// A caller that awaits each transaction sends the next one a few
-/// microseconds after its answer; catching it awake saves a thread wake-up
-/// (tens of microseconds on a virtual machine) per transaction.
-const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// The next job if one arrives within `STAY_AWAKE`, yielding the core
-/// meanwhile so the caller can run.
-pub(super) fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
-    let start = std::time::Instant::now();
-    loop {
-        match jobs.try_recv() {
-            Ok(job) => return Some(job),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => {}
-        }
-        if start.elapsed() >= STAY_AWAKE {
-            return None;
-        }
-        std::thread::yield_now();
     }
 }
 
@@ -479,132 +423,6 @@ fn rollback(conn: &Connection) {
     if !conn.is_autocommit() {
         if let Err(e) = conn.execute_batch("ROLLBACK") {
             tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed");
-        }
-    }
-}
-
-/// Runs one statement, materializing its rows within the result limit.
-pub fn run_statement<P: BindValue>(
-    conn: &Connection,
-    index: u32,
-    sql: &str,
-    params: &[P],
-    max_result_bytes: u64,
-) -> Result<Rows, DbError> {
-    let mut stmt = conn.prepare_cached(sql).map_err(sql_error(index))?;
-    for (i, param) in params.iter().enumerate() {
-        stmt.raw_bind_parameter(i + 1, Param(param.value_ref()))
-            .map_err(sql_error(index))?;
-    }
-    let before = conn.total_changes();
-    let columns: Vec<String> = stmt
-        .column_names()
-        .iter()
-        .map(|c| (*c).to_owned())
-        .collect();
-    let width = columns.len();
-    let mut out = Vec::new();
-    let mut bytes: u64 = 0;
-    {
-        let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next().map_err(sql_error(index))? {
-            let mut values = Vec::with_capacity(width);
-            for c in 0..width {
-                let value = from_value_ref(row.get_ref(c).map_err(sql_error(index))?);
-                bytes += value.approx_bytes() as u64;
-                values.push(value);
-            }
-            if bytes > max_result_bytes {
-                return Err(DbError::ResultLimit {
-                    limit: max_result_bytes,
-                });
-            }
-            out.push(values);
-        }
-    }
-    let changes = conn.total_changes().saturating_sub(before);
-    Ok(Rows {
-        columns,
-        rows: out,
-        changes,
-        last_insert_rowid: Some(conn.last_insert_rowid()),
-    })
-}
-
-/// A parameter value SQLite can bind by reference. Implemented for the
-/// handle's values and for the actor socket's wire values, so the reference
-/// server binds what it decoded without copying texts and blobs first.
-pub trait BindValue {
-    fn value_ref(&self) -> ValueRef<'_>;
-}
-
-impl BindValue for SqlValue {
-    fn value_ref(&self) -> ValueRef<'_> {
-        match self {
-            SqlValue::Null => ValueRef::Null,
-            SqlValue::Integer(i) => ValueRef::Integer(*i),
-            SqlValue::Real(f) => ValueRef::Real(*f),
-            SqlValue::Text(s) => ValueRef::Text(s.as_bytes()),
-            SqlValue::Blob(b) => ValueRef::Blob(b),
-        }
-    }
-}
-
-impl BindValue for agentos_protocol::ars::SqlValue {
-    fn value_ref(&self) -> ValueRef<'_> {
-        use agentos_protocol::ars::SqlValue as Wire;
-        match self {
-            Wire::SqlNull => ValueRef::Null,
-            Wire::SqlInteger(i) => ValueRef::Integer(*i),
-            Wire::SqlReal(f) => ValueRef::Real(*f),
-            Wire::SqlText(s) => ValueRef::Text(s.as_bytes()),
-            Wire::SqlBlob(b) => ValueRef::Blob(b),
-        }
-    }
-}
-
-/// Binds a parameter by reference: large texts and blobs are never copied.
-struct Param<'a>(ValueRef<'a>);
-
-impl ToSql for Param<'_> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(self.0))
-    }
-}
-
-pub fn from_value_ref(v: ValueRef<'_>) -> SqlValue {
-    match v {
-        ValueRef::Null => SqlValue::Null,
-        ValueRef::Integer(i) => SqlValue::Integer(i),
-        ValueRef::Real(f) => SqlValue::Real(f),
-        // Valid UTF-8 (the normal case) takes the fast check; anything else
-        // is repaired rather than rejected.
-        ValueRef::Text(t) => SqlValue::Text(match std::str::from_utf8(t) {
-            Ok(text) => text.to_owned(),
-            Err(_) => String::from_utf8_lossy(t).into_owned(),
-        }),
-        ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
-    }
-}
-
-/// Maps a rusqlite error to `DbError::Sql` with SQLite's extended code.
-pub fn sql_error(index: u32) -> impl Fn(rusqlite::Error) -> DbError {
-    move |e| {
-        let code = match &e {
-            rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
-            _ => -1,
-        };
-        let message = match e {
-            // As the reference runtime words it.
-            rusqlite::Error::MultipleStatement => {
-                "sqlite execute only supports a single statement".to_owned()
-            }
-            other => other.to_string(),
-        };
-        DbError::Sql {
-            code,
-            statement_index: index,
-            message,
         }
     }
 }

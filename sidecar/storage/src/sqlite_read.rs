@@ -25,7 +25,7 @@ use agentos_schema::{blob_range_of, blob_range_query, DbError, Rows, SqlValue};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::sqlite_file::{next_soon, run_statement, sql_error, STATEMENT_CACHE};
+use super::sqlite_conn::{next_soon, run_statement, sql_error, STATEMENT_CACHE};
 
 /// Read connections of each kind (pooled, and on reader threads): two, the
 /// cores these machines have.

@@ -27,8 +27,8 @@ use agentos_protocol::host::Actor;
 use serde_json::Value;
 
 use super::fetch::Fetcher;
-use super::host::Resolved;
 use super::index;
+use super::resolved::Resolved;
 use crate::control::Control;
 use crate::sessions::{SessionStore, Sessions};
 use crate::space::{AgentMemory, Space, ToolDocuments};
@@ -238,7 +238,14 @@ impl Verbs {
 
     /// The `<space>` index of the agent (empty when it cannot be read).
     pub async fn space_index(&self, scope: &VerbScope) -> String {
-        index::build(self, scope).await
+        index::build(
+            &self.tools,
+            &self.memory,
+            &scope.account_id,
+            &scope.agent_id,
+            scope.grants(),
+        )
+        .await
     }
 
     /// Runs one verb (or a promoted callable by its own name).

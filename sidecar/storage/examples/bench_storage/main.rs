@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use agentos_schema::{Database, SqlValue, Statement};
 use agentos_storage::ars_server::{self, ArsServerOptions};
 use agentos_storage::SqliteLimits;
-use agentos_storage::{actor_uds, sqlite_file};
+use agentos_storage::{actor_uds, sqlite_conn, sqlite_file};
 use bare_client::{BareClient, Shape};
 
 /// The allocator the `agentos-sidecar` binary runs with.
@@ -60,7 +60,7 @@ struct Raw {
 
 impl Raw {
     fn open(path: &Path) -> Result<Raw, String> {
-        let conn = sqlite_file::open_connection(path).map_err(|e| e.to_string())?;
+        let conn = sqlite_conn::open_connection(path).map_err(|e| e.to_string())?;
         conn.execute_batch(CREATE).map_err(|e| e.to_string())?;
         Ok(Raw { conn, id: 0 })
     }

@@ -3,9 +3,9 @@
 //! thread, and responses written back through a byte-bounded outbox (a
 //! client that stops reading is closed, not buffered for).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use agentos_protocol::ars::{
     self, ArsError, ClientFrame, FrameDecoder, GoAway, GoAwayReason, HelloOk, InvalidLeaseKey,
@@ -17,6 +17,8 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc as tmpsc, watch};
 
+use super::lease_keys::{KeyRefusal, LeaseKeys, UsedKeys};
+use super::outbox::{Outboxes, Outgoing, Unread};
 use super::worker::{Job, Req};
 use super::Shared;
 
@@ -25,221 +27,6 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// A write is flushed once this much is coalesced, even if more is queued.
 const WRITE_BATCH: usize = 1024 * 1024;
-
-/// What a connection's writer task sends.
-pub(super) enum Outgoing {
-    Response(u32, ResponsePayload),
-    /// Responses the SQLite thread produced in one pass, in order.
-    Responses(Vec<(u32, ResponsePayload)>),
-    GoAway(GoAwayReason),
-    /// The reader is done; stop once everything before this is written.
-    Close,
-}
-
-impl Outgoing {
-    /// About what this costs once encoded: what bounds an outbox.
-    fn approx_bytes(&self) -> usize {
-        match self {
-            Outgoing::Response(_, payload) => payload_bytes(payload),
-            Outgoing::Responses(all) => all.iter().map(|(_, p)| payload_bytes(p)).sum(),
-            Outgoing::GoAway(_) | Outgoing::Close => 16,
-        }
-    }
-}
-
-/// An estimate of a response's encoded size (never below its real size by
-/// more than the per-frame header slack).
-fn payload_bytes(payload: &ResponsePayload) -> usize {
-    const FRAME: usize = 16;
-    match payload {
-        ResponsePayload::SqliteQueryOk(ok) => {
-            let columns: usize = ok.columns.iter().map(|c| c.len() + 4).sum();
-            let values: usize = ok
-                .rows
-                .iter()
-                .flatten()
-                .map(|v| match v {
-                    ars::SqlValue::SqlText(t) => t.len() + 4,
-                    ars::SqlValue::SqlBlob(b) => b.len() + 4,
-                    _ => 9,
-                })
-                .sum();
-            FRAME + columns + values + ok.rows.len() * 4
-        }
-        ResponsePayload::SqlError(e) => FRAME + e.message.len(),
-        ResponsePayload::InvalidLeaseKey(e) => FRAME + e.message.len(),
-        ResponsePayload::LeaseExpired(e) => FRAME + e.message.len(),
-        ResponsePayload::QueueFull(q) => FRAME + q.limit.len(),
-        _ => FRAME,
-    }
-}
-
-/// One connection's unread responses, and how it is told it must close.
-#[derive(Default)]
-pub(super) struct Unread {
-    bytes: AtomicUsize,
-    overflow: tokio::sync::Notify,
-}
-
-/// Every connection's unread responses together, against
-/// `max_outbox_bytes_total`: over it, the connection with the most unread
-/// is told to close.
-pub(super) struct Outboxes {
-    max: usize,
-    total: AtomicUsize,
-    members: Mutex<HashMap<u64, Weak<Unread>>>,
-}
-
-impl Outboxes {
-    pub(super) fn new(max: usize) -> Arc<Outboxes> {
-        Arc::new(Outboxes {
-            max,
-            total: AtomicUsize::new(0),
-            members: Mutex::default(),
-        })
-    }
-
-    fn join(&self, conn: u64) -> Arc<Unread> {
-        let unread = Arc::new(Unread::default());
-        if let Ok(mut members) = self.members.lock() {
-            members.insert(conn, Arc::downgrade(&unread));
-        }
-        unread
-    }
-
-    /// The connection is gone: what it had unread leaves the total.
-    fn leave(&self, conn: u64, unread: &Unread) {
-        if let Ok(mut members) = self.members.lock() {
-            members.remove(&conn);
-        }
-        let left = unread.bytes.swap(0, Ordering::AcqRel);
-        self.total.fetch_sub(left, Ordering::AcqRel);
-    }
-
-    fn added(&self, n: usize) {
-        if self.total.fetch_add(n, Ordering::AcqRel) + n <= self.max {
-            return;
-        }
-        let Ok(members) = self.members.lock() else {
-            return;
-        };
-        let furthest = members
-            .values()
-            .filter_map(Weak::upgrade)
-            .max_by_key(|unread| unread.bytes.load(Ordering::Acquire));
-        drop(members);
-        if let Some(unread) = furthest {
-            unread.overflow.notify_one();
-        }
-    }
-
-    fn taken(&self, unread: &Unread, n: usize) {
-        // A connection that left already gave its bytes back.
-        let taken = unread
-            .bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
-                Some(b.saturating_sub(n))
-            })
-            .map_or(0, |before| before.min(n));
-        self.total.fetch_sub(taken, Ordering::AcqRel);
-    }
-}
-
-/// A connection's outbox: a queue for its writer task, bounded in bytes,
-/// alone and with every other connection's. Going over a bound marks the
-/// connection (or, over the total, the one with the most unread) for
-/// closing.
-#[derive(Clone)]
-pub(super) struct Outbox {
-    tx: tmpsc::UnboundedSender<Outgoing>,
-    unread: Arc<Unread>,
-    all: Arc<Outboxes>,
-    limit: usize,
-}
-
-impl Outbox {
-    pub(super) fn send(&self, message: Outgoing) {
-        let size = message.approx_bytes();
-        if self.tx.send(message).is_err() {
-            return;
-        }
-        let mine = self.unread.bytes.fetch_add(size, Ordering::AcqRel) + size;
-        self.all.added(size);
-        if mine > self.limit {
-            self.unread.overflow.notify_one();
-        }
-    }
-}
-
-/// Every lease key begun on one connection, shared with the SQLite thread.
-/// A key is remembered for the connection's life, so a reused key is
-/// refused (`InvalidLeaseKey`) however long ago its lease ended; only a
-/// Begin that never began (refused, or queued behind a lease that expired)
-/// frees its key again. Memory is bounded whatever the keys are: each is
-/// kept as a 128-bit keyed digest (the hash key is the connection's own,
-/// so a client cannot aim collisions), and a connection may begin at most
-/// `maxLeasesPerConnection` leases (16 bytes each, about 1.5 MiB for
-/// the default 65,536) before it must open a new one, as the client does.
-pub(super) type LeaseKeys = Arc<Mutex<UsedKeys>>;
-
-pub(super) struct UsedKeys {
-    hash_key: [u8; 32],
-    used: HashSet<u128>,
-    max: usize,
-}
-
-/// Why a Begin's key cannot be taken.
-pub(super) enum KeyRefusal {
-    Reused,
-    Exhausted(usize),
-}
-
-impl UsedKeys {
-    pub(super) fn new(max: u32) -> Self {
-        UsedKeys {
-            hash_key: rand::random(),
-            used: HashSet::new(),
-            max: max as usize,
-        }
-    }
-
-    fn digest(&self, key: &str) -> u128 {
-        let hash = blake3::keyed_hash(&self.hash_key, key.as_bytes());
-        let mut first = [0u8; 16];
-        first.copy_from_slice(&hash.as_bytes()[..16]);
-        u128::from_le_bytes(first)
-    }
-
-    /// Takes `key` for a new lease.
-    pub(super) fn take(&mut self, key: &str) -> Result<(), KeyRefusal> {
-        let digest = self.digest(key);
-        if self.used.contains(&digest) {
-            return Err(KeyRefusal::Reused);
-        }
-        if self.used.len() >= self.max {
-            return Err(KeyRefusal::Exhausted(self.max));
-        }
-        self.used.insert(digest);
-        Ok(())
-    }
-
-    pub(super) fn contains(&self, key: &str) -> bool {
-        self.used.contains(&self.digest(key))
-    }
-
-    /// Frees the key of a Begin that never began.
-    fn release(&mut self, key: &str) {
-        let digest = self.digest(key);
-        self.used.remove(&digest);
-    }
-}
-
-/// Frees the key of a Begin that never began, so it may be sent again.
-pub(super) fn release_key(keys: &LeaseKeys, key: &str) {
-    if let Ok(mut keys) = keys.lock() {
-        keys.release(key);
-    }
-}
 
 enum ReadOutcome {
     Frame(Bytes),
@@ -299,12 +86,9 @@ pub(super) async fn serve_connection(
 
     let in_flight: Arc<Mutex<HashSet<u32>>> = Arc::default();
     let (out_tx, out_rx) = tmpsc::unbounded_channel();
-    let out = Outbox {
-        tx: out_tx,
-        unread: shared.outboxes.join(conn_id),
-        all: shared.outboxes.clone(),
-        limit: shared.options.max_outbox_bytes,
-    };
+    let out = shared
+        .outboxes
+        .open(conn_id, out_tx, shared.options.max_outbox_bytes);
     let writer = tokio::spawn(write_loop(
         wr,
         out_rx,
@@ -580,6 +364,3 @@ fn encode_responses(
     }
     true
 }
-
-// ---------------------------------------------------------------------------
-// The SQLite thread: coordinator and executor in one.

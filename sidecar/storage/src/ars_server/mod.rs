@@ -22,8 +22,10 @@
 //! All SQLite work happens on one dedicated thread that owns the connection
 //! and the transaction coordinator (`worker.rs`); connection tasks
 //! (`connection.rs`) only parse, validate the lease rules that need no
-//! database state, and write responses. This file holds the options, the
-//! handle, binding and the accept loop.
+//! database state, and write responses. Both answer through the bounded
+//! outboxes of `outbox.rs` and share each connection's used lease keys
+//! (`lease_keys.rs`). This file holds the options, the handle, binding and
+//! the accept loop.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -38,9 +40,11 @@ use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::sqlite_file::open_connection;
+use super::sqlite_conn::open_connection;
 
 mod connection;
+mod lease_keys;
+mod outbox;
 mod worker;
 
 use connection::serve_connection;
@@ -207,7 +211,7 @@ pub async fn bind(
     let shared = Arc::new(Shared {
         jobs: Mutex::new(jobs),
         queued,
-        outboxes: connection::Outboxes::new(options.max_outbox_bytes_total),
+        outboxes: outbox::Outboxes::new(options.max_outbox_bytes_total),
         inbound: agentos_base::budget::ByteBudget::new(options.max_inbound_bytes.max(1)),
         options,
         next_conn: AtomicU64::new(1),
@@ -263,7 +267,7 @@ struct Shared {
     options: ArsServerOptions,
     next_conn: AtomicU64,
     /// Every connection's unread responses (`max_outbox_bytes_total`).
-    outboxes: Arc<connection::Outboxes>,
+    outboxes: Arc<outbox::Outboxes>,
     /// `max_inbound_bytes`.
     inbound: Arc<agentos_base::budget::ByteBudget>,
 }

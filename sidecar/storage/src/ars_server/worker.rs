@@ -19,9 +19,10 @@ use agentos_schema::DbError;
 use rusqlite::Connection;
 
 use crate::ars_values::to_wire;
-use crate::sqlite_file::{run_statement, sql_error};
+use crate::sqlite_conn::{run_statement, sql_error};
 
-use super::connection::{release_key, LeaseKeys, Outbox, Outgoing};
+use super::lease_keys::{release_key, LeaseKeys};
+use super::outbox::{Outbox, Outgoing};
 use super::ArsServerOptions;
 
 /// How long the SQLite thread looks for its next job before it sleeps.
