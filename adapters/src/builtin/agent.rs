@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use agentos_protocol::acp::RpcError;
+use agentos_protocol::acp::{methods, RpcError};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
@@ -131,7 +131,7 @@ impl Agent {
                 let params = message.get("params").cloned().unwrap_or(Value::Null);
                 self.request(method.to_owned(), id, params).await;
             }
-            (Some("session/cancel"), None) => {
+            (Some(methods::SESSION_CANCEL), None) => {
                 let session = message["params"]["sessionId"].as_str().unwrap_or_default();
                 if let Some(running) = lock(&self.sessions)
                     .get(session)
@@ -146,7 +146,7 @@ impl Agent {
 
     async fn request(self: &Arc<Self>, method: String, id: Value, params: Value) {
         let answer = match method.as_str() {
-            "initialize" => {
+            methods::INITIALIZE => {
                 let fs = &params["clientCapabilities"]["fs"];
                 *lock(&self.client_fs) = (
                     fs["readTextFile"].as_bool().unwrap_or(false),
@@ -163,12 +163,12 @@ impl Agent {
                     "authMethods": [],
                 }))
             }
-            "session/new" => {
+            methods::SESSION_NEW => {
                 let session = uuid::Uuid::new_v4().to_string();
                 self.open_session(&session, &params);
                 Ok(json!({ "sessionId": session }))
             }
-            "session/close" => {
+            methods::SESSION_CLOSE => {
                 let session = params["sessionId"].as_str().unwrap_or_default();
                 if let Some(state) = lock(&self.sessions).remove(session) {
                     if let Some(running) = state.running {
@@ -177,14 +177,14 @@ impl Agent {
                 }
                 Ok(json!({}))
             }
-            "session/resume" | "session/load" => match params["sessionId"].as_str() {
+            methods::SESSION_RESUME | methods::SESSION_LOAD => match params["sessionId"].as_str() {
                 Some(session) if !session.is_empty() => {
                     self.open_session(session, &params);
                     Ok(json!({}))
                 }
                 _ => Err(RpcError::invalid_params("sessionId must be a string")),
             },
-            "session/prompt" => {
+            methods::SESSION_PROMPT => {
                 let Some(session) = params["sessionId"].as_str().map(str::to_owned) else {
                     self.peer
                         .respond(
@@ -292,7 +292,7 @@ mod tests {
             &mut to,
             &mut from,
             1,
-            "initialize",
+            methods::INITIALIZE,
             json!({"protocolVersion": 1}),
         )
         .await;
@@ -304,7 +304,7 @@ mod tests {
             &mut to,
             &mut from,
             2,
-            "session/new",
+            methods::SESSION_NEW,
             json!({"cwd": "/w", "mcpServers": []}),
         )
         .await;
@@ -313,7 +313,7 @@ mod tests {
             &mut to,
             &mut from,
             3,
-            "session/resume",
+            methods::SESSION_RESUME,
             json!({"sessionId": "old", "cwd": "/w"}),
         )
         .await;
@@ -322,7 +322,7 @@ mod tests {
             &mut to,
             &mut from,
             4,
-            "session/close",
+            methods::SESSION_CLOSE,
             json!({"sessionId": session}),
         )
         .await;
@@ -331,12 +331,12 @@ mod tests {
             &mut to,
             &mut from,
             5,
-            "session/prompt",
+            methods::SESSION_PROMPT,
             json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}),
         )
         .await;
         assert_eq!(prompt["error"]["code"], json!(-32002));
-        let unknown = ask(&mut to, &mut from, 6, "session/set_mode", json!({})).await;
+        let unknown = ask(&mut to, &mut from, 6, methods::SESSION_SET_MODE, json!({})).await;
         assert_eq!(unknown["error"]["code"], json!(-32601));
     }
 }

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use agentos_protocol::acp::methods;
 use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
 
@@ -154,7 +155,7 @@ pub(super) async fn run_verb(
     let path = resolve(cwd, address);
     let (method, params) = match call.name.as_str() {
         "read" => (
-            "fs/read_text_file",
+            methods::FS_READ_TEXT_FILE,
             json!({"sessionId": session, "path": path}),
         ),
         "write" => {
@@ -162,7 +163,7 @@ pub(super) async fn run_verb(
                 return error("`content` must be a string".into());
             };
             (
-                "fs/write_text_file",
+                methods::FS_WRITE_TEXT_FILE,
                 json!({"sessionId": session, "path": path, "content": content}),
             )
         }

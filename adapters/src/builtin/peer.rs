@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agentos_protocol::acp::RpcError;
+use agentos_protocol::acp::{methods, RpcError};
 use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -81,7 +81,7 @@ impl Peer {
     /// `session/update` of `session` with `update`.
     pub async fn session_update(&self, session: &str, update: Value) {
         self.notify(
-            "session/update",
+            methods::SESSION_UPDATE,
             json!({"sessionId": session, "update": update}),
         )
         .await;

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use agentos_protocol::acp::RpcError;
+use agentos_protocol::acp::{methods, RpcError};
 use agentos_protocol::agent_ext::{
     self, cut_with_notice, output_text, ProviderKey, TranscriptItem, TurnContext, VerbResult,
     MODEL_RESULT_BYTES,
@@ -208,7 +208,7 @@ pub(super) async fn run(
                 String::new(),
             );
             closing["update"]["_meta"] = json!({"agentos": {agent_ext::MESSAGE_META: meta}});
-            agent.peer.notify("session/update", closing).await;
+            agent.peer.notify(methods::SESSION_UPDATE, closing).await;
         }
         for call in &mut step.calls {
             if !usable_id(&call.id) || !used_ids.insert(call.id.clone()) {
@@ -513,7 +513,7 @@ async fn call_model(
                     streamed = true;
                     text.push_str(&delta);
                     peer.notify(
-                        "session/update",
+                        methods::SESSION_UPDATE,
                         chunk(&session_id, "agent_message_chunk", &chunk_id, delta),
                     )
                     .await;
@@ -521,7 +521,7 @@ async fn call_model(
                 StreamEvent::ReasoningDelta(delta) => {
                     streamed = true;
                     peer.notify(
-                        "session/update",
+                        methods::SESSION_UPDATE,
                         chunk(&session_id, "agent_thought_chunk", &chunk_id, delta),
                     )
                     .await;
