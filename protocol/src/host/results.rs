@@ -388,3 +388,61 @@ pub struct RunJournalResult {
     pub run_id: String,
     pub entries: Vec<RunJournalEntry>,
 }
+
+/// `initialize`: the protocol spoken, the sidecar, its database and its
+/// limits (the config's `limits`, as configured). Members in the order the
+/// object has always had on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult<L> {
+    pub database: DatabaseInfo,
+    pub limits: L,
+    pub protocol_version: u64,
+    pub sidecar: SidecarInfo,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SidecarInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// `sessions/delete`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeleteSessionResult {
+    pub deleted: bool,
+}
+
+/// `sessions/unload`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnloadSessionResult {
+    pub unloaded: bool,
+}
+
+/// `sessions/subscribe`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeResult {
+    pub subscription_id: String,
+}
+
+/// `sessions/unsubscribe`: whether the subscription was live.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnsubscribeResult {
+    pub unsubscribed: bool,
+}
+
+/// `sessions/capabilities`: the agent's capabilities from its last
+/// `initialize` (null before one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CapabilitiesResult {
+    pub capabilities: Option<Value>,
+}
+
+/// `sessions/agent_info`: the agent's `agentInfo` from its last
+/// `initialize` (null before one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInfoResult {
+    pub agent_info: Option<Value>,
+}

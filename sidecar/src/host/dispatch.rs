@@ -53,12 +53,17 @@ pub(super) async fn dispatch(
                     extra,
                 ));
             }
-            reply(&json!({
-                "protocolVersion": PROTOCOL_VERSION,
-                "sidecar": {"name": "agentos-sidecar", "version": env!("CARGO_PKG_VERSION")},
-                "database": {"type": vm.database_kind.as_str()},
-                "limits": vm.config.limits,
-            }))
+            reply(&wire::InitializeResult {
+                protocol_version: PROTOCOL_VERSION,
+                sidecar: wire::SidecarInfo {
+                    name: "agentos-sidecar".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                },
+                database: wire::DatabaseInfo {
+                    kind: vm.database_kind.as_str().into(),
+                },
+                limits: &vm.config.limits,
+            })
         }
         methods::SESSIONS_OPEN => {
             let p: OpenSessionParams = params(raw)?;
@@ -83,12 +88,12 @@ pub(super) async fn dispatch(
         methods::SESSIONS_DELETE => {
             let p: SessionIdParams = params(raw)?;
             sessions.delete(&p.session_id).await.map_err(session)?;
-            reply(&json!({"deleted": true}))
+            reply(&wire::DeleteSessionResult { deleted: true })
         }
         methods::SESSIONS_UNLOAD => {
             let p: SessionIdParams = params(raw)?;
             sessions.unload(&p.session_id).await.map_err(session)?;
-            reply(&json!({"unloaded": true}))
+            reply(&wire::UnloadSessionResult { unloaded: true })
         }
         methods::SESSIONS_PROMPT => {
             let p: PromptParams = params(raw)?;
@@ -143,11 +148,15 @@ pub(super) async fn dispatch(
                 .subscribe(&p.session_id, p.after, sink, started, max)
                 .await
                 .map_err(session)?;
-            reply(&json!({ "subscriptionId": id }))
+            reply(&wire::SubscribeResult {
+                subscription_id: id,
+            })
         }
         methods::SESSIONS_UNSUBSCRIBE => {
             let p: UnsubscribeParams = params(raw)?;
-            reply(&json!({ "unsubscribed": sessions.unsubscribe(&p.subscription_id) }))
+            reply(&wire::UnsubscribeResult {
+                unsubscribed: sessions.unsubscribe(&p.subscription_id),
+            })
         }
         methods::SESSIONS_GET_CONFIG => {
             let p: SessionIdParams = params(raw)?;
@@ -168,12 +177,12 @@ pub(super) async fn dispatch(
                 .capabilities(&p.session_id)
                 .await
                 .map_err(session)?;
-            reply(&json!({ "capabilities": capabilities }))
+            reply(&wire::CapabilitiesResult { capabilities })
         }
         methods::SESSIONS_AGENT_INFO => {
             let p: SessionIdParams = params(raw)?;
             let info = sessions.agent_info(&p.session_id).await.map_err(session)?;
-            reply(&json!({ "agentInfo": info }))
+            reply(&wire::AgentInfoResult { agent_info: info })
         }
         methods::AGENTS_LIST => {
             let agents = sessions
