@@ -24,7 +24,7 @@ use agentos_tests::bench::{
 };
 use agentos_tests::http::Target;
 use agentos_tests::provider_server::{Flavor, Reply, ScriptedProvider};
-use agentos_tests::seed::{call, now_ms, Signer};
+use agentos_tests::seed::{bytes, call, now_ms, Signer};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
@@ -286,7 +286,7 @@ impl World {
         let target = Target::from_ready(&address);
         let owner = Signer::new();
         for action in [
-            json!({"_": "SetSecret", "name": "key", "value": {"/": {"bytes": "sk-scripted"}}}),
+            json!({"_": "SetSecret", "name": "key", "value": bytes("sk-scripted")}),
             json!({"_": "SetModelProvider", "name": "main",
                    "provider": {"type": "openai", "secretRefs": {"apiKey": "key"}}}),
         ] {

@@ -33,17 +33,7 @@ fn now_ms() -> i64 {
 }
 
 fn action(value: Value) -> std::collections::BTreeMap<String, Ipld> {
-    fn ipld(v: &Value) -> Ipld {
-        match v {
-            Value::String(s) => Ipld::String(s.clone()),
-            Value::Number(n) => Ipld::Integer(i128::from(n.as_i64().unwrap_or(0))),
-            Value::Bool(b) => Ipld::Bool(*b),
-            Value::Array(a) => Ipld::List(a.iter().map(ipld).collect()),
-            Value::Object(m) => Ipld::Map(m.iter().map(|(k, v)| (k.clone(), ipld(v))).collect()),
-            Value::Null => Ipld::Null,
-        }
-    }
-    match ipld(&value) {
+    match agentos_tests::seed::ipld(&value) {
         Ipld::Map(map) => map,
         _ => Default::default(),
     }

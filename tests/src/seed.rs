@@ -4,36 +4,25 @@
 //! Responses come back as IPLD.
 
 use agentos_protocol::seed::{
-    cbor, cid_of, generate_signing_key, ActionMap, Capability, Envelope, Ipld, Principal, Role,
-    SigningKey,
+    cbor, cid_of, generate_signing_key, json_to_ipld, ActionMap, Capability, Envelope, Ipld,
+    JsonForm, Principal, Role, SigningKey,
 };
 use serde_json::Value;
 
 use crate::http::{request, Reply, Target};
 
-/// JSON to IPLD: integers stay integers; `{"/": {"bytes": "<utf-8>"}}` is
-/// a byte string of that text (enough for tests).
+/// A test's JSON as IPLD, by the protocol's one conversion as DAG-JSON
+/// (bytes are `{"/": {"bytes": "<base64>"}}`, as the CLI and Seed's client
+/// write them; see [`bytes`]).
 pub fn ipld(value: &Value) -> Ipld {
-    match value {
-        Value::Null => Ipld::Null,
-        Value::Bool(b) => Ipld::Bool(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => Ipld::Integer(i128::from(i)),
-            None => Ipld::Float(n.as_f64().unwrap_or(0.0)),
-        },
-        Value::String(s) => Ipld::String(s.clone()),
-        Value::Array(items) => Ipld::List(items.iter().map(ipld).collect()),
-        Value::Object(map) => {
-            if let Some(text) = map
-                .get("/")
-                .and_then(|v| v.get("bytes"))
-                .and_then(Value::as_str)
-            {
-                return Ipld::Bytes(text.as_bytes().to_vec());
-            }
-            Ipld::Map(map.iter().map(|(k, v)| (k.clone(), ipld(v))).collect())
-        }
-    }
+    json_to_ipld(value, JsonForm::DagJson).expect("a test's JSON converts")
+}
+
+/// DAG-JSON bytes holding `data`.
+pub fn bytes(data: impl AsRef<[u8]>) -> Value {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(data);
+    serde_json::json!({"/": {"bytes": text}})
 }
 
 pub fn now_ms() -> i64 {

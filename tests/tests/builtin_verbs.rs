@@ -14,7 +14,7 @@ mod common;
 
 use agentos_protocol::agent_ext::MODEL_RESULT_BYTES;
 use agentos_tests::provider_server::{Flavor, Reply};
-use agentos_tests::seed::{call, Signer};
+use agentos_tests::seed::{bytes, call, Signer};
 use builtin::{answer_text, endless, json_of, kinds, ok, text, tool_calls, world, Sent, World};
 use serde_json::{json, Value};
 
@@ -424,6 +424,17 @@ async fn a_bad_verb_is_refused_before_anything_runs() {
     )
     .await;
     assert_eq!(no_input.status, 400, "{:?}", no_input.body);
+    // Input a verb cannot read as JSON (bytes) is refused, naming where.
+    let not_json = w
+        .invoke(&session, "read", json!({"address": bytes("notes")}))
+        .await;
+    assert_eq!(not_json.status, 400, "{:?}", not_json.body);
+    assert_eq!(answer_text(&not_json, "code"), "bad_request");
+    assert!(
+        answer_text(&not_json, "message").contains("/address: bytes have no JSON form"),
+        "{:?}",
+        not_json.body
+    );
     assert!(w.events(&session).await.is_empty());
 }
 

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use agentos_protocol::seed::Ipld;
 use agentos_tests::http::Target;
-use agentos_tests::seed::{call, field, Answer, Signer};
+use agentos_tests::seed::{bytes, call, field, Answer, Signer};
 use base64::Engine;
 use common::{Backend, Options, Sidecar};
 use serde_json::{json, Value};
@@ -149,10 +149,6 @@ fn names(answer: &Answer, list: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn bytes(text: &str) -> Value {
-    json!({"/": {"bytes": text}})
 }
 
 async fn secrets_never_leak(backend: Backend) {

@@ -11,7 +11,7 @@
 mod common;
 
 use agentos_tests::http::Target;
-use agentos_tests::seed::{call, Signer};
+use agentos_tests::seed::{bytes, call, Signer};
 use common::{Backend, Options, Sidecar};
 use serde_json::json;
 
@@ -24,7 +24,7 @@ fn descriptor_only() -> Options {
 }
 
 fn set_secret(name: &str) -> serde_json::Value {
-    json!({"_": "SetSecret", "name": name, "value": {"/": {"bytes": "c2VjcmV0"}}})
+    json!({"_": "SetSecret", "name": name, "value": bytes("secret")})
 }
 
 fn warnings_about_the_vault(sc: &Sidecar) -> usize {

@@ -112,7 +112,7 @@ impl SeedError {
 /// and an error answer must stay small whatever the request was.
 const MAX_MESSAGE_BYTES: usize = 300;
 
-fn bounded(mut message: String) -> String {
+pub(crate) fn bounded(mut message: String) -> String {
     if message.len() > MAX_MESSAGE_BYTES {
         let mut cut = MAX_MESSAGE_BYTES;
         while !message.is_char_boundary(cut) {

@@ -12,13 +12,16 @@
 //! message sent through the signed door echoes its `clientMessageId`,
 //! keeps its `blocks` and its text as `rawMarkdown`; the builtin agent's
 //! messages and tool results carry the `meta` it stored with them (model,
-//! provider, usage, `durationMs`).
+//! provider, usage, `durationMs`). Stored JSON becomes IPLD by the one
+//! conversion ([`super::ipld_json`]); what is nested deeper than an answer
+//! can carry is null in its place.
 
 use std::collections::BTreeMap;
 
 use ipld_core::ipld::Ipld;
 use serde_json::Value;
 
+use super::ipld_json::json_to_ipld_clipped;
 use super::response::SessionEvent;
 use crate::session::{Actor, EventKind, StoredEvent};
 
@@ -91,7 +94,7 @@ fn stored_meta(native: &Value) -> Option<Ipld> {
     native
         .pointer("/_meta/agentos/meta")
         .filter(|m| m.is_object())
-        .map(to_ipld)
+        .map(json_to_ipld_clipped)
 }
 
 /// A user's words as the signed door received them: the part's
@@ -108,7 +111,7 @@ fn seed_message_fields(content: &Value, map: &mut BTreeMap<String, Ipld>) {
         map.insert("clientMessageId".into(), Ipld::String(id.to_owned()));
     }
     if let Some(blocks) = seed.get("blocks").filter(|b| b.is_array()) {
-        map.insert("blocks".into(), to_ipld(blocks));
+        map.insert("blocks".into(), json_to_ipld_clipped(blocks));
     }
 }
 
@@ -156,7 +159,10 @@ fn update(native: &Value) -> BTreeMap<String, Ipld> {
             map.insert("name".into(), string_field(native, "title"));
             map.insert(
                 "input".into(),
-                native.get("rawInput").map(to_ipld).unwrap_or(Ipld::Null),
+                native
+                    .get("rawInput")
+                    .map(json_to_ipld_clipped)
+                    .unwrap_or(Ipld::Null),
             );
             return map;
         }
@@ -169,7 +175,7 @@ fn update(native: &Value) -> BTreeMap<String, Ipld> {
                 let output = native
                     .get("rawOutput")
                     .or_else(|| native.get("content"))
-                    .map(to_ipld);
+                    .map(json_to_ipld_clipped);
                 if status == Some("failed") {
                     let message = native
                         .get("rawOutput")
@@ -212,34 +218,17 @@ fn string_field(native: &Value, name: &str) -> Ipld {
 }
 
 fn object(native: &Value) -> BTreeMap<String, Ipld> {
-    match to_ipld(native) {
+    match json_to_ipld_clipped(native) {
         Ipld::Map(map) => map,
         other => BTreeMap::from([("payload".to_owned(), other)]),
-    }
-}
-
-/// JSON as IPLD data: integers stay integers, other numbers are floats.
-pub fn to_ipld(value: &Value) -> Ipld {
-    match value {
-        Value::Null => Ipld::Null,
-        Value::Bool(b) => Ipld::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Ipld::Integer(i128::from(i)),
-            (None, Some(u)) => Ipld::Integer(i128::from(u)),
-            _ => match n.as_f64() {
-                Some(f) if f.is_finite() => Ipld::Float(f),
-                _ => Ipld::Null,
-            },
-        },
-        Value::String(s) => Ipld::String(s.clone()),
-        Value::Array(items) => Ipld::List(items.iter().map(to_ipld).collect()),
-        Value::Object(map) => Ipld::Map(map.iter().map(|(k, v)| (k.clone(), to_ipld(v))).collect()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seed::cbor;
+    use crate::seed::ipld_json::CLIP_DEPTH;
 
     fn stored(payload: &str, actor: Actor) -> StoredEvent {
         StoredEvent {
@@ -362,6 +351,29 @@ mod tests {
         assert_eq!(field(&e, "type"), &Ipld::String("plan".into()));
         assert!(matches!(field(&e, "entries"), Ipld::List(l) if l.len() == 1));
         assert_eq!(field(&e, "sessionUpdate"), &Ipld::Null);
+    }
+
+    #[test]
+    fn stored_json_deeper_than_an_answer_carries_is_clipped_not_lost() {
+        let deep = format!("{}1{}", "[".repeat(70), "]".repeat(70));
+        let e = session_event(&stored(
+            &format!(
+                r#"{{"sessionUpdate":"tool_call","toolCallId":"t1","title":"read","rawInput":{deep}}}"#
+            ),
+            Actor::Agent,
+        ));
+        assert_eq!(field(&e, "id"), &Ipld::String("t1".into()));
+        // The input keeps CLIP_DEPTH lists, then null in the next one's
+        // place, and the event decodes within the decoder's bound.
+        let mut input = field(&e, "input");
+        let mut lists = 0;
+        while let Ipld::List(items) = input {
+            lists += 1;
+            input = &items[0];
+        }
+        assert_eq!((lists, input), (CLIP_DEPTH, &Ipld::Null));
+        let bytes = cbor::to_canonical(&e.event).unwrap();
+        assert!(cbor::from_slice::<Ipld>(&bytes, 1 << 20).is_ok());
     }
 
     #[test]

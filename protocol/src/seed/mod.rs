@@ -1,7 +1,8 @@
 //! The Seed Agents signed control plane, as bytes: canonical DAG-CBOR,
 //! principals, the signed action envelope, Capability blobs, typed actions,
-//! responses, WebSocket events and tool documents. Pure: no I/O, no clock,
-//! no storage.
+//! responses, WebSocket events and tool documents, and the one conversion
+//! between JSON and IPLD ([`ipld_json`]). Pure: no I/O, no clock, no
+//! storage.
 //!
 //! A request travels: bytes → [`Envelope::decode`] (bounded, shape only) →
 //! [`Envelope::verify_signature`] and [`Envelope::ts_ms`] (the server checks
@@ -16,6 +17,7 @@ pub mod code;
 mod envelope;
 mod error;
 pub mod event;
+pub mod ipld_json;
 mod principal;
 pub mod response;
 pub mod tool;
@@ -32,6 +34,7 @@ pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use envelope::{generate_signing_key, ActionMap, Envelope, ENVELOPE_TYPE, SIGNATURE_LEN};
 pub use error::SeedError;
 pub use ipld_core::ipld::Ipld;
+pub use ipld_json::{ipld_to_json, json_to_ipld, json_to_ipld_clipped, IpldJsonError, JsonForm};
 pub use principal::{Principal, ED25519_PREFIX, PRINCIPAL_LEN};
 pub use response::{encode_response, try_encode_response, ErrorResponse};
 pub use tool::{ToolDocument, MAX_TOOL_DOCUMENT_BYTES};

@@ -1,11 +1,13 @@
 // Signs and verifies Seed Agents envelopes and Capability blobs the way
 // Seed's own client does, with the libraries it uses: @ipld/dag-cbor for
-// canonical DAG-CBOR, @noble/curves for Ed25519, multiformats for CIDs.
-// The Rust cross-implementation test drives it; it is not a library.
+// canonical DAG-CBOR, @noble/curves for Ed25519, multiformats for CIDs; and
+// encodes JSON values as that client encodes JavaScript values.
+// The Rust cross-implementation tests drive it; it is not a library.
 //
 //   node seed-sign.mjs sign '<spec json>'        prints the envelope hex
 //   node seed-sign.mjs verify <envelope hex>     prints {"ok":true,...} or exits 1
 //   node seed-sign.mjs capability '<spec json>'  prints {"blobHex","cid"}
+//   node seed-sign.mjs encode '<list json>'      prints a list of hex strings
 //
 // Without the second argument, it is read from standard input (for inputs
 // longer than one command-line argument may be).
@@ -14,6 +16,10 @@
 // capability?, capabilityBlobHex?}. A capability spec: {issuerSeedHex,
 // delegateSeedHex, role, tsMs, path?, label?}. In `action`, a byte string is
 // written as in DAG-JSON: {"/": {"bytes": "<base64, no padding>"}}.
+//
+// An encode list holds {"json": "<JSON text>"}, encoded as
+// dagCbor.encode(JSON.parse(text)), or {"bigint": "<decimal integer>"},
+// encoded as dagCbor.encode(BigInt(text)).
 //
 // The peers folder is .peers/ at the workspace root (override with
 // AGENTOS_PEERS); its packages are ESM-only, so they are imported by file.
@@ -119,6 +125,14 @@ async function capability(spec) {
   return {blobHex: toHex(data), cid: cid.toString()}
 }
 
+// Each item of the list as Seed's client would write it.
+function encode(items) {
+  return items.map((item) => {
+    const value = 'bigint' in item ? BigInt(item.bigint) : JSON.parse(item.json)
+    return toHex(dagCbor.encode(value))
+  })
+}
+
 const command = process.argv[2]
 try {
   const argument = process.argv[3] ?? fs.readFileSync(0, 'utf8').trim()
@@ -131,6 +145,9 @@ try {
       break
     case 'capability':
       process.stdout.write(JSON.stringify(await capability(JSON.parse(argument))) + '\n')
+      break
+    case 'encode':
+      process.stdout.write(JSON.stringify(encode(JSON.parse(argument))) + '\n')
       break
     default:
       throw new Error(`unknown command ${command}`)

@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use agentos_protocol::seed::{Capability, Envelope, Ipld, Principal, Role, SigningKey};
-use base64::Engine;
+use agentos_protocol::seed::{
+    json_to_ipld, Capability, Envelope, Ipld, JsonForm, Principal, Role, SigningKey,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -26,9 +27,8 @@ pub struct Vectors {
 }
 
 /// Inputs of one envelope. `action` is DAG-JSON: a byte string is
-/// `{"/": {"bytes": "<base64>"}}`. Floats must have a fractional part: JSON
-/// cannot tell `1.0` from `1`, and Seed's encoder writes the latter as an
-/// integer.
+/// `{"/": {"bytes": "<base64>"}}`. A whole number is an integer however it
+/// is written (`1.0` is 1), as Seed's encoder writes it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvelopeSpec {
@@ -92,37 +92,9 @@ pub fn key(seed_hex: &str) -> SigningKey {
     SigningKey::from_bytes(&seed)
 }
 
-/// DAG-JSON as the vectors write it, to IPLD.
+/// DAG-JSON as the vectors write it, to IPLD, by the one conversion.
 pub fn ipld_from_dag_json(value: &Value) -> Ipld {
-    match value {
-        Value::Null => Ipld::Null,
-        Value::Bool(flag) => Ipld::Bool(*flag),
-        Value::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
-            (Some(int), _, _) => Ipld::Integer(i128::from(int)),
-            (_, Some(uint), _) => Ipld::Integer(i128::from(uint)),
-            (_, _, Some(float)) => Ipld::Float(float),
-            _ => panic!("unrepresentable number {number}"),
-        },
-        Value::String(text) => Ipld::String(text.clone()),
-        Value::Array(items) => Ipld::List(items.iter().map(ipld_from_dag_json).collect()),
-        Value::Object(map) => {
-            if let (1, Some(Value::Object(link))) = (map.len(), map.get("/")) {
-                if let Some(Value::String(bytes)) = link.get("bytes") {
-                    let engine = base64::engine::general_purpose::STANDARD_NO_PAD;
-                    return Ipld::Bytes(
-                        engine
-                            .decode(bytes.trim_end_matches('='))
-                            .expect("base64 bytes"),
-                    );
-                }
-            }
-            Ipld::Map(
-                map.iter()
-                    .map(|(k, v)| (k.clone(), ipld_from_dag_json(v)))
-                    .collect(),
-            )
-        }
-    }
+    json_to_ipld(value, JsonForm::DagJson).expect("a vector's action converts")
 }
 
 /// Signs an envelope from its spec with this crate.

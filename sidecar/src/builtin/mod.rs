@@ -23,8 +23,6 @@ use std::sync::Arc;
 
 use crate::config::{AgentSpec, SandboxSpec};
 
-pub use verbs::ipld_json;
-
 /// How the builtin agent is started: this executable with `agent`.
 pub fn agent_spec() -> std::io::Result<AgentSpec> {
     let exe = std::env::current_exe()?;

@@ -15,11 +15,10 @@
 //! ([`VERBS`]) are reserved, as builtin names are, so no authored tool can
 //! take one.
 
+use agentos_protocol::seed::json_to_ipld_clipped;
 use agentos_protocol::seed::tool::ToolDocument;
 use agentos_protocol::seed::vocab::ToolKind;
 use serde_json::{json, Value};
-
-use super::schema::to_ipld;
 
 /// The verbs an agent always has; no tool may take one of these names.
 pub const VERBS: [&str; 8] = [
@@ -130,7 +129,7 @@ impl Builtin {
             kind: ToolKind::Builtin,
             summary: self.summary.to_owned(),
             description: self.description.to_owned(),
-            input: to_ipld(&(self.input)()),
+            input: json_to_ipld_clipped(&(self.input)()),
             output: None,
             source: None,
             runtime: None,
@@ -172,7 +171,8 @@ pub fn granted(tools: Option<&[String]>, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::schema::{shape_check, to_json};
+    use crate::space::schema::shape_check;
+    use agentos_protocol::seed::{ipld_to_json, JsonForm};
 
     #[test]
     fn builtins_are_documents_with_sound_contracts() {
@@ -183,7 +183,7 @@ mod tests {
             assert_eq!(document.kind, ToolKind::Builtin);
             assert_eq!(document.binding.as_deref(), Some(document.name.as_str()));
             assert!(!document.summary.contains('\n') && document.summary.len() <= 140);
-            let input = to_json(&document.input).unwrap();
+            let input = ipld_to_json(&document.input, JsonForm::Plain).unwrap();
             assert_eq!(shape_check(&input), Ok(()), "{}", document.name);
             assert!(!is_verb(&document.name));
             assert!(document.cid().unwrap().starts_with("bafyrei"));

@@ -1,5 +1,6 @@
-//! The small JSON Schema subset tool contracts are written in, and the
-//! conversions between the wire's IPLD and JSON.
+//! The small JSON Schema subset tool contracts are written in. Schemas
+//! travel as IPLD and are checked as JSON; the conversion between the two
+//! is the protocol's one ([`agentos_protocol::seed::ipld_json`]).
 //!
 //! A tool's `input` and `output` schemas are checked for shape when a tool
 //! is saved ([`shape_check`]): a map whose root type is `object`, only the
@@ -15,10 +16,7 @@
 //! `additionalProperties` (a boolean or a schema); annotations that change
 //! nothing: `description`, `default`, `title`, `format`.
 
-use std::collections::BTreeMap;
-
-use agentos_protocol::seed::Ipld;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 /// Deepest nesting of schemas inside one another.
 pub const MAX_SCHEMA_DEPTH: usize = 16;
@@ -355,83 +353,6 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// JSON to IPLD. A number without a fraction becomes an integer (as a
-/// JavaScript encoder writes `1.0`), so a schema's CID does not depend on
-/// how a client spelled its numbers.
-pub fn to_ipld(value: &Value) -> Ipld {
-    match value {
-        Value::Null => Ipld::Null,
-        Value::Bool(b) => Ipld::Bool(*b),
-        Value::Number(n) => number_to_ipld(n),
-        Value::String(s) => Ipld::String(s.clone()),
-        Value::Array(items) => Ipld::List(items.iter().map(to_ipld).collect()),
-        Value::Object(map) => Ipld::Map(
-            map.iter()
-                .map(|(k, v)| (k.clone(), to_ipld(v)))
-                .collect::<BTreeMap<_, _>>(),
-        ),
-    }
-}
-
-/// Largest integer a float holds exactly (2^53).
-const MAX_SAFE_FLOAT_INTEGER: f64 = 9_007_199_254_740_992.0;
-
-fn number_to_ipld(n: &Number) -> Ipld {
-    if let Some(i) = n.as_i64() {
-        return Ipld::Integer(i128::from(i));
-    }
-    if let Some(u) = n.as_u64() {
-        return Ipld::Integer(i128::from(u));
-    }
-    let f = n.as_f64().unwrap_or(0.0);
-    if f.fract() == 0.0 && f.abs() <= MAX_SAFE_FLOAT_INTEGER {
-        // Exact: the float holds an integer of at most 53 bits.
-        Ipld::Integer(f as i128)
-    } else {
-        Ipld::Float(f)
-    }
-}
-
-/// IPLD to JSON, for checking schemas and values. Bytes and links have no
-/// JSON form here and are refused, naming where they are.
-pub fn to_json(value: &Ipld) -> Result<Value, String> {
-    json_at(value, "")
-}
-
-fn json_at(value: &Ipld, pointer: &str) -> Result<Value, String> {
-    Ok(match value {
-        Ipld::Null => Value::Null,
-        Ipld::Bool(b) => Value::Bool(*b),
-        Ipld::Integer(i) => {
-            if let Ok(v) = i64::try_from(*i) {
-                Value::from(v)
-            } else if let Ok(v) = u64::try_from(*i) {
-                Value::from(v)
-            } else {
-                return Err(format!("{}: integer out of range", at(pointer)));
-            }
-        }
-        Ipld::Float(f) => Number::from_f64(*f)
-            .map(Value::Number)
-            .ok_or_else(|| format!("{}: a number JSON cannot hold", at(pointer)))?,
-        Ipld::String(s) => Value::String(s.clone()),
-        Ipld::List(items) => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| json_at(item, &format!("{pointer}/{i}")))
-                .collect::<Result<_, _>>()?,
-        ),
-        Ipld::Map(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| Ok((k.clone(), json_at(v, &format!("{pointer}/{}", token(k)))?)))
-                .collect::<Result<Map<_, _>, String>>()?,
-        ),
-        Ipld::Bytes(_) => return Err(format!("{}: bytes have no JSON form", at(pointer))),
-        Ipld::Link(_) => return Err(format!("{}: a link has no JSON form", at(pointer))),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -585,30 +506,6 @@ mod tests {
         assert_eq!(
             errors.last().map(String::as_str),
             Some("/: and 36 more errors")
-        );
-    }
-
-    #[test]
-    fn ipld_and_json_convert_both_ways() {
-        let value =
-            json!({"a": [1, -2, 2.5, 3.0, null, true, "s"], "b": {"c": 18446744073709551615u64}});
-        let ipld = to_ipld(&value);
-        let Ipld::Map(map) = &ipld else {
-            panic!("a map")
-        };
-        let Some(Ipld::List(items)) = map.get("a") else {
-            panic!("a list")
-        };
-        assert_eq!(items[3], Ipld::Integer(3));
-        assert_eq!(items[2], Ipld::Float(2.5));
-        let back = to_json(&ipld).unwrap();
-        assert_eq!(back["a"][3], json!(3));
-        assert_eq!(back["b"]["c"], value["b"]["c"]);
-        let bytes = Ipld::Map(BTreeMap::from([("x".to_owned(), Ipld::Bytes(vec![1]))]));
-        assert_eq!(to_json(&bytes).unwrap_err(), "/x: bytes have no JSON form");
-        assert_eq!(
-            to_json(&Ipld::Integer(i128::MAX)).unwrap_err(),
-            "/: integer out of range"
         );
     }
 }

@@ -17,12 +17,15 @@ use std::sync::Arc;
 
 use agentos_protocol::seed::tool::{ToolDocument, MAX_TOOL_DOCUMENT_BYTES};
 use agentos_protocol::seed::vocab::ToolKind;
-use agentos_protocol::seed::{cbor, cid_of, AgentDefinition, AgentToolInput, Ipld};
+use agentos_protocol::seed::{
+    cbor, cid_of, ipld_to_json, json_to_ipld, json_to_ipld_clipped, AgentDefinition,
+    AgentToolInput, Ipld, JsonForm,
+};
 use agentos_schema::SharedDatabase;
 use serde_json::Value;
 
 use super::registry;
-use super::schema::{shape_check, to_ipld, to_json};
+use super::schema::shape_check;
 use super::SpaceError;
 use crate::control::store::{ControlStore, Guarded, StoredTool, StoredToolKind, ToolRow};
 
@@ -108,7 +111,9 @@ impl LambdaInput {
         let schema = |key: &str| -> Result<Option<Ipld>, SpaceError> {
             match map.get(key) {
                 None | Some(Value::Null) => Ok(None),
-                Some(value @ Value::Object(_)) => Ok(Some(to_ipld(value))),
+                Some(value @ Value::Object(_)) => json_to_ipld(value, JsonForm::Plain)
+                    .map(Some)
+                    .map_err(|e| SpaceError::invalid(format!("the {key} schema: {e}"))),
                 Some(_) => Err(SpaceError::invalid(format!(
                     "{key} must be a JSON Schema object"
                 ))),
@@ -124,7 +129,7 @@ impl LambdaInput {
             summary: text("summary")?,
             description: text("description")?.unwrap_or_default(),
             input: schema("input")?
-                .unwrap_or_else(|| to_ipld(&serde_json::json!({"type": "object"}))),
+                .unwrap_or_else(|| json_to_ipld_clipped(&serde_json::json!({"type": "object"}))),
             output: schema("output")?,
             source: text("source")?.unwrap_or_default(),
             runtime: text("runtime")?,
@@ -171,7 +176,7 @@ impl ToolRecord {
 }
 
 fn pretty(schema: &Ipld) -> String {
-    to_json(schema)
+    ipld_to_json(schema, JsonForm::Plain)
         .ok()
         .and_then(|json| serde_json::to_string_pretty(&json).ok())
         .unwrap_or_else(|| "{}".to_owned())
@@ -547,8 +552,8 @@ fn check_name(name: &str) -> Result<(), SpaceError> {
 }
 
 fn check_schema(which: &str, schema: &Ipld) -> Result<(), SpaceError> {
-    let json =
-        to_json(schema).map_err(|e| SpaceError::invalid(format!("the {which} schema: {e}")))?;
+    let json = ipld_to_json(schema, JsonForm::Plain)
+        .map_err(|e| SpaceError::invalid(format!("the {which} schema: {e}")))?;
     shape_check(&json).map_err(|e| SpaceError::invalid(format!("the {which} schema: {e}")))
 }
 

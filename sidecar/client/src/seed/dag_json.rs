@@ -1,167 +1,40 @@
-//! JSON for people and scripts, IPLD for the wire: the DAG-JSON conventions
-//! the CLI reads actions in and prints responses with.
+//! JSON for people and scripts, IPLD for the wire: the CLI reads actions in
+//! and prints responses as DAG-JSON, through the protocol's one conversion
+//! ([`agentos_protocol::seed::ipld_json`], its DAG-JSON form) and its
+//! number rule.
 //!
 //! Everything maps naturally except what JSON has no type for: bytes are
 //! `{"/": {"bytes": "<base64, no padding>"}}` and a link is `{"/": "<CID>"}`.
 //! An object whose only key is `/` is reserved for those two forms, so any
-//! other value under a lone `/` is refused rather than guessed at. JSON
-//! integers stay integers (an action's integer field must not be signed as
-//! a float), and a number with a fraction or exponent is a float.
+//! other value under a lone `/` is refused rather than guessed at. A number
+//! becomes what Seed's JavaScript client writes for it: a whole number (`1`,
+//! `1.0`) an integer, anything else a float; an integer literal beyond 2^53
+//! that fits 64 bits stays that exact integer. Here a conversion's failure
+//! becomes the client's error: `invalid_json` for what was read,
+//! `bad_response` for what the server answered.
 
-use std::collections::BTreeMap;
-
-use agentos_protocol::seed::cbor::MAX_DEPTH;
-use agentos_protocol::seed::Ipld;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
-use base64::Engine;
-use ipld_core::cid::Cid;
-use serde_json::{Map, Number, Value};
+use agentos_protocol::seed::{self as protocol, Ipld, JsonForm};
+use serde_json::Value;
 
 use super::ClientError;
 
-/// Standard base64 as DAG-JSON writes it (no padding); reading also takes
-/// padded input, which some encoders produce.
-const BASE64: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new()
-        .with_encode_padding(false)
-        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
-
 /// JSON (as DAG-JSON) to IPLD. Nesting is bounded as the server bounds it.
 pub fn json_to_ipld(value: &Value) -> Result<Ipld, ClientError> {
-    to_ipld(value, 0)
+    protocol::json_to_ipld(value, JsonForm::DagJson)
+        .map_err(|e| ClientError::InvalidJson(e.to_string()))
 }
 
-/// IPLD to JSON (as DAG-JSON). Fails only for an integer beyond what JSON
-/// numbers here carry (below `i64::MIN` or above `u64::MAX`).
+/// IPLD to JSON (as DAG-JSON). Fails for an integer beyond what JSON
+/// numbers here carry (below `i64::MIN` or above `u64::MAX`), a float that
+/// is not finite, or nesting deeper than the server's bound.
 pub fn ipld_to_json(value: &Ipld) -> Result<Value, ClientError> {
-    to_json(value, 0)
-}
-
-fn to_ipld(value: &Value, depth: usize) -> Result<Ipld, ClientError> {
-    if depth > MAX_DEPTH {
-        return Err(ClientError::InvalidJson(format!(
-            "nested deeper than {MAX_DEPTH} levels"
-        )));
-    }
-    Ok(match value {
-        Value::Null => Ipld::Null,
-        Value::Bool(b) => Ipld::Bool(*b),
-        Value::Number(number) => number_to_ipld(number)?,
-        Value::String(text) => Ipld::String(text.clone()),
-        Value::Array(items) => Ipld::List(
-            items
-                .iter()
-                .map(|item| to_ipld(item, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Object(map) => match reserved(map)? {
-            Some(special) => special,
-            None => Ipld::Map(
-                map.iter()
-                    .map(|(key, item)| Ok((key.clone(), to_ipld(item, depth + 1)?)))
-                    .collect::<Result<BTreeMap<_, _>, ClientError>>()?,
-            ),
-        },
-    })
-}
-
-fn number_to_ipld(number: &Number) -> Result<Ipld, ClientError> {
-    if let Some(value) = number.as_i64() {
-        return Ok(Ipld::Integer(i128::from(value)));
-    }
-    if let Some(value) = number.as_u64() {
-        return Ok(Ipld::Integer(i128::from(value)));
-    }
-    match number.as_f64() {
-        Some(value) if value.is_finite() => Ok(Ipld::Float(value)),
-        _ => Err(ClientError::InvalidJson(format!(
-            "{number} is not a finite number"
-        ))),
-    }
-}
-
-/// The two DAG-JSON forms under a lone `/` key, or `None` for a plain map.
-fn reserved(map: &Map<String, Value>) -> Result<Option<Ipld>, ClientError> {
-    let inner = match map.get("/") {
-        Some(inner) if map.len() == 1 => inner,
-        _ => return Ok(None),
-    };
-    match inner {
-        Value::String(text) => Cid::try_from(text.as_str())
-            .map(|cid| Some(Ipld::Link(cid)))
-            .map_err(|e| {
-                ClientError::InvalidJson(format!("{{\"/\": {text:?}}} is not a CID: {e}"))
-            }),
-        Value::Object(bytes) if bytes.len() == 1 => match bytes.get("bytes") {
-            Some(Value::String(text)) => BASE64
-                .decode(text)
-                .map(|decoded| Some(Ipld::Bytes(decoded)))
-                .map_err(|e| {
-                    ClientError::InvalidJson(format!(
-                        "{{\"/\": {{\"bytes\": …}}}} is not base64: {e}"
-                    ))
-                }),
-            _ => Err(reserved_error()),
-        },
-        _ => Err(reserved_error()),
-    }
-}
-
-fn reserved_error() -> ClientError {
-    ClientError::InvalidJson(
-        "an object whose only key is \"/\" must be {\"/\": {\"bytes\": \"<base64>\"}} \
-         or {\"/\": \"<CID>\"}"
-            .to_string(),
-    )
-}
-
-fn to_json(value: &Ipld, depth: usize) -> Result<Value, ClientError> {
-    if depth > MAX_DEPTH {
-        return Err(ClientError::BadResponse(format!(
-            "nested deeper than {MAX_DEPTH} levels"
-        )));
-    }
-    Ok(match value {
-        Ipld::Null => Value::Null,
-        Ipld::Bool(b) => Value::Bool(*b),
-        Ipld::Integer(n) => {
-            if let Ok(small) = i64::try_from(*n) {
-                Value::from(small)
-            } else if let Ok(large) = u64::try_from(*n) {
-                Value::from(large)
-            } else {
-                return Err(ClientError::BadResponse(format!(
-                    "the integer {n} does not fit a JSON number"
-                )));
-            }
-        }
-        Ipld::Float(f) => Number::from_f64(*f)
-            .map(Value::Number)
-            .ok_or_else(|| ClientError::BadResponse(format!("{f} is not a finite number")))?,
-        Ipld::String(text) => Value::String(text.clone()),
-        Ipld::Bytes(bytes) => {
-            serde_json::json!({"/": {"bytes": BASE64.encode(bytes)}})
-        }
-        Ipld::List(items) => Value::Array(
-            items
-                .iter()
-                .map(|item| to_json(item, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        Ipld::Map(map) => Value::Object(
-            map.iter()
-                .map(|(key, item)| Ok((key.clone(), to_json(item, depth + 1)?)))
-                .collect::<Result<Map<_, _>, ClientError>>()?,
-        ),
-        Ipld::Link(cid) => serde_json::json!({"/": cid.to_string()}),
-    })
+    protocol::ipld_to_json(value, JsonForm::DagJson)
+        .map_err(|e| ClientError::BadResponse(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
+    use agentos_protocol::seed::cbor::MAX_DEPTH;
     use serde_json::json;
 
     use super::*;
@@ -212,12 +85,16 @@ mod tests {
 
     #[test]
     fn floats_are_floats_and_must_be_finite() {
+        // A whole number is an integer however it is spelled, as Seed's
+        // JavaScript client writes `1.0`.
         let ipld = json_to_ipld(&json!([1.5, 1.0, -2e-3])).unwrap();
         assert_eq!(
             ipld,
-            Ipld::List(vec![Ipld::Float(1.5), Ipld::Float(1.0), Ipld::Float(-2e-3)])
+            Ipld::List(vec![Ipld::Float(1.5), Ipld::Integer(1), Ipld::Float(-2e-3)])
         );
-        assert_eq!(ipld_to_json(&ipld).unwrap(), json!([1.5, 1.0, -2e-3]));
+        assert_eq!(ipld_to_json(&ipld).unwrap(), json!([1.5, 1, -2e-3]));
+        let floats = Ipld::List(vec![Ipld::Float(1.5), Ipld::Float(1.0)]);
+        assert_eq!(ipld_to_json(&floats).unwrap(), json!([1.5, 1.0]));
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             assert_eq!(
                 ipld_to_json(&Ipld::Float(bad)).unwrap_err().code(),

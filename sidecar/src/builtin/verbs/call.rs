@@ -8,7 +8,7 @@
 
 use agentos_protocol::agent_ext::{ToolSpec, VerbResult};
 use agentos_protocol::seed::vocab::ToolKind;
-use agentos_protocol::seed::Ipld;
+use agentos_protocol::seed::{ipld_to_json, Ipld, JsonForm};
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
@@ -21,10 +21,11 @@ const SEARCH_FILES: usize = 500;
 const SEARCH_BYTES: u64 = 8 * 1024 * 1024;
 const SEARCH_FILE_BYTES: u64 = 256 * 1024;
 
-/// IPLD data as JSON; what JSON cannot hold (bytes, links, huge
-/// integers) becomes null. Tool schemas and verb inputs hold none.
-pub fn ipld_json(value: &Ipld) -> Value {
-    schema::to_json(value).unwrap_or(Value::Null)
+/// A stored tool schema as JSON. Schemas are checked to be plain JSON when
+/// a tool is saved, and the registry's are; one that somehow is not reads
+/// as null.
+fn schema_json(schema: &Ipld) -> Value {
+    ipld_to_json(schema, JsonForm::Plain).unwrap_or(Value::Null)
 }
 
 /// Whether the scope may run this record.
@@ -69,7 +70,7 @@ pub(super) async fn direct_spec(
     Ok(Some(ToolSpec {
         name: record.document.name.clone(),
         description: record.document.description.clone(),
-        parameters: ipld_json(&record.document.input),
+        parameters: schema_json(&record.document.input),
     }))
 }
 
@@ -109,7 +110,7 @@ pub(super) async fn run(
         )));
     }
     let input = if input.is_null() { json!({}) } else { input };
-    let errors = schema::validate(&ipld_json(&record.document.input), &input);
+    let errors = schema::validate(&schema_json(&record.document.input), &input);
     if !errors.is_empty() {
         return failure(
             "invalid_input",

@@ -13,7 +13,6 @@
 mod call;
 mod delegate;
 pub use crate::space::registry::granted;
-pub use call::ipld_json;
 mod read;
 mod session;
 pub mod specs;

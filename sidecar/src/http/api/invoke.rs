@@ -15,8 +15,9 @@ use agentos_protocol::agent_ext::{
     cut_with_notice, output_text, stored_output, tool_kind, MODEL_RESULT_BYTES,
 };
 use agentos_protocol::host::Actor;
-use agentos_protocol::seed::event::{event_id, to_ipld};
+use agentos_protocol::seed::event::event_id;
 use agentos_protocol::seed::response::InvokeSessionToolResponse;
+use agentos_protocol::seed::{ipld_to_json, json_to_ipld_clipped, JsonForm};
 use agentos_protocol::seed::{Action, ApiCode};
 use serde_json::{json, Value};
 
@@ -60,7 +61,12 @@ impl SignedApi {
             .await
             .map_err(|e| ApiError::new(404, ApiCode::NotFound, e.message))?;
         let verb = verb.as_str();
-        let input: Value = crate::builtin::ipld_json(&input);
+        let input: Value = ipld_to_json(&input, JsonForm::Plain).map_err(|e| {
+            ApiError::bad_request(
+                ApiCode::BadRequest,
+                format!("InvokeSessionTool: the input must be plain data ({e})"),
+            )
+        })?;
         let actor = Actor::User {
             account: Some(caller.account.clone()),
             signer: Some(caller.signer.clone()),
@@ -109,7 +115,7 @@ impl SignedApi {
         let (output, error) = if result.is_error {
             (None, Some(cut_with_notice(&text, MODEL_RESULT_BYTES)))
         } else {
-            (Some(to_ipld(&stored)), None)
+            (Some(json_to_ipld_clipped(&stored)), None)
         };
         ok(&InvokeSessionToolResponse {
             session_id: session_id.clone(),

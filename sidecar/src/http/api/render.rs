@@ -77,7 +77,7 @@ pub fn session(info: &sessions::SessionInfo, link: &control::SessionLink) -> Ses
         plan: info
             .plan
             .as_ref()
-            .map(agentos_protocol::seed::event::to_ipld),
+            .map(agentos_protocol::seed::json_to_ipld_clipped),
     }
 }
 
@@ -303,8 +303,9 @@ pub fn run(run: &crate::runs::Run) -> RunInfo {
         code: e["code"].as_str().unwrap_or("run_failed").to_owned(),
         message: e["message"].as_str().unwrap_or_default().to_owned(),
     });
-    let ipld =
-        |v: &Option<serde_json::Value>| v.as_ref().map(agentos_protocol::seed::event::to_ipld);
+    let ipld = |v: &Option<serde_json::Value>| {
+        v.as_ref().map(agentos_protocol::seed::json_to_ipld_clipped)
+    };
     RunInfo {
         id: run.run_id.clone(),
         account: run.account_id.clone().unwrap_or_default(),

@@ -4,18 +4,17 @@
 //! signal) or, for a run of no agent, by being its account; anything else
 //! is `not_found`, like a run that does not exist.
 
-use agentos_protocol::seed::event::to_ipld;
 use agentos_protocol::seed::response::{
     CancelRunResponse, GetRunJournalResponse, GetRunResponse, ListRunsResponse,
     RunJournalEntryInfo, SignalRunResponse,
 };
+use agentos_protocol::seed::{ipld_to_json, json_to_ipld_clipped, JsonForm};
 use agentos_protocol::seed::{Action, ApiCode};
 use serde_json::Value;
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole};
 use crate::runs::{Run, RunScope, RunStatus};
-use crate::space::schema::to_json;
 
 /// Journal entries one `GetRunJournal` answers at most.
 const JOURNAL_PAGE: u64 = 1_000;
@@ -117,7 +116,7 @@ impl SignedApi {
                 payload,
             } => {
                 let payload = match &payload {
-                    Some(ipld) => to_json(ipld).map_err(|e| {
+                    Some(ipld) => ipld_to_json(ipld, JsonForm::Plain).map_err(|e| {
                         ApiError::bad_request(
                             ApiCode::BadRequest,
                             format!("SignalRun: the payload cannot be kept as JSON: {e}"),
@@ -143,7 +142,7 @@ impl SignedApi {
                         .map(|e| RunJournalEntryInfo {
                             run_id: e.run_id.clone(),
                             seq: e.seq,
-                            entry: to_ipld(&e.entry),
+                            entry: json_to_ipld_clipped(&e.entry),
                             created_at: e.created_at_ms,
                         })
                         .collect(),

@@ -59,12 +59,14 @@ fn content_blocks(
                     seed.insert("clientMessageId".into(), json!(id));
                 }
                 if let Some(rich) = rich.filter(|b| !b.is_empty()) {
-                    let rich = crate::space::schema::to_json(&Ipld::List(rich)).map_err(|e| {
-                        ApiError::bad_request(
-                            ApiCode::BadRequest,
-                            format!("MessageSession: blocks must be plain data ({e})"),
-                        )
-                    })?;
+                    let plain = agentos_protocol::seed::JsonForm::Plain;
+                    let rich = agentos_protocol::seed::ipld_to_json(&Ipld::List(rich), plain)
+                        .map_err(|e| {
+                            ApiError::bad_request(
+                                ApiCode::BadRequest,
+                                format!("MessageSession: blocks must be plain data ({e})"),
+                            )
+                        })?;
                     seed.insert("blocks".into(), rich);
                 }
                 blocks.push(json!({"type": "text", "text": text, "_meta": {"seed": seed}}));

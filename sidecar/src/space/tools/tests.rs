@@ -48,6 +48,11 @@ async fn add_agent(db: &SharedDatabase, tools: Option<Vec<String>>) {
     assert!(matches!(written, Guarded::Done { .. }));
 }
 
+/// A test's schema as IPLD.
+fn to_ipld(value: &Value) -> Ipld {
+    json_to_ipld(value, JsonForm::Plain).expect("a test schema converts")
+}
+
 fn lambda(name: &str) -> LambdaInput {
     LambdaInput {
         name: name.into(),
