@@ -98,7 +98,7 @@ impl HostServer {
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> Draining {
         let max = self.limits.max_connections;
         let permits = Arc::new(Semaphore::new(max as usize));
-        let shared = connection::Shared::new(&self.limits);
+        let shared = connection::Shared::new(&self.limits, self.vm.sessions.counters().clone());
         let (stop, stopping) = watch::channel(false);
         let mut backoff = ACCEPT_BACKOFF_MIN;
         tokio::pin!(shutdown);

@@ -226,11 +226,7 @@ fn close_wait(state: &HttpState) -> Duration {
 pub(super) async fn run(ws: WebSocket, state: Arc<HttpState>, permit: Permit) {
     let sockets = state.api.sockets.clone();
     let limits = state.config.ws.clone();
-    let (outbox, queue) = Outbox::new(
-        permit.id,
-        limits.max_queued_bytes_per_socket,
-        sockets.budget.clone(),
-    );
+    let (outbox, queue) = Outbox::new(limits.max_queued_bytes_per_socket, &sockets.budget);
     let socket = Arc::new(Socket::new(permit.id, outbox, Arc::downgrade(&sockets)));
     sockets.register(socket.clone());
     let (sink, mut stream) = ws.split();
@@ -238,7 +234,6 @@ pub(super) async fn run(ws: WebSocket, state: Arc<HttpState>, permit: Permit) {
     let wait = close_wait(&state);
     let mut writer = tokio::spawn(writer::run(
         sink,
-        socket.clone(),
         queue,
         Duration::from_millis(limits.ping_interval_ms),
         wait,

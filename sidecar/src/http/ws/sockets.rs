@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 
 use super::account::FeedSender;
 use super::error::WsError;
-use super::outbox::{Budget, CLOSE_REVOKED, CLOSE_SHUTDOWN};
+use super::outbox::{budget, Budget, CLOSE_REVOKED, CLOSE_SHUTDOWN};
 use super::socket::Socket;
 use crate::config::WsLimits;
 use crate::sessions::Sessions;
@@ -85,7 +85,7 @@ impl Sockets {
             closed_all: Notify::new(),
             index: Mutex::new(Index::default()),
             relaying: AtomicBool::new(false),
-            budget: Budget::new(limits.max_queued_bytes),
+            budget: budget(limits.max_queued_bytes),
             accounts: Mutex::default(),
             feed: OnceLock::new(),
             audience_epoch: AtomicU64::new(0),
