@@ -266,11 +266,19 @@ impl Vm {
         )
         .with_builtin(builtin);
         let sockets = api.sockets().clone();
+        let ws = crate::http::ws::WsState::new(
+            api.verifier().clone(),
+            sockets.clone(),
+            control.clone(),
+            sessions.clone(),
+            runs.clone(),
+        );
         let http = crate::http::router(Arc::new(crate::http::HttpState {
             config: config.http.clone(),
             started,
             database_kind: db.kind().as_str(),
             api,
+            ws,
             bodies: crate::http::Bodies::new(config.http.max_buffered_body_bytes),
         }));
         Ok(Arc::new(Vm {

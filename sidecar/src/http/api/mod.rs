@@ -1,42 +1,39 @@
 //! `POST /api/message`: one signed action in, one DAG-CBOR response out.
 //!
-//! bytes → [`Envelope::decode`] (bounded; bad CBOR or shape is 400) →
-//! [`SignedApi::verify`] (signature, window, signer, replay: 401) → the
-//! typed action (missing, extra or mistyped fields are 400) → one handler
-//! per domain (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`,
-//! `space.rs`), each authorizing with `control::authz` and calling a
-//! service → a response struct rendered by `render.rs`. Actions of the
-//! reference that this sidecar does not offer answer 400
+//! bytes → [`Verifier::open`] (bounded decoding, bad CBOR or shape is
+//! 400; signature, window, signer, replay: 401) → the typed action
+//! (missing, extra or mistyped fields are 400) → one handler per domain
+//! (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`, `space.rs`,
+//! `runs.rs`), each authorizing with `control::authz` and calling a
+//! service → a response struct rendered by `http::common::render`. After
+//! a write, the handlers tell the live feed (`notify.rs`, through
+//! `ws::Sockets`); the feed never calls back into this module. Actions of
+//! the reference that this sidecar does not offer answer 400
 //! `unsupported_action`.
 
 mod agents;
-mod error;
 mod invoke;
-mod keys;
 mod notify;
-pub(crate) mod render;
-mod replay;
 mod runs;
 mod sessions;
 mod signers;
 mod space;
 mod vault;
-mod verify;
 
 use agentos_protocol::seed::ApiCode;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use agentos_protocol::seed::{cbor, try_encode_response, Action, Envelope, Ipld};
+use agentos_protocol::seed::{cbor, try_encode_response, Action, Ipld};
 use serde::Serialize;
 
-pub use error::ApiError;
-pub use replay::ReplayCache;
-pub use verify::Caller;
+pub(crate) use super::common::render;
+pub use super::common::{ApiError, Caller};
 
+use super::common::Verifier;
+use super::ws::Sockets;
 use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
-use crate::http::ws::Sockets;
 use crate::runs::Turns;
 use crate::sessions::Sessions;
 use crate::space::Space;
@@ -48,8 +45,8 @@ pub struct SignedApi {
     /// Turns as runs, and the runs the signed API shows.
     pub(crate) turns: Turns,
     pub(crate) config: HttpConfig,
-    pub(crate) replay: ReplayCache,
-    pub(crate) keys: keys::KeyCache,
+    /// The envelope check, shared with `/agents/ws`.
+    pub(crate) verifier: Arc<Verifier>,
     /// Adapter ids a definition may name besides `builtin`: the VM config's
     /// agent registry. A signed client never names a command.
     pub(crate) adapters: BTreeSet<String>,
@@ -84,8 +81,7 @@ impl SignedApi {
     ) -> SignedApi {
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
-            replay: ReplayCache::new(config.replay_cache_entries),
-            keys: keys::KeyCache::default(),
+            verifier: Arc::new(Verifier::new(control.clone(), &config)),
             sockets: Arc::new(Sockets::new(config.ws.clone(), sessions.clone())),
             control,
             sessions,
@@ -121,12 +117,9 @@ impl SignedApi {
         &self.sockets
     }
 
-    /// Decodes and verifies an envelope (also used by `/agents/ws`).
-    pub async fn open(&self, body: &[u8]) -> Result<(Envelope, Caller), ApiError> {
-        let max = usize::try_from(self.config.max_body_bytes).unwrap_or(usize::MAX);
-        let envelope = Envelope::decode(body, max)?;
-        let caller = self.verify(&envelope).await?;
-        Ok((envelope, caller))
+    /// The envelope check (which `/agents/ws` shares).
+    pub fn verifier(&self) -> &Arc<Verifier> {
+        &self.verifier
     }
 
     /// Handles one request body.
@@ -141,7 +134,7 @@ impl SignedApi {
     }
 
     async fn message_inner(&self, body: &[u8]) -> Result<Vec<u8>, ApiError> {
-        let (envelope, caller) = self.open(body).await?;
+        let (envelope, caller) = self.verifier.open(body).await?;
         let action = envelope.typed_action()?;
         self.dispatch(&caller, action).await
     }

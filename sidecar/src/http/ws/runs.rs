@@ -14,7 +14,7 @@ use agentos_protocol::seed::ws::RunWsEvent;
 use tokio::sync::{broadcast, oneshot};
 
 use super::socket::Socket;
-use crate::http::api::render;
+use crate::http::common::render;
 use crate::runs::{JournalPage, JournalRow, RunEvent, RunScope, Runs};
 
 struct Feed {

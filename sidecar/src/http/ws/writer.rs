@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::outbox::{Close, Out, Queue, CLOSE_NORMAL};
 use crate::control::SessionLink;
-use crate::http::api::render;
+use crate::http::common::render;
 use crate::sessions::{Item, SessionInfo};
 use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
