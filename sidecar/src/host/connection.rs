@@ -37,11 +37,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, watch, Semaphore};
 
-use super::dispatch;
+use super::{dispatch, HostServices};
 use crate::config::HostLimits;
 use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Tally};
 use crate::sessions::{Item, MemoryCounters, Notice, Sink, SinkRefusal};
-use crate::vm::Vm;
 
 /// Requests one connection may have running at once (prompts wait for their
 /// turn to end, so this is also the number of concurrent prompts a single
@@ -287,7 +286,7 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 /// client stalls over its budget, or `shutdown` turns true.
 pub(super) async fn serve_connection(
     stream: UnixStream,
-    vm: Arc<Vm>,
+    services: Arc<HostServices>,
     limits: HostLimits,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
@@ -301,7 +300,7 @@ pub(super) async fn serve_connection(
     );
     let dropped = Arc::new(Dropped {
         run: AtomicU64::new(0),
-        counters: vm.sessions.counters().clone(),
+        counters: services.sessions.counters().clone(),
     });
     let stall = Duration::from_millis(limits.stalled_write_timeout_ms);
     // Turns true when the writer gives up (stream broken or client stalled).
@@ -383,7 +382,7 @@ pub(super) async fn serve_connection(
         outbox: outbox.clone(),
     });
     let notice_outbox = outbox;
-    let mut notices = vm.sessions.notices();
+    let mut notices = services.sessions.notices();
     let notice_task = tokio::spawn(async move {
         loop {
             match notices.recv().await {
@@ -472,7 +471,7 @@ pub(super) async fn serve_connection(
                         }
                     };
                     let admitted = tokio::select! {
-                        _ = handle_frame(&vm, &sink, &requests, &payload, taken) => true,
+                        _ = handle_frame(&services, &sink, &requests, &payload, taken) => true,
                         _ = closed.wait_for(|c| *c) => false,
                     };
                     if !admitted {
@@ -500,7 +499,7 @@ pub(super) async fn serve_connection(
         let _ = requests.acquire_many(MAX_REQUESTS_IN_FLIGHT).await;
     }
     let dyn_sink: Arc<dyn Sink> = sink.clone();
-    vm.sessions.hub().drop_sink(&dyn_sink);
+    services.sessions.hub().drop_sink(&dyn_sink);
     notice_task.abort();
     let _ = notice_task.await;
     drop(sink);
@@ -509,7 +508,7 @@ pub(super) async fn serve_connection(
 }
 
 async fn handle_frame(
-    vm: &Arc<Vm>,
+    services: &Arc<HostServices>,
     sink: &Arc<ConnectionSink>,
     requests: &Arc<Semaphore>,
     payload: &[u8],
@@ -525,7 +524,7 @@ async fn handle_frame(
             // So does a read whose answer does not fit the budget yet.
             let reserved = answer_estimate(&method, &params);
             sink.outbox.queue.reserve(reserved).await;
-            let vm = vm.clone();
+            let services = services.clone();
             let sink = sink.clone();
             tokio::spawn(async move {
                 let _permit = permit;
@@ -534,7 +533,8 @@ async fn handle_frame(
                 let mut after_reply = None;
                 let subscriber: Arc<dyn Sink> = sink.clone();
                 let result =
-                    dispatch::dispatch(&vm, &subscriber, &method, params, &mut after_reply).await;
+                    dispatch::dispatch(&services, &subscriber, &method, params, &mut after_reply)
+                        .await;
                 sink.outbox.respond(&id, result, reserved);
                 if let Some(start) = after_reply {
                     let _ = start.send(());

@@ -3,8 +3,6 @@
 //! the signed door's bounds. The host socket is trusted, so no account is
 //! checked; a run that does not exist is `run_not_found`.
 
-use std::sync::Arc;
-
 use agentos_protocol::host::{
     self as wire, methods, ErrorObject, ListRunsParams, RunIdParams, RunJournalParams,
     SignalRunParams,
@@ -13,8 +11,7 @@ use serde_json::{value::RawValue, Value};
 
 use super::codec::{params, reply};
 use super::render::{self, run_error_object};
-use crate::runs::{JournalPage, Named, RunError, RunScope};
-use crate::vm::Vm;
+use crate::runs::{JournalPage, Named, RunError, RunScope, Runs};
 
 fn runs_error(e: RunError) -> ErrorObject {
     run_error_object(&e)
@@ -32,7 +29,7 @@ fn refused(method: &'static str) -> impl Fn(RunError) -> ErrorObject {
 
 /// The listing's scope (`RunScope::named`); the host socket is trusted, so
 /// nothing is authorized.
-async fn scope(vm: &Vm, p: &ListRunsParams) -> Result<RunScope, ErrorObject> {
+async fn scope(runs: &Runs, p: &ListRunsParams) -> Result<RunScope, ErrorObject> {
     let named = RunScope::named(
         p.root_run_id.clone(),
         p.session_id.clone(),
@@ -40,18 +37,17 @@ async fn scope(vm: &Vm, p: &ListRunsParams) -> Result<RunScope, ErrorObject> {
     )
     .map_err(refused(methods::RUNS_LIST))?;
     Ok(match named {
-        Named::Tree(run_id) => RunScope::tree_of(&vm.runs.get(&run_id).await.map_err(runs_error)?),
+        Named::Tree(run_id) => RunScope::tree_of(&runs.get(&run_id).await.map_err(runs_error)?),
         Named::Session(session_id) => RunScope::Session(session_id),
         Named::Agent(agent_id) => RunScope::Agent(agent_id),
     })
 }
 
 pub(super) async fn dispatch(
-    vm: &Arc<Vm>,
+    runs: &Runs,
     method: &str,
     raw: Value,
 ) -> Result<Box<RawValue>, ErrorObject> {
-    let runs = &vm.runs;
     match method {
         methods::RUNS_GET => {
             let p: RunIdParams = params(raw)?;
@@ -64,7 +60,7 @@ pub(super) async fn dispatch(
             let p: ListRunsParams = params(raw)?;
             let status =
                 RunScope::status(p.status.as_deref()).map_err(refused(methods::RUNS_LIST))?;
-            let scope = scope(vm, &p).await?;
+            let scope = scope(runs, &p).await?;
             let found = runs
                 .list(&scope, status, p.limit)
                 .await

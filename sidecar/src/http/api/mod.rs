@@ -38,25 +38,39 @@ use crate::runs::Turns;
 use crate::sessions::Sessions;
 use crate::space::Space;
 
-/// The signed API over the services.
-pub struct SignedApi {
-    pub(crate) control: Control,
-    pub(crate) sessions: Sessions,
+/// What the signed API serves, and nothing else of the VM: the
+/// composition root builds it.
+pub struct SignedServices {
+    pub control: Control,
+    pub sessions: Sessions,
     /// Turns as runs, and the runs the signed API shows.
-    pub(crate) turns: Turns,
-    pub(crate) config: HttpConfig,
-    /// The envelope check, shared with `/agents/ws`.
-    pub(crate) verifier: Arc<Verifier>,
-    /// Adapter ids a definition may name besides `builtin`: the VM config's
-    /// agent registry. A signed client never names a command.
-    pub(crate) adapters: BTreeSet<String>,
-    /// The open `/agents/ws` sockets, which the handlers tell of changes.
-    pub(crate) sockets: Arc<Sockets>,
+    pub turns: Turns,
     /// Agents' tools and memory.
-    pub(crate) space: Space,
+    pub space: Space,
     /// The builtin agent's host and verbs, for `InvokeSessionTool` and
     /// model listings; absent, both are refused.
-    pub(crate) builtin: Option<crate::builtin::Services>,
+    pub builtin: Option<crate::builtin::Services>,
+}
+
+/// The signed API over its services.
+pub struct SignedApi {
+    control: Control,
+    sessions: Sessions,
+    /// Turns as runs, and the runs the signed API shows.
+    turns: Turns,
+    config: HttpConfig,
+    /// The envelope check, shared with `/agents/ws`.
+    verifier: Arc<Verifier>,
+    /// Adapter ids a definition may name besides `builtin`: the VM config's
+    /// agent registry. A signed client never names a command.
+    adapters: BTreeSet<String>,
+    /// The open `/agents/ws` sockets, which the handlers tell of changes.
+    sockets: Arc<Sockets>,
+    /// Agents' tools and memory.
+    space: Space,
+    /// The builtin agent's host and verbs, for `InvokeSessionTool` and
+    /// model listings; absent, both are refused.
+    builtin: Option<crate::builtin::Services>,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -72,13 +86,14 @@ fn ok<T: Serialize>(response: &T) -> Result<Vec<u8>, ApiError> {
 }
 
 impl SignedApi {
-    pub fn new(
-        control: Control,
-        sessions: Sessions,
-        turns: Turns,
-        config: HttpConfig,
-        space: Space,
-    ) -> SignedApi {
+    pub fn new(services: SignedServices, config: HttpConfig) -> SignedApi {
+        let SignedServices {
+            control,
+            sessions,
+            turns,
+            space,
+            builtin,
+        } = services;
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
             verifier: Arc::new(Verifier::new(control.clone(), &config)),
@@ -89,15 +104,8 @@ impl SignedApi {
             config,
             adapters,
             space,
-            builtin: None,
+            builtin,
         }
-    }
-
-    /// Serves the verbs and provider calls through the builtin agent's
-    /// services.
-    pub fn with_builtin(mut self, services: crate::builtin::Services) -> SignedApi {
-        self.builtin = Some(services);
-        self
     }
 
     pub fn control(&self) -> &Control {
