@@ -4,6 +4,7 @@
 pub mod builtin;
 pub mod config;
 pub mod control;
+pub mod doors;
 pub mod host;
 pub mod http;
 pub mod maintenance;

@@ -123,7 +123,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let _lock = StoreLock::acquire(config.database.path())?;
     let termination = Termination::register();
     let vm = Vm::open(config).await?;
-    let server = HostServer::bind(&socket, vm.clone(), host_limits)?;
+    let server = HostServer::bind(&socket, vm.host_services(), host_limits)?;
     let http = match vm.config.http.listener()? {
         Some(listen) => Some(HttpServer::bind(&listen).await?),
         None => None,

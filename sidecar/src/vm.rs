@@ -1,6 +1,9 @@
 //! The composition root: one VM's config resolved into one database handle,
 //! the migrated schema, bootstrap recovery and the services. The front doors
-//! receive the `Vm`; `serve.rs` runs them and the shutdown.
+//! never receive the `Vm`: each gets a struct of the services it uses, built
+//! here (`host_services` for the host door; `SignedServices` for the signed
+//! API and `WsState` for its live feed); `serve.rs` runs them and the
+//! shutdown.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +12,8 @@ use agentos_schema::{migrate_all, DatabaseKind, DbError, MigrationError, SharedD
 
 use crate::config::{Config, ConfigError, DatabaseDescriptor};
 use crate::control::{Control, SecretBox, SecretKey};
-use crate::http::api::SignedApi;
+use crate::host::HostServices;
+use crate::http::api::{SignedApi, SignedServices};
 use crate::runs::{Executors, Runs, RunsConfig};
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
@@ -184,6 +188,24 @@ fn builtin_services(
 }
 
 impl Vm {
+    /// What the host door serves: the services it calls and the settings
+    /// it reports, nothing else of the VM.
+    pub fn host_services(&self) -> HostServices {
+        HostServices {
+            sessions: self.sessions.clone(),
+            runs: self.runs.clone(),
+            vfs: self.vfs.clone(),
+            control: self.control.clone(),
+            sockets: self.sockets.clone(),
+            http: self.http.clone(),
+            limits: self.config.limits.clone(),
+            allowed_uids: self.config.allowed_uids.clone(),
+            database_kind: self.database_kind,
+            started: self.started,
+            launcher: self.launcher.clone(),
+        }
+    }
+
     /// Resolves the descriptor once, migrates every owner, recovers
     /// interrupted turns and builds the services.
     pub async fn open(config: Config) -> Result<Arc<Vm>, VmError> {
@@ -259,19 +281,29 @@ impl Vm {
         builtin.verbs.attach_delegation(delegation);
         runs.start();
         let api = SignedApi::new(
+            SignedServices {
+                control: control.clone(),
+                sessions: sessions.clone(),
+                turns: turns.clone(),
+                space: space.clone(),
+                builtin: Some(builtin),
+            },
+            config.http.clone(),
+        );
+        let sockets = api.sockets().clone();
+        let ws = crate::http::ws::WsState::new(
+            api.verifier().clone(),
+            sockets.clone(),
             control.clone(),
             sessions.clone(),
-            turns.clone(),
-            config.http.clone(),
-            space.clone(),
-        )
-        .with_builtin(builtin);
-        let sockets = api.sockets().clone();
+            runs.clone(),
+        );
         let http = crate::http::router(Arc::new(crate::http::HttpState {
             config: config.http.clone(),
             started,
             database_kind: db.kind().as_str(),
             api,
+            ws,
             bodies: crate::http::Bodies::new(config.http.max_buffered_body_bytes),
         }));
         Ok(Arc::new(Vm {

@@ -112,7 +112,7 @@ async fn a_regular_file_at_the_socket_path_is_never_replaced() {
     let vm: Arc<Vm> = Vm::open(config(&root.path().join("vm.sqlite"), &precious))
         .await
         .expect("open");
-    let err = HostServer::bind(&precious, vm.clone(), Default::default())
+    let err = HostServer::bind(&precious, vm.host_services(), Default::default())
         .err()
         .expect("refused");
     assert!(err.to_string().contains("not a socket"), "{err}");

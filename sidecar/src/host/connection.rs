@@ -22,7 +22,7 @@
 //! stops reading, waits for its requests to be answered, lets the outbox
 //! drain and closes.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,12 +35,12 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, value::RawValue, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
+use tokio::sync::{broadcast, watch, Semaphore};
 
-use super::dispatch;
+use super::{dispatch, HostServices};
 use crate::config::HostLimits;
+use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Tally};
 use crate::sessions::{Item, MemoryCounters, Notice, Sink, SinkRefusal};
-use crate::vm::Vm;
 
 /// Requests one connection may have running at once (prompts wait for their
 /// turn to end, so this is also the number of concurrent prompts a single
@@ -50,14 +50,12 @@ const MAX_REQUESTS_IN_FLIGHT: u32 = 4096;
 /// The largest write the writer coalesces queued frames into.
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
-/// The bytes queued to every host client together, against
-/// `limits.host.maxQueuedBytes`: each connection's [`Budget`] takes its
-/// bytes from here too.
+/// What every host connection shares: the pool of bytes queued to all
+/// clients (`limits.host.maxQueuedBytes`; a frame that does not fit is
+/// refused, as one over the connection's own bound is) and the inbound
+/// budget.
 pub(super) struct Shared {
-    limit: usize,
-    queued: AtomicUsize,
-    /// Notified whenever any connection's bytes leave.
-    room: Notify,
+    outbound: Arc<Pool>,
     /// `limits.host.maxInboundBytes`: what requests hold from their frame's
     /// arrival until they are answered.
     inbound: Arc<ByteBudget>,
@@ -67,12 +65,27 @@ pub(super) struct Shared {
 /// budget (it fits the connection's own read buffer).
 const FREE_FRAME_BYTES: u64 = 64 * 1024;
 
+/// `vm/status` counts the bytes queued to host clients.
+struct HostQueued(Arc<MemoryCounters>);
+
+impl Tally for HostQueued {
+    fn queued(&self, bytes: usize) {
+        self.0.host_queued(bytes as u64);
+    }
+
+    fn dequeued(&self, bytes: usize) {
+        self.0.host_dequeued(bytes as u64);
+    }
+}
+
 impl Shared {
-    pub(super) fn new(limits: &HostLimits) -> Arc<Shared> {
+    pub(super) fn new(limits: &HostLimits, counters: Arc<MemoryCounters>) -> Arc<Shared> {
         Arc::new(Shared {
-            limit: usize::try_from(limits.max_queued_bytes).unwrap_or(usize::MAX),
-            queued: AtomicUsize::new(0),
-            room: Notify::new(),
+            outbound: Pool::with_tally(
+                limits.max_queued_bytes,
+                PoolOverflow::Refuse,
+                Arc::new(HostQueued(counters)),
+            ),
             inbound: ByteBudget::new(
                 usize::try_from(limits.max_inbound_bytes)
                     .unwrap_or(usize::MAX)
@@ -86,119 +99,24 @@ impl Shared {
     fn inbound_bytes(length: u64) -> usize {
         usize::try_from(length.saturating_mul(2)).unwrap_or(usize::MAX)
     }
-
-    fn try_take(&self, n: usize) -> bool {
-        self.queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued == 0 || queued.saturating_add(n) <= self.limit)
-                    .then(|| queued.saturating_add(n))
-            })
-            .is_ok()
-    }
 }
 
-/// The bytes queued for one client (frames in the outbox plus the answers
-/// reserved by running reads), against `limits.host.maxQueuedBytesPerConnection`
-/// and, with every other client's, `limits.host.maxQueuedBytes`.
-pub(super) struct Budget {
-    limit: usize,
-    queued: AtomicUsize,
-    shared: Arc<Shared>,
-    /// Notified whenever the writer hands bytes to the socket.
-    room: Notify,
-    /// Someone found no room since the writer last made progress.
-    starved: AtomicBool,
-    /// Notices dropped in the current run of drops (logged once per run).
-    dropping: AtomicU64,
+/// The notices one connection dropped in the current run of drops (logged
+/// once per run), shared by its outbox's handles and its writer.
+struct Dropped {
+    run: AtomicU64,
     counters: Arc<MemoryCounters>,
 }
 
-impl Budget {
-    fn new(limit: u64, shared: Arc<Shared>, counters: Arc<MemoryCounters>) -> Budget {
-        Budget {
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-            queued: AtomicUsize::new(0),
-            shared,
-            room: Notify::new(),
-            starved: AtomicBool::new(false),
-            dropping: AtomicU64::new(0),
-            counters,
-        }
-    }
-
-    /// Takes `n` bytes if they fit this connection's budget and the
-    /// process-wide one (or nothing at all is queued there, so one frame
-    /// larger than a budget can still pass alone).
-    fn try_charge(&self, n: usize) -> bool {
-        let mut fits = self
-            .queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued == 0 || queued.saturating_add(n) <= self.limit)
-                    .then(|| queued.saturating_add(n))
-            })
-            .is_ok();
-        if fits && !self.shared.try_take(n) {
-            self.queued.fetch_sub(n, Ordering::AcqRel);
-            fits = false;
-        }
-        if fits {
-            self.counters.host_queued(n as u64);
-        } else {
-            self.starved.store(true, Ordering::Release);
-        }
-        fits
-    }
-
-    /// Takes `n` bytes whether or not they fit: a response whose request
-    /// was admitted, or a small frame that must not be lost.
-    fn charge(&self, n: usize) {
-        self.queued.fetch_add(n, Ordering::AcqRel);
-        self.shared.queued.fetch_add(n, Ordering::AcqRel);
-        self.counters.host_queued(n as u64);
-    }
-
-    fn release(&self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        self.queued.fetch_sub(n, Ordering::AcqRel);
-        self.shared.queued.fetch_sub(n, Ordering::AcqRel);
-        self.counters.host_dequeued(n as u64);
-        self.room.notify_waiters();
-        self.shared.room.notify_waiters();
-    }
-
-    /// Waits until `n` bytes fit: the connection is not read meanwhile.
-    async fn reserve(&self, n: usize) {
-        loop {
-            let room = self.room.notified();
-            let anywhere = self.shared.room.notified();
-            tokio::pin!(room);
-            tokio::pin!(anywhere);
-            room.as_mut().enable();
-            anywhere.as_mut().enable();
-            if self.try_charge(n) {
-                return;
-            }
-            tokio::select! {
-                () = room => {}
-                () = anywhere => {}
-            }
-        }
-    }
-
-    fn over(&self) -> bool {
-        self.starved.load(Ordering::Acquire) || self.queued.load(Ordering::Acquire) > self.limit
-    }
-
+impl Dropped {
     /// Counts (and logs, once per run of drops) a notice that did not fit.
-    fn dropped_notice(&self, connection: u64, method: &str) {
+    fn notice(&self, connection: u64, method: &str, queued: usize) {
         self.counters.host_notice_dropped();
-        if self.dropping.fetch_add(1, Ordering::AcqRel) == 0 {
+        if self.run.fetch_add(1, Ordering::AcqRel) == 0 {
             tracing::warn!(
                 connection,
                 method,
-                queued = self.queued.load(Ordering::Relaxed),
+                queued,
                 "dropping notices to a host connection over limits.host.maxQueuedBytesPerConnection"
             );
         }
@@ -206,8 +124,7 @@ impl Budget {
 
     /// The writer made progress: a run of drops, if any, is over.
     fn progressed(&self, connection: u64) {
-        self.starved.store(false, Ordering::Release);
-        let dropped = self.dropping.swap(0, Ordering::AcqRel);
+        let dropped = self.run.swap(0, Ordering::AcqRel);
         if dropped > 0 {
             tracing::warn!(
                 connection,
@@ -238,23 +155,21 @@ fn answer_estimate(method: &str, params: &Value) -> usize {
     0
 }
 
-/// Outbound frames of one connection, each charged to the budget.
+/// Outbound frames of one connection: the shared outbox
+/// (`limits.host.maxQueuedBytesPerConnection`, refusing), with what this
+/// door does when a frame is refused.
+#[derive(Clone)]
 pub(super) struct Outbox {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
-    budget: Arc<Budget>,
+    queue: outbox::Outbox<Vec<u8>>,
     connection: u64,
+    dropped: Arc<Dropped>,
 }
 
 impl Outbox {
     /// Queues a whole frame whose bytes are already charged.
     fn push(&self, frame: Vec<u8>) -> bool {
         let n = frame.len();
-        if self.tx.send(frame).is_ok() {
-            true
-        } else {
-            self.budget.release(n);
-            false
-        }
+        self.queue.send_charged(frame, n)
     }
 
     /// Answers a request that reserved `reserved` bytes before it ran.
@@ -272,14 +187,14 @@ impl Outbox {
             response_frame(id, Err(&error))
         });
         let Ok(frame) = frame else {
-            self.budget.release(reserved);
+            self.queue.release(reserved);
             return;
         };
         let n = frame.len();
         if n >= reserved {
-            self.budget.charge(n - reserved);
+            self.queue.charge(n - reserved);
         } else {
-            self.budget.release(reserved - n);
+            self.queue.release(reserved - n);
         }
         self.push(frame);
     }
@@ -288,7 +203,7 @@ impl Outbox {
     fn notify_always(&self, method: &str, params: &Value) -> bool {
         match notification_frame(method, params) {
             Ok(frame) => {
-                self.budget.charge(frame.len());
+                self.queue.charge(frame.len());
                 self.push(frame)
             }
             Err(_) => false,
@@ -301,9 +216,10 @@ impl Outbox {
         let Ok(frame) = notification_frame(method, params) else {
             return true;
         };
-        if !self.budget.try_charge(frame.len()) {
-            self.budget.dropped_notice(self.connection, method);
-            return !self.tx.is_closed();
+        if !self.queue.try_charge(frame.len()) {
+            self.dropped
+                .notice(self.connection, method, self.queue.queued());
+            return !self.queue.is_gone();
         }
         self.push(frame)
     }
@@ -313,14 +229,11 @@ impl Outbox {
         let Ok(frame) = frame else {
             return Err(SinkRefusal::Overflow);
         };
-        if !self.budget.try_charge(frame.len()) {
-            return Err(SinkRefusal::Overflow);
-        }
-        if self.push(frame) {
-            Ok(())
-        } else {
-            Err(SinkRefusal::Closed)
-        }
+        let n = frame.len();
+        self.queue.push(frame, n).map_err(|refused| match refused {
+            outbox::Refused::Full => SinkRefusal::Overflow,
+            outbox::Refused::Closed => SinkRefusal::Closed,
+        })
     }
 }
 
@@ -373,40 +286,43 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 /// client stalls over its budget, or `shutdown` turns true.
 pub(super) async fn serve_connection(
     stream: UnixStream,
-    vm: Arc<Vm>,
+    services: Arc<HostServices>,
     limits: HostLimits,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let connection = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
     let (mut reader, mut writer) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let budget = Arc::new(Budget::new(
+    let (queue, mut frames) = outbox::Outbox::<Vec<u8>>::new(
+        &shared.outbound,
         limits.max_queued_bytes_per_connection,
-        shared,
-        vm.sessions.counters().clone(),
-    ));
+        Overflow::Refuse,
+    );
+    let dropped = Arc::new(Dropped {
+        run: AtomicU64::new(0),
+        counters: services.sessions.counters().clone(),
+    });
     let stall = Duration::from_millis(limits.stalled_write_timeout_ms);
     // Turns true when the writer gives up (stream broken or client stalled).
     let (closed_tx, mut closed) = watch::channel(false);
-    let writer_budget = budget.clone();
+    let writer_dropped = dropped.clone();
     let writer_task = tokio::spawn(async move {
-        let budget = writer_budget;
+        let dropped = writer_dropped;
         // What is already waiting is coalesced into one write, copied into
         // this buffer (kept from write to write, so it grows once rather
         // than reallocating a batch from its first frame up); a frame
         // alone is written as it is.
         let mut coalesced: Vec<u8> = Vec::new();
-        'frames: while let Some(frame) = rx.recv().await {
-            let batch: &[u8] = match rx.try_recv() {
+        'frames: while let Some((frame, _)) = frames.recv().await {
+            let batch: &[u8] = match frames.try_recv() {
                 Err(_) => &frame,
-                Ok(more) => {
+                Ok((more, _)) => {
                     coalesced.clear();
                     coalesced.extend_from_slice(&frame);
                     coalesced.extend_from_slice(&more);
                     while coalesced.len() < MAX_BATCH_BYTES {
-                        match rx.try_recv() {
-                            Ok(more) => coalesced.extend_from_slice(&more),
+                        match frames.try_recv() {
+                            Ok((more, _)) => coalesced.extend_from_slice(&more),
                             Err(_) => break,
                         }
                     }
@@ -417,27 +333,28 @@ pub(super) async fn serve_connection(
             while written < batch.len() {
                 match tokio::time::timeout(stall, writer.write(&batch[written..])).await {
                     Ok(Ok(0)) | Ok(Err(_)) => {
-                        budget.release(batch.len() - written);
+                        frames.release(batch.len() - written);
                         break 'frames;
                     }
                     Ok(Ok(n)) => {
                         written += n;
-                        budget.release(n);
-                        budget.progressed(connection);
+                        frames.release(n);
+                        frames.progressed();
+                        dropped.progressed(connection);
                     }
                     // A client that reads slowly but stays within its
                     // budget is only waited for.
-                    Err(_) if !budget.over() => {}
+                    Err(_) if !frames.over() => {}
                     Err(_) => {
                         tracing::warn!(
                             connection,
-                            queued = budget.queued.load(Ordering::Relaxed),
+                            queued = frames.queued(),
                             timeout_ms = stall.as_millis() as u64,
                             "closing a host connection: over limits.host.maxQueuedBytesPerConnection \
                              and nothing read for limits.host.stalledWriteTimeoutMs"
                         );
-                        budget.counters.host_connection_stalled();
-                        budget.release(batch.len() - written);
+                        dropped.counters.host_connection_stalled();
+                        frames.release(batch.len() - written);
                         break 'frames;
                     }
                 }
@@ -450,22 +367,22 @@ pub(super) async fn serve_connection(
         let _ = closed_tx.send(true);
         // Whatever is still queued is released now; later sends fail and
         // release their own bytes.
-        rx.close();
-        while let Ok(frame) = rx.try_recv() {
-            budget.release(frame.len());
+        frames.close();
+        while let Ok((_, n)) = frames.try_recv() {
+            frames.release(n);
         }
         let _ = writer.shutdown().await;
     });
-    let outbox = |tx: &mpsc::UnboundedSender<Vec<u8>>| Outbox {
-        tx: tx.clone(),
-        budget: budget.clone(),
+    let outbox = Outbox {
+        queue,
         connection,
+        dropped,
     };
     let sink: Arc<ConnectionSink> = Arc::new(ConnectionSink {
-        outbox: outbox(&tx),
+        outbox: outbox.clone(),
     });
-    let notice_outbox = outbox(&tx);
-    let mut notices = vm.sessions.notices();
+    let notice_outbox = outbox;
+    let mut notices = services.sessions.notices();
     let notice_task = tokio::spawn(async move {
         loop {
             match notices.recv().await {
@@ -498,7 +415,7 @@ pub(super) async fn serve_connection(
         if inbound.is_none() {
             if let Some(length) = decoder.next_length() {
                 if length > FREE_FRAME_BYTES && length <= limits.max_frame_bytes {
-                    let taken = budget.shared.inbound.take(Shared::inbound_bytes(length));
+                    let taken = shared.inbound.take(Shared::inbound_bytes(length));
                     tokio::select! {
                         held = taken => inbound = Some(held),
                         _ = closed.wait_for(|c| *c) => break,
@@ -512,7 +429,7 @@ pub(super) async fn serve_connection(
         }
         // Over budget: stop reading until the client takes its answers.
         tokio::select! {
-            _ = budget.reserve(0) => {}
+            _ = sink.outbox.queue.reserve(0) => {}
             _ = closed.wait_for(|c| *c) => break,
             _ = shutdown.wait_for(|down| *down) => {
                 shutting_down = true;
@@ -544,7 +461,7 @@ pub(super) async fn serve_connection(
                         Some(held) => held,
                         None => {
                             let bytes = Shared::inbound_bytes(payload.len() as u64);
-                            match budget.shared.inbound.try_take(bytes) {
+                            match shared.inbound.try_take(bytes) {
                                 Some(held) => held,
                                 None => {
                                     refuse_inbound(&sink, &payload, &limits);
@@ -554,7 +471,7 @@ pub(super) async fn serve_connection(
                         }
                     };
                     let admitted = tokio::select! {
-                        _ = handle_frame(&vm, &sink, &requests, &payload, taken) => true,
+                        _ = handle_frame(&services, &sink, &requests, &payload, taken) => true,
                         _ = closed.wait_for(|c| *c) => false,
                     };
                     if !admitted {
@@ -582,17 +499,16 @@ pub(super) async fn serve_connection(
         let _ = requests.acquire_many(MAX_REQUESTS_IN_FLIGHT).await;
     }
     let dyn_sink: Arc<dyn Sink> = sink.clone();
-    vm.sessions.hub().drop_sink(&dyn_sink);
+    services.sessions.hub().drop_sink(&dyn_sink);
     notice_task.abort();
     let _ = notice_task.await;
     drop(sink);
     drop(dyn_sink);
-    drop(tx);
     let _ = writer_task.await;
 }
 
 async fn handle_frame(
-    vm: &Arc<Vm>,
+    services: &Arc<HostServices>,
     sink: &Arc<ConnectionSink>,
     requests: &Arc<Semaphore>,
     payload: &[u8],
@@ -607,8 +523,8 @@ async fn handle_frame(
             };
             // So does a read whose answer does not fit the budget yet.
             let reserved = answer_estimate(&method, &params);
-            sink.outbox.budget.reserve(reserved).await;
-            let vm = vm.clone();
+            sink.outbox.queue.reserve(reserved).await;
+            let services = services.clone();
             let sink = sink.clone();
             tokio::spawn(async move {
                 let _permit = permit;
@@ -617,7 +533,8 @@ async fn handle_frame(
                 let mut after_reply = None;
                 let subscriber: Arc<dyn Sink> = sink.clone();
                 let result =
-                    dispatch::dispatch(&vm, &subscriber, &method, params, &mut after_reply).await;
+                    dispatch::dispatch(&services, &subscriber, &method, params, &mut after_reply)
+                        .await;
                 sink.outbox.respond(&id, result, reserved);
                 if let Some(start) = after_reply {
                     let _ = start.send(());

@@ -15,10 +15,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
 use super::codec::{params, reply};
-use super::render;
+use super::{render, HostServices};
 use crate::http::proxy::ProxyError;
 use crate::sessions::{LimitUse, OpenSession, SessionConfig, SessionError, Sink};
-use crate::vm::Vm;
 
 fn session(e: SessionError) -> ErrorObject {
     render::error_object(&e)
@@ -34,13 +33,13 @@ fn config(config: SessionConfig) -> Result<Box<RawValue>, ErrorObject> {
 /// Runs one method. `after_reply` receives a signal to fire once the answer
 /// has been queued (subscriptions start delivering only then).
 pub(super) async fn dispatch(
-    vm: &Arc<Vm>,
+    services: &Arc<HostServices>,
     sink: &Arc<dyn Sink>,
     method: &str,
     raw: Value,
     after_reply: &mut Option<oneshot::Sender<()>>,
 ) -> Result<Box<RawValue>, ErrorObject> {
-    let sessions = &vm.sessions;
+    let sessions = &services.sessions;
     match method {
         methods::INITIALIZE => {
             let p: InitializeParams = params(raw)?;
@@ -60,9 +59,9 @@ pub(super) async fn dispatch(
                     version: env!("CARGO_PKG_VERSION").into(),
                 },
                 database: wire::DatabaseInfo {
-                    kind: vm.database_kind.as_str().into(),
+                    kind: services.database_kind.as_str().into(),
                 },
-                limits: &vm.config.limits,
+                limits: &services.limits,
             })
         }
         methods::SESSIONS_OPEN => {
@@ -143,7 +142,7 @@ pub(super) async fn dispatch(
             let sink = sink.clone();
             let (start, started) = oneshot::channel();
             *after_reply = Some(start);
-            let max = vm.config.limits.host.max_subscriptions_per_connection;
+            let max = services.limits.host.max_subscriptions_per_connection;
             let id = sessions
                 .subscribe(&p.session_id, p.after, sink, started, max)
                 .await
@@ -202,8 +201,8 @@ pub(super) async fn dispatch(
             // The answer is base64 inside a frame: three quarters of the
             // frame bound, less room for the envelope.
             let max =
-                (vm.config.limits.host.max_frame_bytes as usize / 4 * 3).saturating_sub(64 * 1024);
-            let answer = crate::http::proxy::forward(vm.http.clone(), p, max)
+                (services.limits.host.max_frame_bytes as usize / 4 * 3).saturating_sub(64 * 1024);
+            let answer = crate::http::proxy::forward(services.http.clone(), p, max)
                 .await
                 .map_err(|e| match e {
                     // Our answer would not fit a frame: not the host's
@@ -217,18 +216,19 @@ pub(super) async fn dispatch(
                 })?;
             reply(&answer)
         }
-        methods::SIGNERS_AUTHORIZE => super::signers::authorize(&vm.control, params(raw)?).await,
-        methods::SIGNERS_REVOKE => {
-            super::signers::revoke(&vm.control, &vm.sockets, params(raw)?).await
+        methods::SIGNERS_AUTHORIZE => {
+            super::signers::authorize(&services.control, params(raw)?).await
         }
-        methods::SIGNERS_LIST => super::signers::list(&vm.control, params(raw)?).await,
+        methods::SIGNERS_REVOKE => {
+            super::signers::revoke(&services.control, &services.sockets, params(raw)?).await
+        }
+        methods::SIGNERS_LIST => super::signers::list(&services.control, params(raw)?).await,
         methods::VM_STATUS => {
             let status = sessions.status().await.map_err(session)?;
             // The file system's use is shown when it can be read; status
             // never fails for it.
-            let fs_usage = vm.vfs.usage().await.ok();
-            let others: Vec<LimitUse> = vm
-                .config
+            let fs_usage = services.vfs.usage().await.ok();
+            let others: Vec<LimitUse> = services
                 .limits
                 .other_entries()
                 .into_iter()
@@ -246,14 +246,14 @@ pub(super) async fn dispatch(
             reply(&render::vm_status(
                 &status,
                 &others,
-                vm.database_kind.as_str(),
-                vm.started.elapsed().as_millis() as u64,
-                vm.launcher.info(),
-                vm.control.secrets_key_id().await.is_none(),
+                services.database_kind.as_str(),
+                services.started.elapsed().as_millis() as u64,
+                services.launcher.info(),
+                services.control.secrets_key_id().await.is_none(),
             ))
         }
-        m if m.starts_with("fs/") => super::fs::dispatch(vm, m, raw).await,
-        m if m.starts_with("runs/") => super::runs::dispatch(vm, m, raw).await,
+        m if m.starts_with("fs/") => super::fs::dispatch(&services.vfs, m, raw).await,
+        m if m.starts_with("runs/") => super::runs::dispatch(&services.runs, m, raw).await,
         other => Err(ErrorObject::method_not_found(other)),
     }
 }

@@ -1,8 +1,6 @@
 //! Host `fs/*` methods → VFS calls. File data travels base64-encoded in
 //! pieces of at most 16 MiB so an answer stays well inside the frame limit.
 
-use std::sync::Arc;
-
 use agentos_protocol::host::{
     methods, ErrorObject, FsMkdirParams, FsPathParams, FsReadParams, FsReaddirParams,
     FsRemoveParams, FsRenameParams, FsWriteParams,
@@ -13,8 +11,7 @@ use serde_json::{json, value::RawValue, Value};
 
 use super::codec::{params, reply};
 use super::render::fs_error_object;
-use crate::vm::Vm;
-use agentos_vfs::FsError;
+use agentos_vfs::{FsError, Vfs};
 
 fn fs(e: FsError) -> ErrorObject {
     fs_error_object(&e)
@@ -40,11 +37,10 @@ fn read_answer(data: Vec<u8>, size: u64, eof: bool) -> Result<Box<RawValue>, Err
 pub(super) const MAX_READ_CHUNK: u64 = 16 << 20;
 
 pub(super) async fn dispatch(
-    vm: &Arc<Vm>,
+    vfs: &Vfs,
     method: &str,
     raw: Value,
 ) -> Result<Box<RawValue>, ErrorObject> {
-    let vfs = &vm.vfs;
     match method {
         methods::FS_STAT => {
             let p: FsPathParams = params(raw)?;

@@ -31,8 +31,15 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::config::HostLimits;
-use crate::vm::Vm;
+use agentos_schema::DatabaseKind;
+use agentos_vfs::Vfs;
+
+use crate::config::{HostLimits, Limits};
+use crate::control::Control;
+use crate::http::ws::Sockets;
+use crate::runs::Runs;
+use crate::sandbox::Launcher;
+use crate::sessions::Sessions;
 
 pub use render::{error_object, fs_error_object};
 
@@ -55,18 +62,47 @@ impl HostError {
     }
 }
 
+/// What the host door serves, and nothing else of the VM: the
+/// composition root builds it (`Vm::host_services`).
+pub struct HostServices {
+    pub sessions: Sessions,
+    /// The `runs/*` methods.
+    pub runs: Runs,
+    /// The `fs/*` methods, and the file system's use in `vm/status`.
+    pub vfs: Vfs,
+    /// The `signers/*` methods, and whether the vault is locked.
+    pub control: Control,
+    /// The signed API's sockets, which `signers/revoke` closes.
+    pub sockets: Arc<Sockets>,
+    /// The signed API's routes, which `http/request` runs.
+    pub http: axum::Router,
+    /// Every limit of the VM, as `initialize` and `vm/status` report them.
+    pub limits: Limits,
+    /// `allowedUids`: who may connect (by default only the sidecar's uid).
+    pub allowed_uids: Option<Vec<u32>>,
+    pub database_kind: DatabaseKind,
+    /// When the VM started, for `vm/status`'s uptime.
+    pub started: std::time::Instant,
+    /// How adapters start, for `vm/status`'s confinement.
+    pub launcher: Arc<Launcher>,
+}
+
 /// A bound host socket.
 pub struct HostServer {
     listener: UnixListener,
     path: PathBuf,
-    vm: Arc<Vm>,
+    services: Arc<HostServices>,
     limits: HostLimits,
     allowed_uids: Vec<u32>,
 }
 
 impl HostServer {
     /// Binds the socket with mode 0600, replacing a stale socket file.
-    pub fn bind(path: &Path, vm: Arc<Vm>, limits: HostLimits) -> Result<HostServer, HostError> {
+    pub fn bind(
+        path: &Path,
+        services: HostServices,
+        limits: HostLimits,
+    ) -> Result<HostServer, HostError> {
         let err = |message: String| HostError::Bind {
             path: path.to_owned(),
             message,
@@ -74,15 +110,14 @@ impl HostServer {
         let listener = agentos_base::private::bind_private_socket(path).map_err(err)?;
         // SAFETY: getuid(2) cannot fail and has no memory effects.
         let own_uid = unsafe { libc::getuid() };
-        let allowed_uids = vm
-            .config
+        let allowed_uids = services
             .allowed_uids
             .clone()
             .unwrap_or_else(|| vec![own_uid]);
         Ok(HostServer {
             listener,
             path: path.to_owned(),
-            vm,
+            services: Arc::new(services),
             limits,
             allowed_uids,
         })
@@ -98,7 +133,8 @@ impl HostServer {
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> Draining {
         let max = self.limits.max_connections;
         let permits = Arc::new(Semaphore::new(max as usize));
-        let shared = connection::Shared::new(&self.limits);
+        let shared =
+            connection::Shared::new(&self.limits, self.services.sessions.counters().clone());
         let (stop, stopping) = watch::channel(false);
         let mut backoff = ACCEPT_BACKOFF_MIN;
         tokio::pin!(shutdown);
@@ -139,12 +175,12 @@ impl HostServer {
                         drop(stream);
                         continue;
                     };
-                    let vm = self.vm.clone();
+                    let services = self.services.clone();
                     let limits = self.limits.clone();
                     let stopping = stopping.clone();
                     let shared = shared.clone();
                     tokio::spawn(async move {
-                        connection::serve_connection(stream, vm, limits, shared, stopping).await;
+                        connection::serve_connection(stream, services, limits, shared, stopping).await;
                         drop(permit);
                     });
                 }

@@ -8,7 +8,8 @@ use agentos_protocol::ErrorCode;
 use serde_json::{json, Map};
 
 use crate::control::ControlError;
-use crate::runs::{JournalRow, Run, RunError, RunWait, WaitReason};
+use crate::doors::runs;
+use crate::runs::{JournalRow, Run, RunError};
 use crate::sessions::{
     LimitUse, PermissionAnswer, PromptOutcome, SessionError, SessionInfo, SessionPage,
     SessionState, Usage, VmStatus,
@@ -216,55 +217,47 @@ pub fn control_error_object(e: &ControlError) -> ErrorObject {
     ErrorObject::application(code, e.to_string(), extra)
 }
 
-/// A run row as the host sees it.
+/// A run row as the host sees it: the fields both doors show
+/// (`doors::runs`) with RFC 3339 times, and the row's queue, attempts,
+/// input, output and whole stored error besides (the socket is trusted).
 pub(super) fn run(run: &Run) -> wire::RunInfo {
+    let f = runs::fields(run, rfc3339_ms);
     wire::RunInfo {
-        id: run.run_id.clone(),
-        account: run.account_id.clone(),
-        root_run_id: run.root_run_id.clone(),
-        parent_run_id: run.parent_run_id.clone(),
-        parent_tool_call_id: run.parent_tool_call_id.clone(),
-        continued_from_run_id: run.continued_from_run_id.clone(),
-        depth: run.depth,
-        kind: run.kind.as_str().to_owned(),
-        agent_id: run.agent_id.clone(),
-        session_id: run.session_id.clone(),
-        origin: run.origin.as_str().to_owned(),
-        title: run.title.clone(),
+        id: f.id,
+        account: f.account,
+        root_run_id: f.root_run_id,
+        parent_run_id: f.parent_run_id,
+        parent_tool_call_id: f.parent_tool_call_id,
+        continued_from_run_id: f.continued_from_run_id,
+        depth: f.depth,
+        kind: f.kind.as_str().to_owned(),
+        agent_id: f.agent_id,
+        session_id: f.session_id,
+        origin: f.origin,
+        title: f.title,
         queue: run.queue.as_str().to_owned(),
-        status: run.status.as_str().to_owned(),
+        status: f.status,
         attempt: run.attempt,
         max_attempts: run.max_attempts,
-        wait: run.wait.as_ref().map(run_wait),
+        wait: f.wait.map(|w| wire::RunWaitInfo {
+            reason: w.reason,
+            wake_at: w.wake_at,
+            pending_children: w.pending_children,
+            tool_call_ids: w.tool_call_ids,
+            wait_id: w.wait_id,
+            label: w.label,
+            answer_with: w.answer_with,
+        }),
         error: run.error.clone(),
         output: run.output.clone(),
         input: (!run.input.is_null()).then(|| run.input.clone()),
-        usage: run.usage.clone(),
-        plan: run.plan.clone(),
-        child_run_count: run.child_count,
-        created_at: rfc3339_ms(run.created_at_ms),
-        started_at: run.started_at_ms.map(rfc3339_ms),
-        finished_at: run.finished_at_ms.map(rfc3339_ms),
-        updated_at: rfc3339_ms(run.updated_at_ms),
-    }
-}
-
-fn run_wait(wait: &RunWait) -> wire::RunWaitInfo {
-    let children = wait.reason == WaitReason::Children;
-    wire::RunWaitInfo {
-        reason: match wait.reason {
-            WaitReason::Children => "children",
-            WaitReason::Timer => "timer",
-            WaitReason::Event => "event",
-            WaitReason::BudgetPause => "budget-pause",
-        }
-        .to_owned(),
-        wake_at: wait.wake_at.map(rfc3339_ms),
-        pending_children: children.then_some(wait.tool_call_ids.len() as u64),
-        tool_call_ids: wait.tool_call_ids.clone(),
-        wait_id: wait.wait_id.clone(),
-        label: wait.label.clone(),
-        answer_with: wait.answer_with.clone(),
+        usage: f.usage,
+        plan: f.plan,
+        child_run_count: f.child_run_count,
+        created_at: f.created_at,
+        started_at: f.started_at,
+        finished_at: f.finished_at,
+        updated_at: f.updated_at,
     }
 }
 
@@ -372,5 +365,23 @@ mod tests {
         let bad = run_error_object(&RunError::InvalidArgument("scope".into()));
         assert_eq!(bad.code, agentos_protocol::host::codes::INVALID_PARAMS);
         assert_eq!(bad.data, None);
+    }
+
+    /// The host's `RunInfo` is a public wire shape: these are its bytes.
+    #[test]
+    fn runs_keep_their_wire_shape() {
+        let expected = [
+            r#"{"id":"r2","account":"z6Mk","rootRunId":"r1","parentRunId":"r1","parentToolCallId":"t1","continuedFromRunId":"r0","depth":1,"kind":"agent","agentId":"a1","sessionId":"s1","origin":"agent","title":"child","queue":"background","status":"waiting","attempt":2,"maxAttempts":3,"wait":{"reason":"children","wakeAt":"2023-11-14T22:15:23.456Z","pendingChildren":2,"toolCallIds":["t2","t3"],"waitId":"w1","label":"children","answerWith":"go"},"error":{"code":"boom","message":"it broke","retryable":true},"output":{"text":"done"},"input":{"words":"go"},"usage":{"input":10,"output":2},"plan":{"steps":[{"id":"p1","status":"pending"}]},"childRunCount":2,"createdAt":"2023-11-14T22:13:20.000Z","startedAt":"2023-11-14T22:13:20.500Z","finishedAt":"2023-11-14T22:13:21.000Z","updatedAt":"2023-11-14T22:13:22.000Z"}"#,
+            r#"{"id":"r3","rootRunId":"r3","depth":0,"kind":"script","origin":"system","queue":"interactive","status":"queued","attempt":0,"maxAttempts":1,"childRunCount":0,"createdAt":"1970-01-01T00:00:00.000Z","updatedAt":"1970-01-01T00:00:00.001Z"}"#,
+            r#"{"id":"r2","account":"z6Mk","rootRunId":"r1","parentRunId":"r1","parentToolCallId":"t1","continuedFromRunId":"r0","depth":1,"kind":"script","agentId":"a1","sessionId":"s1","origin":"agent","title":"child","queue":"background","status":"failed","attempt":2,"maxAttempts":3,"wait":{"reason":"children","wakeAt":"2023-11-14T22:15:23.456Z","pendingChildren":2,"toolCallIds":["t2","t3"],"waitId":"w1","label":"children","answerWith":"go"},"error":{"code":"boom","message":"it broke","retryable":true},"output":{"text":"done"},"input":{"words":"go"},"usage":{"input":10,"output":2},"plan":{"steps":[{"id":"p1","status":"pending"}]},"childRunCount":2,"createdAt":"2023-11-14T22:13:20.000Z","startedAt":"2023-11-14T22:13:20.500Z","finishedAt":"2023-11-14T22:13:21.000Z","updatedAt":"2023-11-14T22:13:22.000Z"}"#,
+            r#"{"id":"r2","account":"z6Mk","rootRunId":"r1","parentRunId":"r1","parentToolCallId":"t1","continuedFromRunId":"r0","depth":1,"kind":"agent","agentId":"a1","sessionId":"s1","origin":"agent","title":"child","queue":"background","status":"waiting","attempt":2,"maxAttempts":3,"wait":{"reason":"timer","toolCallIds":["t2","t3"],"waitId":"w1","label":"children","answerWith":"go"},"error":{"code":"boom","message":"it broke","retryable":true},"output":{"text":"done"},"input":{"words":"go"},"usage":{"input":10,"output":2},"plan":{"steps":[{"id":"p1","status":"pending"}]},"childRunCount":2,"createdAt":"2023-11-14T22:13:20.000Z","startedAt":"2023-11-14T22:13:20.500Z","finishedAt":"2023-11-14T22:13:21.000Z","updatedAt":"2023-11-14T22:13:22.000Z"}"#,
+            r#"{"id":"r2","account":"z6Mk","rootRunId":"r1","parentRunId":"r1","parentToolCallId":"t1","continuedFromRunId":"r0","depth":1,"kind":"agent","agentId":"a1","sessionId":"s1","origin":"agent","title":"child","queue":"background","status":"waiting","attempt":2,"maxAttempts":3,"wait":{"reason":"event","toolCallIds":["t2","t3"],"waitId":"w1","label":"children","answerWith":"go"},"error":{"code":"boom","message":"it broke","retryable":true},"output":{"text":"done"},"input":{"words":"go"},"usage":{"input":10,"output":2},"plan":{"steps":[{"id":"p1","status":"pending"}]},"childRunCount":2,"createdAt":"2023-11-14T22:13:20.000Z","startedAt":"2023-11-14T22:13:20.500Z","finishedAt":"2023-11-14T22:13:21.000Z","updatedAt":"2023-11-14T22:13:22.000Z"}"#,
+            r#"{"id":"r2","account":"z6Mk","rootRunId":"r1","parentRunId":"r1","parentToolCallId":"t1","continuedFromRunId":"r0","depth":1,"kind":"agent","agentId":"a1","sessionId":"s1","origin":"agent","title":"child","queue":"background","status":"waiting","attempt":2,"maxAttempts":3,"wait":{"reason":"budget-pause","toolCallIds":["t2","t3"],"waitId":"w1","label":"children","answerWith":"go"},"error":{"code":"boom","message":"it broke","retryable":true},"output":{"text":"done"},"input":{"words":"go"},"usage":{"input":10,"output":2},"plan":{"steps":[{"id":"p1","status":"pending"}]},"childRunCount":2,"createdAt":"2023-11-14T22:13:20.000Z","startedAt":"2023-11-14T22:13:20.500Z","finishedAt":"2023-11-14T22:13:21.000Z","updatedAt":"2023-11-14T22:13:22.000Z"}"#,
+        ];
+        let samples = crate::doors::runs::samples();
+        assert_eq!(samples.len(), expected.len());
+        for (run, expected) in samples.iter().zip(expected) {
+            assert_eq!(serde_json::to_string(&super::run(run)).unwrap(), expected);
+        }
     }
 }

@@ -3,8 +3,6 @@
 //! the signed door's bounds. The host socket is trusted, so no account is
 //! checked; a run that does not exist is `run_not_found`.
 
-use std::sync::Arc;
-
 use agentos_protocol::host::{
     self as wire, methods, ErrorObject, ListRunsParams, RunIdParams, RunJournalParams,
     SignalRunParams,
@@ -13,42 +11,43 @@ use serde_json::{value::RawValue, Value};
 
 use super::codec::{params, reply};
 use super::render::{self, run_error_object};
-use crate::runs::{RunError, RunScope, RunStatus};
-use crate::vm::Vm;
-
-/// Journal entries one `runs/journal` answers at most (and by default).
-pub(super) const JOURNAL_PAGE: u64 = 1_000;
+use crate::runs::{JournalPage, Named, RunError, RunScope, Runs};
 
 fn runs_error(e: RunError) -> ErrorObject {
     run_error_object(&e)
 }
 
-fn invalid(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::invalid_params(message)
-}
-
-/// The listing's scope: exactly one member names it. A tree may be named
-/// by any of its runs.
-async fn scope(vm: &Vm, p: &ListRunsParams) -> Result<RunScope, ErrorObject> {
-    match (&p.root_run_id, &p.session_id, &p.agent_id) {
-        (Some(root), None, None) => {
-            let run = vm.runs.get(root).await.map_err(runs_error)?;
-            Ok(RunScope::Root(run.root_run_id))
+/// A request that breaks a runs rule, named after its method.
+fn refused(method: &'static str) -> impl Fn(RunError) -> ErrorObject {
+    move |e| match e {
+        RunError::InvalidArgument(message) => {
+            ErrorObject::invalid_params(format!("{method}: {message}"))
         }
-        (None, Some(session_id), None) => Ok(RunScope::Session(session_id.clone())),
-        (None, None, Some(agent_id)) => Ok(RunScope::Agent(agent_id.clone())),
-        _ => Err(invalid(
-            "runs/list: give exactly one of rootRunId, sessionId and agentId",
-        )),
+        other => runs_error(other),
     }
 }
 
+/// The listing's scope (`RunScope::named`); the host socket is trusted, so
+/// nothing is authorized.
+async fn scope(runs: &Runs, p: &ListRunsParams) -> Result<RunScope, ErrorObject> {
+    let named = RunScope::named(
+        p.root_run_id.clone(),
+        p.session_id.clone(),
+        p.agent_id.clone(),
+    )
+    .map_err(refused(methods::RUNS_LIST))?;
+    Ok(match named {
+        Named::Tree(run_id) => RunScope::tree_of(&runs.get(&run_id).await.map_err(runs_error)?),
+        Named::Session(session_id) => RunScope::Session(session_id),
+        Named::Agent(agent_id) => RunScope::Agent(agent_id),
+    })
+}
+
 pub(super) async fn dispatch(
-    vm: &Arc<Vm>,
+    runs: &Runs,
     method: &str,
     raw: Value,
 ) -> Result<Box<RawValue>, ErrorObject> {
-    let runs = &vm.runs;
     match method {
         methods::RUNS_GET => {
             let p: RunIdParams = params(raw)?;
@@ -59,13 +58,9 @@ pub(super) async fn dispatch(
         }
         methods::RUNS_LIST => {
             let p: ListRunsParams = params(raw)?;
-            let status = match p.status.as_deref() {
-                None => None,
-                Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
-                    invalid(format!("runs/list: status {text:?} is not a run status"))
-                })?),
-            };
-            let scope = scope(vm, &p).await?;
+            let status =
+                RunScope::status(p.status.as_deref()).map_err(refused(methods::RUNS_LIST))?;
+            let scope = scope(runs, &p).await?;
             let found = runs
                 .list(&scope, status, p.limit)
                 .await
@@ -96,18 +91,10 @@ pub(super) async fn dispatch(
         }
         methods::RUNS_JOURNAL => {
             let p: RunJournalParams = params(raw)?;
-            let limit = match p.limit {
-                Some(0) => return Err(invalid("runs/journal: limit must be at least 1")),
-                Some(n) => n.min(JOURNAL_PAGE),
-                None => JOURNAL_PAGE,
-            };
-            // The journal of a run that does not exist is not empty: it is
-            // not found.
-            runs.get(&p.run_id).await.map_err(runs_error)?;
-            let entries = runs
-                .journal(&p.run_id, p.after_seq.unwrap_or(0), limit)
-                .await
-                .map_err(runs_error)?;
+            let page =
+                JournalPage::new(p.after_seq, p.limit).map_err(refused(methods::RUNS_JOURNAL))?;
+            let run = runs.get(&p.run_id).await.map_err(runs_error)?;
+            let entries = runs.journal_page(&run, page).await.map_err(runs_error)?;
             reply(&wire::RunJournalResult {
                 run_id: p.run_id,
                 entries: entries.iter().map(render::journal_entry).collect(),

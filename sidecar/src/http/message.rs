@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::api::ApiError;
+use super::common::ApiError;
 use super::HttpState;
 
 const CBOR: &str = "application/cbor";

@@ -4,8 +4,14 @@
 //! runs the same router. Like the host door it decodes, verifies,
 //! authorizes, calls the services and renders; it holds no SQL and no
 //! domain rules.
+//!
+//! Its parts form layers: `common/` (the error shape, the renderers, the
+//! envelope check) below `ws/` (the live feed) below `api/` (the
+//! actions, which tell the feed what changed), with this file, the
+//! transport (`message.rs`) and the listener above them all.
 
 pub mod api;
+pub mod common;
 mod conns;
 mod health;
 mod message;
@@ -16,8 +22,11 @@ pub mod ws;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tower_http::cors::{Any, CorsLayer};
@@ -35,6 +44,8 @@ pub struct HttpState {
     pub started: Instant,
     pub database_kind: &'static str,
     pub api: api::SignedApi,
+    /// What `/agents/ws` is served with.
+    pub ws: Arc<ws::WsState>,
     /// `http.maxBufferedBodyBytes` in KiB, taken by each request body.
     pub bodies: message::Bodies,
 }
@@ -53,7 +64,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/agents/api/message", post(message::post))
         .route("/api/health", get(health::get))
         .route("/agents/api/health", get(health::get))
-        .route("/agents/ws", get(ws::get))
+        .route("/agents/ws", get(websocket))
         .fallback(not_found)
         .layer(cors)
         // Global: a plain concurrency layer on a Router is cloned per route,
@@ -62,6 +73,13 @@ pub fn router(state: Arc<HttpState>) -> Router {
             state.config.max_concurrent_requests as usize,
         ))
         .with_state(state)
+}
+
+async fn websocket(
+    State(state): State<Arc<HttpState>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    ws::get(state.ws.clone(), upgrade).await
 }
 
 async fn not_found() -> impl IntoResponse {

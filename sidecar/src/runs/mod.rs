@@ -36,8 +36,8 @@ use tokio::sync::{broadcast, Notify};
 pub use error::RunError;
 pub use store::{Canceled, Caps, RunStore};
 pub use types::{
-    run_error, EventWait, Finish, JournalRow, NewRun, Origin, ParentLink, Queue, Run, RunKind,
-    RunScope, RunStatus, RunWait, WaitReason,
+    run_error, EventWait, Finish, JournalPage, JournalRow, Named, NewRun, Origin, ParentLink,
+    Queue, Run, RunKind, RunScope, RunStatus, RunWait, WaitReason, JOURNAL_PAGE,
 };
 
 use agentos_base::clock::unix_ms;
@@ -468,6 +468,17 @@ impl Runs {
         limit: u64,
     ) -> Result<Vec<JournalRow>, RunError> {
         Ok(self.inner.store.journal(run_id, after, limit).await?)
+    }
+
+    /// A page of `run`'s journal. The door read the run first (to
+    /// authorize it, or only to know it exists), so the journal of a run
+    /// that does not exist is not found, never empty.
+    pub async fn journal_page(
+        &self,
+        run: &Run,
+        page: JournalPage,
+    ) -> Result<Vec<JournalRow>, RunError> {
+        self.journal(&run.run_id, page.after, page.limit).await
     }
 
     /// Waits until `run_id` satisfies `done` (checked on every transition

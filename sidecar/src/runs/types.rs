@@ -7,6 +7,8 @@ use serde_json::Value;
 
 pub use agentos_protocol::runs::RunStatus;
 
+use super::RunError;
+
 /// What executes a run: a model turn in a session, or a script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RunKind {
@@ -278,7 +280,137 @@ pub enum RunScope {
     Agent(String),
 }
 
+/// What a listing request names, before a tree is found from the run that
+/// names it. Both doors read it with [`RunScope::named`], authorize what
+/// it names (the signed door; the host socket is trusted), then list
+/// [`RunScope::tree_of`] the named run, or the session or the agent.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Named {
+    /// A tree, named by any of its runs.
+    Tree(String),
+    Session(String),
+    Agent(String),
+}
+
+impl RunScope {
+    /// The rule of a listing's scope: exactly one of a run (its whole tree
+    /// is listed), a session and an agent.
+    pub fn named(
+        root_run_id: Option<String>,
+        session_id: Option<String>,
+        agent_id: Option<String>,
+    ) -> Result<Named, RunError> {
+        match (root_run_id, session_id, agent_id) {
+            (Some(run_id), None, None) => Ok(Named::Tree(run_id)),
+            (None, Some(session_id), None) => Ok(Named::Session(session_id)),
+            (None, None, Some(agent_id)) => Ok(Named::Agent(agent_id)),
+            _ => Err(RunError::InvalidArgument(
+                "give exactly one of rootRunId, sessionId and agentId".into(),
+            )),
+        }
+    }
+
+    /// The tree `run` belongs to: a tree may be named by any of its runs.
+    pub fn tree_of(run: &Run) -> RunScope {
+        RunScope::Root(run.root_run_id.clone())
+    }
+
+    /// A listing's status filter, as a request spells it.
+    pub fn status(text: Option<&str>) -> Result<Option<RunStatus>, RunError> {
+        text.map(|text| {
+            RunStatus::parse(text).ok_or_else(|| {
+                RunError::InvalidArgument(format!("status {text:?} is not a run status"))
+            })
+        })
+        .transpose()
+    }
+}
+
+/// Journal entries one page holds at most, and by default.
+pub const JOURNAL_PAGE: u64 = 1_000;
+
+/// How a page of a run's journal is cut: the entries after `after` (from
+/// the start unless a request says where), at most `limit` of them, which
+/// is at most and by default [`JOURNAL_PAGE`]; a limit of 0 is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalPage {
+    pub after: u64,
+    pub limit: u64,
+}
+
+impl JournalPage {
+    pub fn new(after_seq: Option<u64>, limit: Option<u64>) -> Result<JournalPage, RunError> {
+        let limit = match limit {
+            Some(0) => return Err(RunError::InvalidArgument("limit must be at least 1".into())),
+            Some(n) => n.min(JOURNAL_PAGE),
+            None => JOURNAL_PAGE,
+        };
+        Ok(JournalPage {
+            after: after_seq.unwrap_or(0),
+            limit,
+        })
+    }
+
+    /// Whether `entries` rows fill the page, so more may follow.
+    pub fn is_full(&self, entries: usize) -> bool {
+        entries as u64 >= self.limit
+    }
+}
+
 /// The error a run stores: `{code, message, retryable?}` plus details.
 pub fn run_error(code: &str, message: &str) -> Value {
     serde_json::json!({"code": code, "message": message})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_names_exactly_one_scope() {
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            RunScope::named(some("r"), None, None),
+            Ok(Named::Tree("r".into()))
+        );
+        assert_eq!(
+            RunScope::named(None, some("s"), None),
+            Ok(Named::Session("s".into()))
+        );
+        assert_eq!(
+            RunScope::named(None, None, some("a")),
+            Ok(Named::Agent("a".into()))
+        );
+        for (root, session, agent) in [
+            (None, None, None),
+            (some("r"), some("s"), None),
+            (None, some("s"), some("a")),
+            (some("r"), None, some("a")),
+        ] {
+            let e = RunScope::named(root, session, agent).unwrap_err();
+            assert_eq!(e.code(), "invalid_argument");
+        }
+        assert_eq!(RunScope::status(None), Ok(None));
+        assert_eq!(
+            RunScope::status(Some("failed")),
+            Ok(Some(RunStatus::Failed))
+        );
+        assert!(RunScope::status(Some("sleeping")).is_err());
+    }
+
+    #[test]
+    fn a_journal_page_is_at_most_and_by_default_a_thousand_entries() {
+        assert_eq!(
+            JournalPage::new(None, None),
+            Ok(JournalPage {
+                after: 0,
+                limit: JOURNAL_PAGE
+            })
+        );
+        assert_eq!(JournalPage::new(Some(7), Some(5_000)).unwrap().limit, 1_000);
+        assert_eq!(JournalPage::new(Some(7), Some(3)).unwrap().after, 7);
+        assert!(JournalPage::new(None, Some(0)).is_err());
+        let page = JournalPage::new(None, Some(3)).unwrap();
+        assert!(page.is_full(3) && !page.is_full(2));
+    }
 }

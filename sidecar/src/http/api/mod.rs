@@ -1,65 +1,76 @@
 //! `POST /api/message`: one signed action in, one DAG-CBOR response out.
 //!
-//! bytes → [`Envelope::decode`] (bounded; bad CBOR or shape is 400) →
-//! [`SignedApi::verify`] (signature, window, signer, replay: 401) → the
-//! typed action (missing, extra or mistyped fields are 400) → one handler
-//! per domain (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`,
-//! `space.rs`), each authorizing with `control::authz` and calling a
-//! service → a response struct rendered by `render.rs`. Actions of the
-//! reference that this sidecar does not offer answer 400
+//! bytes → [`Verifier::open`] (bounded decoding, bad CBOR or shape is
+//! 400; signature, window, signer, replay: 401) → the typed action
+//! (missing, extra or mistyped fields are 400) → one handler per domain
+//! (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`, `space.rs`,
+//! `runs.rs`), each authorizing with `control::authz` and calling a
+//! service → a response struct rendered by `http::common::render`. After
+//! a write, the handlers tell the live feed (`notify.rs`, through
+//! `ws::Sockets`); the feed never calls back into this module. Actions of
+//! the reference that this sidecar does not offer answer 400
 //! `unsupported_action`.
 
 mod agents;
-mod error;
 mod invoke;
-mod keys;
 mod notify;
-pub(crate) mod render;
-mod replay;
 mod runs;
 mod sessions;
 mod signers;
 mod space;
 mod vault;
-mod verify;
 
 use agentos_protocol::seed::ApiCode;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use agentos_protocol::seed::{cbor, try_encode_response, Action, Envelope, Ipld};
+use agentos_protocol::seed::{cbor, try_encode_response, Action, Ipld};
 use serde::Serialize;
 
-pub use error::ApiError;
-pub use replay::ReplayCache;
-pub use verify::Caller;
+pub(crate) use super::common::render;
+pub use super::common::{ApiError, Caller};
 
+use super::common::Verifier;
+use super::ws::Sockets;
 use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
-use crate::http::ws::Sockets;
 use crate::sessions::Sessions;
 use crate::space::Space;
 use crate::work::Turns;
 
-/// The signed API over the services.
-pub struct SignedApi {
-    pub(crate) control: Control,
-    pub(crate) sessions: Sessions,
+/// What the signed API serves, and nothing else of the VM: the
+/// composition root builds it.
+pub struct SignedServices {
+    pub control: Control,
+    pub sessions: Sessions,
     /// Turns as runs, and the runs the signed API shows.
-    pub(crate) turns: Turns,
-    pub(crate) config: HttpConfig,
-    pub(crate) replay: ReplayCache,
-    pub(crate) keys: keys::KeyCache,
-    /// Adapter ids a definition may name besides `builtin`: the VM config's
-    /// agent registry. A signed client never names a command.
-    pub(crate) adapters: BTreeSet<String>,
-    /// The open `/agents/ws` sockets, which the handlers tell of changes.
-    pub(crate) sockets: Arc<Sockets>,
+    pub turns: Turns,
     /// Agents' tools and memory.
-    pub(crate) space: Space,
+    pub space: Space,
     /// The builtin agent's host and verbs, for `InvokeSessionTool` and
     /// model listings; absent, both are refused.
-    pub(crate) builtin: Option<crate::builtin::Services>,
+    pub builtin: Option<crate::builtin::Services>,
+}
+
+/// The signed API over its services.
+pub struct SignedApi {
+    control: Control,
+    sessions: Sessions,
+    /// Turns as runs, and the runs the signed API shows.
+    turns: Turns,
+    config: HttpConfig,
+    /// The envelope check, shared with `/agents/ws`.
+    verifier: Arc<Verifier>,
+    /// Adapter ids a definition may name besides `builtin`: the VM config's
+    /// agent registry. A signed client never names a command.
+    adapters: BTreeSet<String>,
+    /// The open `/agents/ws` sockets, which the handlers tell of changes.
+    sockets: Arc<Sockets>,
+    /// Agents' tools and memory.
+    space: Space,
+    /// The builtin agent's host and verbs, for `InvokeSessionTool` and
+    /// model listings; absent, both are refused.
+    builtin: Option<crate::builtin::Services>,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -75,17 +86,17 @@ fn ok<T: Serialize>(response: &T) -> Result<Vec<u8>, ApiError> {
 }
 
 impl SignedApi {
-    pub fn new(
-        control: Control,
-        sessions: Sessions,
-        turns: Turns,
-        config: HttpConfig,
-        space: Space,
-    ) -> SignedApi {
+    pub fn new(services: SignedServices, config: HttpConfig) -> SignedApi {
+        let SignedServices {
+            control,
+            sessions,
+            turns,
+            space,
+            builtin,
+        } = services;
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
-            replay: ReplayCache::new(config.replay_cache_entries),
-            keys: keys::KeyCache::default(),
+            verifier: Arc::new(Verifier::new(control.clone(), &config)),
             sockets: Arc::new(Sockets::new(config.ws.clone(), sessions.clone())),
             control,
             sessions,
@@ -93,15 +104,8 @@ impl SignedApi {
             config,
             adapters,
             space,
-            builtin: None,
+            builtin,
         }
-    }
-
-    /// Serves the verbs and provider calls through the builtin agent's
-    /// services.
-    pub fn with_builtin(mut self, services: crate::builtin::Services) -> SignedApi {
-        self.builtin = Some(services);
-        self
     }
 
     pub fn control(&self) -> &Control {
@@ -121,12 +125,9 @@ impl SignedApi {
         &self.sockets
     }
 
-    /// Decodes and verifies an envelope (also used by `/agents/ws`).
-    pub async fn open(&self, body: &[u8]) -> Result<(Envelope, Caller), ApiError> {
-        let max = usize::try_from(self.config.max_body_bytes).unwrap_or(usize::MAX);
-        let envelope = Envelope::decode(body, max)?;
-        let caller = self.verify(&envelope).await?;
-        Ok((envelope, caller))
+    /// The envelope check (which `/agents/ws` shares).
+    pub fn verifier(&self) -> &Arc<Verifier> {
+        &self.verifier
     }
 
     /// Handles one request body.
@@ -141,7 +142,7 @@ impl SignedApi {
     }
 
     async fn message_inner(&self, body: &[u8]) -> Result<Vec<u8>, ApiError> {
-        let (envelope, caller) = self.open(body).await?;
+        let (envelope, caller) = self.verifier.open(body).await?;
         let action = envelope.typed_action()?;
         self.dispatch(&caller, action).await
     }

@@ -14,10 +14,17 @@ use serde_json::Value;
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole};
-use crate::runs::{Run, RunScope, RunStatus};
+use crate::runs::{JournalPage, Named, Run, RunError, RunScope};
 
-/// Journal entries one `GetRunJournal` answers at most.
-const JOURNAL_PAGE: u64 = 1_000;
+/// A request that breaks a runs rule, named after its action.
+fn refused(action: &'static str) -> impl Fn(RunError) -> ApiError {
+    move |e| match e {
+        RunError::InvalidArgument(message) => {
+            ApiError::bad_request(ApiCode::BadRequest, format!("{action}: {message}"))
+        }
+        other => other.into(),
+    }
+}
 
 impl SignedApi {
     /// The run, when `caller` has `needed` access to it.
@@ -62,23 +69,18 @@ impl SignedApi {
                 status,
                 limit,
             } => {
-                let status = match status.as_deref() {
-                    None => None,
-                    Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
-                        ApiError::bad_request(
-                            ApiCode::BadRequest,
-                            format!("ListRuns: status {text:?} is not a run status"),
-                        )
-                    })?),
-                };
-                let scope = match (root_run_id, session_id, agent_id) {
-                    (Some(root), None, None) => {
-                        let run = self
-                            .authorized_run(caller, &root, AccessRole::Reader)
-                            .await?;
-                        RunScope::Root(run.root_run_id)
-                    }
-                    (None, Some(session_id), None) => {
+                let status = RunScope::status(status.as_deref()).map_err(refused("ListRuns"))?;
+                // Each scope is reached through what it names: the tree
+                // through its run, a session or an agent with read access.
+                let named = RunScope::named(root_run_id, session_id, agent_id)
+                    .map_err(refused("ListRuns"))?;
+                let scope = match named {
+                    Named::Tree(run_id) => RunScope::tree_of(
+                        &self
+                            .authorized_run(caller, &run_id, AccessRole::Reader)
+                            .await?,
+                    ),
+                    Named::Session(session_id) => {
                         authz::require_session(
                             &self.control,
                             &caller.account,
@@ -88,15 +90,9 @@ impl SignedApi {
                         .await?;
                         RunScope::Session(session_id)
                     }
-                    (None, None, Some(agent_id)) => {
+                    Named::Agent(agent_id) => {
                         authz::require_read(&self.control, &caller.account, &agent_id).await?;
                         RunScope::Agent(agent_id)
-                    }
-                    _ => {
-                        return Err(ApiError::bad_request(
-                            ApiCode::BadRequest,
-                            "ListRuns: give exactly one of rootRunId, sessionId and agentId",
-                        ))
                     }
                 };
                 let found = runs.list(&scope, status, limit).await?;
@@ -130,11 +126,11 @@ impl SignedApi {
                 ok(&SignalRunResponse { run_id, delivered })
             }
             Action::GetRunJournal { run_id, after_seq } => {
-                self.authorized_run(caller, &run_id, AccessRole::Reader)
+                let page = JournalPage::new(after_seq, None).map_err(refused("GetRunJournal"))?;
+                let run = self
+                    .authorized_run(caller, &run_id, AccessRole::Reader)
                     .await?;
-                let entries = runs
-                    .journal(&run_id, after_seq.unwrap_or(0), JOURNAL_PAGE)
-                    .await?;
+                let entries = runs.journal_page(&run, page).await?;
                 ok(&GetRunJournalResponse {
                     run_id,
                     entries: entries

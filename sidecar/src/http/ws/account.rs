@@ -17,96 +17,36 @@
 //! subscription alone. Sessions reach an account socket through views of
 //! their own in its writer (the same rendering as a subscription, opened at
 //! the first item), at most [`MAX_VIEWS`] per socket, the oldest closed
-//! first. What waits for the feed is bounded by [`FEED_BYTES`] and
-//! [`FEED_MESSAGES`]: past either, the sockets holding an `account/` key
-//! are closed as fallen behind (1008), and their clients subscribe again.
+//! first. What waits for the feed is bounded (`feed.rs`): past its bound,
+//! the sockets holding an `account/` key are closed as fallen behind
+//! (1008), and their clients subscribe again.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use agentos_protocol::seed::ws::{ChangeValue, RunWsEvent, WsEvent};
 use axum::extract::ws::Utf8Bytes;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 use super::changes::{audience, reason};
+use super::feed::{self, FeedMsg, FeedReceiver, FEED_MESSAGES};
 use super::outbox::{Out, CLOSE_OVERFLOW};
 use super::socket::Socket;
 use super::sockets::Sockets;
 use crate::control::{Control, SessionLink};
-use crate::http::api::render;
+use crate::http::common::render;
 use crate::runs::{RunEvent, Runs};
 use crate::sessions::{Item, SessionInfo, Tap};
 
-/// Messages waiting for the feed, at most.
-pub const FEED_MESSAGES: usize = 16_384;
-/// Bytes of events and updates waiting for the feed, at most.
-pub const FEED_BYTES: usize = 64 * 1024 * 1024;
 /// Sessions one socket sees through its account at once (each view is
 /// about 700 bytes of render state in its writer; a closed one opens again
 /// at the session's next item).
 pub const MAX_VIEWS: usize = 64;
 /// Sessions, agents and runs whose audience the feed keeps, each.
 const CACHE_ENTRIES: usize = 16_384;
-/// Bytes charged for a message besides what it carries.
-const OVERHEAD: usize = 256;
 /// How long a session found linked to no agent is taken to have none.
 const UNLINKED_FOR: Duration = Duration::from_secs(5);
-
-/// What the feed is handed.
-pub(super) enum FeedMsg {
-    /// A session's committed event or live update.
-    Item { session_id: Arc<str>, item: Item },
-    /// A session's new state.
-    State(Arc<SessionInfo>),
-    /// The sidecar renamed a session: its accounts hear `session-updated`.
-    Renamed(String),
-}
-
-impl FeedMsg {
-    fn estimate(&self) -> usize {
-        OVERHEAD
-            + match self {
-                FeedMsg::Item {
-                    item: Item::Durable(_, public),
-                    ..
-                } => public.len(),
-                FeedMsg::Item {
-                    item: Item::Ephemeral { update, .. },
-                    ..
-                } => update
-                    .pointer("/content/text")
-                    .and_then(serde_json::Value::as_str)
-                    .map_or(0, str::len),
-                FeedMsg::State(_) => 0,
-                FeedMsg::Renamed(id) => id.len(),
-            }
-    }
-}
-
-/// The feed's door: never waits; what does not fit marks the feed fallen
-/// behind.
-pub(super) struct FeedSender {
-    tx: mpsc::Sender<(FeedMsg, usize)>,
-    bytes: Arc<AtomicUsize>,
-    overflowed: Arc<AtomicBool>,
-}
-
-impl FeedSender {
-    pub(super) fn offer(&self, msg: FeedMsg) {
-        let size = msg.estimate();
-        if self.bytes.fetch_add(size, Ordering::AcqRel) + size > FEED_BYTES {
-            self.bytes.fetch_sub(size, Ordering::AcqRel);
-            self.overflowed.store(true, Ordering::Release);
-            return;
-        }
-        if self.tx.try_send((msg, size)).is_err() {
-            self.bytes.fetch_sub(size, Ordering::AcqRel);
-            self.overflowed.store(true, Ordering::Release);
-        }
-    }
-}
 
 impl Sockets {
     /// Starts the account-wide feed, once.
@@ -114,14 +54,7 @@ impl Sockets {
         if self.feed.get().is_some() {
             return;
         }
-        let (tx, rx) = mpsc::channel(FEED_MESSAGES);
-        let bytes = Arc::new(AtomicUsize::new(0));
-        let overflowed = Arc::new(AtomicBool::new(false));
-        let sender = FeedSender {
-            tx,
-            bytes: bytes.clone(),
-            overflowed: overflowed.clone(),
-        };
+        let (sender, rx) = feed::channel(FEED_MESSAGES);
         if self.feed.set(sender).is_err() {
             return;
         }
@@ -139,14 +72,7 @@ impl Sockets {
             handled: 0,
         };
         let run_events = runs.subscribe();
-        tokio::spawn(feed.run(rx, run_events, bytes, overflowed));
-    }
-
-    /// Hands the feed a message, if it runs.
-    pub(super) fn offer_feed(&self, msg: FeedMsg) {
-        if let Some(feed) = self.feed.get() {
-            feed.offer(msg);
-        }
+        tokio::spawn(feed.run(rx, run_events));
     }
 }
 
@@ -197,20 +123,13 @@ fn view_id(session_id: &str) -> Arc<str> {
 }
 
 impl Feed {
-    async fn run(
-        mut self,
-        mut rx: mpsc::Receiver<(FeedMsg, usize)>,
-        mut run_events: broadcast::Receiver<RunEvent>,
-        bytes: Arc<AtomicUsize>,
-        overflowed: Arc<AtomicBool>,
-    ) {
+    async fn run(mut self, mut rx: FeedReceiver, mut run_events: broadcast::Receiver<RunEvent>) {
         loop {
             tokio::select! {
                 msg = rx.recv() => {
-                    let Some((msg, size)) = msg else { return };
-                    bytes.fetch_sub(size, Ordering::AcqRel);
+                    let Some(msg) = msg else { return };
                     let Some(sockets) = self.sockets.upgrade() else { return };
-                    if overflowed.swap(false, Ordering::AcqRel) {
+                    if rx.fell_behind() {
                         self.fell_behind(&sockets);
                     }
                     match msg {
@@ -507,48 +426,5 @@ impl Feed {
                 socket.outbox.frame(frame.clone());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sender(capacity: usize) -> (FeedSender, mpsc::Receiver<(FeedMsg, usize)>) {
-        let (tx, rx) = mpsc::channel(capacity);
-        let sender = FeedSender {
-            tx,
-            bytes: Arc::new(AtomicUsize::new(0)),
-            overflowed: Arc::new(AtomicBool::new(false)),
-        };
-        (sender, rx)
-    }
-
-    fn update(text: &str) -> FeedMsg {
-        FeedMsg::Item {
-            session_id: Arc::from("s"),
-            item: Item::Ephemeral {
-                session_id: Arc::from("s"),
-                after_sequence: 1,
-                update: Arc::new(serde_json::json!({"content": {"text": text}})),
-            },
-        }
-    }
-
-    #[test]
-    fn what_does_not_fit_marks_the_feed_fallen_behind() {
-        let (feed, mut rx) = sender(2);
-        feed.offer(update("a"));
-        feed.offer(update("b"));
-        assert!(!feed.overflowed.load(Ordering::Acquire));
-        feed.offer(update("c"));
-        assert!(feed.overflowed.load(Ordering::Acquire), "past its messages");
-        assert_eq!(feed.bytes.load(Ordering::Acquire), 2 * (OVERHEAD + 1));
-        while rx.try_recv().is_ok() {}
-
-        let (feed, _rx) = sender(FEED_MESSAGES);
-        feed.offer(update(&"x".repeat(FEED_BYTES)));
-        assert!(feed.overflowed.load(Ordering::Acquire), "past its bytes");
-        assert_eq!(feed.bytes.load(Ordering::Acquire), 0);
     }
 }

@@ -34,6 +34,7 @@ use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
 
 use super::error::WsError;
+use super::feed::FeedMsg;
 use super::outbox::Out;
 use super::socket::{Hold, Socket};
 use super::sockets::Sockets;
@@ -228,7 +229,7 @@ impl Sockets {
                 let _ = socket.outbox.push(Out::State(info.clone()));
             }
         }
-        self.offer_feed(super::account::FeedMsg::State(info));
+        self.offer_feed(FeedMsg::State(info));
     }
 
     /// Starts relaying session states from the session service's notices,
@@ -286,7 +287,7 @@ async fn relay(
             }
         }
         if renamed {
-            sockets.offer_feed(super::account::FeedMsg::Renamed(session_id));
+            sockets.offer_feed(FeedMsg::Renamed(session_id));
         }
     }
 }

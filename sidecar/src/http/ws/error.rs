@@ -5,7 +5,7 @@
 
 use agentos_protocol::seed::ws::WsEvent;
 
-use crate::http::api::ApiError;
+use crate::http::common::ApiError;
 
 /// One refusal on a socket, with a stable snake_case code.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -18,10 +18,10 @@ use tokio::sync::oneshot;
 
 use super::error::WsError;
 use super::outbox::{Out, CLOSE_REVOKED};
-use super::socket::{Hold, Socket};
+use super::socket::{Feed, Hold, Socket};
+use super::state::WsState;
 use crate::control::{authz, AccessRole, ControlError};
-use crate::http::api::{render, ApiError};
-use crate::http::HttpState;
+use crate::http::common::{render, ApiError};
 use crate::sessions::{SessionError, Sink};
 
 /// Longest key accepted.
@@ -56,18 +56,17 @@ fn parse_key(key: &str) -> Result<Key<'_>, WsError> {
 
 /// Handles the signed envelope in `bytes`.
 pub(super) async fn handle(
-    state: &HttpState,
+    state: &WsState,
     socket: &Arc<Socket>,
     bytes: &[u8],
 ) -> Result<(), WsError> {
-    let (envelope, caller) = state.api.open(bytes).await?;
-    state.api.sockets.bind(socket, &caller.account)?;
+    let (envelope, caller) = state.verifier.open(bytes).await?;
+    state.sockets.bind(socket, &caller.account)?;
     if socket.note_signer(&caller.signer) && !caller.is_account_key() {
         // A revocation that committed after `open` verified this signer
         // scanned the sockets before the signer was noted here and closed
         // nothing: ask again now that any later revocation will find it.
         let still = state
-            .api
             .control
             .signer_role(&caller.account, &caller.signer)
             .await
@@ -102,19 +101,19 @@ fn unseen(key: &str) -> impl Fn(ControlError) -> WsError + '_ {
 }
 
 async fn subscribe(
-    state: &HttpState,
+    state: &WsState,
     socket: &Arc<Socket>,
     account: &str,
     key: &str,
     after_seq: Option<u64>,
 ) -> Result<(), WsError> {
     let parsed = parse_key(key)?;
-    let max = state.config.ws.max_subscriptions_per_socket;
+    let max = state.sockets.limits.max_subscriptions_per_socket;
     let again = socket.holds(key);
     if !again && socket.held() >= max as usize {
         return Err(WsError::SubscriptionsLimit(max));
     }
-    let control = &state.api.control;
+    let control = &state.control;
     let subscribed = WsEvent::Subscribed {
         key: key.to_owned(),
         account_id: account.to_owned(),
@@ -127,9 +126,8 @@ async fn subscribe(
             }
             replace(state, socket, key, Hold::Account);
             state
-                .api
                 .sockets
-                .start_feed(control.clone(), state.api.turns.runs().clone());
+                .start_feed(control.clone(), state.runs.clone());
             socket.outbox.frame(subscribed);
         }
         Key::Agent(agent_id) => {
@@ -138,15 +136,14 @@ async fn subscribe(
                 .map_err(unseen(key))?;
             replace(state, socket, key, Hold::Agent(agent_id.to_owned()));
             state
-                .api
                 .sockets
-                .start_feed(control.clone(), state.api.turns.runs().clone());
+                .start_feed(control.clone(), state.runs.clone());
             let recheck = authz::require_read(control, account, agent_id).await;
             recheck.map_err(|e| withdraw(state, socket, key, e))?;
             socket.outbox.frame(subscribed);
         }
         Key::Run(root_id) => {
-            let runs = state.api.turns.runs();
+            let runs = &state.runs;
             let missing = |_| WsError::NotFound(key.to_owned());
             let root = runs.get(root_id).await.map_err(missing)?;
             let check = || {
@@ -178,7 +175,7 @@ async fn subscribe(
                 key,
                 Hold::Run {
                     agent_id: root.agent_id.clone(),
-                    feed: Arc::new(super::socket::Feed(feed.abort_handle())),
+                    feed: Arc::new(Feed(feed.abort_handle())),
                 },
             );
             check().await.map_err(|e| withdraw(state, socket, key, e))?;
@@ -191,7 +188,7 @@ async fn subscribe(
                 authz::require_session(control, account, session_id, AccessRole::Reader)
                     .await
                     .map_err(unseen(key))?;
-            let sessions = &state.api.sessions;
+            let sessions = &state.sessions;
             let not_found = |e: SessionError| match e {
                 SessionError::NotFound(_) => WsError::NotFound(key.to_owned()),
                 other => WsError::Api(other.into()),
@@ -262,11 +259,11 @@ async fn subscribe(
 /// Drops a subscription whose access was refused on the check made after
 /// it was indexed, without a frame (the client was never told it was
 /// subscribed), and answers the refusal.
-fn withdraw(state: &HttpState, socket: &Arc<Socket>, key: &str, e: ControlError) -> WsError {
+fn withdraw(state: &WsState, socket: &Arc<Socket>, key: &str, e: ControlError) -> WsError {
     if let Some(hold) = socket.release(key) {
-        state.api.sockets.unindex(socket.id, key, hold.agent());
+        state.sockets.unindex(socket.id, key, hold.agent());
         if let Hold::Session { sub_id, .. } = &hold {
-            state.api.sessions.hub().unsubscribe(sub_id);
+            state.sessions.hub().unsubscribe(sub_id);
         }
     }
     unseen(key)(e)
@@ -282,27 +279,27 @@ fn withdraw(state: &HttpState, socket: &Arc<Socket>, key: &str, e: ControlError)
 /// announced to no one and the subscription would outlive it. Checked again
 /// after indexing, either that check sees the committed removal, or the
 /// removal commits later and its announcement finds this socket indexed.
-fn replace(state: &HttpState, socket: &Arc<Socket>, key: &str, hold: Hold) {
+fn replace(state: &WsState, socket: &Arc<Socket>, key: &str, hold: Hold) {
     let agent = hold.agent().map(str::to_owned);
     if let Some(old) = socket.release(key) {
         end(state, socket, key, &old, None);
     }
     socket.hold(key, hold);
-    state.api.sockets.index(socket.id, key, agent.as_deref());
+    state.sockets.index(socket.id, key, agent.as_deref());
 }
 
 /// Ends what `hold` held; `frame` is sent after the last of it.
 pub(super) fn end(
-    state: &HttpState,
+    state: &WsState,
     socket: &Arc<Socket>,
     key: &str,
     hold: &Hold,
     frame: Option<String>,
 ) {
-    state.api.sockets.unindex(socket.id, key, hold.agent());
+    state.sockets.unindex(socket.id, key, hold.agent());
     match hold {
         Hold::Session { sub_id, .. } => {
-            state.api.sessions.hub().unsubscribe(sub_id);
+            state.sessions.hub().unsubscribe(sub_id);
             let _ = socket.outbox.push(Out::End {
                 sub_id: sub_id.clone(),
                 frame,
@@ -316,7 +313,7 @@ pub(super) fn end(
     }
 }
 
-fn unsubscribe(state: &HttpState, socket: &Arc<Socket>, key: &str) {
+fn unsubscribe(state: &WsState, socket: &Arc<Socket>, key: &str) {
     let frame = WsEvent::Unsubscribed {
         key: key.to_owned(),
     }

@@ -1,7 +1,9 @@
-//! One socket's outgoing side: the queue of what is still to be sent,
-//! bounded in bytes by `http.ws.maxQueuedBytesPerSocket`, and the socket's
-//! close signal; and the process-wide budget every socket's queue counts
-//! against (`http.ws.maxQueuedBytes`).
+//! One socket's outgoing side, on the doors' shared outbox
+//! (`doors/outbox.rs`): the queue of what is still to be sent, bounded in
+//! bytes by `http.ws.maxQueuedBytesPerSocket`, and the socket's close
+//! signal; and the process-wide pool every socket's queue counts against
+//! (`http.ws.maxQueuedBytes`). This door configures it to close, never to
+//! refuse and wait:
 //!
 //! Queuing never waits: the session hub and the change feed push from
 //! their own tasks, and a socket that does not read must not slow either.
@@ -19,22 +21,17 @@
 //! and keeps receiving. A closing socket's bytes leave the budget at once:
 //! nothing queued is sent after a close.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 
 use axum::extract::ws::Utf8Bytes;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::control::SessionLink;
+use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Refused};
 use crate::sessions::{Item, SessionInfo, SinkRefusal};
 
 /// Why and how a socket closes (a WebSocket close code and its reason).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Close {
-    pub code: u16,
-    pub reason: &'static str,
-}
+pub use crate::doors::outbox::Close;
 
 /// 1000: the peer left or asked to close.
 pub const CLOSE_NORMAL: Close = Close {
@@ -128,185 +125,42 @@ impl Out {
     }
 }
 
-/// What one socket has queued, shared with the budget (which closes the
-/// sockets furthest behind).
-struct Account {
-    queued: Mutex<Queued>,
-    close: watch::Sender<Option<Close>>,
-}
-
-#[derive(Default)]
-struct Queued {
-    bytes: usize,
-    /// The socket is closing: its bytes left the budget, nothing more is
-    /// queued or counted.
-    released: bool,
-}
-
-impl Account {
-    fn lock(&self) -> MutexGuard<'_, Queued> {
-        self.queued.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// The bytes queued to every socket of the process, against
 /// `http.ws.maxQueuedBytes`.
-pub struct Budget {
-    max: usize,
-    total: AtomicUsize,
-    members: Mutex<HashMap<u64, Weak<Account>>>,
-    /// One relief at a time; the others' pushes are covered by it.
-    relieving: Mutex<()>,
+pub type Budget = Pool;
+
+/// The sockets' pool: past it, the sockets furthest behind close.
+pub fn budget(max: u64) -> Arc<Budget> {
+    Pool::new(max, PoolOverflow::CloseFurthestBehind(CLOSE_BUDGET))
 }
 
-impl Budget {
-    pub fn new(max: u64) -> Arc<Budget> {
-        Arc::new(Budget {
-            max: usize::try_from(max).unwrap_or(usize::MAX),
-            total: AtomicUsize::new(0),
-            members: Mutex::default(),
-            relieving: Mutex::new(()),
-        })
-    }
+/// What the writer takes off a socket's outbox.
+pub(super) type Queue = outbox::Queue<Out>;
 
-    /// Bytes queued to all sockets now.
-    pub fn queued(&self) -> usize {
-        self.total.load(Ordering::Acquire)
-    }
-
-    fn members(&self) -> MutexGuard<'_, HashMap<u64, Weak<Account>>> {
-        self.members.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Over the budget: closes the sockets furthest behind until the total
-    /// is back under seven eighths of it.
-    fn relieve(&self) {
-        let Ok(_one) = self.relieving.try_lock() else {
-            return;
-        };
-        let target = self.max - self.max / 8;
-        if self.queued() <= self.max {
-            return;
-        }
-        let mut behind: Vec<(usize, Arc<Account>)> = self
-            .members()
-            .values()
-            .filter_map(Weak::upgrade)
-            .map(|account| {
-                let bytes = account.lock().bytes;
-                (bytes, account)
-            })
-            .collect();
-        behind.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-        let mut closed = 0usize;
-        for (_, account) in behind {
-            if self.queued() <= target {
-                break;
-            }
-            close(&account, &self.total, CLOSE_BUDGET);
-            closed += 1;
-        }
-        tracing::warn!(
-            closed,
-            queued = self.queued(),
-            limit = self.max,
-            "closed the websockets furthest behind: over http.ws.maxQueuedBytes"
-        );
-    }
-}
-
-/// Asks the socket to close (the first reason wins) and takes its bytes
-/// out of the budget.
-fn close(account: &Account, total: &AtomicUsize, why: Close) {
-    account.close.send_if_modified(|current| {
-        if current.is_some() {
-            return false;
-        }
-        *current = Some(why);
-        true
-    });
-    let mut queued = account.lock();
-    if !queued.released {
-        queued.released = true;
-        total.fetch_sub(queued.bytes, Ordering::AcqRel);
-        queued.bytes = 0;
-    }
-}
-
-/// The queue and the close signal of one socket.
-pub(super) struct Outbox {
-    id: u64,
-    tx: mpsc::UnboundedSender<(Out, usize)>,
-    limit: usize,
-    account: Arc<Account>,
-    budget: Arc<Budget>,
-}
+/// The queue and the close signal of one socket; dropped, the socket is
+/// closed.
+pub(super) struct Outbox(outbox::Outbox<Out>);
 
 impl Drop for Outbox {
     fn drop(&mut self) {
-        close(&self.account, &self.budget.total, CLOSE_NORMAL);
-        self.budget.members().remove(&self.id);
+        self.0.close(CLOSE_NORMAL);
     }
 }
 
 impl Outbox {
-    pub(super) fn new(
-        id: u64,
-        limit: u64,
-        budget: Arc<Budget>,
-    ) -> (Outbox, mpsc::UnboundedReceiver<(Out, usize)>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (close, _) = watch::channel(None);
-        let account = Arc::new(Account {
-            queued: Mutex::default(),
-            close,
-        });
-        budget.members().insert(id, Arc::downgrade(&account));
-        let outbox = Outbox {
-            id,
-            tx,
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-            account,
-            budget,
-        };
-        (outbox, rx)
+    pub(super) fn new(limit: u64, budget: &Arc<Budget>) -> (Outbox, Queue) {
+        let (outbox, queue) = outbox::Outbox::new(budget, limit, Overflow::Close(CLOSE_OVERFLOW));
+        (Outbox(outbox), queue)
     }
 
     /// Queues `out` if it fits; otherwise the socket closes as a consumer
     /// that fell behind.
     pub(super) fn push(&self, out: Out) -> Result<(), SinkRefusal> {
         let n = out.estimate();
-        let total = {
-            let mut queued = self.account.lock();
-            if queued.released {
-                return Err(SinkRefusal::Closed);
-            }
-            if queued.bytes != 0 && queued.bytes.saturating_add(n) > self.limit {
-                let bytes = queued.bytes;
-                drop(queued);
-                tracing::warn!(
-                    queued = bytes,
-                    limit = self.limit,
-                    "closing a websocket over http.ws.maxQueuedBytesPerSocket"
-                );
-                self.close(CLOSE_OVERFLOW);
-                return Err(SinkRefusal::Overflow);
-            }
-            queued.bytes += n;
-            self.budget.total.fetch_add(n, Ordering::AcqRel) + n
-        };
-        if self.tx.send((out, n)).is_err() {
-            self.taken(n);
-            return Err(SinkRefusal::Closed);
-        }
-        if total > self.budget.max {
-            self.budget.relieve();
-        }
-        if self.is_closing() {
-            // Closed by the relief: what was just queued is not sent.
-            return Err(SinkRefusal::Overflow);
-        }
-        Ok(())
+        self.0.push(out, n).map_err(|refused| match refused {
+            Refused::Full => SinkRefusal::Overflow,
+            Refused::Closed => SinkRefusal::Closed,
+        })
     }
 
     /// A rendered frame; false when the socket is closing.
@@ -315,31 +169,29 @@ impl Outbox {
     }
 
     /// The writer took an entry of `n` bytes off the queue.
+    #[cfg(test)]
     pub(super) fn taken(&self, n: usize) {
-        let mut queued = self.account.lock();
-        if !queued.released {
-            queued.bytes -= n.min(queued.bytes);
-            self.budget.total.fetch_sub(n, Ordering::AcqRel);
-        }
+        self.0.release(n);
     }
 
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {
-        self.account.lock().bytes
+        self.0.queued()
     }
 
     /// Asks the socket to close; the first reason wins.
     pub(super) fn close(&self, why: Close) {
-        close(&self.account, &self.budget.total, why);
+        self.0.close(why);
     }
 
+    #[cfg(test)]
     pub(super) fn is_closing(&self) -> bool {
-        self.account.close.borrow().is_some()
+        self.0.is_closing()
     }
 
     /// Watches for the close request.
     pub(super) fn closing(&self) -> watch::Receiver<Option<Close>> {
-        self.account.close.subscribe()
+        self.0.closing()
     }
 }
 
@@ -349,8 +201,8 @@ mod tests {
 
     #[test]
     fn the_queue_is_bounded_in_bytes_and_overflow_closes() {
-        let budget = Budget::new(1 << 30);
-        let (outbox, mut rx) = Outbox::new(1, 100, budget.clone());
+        let budget = budget(1 << 30);
+        let (outbox, mut rx) = Outbox::new(100, &budget);
         // Alone, a frame larger than the bound passes.
         assert!(outbox.frame("x".repeat(150)));
         let (_, n) = rx.try_recv().unwrap();
@@ -381,10 +233,10 @@ mod tests {
 
     #[test]
     fn over_the_budget_the_sockets_furthest_behind_close_first() {
-        let budget = Budget::new(1000);
-        let (slow, _slow_rx) = Outbox::new(1, 10_000, budget.clone());
-        let (slower, _slower_rx) = Outbox::new(2, 10_000, budget.clone());
-        let (reader, mut reader_rx) = Outbox::new(3, 10_000, budget.clone());
+        let budget = budget(1000);
+        let (slow, _slow_rx) = Outbox::new(10_000, &budget);
+        let (slower, _slower_rx) = Outbox::new(10_000, &budget);
+        let (reader, mut reader_rx) = Outbox::new(10_000, &budget);
         let frame: Utf8Bytes = "f".repeat(100).into();
         for _ in 0..3 {
             assert!(slow.frame(frame.clone()));

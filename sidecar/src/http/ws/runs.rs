@@ -14,11 +14,8 @@ use agentos_protocol::seed::ws::RunWsEvent;
 use tokio::sync::{broadcast, oneshot};
 
 use super::socket::Socket;
-use crate::http::api::render;
-use crate::runs::{JournalRow, RunEvent, RunScope, Runs};
-
-/// Journal entries read per page of a replay.
-const PAGE: u64 = 1_000;
+use crate::http::common::render;
+use crate::runs::{JournalPage, JournalRow, RunEvent, RunScope, Runs};
 
 struct Feed {
     runs: Runs,
@@ -76,10 +73,13 @@ impl Feed {
         for run in tree {
             loop {
                 let after = self.sent.get(&run.run_id).copied().unwrap_or(self.floor);
-                let Ok(rows) = self.runs.journal(&run.run_id, after, PAGE).await else {
+                let Ok(page) = JournalPage::new(Some(after), None) else {
                     break;
                 };
-                let full = rows.len() as u64 == PAGE;
+                let Ok(rows) = self.runs.journal_page(&run, page).await else {
+                    break;
+                };
+                let full = page.is_full(rows.len());
                 for row in rows {
                     if !self.entry(row) {
                         return false;

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::account::FeedSender;
 use super::error::WsError;
-use super::outbox::{Budget, CLOSE_REVOKED, CLOSE_SHUTDOWN};
-use super::socket::Socket;
+use super::feed::{FeedMsg, FeedSender};
+use super::outbox::{budget, Budget, CLOSE_REVOKED, CLOSE_SHUTDOWN};
+use super::socket::{Index as SocketIndex, Socket};
 use crate::config::WsLimits;
 use crate::sessions::Sessions;
 
@@ -85,7 +85,7 @@ impl Sockets {
             closed_all: Notify::new(),
             index: Mutex::new(Index::default()),
             relaying: AtomicBool::new(false),
-            budget: Budget::new(limits.max_queued_bytes),
+            budget: budget(limits.max_queued_bytes),
             accounts: Mutex::default(),
             feed: OnceLock::new(),
             audience_epoch: AtomicU64::new(0),
@@ -198,6 +198,13 @@ impl Sockets {
             .store(index.account_keys, Ordering::Release);
     }
 
+    /// Hands the account-wide feed (`account.rs`) a message, if it runs.
+    pub(super) fn offer_feed(&self, msg: FeedMsg) {
+        if let Some(feed) = self.feed.get() {
+            feed.offer(msg);
+        }
+    }
+
     /// The sockets indexed under `key` (each still checks that it holds
     /// it).
     pub(super) fn holders(&self, key: &str) -> Vec<Arc<Socket>> {
@@ -300,6 +307,12 @@ impl Sockets {
             }
         };
         tokio::time::timeout(deadline, all_closed).await.is_ok()
+    }
+}
+
+impl SocketIndex for Sockets {
+    fn unindex(&self, socket: u64, key: &str, agent: Option<&str>) {
+        Sockets::unindex(self, socket, key, agent);
     }
 }
 

@@ -20,6 +20,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::outbox::{Close, Out, Queue, CLOSE_NORMAL};
+use crate::control::SessionLink;
+use crate::http::common::render;
+use crate::sessions::{Item, SessionInfo};
 use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
 use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
@@ -28,13 +32,6 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::SinkExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
-
-use super::outbox::{Close, Out};
-use super::socket::Socket;
-use crate::control::SessionLink;
-use crate::http::api::render;
-use crate::sessions::{Item, SessionInfo};
 
 /// One session subscription as its frames are rendered.
 struct SessionView {
@@ -286,12 +283,11 @@ type WsSink = SplitSink<WebSocket, Message>;
 /// could not be, within `close_wait`).
 pub(super) async fn run(
     mut sink: WsSink,
-    socket: Arc<Socket>,
-    mut queue: mpsc::UnboundedReceiver<(Out, usize)>,
+    mut queue: Queue,
     ping_every: Duration,
     close_wait: Duration,
 ) {
-    let mut closing = socket.outbox.closing();
+    let mut closing = queue.closing();
     let mut render = Render::default();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -305,7 +301,7 @@ pub(super) async fn run(
             _ = closing.changed() => continue,
             entry = queue.recv() => match entry {
                 Some((entry, n)) => {
-                    socket.outbox.taken(n);
+                    queue.release(n);
                     render.frames(entry).into_iter().map(Message::Text).collect()
                 }
                 None => break,
@@ -330,16 +326,13 @@ pub(super) async fn run(
     // Nothing queued is sent once the socket closes.
     queue.close();
     while let Ok((_, n)) = queue.try_recv() {
-        socket.outbox.taken(n);
+        queue.release(n);
     }
     if !sent_ok {
-        socket.outbox.close(super::outbox::CLOSE_NORMAL);
+        queue.close_with(CLOSE_NORMAL);
         return;
     }
-    let close = closing
-        .borrow()
-        .clone()
-        .unwrap_or(super::outbox::CLOSE_NORMAL);
+    let close = closing.borrow().clone().unwrap_or(CLOSE_NORMAL);
     let Close { code, reason } = close;
     let frame = CloseFrame {
         code,

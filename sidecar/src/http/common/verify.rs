@@ -17,9 +17,10 @@ use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cid_of, Capability, Envelope, Role};
 
 use super::error::ApiError;
-use super::replay::Refusal;
-use super::SignedApi;
-use crate::control::{ControlError, SignerRole};
+use super::keys::KeyCache;
+use super::replay::{Refusal, ReplayCache};
+use crate::config::HttpConfig;
+use crate::control::{Control, ControlError, SignerRole};
 
 /// A verified caller.
 #[derive(Clone, Debug)]
@@ -39,7 +40,7 @@ impl Caller {
     }
 }
 
-pub(super) use agentos_base::clock::unix_ms as now_ms;
+use agentos_base::clock::unix_ms as now_ms;
 
 /// Whether `ts` is at most `window` ms away from `now`, either way. Computed
 /// without overflow: `ts` comes from outside and may be any `i64`.
@@ -54,14 +55,45 @@ fn out_of_window(window: i64) -> ApiError {
     )
 }
 
-impl SignedApi {
+/// The envelope check of the signed door, shared by `POST /api/message`
+/// and `/agents/ws`: one replay cache, so a request accepted one way is a
+/// replay the other way.
+pub struct Verifier {
+    control: Control,
+    /// `http.maxBodyBytes`: the most one envelope may be.
+    max_body_bytes: u64,
+    /// `http.timestampWindowMs`.
+    timestamp_window_ms: u64,
+    replay: ReplayCache,
+    keys: KeyCache,
+}
+
+impl Verifier {
+    pub fn new(control: Control, config: &HttpConfig) -> Verifier {
+        Verifier {
+            control,
+            max_body_bytes: config.max_body_bytes,
+            timestamp_window_ms: config.timestamp_window_ms,
+            replay: ReplayCache::new(config.replay_cache_entries),
+            keys: KeyCache::default(),
+        }
+    }
+
+    /// Decodes (bounded by `http.maxBodyBytes`) and verifies an envelope.
+    pub async fn open(&self, body: &[u8]) -> Result<(Envelope, Caller), ApiError> {
+        let max = usize::try_from(self.max_body_bytes).unwrap_or(usize::MAX);
+        let envelope = Envelope::decode(body, max)?;
+        let caller = self.verify(&envelope).await?;
+        Ok((envelope, caller))
+    }
+
     /// Verifies `envelope` and admits it to the replay cache.
     pub async fn verify(&self, envelope: &Envelope) -> Result<Caller, ApiError> {
         let key = self.keys.get(envelope.signer.public_key())?;
         envelope.verify_signature_with(&key)?;
         let ts = envelope.ts_ms()?;
         let now = now_ms();
-        let window = i64::try_from(self.config.timestamp_window_ms).unwrap_or(i64::MAX);
+        let window = i64::try_from(self.timestamp_window_ms).unwrap_or(i64::MAX);
         if !within_window(ts, now, window) {
             return Err(out_of_window(window));
         }
