@@ -22,42 +22,11 @@
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use agentos_protocol::seed::{cbor, json_to_ipld, JsonForm};
-use common::workspace_root;
+use common::{node_peers_present, peers, workspace_root};
 use serde_json::{json, Value};
-
-fn peers() -> PathBuf {
-    workspace_root().join(".peers")
-}
-
-/// Whether node and the peers are there; prints why not.
-fn node_present() -> bool {
-    let codec = peers().join("node_modules/@ipld/dag-cbor");
-    if !codec.exists() {
-        return missing(format!(
-            "{} is missing; run scripts/install-peers",
-            codec.display()
-        ));
-    }
-    if Command::new("node").arg("--version").output().is_err() {
-        return missing("node is not on PATH".into());
-    }
-    true
-}
-
-/// A peer is missing: outside CI the test is skipped with a note; under CI
-/// (`CI` set, as `.ci/run` runs) it fails, so a broken install cannot pass
-/// unseen.
-fn missing(why: String) -> bool {
-    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-        panic!("the Node encoding check needs its peers under CI: {why}");
-    }
-    eprintln!("note: skipping the Node encoding check: {why}");
-    false
-}
 
 /// Node's bytes for each item (`{"json": text}` or `{"bigint": text}`).
 fn node_encode(items: &[Value]) -> Vec<Vec<u8>> {
@@ -208,7 +177,7 @@ const EXACT_PAST_JAVASCRIPT: [&str; 7] = [
 
 #[test]
 fn json_values_encode_as_seeds_javascript_client_encodes_them() {
-    if !node_present() {
+    if !node_peers_present("the Node encoding check") {
         return;
     }
     let texts = same_as_javascript();

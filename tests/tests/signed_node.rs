@@ -11,45 +11,14 @@
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use agentos_protocol::seed::Ipld;
 use agentos_tests::http::Target;
 use agentos_tests::seed::{field, fresh_ts, post, Answer, Signer};
 use base64::Engine;
-use common::{workspace_root, Backend, Options, Sidecar};
+use common::{node_peers_present, peers, workspace_root, Backend, Options, Sidecar};
 use serde_json::{json, Value};
-
-fn peers() -> PathBuf {
-    workspace_root().join(".peers")
-}
-
-/// Whether node and the peers are there; prints why not.
-fn node_present() -> bool {
-    let codec = peers().join("node_modules/@ipld/dag-cbor");
-    if !codec.exists() {
-        return missing(format!(
-            "{} is missing; run scripts/install-peers",
-            codec.display()
-        ));
-    }
-    if Command::new("node").arg("--version").output().is_err() {
-        return missing("node is not on PATH".into());
-    }
-    true
-}
-
-/// A peer is missing: outside CI the test is skipped with a note; under CI
-/// (`CI` set, as `.ci/run` runs) it fails, so a broken install cannot pass
-/// unseen.
-fn missing(why: String) -> bool {
-    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-        panic!("the Node-signed requests needs its peers under CI: {why}");
-    }
-    eprintln!("note: skipping the Node-signed requests: {why}");
-    false
-}
 
 /// Runs `seed-sign.mjs <command>` with `spec` on its standard input.
 fn node(command: &str, spec: &Value) -> String {
@@ -151,7 +120,7 @@ fn list(answer: &Answer, name: &str) -> Vec<Ipld> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_signed_by_seeds_libraries_are_accepted() {
-    if !node_present() {
+    if !node_peers_present("the Node-signed requests") {
         return;
     }
     let sc = Sidecar::start_with(

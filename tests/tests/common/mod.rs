@@ -94,6 +94,34 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where `scripts/install-peers` puts the Node peers.
+pub fn peers() -> PathBuf {
+    workspace_root().join(".peers")
+}
+
+/// Whether node and the Node peers are there. Without them a test is
+/// skipped with a note naming `what`, outside CI; under CI (`CI` set, as
+/// `.ci/run` runs) it fails, so a broken install cannot pass unseen.
+pub fn node_peers_present(what: &str) -> bool {
+    let codec = peers().join("node_modules/@ipld/dag-cbor");
+    let why = if !codec.exists() {
+        format!("{} is missing; run scripts/install-peers", codec.display())
+    } else if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        "node is not on PATH".to_owned()
+    } else {
+        return true;
+    };
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{what} needs its peers under CI: {why}");
+    }
+    eprintln!("note: skipping {what}: {why}");
+    false
+}
+
 /// A workspace binary next to the test executable: `target/<profile>/name`.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable has a path");
