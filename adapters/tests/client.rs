@@ -8,6 +8,7 @@ use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
     RpcError,
 };
+use agentos_protocol::acp::methods;
 use serde_json::{json, Value};
 
 const FAKE_AGENT: &str = env!("CARGO_BIN_EXE_agentos-fake-agent");
@@ -43,7 +44,7 @@ async fn start(args: &[&str]) -> (AdapterConnection, AdapterEvents) {
 
 async fn new_session(conn: &AdapterConnection) -> String {
     let result = conn
-        .request("session/new", json!({"cwd": "/", "mcpServers": []}))
+        .request(methods::SESSION_NEW, json!({"cwd": "/", "mcpServers": []}))
         .await
         .expect("session/new succeeds");
     result["sessionId"]
@@ -72,7 +73,7 @@ async fn run_prompt(
     text: &str,
     mut answer: impl FnMut(&str, &Value) -> Result<Value, RpcError>,
 ) -> (Result<Value, AdapterError>, Vec<Value>, Vec<AdapterEvent>) {
-    let request = conn.request("session/prompt", prompt_params(session, text));
+    let request = conn.request(methods::SESSION_PROMPT, prompt_params(session, text));
     tokio::pin!(request);
     let mut updates = Vec::new();
     let mut others = Vec::new();
@@ -130,7 +131,7 @@ async fn initialize_reports_capabilities_and_agent_info() {
     assert!(!conn.is_alive());
     conn.shutdown().await;
     assert_eq!(
-        conn.notify("session/cancel", json!({})),
+        conn.notify(methods::SESSION_CANCEL, json!({})),
         Err(AdapterError::Closed)
     );
 }
@@ -152,7 +153,7 @@ async fn echo_and_config_options() {
 
     let options = conn
         .request(
-            "session/set_config_option",
+            methods::SESSION_SET_CONFIG_OPTION,
             json!({"sessionId": session, "configId": "mode", "value": "careful"}),
         )
         .await
@@ -160,7 +161,7 @@ async fn echo_and_config_options() {
     assert_eq!(options["configOptions"][0]["currentValue"], "careful");
     let bad = conn
         .request(
-            "session/set_config_option",
+            methods::SESSION_SET_CONFIG_OPTION,
             json!({"sessionId": session, "configId": "mode", "value": "reckless"}),
         )
         .await
@@ -195,7 +196,7 @@ async fn permission_round_trip() {
             &session,
             "permission",
             |method, params| {
-                assert_eq!(method, "session/request_permission");
+                assert_eq!(method, methods::SESSION_REQUEST_PERMISSION);
                 // Choose by kind, never by position.
                 let kind = if option == "allow" {
                     "allow_once"
@@ -232,7 +233,7 @@ async fn cancel_ends_a_waiting_turn() {
     let turn = {
         let conn = conn.clone();
         let params = prompt_params(&session, "wait_for_cancel");
-        tokio::spawn(async move { conn.request("session/prompt", params).await })
+        tokio::spawn(async move { conn.request(methods::SESSION_PROMPT, params).await })
     };
     match next_event(&mut events).await {
         AdapterEvent::SessionUpdate(update) => {
@@ -240,7 +241,7 @@ async fn cancel_ends_a_waiting_turn() {
         }
         other => panic!("expected the waiting chunk, got {other:?}"),
     }
-    conn.notify("session/cancel", json!({"sessionId": session}))
+    conn.notify(methods::SESSION_CANCEL, json!({"sessionId": session}))
         .unwrap();
     let result = tokio::time::timeout(PATIENCE, turn)
         .await
@@ -272,7 +273,10 @@ async fn exit_mid_turn_fails_the_request_and_reports_the_status() {
     );
     assert!(events.recv().await.is_none(), "Exited is the last event");
     assert!(!conn.is_alive());
-    let late = conn.request("session/new", json!({})).await.unwrap_err();
+    let late = conn
+        .request(methods::SESSION_NEW, json!({}))
+        .await
+        .unwrap_err();
     assert_eq!(late.code().as_str(), "adapter_exited");
 }
 
@@ -328,7 +332,7 @@ async fn caller_answers_unknown_and_fs_requests() {
         &session,
         "fs_read /notes.md",
         |method, params| {
-            assert_eq!(method, "fs/read_text_file");
+            assert_eq!(method, methods::FS_READ_TEXT_FILE);
             assert_eq!(params["path"], "/notes.md");
             Ok(json!({"content": "remember the milk"}))
         },
@@ -361,7 +365,7 @@ async fn agent_answers_unknown_methods_with_method_not_found() {
     }
     // The agent does not advertise load, so it does not implement it.
     let error = conn
-        .request("session/load", json!({"sessionId": "x"}))
+        .request(methods::SESSION_LOAD, json!({"sessionId": "x"}))
         .await
         .unwrap_err();
     assert!(!error.is_unknown_session());
@@ -381,7 +385,7 @@ async fn concurrent_requests_from_several_tasks() {
         let conn = conn.clone();
         let params = prompt_params(session, &format!("sleep {}", 50 * (4 - i)));
         turns.push(tokio::spawn(async move {
-            conn.request("session/prompt", params).await
+            conn.request(methods::SESSION_PROMPT, params).await
         }));
     }
     let news: Vec<_> = (0..8)
@@ -408,7 +412,7 @@ async fn request_timeout_is_typed_and_the_connection_survives() {
     let drain = tokio::spawn(async move { while events.recv().await.is_some() {} });
     let error = conn
         .request_timeout(
-            "session/prompt",
+            methods::SESSION_PROMPT,
             prompt_params(&session, "never_answer"),
             Duration::from_millis(100),
         )
@@ -417,11 +421,11 @@ async fn request_timeout_is_typed_and_the_connection_survives() {
     assert_eq!(
         error,
         AdapterError::Timeout {
-            method: "session/prompt".into()
+            method: methods::SESSION_PROMPT.into()
         }
     );
     // The late cancelled answer is ignored; new requests still work.
-    conn.notify("session/cancel", json!({"sessionId": session}))
+    conn.notify(methods::SESSION_CANCEL, json!({"sessionId": session}))
         .unwrap();
     new_session(&conn).await;
     conn.shutdown().await;
@@ -518,7 +522,7 @@ async fn restore_across_restart(flag: &str, method: &str) -> (Vec<Value>, Vec<Va
 
 #[tokio::test]
 async fn load_replays_across_processes() {
-    let (sent, replayed) = restore_across_restart("--load-session", "session/load").await;
+    let (sent, replayed) = restore_across_restart("--load-session", methods::SESSION_LOAD).await;
     assert_eq!(replayed[0]["sessionUpdate"], "user_message_chunk");
     assert_eq!(replayed[0]["content"]["text"], "stream 3");
     assert_eq!(&replayed[1..], sent.as_slice());
@@ -526,7 +530,7 @@ async fn load_replays_across_processes() {
 
 #[tokio::test]
 async fn resume_works_across_processes_without_replay() {
-    let (_, replayed) = restore_across_restart("--resume", "session/resume").await;
+    let (_, replayed) = restore_across_restart("--resume", methods::SESSION_RESUME).await;
     assert!(replayed.is_empty());
 }
 
@@ -534,7 +538,10 @@ async fn resume_works_across_processes_without_replay() {
 async fn restore_error_is_not_an_unknown_session() {
     let (conn, _events) = start(&["--resume", "--restore-error"]).await;
     let error = conn
-        .request("session/resume", json!({"sessionId": "abc", "cwd": "/"}))
+        .request(
+            methods::SESSION_RESUME,
+            json!({"sessionId": "abc", "cwd": "/"}),
+        )
         .await
         .unwrap_err();
     assert_eq!(error.code().as_str(), "adapter_rpc_error");
@@ -579,8 +586,11 @@ async fn unread_stdout_is_bounded_and_the_reader_waits_instead_of_growing() {
     let request = tokio::spawn({
         let conn = conn.clone();
         async move {
-            conn.request("session/prompt", prompt_params(&session, "flood 2000"))
-                .await
+            conn.request(
+                methods::SESSION_PROMPT,
+                prompt_params(&session, "flood 2000"),
+            )
+            .await
         }
     });
     let deadline = tokio::time::Instant::now() + PATIENCE;

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use agentos_adapters::{AdapterCommand, AdapterConnection, AdapterEvent, AdapterOptions};
+use agentos_protocol::acp::methods;
 use serde_json::{json, Value};
 
 const EXAMPLE_AGENT: &str = concat!(
@@ -35,22 +36,25 @@ async fn allow_path_matches_the_reference_transcript() {
             json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true}),
         )
         .await
-        .expect("initialize");
+        .expect(methods::INITIALIZE);
     assert_eq!(init.protocol_version, 1);
     assert!(!init.supports_load());
     assert!(!init.supports_resume());
     assert_eq!(init.agent_info, None);
 
     let session = conn
-        .request("session/new", json!({"cwd": "/tmp", "mcpServers": []}))
+        .request(
+            methods::SESSION_NEW,
+            json!({"cwd": "/tmp", "mcpServers": []}),
+        )
         .await
-        .expect("session/new")["sessionId"]
+        .expect(methods::SESSION_NEW)["sessionId"]
         .as_str()
         .expect("session id")
         .to_owned();
 
     let prompt = conn.request(
-        "session/prompt",
+        methods::SESSION_PROMPT,
         json!({"sessionId": session, "prompt": [{"type": "text", "text": "hello"}]}),
     );
     tokio::pin!(prompt);
@@ -65,7 +69,7 @@ async fn allow_path_matches_the_reference_transcript() {
                     updates.push(update.update());
                 }
                 Some(AdapterEvent::Request { id, method, params }) => {
-                    assert_eq!(method, "session/request_permission");
+                    assert_eq!(method, methods::SESSION_REQUEST_PERMISSION);
                     permission_requests += 1;
                     let allow = params["options"]
                         .as_array()
@@ -129,10 +133,10 @@ async fn unknown_session_and_unsupported_methods_are_typed() {
         .expect("node starts the example agent");
     conn.initialize(Value::Null, json!({}))
         .await
-        .expect("initialize");
+        .expect(methods::INITIALIZE);
     let unknown = conn
         .request(
-            "session/prompt",
+            methods::SESSION_PROMPT,
             json!({"sessionId": "nope", "prompt": [{"type": "text", "text": "hi"}]}),
         )
         .await
@@ -140,7 +144,7 @@ async fn unknown_session_and_unsupported_methods_are_typed() {
     assert!(unknown.is_unknown_session(), "{unknown:?}");
     let load = conn
         .request(
-            "session/load",
+            methods::SESSION_LOAD,
             json!({"sessionId": "nope", "cwd": "/tmp", "mcpServers": []}),
         )
         .await

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use agentos_adapters::{AdapterCommand, AdapterConnection, AdapterOptions};
 use agentos_client::ctl::HostClient;
+use agentos_protocol::acp::methods;
 use serde_json::{json, Value};
 
 const FLOOD: u64 = 100_000;
@@ -281,14 +282,14 @@ async fn dispatch_overhead() -> Result<(Vec<Duration>, Vec<Duration>), Error> {
     conn.initialize(json!({"name": "bench", "version": "0"}), json!({}))
         .await?;
     let session = conn
-        .request("session/new", json!({"cwd": "/", "mcpServers": []}))
+        .request(methods::SESSION_NEW, json!({"cwd": "/", "mcpServers": []}))
         .await?;
     let sid = session["sessionId"].clone();
     let mut direct = Vec::with_capacity(DISPATCH_TURNS);
     for i in 0..=DISPATCH_TURNS {
         let t = Instant::now();
         conn.request(
-            "session/prompt",
+            methods::SESSION_PROMPT,
             json!({"sessionId": sid, "prompt": text(&format!("echo {i}"))}),
         )
         .await?;

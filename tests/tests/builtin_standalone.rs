@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions, RpcError,
 };
+use agentos_protocol::acp::methods;
 use agentos_tests::provider_server::{Flavor, Reply, ScriptedProvider};
 use common::{binary, PATIENCE};
 use serde_json::{json, Value};
@@ -58,7 +59,7 @@ async fn start(args: &[&str], files: Vec<(&str, &str)>) -> Client {
                     record.lock().expect("seen").updates.push(update.update());
                 }
                 AdapterEvent::Request { id, method, params } => {
-                    let answer = if method == "fs/read_text_file" {
+                    let answer = if method == methods::FS_READ_TEXT_FILE {
                         let path = params["path"].as_str().unwrap_or_default().to_owned();
                         record.lock().expect("seen").reads.push(path.clone());
                         let content = served
@@ -84,7 +85,7 @@ async fn start(args: &[&str], files: Vec<(&str, &str)>) -> Client {
             json!({"fs": {"readTextFile": true, "writeTextFile": true}}),
         )
         .await
-        .expect("initialize");
+        .expect(methods::INITIALIZE);
     assert_eq!(init.protocol_version, 1);
     Client { conn, seen }
 }
@@ -93,9 +94,9 @@ impl Client {
     async fn new_session(&self, cwd: &str) -> String {
         let created = self
             .conn
-            .request("session/new", json!({"cwd": cwd, "mcpServers": []}))
+            .request(methods::SESSION_NEW, json!({"cwd": cwd, "mcpServers": []}))
             .await
-            .expect("session/new");
+            .expect(methods::SESSION_NEW);
         created["sessionId"]
             .as_str()
             .expect("a session id")
@@ -106,7 +107,7 @@ impl Client {
         tokio::time::timeout(
             PATIENCE,
             self.conn.request(
-                "session/prompt",
+                methods::SESSION_PROMPT,
                 json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
             ),
         )
