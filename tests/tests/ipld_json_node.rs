@@ -21,47 +21,15 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use agentos_protocol::seed::{cbor, json_to_ipld, JsonForm};
-use common::{node_peers_present, peers, workspace_root};
+use common::{node_peers_present, seed_sign, unhex};
 use serde_json::{json, Value};
 
 /// Node's bytes for each item (`{"json": text}` or `{"bigint": text}`).
 fn node_encode(items: &[Value]) -> Vec<Vec<u8>> {
-    let script = workspace_root().join("protocol/tests/node/seed-sign.mjs");
-    let mut child = Command::new("node")
-        .arg(script)
-        .arg("encode")
-        .env("AGENTOS_PEERS", peers())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("node runs");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input = Value::Array(items.to_vec()).to_string();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let output = child.wait_with_output().expect("node runs");
-    writer
-        .join()
-        .expect("writer")
-        .expect("node reads its input");
-    assert!(
-        output.status.success(),
-        "seed-sign encode failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let hexes: Vec<String> = serde_json::from_slice(&output.stdout).expect("a list of hex");
+    let output = seed_sign("encode", &Value::Array(items.to_vec()));
+    let hexes: Vec<String> = serde_json::from_str(&output).expect("a list of hex");
     hexes.iter().map(|h| unhex(h)).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -10,53 +10,12 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use agentos_protocol::seed::Ipld;
 use agentos_tests::http::Target;
 use agentos_tests::seed::{field, fresh_ts, post, Answer, Signer};
 use base64::Engine;
-use common::{node_peers_present, peers, workspace_root, Backend, Options, Sidecar};
+use common::{node_peers_present, seed_sign, unhex, Backend, Options, Sidecar};
 use serde_json::{json, Value};
-
-/// Runs `seed-sign.mjs <command>` with `spec` on its standard input.
-fn node(command: &str, spec: &Value) -> String {
-    let script = workspace_root().join("protocol/tests/node/seed-sign.mjs");
-    let mut child = Command::new("node")
-        .arg(script)
-        .arg(command)
-        .env("AGENTOS_PEERS", peers())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("node runs");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input = spec.to_string();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let output = child.wait_with_output().expect("node runs");
-    writer
-        .join()
-        .expect("writer")
-        .expect("node reads its input");
-    assert!(
-        output.status.success(),
-        "seed-sign {command} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("UTF-8")
-        .trim()
-        .to_owned()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
-}
 
 /// A Node signer: a key's seed, the account it acts for, and optionally a
 /// capability (CID, and its blob while it is sent).
@@ -92,7 +51,7 @@ impl NodeSigner {
                 spec["capabilityBlobHex"] = json!(blob);
             }
         }
-        unhex(&node("sign", &spec))
+        unhex(&seed_sign("sign", &spec))
     }
 
     async fn send(&self, t: &Target, action: Value) -> Answer {
@@ -209,7 +168,7 @@ async fn envelopes_signed_by_seeds_libraries_are_accepted() {
     // A delegate holding a Capability Node issued acts for the owner: first
     // with the blob, then with the CID alone.
     let delegate = Signer::delegate_of(owner.account);
-    let made: Value = serde_json::from_str(&node(
+    let made: Value = serde_json::from_str(&seed_sign(
         "capability",
         &json!({"issuerSeedHex": owner.seed_hex(), "delegateSeedHex": delegate.seed_hex(),
                 "role": "WRITER", "tsMs": fresh_ts()}),

@@ -122,6 +122,48 @@ pub fn node_peers_present(what: &str) -> bool {
     false
 }
 
+/// Runs `protocol/tests/node/seed-sign.mjs <command>` (Seed's own
+/// libraries, from the Node peers) with `input` on its standard input, and
+/// answers its standard output, trimmed.
+pub fn seed_sign(command: &str, input: &Value) -> String {
+    use std::io::Write;
+    let script = workspace_root().join("protocol/tests/node/seed-sign.mjs");
+    let mut child = std::process::Command::new("node")
+        .arg(script)
+        .arg(command)
+        .env("AGENTOS_PEERS", peers())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let output = child.wait_with_output().expect("node runs");
+    writer
+        .join()
+        .expect("writer")
+        .expect("node reads its input");
+    assert!(
+        output.status.success(),
+        "seed-sign {command} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_owned()
+}
+
+/// Bytes from lowercase hex.
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
 /// A workspace binary next to the test executable: `target/<profile>/name`.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable has a path");
