@@ -193,6 +193,7 @@ impl Vm {
     pub fn host_services(&self) -> HostServices {
         HostServices {
             sessions: self.sessions.clone(),
+            turns: self.turns.clone(),
             runs: self.runs.clone(),
             vfs: self.vfs.clone(),
             control: self.control.clone(),
@@ -237,7 +238,6 @@ impl Vm {
             tracing::warn!(?recovered, "recovered interrupted turns at start");
         }
         let runs = Runs::new(db.clone(), RunsConfig::from(&config.limits.runs));
-        sessions.set_runs_owner(runs.owner().to_owned(), runs.config().lease_ms);
         let recovered_runs = runs.bootstrap().await?;
         if recovered_runs > 0 {
             tracing::warn!(

@@ -49,11 +49,7 @@ async fn history_is_pruned_to_its_budget_and_old_cursors_expire() {
         let blocks: Vec<Value> = (0..11)
             .map(|i| json!({"type":"text","text": format!("b{i}")}))
             .collect();
-        let err = env
-            .sessions
-            .prompt("h", blocks, None, user())
-            .await
-            .unwrap_err();
+        let err = env.sessions.prompt("h", blocks, user()).await.unwrap_err();
         assert_eq!(err.code().as_str(), "acp_history_events_limit");
         assert_eq!(err.setting(), Some("limits.acp.maxSessionHistoryEvents"));
         let after = env.sessions.get("h").await.unwrap();
@@ -89,7 +85,7 @@ async fn the_byte_budget_holds_whatever_the_event_sizes() {
         small.push(json!({"type": "text", "text": "echo ok"}));
         for turn in 0..2 {
             env.sessions
-                .prompt("b", small.clone(), None, user())
+                .prompt("b", small.clone(), user())
                 .await
                 .unwrap_or_else(|e| panic!("small turn {turn}: {e}"));
             within_budget(&env.sessions.get("b").await.unwrap(), "small turn");
@@ -129,16 +125,10 @@ async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
         };
         let env = env_with(backend.db.clone(), limits).await;
         env.sessions.open(open("p", "echo")).await.expect("open");
+        let turns = turns_over(&env.sessions, &env.db);
         let mut ids = Vec::new();
         for i in 0..5 {
-            let r = env
-                .sessions
-                .prompt(
-                    "p",
-                    text(&format!("echo {i}")),
-                    Some(format!("k{i}")),
-                    user(),
-                )
+            let r = keyed(&turns, "p", &format!("echo {i}"), &format!("k{i}"))
                 .await
                 .expect("prompt");
             ids.push(r.prompt_id.clone());
@@ -154,17 +144,9 @@ async fn prompt_records_are_pruned_oldest_first_and_keys_forgotten() {
         assert_eq!(rows.scalar_i64(), Some(3), "{}", backend.name);
         assert_eq!(env.sessions.store().vm_counters().await.unwrap()[1], 3);
         // A retained key replays; a pruned one runs again as a new prompt.
-        let kept = env
-            .sessions
-            .prompt("p", text("echo 4"), Some("k4".into()), user())
-            .await
-            .unwrap();
+        let kept = keyed(&turns, "p", "echo 4", "k4").await.unwrap();
         assert_eq!(kept.prompt_id, ids[4]);
-        let forgotten = env
-            .sessions
-            .prompt("p", text("echo 0"), Some("k0".into()), user())
-            .await
-            .unwrap();
+        let forgotten = keyed(&turns, "p", "echo 0", "k0").await.unwrap();
         assert_ne!(forgotten.prompt_id, ids[0]);
         env.sessions.shutdown().await;
         backend.shutdown().await;
@@ -191,11 +173,10 @@ async fn permission_outcomes_are_bounded_and_late_answers_typed() {
         let mut request_ids = Vec::new();
         for _ in 0..3 {
             let sessions = env.sessions.clone();
-            let turn = tokio::spawn(async move {
-                sessions
-                    .prompt("perm", text("permission"), None, user())
-                    .await
-            });
+            let turn =
+                tokio::spawn(
+                    async move { sessions.prompt("perm", text("permission"), user()).await },
+                );
             let deadline = std::time::Instant::now() + PATIENCE;
             let request_id = loop {
                 let info = env.sessions.get("perm").await.unwrap();
@@ -278,15 +259,11 @@ async fn hard_limits_name_their_setting() {
         // Reopening an existing session is not a new admission.
         env.sessions.open(open("a", "echo")).await.unwrap();
         let three: Vec<Value> = (0..3).map(|_| json!({"type":"text","text":"x"})).collect();
-        let err = env
-            .sessions
-            .prompt("a", three, None, user())
-            .await
-            .unwrap_err();
+        let err = env.sessions.prompt("a", three, user()).await.unwrap_err();
         assert_eq!(err.setting(), Some("limits.acp.maxPromptBlocks"));
         let err = env
             .sessions
-            .prompt("a", text(&"y".repeat(300)), None, user())
+            .prompt("a", text(&"y".repeat(300)), user())
             .await
             .unwrap_err();
         assert_eq!(err.code().as_str(), "acp_prompt_bytes_limit");
@@ -419,11 +396,10 @@ async fn the_vm_prompt_bound_prunes_across_sessions_and_never_an_active_prompt()
         )
         .await;
         let sessions = tight.sessions.clone();
-        let running = tokio::spawn(async move {
-            sessions
-                .prompt("a", text("wait_for_cancel"), None, user())
-                .await
-        });
+        let running =
+            tokio::spawn(
+                async move { sessions.prompt("a", text("wait_for_cancel"), user()).await },
+            );
         let deadline = std::time::Instant::now() + PATIENCE;
         while tight.sessions.get("a").await.unwrap().state.status() != "running" {
             assert!(std::time::Instant::now() < deadline, "never running");

@@ -1,4 +1,4 @@
-//! Messages that wait behind a live turn (`Turns::message`, what the signed
+//! Messages that wait behind a live turn (`Turns::submit` queueing, what the signed
 //! API's `MessageSession` uses): their words are in the log as they arrive
 //! and their turns are queued runs that run one after another in arrival
 //! order, a plain prompt still answers `session_busy`, the queue is bounded,
@@ -14,15 +14,13 @@ use std::time::Duration;
 use agentos_protocol::ErrorCode;
 use agentos_sidecar::runs::{Executors, RunScope, RunStatus, Runs, RunsConfig};
 use agentos_sidecar::sessions::{PromptOutcome, SessionError};
-use agentos_sidecar::work::{TurnAnswer, TurnExecutor, TurnOwner, Turns};
+use agentos_sidecar::work::TurnAnswer;
 use common::*;
 
 /// The runs queue over the env's database, working turns through its
 /// session service.
 fn turns(env: &Env) -> Turns {
     let runs = Runs::new(env.sessions.store().db().clone(), RunsConfig::default());
-    env.sessions
-        .set_runs_owner(runs.owner().to_owned(), runs.config().lease_ms);
     runs.set_executors(Executors {
         agent: TurnExecutor::new(env.sessions.clone()),
         script: None,
@@ -32,12 +30,38 @@ fn turns(env: &Env) -> Turns {
 }
 
 async fn message(turns: &Turns, sid: &str, t: &str) -> Result<PromptOutcome, SessionError> {
-    match turns
-        .message(sid, text(t), None, user(), TurnOwner::default())
-        .await
-    {
+    let request = TurnRequest {
+        content: text(t),
+        key: None,
+        actor: user(),
+        owner: TurnOwner::default(),
+        when_busy: WhenBusy::Queue,
+    };
+    match turns.submit(sid, request).await {
         Ok(TurnAnswer::Done(outcome)) => Ok(outcome),
         Ok(other) => panic!("the turn did not end: {other:?}"),
+        Err(agentos_sidecar::work::TurnError::Session(e)) => Err(e),
+        Err(e) => panic!("not a session failure: {e}"),
+    }
+}
+
+/// A prompt as the host door sends it: the same entry, refused while the
+/// session is busy.
+async fn host_prompt(turns: &Turns, sid: &str, t: &str) -> Result<PromptOutcome, SessionError> {
+    let request = TurnRequest {
+        content: text(t),
+        key: None,
+        actor: user(),
+        owner: TurnOwner::default(),
+        when_busy: WhenBusy::Refuse,
+    };
+    let answer = match turns.submit(sid, request).await {
+        Ok(answer) => answer,
+        Err(agentos_sidecar::work::TurnError::Session(e)) => return Err(e),
+        Err(e) => panic!("not a session failure: {e}"),
+    };
+    match turns.outcome(answer).await {
+        Ok(outcome) => Ok(outcome),
         Err(agentos_sidecar::work::TurnError::Session(e)) => Err(e),
         Err(e) => panic!("not a session failure: {e}"),
     }
@@ -65,7 +89,7 @@ async fn queued_prompts_run_in_arrival_order_after_the_live_turn() {
             tokio::spawn(async move { message(&turns, "q", "sleep 1500").await })
         };
         running(&env, "q").await;
-        let busy = prompt(&env, "q", "echo not queued")
+        let busy = host_prompt(&turns, "q", "echo not queued")
             .await
             .expect_err("busy");
         assert_eq!(busy.code(), ErrorCode::SessionBusy, "{}", backend.name);
@@ -144,12 +168,8 @@ async fn the_wait_behind_a_turn_is_bounded() {
         env.sessions.open(open("b", "echo")).await.expect("open");
         let turns = turns(&env);
         let first = {
-            let sessions = env.sessions.clone();
-            tokio::spawn(async move {
-                sessions
-                    .prompt("b", text("wait_for_cancel"), None, user())
-                    .await
-            })
+            let turns = turns.clone();
+            tokio::spawn(async move { host_prompt(&turns, "b", "wait_for_cancel").await })
         };
         running(&env, "b").await;
         // 40 arrive at once: 32 wait, 8 are refused at once, whatever the
@@ -229,7 +249,7 @@ async fn a_failed_prompt_is_retried_without_appending_its_input_again() {
         };
         let none = retry(turns.clone()).await.expect_err("no prompt yet");
         assert_eq!(none.code(), ErrorCode::NothingToRetry);
-        prompt(&env, "r", "fail_once back again")
+        host_prompt(&turns, "r", "fail_once back again")
             .await
             .expect_err("the first try fails");
         let outcome = retry(turns.clone()).await.expect("the retry");

@@ -188,6 +188,37 @@ async fn a_replay_on_resume_is_discarded() {
 
 /// Writes the rows a crash mid-turn leaves behind: a running session, an
 /// accepted prompt with a key, a pending permission, and drifted counters.
+/// The run row of turn `p1` keyed `key` (the turn's idempotency record),
+/// as `status` left it: `running` under a lease nobody renews, or `failed`
+/// as this process settles a turn whose route ended without its terminal
+/// commit.
+fn turn_run(sid: &str, key: &str, status: &str) -> Statement {
+    let hash = hex::encode(agentos_sidecar::sessions::input_hash(&text("echo lost")));
+    let input = json!({"content": text("echo lost"), "inputHash": hash, "inputAt": 1});
+    let (lease_owner, lease_until, finished) = match status {
+        "running" => (SqlValue::from("gone"), SqlValue::Integer(2), SqlValue::Null),
+        _ => (SqlValue::Null, SqlValue::Null, SqlValue::Integer(2)),
+    };
+    let error = json!({"code": "prompt_delivery_uncertain", "message": "lost"});
+    Statement::new(
+        "INSERT INTO agentos_core_runs (run_id, root_run_id, kind, session_id, origin, queue, \
+         status, attempt, max_attempts, lease_owner, lease_expires_at_ms, idempotency_key, \
+         input_json, error_json, created_at_ms, started_at_ms, finished_at_ms, updated_at_ms) \
+         VALUES ('p1', 'p1', 'agent', ?1, 'user', 'interactive', ?2, 1, 1, ?3, ?4, ?5, ?6, \
+         CASE WHEN ?2 = 'failed' THEN ?7 END, 1, 1, ?8, 2)",
+        vec![
+            sid.into(),
+            status.into(),
+            lease_owner,
+            lease_until,
+            key.into(),
+            input.to_string().into(),
+            error.to_string().into(),
+            finished,
+        ],
+    )
+}
+
 async fn simulate_crash(db: &SharedDatabase, sid: &str) {
     db.transaction(vec![
         Statement::new(
@@ -197,13 +228,14 @@ async fn simulate_crash(db: &SharedDatabase, sid: &str) {
             vec![sid.into()],
         ),
         Statement::new(
-            "INSERT INTO agentos_core_prompts (session_id, prompt_id, idempotency_key, input_hash, \
-             state, created_at_ms, updated_at_ms) VALUES (?1, 'p1', 'key-1', ?2, 'accepted', 1, 1)",
+            "INSERT INTO agentos_core_prompts (session_id, prompt_id, input_hash, \
+             state, created_at_ms, updated_at_ms) VALUES (?1, 'p1', ?2, 'accepted', 1, 1)",
             vec![
                 sid.into(),
                 SqlValue::Blob(agentos_sidecar::sessions::input_hash(&text("echo lost"))),
             ],
         ),
+        turn_run(sid, "key-1", "running"),
         Statement::new(
             "INSERT INTO agentos_core_permission_records (session_id, request_id, prompt_id, state, \
              request_json, request_sequence, created_at_ms, updated_at_ms) \
@@ -240,6 +272,8 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
             None,
         );
         let recovered = sessions.bootstrap().await.expect("bootstrap");
+        let turns = turns_over(&sessions, &backend.db);
+        assert_eq!(turns.runs().bootstrap().await.expect("runs bootstrap"), 1);
         assert_eq!(recovered.prompts_failed, 1, "{}", backend.name);
         assert_eq!(recovered.permissions_terminated, 1);
         assert_eq!(recovered.sessions_failed, 1);
@@ -249,8 +283,7 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
         assert_eq!(info.state.status(), "failed");
         assert_eq!(info.retained_event_count, 2, "counters repaired from rows");
         // The same key returns the stored uncertain-delivery error.
-        let err = sessions
-            .prompt("crashed", text("echo lost"), Some("key-1".into()), user())
+        let err = keyed(&turns, "crashed", "echo lost", "key-1")
             .await
             .unwrap_err();
         assert_eq!(err.code().as_str(), "prompt_delivery_uncertain");
@@ -268,7 +301,7 @@ async fn bootstrap_recovers_interrupted_turns_without_resending() {
         );
         // Failed but usable; nothing was resent.
         let ok = sessions
-            .prompt("crashed", text("echo again"), None, user())
+            .prompt("crashed", text("echo again"), user())
             .await
             .expect("usable");
         assert_eq!(ok.stop_reason, "end_turn");
@@ -419,10 +452,8 @@ async fn a_commit_lost_with_its_connection_does_not_wedge_the_session() {
         env.sessions.open(params).await.unwrap();
         prompt(&env, "l", "echo warm").await.unwrap();
         let arm = |n| countdown.store(n, std::sync::atomic::Ordering::SeqCst);
-        let keyed = |t: &'static str| {
-            env.sessions
-                .prompt("l", text(t), Some("lost-key".into()), user())
-        };
+        let turns = turns_over(&env.sessions, &env.db);
+        let keyed = |t: &'static str| keyed(&turns, "l", t, "lost-key");
         let (command, err) = match at {
             // The next commit is the accept; the one after it, with the
             // tool updates queued before the answer, an append.
@@ -468,11 +499,7 @@ async fn a_commit_lost_with_its_connection_does_not_wedge_the_session() {
         );
         // Retrying the key settles the turn as a restart would: its
         // delivery is uncertain and it is not resent.
-        let replay = env
-            .sessions
-            .prompt("l", text(command), Some("lost-key".into()), user())
-            .await
-            .unwrap_err();
+        let replay = keyed(command).await.unwrap_err();
         assert_eq!(
             replay.code().as_str(),
             "prompt_delivery_uncertain",
@@ -523,11 +550,8 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
         prompt(&env, "t", "echo warm").await.unwrap();
         // The accept commit passes; the terminal commit fails.
         faulty.fail_nth_transaction(2);
-        let err = env
-            .sessions
-            .prompt("t", text("echo lost"), Some("k1".into()), user())
-            .await
-            .unwrap_err();
+        let turns = turns_over(&env.sessions, &env.db);
+        let err = keyed(&turns, "t", "echo lost", "k1").await.unwrap_err();
         assert!(faulty.fired(), "{}", backend.name);
         assert_eq!(
             err.code().as_str(),
@@ -537,11 +561,7 @@ async fn a_failed_terminal_commit_does_not_leave_the_session_busy() {
         );
         let ok = prompt(&env, "t", "echo next").await.unwrap();
         assert_eq!(ok.stop_reason, "end_turn", "{}", backend.name);
-        let replay = env
-            .sessions
-            .prompt("t", text("echo lost"), Some("k1".into()), user())
-            .await
-            .unwrap_err();
+        let replay = keyed(&turns, "t", "echo lost", "k1").await.unwrap_err();
         assert_eq!(
             replay.code().as_str(),
             "prompt_delivery_uncertain",
@@ -584,13 +604,14 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
                     vec![],
                 ),
                 Statement::new(
-                    "INSERT INTO agentos_core_prompts (session_id, prompt_id, idempotency_key, \
+                    "INSERT INTO agentos_core_prompts (session_id, prompt_id, \
                      input_hash, state, created_at_ms, updated_at_ms) \
-                     VALUES ('mid', 'p1', 'key-1', ?1, 'accepted', 1, 1)",
+                     VALUES ('mid', 'p1', ?1, 'accepted', 1, 1)",
                     vec![SqlValue::Blob(agentos_sidecar::sessions::input_hash(
                         &text("echo lost"),
                     ))],
                 ),
+                turn_run("mid", "key-1", "failed"),
                 Statement::new(
                     "INSERT INTO agentos_core_permission_records (session_id, request_id, \
                      prompt_id, state, request_json, request_sequence, created_at_ms, \
@@ -614,9 +635,8 @@ async fn a_session_left_mid_turn_is_settled_when_next_started() {
 
         let ok = prompt(&env, "mid", "echo again").await.unwrap();
         assert_eq!(ok.stop_reason, "end_turn", "{}", backend.name);
-        let err = env
-            .sessions
-            .prompt("mid", text("echo lost"), Some("key-1".into()), user())
+        let turns = turns_over(&env.sessions, &env.db);
+        let err = keyed(&turns, "mid", "echo lost", "key-1")
             .await
             .unwrap_err();
         assert_eq!(

@@ -545,4 +545,13 @@ pub const MIGRATIONS: &[Migration] = &[
                 WHERE parent_run_id IS NULL AND finished_at_ms IS NOT NULL",
         ],
     },
+    // Whether a session has turns waiting in the queue: a turn starts at
+    // once only when none does, however many finished runs the session has.
+    // (Prompt rows' idempotency_key is no longer written: a turn's key lives
+    // on its run.)
+    Migration {
+        version: 8,
+        statements: &["CREATE INDEX agentos_core_runs_queued_turns ON agentos_core_runs (session_id)
+                WHERE kind = 'agent' AND status = 'queued'"],
+    },
 ];

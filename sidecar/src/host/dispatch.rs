@@ -18,9 +18,17 @@ use super::codec::{params, reply};
 use super::{render, HostServices};
 use crate::http::proxy::ProxyError;
 use crate::sessions::{LimitUse, OpenSession, SessionConfig, SessionError, Sink};
+use crate::work::{TurnError, TurnOwner, TurnRequest, WhenBusy};
 
 fn session(e: SessionError) -> ErrorObject {
     render::error_object(&e)
+}
+
+fn turn(e: TurnError) -> ErrorObject {
+    match e {
+        TurnError::Session(e) => render::error_object(&e),
+        TurnError::Run(e) => render::run_error_object(&e),
+    }
 }
 
 fn config(config: SessionConfig) -> Result<Box<RawValue>, ErrorObject> {
@@ -100,10 +108,17 @@ pub(super) async fn dispatch(
                 account: None,
                 signer: None,
             };
-            let outcome = sessions
-                .prompt(&p.session_id, p.content, p.idempotency_key, actor)
-                .await
-                .map_err(session)?;
+            // The one turn entry, refusing words while the session is busy.
+            let request = TurnRequest {
+                content: p.content,
+                key: p.idempotency_key,
+                actor,
+                owner: TurnOwner::default(),
+                when_busy: WhenBusy::Refuse,
+            };
+            let turns = &services.turns;
+            let answer = turns.submit(&p.session_id, request).await.map_err(turn)?;
+            let outcome = turns.outcome(answer).await.map_err(turn)?;
             reply(&render::prompt_result(outcome))
         }
         methods::SESSIONS_CANCEL => {

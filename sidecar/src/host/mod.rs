@@ -40,6 +40,7 @@ use crate::http::ws::Sockets;
 use crate::runs::Runs;
 use crate::sandbox::Launcher;
 use crate::sessions::Sessions;
+use crate::work::Turns;
 
 pub use render::{error_object, fs_error_object};
 
@@ -66,6 +67,8 @@ impl HostError {
 /// composition root builds it (`Vm::host_services`).
 pub struct HostServices {
     pub sessions: Sessions,
+    /// `sessions/prompt`: the one turn entry.
+    pub turns: Turns,
     /// The `runs/*` methods.
     pub runs: Runs,
     /// The `fs/*` methods, and the file system's use in `vm/status`.

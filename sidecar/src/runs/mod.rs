@@ -383,6 +383,52 @@ impl Runs {
         lock(&self.inner.live).len()
     }
 
+    /// Registers a turn this process works without a claim (one that starts
+    /// at once, its run inserted `running` by its accept), so that cancel
+    /// and drain see it as they see a claimed one. Its worker calls
+    /// [`Runs::settle_adopted`] when it is done with it.
+    pub fn adopt(&self, run_id: &str) {
+        let live = Arc::new(LiveRun {
+            turn: true,
+            ..LiveRun::default()
+        });
+        lock(&self.inner.live).insert(run_id.to_owned(), live);
+    }
+
+    /// Ends this process's work on an adopted run and answers the run as it
+    /// was left (None when its accept never committed). A run still
+    /// `running` lost its terminal commit, and its prompt may have reached
+    /// the agent: it fails as `prompt_delivery_uncertain`, never resent.
+    /// The transition is published and the dispatcher woken, as after a
+    /// claimed run.
+    pub async fn settle_adopted(&self, run_id: &str) -> Result<Option<Run>, RunError> {
+        let settled = self.settle_adopted_row(run_id).await;
+        // Last, so that a drain sees the outcome stored and published.
+        lock(&self.inner.live).remove(run_id);
+        settled
+    }
+
+    async fn settle_adopted_row(&self, run_id: &str) -> Result<Option<Run>, RunError> {
+        let store = &self.inner.store;
+        let Some(mut run) = store.get(run_id).await? else {
+            return Ok(None);
+        };
+        if run.status == RunStatus::Running {
+            let error = run_error(
+                ErrorCode::PromptDeliveryUncertain.as_str(),
+                "the turn ended without its terminal commit; the prompt was not resent",
+            );
+            if let Some(after) = store
+                .finish(run_id, &Finish::Failed(error), None, vec![], unix_ms())
+                .await?
+            {
+                run = after;
+            }
+        }
+        self.after_transition(run.clone()).await;
+        Ok(Some(run))
+    }
+
     /// Recovers every live row at start: this process holds the store, so
     /// whatever an earlier one claimed nobody works any more. Answers how
     /// many rows were recovered.

@@ -22,8 +22,6 @@ pub enum SessionError {
     NothingToRetry(String),
     #[error("session {0} already has an active prompt")]
     Busy(String),
-    #[error("the prompt with this idempotency key is still in progress")]
-    PromptInProgress,
     #[error("the idempotency key was used with different content")]
     IdempotencyConflict,
     #[error("invalid idempotency key: {0}")]
@@ -91,7 +89,6 @@ impl SessionError {
             SessionError::BuiltinAgentUnavailable => ErrorCode::BuiltinAgentUnavailable,
             SessionError::NothingToRetry(_) => ErrorCode::NothingToRetry,
             SessionError::Busy(_) => ErrorCode::SessionBusy,
-            SessionError::PromptInProgress => ErrorCode::PromptInProgress,
             SessionError::IdempotencyConflict => ErrorCode::IdempotencyConflict,
             SessionError::InvalidIdempotencyKey(_) => ErrorCode::InvalidIdempotencyKey,
             SessionError::InvalidContentBlock(_) => ErrorCode::InvalidContentBlock,

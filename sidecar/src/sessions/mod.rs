@@ -37,7 +37,7 @@ pub use error::SessionError;
 pub use hub::{Hub, Item, Sink, SinkRefusal, Tap};
 pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
-pub use turns::RunTurn;
+pub use turns::{RunTurn, StartRun};
 pub use types::{
     AgentReply, CancelStatus, LimitUse, NotPendingReason, OpenSession, PermissionAnswer,
     PromptOutcome, SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,
@@ -45,7 +45,7 @@ pub use types::{
 
 use crate::config::{AcpLimits, AgentSpec};
 pub use acp_fs::{AcpFs, FsBridge};
-use route::{Command, PromptRequest, Route, RouteHandle, StopReason};
+use route::{Command, PromptRequest, Route, RouteHandle, StopReason, TurnRun};
 pub(crate) use shared::{lock, Shared};
 use store::{NewSession, PromptState, SessionStatus};
 
@@ -439,24 +439,6 @@ impl Sessions {
         self.row(session_id).await
     }
 
-    /// Settles an orphaned turn (see [`Self::settle_orphaned_turn`]) when
-    /// the session has no live route, so a retried idempotency key reads the
-    /// settled prompt rather than one no route will ever finish.
-    async fn settle_if_routeless(&self, session_id: &str) -> Result<(), SessionError> {
-        if self.route(session_id).is_some() {
-            return Ok(());
-        }
-        let gate = lock(&self.shared.starting)
-            .entry(session_id.to_owned())
-            .or_default()
-            .clone();
-        let _guard = gate.lock().await;
-        if self.route(session_id).is_none() {
-            self.settle_orphaned_turn(session_id).await?;
-        }
-        Ok(())
-    }
-
     async fn stop_route(&self, session_id: &str, reason: StopReason) {
         let route = lock(&self.shared.routes).remove(session_id);
         if let Some(route) = route {
@@ -508,17 +490,19 @@ impl Sessions {
         }
     }
 
-    /// Validates, checks idempotency, makes sure an adapter route exists and
-    /// runs the turn. Answers after the terminal commit. A session with a
-    /// live turn answers `session_busy`.
+    /// Runs a turn on the session service alone, with no run row (tests,
+    /// embedding): makes sure an adapter route exists and runs the turn.
+    /// Answers after the terminal commit. A session with a live turn answers
+    /// `session_busy`. The doors start turns through the work layer's one
+    /// entry, which records each as a run.
     pub async fn prompt(
         &self,
         session_id: &str,
         content: Vec<Value>,
-        idempotency_key: Option<String>,
         actor: Actor,
     ) -> Result<PromptOutcome, SessionError> {
-        self.prompt_request(session_id, content, idempotency_key, actor, None)
+        let prompt_id = uuid::Uuid::new_v4().to_string();
+        self.start(session_id, prompt_id, content, actor, TurnRun::None)
             .await
     }
 
@@ -562,30 +546,19 @@ impl Sessions {
         Ok(())
     }
 
-    async fn prompt_request(
+    /// Sends a new turn to the session's route and waits for its terminal
+    /// commit: its words are appended with its accept.
+    pub(super) async fn start(
         &self,
         session_id: &str,
+        prompt_id: String,
         content: Vec<Value>,
-        idempotency_key: Option<String>,
         actor: Actor,
-        input_at: Option<u64>,
+        run: TurnRun,
     ) -> Result<PromptOutcome, SessionError> {
         self.check_content(&content)?;
-        if let Some(key) = &idempotency_key {
-            if key.is_empty() || key.len() > 256 {
-                return Err(SessionError::InvalidIdempotencyKey(
-                    "an idempotency key must be 1..=256 bytes".into(),
-                ));
-            }
-        }
         let hash = input_hash(&content);
         self.row(session_id).await?;
-        if let Some(key) = &idempotency_key {
-            self.settle_if_routeless(session_id).await?;
-            if let Some(done) = self.replay_idempotent(session_id, key, &hash).await? {
-                return done;
-            }
-        }
         // A reply dropped unanswered: the turn may have started, so it is
         // not retried.
         let dropped = || {
@@ -594,35 +567,20 @@ impl Sessions {
                 message: "the adapter route ended during the turn".into(),
             })
         };
-        let answer = self
-            .send_to_route(session_id, dropped, |reply| {
-                let request = PromptRequest {
-                    prompt_id: uuid::Uuid::new_v4().to_string(),
-                    content: content.clone(),
-                    idempotency_key: idempotency_key.clone(),
-                    input_hash: hash.clone(),
-                    actor: actor.clone(),
-                    input_at,
-                    retry: input_at.is_some(),
-                    run: None,
-                    resume: false,
-                };
-                Command::Prompt { request, reply }
-            })
-            .await;
-        match answer {
-            Err(SessionError::PromptInProgress) => {
-                // A concurrent prompt with the same key won the insert.
-                match &idempotency_key {
-                    Some(key) => match self.replay_idempotent(session_id, key, &hash).await? {
-                        Some(done) => done,
-                        None => Err(SessionError::PromptInProgress),
-                    },
-                    None => Err(SessionError::PromptInProgress),
-                }
-            }
-            other => other,
-        }
+        self.send_to_route(session_id, dropped, |reply| {
+            let request = PromptRequest {
+                prompt_id: prompt_id.clone(),
+                content: content.clone(),
+                input_hash: hash.clone(),
+                actor: actor.clone(),
+                input_at: None,
+                retry: false,
+                run: run.clone(),
+                resume: false,
+            };
+            Command::Prompt { request, reply }
+        })
+        .await
     }
 
     /// Sends the command `command` builds to the session's route, starting
@@ -650,30 +608,6 @@ impl Sessions {
                 other => return other,
             }
         }
-    }
-
-    /// The stored outcome for an idempotency key, if the key is known.
-    async fn replay_idempotent(
-        &self,
-        session_id: &str,
-        key: &str,
-        hash: &[u8],
-    ) -> Result<Option<Result<PromptOutcome, SessionError>>, SessionError> {
-        let Some(prior) = self
-            .shared
-            .store
-            .find_prompt_by_key(session_id, key)
-            .await?
-        else {
-            return Ok(None);
-        };
-        if prior.input_hash != hash {
-            return Err(SessionError::IdempotencyConflict);
-        }
-        Ok(Some(match prior.state {
-            PromptState::Accepted => Err(SessionError::PromptInProgress),
-            _ => stored_outcome(session_id, prior),
-        }))
     }
 
     pub async fn cancel(&self, session_id: &str) -> Result<CancelStatus, SessionError> {

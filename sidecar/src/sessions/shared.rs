@@ -50,9 +50,6 @@ pub(crate) struct Shared {
     /// `_agentos/*` requests; unset, its sessions answer
     /// `builtin_agent_unavailable`.
     pub(crate) builtin: OnceLock<BuiltinAgent>,
-    /// The lease owner (this process) and lease length of the runs queue:
-    /// a turn the host door starts inserts its own run leased so.
-    pub(crate) runs_owner: OnceLock<(String, i64)>,
     pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
     /// One route start at a time per session.
     pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -66,13 +63,6 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The runs queue's lease owner and lease length, once the VM set them.
-    pub(crate) fn runs_owner(&self) -> Option<(&str, i64)> {
-        self.runs_owner
-            .get()
-            .map(|(owner, lease)| (owner.as_str(), *lease))
-    }
-
     pub(super) fn new(
         store: SessionStore,
         agents: BTreeMap<String, AgentSpec>,
@@ -99,7 +89,6 @@ impl Shared {
             launcher: Arc::new(Launcher::inherit()),
             counters: Arc::default(),
             builtin: OnceLock::new(),
-            runs_owner: OnceLock::new(),
             routes: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),

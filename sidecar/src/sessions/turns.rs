@@ -1,14 +1,15 @@
-//! The session service's side of turns as runs: a message's words and its
+//! The session service's side of turns as runs: a turn that starts at once
+//! (its accept inserts its run `running`), a message's words and its
 //! queued run in one transaction on the route, a claimed run's turn
 //! (accepted with the run moving to `running`, ended with it), a prompt's
 //! stored answer for the run's waiters, and a failed prompt's words for a
-//! retry. The runs service (`runs/turns.rs`) drives these.
+//! retry. The work layer's one turn entry (`work/turns.rs`) drives these.
 
 use agentos_protocol::session::Actor;
 use agentos_protocol::ErrorCode;
 use serde_json::Value;
 
-use super::route::{self, Command, PromptRequest};
+use super::route::{self, Command, PromptRequest, TurnRun};
 use super::store::PromptState;
 use super::{input_hash, stored_outcome, PromptOutcome, SessionError, Sessions};
 use crate::runs::{NewRun, RunLink};
@@ -25,11 +26,40 @@ pub struct RunTurn {
     pub link: RunLink,
 }
 
+/// A turn that starts at once, for [`Sessions::start_turn`]: the run its
+/// accept inserts `running`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartRun {
+    pub run: NewRun,
+    /// The lease owner (this process's run queue) and the lease length.
+    pub lease: (String, i64),
+    /// Starts only while fewer agent runs than this are live (None: not
+    /// held by the cap).
+    pub cap: Option<u32>,
+}
+
 impl Sessions {
-    /// Lets the host door's turns record themselves as runs leased to
-    /// `owner` (this process) for `lease_ms`. Set once.
-    pub fn set_runs_owner(&self, owner: String, lease_ms: i64) -> bool {
-        self.shared.runs_owner.set((owner, lease_ms)).is_ok()
+    /// Starts a turn at once on an idle session: its words, its prompt and
+    /// its run (`running`, the run's id as the prompt's) commit in one
+    /// accept; answers after the terminal commit. `session_busy` when a
+    /// turn is live, turns wait in the queue, or the cap is reached; then
+    /// nothing was written.
+    pub async fn start_turn(
+        &self,
+        session_id: &str,
+        content: Vec<Value>,
+        actor: Actor,
+        start: StartRun,
+    ) -> Result<PromptOutcome, SessionError> {
+        let prompt_id = start.run.run_id.clone();
+        self.start(
+            session_id,
+            prompt_id,
+            content,
+            actor,
+            TurnRun::Start(Box::new(start)),
+        )
+        .await
     }
 
     /// Appends a message's words to the log at once and queues its turn as
@@ -90,17 +120,35 @@ impl Sessions {
             request: PromptRequest {
                 prompt_id: prompt_id.clone(),
                 content: content.clone(),
-                idempotency_key: None,
                 input_hash: hash.clone(),
                 actor: actor.clone(),
                 input_at: Some(input_at),
                 retry,
-                run: Some(link.clone()),
+                run: TurnRun::Claimed(link.clone()),
                 resume,
             },
             reply,
         })
         .await
+    }
+
+    /// Settles a turn no route runs any more (an earlier route of this
+    /// process ended without its terminal commit) as the session's next
+    /// start would, so that its prompt reads as settled; nothing while a
+    /// route is live.
+    pub async fn settle_orphaned(&self, session_id: &str) -> Result<(), SessionError> {
+        if self.route(session_id).is_some() {
+            return Ok(());
+        }
+        let gate = super::lock(&self.shared.starting)
+            .entry(session_id.to_owned())
+            .or_default()
+            .clone();
+        let _guard = gate.lock().await;
+        if self.route(session_id).is_none() {
+            self.settle_orphaned_turn(session_id).await?;
+        }
+        Ok(())
     }
 
     /// A prompt's stored answer, once it has one (None while it runs or when

@@ -16,4 +16,4 @@ mod turns;
 pub use delegate::{ChildSpec, Delegation, Refusal, Started};
 pub use error::TurnError;
 pub use script::{ScriptExecutor, ScriptTools};
-pub use turns::{TurnAnswer, TurnExecutor, TurnOwner, Turns};
+pub use turns::{TurnAnswer, TurnExecutor, TurnOwner, TurnRequest, Turns, WhenBusy};

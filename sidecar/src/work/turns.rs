@@ -1,10 +1,17 @@
-//! Prompt turns as runs. [`Turns`] is what a front door calls to message a
-//! session (the words are appended at once and the turn queued as a run in
-//! one transaction; the caller waits for the turn) or to retry its failed
-//! turn; [`TurnExecutor`] works a claimed turn through the session service,
-//! whose accept moves the run to `running` and whose terminal commit ends it.
-//! The answer a caller hears is read back from the prompt's stored record,
-//! so a duplicate or a caller that came back later hears the same.
+//! The one turn entry. Every door's words reach a session through
+//! [`Turns::submit`]: the idempotency key is the turn's run row; a turn on
+//! an idle session starts at once (its words, prompt and run, `running`,
+//! commit in one accept); a turn on a busy one is queued behind the others
+//! ([`WhenBusy::Queue`]) or refused ([`WhenBusy::Refuse`], the host door's
+//! option); [`TurnExecutor`] works a queued turn once the dispatcher claims
+//! it. The answer a caller hears is read back from the prompt's stored
+//! record, so a duplicate or a caller that came back later hears the same.
+//!
+//! Each run transition of a turn has one writer: the session route inserts
+//! the run (`queued` with its words, or `running` with its accept), moves a
+//! claimed one to `running` and writes its end with the terminal commit;
+//! the dispatcher claims and releases; [`Runs::settle_adopted`] fails a
+//! turn whose terminal commit never landed.
 
 use std::sync::Arc;
 
@@ -17,7 +24,7 @@ use crate::runs::{
     prompt_id_of, run_error, Executor, Finish, LiveRun, NewRun, Origin, Outcome, Queue, Run,
     RunKind, RunLink, RunStatus, Runs,
 };
-use crate::sessions::{input_hash, PromptOutcome, RunTurn, SessionError, Sessions};
+use crate::sessions::{input_hash, PromptOutcome, RunTurn, SessionError, Sessions, StartRun};
 
 /// What a turn's caller hears.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +44,33 @@ pub struct TurnOwner {
     pub agent_id: Option<String>,
 }
 
+/// The one rule for words that arrive while the session's turn is live or
+/// other turns wait in its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenBusy {
+    /// Append them at once and run their turn after the others (the signed
+    /// door, the builtin agent's `continue_session`). A turn that could
+    /// start at once but would pass `limits.runs.maxConcurrentAgentRuns`
+    /// queues too.
+    Queue,
+    /// Refuse them with `session_busy`, appending nothing (the host door's
+    /// `sessions/prompt`: the host sequences its own prompts). Such a turn
+    /// is not held by the agent cap: the host bounds its own concurrency.
+    Refuse,
+}
+
+/// A turn's words and who sends them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnRequest {
+    pub content: Vec<Value>,
+    /// Seen before on this session, it answers the same turn (waiting for
+    /// it while it runs); with other words it is a conflict. 1..=256 bytes.
+    pub key: Option<String>,
+    pub actor: Actor,
+    pub owner: TurnOwner,
+    pub when_busy: WhenBusy,
+}
+
 /// Messages and retries of sessions, as runs.
 #[derive(Clone)]
 pub struct Turns {
@@ -48,6 +82,19 @@ fn done_or_parked(run: &Run) -> bool {
     run.status.is_terminal() || run.status == RunStatus::Waiting
 }
 
+/// A refusal before anything was written that the queue may still carry:
+/// the session is busy, or its adapter could not take the turn now (the
+/// queued turn retries it as a claimed one would).
+fn queueable(e: &SessionError) -> bool {
+    matches!(
+        e,
+        SessionError::Busy(_)
+            | SessionError::RestoreFailed(_)
+            | SessionError::Adapter { .. }
+            | SessionError::RouteGone
+    )
+}
+
 impl Turns {
     pub fn new(runs: Runs, sessions: Sessions) -> Turns {
         Turns { runs, sessions }
@@ -57,20 +104,15 @@ impl Turns {
         &self.runs
     }
 
-    /// Appends `content` to the session at once and runs its turn behind
-    /// whatever is live or queued there, interactive first; waits for it.
-    /// A message `key` seen before answers the same turn (waiting for it if
-    /// it still runs); the same key with other words is a conflict.
-    pub async fn message(
+    /// The one turn entry: runs `request`'s words as a turn of the session
+    /// and waits for it (see the module's paragraph for the rules).
+    pub async fn submit(
         &self,
         session_id: &str,
-        content: Vec<Value>,
-        key: Option<String>,
-        actor: Actor,
-        owner: TurnOwner,
+        request: TurnRequest,
     ) -> Result<TurnAnswer, TurnError> {
-        let hash = hex::encode(input_hash(&content));
-        if let Some(key) = &key {
+        let hash = hex::encode(input_hash(&request.content));
+        if let Some(key) = &request.key {
             if key.is_empty() || key.len() > 256 {
                 return Err(SessionError::InvalidIdempotencyKey(
                     "an idempotency key must be 1..=256 bytes".into(),
@@ -85,20 +127,113 @@ impl Turns {
             RunKind::Agent,
             Origin::User,
             Queue::Interactive,
-            json!({"content": content, "inputHash": hash}),
+            json!({"content": request.content, "inputHash": hash}),
         );
         run.session_id = Some(session_id.to_owned());
-        run.account_id = owner.account_id;
-        run.agent_id = owner.agent_id;
-        run.idempotency_key = key.clone();
+        run.account_id = request.owner.account_id.clone();
+        run.agent_id = request.owner.agent_id.clone();
+        run.idempotency_key = request.key.clone();
+        let cap = match request.when_busy {
+            WhenBusy::Queue => Some(self.runs.config().caps.agent),
+            WhenBusy::Refuse => None,
+        };
+        let refused = match self.start_now(session_id, &request, run.clone(), cap).await {
+            Ok(answer) => return Ok(answer),
+            Err(TurnError::Session(e)) if queueable(&e) => e,
+            Err(e) => return Err(e),
+        };
+        // A concurrent duplicate may have won the key.
+        if let Some(key) = &request.key {
+            if let Some(prior) = self.runs.store().by_key(session_id, key).await? {
+                return self.replay(prior, &hash).await;
+            }
+        }
+        match request.when_busy {
+            WhenBusy::Refuse => Err(refused.into()),
+            WhenBusy::Queue => self.enqueue(session_id, request, run, &hash).await,
+        }
+    }
+
+    /// Starts the turn at once; `session_busy` (nothing written) when it
+    /// cannot. The turn is worked on its own task, so it is settled and
+    /// published even if its caller goes away.
+    async fn start_now(
+        &self,
+        session_id: &str,
+        request: &TurnRequest,
+        run: NewRun,
+        cap: Option<u32>,
+    ) -> Result<TurnAnswer, TurnError> {
         let run_id = run.run_id.clone();
-        match self.sessions.enqueue(session_id, content, actor, run).await {
+        let start = StartRun {
+            run,
+            lease: (self.runs.owner().to_owned(), self.runs.config().lease_ms),
+            cap,
+        };
+        self.runs.adopt(&run_id);
+        let (runs, sessions) = (self.runs.clone(), self.sessions.clone());
+        let (session, content, actor) = (
+            session_id.to_owned(),
+            request.content.clone(),
+            request.actor.clone(),
+        );
+        let id = run_id.clone();
+        let worker = tokio::spawn(async move {
+            let answer = sessions.start_turn(&session, content, actor, start).await;
+            let after = runs.settle_adopted(&id).await;
+            (answer, after)
+        });
+        let (answer, after) = match worker.await {
+            Ok(done) => done,
+            Err(_) => {
+                // The worker panicked: its run is settled here instead.
+                tracing::error!(run = %run_id, "a turn's worker failed unexpectedly");
+                let failed = Err(SessionError::Adapter {
+                    code: ErrorCode::AdapterExited,
+                    message: "the turn's worker failed unexpectedly".into(),
+                });
+                (failed, self.runs.settle_adopted(&run_id).await)
+            }
+        };
+        match (answer, after?) {
+            // Nothing was written.
+            (Err(e), None) => Err(e.into()),
+            // The turn ended with this attempt: its caller hears the
+            // route's own answer (a later replay reads the stored one).
+            (Ok(outcome), Some(run)) if run.status.is_terminal() => Ok(TurnAnswer::Done(outcome)),
+            (Err(e), Some(run)) if run.status.is_terminal() => Err(e.into()),
+            // Parked on its children, or queued again (a continuation).
+            (_, Some(_)) => self.answer(&run_id).await,
+            (Ok(_), None) => Err(SessionError::Storage(agentos_schema::DbError::CorruptRow {
+                table: "agentos_core_runs".into(),
+                message: format!("turn {run_id} answered without its run"),
+            })
+            .into()),
+        }
+    }
+
+    /// Appends the words at once and queues the turn behind whatever is
+    /// live or queued on the session, interactive first.
+    async fn enqueue(
+        &self,
+        session_id: &str,
+        request: TurnRequest,
+        run: NewRun,
+        hash: &str,
+    ) -> Result<TurnAnswer, TurnError> {
+        let run_id = run.run_id.clone();
+        let key = request.key.clone();
+        match self
+            .sessions
+            .enqueue(session_id, request.content, request.actor, run)
+            .await
+        {
             Ok(_) => {}
             Err(SessionError::Storage(db)) if db.is_constraint() && key.is_some() => {
                 // A concurrent duplicate won the insert.
                 let key = key.as_deref().unwrap_or_default();
                 return match self.runs.store().by_key(session_id, key).await? {
-                    Some(run) => self.replay(run, &hash).await,
+                    Some(run) => self.replay(run, hash).await,
                     None => Err(SessionError::Storage(db).into()),
                 };
             }
@@ -116,6 +251,32 @@ impl Turns {
             return Err(SessionError::IdempotencyConflict.into());
         }
         self.answer(&run.run_id).await
+    }
+
+    /// What a caller that waits for the turn's prompt hears: the stored
+    /// outcome of the run's latest prompt, also when the run parked on its
+    /// children or its continuation was canceled before it ran.
+    pub async fn outcome(&self, answer: TurnAnswer) -> Result<PromptOutcome, TurnError> {
+        let run = match answer {
+            TurnAnswer::Done(outcome) => return Ok(outcome),
+            TurnAnswer::Parked(run) | TurnAnswer::NotRun(run) => run,
+        };
+        let session_id = run.session_id.clone().unwrap_or_default();
+        for attempt in (1..=run.attempt.max(1)).rev() {
+            let prompt_id = prompt_id_of(&run.run_id, attempt);
+            if let Some(stored) = self.sessions.prompt_result(&session_id, &prompt_id).await? {
+                return Ok(stored?);
+            }
+        }
+        Err(SessionError::PromptFailed {
+            error: run.error.clone().unwrap_or_else(|| {
+                run_error(
+                    ErrorCode::PromptFailed.as_str(),
+                    "the turn's run ended before its prompt ran",
+                )
+            }),
+        }
+        .into())
     }
 
     /// Runs the session's failed latest turn again, as a new interactive
@@ -150,7 +311,14 @@ impl Turns {
         }
         let session_id = run.session_id.clone().unwrap_or_default();
         let prompt_id = prompt_id_of(&run.run_id, run.attempt);
-        match self.sessions.prompt_result(&session_id, &prompt_id).await? {
+        let mut stored = self.sessions.prompt_result(&session_id, &prompt_id).await?;
+        if stored.is_none() && run.started_at_ms.is_some() {
+            // The run ended and its prompt did not: a route that lost its
+            // terminal commit left it for the session's next start.
+            self.sessions.settle_orphaned(&session_id).await?;
+            stored = self.sessions.prompt_result(&session_id, &prompt_id).await?;
+        }
+        match stored {
             Some(Ok(outcome)) => Ok(TurnAnswer::Done(outcome)),
             Some(Err(e)) => Err(e.into()),
             None => match (&run.status, &run.error) {

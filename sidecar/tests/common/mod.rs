@@ -10,11 +10,13 @@ pub use std::sync::Arc;
 pub use agentos_protocol::session::{Actor, PermissionPolicy};
 pub use agentos_schema::{migrate_all, SharedDatabase, SqlValue, Statement};
 pub use agentos_sidecar::config::{AcpLimits, AgentSpec, SqliteLimits};
+pub use agentos_sidecar::runs::{Executors, Runs, RunsConfig};
 pub use agentos_sidecar::sessions::OpenSession;
 pub use agentos_sidecar::sessions::{
     CancelStatus, NotPendingReason, PermissionAnswer, PromptOutcome, SessionError, SessionInfo,
     SessionState, SessionStore, Sessions,
 };
+pub use agentos_sidecar::work::{TurnError, TurnExecutor, TurnOwner, TurnRequest, Turns, WhenBusy};
 pub use agentos_storage::ars_server::ArsServerOptions;
 pub use agentos_storage::testing::{
     actor_uds_with, all_backends, CapturedLog, CountingDatabase, FaultyDatabase,
@@ -39,6 +41,7 @@ pub fn fake_agent() -> PathBuf {
 pub struct Env {
     pub sessions: Sessions,
     pub state: tempfile::TempDir,
+    pub db: SharedDatabase,
 }
 
 pub fn agents(state: &Path) -> BTreeMap<String, AgentSpec> {
@@ -95,9 +98,52 @@ pub fn agents(state: &Path) -> BTreeMap<String, AgentSpec> {
 pub async fn env_with(db: SharedDatabase, limits: AcpLimits) -> Env {
     migrate_all(&*db).await.expect("migrate");
     let state = tempfile::tempdir().expect("state dir");
-    let sessions = Sessions::new(SessionStore::new(db), agents(state.path()), limits, None);
+    let sessions = Sessions::new(
+        SessionStore::new(db.clone()),
+        agents(state.path()),
+        limits,
+        None,
+    );
     sessions.bootstrap().await.expect("bootstrap");
-    Env { sessions, state }
+    Env {
+        sessions,
+        state,
+        db,
+    }
+}
+
+/// The one turn entry over `sessions`, with the run queue it records turns
+/// in (its dispatcher not started: these turns start at once or not at all).
+pub fn turns_over(sessions: &Sessions, db: &SharedDatabase) -> Turns {
+    let runs = Runs::new(db.clone(), RunsConfig::default());
+    runs.set_executors(Executors {
+        agent: TurnExecutor::new(sessions.clone()),
+        script: None,
+    });
+    Turns::new(runs, sessions.clone())
+}
+
+/// A keyed host prompt through the one turn entry (refused while busy), as
+/// the session service's error.
+pub async fn keyed(
+    turns: &Turns,
+    sid: &str,
+    t: &str,
+    key: &str,
+) -> Result<PromptOutcome, SessionError> {
+    let request = TurnRequest {
+        content: text(t),
+        key: Some(key.into()),
+        actor: user(),
+        owner: TurnOwner::default(),
+        when_busy: WhenBusy::Refuse,
+    };
+    let session_error = |e: TurnError| match e {
+        TurnError::Session(e) => e,
+        other => panic!("a queue error: {other}"),
+    };
+    let answer = turns.submit(sid, request).await.map_err(session_error)?;
+    turns.outcome(answer).await.map_err(session_error)
 }
 
 pub fn open(id: &str, agent: &str) -> OpenSession {
@@ -120,7 +166,7 @@ pub fn text(t: &str) -> Vec<Value> {
 }
 
 pub async fn prompt(env: &Env, sid: &str, t: &str) -> Result<PromptOutcome, SessionError> {
-    env.sessions.prompt(sid, text(t), None, user()).await
+    env.sessions.prompt(sid, text(t), user()).await
 }
 
 pub async fn history(env: &Env, sid: &str) -> Vec<Value> {

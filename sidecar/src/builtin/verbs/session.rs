@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::{failure, success, VerbScope, Verbs};
 use crate::config::BUILTIN_AGENT;
 use crate::sessions::OpenSession;
-use crate::work::TurnOwner;
+use crate::work::{TurnOwner, TurnRequest, WhenBusy};
 
 /// Bytes of a title or a description the agent may set.
 const MAX_TITLE_BYTES: usize = 1024;
@@ -158,11 +158,14 @@ pub(super) async fn continue_session(
         agent_id: Some(scope.agent_id.clone()),
     };
     tokio::spawn(async move {
-        let content = vec![json!({"type": "text", "text": text})];
-        if let Err(e) = background
-            .message(&id, content, None, Actor::System, owner)
-            .await
-        {
+        let request = TurnRequest {
+            content: vec![json!({"type": "text", "text": text})],
+            key: None,
+            actor: Actor::System,
+            owner,
+            when_busy: WhenBusy::Queue,
+        };
+        if let Err(e) = background.submit(&id, request).await {
             tracing::warn!(session = %id, error = %e, "the continued session's first turn failed");
         }
     });

@@ -23,7 +23,7 @@ use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
 use crate::http::ws::reason;
 use crate::sessions::{CancelStatus, OpenSession, SessionError};
-use crate::work::{TurnAnswer, TurnOwner};
+use crate::work::{TurnAnswer, TurnOwner, TurnRequest, WhenBusy};
 
 const DEFAULT_PAGE: u64 = 50;
 /// Payload bytes one `GetSession` answer carries at most (a single larger
@@ -386,14 +386,6 @@ impl SignedApi {
                 // and replays its answer rather than hearing it is in
                 // progress. The turn's run is the idempotency record: it
                 // commits with the message's words.
-                let _turn = match &client_id {
-                    Some(id) => Some(
-                        control
-                            .one_at_a_time(account, "MessageSession", &format!("{session_id}/{id}"))
-                            .await?,
-                    ),
-                    None => None,
-                };
                 // Keyed by the acting account: two accounts never collide.
                 let key = client_id.map(|id| format!("seed:{account}:{id}"));
                 let actor = Actor::User {
@@ -404,10 +396,14 @@ impl SignedApi {
                     account_id: Some(link.account_id.clone()),
                     agent_id: Some(link.agent_id.clone()),
                 };
-                let answer = self
-                    .turns
-                    .message(&session_id, blocks, key, actor, owner)
-                    .await?;
+                let request = TurnRequest {
+                    content: blocks,
+                    key,
+                    actor,
+                    owner,
+                    when_busy: WhenBusy::Queue,
+                };
+                let answer = self.turns.submit(&session_id, request).await?;
                 ok(&MessageSessionResponse {
                     assistant_event_id: self.assistant_event(&session_id, answer).await?,
                     session_id,

@@ -150,6 +150,31 @@ impl RunStore {
         lease: Option<(&str, i64)>,
         now: i64,
     ) -> Vec<Statement> {
+        Self::insert_guarded(run, status, lease, now, None)
+    }
+
+    /// Inserts a turn's run as `running`, leased to `lease`, as part of
+    /// the accept that starts it at once, but only while its session has no
+    /// turn waiting in the queue (words keep their order) and, given `cap`,
+    /// while fewer than `cap` agent runs are live: otherwise the statement
+    /// changes nothing and fails its transaction with
+    /// [`DbError::ExpectedChanges`].
+    pub fn start_statements(
+        run: &NewRun,
+        lease: (&str, i64),
+        cap: Option<u32>,
+        now: i64,
+    ) -> Vec<Statement> {
+        Self::insert_guarded(run, RunStatus::Running, Some(lease), now, Some(cap))
+    }
+
+    fn insert_guarded(
+        run: &NewRun,
+        status: RunStatus,
+        lease: Option<(&str, i64)>,
+        now: i64,
+        start: Option<Option<u32>>,
+    ) -> Vec<Statement> {
         let (root, parent, tool_call, depth, awaits) = match &run.parent {
             Some(p) => (
                 p.root_run_id.clone(),
@@ -161,6 +186,20 @@ impl RunStore {
             None => (run.run_id.clone(), None, None, 0, false),
         };
         let live = status.is_live();
+        let guard = match start {
+            None => String::new(),
+            Some(cap) => format!(
+                " WHERE NOT EXISTS (SELECT 1 FROM {RUNS} q WHERE q.session_id = ?10 \
+                   AND q.kind = 'agent' AND q.status = 'queued'){}",
+                match cap {
+                    Some(cap) => format!(
+                        " AND (SELECT count(*) FROM {RUNS} l WHERE l.kind = 'agent' \
+                           AND (l.status = 'claimed' OR l.status = 'running')) < {cap}"
+                    ),
+                    None => String::new(),
+                }
+            ),
+        };
         let mut out = vec![Statement::new(
             format!(
                 "INSERT INTO {RUNS} (run_id, account_id, root_run_id, parent_run_id, \
@@ -169,8 +208,8 @@ impl RunStore {
                  lease_owner, lease_expires_at_ms, idempotency_key, input_json, budget_json, \
                  source_text, source_cid, plan_step_id, step_label, created_at_ms, \
                  started_at_ms, updated_at_ms, parent_awaits) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29)"
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29{guard}"
             ),
             vec![
                 run.run_id.as_str().into(),
@@ -231,6 +270,19 @@ impl RunStore {
             )
             .await?;
         first(Some(rows))
+    }
+
+    /// Forgets the idempotency key of the turn whose first prompt was
+    /// `prompt_id` (its run's id), as that prompt record is pruned: the key
+    /// then starts a new turn.
+    pub fn forget_key_statement(session_id: &str, prompt_id: &str) -> Statement {
+        Statement::new(
+            format!(
+                "UPDATE {RUNS} SET idempotency_key = NULL \
+                 WHERE run_id = ?2 AND session_id = ?1 AND idempotency_key IS NOT NULL"
+            ),
+            vec![session_id.into(), prompt_id.into()],
+        )
     }
 
     /// The run a session's idempotency key named.

@@ -45,6 +45,7 @@ use super::coalesce::is_chunk;
 use super::store::{clock_ms, HistoryCounters, NewEvent};
 use super::{
     CancelStatus, NotPendingReason, Notice, PromptOutcome, SessionConfig, SessionError, Shared,
+    StartRun,
 };
 use crate::runs::store::RunStore;
 use crate::runs::{NewRun, RunLink, RunStatus};
@@ -55,7 +56,6 @@ pub(crate) use turn::user_events;
 pub(crate) struct PromptRequest {
     pub prompt_id: String,
     pub content: Vec<Value>,
-    pub idempotency_key: Option<String>,
     pub input_hash: Vec<u8>,
     pub actor: Actor,
     /// `content` is already in the log from this sequence on (a retry, or a
@@ -65,12 +65,24 @@ pub(crate) struct PromptRequest {
     /// A retry of a failed prompt: what the agent did after `input_at` was
     /// the failed attempt, not the conversation.
     pub retry: bool,
-    /// The run this turn works (claimed from the queue); without one the
-    /// accept inserts the turn's own run, already running.
-    pub run: Option<RunLink>,
+    /// The run this turn works, and how its accept records it.
+    pub run: TurnRun,
     /// The turn resumes its run after the children it waited for
     /// answered: the agent continues from the log, with no new words.
     pub resume: bool,
+}
+
+/// The run a turn works, as its accept records it.
+#[derive(Clone)]
+pub(crate) enum TurnRun {
+    /// None: the session service used on its own (tests, embedding).
+    None,
+    /// A run the queue claimed: the accept moves it to `running`.
+    Claimed(RunLink),
+    /// A turn that starts at once: the accept inserts its run `running`,
+    /// unless the session has turns queued or the cap is reached (then the
+    /// accept fails as `session_busy`).
+    Start(Box<StartRun>),
 }
 
 /// The setting that bounds the messages queued for one session's turns

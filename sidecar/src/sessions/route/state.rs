@@ -22,9 +22,6 @@ pub(super) struct Turn {
     pub(super) run: Option<crate::runs::RunLink>,
     /// A verb of this turn delegated to children the run waits for.
     pub(super) parked: bool,
-    /// The running prompt's idempotency key: a concurrent send of the same
-    /// key is `prompt_in_progress`, not `session_busy`.
-    pub(super) idempotency_key: Option<String>,
     pub(super) buffer: ChunkBuffer,
     pub(super) pending: Vec<NewEvent>,
     pub(super) pending_bytes: u64,

@@ -15,10 +15,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit::{oldest_answer, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
 use super::state::Turn;
-use super::{error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason};
+use super::{
+    error_json, Command, Incoming, PromptReply, PromptRequest, Route, StopReason, TurnRun,
+};
 use crate::runs::obligations::{self, Verdict};
 use crate::runs::store::RunStore;
-use crate::runs::{Finish, NewRun, Origin, Queue, RunKind, RunStatus};
+use crate::runs::{Finish, RunLink};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
 use crate::sessions::{AgentReply, CancelStatus, PromptOutcome, SessionError};
@@ -72,7 +74,6 @@ impl Route {
         accept.extend(SessionStore::accept_prompt_statements(
             &self.session_id,
             &request.prompt_id,
-            request.idempotency_key.as_deref(),
             &request.input_hash,
             first_input,
             now,
@@ -82,30 +83,32 @@ impl Route {
         }
         // The turn's run goes running with its acceptance: a run is running
         // exactly when its prompt may have reached the agent.
-        let run_id = match (&request.run, self.shared.runs_owner()) {
-            (Some(link), _) => {
+        let link = match &request.run {
+            TurnRun::Claimed(link) => {
                 accept.push(RunStore::start_statement(&link.run_id, now));
-                Some(link.run_id.clone())
+                Some(link.clone())
             }
-            (None, Some((owner, lease_ms))) => {
-                let mut run = NewRun::root(
-                    RunKind::Agent,
-                    Origin::User,
-                    Queue::Interactive,
-                    json!({"inputAt": first_input}),
-                );
-                run.run_id = request.prompt_id.clone();
-                run.session_id = Some(self.session_id.clone());
-                accept.extend(RunStore::insert_statements(
+            TurnRun::Start(start) => {
+                let mut run = start.run.clone();
+                if let Value::Object(input) = &mut run.input {
+                    input.insert("inputAt".into(), json!(first_input));
+                }
+                let (owner, lease_ms) = &start.lease;
+                accept.extend(RunStore::start_statements(
                     &run,
-                    RunStatus::Running,
-                    Some((owner, now + lease_ms)),
+                    (owner, now + lease_ms),
+                    start.cap,
                     now,
                 ));
-                Some(run.run_id)
+                Some(RunLink {
+                    run_id: run.run_id,
+                    attempt: 1,
+                    max_attempts: run.max_attempts.max(1),
+                })
             }
-            (None, None) => None,
+            TurnRun::None => None,
         };
+        let run_id = link.as_ref().map(|l| l.run_id.clone());
         if let Err(e) = self.commit(user_events, accept).await {
             if let Some(lost) = self.lost_commit.clone() {
                 // The accept may have landed: the next start settles it.
@@ -117,12 +120,9 @@ impl Route {
                 SessionError::Storage(DbError::ExpectedChanges { .. }) => {
                     SessionError::Busy(self.session_id.clone())
                 }
+                // One live turn per session, or a key another turn holds.
                 SessionError::Storage(ref db) if db.is_constraint() => {
-                    if request.idempotency_key.is_some() {
-                        SessionError::PromptInProgress
-                    } else {
-                        SessionError::Busy(self.session_id.clone())
-                    }
+                    SessionError::Busy(self.session_id.clone())
                 }
                 other => other,
             };
@@ -147,8 +147,7 @@ impl Route {
             prompt_id: request.prompt_id.clone(),
             parked: false,
             run_id,
-            run: request.run.clone(),
-            idempotency_key: request.idempotency_key.clone(),
+            run: link,
             buffer: ChunkBuffer::default(),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -212,16 +211,8 @@ impl Route {
                     let _ = self.flush(&mut turn).await;
                     match command {
                         None => break TurnEnd::Stopped(StopReason::VmShutdown, oneshot::channel().0),
-                        Some(Command::Prompt { request, reply }) => {
-                            // The same key: the caller replays the stored
-                            // prompt (in progress, or a conflict on other input).
-                            let same_key = request.idempotency_key.is_some()
-                                && request.idempotency_key == turn.idempotency_key;
-                            let _ = reply.send(Err(if same_key {
-                                SessionError::PromptInProgress
-                            } else {
-                                SessionError::Busy(self.session_id.clone())
-                            }));
+                        Some(Command::Prompt { reply, .. }) => {
+                            let _ = reply.send(Err(SessionError::Busy(self.session_id.clone())));
                         }
                         Some(Command::Enqueue { events, run, reply }) => {
                             let _ = reply.send(self.enqueue(events, *run).await);

@@ -93,10 +93,7 @@ mod tests {
         let store = SessionStore::new(Arc::new(OddRows));
         assert_eq!(code(store.get_session("s").await), "corrupt_row");
         assert_eq!(code(store.list_sessions(None, 5).await), "corrupt_row");
-        assert_eq!(
-            code(store.find_prompt_by_key("s", "k").await),
-            "corrupt_row"
-        );
+        assert_eq!(code(store.find_prompt("s", "p").await), "corrupt_row");
         assert_eq!(code(store.permission_status("s", "r").await), "corrupt_row");
         assert_eq!(code(store.vm_counters().await), "corrupt_row");
         assert_eq!(code(store.history("s", None, None, 5).await), "corrupt_row");

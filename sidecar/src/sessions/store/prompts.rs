@@ -1,4 +1,4 @@
-//! Prompt records: lookup by idempotency key, the statements that accept a
+//! Prompt records: lookup by id, the statements that accept a
 //! prompt (session to running, one accepted prompt per session) and those
 //! that end it (terminal state, session back to idle or failed).
 
@@ -42,7 +42,6 @@ impl PromptState {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PromptRow {
     pub prompt_id: String,
-    pub idempotency_key: Option<String>,
     pub input_hash: Vec<u8>,
     pub state: PromptState,
     pub result: Option<Value>,
@@ -52,53 +51,31 @@ pub struct PromptRow {
 }
 
 impl SessionStore {
-    pub async fn find_prompt_by_key(
-        &self,
-        session_id: &str,
-        key: &str,
-    ) -> Result<Option<PromptRow>, DbError> {
-        self.find_prompt_where("idempotency_key", session_id, key)
-            .await
-    }
-
     pub async fn find_prompt(
         &self,
         session_id: &str,
         prompt_id: &str,
     ) -> Result<Option<PromptRow>, DbError> {
-        self.find_prompt_where("prompt_id", session_id, prompt_id)
-            .await
-    }
-
-    async fn find_prompt_where(
-        &self,
-        column: &str,
-        session_id: &str,
-        value: &str,
-    ) -> Result<Option<PromptRow>, DbError> {
         let rows = self
             .db
             .query(
-                &format!(
-                    "SELECT prompt_id, idempotency_key, input_hash, state, result_json, error_json, \
-                     first_input_sequence \
-                     FROM agentos_core_prompts WHERE session_id = ?1 AND {column} = ?2"
-                ),
-                vec![session_id.into(), value.into()],
+                "SELECT prompt_id, input_hash, state, result_json, error_json, \
+                 first_input_sequence \
+                 FROM agentos_core_prompts WHERE session_id = ?1 AND prompt_id = ?2",
+                vec![session_id.into(), prompt_id.into()],
             )
             .await?;
         let Some(values) = rows.rows.into_iter().next() else {
             return Ok(None);
         };
-        let mut r = Row::new(PROMPTS, values, 7)?;
+        let mut r = Row::new(PROMPTS, values, 6)?;
         Ok(Some(PromptRow {
             prompt_id: r.text(0)?,
-            idempotency_key: r.opt_text(1)?,
-            input_hash: r.blob(2)?,
-            state: r.parse(3, PromptState::parse)?,
-            result: r.opt_json(4)?,
-            error: r.opt_json(5)?,
-            first_input: r.opt_int(6)?.and_then(|s| u64::try_from(s).ok()),
+            input_hash: r.blob(1)?,
+            state: r.parse(2, PromptState::parse)?,
+            result: r.opt_json(3)?,
+            error: r.opt_json(4)?,
+            first_input: r.opt_int(5)?.and_then(|s| u64::try_from(s).ok()),
         }))
     }
 
@@ -180,7 +157,6 @@ impl SessionStore {
     pub fn accept_prompt_statements(
         session_id: &str,
         prompt_id: &str,
-        idempotency_key: Option<&str>,
         input_hash: &[u8],
         first_input_sequence: u64,
         now: i64,
@@ -195,13 +171,12 @@ impl SessionStore {
             )
             .expect_changes(1),
             Statement::new(
-                "INSERT INTO agentos_core_prompts (session_id, prompt_id, idempotency_key, \
+                "INSERT INTO agentos_core_prompts (session_id, prompt_id, \
                    input_hash, state, first_input_sequence, created_at_ms, updated_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, 'accepted', ?5, ?6, ?6)",
+                 VALUES (?1, ?2, ?3, 'accepted', ?4, ?5, ?5)",
                 vec![
                     session_id.into(),
                     prompt_id.into(),
-                    idempotency_key.into(),
                     input_hash.into(),
                     SqlValue::Integer(first_input_sequence as i64),
                     now.into(),

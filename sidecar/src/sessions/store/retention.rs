@@ -112,6 +112,12 @@ impl SessionStore {
                 format!("DELETE FROM {table} WHERE session_id = ?1 AND {key} = ?2 {filter}"),
                 params.clone(),
             ));
+            if what == Retained::Prompts {
+                // A turn's key is remembered as long as its prompt record.
+                statements.push(crate::runs::store::RunStore::forget_key_statement(
+                    session_id, id,
+                ));
+            }
             if what == Retained::Outcomes {
                 statements.push(Statement::new(
                     "DELETE FROM agentos_core_permission_records \
