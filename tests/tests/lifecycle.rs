@@ -66,8 +66,10 @@ async fn sigterm_mid_turn(backend: Backend) {
     // What was committed is intact and the turn is settled in the store.
     let prompt = sc
         .stored(
-            "SELECT state, json_extract(error_json, '$.code') AS code FROM agentos_core_prompts \
-             WHERE session_id = 's' AND idempotency_key = 'k1'",
+            // The turn's key is on its run, whose id its prompt takes.
+            "SELECT p.state, json_extract(p.error_json, '$.code') AS code \
+             FROM agentos_core_prompts p JOIN agentos_core_runs r ON r.run_id = p.prompt_id \
+             WHERE p.session_id = 's' AND r.idempotency_key = 'k1'",
         )
         .await;
     assert_eq!(

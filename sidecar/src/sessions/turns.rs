@@ -28,7 +28,7 @@ pub struct RunTurn {
 
 /// A turn that starts at once, for [`Sessions::start_turn`]: the run its
 /// accept inserts `running`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct StartRun {
     pub run: NewRun,
     /// The lease owner (this process's run queue) and the lease length.
@@ -36,6 +36,8 @@ pub struct StartRun {
     /// Starts only while fewer agent runs than this are live (None: not
     /// held by the cap).
     pub cap: Option<u32>,
+    /// Notified once the accept committed: the run is `running`.
+    pub accepted: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Sessions {

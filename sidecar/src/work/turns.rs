@@ -165,10 +165,12 @@ impl Turns {
         cap: Option<u32>,
     ) -> Result<TurnAnswer, TurnError> {
         let run_id = run.run_id.clone();
+        let accepted = Arc::new(tokio::sync::Notify::new());
         let start = StartRun {
             run,
             lease: (self.runs.owner().to_owned(), self.runs.config().lease_ms),
             cap,
+            accepted: accepted.clone(),
         };
         self.runs.adopt(&run_id);
         let (runs, sessions) = (self.runs.clone(), self.sessions.clone());
@@ -179,7 +181,22 @@ impl Turns {
         );
         let id = run_id.clone();
         let worker = tokio::spawn(async move {
-            let answer = sessions.start_turn(&session, content, actor, start).await;
+            let turn = sessions.start_turn(&session, content, actor, start);
+            tokio::pin!(turn);
+            let mut told = false;
+            let answer = loop {
+                tokio::select! {
+                    biased;
+                    // Its subscribers hear the run start, as a claimed one.
+                    _ = accepted.notified(), if !told => {
+                        told = true;
+                        if let Ok(run) = runs.get(&id).await {
+                            runs.publish(run);
+                        }
+                    }
+                    answer = &mut turn => break answer,
+                }
+            };
             let after = runs.settle_adopted(&id).await;
             (answer, after)
         });

@@ -259,9 +259,12 @@ pub(super) fn prompt_rows(
     conn: &Connection,
 ) -> Result<HashMap<String, PromptRow>, rusqlite::Error> {
     let mut stmt = conn.prepare(
-        "SELECT session_id, prompt_id, idempotency_key, state, result_json, error_json, \
-           first_input_sequence, last_output_sequence FROM agentos_core_prompts \
-         WHERE idempotency_key IS NOT NULL",
+        // A turn's key is on its run, whose id its first prompt takes.
+        "SELECT p.session_id, p.prompt_id, r.idempotency_key, p.state, p.result_json, \
+           p.error_json, p.first_input_sequence, p.last_output_sequence \
+         FROM agentos_core_prompts p JOIN agentos_core_runs r \
+           ON r.run_id = p.prompt_id AND r.session_id = p.session_id \
+         WHERE r.idempotency_key IS NOT NULL",
     )?;
     let rows = stmt.query_map([], |r| {
         let json = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());

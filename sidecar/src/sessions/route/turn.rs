@@ -129,6 +129,9 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
+        if let TurnRun::Start(start) = &request.run {
+            start.accepted.notify_one();
+        }
         self.input_floor = Some((first_input, request.retry));
         self.prompt_count = self.prompt_count + 1 - pruned.own;
         self.shared.prompts_changed(pruned.any).await;
