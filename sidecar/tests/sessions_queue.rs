@@ -20,7 +20,11 @@ use common::*;
 /// The runs queue over the env's database, working turns through its
 /// session service.
 fn turns(env: &Env) -> Turns {
-    let runs = Runs::new(env.sessions.store().db().clone(), RunsConfig::default());
+    turns_with(env, RunsConfig::default())
+}
+
+fn turns_with(env: &Env, config: RunsConfig) -> Turns {
+    let runs = Runs::new(env.sessions.store().db().clone(), config);
     runs.set_executors(Executors {
         agent: TurnExecutor::new(env.sessions.clone()),
         script: None,
@@ -30,9 +34,18 @@ fn turns(env: &Env) -> Turns {
 }
 
 async fn message(turns: &Turns, sid: &str, t: &str) -> Result<PromptOutcome, SessionError> {
+    message_keyed(turns, sid, t, None).await
+}
+
+async fn message_keyed(
+    turns: &Turns,
+    sid: &str,
+    t: &str,
+    key: Option<&str>,
+) -> Result<PromptOutcome, SessionError> {
     let request = TurnRequest {
         content: text(t),
-        key: None,
+        key: key.map(str::to_owned),
         actor: user(),
         owner: TurnOwner::default(),
         when_busy: WhenBusy::Queue,
@@ -284,6 +297,140 @@ async fn a_failed_prompt_is_retried_without_appending_its_input_again() {
             "{}: newest first",
             backend.name
         );
+        turns.runs().shutdown();
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+/// The one entry's rules side by side: an idle session's turn starts at
+/// once whichever door sends it; a queued one waits for the agent cap, a
+/// host one is not held by it; a host prompt on a busy session is refused
+/// and leaves nothing behind.
+#[tokio::test]
+async fn an_idle_turn_starts_at_once_and_a_capped_one_waits_for_a_slot() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        for sid in ["a", "b", "c"] {
+            env.sessions.open(open(sid, "echo")).await.expect("open");
+        }
+        let mut config = RunsConfig::default();
+        config.caps.agent = 1;
+        let turns = turns_with(&env, config);
+        // A signed message on an idle session starts at once: the session
+        // runs before any dispatcher pass could have claimed it.
+        let long = {
+            let turns = turns.clone();
+            tokio::spawn(async move { message(&turns, "a", "wait_for_cancel").await })
+        };
+        running(&env, "a").await;
+        let live = turns
+            .runs()
+            .list(&RunScope::Session("a".into()), None, None)
+            .await
+            .expect("list");
+        assert_eq!(live.len(), 1, "{}", backend.name);
+        assert_eq!(live[0].status, RunStatus::Running, "{}", backend.name);
+        assert_eq!(turns.runs().working(), 1, "an adopted turn is worked here");
+        // The cap (1) is taken: a message to another idle session queues.
+        let capped = {
+            let turns = turns.clone();
+            tokio::spawn(async move { message(&turns, "b", "echo capped").await })
+        };
+        let mut queued = false;
+        for _ in 0..500 {
+            let runs = turns
+                .runs()
+                .list(&RunScope::Session("b".into()), None, None)
+                .await
+                .expect("list");
+            if runs.first().is_some_and(|r| r.status == RunStatus::Queued) {
+                queued = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(queued, "{}: the capped message queued", backend.name);
+        // The host door is not held by the cap.
+        let host = host_prompt(&turns, "c", "echo host").await.expect("host");
+        assert_eq!(host.stop_reason, "end_turn", "{}", backend.name);
+        // A host prompt on the busy session is refused; nothing is written.
+        let busy = host_prompt(&turns, "a", "echo refused")
+            .await
+            .expect_err("busy");
+        assert_eq!(busy.code(), ErrorCode::SessionBusy, "{}", backend.name);
+        assert!(!history(&env, "a")
+            .await
+            .iter()
+            .any(|e| e["content"]["text"] == "echo refused"));
+        assert!(!capped.is_finished(), "{}: still waiting", backend.name);
+        env.sessions.cancel("a").await.expect("cancel");
+        let first = long.await.expect("join").expect("cancelled is a result");
+        assert_eq!(first.stop_reason, "cancelled", "{}", backend.name);
+        let after = capped.await.expect("join").expect("the capped turn");
+        assert_eq!(after.stop_reason, "end_turn", "{}", backend.name);
+        turns.runs().shutdown();
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    }
+}
+
+/// A key sent again while its turn runs waits for that turn and hears its
+/// answer; the agent got the words once. Canceling the run of a turn that
+/// started at once stops its turn.
+#[tokio::test]
+async fn a_repeated_key_waits_for_its_turn_and_a_started_run_cancels() {
+    for backend in all_backends().await {
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        env.sessions.open(open("k", "echo")).await.expect("open");
+        let turns = turns(&env);
+        let send = |turns: &Turns| {
+            let turns = turns.clone();
+            tokio::spawn(async move { message_keyed(&turns, "k", "sleep 600", Some("m1")).await })
+        };
+        let first = send(&turns);
+        running(&env, "k").await;
+        let second = send(&turns);
+        let (first, second) = (
+            first.await.expect("join").expect("the turn"),
+            second.await.expect("join").expect("the replay"),
+        );
+        assert_eq!(first, second, "{}", backend.name);
+        assert_eq!(prompt_log(&env).len(), 1, "{}: sent once", backend.name);
+        let conflict = message_keyed(&turns, "k", "echo other", Some("m1"))
+            .await
+            .expect_err("other words");
+        assert_eq!(conflict.code(), ErrorCode::IdempotencyConflict);
+
+        let waiting = {
+            let turns = turns.clone();
+            tokio::spawn(async move { message(&turns, "k", "wait_for_cancel").await })
+        };
+        let mut run = None;
+        for _ in 0..500 {
+            let runs = turns
+                .runs()
+                .list(
+                    &RunScope::Session("k".into()),
+                    Some(RunStatus::Running),
+                    None,
+                )
+                .await
+                .expect("list");
+            if let Some(r) = runs.into_iter().next() {
+                run = Some(r);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let run = run.expect("the turn's run runs");
+        running(&env, "k").await;
+        assert!(turns.runs().cancel(&run.run_id).await.expect("cancel"));
+        let outcome = waiting.await.expect("join").expect("a result");
+        assert_eq!(outcome.stop_reason, "cancelled", "{}", backend.name);
+        let ended = turns.runs().get(&run.run_id).await.expect("get");
+        assert_eq!(ended.status, RunStatus::Canceled, "{}", backend.name);
+        assert_eq!(turns.runs().working(), 0, "{}", backend.name);
         turns.runs().shutdown();
         env.sessions.shutdown().await;
         backend.shutdown().await;
