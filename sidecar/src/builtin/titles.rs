@@ -189,9 +189,13 @@ impl Titles {
             loop {
                 match runs.recv().await {
                     // Queued, claimed or running: the user's words are in
-                    // the log from the moment the turn is queued.
+                    // the log from the moment the turn is queued. Only an
+                    // agent's sessions are named (the host door's own keep
+                    // what they were opened with).
                     Ok(RunEvent::Changed(run))
-                        if run.kind == RunKind::Agent && !run.status.is_terminal() =>
+                        if run.kind == RunKind::Agent
+                            && run.agent_id.is_some()
+                            && !run.status.is_terminal() =>
                     {
                         if let Some(session_id) = run.session_id.clone() {
                             titles.ensure(session_id);

@@ -217,7 +217,7 @@ impl LiveRun {
 /// a journal entry as committed, or a live progress patch (never stored).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunEvent {
-    Changed(Box<Run>),
+    Changed(Arc<Run>),
     Journal {
         root_run_id: String,
         row: JournalRow,
@@ -355,7 +355,7 @@ impl Runs {
     }
 
     pub(crate) fn publish(&self, run: Run) {
-        let _ = self.inner.changes.send(RunEvent::Changed(Box::new(run)));
+        let _ = self.inner.changes.send(RunEvent::Changed(Arc::new(run)));
     }
 
     pub(crate) fn publish_journal(&self, run: &Run, seq: u64, entry: Value) {
@@ -396,21 +396,34 @@ impl Runs {
     }
 
     /// Ends this process's work on an adopted run and answers the run as it
-    /// was left (None when its accept never committed). A run still
+    /// was left (`left`, as its worker's last transaction read it, or read
+    /// here; None when its accept never committed). A run still
     /// `running` lost its terminal commit, and its prompt may have reached
     /// the agent: it fails as `prompt_delivery_uncertain`, never resent.
     /// The transition is published and the dispatcher woken, as after a
     /// claimed run.
-    pub async fn settle_adopted(&self, run_id: &str) -> Result<Option<Run>, RunError> {
-        let settled = self.settle_adopted_row(run_id).await;
+    pub async fn settle_adopted(
+        &self,
+        run_id: &str,
+        left: Option<(Run, bool)>,
+    ) -> Result<Option<Run>, RunError> {
+        let settled = self.settle_adopted_row(run_id, left).await;
         // Last, so that a drain sees the outcome stored and published.
         lock(&self.inner.live).remove(run_id);
         settled
     }
 
-    async fn settle_adopted_row(&self, run_id: &str) -> Result<Option<Run>, RunError> {
+    async fn settle_adopted_row(
+        &self,
+        run_id: &str,
+        left: Option<(Run, bool)>,
+    ) -> Result<Option<Run>, RunError> {
         let store = &self.inner.store;
-        let Some(mut run) = store.get(run_id).await? else {
+        let left = match left {
+            Some(left) => Some(left),
+            None => store.get_with_queue(run_id).await?,
+        };
+        let Some((mut run, mut queued)) = left else {
             return Ok(None);
         };
         if run.status == RunStatus::Running {
@@ -424,8 +437,15 @@ impl Runs {
             {
                 run = after;
             }
+            queued = true;
         }
-        self.after_transition(run.clone()).await;
+        if run.status.is_terminal() && run.parent_run_id.is_none() && !queued {
+            // An ended root turn with nothing queued gives the dispatcher
+            // nothing to do: published without waking it.
+            self.publish(run.clone());
+        } else {
+            self.after_transition(run.clone()).await;
+        }
         Ok(Some(run))
     }
 
@@ -541,7 +561,9 @@ impl Runs {
                 return Ok(run);
             }
             match changes.recv().await {
-                Ok(RunEvent::Changed(changed)) if changed.run_id == run_id => run = *changed,
+                Ok(RunEvent::Changed(changed)) if changed.run_id == run_id => {
+                    run = Arc::unwrap_or_clone(changed)
+                }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(_)) => run = self.get(run_id).await?,
                 Err(broadcast::error::RecvError::Closed) => return self.get(run_id).await,

@@ -247,6 +247,69 @@ pub struct Run {
     pub updated_at_ms: i64,
 }
 
+impl Run {
+    /// The row a new run's insert as `running`, leased to `lease` (owner,
+    /// expiry) at `now`, writes: what its subscribers hear as it starts,
+    /// without reading it back.
+    pub fn started(new: &NewRun, lease: (&str, i64), now: i64) -> Run {
+        let (root, parent, tool_call, depth, awaits) = match &new.parent {
+            Some(p) => (
+                p.root_run_id.clone(),
+                Some(p.run_id.clone()),
+                p.tool_call_id.clone(),
+                p.depth,
+                p.awaits,
+            ),
+            None => (new.run_id.clone(), None, None, 0, false),
+        };
+        Run {
+            run_id: new.run_id.clone(),
+            account_id: new.account_id.clone(),
+            root_run_id: root,
+            parent_run_id: parent,
+            parent_tool_call_id: tool_call,
+            continued_from_run_id: new.continued_from.clone(),
+            depth,
+            kind: new.kind,
+            agent_id: new.agent_id.clone(),
+            session_id: new.session_id.clone(),
+            origin: new.origin,
+            title: new.title.clone(),
+            queue: new.queue,
+            status: RunStatus::Running,
+            attempt: 1,
+            max_attempts: new.max_attempts.max(1),
+            not_before_ms: new.not_before_ms,
+            lease_owner: Some(lease.0.to_owned()),
+            lease_expires_at_ms: Some(lease.1),
+            cancel_requested: false,
+            idempotency_key: new.idempotency_key.clone(),
+            input: new.input.clone(),
+            output: None,
+            error: None,
+            wait: None,
+            usage: None,
+            budget: new.budget.clone(),
+            plan: None,
+            obligations: None,
+            source_text: new.source_text.clone(),
+            source_cid: new.source_cid.clone(),
+            plan_step_id: new.plan_step_id.clone(),
+            step_label: new.step_label.clone(),
+            child_count: 0,
+            parent_awaits: awaits,
+            resolved: false,
+            result: None,
+            journal_seq: 0,
+            journal_bytes: 0,
+            created_at_ms: now,
+            started_at_ms: Some(now),
+            finished_at_ms: None,
+            updated_at_ms: now,
+        }
+    }
+}
+
 /// How a live run ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finish {

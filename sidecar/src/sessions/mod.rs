@@ -37,7 +37,7 @@ pub use error::SessionError;
 pub use hub::{Hub, Item, Sink, SinkRefusal, Tap};
 pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
-pub use turns::{RunTurn, StartRun};
+pub use turns::{RunTurn, StartRun, TurnProgress};
 pub use types::{
     AgentReply, CancelStatus, LimitUse, NotPendingReason, OpenSession, PermissionAnswer,
     PromptOutcome, SessionConfig, SessionInfo, SessionPage, SessionState, Usage, VmStatus,

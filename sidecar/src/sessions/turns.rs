@@ -5,6 +5,9 @@
 //! stored answer for the run's waiters, and a failed prompt's words for a
 //! retry. The work layer's one turn entry (`work/turns.rs`) drives these.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use agentos_protocol::session::Actor;
 use agentos_protocol::ErrorCode;
 use serde_json::Value;
@@ -12,7 +15,7 @@ use serde_json::Value;
 use super::route::{self, Command, PromptRequest, TurnRun};
 use super::store::PromptState;
 use super::{input_hash, stored_outcome, PromptOutcome, SessionError, Sessions};
-use crate::runs::{NewRun, RunLink};
+use crate::runs::{NewRun, RunLink, Runs};
 
 /// A claimed run's turn, for [`Sessions::run_turn`].
 #[derive(Clone, Debug, PartialEq)]
@@ -27,17 +30,46 @@ pub struct RunTurn {
 }
 
 /// A turn that starts at once, for [`Sessions::start_turn`]: the run its
-/// accept inserts `running`.
-#[derive(Clone, Debug)]
+/// accept inserts `running`, leased to `runs`' owner. The route works it as
+/// the dispatcher works a claimed run: `runs` sees it live from its accept
+/// ([`Runs::adopt`]) and hears it start, and its end is settled and
+/// published ([`Runs::settle_adopted`]) before the route answers, whether
+/// or not anybody still waits for it.
+#[derive(Clone)]
 pub struct StartRun {
     pub run: NewRun,
-    /// The lease owner (this process's run queue) and the lease length.
-    pub lease: (String, i64),
+    pub runs: Runs,
     /// Starts only while fewer agent runs than this are live (None: not
     /// held by the cap).
     pub cap: Option<u32>,
-    /// Notified once the accept committed: the run is `running`.
-    pub accepted: std::sync::Arc<tokio::sync::Notify>,
+    pub progress: Arc<TurnProgress>,
+}
+
+/// What a started turn's route tells its caller besides the answer: that
+/// the accept committed, and that the run ended for good with the turn
+/// (not parked, queued again or left for a retry).
+#[derive(Debug, Default)]
+pub struct TurnProgress {
+    accepted: AtomicBool,
+    ended: AtomicBool,
+}
+
+impl TurnProgress {
+    pub(crate) fn set_accepted(&self) {
+        self.accepted.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn set_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    pub fn accepted(&self) -> bool {
+        self.accepted.load(Ordering::Acquire)
+    }
+
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
 }
 
 impl Sessions {

@@ -24,7 +24,9 @@ use crate::runs::{
     prompt_id_of, run_error, Executor, Finish, LiveRun, NewRun, Origin, Outcome, Queue, Run,
     RunKind, RunLink, RunStatus, Runs,
 };
-use crate::sessions::{input_hash, PromptOutcome, RunTurn, SessionError, Sessions, StartRun};
+use crate::sessions::{
+    input_hash, PromptOutcome, RunTurn, SessionError, Sessions, StartRun, TurnProgress,
+};
 
 /// What a turn's caller hears.
 #[derive(Clone, Debug, PartialEq)]
@@ -155,8 +157,9 @@ impl Turns {
     }
 
     /// Starts the turn at once; `session_busy` (nothing written) when it
-    /// cannot. The turn is worked on its own task, so it is settled and
-    /// published even if its caller goes away.
+    /// cannot. The route works the started run as the dispatcher works a
+    /// claimed one, and settles it whether or not its caller still waits
+    /// (see [`StartRun`]).
     async fn start_now(
         &self,
         session_id: &str,
@@ -165,67 +168,33 @@ impl Turns {
         cap: Option<u32>,
     ) -> Result<TurnAnswer, TurnError> {
         let run_id = run.run_id.clone();
-        let accepted = Arc::new(tokio::sync::Notify::new());
+        let progress = Arc::new(TurnProgress::default());
         let start = StartRun {
             run,
-            lease: (self.runs.owner().to_owned(), self.runs.config().lease_ms),
+            runs: self.runs.clone(),
             cap,
-            accepted: accepted.clone(),
+            progress: progress.clone(),
         };
-        self.runs.adopt(&run_id);
-        let (runs, sessions) = (self.runs.clone(), self.sessions.clone());
-        let (session, content, actor) = (
-            session_id.to_owned(),
-            request.content.clone(),
-            request.actor.clone(),
-        );
-        let id = run_id.clone();
-        let worker = tokio::spawn(async move {
-            let turn = sessions.start_turn(&session, content, actor, start);
-            tokio::pin!(turn);
-            let mut told = false;
-            let answer = loop {
-                tokio::select! {
-                    biased;
-                    // Its subscribers hear the run start, as a claimed one.
-                    _ = accepted.notified(), if !told => {
-                        told = true;
-                        if let Ok(run) = runs.get(&id).await {
-                            runs.publish(run);
-                        }
-                    }
-                    answer = &mut turn => break answer,
-                }
-            };
-            let after = runs.settle_adopted(&id).await;
-            (answer, after)
-        });
-        let (answer, after) = match worker.await {
-            Ok(done) => done,
-            Err(_) => {
-                // The worker panicked: its run is settled here instead.
-                tracing::error!(run = %run_id, "a turn's worker failed unexpectedly");
-                let failed = Err(SessionError::Adapter {
-                    code: ErrorCode::AdapterExited,
-                    message: "the turn's worker failed unexpectedly".into(),
-                });
-                (failed, self.runs.settle_adopted(&run_id).await)
-            }
-        };
-        match (answer, after?) {
-            // Nothing was written.
-            (Err(e), None) => Err(e.into()),
-            // The turn ended with this attempt: its caller hears the
-            // route's own answer (a later replay reads the stored one).
-            (Ok(outcome), Some(run)) if run.status.is_terminal() => Ok(TurnAnswer::Done(outcome)),
-            (Err(e), Some(run)) if run.status.is_terminal() => Err(e.into()),
-            // Parked on its children, or queued again (a continuation).
-            (_, Some(_)) => self.answer(&run_id).await,
-            (Ok(_), None) => Err(SessionError::Storage(agentos_schema::DbError::CorruptRow {
-                table: "agentos_core_runs".into(),
-                message: format!("turn {run_id} answered without its run"),
-            })
-            .into()),
+        let answer = self
+            .sessions
+            .start_turn(
+                session_id,
+                request.content.clone(),
+                request.actor.clone(),
+                start,
+            )
+            .await;
+        match answer {
+            // The run ended for good with this turn: the route's own answer
+            // (a later replay reads the stored one).
+            Ok(outcome) if progress.ended() => Ok(TurnAnswer::Done(outcome)),
+            Err(e) if progress.ended() => Err(e.into()),
+            // Nothing was written (a lost accept is settled by the route).
+            Err(e) if !progress.accepted() => Err(e.into()),
+            // Parked on its children, queued again (a continuation or a
+            // retry), or left by a lost terminal commit: the run's end as
+            // it is settled.
+            _ => self.answer(&run_id).await,
         }
     }
 

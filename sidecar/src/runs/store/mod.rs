@@ -285,6 +285,37 @@ impl RunStore {
         )
     }
 
+    /// A run as its worker's answered transactions left it, and whether any
+    /// run waits in the queue (due or not): one read.
+    pub async fn get_with_queue(&self, run_id: &str) -> Result<Option<(Run, bool)>, DbError> {
+        let statement = Self::with_queue_statement(run_id);
+        let rows = self.db.query(&statement.sql, statement.params).await?;
+        Self::decode_with_queue(rows)
+    }
+
+    /// The statement [`RunStore::get_with_queue`] runs, for a transaction
+    /// that ends a run to read what it left.
+    pub fn with_queue_statement(run_id: &str) -> Statement {
+        Statement::new(
+            format!(
+                "SELECT {COLUMNS}, EXISTS (SELECT 1 FROM {RUNS} WHERE status = 'queued') \
+                 FROM {RUNS} WHERE run_id = ?1"
+            ),
+            vec![run_id.into()],
+        )
+    }
+
+    pub fn decode_with_queue(
+        mut rows: agentos_schema::Rows,
+    ) -> Result<Option<(Run, bool)>, DbError> {
+        let Some(mut values) = rows.rows.pop() else {
+            return Ok(None);
+        };
+        let queued = matches!(values.pop(), Some(SqlValue::Integer(1)));
+        let run = decode(Row::new(RUNS, values, WIDTH)?)?;
+        Ok(Some((run, queued)))
+    }
+
     /// The run a session's idempotency key named.
     pub async fn by_key(&self, session_id: &str, key: &str) -> Result<Option<Run>, DbError> {
         let rows = self

@@ -37,9 +37,25 @@ impl Route {
         events: Vec<NewEvent>,
         extra: Vec<Statement>,
     ) -> Result<(), SessionError> {
+        self.commit_reading(events, extra, None).await.map(drop)
+    }
+
+    /// [`Route::commit`], answering the rows of `read`, a statement run
+    /// last in the same transaction (what the commit left, without a
+    /// read of its own).
+    pub(super) async fn commit_reading(
+        &mut self,
+        events: Vec<NewEvent>,
+        extra: Vec<Statement>,
+        read: Option<Statement>,
+    ) -> Result<Option<Rows>, SessionError> {
         self.settle().await?;
-        self.submit(events, extra).await?;
-        self.settle().await
+        self.submit_reading(events, extra, read).await?;
+        let mut kept = None;
+        while !self.in_flight.is_empty() {
+            kept = self.confirm_oldest().await?;
+        }
+        Ok(kept)
     }
 
     /// Hands a transaction appending `events` (plus `extra` statements) to
@@ -51,6 +67,15 @@ impl Route {
         &mut self,
         events: Vec<NewEvent>,
         extra: Vec<Statement>,
+    ) -> Result<(), SessionError> {
+        self.submit_reading(events, extra, None).await
+    }
+
+    async fn submit_reading(
+        &mut self,
+        events: Vec<NewEvent>,
+        extra: Vec<Statement>,
+        read: Option<Statement>,
     ) -> Result<(), SessionError> {
         if events.is_empty() && extra.is_empty() {
             return Ok(());
@@ -96,13 +121,21 @@ impl Route {
         let (mut statements, next) =
             SessionStore::append_statements(&self.session_id, &self.counters, prune, events, now);
         statements.extend(extra);
+        let kept = read.map(|read| {
+            statements.push(read);
+            statements.len() - 1
+        });
         statements.push(SessionStore::read_back_statement(
             &self.session_id,
             self.counters.latest_sequence,
         ));
         let (reply, confirmed) = oneshot::channel();
         self.committer
-            .send(Work::Commit { statements, reply })
+            .send(Work::Commit {
+                statements,
+                kept,
+                reply,
+            })
             .map_err(|_| SessionError::Storage(DbError::Closed))?;
         self.in_flight.push_back(InFlight {
             confirmed,
@@ -113,10 +146,10 @@ impl Route {
         Ok(())
     }
 
-    /// Waits for the oldest handed-off commit.
-    async fn confirm_oldest(&mut self) -> Result<(), SessionError> {
+    /// Waits for the oldest handed-off commit; answers the rows it kept.
+    async fn confirm_oldest(&mut self) -> Result<Option<Rows>, SessionError> {
         let Some(mut first) = self.in_flight.pop_front() else {
-            return Ok(());
+            return Ok(None);
         };
         let result = (&mut first.confirmed).await;
         self.confirmed(first, result).await
@@ -129,17 +162,17 @@ impl Route {
     async fn confirmed(
         &mut self,
         first: InFlight,
-        answer: Result<Result<(), DbError>, oneshot::error::RecvError>,
-    ) -> Result<(), SessionError> {
+        answer: Result<Committed, oneshot::error::RecvError>,
+    ) -> Result<Option<Rows>, SessionError> {
         let result = match answer {
             Ok(result) => result.map_err(SessionError::from),
             Err(_) => Err(SessionError::Storage(DbError::Closed)),
         };
         match result {
-            Ok(()) => {
+            Ok(kept) => {
                 self.shared
                     .warn_history(&self.session_id, &first.before, &first.after);
-                Ok(())
+                Ok(kept)
             }
             Err(e) => {
                 while let Some(later) = self.in_flight.pop_front() {
@@ -199,7 +232,7 @@ impl Route {
         }
         let mut result = Ok(());
         while result.is_ok() && self.in_flight.len() >= MAX_IN_FLIGHT {
-            result = self.confirm_oldest().await;
+            result = self.confirm_oldest().await.map(drop);
         }
         if result.is_ok() {
             result = self.submit_pending(turn).await;
@@ -212,12 +245,12 @@ impl Route {
     pub(super) async fn on_confirmed(
         &mut self,
         turn: &mut Turn,
-        answer: Result<Result<(), DbError>, oneshot::error::RecvError>,
+        answer: Result<Committed, oneshot::error::RecvError>,
     ) -> Result<(), ()> {
         let Some(first) = self.in_flight.pop_front() else {
             return Ok(());
         };
-        let result = self.confirmed(first, answer).await;
+        let result = self.confirmed(first, answer).await.map(drop);
         self.commit_failed(turn, result).await?;
         self.flush_when_free(turn).await
     }
@@ -249,9 +282,12 @@ impl Route {
     }
 }
 
+/// A commit's answer: the rows of the statement it was asked to keep.
+pub(super) type Committed = Result<Option<Rows>, DbError>;
+
 /// A commit handed to the committing task and not yet confirmed.
 pub(super) struct InFlight {
-    confirmed: oneshot::Receiver<Result<(), DbError>>,
+    confirmed: oneshot::Receiver<Committed>,
     before: HistoryCounters,
     after: HistoryCounters,
 }
@@ -260,7 +296,7 @@ pub(super) struct InFlight {
 /// removes the entry once it has the answer.
 pub(super) async fn oldest_answer(
     in_flight: &mut VecDeque<InFlight>,
-) -> Result<Result<(), DbError>, oneshot::error::RecvError> {
+) -> Result<Committed, oneshot::error::RecvError> {
     match in_flight.front_mut() {
         Some(first) => (&mut first.confirmed).await,
         None => std::future::pending().await,
@@ -270,10 +306,12 @@ pub(super) async fn oldest_answer(
 /// What the route hands its committing task, in order.
 pub(super) enum Work {
     /// A transaction ending in a read-back; the rows read back are
-    /// published, then the route is told.
+    /// published, then the route is told (with the rows of statement
+    /// `kept`, when asked).
     Commit {
         statements: Vec<Statement>,
-        reply: oneshot::Sender<Result<(), DbError>>,
+        kept: Option<usize>,
+        reply: oneshot::Sender<Committed>,
     },
     Ephemeral(u64, Value),
     Barrier(oneshot::Sender<()>),
@@ -289,7 +327,11 @@ pub(super) async fn commit_loop(
 ) {
     while let Some(item) = work.recv().await {
         match item {
-            Work::Commit { statements, reply } => {
+            Work::Commit {
+                statements,
+                kept,
+                reply,
+            } => {
                 // The rows read back go to the publishing task undecoded, so
                 // the next transaction is handed over at once.
                 let result = match store.db().transaction(statements).await {
@@ -297,7 +339,7 @@ pub(super) async fn commit_loop(
                         if let Some(rows) = results.pop().filter(|rows| !rows.is_empty()) {
                             let _ = publisher.send(Publish::Durable(rows));
                         }
-                        Ok(())
+                        Ok(kept.and_then(|i| results.into_iter().nth(i)))
                     }
                     Err(e) => Err(e),
                 };

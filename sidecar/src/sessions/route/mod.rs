@@ -181,6 +181,9 @@ pub(crate) struct Route {
     /// The running turn's run, and whether the turn resumes it after its
     /// children answered (see `TurnScope`).
     turn_run: Option<String>,
+    /// The run of a turn that started at once, from its accept until the
+    /// route settled it (see [`crate::sessions::StartRun`]).
+    adopted: Option<(crate::runs::Runs, String)>,
     resume: bool,
     session_id: String,
     acp_session_id: String,
@@ -288,6 +291,13 @@ impl Route {
                             break;
                         }
                         let ended = self.turn(request, reply, &mut commands).await;
+                        // A started turn that ended without its terminal
+                        // commit (its route lost a commit, or stopped).
+                        if let Some((runs, run_id)) = self.adopted.take() {
+                            if let Err(e) = runs.settle_adopted(&run_id, None).await {
+                                tracing::warn!(run = %run_id, error = %e, "a started turn's run could not be settled");
+                            }
+                        }
                         self.input_floor = None;
                         self.turn_run = None;
                         self.resume = false;

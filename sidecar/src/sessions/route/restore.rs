@@ -157,6 +157,7 @@ impl Route {
             committer,
             in_flight: VecDeque::new(),
             turn_run: None,
+            adopted: None,
             resume: false,
             prompt_count: row.prompt_count,
             outcome_count: row.outcome_count,

@@ -20,6 +20,11 @@ pub(super) struct Turn {
     pub(super) run_id: Option<String>,
     /// The queue's claim, which says whether a failure is retried.
     pub(super) run: Option<crate::runs::RunLink>,
+    /// A turn that started at once: its caller hears how it went.
+    pub(super) progress: Option<std::sync::Arc<crate::sessions::TurnProgress>>,
+    /// The agent asked for a verb during this turn (only then can a turn
+    /// that started at once, a new root run, owe anything: a plan).
+    pub(super) verbs: bool,
     /// A verb of this turn delegated to children the run waits for.
     pub(super) parked: bool,
     pub(super) buffer: ChunkBuffer,

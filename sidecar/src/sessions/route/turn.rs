@@ -83,6 +83,7 @@ impl Route {
         }
         // The turn's run goes running with its acceptance: a run is running
         // exactly when its prompt may have reached the agent.
+        let mut started = None;
         let link = match &request.run {
             TurnRun::Claimed(link) => {
                 accept.push(RunStore::start_statement(&link.run_id, now));
@@ -93,13 +94,9 @@ impl Route {
                 if let Value::Object(input) = &mut run.input {
                     input.insert("inputAt".into(), json!(first_input));
                 }
-                let (owner, lease_ms) = &start.lease;
-                accept.extend(RunStore::start_statements(
-                    &run,
-                    (owner, now + lease_ms),
-                    start.cap,
-                    now,
-                ));
+                let lease = (start.runs.owner(), now + start.runs.config().lease_ms);
+                accept.extend(RunStore::start_statements(&run, lease, start.cap, now));
+                started = Some(crate::runs::Run::started(&run, lease, now));
                 Some(RunLink {
                     run_id: run.run_id,
                     attempt: 1,
@@ -111,8 +108,14 @@ impl Route {
         let run_id = link.as_ref().map(|l| l.run_id.clone());
         if let Err(e) = self.commit(user_events, accept).await {
             if let Some(lost) = self.lost_commit.clone() {
-                // The accept may have landed: the next start settles it.
+                // The accept may have landed: the next start settles it,
+                // and a started turn's run is settled now.
                 self.end_after_lost_commit().await;
+                if let (TurnRun::Start(start), Some(run_id)) = (&request.run, &run_id) {
+                    if let Err(e) = start.runs.settle_adopted(run_id, None).await {
+                        tracing::warn!(run = %run_id, error = %e, "a started turn's run could not be settled");
+                    }
+                }
                 let _ = reply.send(Err(lost));
                 return None;
             }
@@ -129,9 +132,21 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
-        if let TurnRun::Start(start) = &request.run {
-            start.accepted.notify_one();
-        }
+        let progress = match (&request.run, started, &run_id) {
+            (TurnRun::Start(start), Some(started), Some(run_id)) => {
+                // Live in the queue's eyes, and heard to start, as a
+                // claimed run is. A run of no agent (the host door's) is
+                // shown by no feed: its waiters wait for its end only.
+                start.runs.adopt(run_id);
+                if started.agent_id.is_some() {
+                    start.runs.publish(started);
+                }
+                self.adopted = Some((start.runs.clone(), run_id.clone()));
+                start.progress.set_accepted();
+                Some(start.progress.clone())
+            }
+            _ => None,
+        };
         self.input_floor = Some((first_input, request.retry));
         self.prompt_count = self.prompt_count + 1 - pruned.own;
         self.shared.prompts_changed(pruned.any).await;
@@ -149,8 +164,10 @@ impl Route {
         let mut turn = Turn {
             prompt_id: request.prompt_id.clone(),
             parked: false,
+            verbs: false,
             run_id,
             run: link,
+            progress,
             buffer: ChunkBuffer::default(),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -389,6 +406,9 @@ impl Route {
                         }
                         // A cancelled turn runs no more verbs, however many
                         // the model asked for.
+                        if method == agentos_protocol::agent_ext::methods::VERB {
+                            turn.verbs = true;
+                        }
                         let answer = if turn.cancel_requested
                             && method == agentos_protocol::agent_ext::methods::VERB
                         {
@@ -667,8 +687,13 @@ impl Route {
             }
         };
         let last_output = self.counters.latest_sequence + events.len() as u64;
+        // A turn that started at once is a new root run: it owes something
+        // only if a verb of this turn gave it a plan (it has no typed
+        // result to deliver), so a turn without verbs reads nothing here.
         let verdict = match (&turn.run, state) {
-            (Some(link), PromptState::Completed) if !turn.parked => {
+            (Some(link), PromptState::Completed)
+                if !turn.parked && (turn.progress.is_none() || turn.verbs) =>
+            {
                 self.obligations(&link.run_id).await
             }
             _ => Verdict::Met,
@@ -726,7 +751,39 @@ impl Route {
                 extra.push(RunStore::add_usage_statement(run_id, input, output));
             }
         }
-        if let Err(e) = self.commit(events, extra).await {
+        // A started turn's worker learns what the commit left from the
+        // commit itself.
+        let read = match (&turn.progress, &turn.run_id) {
+            (Some(_), Some(run_id)) => Some(RunStore::with_queue_statement(run_id)),
+            _ => None,
+        };
+        let committed = self.commit_reading(events, extra, read).await;
+        let settle = match (&committed, &turn.progress) {
+            (Ok(Some(rows)), Some(progress)) => {
+                self.adopted.take().map(|adopted| (rows, progress, adopted))
+            }
+            _ => None,
+        };
+        if let Some((rows, progress, (runs, run_id))) = settle {
+            let left = match RunStore::decode_with_queue(rows.clone()) {
+                Ok(left) => left,
+                Err(e) => {
+                    tracing::warn!(session = %self.session_id, error = %e, "a turn's run read back corrupt");
+                    None
+                }
+            };
+            if left
+                .as_ref()
+                .is_some_and(|(run, _)| run.status.is_terminal())
+            {
+                progress.set_ended();
+            }
+            // Published and let go before the caller hears.
+            if let Err(e) = runs.settle_adopted(&run_id, left).await {
+                tracing::warn!(run = %run_id, error = %e, "a started turn's run could not be settled");
+            }
+        }
+        if let Err(e) = committed {
             // This route's view of the session can no longer be trusted: it
             // ends, and the next start settles the turn from what is stored.
             tracing::error!(session = %self.session_id, error = %e, "terminal commit failed; the route ends and the next start settles the turn");
