@@ -51,10 +51,22 @@ pub struct StartRun {
 #[derive(Debug, Default)]
 pub struct TurnProgress {
     accepted: AtomicBool,
+    /// The terminal commit landed.
+    closed: AtomicBool,
     ended: AtomicBool,
 }
 
 impl TurnProgress {
+    pub(crate) fn set_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// The turn's terminal commit landed (else its route lost or never
+    /// reached it, and the run was settled as its delivery left it).
+    pub fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     pub(crate) fn set_accepted(&self) {
         self.accepted.store(true, Ordering::Release);
     }

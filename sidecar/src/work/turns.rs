@@ -188,12 +188,14 @@ impl Turns {
             // The run ended for good with this turn: the route's own answer
             // (a later replay reads the stored one).
             Ok(outcome) if progress.ended() => Ok(TurnAnswer::Done(outcome)),
-            Err(e) if progress.ended() => Err(e.into()),
-            // Nothing was written (a lost accept is settled by the route).
-            Err(e) if !progress.accepted() => Err(e.into()),
-            // Parked on its children, queued again (a continuation or a
-            // retry), or left by a lost terminal commit: the run's end as
-            // it is settled.
+            // The turn failed for good, or nothing was written, or its
+            // route lost a commit (the run is settled as uncertain): the
+            // route's own answer, as the caller of a claimed turn hears it.
+            Err(e) if progress.ended() || !progress.accepted() || !progress.closed() => {
+                Err(e.into())
+            }
+            // Parked on its children, or queued again (a continuation or a
+            // retry): the run's end as it comes.
             _ => self.answer(&run_id).await,
         }
     }

@@ -765,6 +765,7 @@ impl Route {
             _ => None,
         };
         if let Some((rows, progress, (runs, run_id))) = settle {
+            progress.set_closed();
             let left = match RunStore::decode_with_queue(rows.clone()) {
                 Ok(left) => left,
                 Err(e) => {
