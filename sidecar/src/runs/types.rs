@@ -170,7 +170,25 @@ pub struct NewRun {
     pub not_before_ms: i64,
 }
 
+/// Where a new run sits in its tree: its root, its parent and the tool
+/// call that started it, its depth, and whether its parent waits for it.
+pub type Place = (String, Option<String>, Option<String>, u32, bool);
+
 impl NewRun {
+    /// Where the run sits in its tree (a root run is its own root).
+    pub fn place(&self) -> Place {
+        match &self.parent {
+            Some(p) => (
+                p.root_run_id.clone(),
+                Some(p.run_id.clone()),
+                p.tool_call_id.clone(),
+                p.depth,
+                p.awaits,
+            ),
+            None => (self.run_id.clone(), None, None, 0, false),
+        }
+    }
+
     /// A root run of `kind` with defaults for everything optional.
     pub fn root(kind: RunKind, origin: Origin, queue: Queue, input: Value) -> NewRun {
         NewRun {
@@ -252,16 +270,7 @@ impl Run {
     /// expiry) at `now`, writes: what its subscribers hear as it starts,
     /// without reading it back.
     pub fn started(new: &NewRun, lease: (&str, i64), now: i64) -> Run {
-        let (root, parent, tool_call, depth, awaits) = match &new.parent {
-            Some(p) => (
-                p.root_run_id.clone(),
-                Some(p.run_id.clone()),
-                p.tool_call_id.clone(),
-                p.depth,
-                p.awaits,
-            ),
-            None => (new.run_id.clone(), None, None, 0, false),
-        };
+        let (root, parent, tool_call, depth, awaits) = new.place();
         Run {
             run_id: new.run_id.clone(),
             account_id: new.account_id.clone(),

@@ -175,16 +175,7 @@ impl RunStore {
         now: i64,
         start: Option<Option<u32>>,
     ) -> Vec<Statement> {
-        let (root, parent, tool_call, depth, awaits) = match &run.parent {
-            Some(p) => (
-                p.root_run_id.clone(),
-                Some(p.run_id.clone()),
-                p.tool_call_id.clone(),
-                p.depth,
-                p.awaits,
-            ),
-            None => (run.run_id.clone(), None, None, 0, false),
-        };
+        let (root, parent, tool_call, depth, awaits) = run.place();
         let live = status.is_live();
         let guard = match start {
             None => String::new(),
