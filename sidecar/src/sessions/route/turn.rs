@@ -757,33 +757,30 @@ impl Route {
             (Some(_), Some(run_id)) => Some(RunStore::with_queue_statement(run_id)),
             _ => None,
         };
-        let committed = self.commit_reading(events, extra, read).await;
-        let settle = match (&committed, &turn.progress) {
-            (Ok(Some(rows)), Some(progress)) => {
-                self.adopted.take().map(|adopted| (rows, progress, adopted))
-            }
+        let (committed, kept) = match self.commit_reading(events, extra, read).await {
+            Ok(kept) => (Ok(()), kept),
+            Err(e) => (Err(e), None),
+        };
+        let settle = match (kept, &turn.progress) {
+            (Some(rows), Some(progress)) => self.adopted.take().map(|(runs, run_id)| {
+                progress.set_closed();
+                let left = match RunStore::decode_with_queue(rows) {
+                    Ok(left) => left,
+                    Err(e) => {
+                        tracing::warn!(session = %self.session_id, error = %e, "a turn's run read back corrupt");
+                        None
+                    }
+                };
+                if left
+                    .as_ref()
+                    .is_some_and(|(run, _)| run.status.is_terminal())
+                {
+                    progress.set_ended();
+                }
+                (runs, run_id, left)
+            }),
             _ => None,
         };
-        if let Some((rows, progress, (runs, run_id))) = settle {
-            progress.set_closed();
-            let left = match RunStore::decode_with_queue(rows.clone()) {
-                Ok(left) => left,
-                Err(e) => {
-                    tracing::warn!(session = %self.session_id, error = %e, "a turn's run read back corrupt");
-                    None
-                }
-            };
-            if left
-                .as_ref()
-                .is_some_and(|(run, _)| run.status.is_terminal())
-            {
-                progress.set_ended();
-            }
-            // Published and let go before the caller hears.
-            if let Err(e) = runs.settle_adopted(&run_id, left).await {
-                tracing::warn!(run = %run_id, error = %e, "a started turn's run could not be settled");
-            }
-        }
         if let Err(e) = committed {
             // This route's view of the session can no longer be trusted: it
             // ends, and the next start settles the turn from what is stored.
@@ -793,8 +790,15 @@ impl Route {
             self.shared.route_ended(&self.session_id, self.generation);
             return (Err(e), stop);
         }
-        // The host hears the answer only after the terminal events are out.
+        // The host hears the answer only after the terminal events are out,
+        // and a started run's end is published after them too (and before
+        // its caller hears), as a claimed run's is.
         self.published().await;
+        if let Some((runs, run_id, left)) = settle {
+            if let Err(e) = runs.settle_adopted(&run_id, left).await {
+                tracing::warn!(run = %run_id, error = %e, "a started turn's run could not be settled");
+            }
+        }
         if route_lost {
             self.conn.shutdown().await;
             self.exited = true;
