@@ -395,9 +395,9 @@ impl Runs {
         lock(&self.inner.live).insert(run_id.to_owned(), live);
     }
 
-    /// Ends this process's work on an adopted run and answers the run as it
-    /// was left (`left`, as its worker's last transaction read it, or read
-    /// here; None when its accept never committed). A run still
+    /// Ends this process's work on an adopted run, as it was left (`left`,
+    /// as its worker's last transaction read it, or read here; None when
+    /// its accept never committed). A run still
     /// `running` lost its terminal commit, and its prompt may have reached
     /// the agent: it fails as `prompt_delivery_uncertain`, never resent.
     /// The transition is published and the dispatcher woken, as after a
@@ -406,8 +406,18 @@ impl Runs {
         &self,
         run_id: &str,
         left: Option<(Run, bool)>,
-    ) -> Result<Option<Run>, RunError> {
-        let settled = self.settle_adopted_row(run_id, left).await;
+    ) -> Result<(), RunError> {
+        let settled = match left {
+            // The common end, a root turn that ended with nothing queued,
+            // gives the dispatcher nothing to do: published without waking
+            // it, and without holding the rare path's state in every
+            // session's future.
+            Some((run, false)) if run.status.is_terminal() && run.parent_run_id.is_none() => {
+                self.publish(run);
+                Ok(())
+            }
+            left => Box::pin(self.settle_adopted_row(run_id, left)).await,
+        };
         // Last, so that a drain sees the outcome stored and published.
         lock(&self.inner.live).remove(run_id);
         settled
@@ -417,14 +427,14 @@ impl Runs {
         &self,
         run_id: &str,
         left: Option<(Run, bool)>,
-    ) -> Result<Option<Run>, RunError> {
+    ) -> Result<(), RunError> {
         let store = &self.inner.store;
         let left = match left {
             Some(left) => Some(left),
             None => store.get_with_queue(run_id).await?,
         };
         let Some((mut run, mut queued)) = left else {
-            return Ok(None);
+            return Ok(());
         };
         if run.status == RunStatus::Running {
             let error = run_error(
@@ -440,13 +450,11 @@ impl Runs {
             queued = true;
         }
         if run.status.is_terminal() && run.parent_run_id.is_none() && !queued {
-            // An ended root turn with nothing queued gives the dispatcher
-            // nothing to do: published without waking it.
-            self.publish(run.clone());
+            self.publish(run);
         } else {
-            self.after_transition(run.clone()).await;
+            self.after_transition(run).await;
         }
-        Ok(Some(run))
+        Ok(())
     }
 
     /// Recovers every live row at start: this process holds the store, so

@@ -108,6 +108,9 @@ impl Turns {
 
     /// The one turn entry: runs `request`'s words as a turn of the session
     /// and waits for it (see the module's paragraph for the rules).
+    /// The rare paths (a repeated key, a queued turn, a parked run) are
+    /// boxed, so that every waiting caller's future is sized for the
+    /// common one.
     pub async fn submit(
         &self,
         session_id: &str,
@@ -122,24 +125,15 @@ impl Turns {
                 .into());
             }
             if let Some(run) = self.runs.store().by_key(session_id, key).await? {
-                return self.replay(run, &hash).await;
+                return Box::pin(self.replay(run, &hash)).await;
             }
         }
-        let mut run = NewRun::root(
-            RunKind::Agent,
-            Origin::User,
-            Queue::Interactive,
-            json!({"content": request.content, "inputHash": hash}),
-        );
-        run.session_id = Some(session_id.to_owned());
-        run.account_id = request.owner.account_id.clone();
-        run.agent_id = request.owner.agent_id.clone();
-        run.idempotency_key = request.key.clone();
         let cap = match request.when_busy {
             WhenBusy::Queue => Some(self.runs.config().caps.agent),
             WhenBusy::Refuse => None,
         };
-        let refused = match self.start_now(session_id, &request, run.clone(), cap).await {
+        let run = turn_run(session_id, &request, &hash);
+        let refused = match self.start_now(session_id, &request, run, cap).await {
             Ok(answer) => return Ok(answer),
             Err(TurnError::Session(e)) if queueable(&e) => e,
             Err(e) => return Err(e),
@@ -147,12 +141,16 @@ impl Turns {
         // A concurrent duplicate may have won the key.
         if let Some(key) = &request.key {
             if let Some(prior) = self.runs.store().by_key(session_id, key).await? {
-                return self.replay(prior, &hash).await;
+                return Box::pin(self.replay(prior, &hash)).await;
             }
         }
         match request.when_busy {
             WhenBusy::Refuse => Err(refused.into()),
-            WhenBusy::Queue => self.enqueue(session_id, request, run, &hash).await,
+            WhenBusy::Queue => {
+                // Nothing of the refused start was written: a new run.
+                let run = turn_run(session_id, &request, &hash);
+                Box::pin(self.enqueue(session_id, request, run, &hash)).await
+            }
         }
     }
 
@@ -196,7 +194,7 @@ impl Turns {
             }
             // Parked on its children, or queued again (a continuation or a
             // retry): the run's end as it comes.
-            _ => self.answer(&run_id).await,
+            _ => Box::pin(self.answer(&run_id)).await,
         }
     }
 
@@ -318,6 +316,22 @@ impl Turns {
             },
         }
     }
+}
+
+/// The run row of a turn of `request`'s words (a root run of the session,
+/// its input naming the words and their hash).
+fn turn_run(session_id: &str, request: &TurnRequest, hash: &str) -> NewRun {
+    let mut run = NewRun::root(
+        RunKind::Agent,
+        Origin::User,
+        Queue::Interactive,
+        json!({"content": request.content, "inputHash": hash}),
+    );
+    run.session_id = Some(session_id.to_owned());
+    run.account_id = request.owner.account_id.clone();
+    run.agent_id = request.owner.agent_id.clone();
+    run.idempotency_key = request.key.clone();
+    run
 }
 
 /// Works claimed turns through the session service.

@@ -290,7 +290,10 @@ impl Route {
                             let _ = reply.send(Err(SessionError::RouteGone));
                             break;
                         }
-                        let ended = self.turn(request, reply, &mut commands).await;
+                        // Boxed: a turn's state lives only while the turn
+                        // does, not in every idle session's task (inline,
+                        // it would more than triple the task's size).
+                        let ended = Box::pin(self.turn(request, reply, &mut commands)).await;
                         // A started turn that ended without its terminal
                         // commit (its route lost a commit, or stopped).
                         if let Some((runs, run_id)) = self.adopted.take() {

@@ -51,7 +51,7 @@ impl Route {
     /// arrived mid-turn, so the caller can end the route.
     pub(super) async fn turn(
         &mut self,
-        request: PromptRequest,
+        mut request: PromptRequest,
         reply: oneshot::Sender<PromptReply>,
         commands: &mut mpsc::Receiver<Command>,
     ) -> Option<(StopReason, oneshot::Sender<()>)> {
@@ -84,21 +84,25 @@ impl Route {
         // The turn's run goes running with its acceptance: a run is running
         // exactly when its prompt may have reached the agent.
         let mut started = None;
-        let link = match &request.run {
+        let link = match &mut request.run {
             TurnRun::Claimed(link) => {
                 accept.push(RunStore::start_statement(&link.run_id, now));
                 Some(link.clone())
             }
             TurnRun::Start(start) => {
-                let mut run = start.run.clone();
+                let run = &mut start.run;
                 if let Value::Object(input) = &mut run.input {
                     input.insert("inputAt".into(), json!(first_input));
                 }
                 let lease = (start.runs.owner(), now + start.runs.config().lease_ms);
-                accept.extend(RunStore::start_statements(&run, lease, start.cap, now));
-                started = Some(crate::runs::Run::started(&run, lease, now));
+                accept.extend(RunStore::start_statements(run, lease, start.cap, now));
+                // A run of no agent (the host door's) is shown by no feed:
+                // its waiters wait for its end only.
+                if run.agent_id.is_some() {
+                    started = Some(crate::runs::Run::started(run, lease, now));
+                }
                 Some(RunLink {
-                    run_id: run.run_id,
+                    run_id: run.run_id.clone(),
                     attempt: 1,
                     max_attempts: run.max_attempts.max(1),
                 })
@@ -132,13 +136,12 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
-        let progress = match (&request.run, started, &run_id) {
-            (TurnRun::Start(start), Some(started), Some(run_id)) => {
+        let progress = match (&request.run, &run_id) {
+            (TurnRun::Start(start), Some(run_id)) => {
                 // Live in the queue's eyes, and heard to start, as a
-                // claimed run is. A run of no agent (the host door's) is
-                // shown by no feed: its waiters wait for its end only.
+                // claimed run is.
                 start.runs.adopt(run_id);
-                if started.agent_id.is_some() {
+                if let Some(started) = started {
                     start.runs.publish(started);
                 }
                 self.adopted = Some((start.runs.clone(), run_id.clone()));
