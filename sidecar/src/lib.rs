@@ -13,5 +13,6 @@ pub mod sandbox;
 pub mod serve;
 pub mod sessions;
 pub mod space;
+pub mod triggers;
 pub mod vm;
 pub mod work;
