@@ -64,6 +64,14 @@ impl SessionState {
         }
     }
 
+    /// A turn is live (running, or waiting for permission answers).
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self,
+            SessionState::Running { .. } | SessionState::Waiting { .. }
+        )
+    }
+
     /// The state recorded on `row`; `requests` are its pending permission
     /// request ids when the caller read them.
     pub fn of(row: &SessionRow, requests: Option<Vec<String>>) -> SessionState {

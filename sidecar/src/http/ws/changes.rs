@@ -39,7 +39,7 @@ use super::outbox::Out;
 use super::socket::{Hold, Socket};
 use super::sockets::Sockets;
 use crate::control::{authz, AccessRole, AgentRecord, CollaboratorRecord};
-use crate::sessions::{Notice, SessionInfo};
+use crate::sessions::{Notice, SessionInfo, SessionState};
 
 /// Why an account's view changed, spelled as the reference spells it.
 pub mod reason {
@@ -254,9 +254,12 @@ async fn relay(
     mut renames: broadcast::Receiver<String>,
 ) {
     loop {
-        let (session_id, renamed) = tokio::select! {
+        // A turn's start names its prompt.
+        let (session_id, renamed, started) = tokio::select! {
             notice = notices.recv() => match notice {
-                Ok(Notice::KeepAwake { session_id, .. }) => (session_id, false),
+                Ok(Notice::KeepAwake { session_id, held, prompt_id, .. }) => {
+                    (session_id, false, held.then_some(prompt_id))
+                }
                 Ok(_) => continue,
                 Err(broadcast::error::RecvError::Lagged(skipped)) => {
                     tracing::warn!(skipped, "websocket session states lagged behind the notices");
@@ -265,7 +268,7 @@ async fn relay(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             renamed = renames.recv() => match renamed {
-                Ok(session_id) => (session_id, true),
+                Ok(session_id) => (session_id, true, None),
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return,
             },
@@ -281,7 +284,18 @@ async fn relay(
             continue;
         }
         match sockets.sessions.get(&session_id).await {
-            Ok(info) => sockets.session_changed(info),
+            Ok(mut info) => {
+                // A turn that ended before its state was read still
+                // started: its subscribers hear it start, then (with the
+                // release) end.
+                if let Some(prompt_id) = started.filter(|_| !info.state.is_live()) {
+                    info.state = SessionState::Running {
+                        prompt_id: Some(prompt_id),
+                        started_at_ms: None,
+                    };
+                }
+                sockets.session_changed(info)
+            }
             Err(e) => {
                 tracing::debug!(session = %session_id, error = %e, "no state to relay")
             }

@@ -16,7 +16,7 @@
 //! is held back until the subscription has delivered the rows committed
 //! before it, so `change` never overtakes the events it follows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,8 +44,11 @@ struct SessionView {
     partial_text: bool,
     /// The last durable sequence rendered.
     last_seq: u64,
-    /// A state to announce once `last_seq` reaches its sequence.
-    pending: Option<Arc<SessionInfo>>,
+    /// States to announce once `last_seq` reaches their sequences: the
+    /// latest, after a turn's start that has not gone out yet (at most two,
+    /// so that a turn that ends before its events are out is still seen to
+    /// start).
+    pending: VecDeque<Arc<SessionInfo>>,
     /// What the agent was last said to be doing (`activity`), with the
     /// tool call it runs when that is `tool`.
     activity: Option<RunActivity>,
@@ -115,11 +118,28 @@ impl SessionView {
     }
 
     fn state(&mut self, info: Arc<SessionInfo>, out: &mut Vec<String>) {
-        if info.latest_sequence <= self.last_seq {
-            self.pending = None;
+        let keeps_start = |held: &SessionInfo| held.state.is_live() && !info.state.is_live();
+        match self.pending.back() {
+            Some(held) if keeps_start(held) && self.pending.len() == 1 => {}
+            Some(_) => {
+                self.pending.pop_back();
+            }
+            None => {}
+        }
+        self.pending.push_back(info);
+        self.flush(out);
+    }
+
+    /// Announces the pending states whose sequences have gone out.
+    fn flush(&mut self, out: &mut Vec<String>) {
+        while let Some(info) = self
+            .pending
+            .front()
+            .filter(|info| info.latest_sequence <= self.last_seq)
+            .cloned()
+        {
+            self.pending.pop_front();
             self.change(&info, out);
-        } else {
-            self.pending = Some(info);
         }
     }
 
@@ -143,9 +163,7 @@ impl SessionView {
                     now.tool_call_id = Some(id);
                     self.activity(now, None, out);
                 }
-                if let Some(info) = self.pending.take() {
-                    self.state(info, out);
-                }
+                self.flush(out);
             }
             Item::Ephemeral { update, .. } => {
                 if let Some(text) = agent_text(update) {
@@ -249,7 +267,7 @@ impl Render {
                         partial: None,
                         partial_text: false,
                         last_seq: after,
-                        pending: None,
+                        pending: VecDeque::new(),
                         activity: None,
                     },
                 );
@@ -467,6 +485,57 @@ mod tests {
         });
         assert_eq!(end, vec![Utf8Bytes::from("bye")]);
         assert!(render.frames(item(chunk("late"))).is_empty());
+    }
+
+    #[test]
+    fn a_turn_that_ends_before_its_start_went_out_is_still_seen_to_start() {
+        let sub: Arc<str> = Arc::from("sub");
+        let mut render = Render::default();
+        render.frames(Out::Open {
+            sub_id: sub.clone(),
+            key: "sessions/s".into(),
+            link: link(),
+            after: 1,
+        });
+        let running = || SessionState::Running {
+            prompt_id: Some("p".into()),
+            started_at_ms: None,
+        };
+        // Both states name row 3, not out yet: held, in order, and a later
+        // state replaces the end, never the start.
+        assert!(render.frames(Out::State(info(3, running()))).is_empty());
+        assert!(render
+            .frames(Out::State(info(3, SessionState::Idle)))
+            .is_empty());
+        assert!(render
+            .frames(Out::State(info(3, SessionState::Idle)))
+            .is_empty());
+        let row = |seq| Out::Item {
+            sub_id: sub.clone(),
+            item: durable(
+                seq,
+                json!({"sessionUpdate": "user_message_chunk",
+                                      "content": {"type": "text", "text": "hi"}}),
+            ),
+        };
+        assert_eq!(parse(render.frames(row(2))).len(), 1);
+        let frames = parse(render.frames(row(3)));
+        let states: Vec<&Value> = frames
+            .iter()
+            .filter(|f| f["_"] == "change")
+            .map(|f| &f["value"]["status"])
+            .collect();
+        assert_eq!(states, [&json!("streaming"), &json!("idle")], "{frames:?}");
+        // A live state replaces a live one: only the latest start is held.
+        assert!(render.frames(Out::State(info(5, running()))).is_empty());
+        assert!(render.frames(Out::State(info(5, running()))).is_empty());
+        render.frames(row(4));
+        let frames = parse(render.frames(row(5)));
+        assert_eq!(
+            frames.iter().filter(|f| f["_"] == "change").count(),
+            1,
+            "{frames:?}"
+        );
     }
 
     #[test]
