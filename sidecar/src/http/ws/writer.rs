@@ -422,6 +422,19 @@ mod tests {
         })
     }
 
+    /// A renderer with one session subscription open after row 1.
+    fn opened() -> (Arc<str>, Render) {
+        let sub: Arc<str> = Arc::from("sub");
+        let mut render = Render::default();
+        render.frames(Out::Open {
+            sub_id: sub.clone(),
+            key: "sessions/s".into(),
+            link: link(),
+            after: 1,
+        });
+        (sub, render)
+    }
+
     fn parse(frames: Vec<Utf8Bytes>) -> Vec<Value> {
         frames
             .iter()
@@ -489,14 +502,7 @@ mod tests {
 
     #[test]
     fn a_turn_that_ends_before_its_start_went_out_is_still_seen_to_start() {
-        let sub: Arc<str> = Arc::from("sub");
-        let mut render = Render::default();
-        render.frames(Out::Open {
-            sub_id: sub.clone(),
-            key: "sessions/s".into(),
-            link: link(),
-            after: 1,
-        });
+        let (sub, mut render) = opened();
         let running = || SessionState::Running {
             prompt_id: Some("p".into()),
             started_at_ms: None,
@@ -540,14 +546,7 @@ mod tests {
 
     #[test]
     fn activity_follows_the_turn_start_thoughts_and_tool_calls() {
-        let sub: Arc<str> = Arc::from("sub");
-        let mut render = Render::default();
-        render.frames(Out::Open {
-            sub_id: sub.clone(),
-            key: "sessions/s".into(),
-            link: link(),
-            after: 1,
-        });
+        let (sub, mut render) = opened();
         let item = |item| Out::Item {
             sub_id: sub.clone(),
             item,
