@@ -28,7 +28,7 @@ pub fn bounded(value: Option<&Value>, label: &str, max: usize) -> Result<String,
     let Some(Value::String(text)) = value else {
         return Err(invalid(format!("{label} is required")));
     };
-    let text = text.trim();
+    let text = js_trim(text);
     if text.is_empty() {
         return Err(invalid(format!("{label} is required")));
     }
@@ -36,6 +36,13 @@ pub fn bounded(value: Option<&Value>, label: &str, max: usize) -> Result<String,
         return Err(invalid(format!("{label} is too large")));
     }
     Ok(text.to_owned())
+}
+
+/// `text` without the whitespace JavaScript's `trim` removes: Unicode's
+/// white space and line terminators and the byte-order mark, but not
+/// NEL (U+0085), which Rust's `trim` would remove too.
+pub fn js_trim(text: &str) -> &str {
+    text.trim_matches(|c: char| (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}')
 }
 
 /// `bounded` for a field that may be absent (absent, not null).
@@ -105,19 +112,17 @@ pub fn schedule(value: Option<&Value>) -> Result<Schedule, Invalid> {
                 Some(Value::Array(days)) if !days.is_empty() => days,
                 _ => return Err(invalid("Schedule days of week are required")),
             };
-            // Duplicates go, the first of each kept in place; each left
-            // must be a day.
+            // Every item must be a day; duplicates go, the first of each
+            // kept in place (at most seven survive, however long the list).
             let mut days: Vec<u8> = Vec::new();
-            let mut seen: Vec<&Value> = Vec::new();
             for day in listed {
-                if seen.iter().any(|s| same_value(s, day)) {
-                    continue;
-                }
-                seen.push(day);
                 let day = integer(day)
                     .filter(|d| (0..=6).contains(d))
-                    .ok_or_else(|| invalid("Schedule day of week is invalid"))?;
-                days.push(day as u8);
+                    .ok_or_else(|| invalid("Schedule day of week is invalid"))?
+                    as u8;
+                if !days.contains(&day) {
+                    days.push(day);
+                }
             }
             let time = bounded(map.get("timeOfDay"), "Schedule time of day", 5)?;
             let (hour, minute) =
@@ -144,14 +149,6 @@ pub fn schedule(value: Option<&Value>) -> Result<Schedule, Invalid> {
             Ok(Schedule::Once { run_at, timezone })
         }
         _ => Err(invalid("Schedule kind is unsupported")),
-    }
-}
-
-/// Two listed values that JavaScript's `Set` would keep once.
-fn same_value(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        _ => a == b,
     }
 }
 
@@ -497,6 +494,12 @@ mod tests {
             )
         );
         assert!(weekly(json!([0]), "00:00", "US/Eastern").is_ok());
+        // A long list is checked item by item, and keeps at most seven.
+        let long: Vec<u8> = (0..100_000).map(|i| (i % 7) as u8).collect();
+        assert_eq!(
+            weekly(json!(long), "08:00", "UTC").map(|s| schedule_json(&s)["daysOfWeek"].clone()),
+            Ok(json!([0, 1, 2, 3, 4, 5, 6]))
+        );
         assert_eq!(
             refused(s(json!({"kind": "once", "runAt": -5}))),
             "Schedule run time is invalid"
@@ -620,6 +623,12 @@ mod tests {
             "Trigger name is too large"
         );
         assert_eq!(name(Some(&json!(" Nightly "))), Ok("Nightly".to_owned()));
+        // Trimmed as JavaScript trims: the byte-order mark goes, NEL stays.
+        assert_eq!(
+            name(Some(&json!("\u{feff}\u{3000}N\n"))),
+            Ok("N".to_owned())
+        );
+        assert_eq!(name(Some(&json!("\u{85}N"))), Ok("\u{85}N".to_owned()));
         assert_eq!(enabled(None), Ok(true));
         assert_eq!(
             refused(enabled(Some(&json!(1)))),
