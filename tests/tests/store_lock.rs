@@ -53,3 +53,41 @@ async fn a_low_descriptor_limit_is_warned_about() {
     assert!(sc.is_running());
     sc.ok("vm/status", json!({})).await;
 }
+
+/// Another process that opens and closes the database file while the
+/// sidecar runs (an operator's `sqlite3`, a backup, this harness) never
+/// takes the WAL away from it: every commit made meanwhile and after is
+/// seen by the next reader and survives a kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_in_another_process_never_loses_later_commits() {
+    let sc = Sidecar::start(Backend::SqliteFile).await;
+    sc.open("s", "echo").await;
+    sc.prompt("s", "echo before")
+        .await
+        .expect("a committed turn");
+    // A start after a kill, as a host's restart would be.
+    let sc = sc.crash(common::Options::default()).await;
+    let sql = "SELECT count(*) AS n FROM agentos_core_prompts WHERE session_id = 's'";
+    let count = |rows: Vec<serde_json::Value>| rows[0]["n"].as_i64().expect("a count");
+    // Turns commit while another process opens, reads and closes the file.
+    let (client, _notes) = sc.connect().await;
+    let turns = tokio::spawn(async move {
+        for i in 0..20 {
+            let params = serde_json::json!({"sessionId": "s", "content": [{"type": "text", "text": format!("echo t{i}")}]});
+            client
+                .call("sessions/prompt", params)
+                .await
+                .expect("a committed turn");
+        }
+    });
+    while !turns.is_finished() {
+        sc.stored(sql).await;
+    }
+    turns.await.expect("the turns");
+    assert_eq!(count(sc.stored(sql).await), 21);
+    let sc = sc.crash(common::Options::default()).await;
+    assert_eq!(count(sc.stored(sql).await), 21);
+    let history = sc.history("s").await;
+    let texts: Vec<&str> = history.iter().map(text_of).collect();
+    assert!(texts.contains(&"t19"), "{texts:?}");
+}

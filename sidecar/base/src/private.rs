@@ -49,16 +49,35 @@ pub fn database_files(db: &Path) -> [PathBuf; 3] {
 
 /// Creates the database file 0600 if it is missing (SQLite then creates the
 /// WAL and SHM with the same mode) and makes any existing one 0600.
+///
+/// An existing file is never opened here, only changed by path: closing
+/// any descriptor of a file drops every POSIX lock this process holds on
+/// it, SQLite's included, so opening and closing the database while a
+/// connection of this process is open would let another process believe
+/// it is the last one and checkpoint and delete the WAL that connection
+/// still writes (its later commits lost).
 pub fn prepare_database_file(db: &Path) -> std::io::Result<()> {
     if let Some(parent) = db.parent() {
         create_private_dir(parent)?;
     }
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(FILE_MODE)
-        .open(db)?;
+    match std::fs::symlink_metadata(db) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Missing, so no connection of this process has it open.
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(FILE_MODE)
+                .open(db)
+            {
+                Ok(_) => {}
+                // Made meanwhile: whoever made it prepares it.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    }
     restrict_database_files(db)
 }
 
