@@ -124,6 +124,7 @@ fn config(path: &Path) -> Config {
         http: Default::default(),
         secrets: Default::default(),
         builtin: Default::default(),
+        triggers: Default::default(),
     }
 }
 

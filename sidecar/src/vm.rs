@@ -18,6 +18,7 @@ use crate::runs::{Executors, Runs, RunsConfig};
 use crate::sandbox::Launcher;
 use crate::sessions::{Reconciliation, SessionError, SessionStore, Sessions};
 use crate::space::Space;
+use crate::triggers::Triggers;
 use crate::work::{Delegation, ScriptExecutor, TurnExecutor, Turns};
 use agentos_scripts::{ScriptEngine, ScriptLimits};
 use agentos_vfs::{FsError, Vfs};
@@ -87,6 +88,8 @@ pub struct Vm {
     pub runs: Runs,
     /// Prompt turns as runs, for the front doors.
     pub turns: Turns,
+    /// Agents' triggers and their firings.
+    pub triggers: Triggers,
 }
 
 /// The environment variable that may hold the secrets key (hex or base64).
@@ -195,6 +198,7 @@ impl Vm {
             sessions: self.sessions.clone(),
             turns: self.turns.clone(),
             runs: self.runs.clone(),
+            triggers: self.triggers.clone(),
             vfs: self.vfs.clone(),
             control: self.control.clone(),
             sockets: self.sockets.clone(),
@@ -280,6 +284,13 @@ impl Vm {
         runs.set_resolver(delegation.clone());
         builtin.verbs.attach_delegation(delegation);
         runs.start();
+        let triggers = Triggers::new(
+            db.clone(),
+            control.clone(),
+            sessions.clone(),
+            runs.clone(),
+            &config.limits.control,
+        );
         let api = SignedApi::new(
             SignedServices {
                 control: control.clone(),
@@ -287,6 +298,7 @@ impl Vm {
                 turns: turns.clone(),
                 space: space.clone(),
                 builtin: Some(builtin),
+                triggers: triggers.clone(),
             },
             config.http.clone(),
         );
@@ -298,14 +310,37 @@ impl Vm {
             sessions.clone(),
             runs.clone(),
         );
-        let http = crate::http::router(Arc::new(crate::http::HttpState {
+        let state = Arc::new(crate::http::HttpState {
             config: config.http.clone(),
             started,
             database_kind: db.kind().as_str(),
             api,
             ws,
             bodies: crate::http::Bodies::new(config.http.max_buffered_body_bytes),
-        }));
+        });
+        // Sessions a firing opens are announced like the doors' own.
+        let mut opened = triggers.subscribe();
+        let announcer = state.clone();
+        tokio::spawn(async move {
+            loop {
+                match opened.recv().await {
+                    Ok(o) => {
+                        announcer
+                            .api
+                            .announce_session(
+                                &o.agent_id,
+                                &o.session_id,
+                                crate::http::ws::reason::SESSION_CREATED,
+                            )
+                            .await
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        triggers.start(std::time::Duration::from_millis(config.triggers.tick_ms));
+        let http = crate::http::router(state);
         Ok(Arc::new(Vm {
             control,
             space,
@@ -321,6 +356,7 @@ impl Vm {
             launcher,
             runs,
             turns,
+            triggers,
         }))
     }
 }

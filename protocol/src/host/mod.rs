@@ -70,6 +70,12 @@ pub mod methods {
     pub const RUNS_CANCEL: &str = "runs/cancel";
     pub const RUNS_SIGNAL: &str = "runs/signal";
     pub const RUNS_JOURNAL: &str = "runs/journal";
+    pub const TRIGGERS_LIST: &str = "triggers/list";
+    pub const TRIGGERS_GET: &str = "triggers/get";
+    pub const TRIGGERS_CREATE: &str = "triggers/create";
+    pub const TRIGGERS_UPDATE: &str = "triggers/update";
+    pub const TRIGGERS_DELETE: &str = "triggers/delete";
+    pub const TRIGGERS_TICK: &str = "triggers/tick";
 
     // Notifications from the sidecar.
     pub const EVENT: &str = "sessions/event";

@@ -248,3 +248,46 @@ pub struct RunJournalParams {
     #[serde(default)]
     pub limit: Option<u64>,
 }
+
+/// `triggers/list`: an agent's triggers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListTriggersParams {
+    pub agent_id: String,
+}
+
+/// `triggers/get` and `triggers/delete`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TriggerIdParams {
+    pub trigger_id: String,
+}
+
+/// `triggers/create`: the trigger as a Seed client sends it (checked with
+/// the same rules and words).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateTriggerParams {
+    pub agent_id: String,
+    #[serde(default)]
+    pub trigger: Value,
+}
+
+/// `triggers/update`: a patch whose parts replace the stored ones.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateTriggerParams {
+    pub trigger_id: String,
+    #[serde(default)]
+    pub patch: Value,
+}
+
+/// `triggers/tick`: one look of the schedule monitor now, or as of `at`
+/// (milliseconds since the epoch): an operator's way to run what is due
+/// without waiting for the next tick.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TickTriggersParams {
+    #[serde(default)]
+    pub at: Option<i64>,
+}

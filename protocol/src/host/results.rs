@@ -446,3 +446,46 @@ pub struct CapabilitiesResult {
 pub struct AgentInfoResult {
     pub agent_info: Option<Value>,
 }
+
+/// `triggers/list`: `AgentTriggerInfo` objects, the latest edited first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTriggersResult {
+    pub triggers: Vec<Value>,
+}
+
+/// `triggers/get`: the trigger and the ids of the sessions it started that
+/// still exist, the newest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetTriggerResult {
+    pub trigger: Value,
+    pub session_ids: Vec<String>,
+}
+
+/// `triggers/create` and `triggers/update`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TriggerResult {
+    pub trigger: Value,
+}
+
+/// `triggers/delete`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteTriggerResult {
+    pub trigger_id: String,
+}
+
+/// `triggers/tick`: what one look at the schedules did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TickTriggersResult {
+    /// The instant the look was made as of.
+    pub at: i64,
+    pub checked: u64,
+    pub matched: u64,
+    pub fired: u64,
+    pub skipped: u64,
+    pub errors: u64,
+}

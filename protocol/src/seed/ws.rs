@@ -30,7 +30,11 @@ pub enum WsEvent {
         patch: PartialPatch,
     },
     /// The current state of what `key` names.
-    Change { key: String, value: ChangeValue },
+    /// (Boxed: a session's state is far larger than the other frames.)
+    Change {
+        key: String,
+        value: Box<ChangeValue>,
+    },
     /// A refused subscription or a failure on the socket.
     Error {
         message: String,
@@ -206,7 +210,7 @@ mod tests {
             },
             WsEvent::Change {
                 key: "sessions/s1".into(),
-                value: ChangeValue::Session(SessionInfo {
+                value: Box::new(ChangeValue::Session(SessionInfo {
                     id: "s1".into(),
                     account: "z6Mk".into(),
                     agent_id: "a1".into(),
@@ -220,15 +224,16 @@ mod tests {
                     model_override: None,
                     description: None,
                     plan: None,
-                }),
+                    started_by_trigger: None,
+                })),
             },
             WsEvent::Change {
                 key: "account/z6Mk".into(),
-                value: ChangeValue::Account(AccountChange {
+                value: Box::new(ChangeValue::Account(AccountChange {
                     reason: "agent-created".into(),
                     agent_id: Some("a1".into()),
                     session_id: None,
-                }),
+                })),
             },
             WsEvent::Subscribed {
                 key: "account/z6Mk".into(),

@@ -554,4 +554,60 @@ pub const MIGRATIONS: &[Migration] = &[
         statements: &["CREATE INDEX agentos_core_runs_queued_turns ON agentos_core_runs (session_id)
                 WHERE kind = 'agent' AND status = 'queued'"],
     },
+    // 9: triggers, and their firings. A firing is unique on its trigger and
+    // activity key: claiming it is the insert, in the transaction that also
+    // writes what it starts (a session, its words and its queued run), so a
+    // key never fires twice and a claimed firing never loses its run. A
+    // run a firing started names it, so a chain of triggers can be walked
+    // back (the loop guard). Sources, prompts and continuations are the
+    // normalized JSON the clients sent.
+    Migration {
+        version: 9,
+        statements: &[
+            "CREATE TABLE agentos_core_triggers (
+                trigger_id TEXT PRIMARY KEY CHECK (length(trigger_id) BETWEEN 1 AND 64),
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                agent_id TEXT NOT NULL CHECK (length(agent_id) BETWEEN 1 AND 64),
+                name TEXT NOT NULL CHECK (length(CAST(name AS BLOB)) BETWEEN 1 AND 256),
+                enabled INTEGER NOT NULL CHECK (enabled = 0 OR enabled = 1),
+                source_type TEXT NOT NULL CHECK (length(source_type) BETWEEN 1 AND 64),
+                source_json TEXT NOT NULL CHECK (json_valid(source_json)),
+                prompt_json TEXT NOT NULL CHECK (json_valid(prompt_json)),
+                continuation_json TEXT
+                    CHECK (continuation_json IS NULL OR json_valid(continuation_json)),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                last_checked_at_ms INTEGER,
+                last_fired_at_ms INTEGER,
+                last_error TEXT
+            ) STRICT",
+            "CREATE INDEX agentos_core_triggers_by_agent
+                ON agentos_core_triggers (agent_id, updated_at_ms DESC)",
+            // What the monitor and run finalization walk: enabled triggers
+            // of a source type, oldest first.
+            "CREATE INDEX agentos_core_triggers_enabled
+                ON agentos_core_triggers (source_type, created_at_ms) WHERE enabled = 1",
+            "CREATE TABLE agentos_core_trigger_firings (
+                firing_id TEXT PRIMARY KEY CHECK (length(firing_id) BETWEEN 1 AND 64),
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                agent_id TEXT NOT NULL,
+                trigger_id TEXT NOT NULL,
+                activity_key TEXT NOT NULL CHECK (length(CAST(activity_key AS BLOB)) BETWEEN 1 AND 1024),
+                session_id TEXT,
+                activity_json TEXT NOT NULL CHECK (json_valid(activity_json)),
+                status TEXT NOT NULL CHECK (status = 'created' OR status = 'error'
+                    OR status = 'delivered' OR status = 'no-listener'),
+                error TEXT,
+                created_at_ms INTEGER NOT NULL,
+                UNIQUE (account_id, trigger_id, activity_key)
+            ) STRICT",
+            "CREATE INDEX agentos_core_trigger_firings_by_trigger
+                ON agentos_core_trigger_firings (trigger_id, created_at_ms DESC)",
+            "CREATE INDEX agentos_core_trigger_firings_by_session
+                ON agentos_core_trigger_firings (session_id) WHERE session_id IS NOT NULL",
+            "ALTER TABLE agentos_core_runs ADD COLUMN trigger_firing_id TEXT",
+            "CREATE INDEX agentos_core_runs_by_firing ON agentos_core_runs (trigger_firing_id)
+                WHERE trigger_firing_id IS NOT NULL",
+        ],
+    },
 ];

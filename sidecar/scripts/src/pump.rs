@@ -716,10 +716,15 @@ impl<'js> Pump<'_, 'js> {
             let delivered = if event.get("timedOut").and_then(Value::as_bool) == Some(true) {
                 Value::Null
             } else {
-                json!({
+                let mut delivered = json!({
                     "signal": event.get("signal").cloned().unwrap_or(Value::Null),
                     "payload": event.get("payload").cloned().unwrap_or(Value::Null),
-                })
+                });
+                // Where it came from, when not a plain signal (a trigger).
+                if let Some(source) = event.get("source") {
+                    delivered["source"] = source.clone();
+                }
+                delivered
             };
             return self.ready(id, meta, Ok(delivered));
         }

@@ -233,6 +233,10 @@ pub struct ControlLimits {
     /// Authored (lambda) tool documents of one agent; its builtins do not
     /// count.
     pub max_tools_per_agent: u64,
+    /// Triggers of one agent.
+    pub max_triggers_per_agent: u64,
+    /// Firings of one trigger kept; the oldest beyond this are pruned.
+    pub max_firings_per_trigger: u64,
 }
 
 impl Default for ControlLimits {
@@ -248,6 +252,8 @@ impl Default for ControlLimits {
             max_idempotency_records: 100_000,
             max_agent_definition_bytes: 256 * 1024,
             max_tools_per_agent: 200,
+            max_triggers_per_agent: 100,
+            max_firings_per_trigger: 1_000,
         }
     }
 }
@@ -290,6 +296,14 @@ impl ControlLimits {
                 self.max_agent_definition_bytes,
             ),
             ("limits.control.maxToolsPerAgent", self.max_tools_per_agent),
+            (
+                "limits.control.maxTriggersPerAgent",
+                self.max_triggers_per_agent,
+            ),
+            (
+                "limits.control.maxFiringsPerTrigger",
+                self.max_firings_per_trigger,
+            ),
         ];
         for (field, value) in positive {
             if value == 0 {

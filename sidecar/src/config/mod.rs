@@ -118,6 +118,24 @@ pub struct Config {
     /// How the builtin model agent reaches providers.
     #[serde(default)]
     pub builtin: BuiltinConfig,
+    /// When the schedule monitor looks at the triggers.
+    #[serde(default)]
+    pub triggers: TriggersConfig,
+}
+
+/// The schedule monitor's pace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct TriggersConfig {
+    /// Milliseconds between two looks at the enabled schedule triggers
+    /// (the reference's 5 s); at least 10.
+    pub tick_ms: u64,
+}
+
+impl Default for TriggersConfig {
+    fn default() -> Self {
+        TriggersConfig { tick_ms: 5_000 }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -462,6 +480,7 @@ impl Config {
             },
             secrets: SecretsConfig::default(),
             builtin: BuiltinConfig::default(),
+            triggers: TriggersConfig::default(),
         }
     }
 
@@ -515,6 +534,9 @@ impl Config {
                     validate_path(&format!("agents.{id}.sandbox.{name}[{i}]"), path)?;
                 }
             }
+        }
+        if self.triggers.tick_ms < 10 {
+            return Err(ConfigError::new("triggers.tickMs", "must be at least 10"));
         }
         let positive: [(&str, u64); 19] = [
             (

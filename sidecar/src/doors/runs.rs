@@ -158,6 +158,7 @@ pub(crate) fn samples() -> Vec<Run> {
         started_at_ms: Some(1_700_000_000_500),
         finished_at_ms: Some(1_700_000_001_000),
         updated_at_ms: 1_700_000_002_000,
+        trigger_firing_id: None,
     };
     let bare = Run {
         run_id: "r3".into(),
@@ -203,6 +204,7 @@ pub(crate) fn samples() -> Vec<Run> {
         started_at_ms: None,
         finished_at_ms: None,
         updated_at_ms: 1,
+        trigger_firing_id: None,
     };
     let mut failed = full.clone();
     failed.status = RunStatus::Failed;

@@ -269,6 +269,7 @@ pub(super) async fn dispatch(
         }
         m if m.starts_with("fs/") => super::fs::dispatch(&services.vfs, m, raw).await,
         m if m.starts_with("runs/") => super::runs::dispatch(&services.runs, m, raw).await,
+        m if m.starts_with("triggers/") => super::triggers::dispatch(services, m, raw).await,
         other => Err(ErrorObject::method_not_found(other)),
     }
 }

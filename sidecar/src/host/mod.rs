@@ -23,6 +23,7 @@ mod fs;
 mod render;
 mod runs;
 mod signers;
+mod triggers;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub struct HostServices {
     pub turns: Turns,
     /// The `runs/*` methods.
     pub runs: Runs,
+    /// The `triggers/*` methods.
+    pub triggers: crate::triggers::Triggers,
     /// The `fs/*` methods, and the file system's use in `vm/status`.
     pub vfs: Vfs,
     /// The `signers/*` methods, and whether the vault is locked.

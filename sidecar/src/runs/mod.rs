@@ -636,6 +636,28 @@ impl Runs {
         signal: &str,
         payload: &Value,
     ) -> Result<bool, RunError> {
+        self.deliver(run_id, signal, payload, None).await
+    }
+
+    /// [`Runs::signal`] from `source` (a trigger's wake), which the waiting
+    /// run reads with the signal.
+    pub async fn signal_from(
+        &self,
+        run_id: &str,
+        signal: &str,
+        payload: &Value,
+        source: &str,
+    ) -> Result<bool, RunError> {
+        self.deliver(run_id, signal, payload, Some(source)).await
+    }
+
+    async fn deliver(
+        &self,
+        run_id: &str,
+        signal: &str,
+        payload: &Value,
+        source: Option<&str>,
+    ) -> Result<bool, RunError> {
         if signal.is_empty() || signal.len() > MAX_SIGNAL_BYTES {
             return Err(RunError::InvalidArgument(format!(
                 "a signal's name must be 1..={MAX_SIGNAL_BYTES} bytes"
@@ -650,7 +672,7 @@ impl Runs {
         let delivered = self
             .inner
             .store
-            .signal(run_id, signal, payload, unix_ms())
+            .signal_from(run_id, signal, payload, source, unix_ms())
             .await?;
         if delivered {
             let run = self.get(run_id).await?;

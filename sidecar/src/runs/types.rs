@@ -168,6 +168,8 @@ pub struct NewRun {
     pub step_label: Option<String>,
     pub budget: Option<Value>,
     pub not_before_ms: i64,
+    /// The trigger firing that started it (a firing's own run only).
+    pub trigger_firing_id: Option<String>,
 }
 
 /// Where a new run sits in its tree: its root, its parent and the tool
@@ -211,6 +213,7 @@ impl NewRun {
             step_label: None,
             budget: None,
             not_before_ms: 0,
+            trigger_firing_id: None,
         }
     }
 }
@@ -263,6 +266,8 @@ pub struct Run {
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
     pub updated_at_ms: i64,
+    /// The trigger firing that started it, while that firing exists.
+    pub trigger_firing_id: Option<String>,
 }
 
 impl Run {
@@ -315,6 +320,7 @@ impl Run {
             started_at_ms: Some(now),
             finished_at_ms: None,
             updated_at_ms: now,
+            trigger_firing_id: new.trigger_firing_id.clone(),
         }
     }
 }

@@ -201,6 +201,92 @@ impl Sessions {
 
     /// Idempotent open. Never starts an adapter.
     pub async fn open(&self, params: OpenSession) -> Result<SessionInfo, SessionError> {
+        let new = self.new_session(&params)?;
+        let session_id = new.session_id.clone();
+        if let Some(existing) = self.shared.store.get_session(&session_id).await? {
+            check_same(&existing, &new, &params)?;
+            return self.info(&existing).await;
+        }
+        let max = self.shared.limits.max_sessions_per_vm;
+        match self.shared.store.insert_session(&new, max).await {
+            Ok(Some(count)) => {
+                self.shared
+                    .warn_near_limit("limits.acp.maxSessionsPerVm", count, max);
+            }
+            Ok(None) => return Err(self.sessions_full()),
+            Err(e) if e.is_constraint() => {
+                // Lost a race with an identical open.
+                let existing = self.row(&session_id).await?;
+                check_same(&existing, &new, &params)?;
+                return self.info(&existing).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let row = self.row(&session_id).await?;
+        self.info(&row).await
+    }
+
+    /// The refusal of a session beyond `limits.acp.maxSessionsPerVm`.
+    pub fn sessions_full(&self) -> SessionError {
+        let max = self.shared.limits.max_sessions_per_vm;
+        SessionError::Limit {
+            code: ErrorCode::AcpSessionsLimit,
+            setting: "limits.acp.maxSessionsPerVm",
+            used: max,
+            limit: max,
+        }
+    }
+
+    /// Statements that open a new session (`params.session_id`, which must
+    /// be new) with `content` as its first words, as `actor`, for a caller
+    /// that commits them with its own in one transaction (a trigger's
+    /// firing). The first statement fails that transaction, at its index,
+    /// when the VM holds `limits.acp.maxSessionsPerVm` sessions.
+    pub fn open_with_words_statements(
+        &self,
+        params: &OpenSession,
+        content: &[Value],
+        actor: &Actor,
+        now: i64,
+    ) -> Result<Vec<agentos_schema::Statement>, SessionError> {
+        let new = self.new_session(params)?;
+        self.check_content(content)?;
+        let events = route::user_events(content, actor);
+        let limits = &self.shared.limits;
+        let bytes: u64 = events.iter().map(store::NewEvent::bytes).sum();
+        SessionError::at_most(
+            ErrorCode::AcpHistoryEventsLimit,
+            "limits.acp.maxSessionHistoryEvents",
+            events.len() as u64,
+            limits.max_session_history_events,
+        )?;
+        SessionError::at_most(
+            ErrorCode::AcpHistoryBytesLimit,
+            "limits.acp.maxSessionHistoryBytes",
+            bytes,
+            limits.max_session_history_bytes,
+        )?;
+        let mut statements =
+            SessionStore::insert_session_statements(&new, limits.max_sessions_per_vm, now);
+        let fresh = store::HistoryCounters {
+            latest_sequence: 0,
+            oldest_retained_sequence: 1,
+            retained_event_count: 0,
+            retained_event_bytes: 0,
+        };
+        let (append, _) = SessionStore::append_statements(
+            &new.session_id,
+            &fresh,
+            store::Prune::default(),
+            events,
+            now,
+        );
+        statements.extend(append);
+        Ok(statements)
+    }
+
+    /// A session row to insert for `params`, checked.
+    fn new_session(&self, params: &OpenSession) -> Result<NewSession, SessionError> {
         let session_id = params
             .session_id
             .clone()
@@ -213,7 +299,7 @@ impl Sessions {
         if !self.shared.agents.contains_key(&params.agent)
             && params.agent != crate::config::BUILTIN_AGENT
         {
-            return Err(SessionError::AgentNotFound(params.agent));
+            return Err(SessionError::AgentNotFound(params.agent.clone()));
         }
         let cwd = params.cwd.clone().unwrap_or_else(|| {
             format!(
@@ -230,7 +316,7 @@ impl Sessions {
         let policy = params
             .permission_policy
             .unwrap_or(PermissionPolicy::AllowAll);
-        let new = NewSession {
+        Ok(NewSession {
             session_id: session_id.clone(),
             agent: params.agent.clone(),
             cwd,
@@ -240,35 +326,7 @@ impl Sessions {
             mcp_servers: params.mcp_servers.clone().unwrap_or_default(),
             title: params.title.clone(),
             metadata: params.metadata.clone(),
-        };
-        if let Some(existing) = self.shared.store.get_session(&session_id).await? {
-            check_same(&existing, &new, &params)?;
-            return self.info(&existing).await;
-        }
-        let max = self.shared.limits.max_sessions_per_vm;
-        match self.shared.store.insert_session(&new, max).await {
-            Ok(Some(count)) => {
-                self.shared
-                    .warn_near_limit("limits.acp.maxSessionsPerVm", count, max);
-            }
-            Ok(None) => {
-                return Err(SessionError::Limit {
-                    code: ErrorCode::AcpSessionsLimit,
-                    setting: "limits.acp.maxSessionsPerVm",
-                    used: max,
-                    limit: max,
-                })
-            }
-            Err(e) if e.is_constraint() => {
-                // Lost a race with an identical open.
-                let existing = self.row(&session_id).await?;
-                check_same(&existing, &new, &params)?;
-                return self.info(&existing).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let row = self.row(&session_id).await?;
-        self.info(&row).await
+        })
     }
 
     /// Renames a session.

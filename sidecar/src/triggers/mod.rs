@@ -1,8 +1,17 @@
-//! Agent triggers: what wakes an agent without a message. So far, when a
-//! schedule is due (`schedule.rs`) and a trigger's parts checked and
-//! normalized as clients send them (`validate.rs`); the store, the monitor
-//! that ticks on the sidecar's clock, run-completed firings and the
-//! actions of both doors are built on them.
+//! Agent triggers: what wakes an agent without a message. `validate.rs`
+//! checks and normalizes a trigger's parts as clients send them,
+//! `prompt.rs` turns prompts into blocks and back into markdown,
+//! `schedule.rs` says when a schedule is due, `store.rs` holds all their
+//! SQL and `service.rs` keeps triggers and fires them: the schedule monitor
+//! on the sidecar's clock, run-completed firings from run finalization,
+//! each firing claimed once in the transaction that starts its work.
 
+pub mod error;
+pub mod prompt;
 pub mod schedule;
+pub mod service;
+pub mod store;
 pub mod validate;
+
+pub use error::TriggerError;
+pub use service::{SessionOpened, TickReport, Triggers};

@@ -5,7 +5,7 @@
 //! or a field nobody knows is [`SeedError::BadAction`] (`bad_request`),
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
-//! server does not implement (triggers, signing identities, uploads, runs,
+//! server does not implement (signing identities, uploads,
 //! memory downloads and IPFS, MCP, OAuth, …), and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
@@ -229,6 +229,29 @@ pub enum Action {
         after_seq: Option<u64>,
     },
 
+    // --- Triggers --------------------------------------------------------
+    ListAgentTriggers {
+        agent_id: String,
+    },
+    GetAgentTrigger {
+        trigger_id: String,
+    },
+    /// `trigger` is checked by the server with the reference's rules and
+    /// words (an absent one reads as null).
+    CreateAgentTrigger {
+        agent_id: String,
+        trigger: Ipld,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_request_id: Option<String>,
+    },
+    UpdateAgentTrigger {
+        trigger_id: String,
+        patch: Ipld,
+    },
+    DeleteAgentTrigger {
+        trigger_id: String,
+    },
+
     // --- Subscriptions (WebSocket only) ----------------------------------
     Subscribe {
         /// `account/<id>`, `agents/<id>` or `sessions/<id>`.
@@ -327,6 +350,11 @@ impl Action {
             Action::CancelRun { .. } => "CancelRun",
             Action::SignalRun { .. } => "SignalRun",
             Action::GetRunJournal { .. } => "GetRunJournal",
+            Action::ListAgentTriggers { .. } => "ListAgentTriggers",
+            Action::GetAgentTrigger { .. } => "GetAgentTrigger",
+            Action::CreateAgentTrigger { .. } => "CreateAgentTrigger",
+            Action::UpdateAgentTrigger { .. } => "UpdateAgentTrigger",
+            Action::DeleteAgentTrigger { .. } => "DeleteAgentTrigger",
             Action::Subscribe { .. } => "Subscribe",
             Action::Unsubscribe { .. } => "Unsubscribe",
             Action::AuthorizeSigner { .. } => "AuthorizeSigner",
@@ -509,6 +537,24 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "GetRunJournal" => Action::GetRunJournal {
             run_id: f.req("runId")?,
             after_seq: f.opt("afterSeq")?,
+        },
+        "ListAgentTriggers" => Action::ListAgentTriggers {
+            agent_id: f.req("agentId")?,
+        },
+        "GetAgentTrigger" => Action::GetAgentTrigger {
+            trigger_id: f.req("triggerId")?,
+        },
+        "CreateAgentTrigger" => Action::CreateAgentTrigger {
+            agent_id: f.req("agentId")?,
+            trigger: f.opt_any("trigger")?.unwrap_or(Ipld::Null),
+            client_request_id: f.opt("clientRequestId")?,
+        },
+        "UpdateAgentTrigger" => Action::UpdateAgentTrigger {
+            trigger_id: f.req("triggerId")?,
+            patch: f.opt_any("patch")?.unwrap_or(Ipld::Null),
+        },
+        "DeleteAgentTrigger" => Action::DeleteAgentTrigger {
+            trigger_id: f.req("triggerId")?,
         },
         "Subscribe" => Action::Subscribe {
             key: f.req("key")?,

@@ -478,7 +478,6 @@ fn absent_and_null_optionals_read_as_none_but_a_null_override_clears() {
 #[test]
 fn unknown_and_reference_only_actions_are_unsupported() {
     for name in [
-        "CreateAgentTrigger",
         "DownloadAgentMemoryFile",
         "UploadAgentMemoryFileToIpfs",
         "BeginFileUpload",

@@ -215,6 +215,10 @@ responses! {
         /// last `seq` (ask again with it as `afterSeq`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         has_more_after: Option<bool>,
+        /// The firing that started the session: its trigger, activity,
+        /// prompt and status.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger_context: Option<Ipld>,
     }
     /// `UpdateSession`.
     UpdateSessionResponse => "UpdateSessionResponse" {
@@ -265,6 +269,30 @@ responses! {
     GetRunJournalResponse => "GetRunJournalResponse" {
         run_id: String,
         entries: Vec<RunJournalEntryInfo>,
+    }
+
+    /// `ListAgentTriggers`: `AgentTriggerInfo` maps, the latest edited
+    /// first.
+    ListAgentTriggersResponse => "ListAgentTriggersResponse" {
+        triggers: Vec<Ipld>,
+    }
+    /// `GetAgentTrigger`: the trigger and the sessions it started, the
+    /// newest first.
+    GetAgentTriggerResponse => "GetAgentTriggerResponse" {
+        trigger: Ipld,
+        sessions: Vec<SessionInfo>,
+    }
+    /// `CreateAgentTrigger`.
+    CreateAgentTriggerResponse => "CreateAgentTriggerResponse" {
+        trigger: Ipld,
+    }
+    /// `UpdateAgentTrigger`.
+    UpdateAgentTriggerResponse => "UpdateAgentTriggerResponse" {
+        trigger: Ipld,
+    }
+    /// `DeleteAgentTrigger`.
+    DeleteAgentTriggerResponse => "DeleteAgentTriggerResponse" {
+        trigger_id: String,
     }
 
     /// `InvokeSessionTool`: the durable id of the appended result, and the

@@ -66,6 +66,10 @@ pub struct SessionInfo {
     /// The agent's plan snapshot `{title?, steps, …}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<Ipld>,
+    /// `{triggerId, triggerName, firingId, activityKey, activitySummary,
+    /// source, firedAt}` of the firing that started the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by_trigger: Option<Box<Ipld>>,
 }
 
 /// One durable event of a session.

@@ -51,6 +51,7 @@ fn session() -> SessionInfo {
         model_override: None,
         description: None,
         plan: None,
+        started_by_trigger: None,
     }
 }
 

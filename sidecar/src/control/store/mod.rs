@@ -29,7 +29,7 @@ pub use tool_documents::{StoredTool, StoredToolKind, ToolRow};
 pub(crate) use agents::{insert_agent_statements, inserted_agent};
 pub(crate) use idempotency::record_statements;
 pub(crate) use secrets::Reseal;
-pub(crate) use session_links::child_link_statement;
+pub(crate) use session_links::{child_link_statement, link_statement};
 
 use agentos_schema::{DbError, Rows, SharedDatabase};
 

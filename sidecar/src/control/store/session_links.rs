@@ -45,6 +45,18 @@ pub(crate) fn child_link_statement(
     .expect_changes(1)
 }
 
+/// Links a session inserted in the same transaction to an existing agent
+/// (and its owner); changes nothing, failing the transaction, when the
+/// agent is gone.
+pub(crate) fn link_statement(session_id: &str, agent_id: &str, now: i64) -> Statement {
+    Statement::new(
+        "INSERT INTO agentos_core_agent_sessions (session_id, agent_id, account_id, created_at_ms) \
+         SELECT ?1, agent_id, account_id, ?3 FROM agentos_core_agents WHERE agent_id = ?2",
+        vec![session_id.into(), agent_id.into(), now.into()],
+    )
+    .expect_changes(1)
+}
+
 fn select_link(session_id: &str) -> Statement {
     Statement::new(
         format!(

@@ -219,6 +219,9 @@ impl SignedApi {
                 if let Err(e) = self.space.memory.delete_agent(&agent_id).await {
                     failed = failed.or(Some(e.into()));
                 }
+                if let Err(e) = self.triggers.delete_agent(&agent_id).await {
+                    failed = failed.or(Some(e.into()));
+                }
                 self.sockets.account_changed(
                     &audience,
                     reason::AGENT_DELETED,

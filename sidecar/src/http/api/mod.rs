@@ -4,7 +4,7 @@
 //! 400; signature, window, signer, replay: 401) → the typed action
 //! (missing, extra or mistyped fields are 400) → one handler per domain
 //! (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`, `space.rs`,
-//! `runs.rs`), each authorizing with `control::authz` and calling a
+//! `runs.rs`, `triggers.rs`), each authorizing with `control::authz` and calling a
 //! service → a response struct rendered by `http::common::render`. After
 //! a write, the handlers tell the live feed (`notify.rs`, through
 //! `ws::Sockets`); the feed never calls back into this module. Actions of
@@ -18,6 +18,7 @@ mod runs;
 mod sessions;
 mod signers;
 mod space;
+mod triggers;
 mod vault;
 
 use agentos_protocol::seed::ApiCode;
@@ -36,6 +37,7 @@ use crate::config::HttpConfig;
 use crate::control::{Control, IdempotencyKey};
 use crate::sessions::Sessions;
 use crate::space::Space;
+use crate::triggers::Triggers;
 use crate::work::Turns;
 
 /// What the signed API serves, and nothing else of the VM: the
@@ -50,6 +52,8 @@ pub struct SignedServices {
     /// The builtin agent's host and verbs, for `InvokeSessionTool` and
     /// model listings; absent, both are refused.
     pub builtin: Option<crate::builtin::Services>,
+    /// Agents' triggers.
+    pub triggers: Triggers,
 }
 
 /// The signed API over its services.
@@ -71,6 +75,7 @@ pub struct SignedApi {
     /// The builtin agent's host and verbs, for `InvokeSessionTool` and
     /// model listings; absent, both are refused.
     builtin: Option<crate::builtin::Services>,
+    triggers: Triggers,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -93,6 +98,7 @@ impl SignedApi {
             turns,
             space,
             builtin,
+            triggers,
         } = services;
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
@@ -105,6 +111,7 @@ impl SignedApi {
             adapters,
             space,
             builtin,
+            triggers,
         }
     }
 
@@ -185,6 +192,11 @@ impl SignedApi {
             | Action::CancelRun { .. }
             | Action::SignalRun { .. }
             | Action::GetRunJournal { .. } => self.run_action(caller, action).await,
+            Action::ListAgentTriggers { .. }
+            | Action::GetAgentTrigger { .. }
+            | Action::CreateAgentTrigger { .. }
+            | Action::UpdateAgentTrigger { .. }
+            | Action::DeleteAgentTrigger { .. } => self.trigger_action(caller, action).await,
             Action::ListAgentTools { .. }
             | Action::SaveAgentTool { .. }
             | Action::DeleteAgentTool { .. }

@@ -64,7 +64,7 @@ impl SignedApi {
     /// A session of `agent_id` was created, updated or deleted: the
     /// agent's accounts are told, and a new or updated session's state goes
     /// to its subscribers, its agent's and its accounts'.
-    pub(super) async fn announce_session(&self, agent_id: &str, session_id: &str, reason: &str) {
+    pub(crate) async fn announce_session(&self, agent_id: &str, session_id: &str, reason: &str) {
         if self.sockets.is_quiet() {
             return;
         }

@@ -115,9 +115,20 @@ impl SignedApi {
                 parent_session_id: row.parent_session_id.clone(),
                 run_id: row.run_id.clone(),
             };
-            out.push(render::session(&info, &link));
+            let mut session = render::session(&info, &link);
+            session.started_by_trigger = self.started_by_trigger(&row.session_id).await?;
+            out.push(session);
         }
         Ok(out)
+    }
+
+    /// `startedByTrigger` of a session a firing started.
+    async fn started_by_trigger(&self, session_id: &str) -> Result<Option<Box<Ipld>>, ApiError> {
+        Ok(self
+            .triggers
+            .started_by(session_id)
+            .await?
+            .map(|v| Box::new(agentos_protocol::seed::json_to_ipld_clipped(&v))))
     }
 
     /// The id of a turn's final assistant event: empty when the turn
@@ -144,7 +155,9 @@ impl SignedApi {
 
     async fn session_info(&self, link: &SessionLink) -> Result<SessionInfo, ApiError> {
         let info = self.sessions.get(&link.session_id).await?;
-        Ok(render::session(&info, link))
+        let mut session = render::session(&info, link);
+        session.started_by_trigger = self.started_by_trigger(&link.session_id).await?;
+        Ok(session)
     }
 
     /// The retained events after `after`: one page of at most
@@ -315,12 +328,18 @@ impl SignedApi {
                         SystemPrompt::Text(text) => text,
                         SystemPrompt::Blocks(_) => String::new(),
                     };
+                let trigger_context = self
+                    .triggers
+                    .context(&session_id)
+                    .await?
+                    .map(|v| agentos_protocol::seed::json_to_ipld_clipped(&v));
                 ok(&GetSessionResponse {
                     session,
                     events,
                     system_prompt_markdown,
                     has_more_before: None,
                     has_more_after: more.then_some(true),
+                    trigger_context,
                 })
             }
             Action::UpdateSession {

@@ -101,6 +101,24 @@ impl From<ControlError> for ApiError {
     }
 }
 
+impl From<crate::triggers::TriggerError> for ApiError {
+    fn from(e: crate::triggers::TriggerError) -> Self {
+        use crate::triggers::TriggerError;
+        let status = match &e {
+            TriggerError::Invalid(_) => 400,
+            TriggerError::NotFound(_) => 404,
+            TriggerError::Limit { .. } => 409,
+            TriggerError::Control(inner) => return ApiError::from(inner.clone()),
+            TriggerError::Storage(_) => 500,
+        };
+        if status == 500 {
+            tracing::error!(code = e.code(), error = %e, "a trigger action failed");
+            return ApiError::passed_on(500, e.code(), "Internal server error");
+        }
+        ApiError::passed_on(status, e.code(), e.to_string())
+    }
+}
+
 impl From<SpaceError> for ApiError {
     fn from(e: SpaceError) -> Self {
         let status = match &e {

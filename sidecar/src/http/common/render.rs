@@ -78,6 +78,7 @@ pub fn session(info: &sessions::SessionInfo, link: &control::SessionLink) -> Ses
             .plan
             .as_ref()
             .map(agentos_protocol::seed::json_to_ipld_clipped),
+        started_by_trigger: None,
     }
 }
 

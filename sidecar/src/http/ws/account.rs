@@ -351,7 +351,7 @@ impl Feed {
             let frame = frame.get_or_insert_with(|| {
                 WsEvent::Change {
                     key: key.clone(),
-                    value: ChangeValue::Session(render::session(info, &link)),
+                    value: Box::new(ChangeValue::Session(render::session(info, &link))),
                 }
                 .to_json()
                 .into()

@@ -57,6 +57,9 @@ pub mod reason {
     /// An event was appended to one of the account's sessions.
     pub const SESSION_EVENT: &str = "session-event";
     pub const MODEL_PROVIDER_CHANGED: &str = "model-provider-changed";
+    pub const TRIGGER_CREATED: &str = "trigger-created";
+    pub const TRIGGER_UPDATED: &str = "trigger-updated";
+    pub const TRIGGER_DELETED: &str = "trigger-deleted";
 }
 
 /// The accounts told about an agent: its owner and accepted collaborators.
@@ -97,11 +100,11 @@ impl Sockets {
             }
             let frame: Utf8Bytes = WsEvent::Change {
                 key: key.clone(),
-                value: ChangeValue::Account(AccountChange {
+                value: Box::new(ChangeValue::Account(AccountChange {
                     reason: reason.to_owned(),
                     agent_id: agent_id.map(str::to_owned),
                     session_id: session_id.map(str::to_owned),
-                }),
+                })),
             }
             .to_json()
             .into();
@@ -135,7 +138,7 @@ impl Sockets {
                     Utf8Bytes::from(
                         WsEvent::Change {
                             key: key.clone(),
-                            value: ChangeValue::Agent(info),
+                            value: Box::new(ChangeValue::Agent(info)),
                         }
                         .to_json(),
                     )

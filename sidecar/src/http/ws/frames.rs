@@ -232,7 +232,7 @@ async fn subscribe(
             recheck.map_err(|e| withdraw(state, socket, key, e))?;
             let change = WsEvent::Change {
                 key: key.to_owned(),
-                value: ChangeValue::Session(render::session(&info, &link)),
+                value: Box::new(ChangeValue::Session(render::session(&info, &link))),
             }
             .to_json();
             let queued = socket.outbox.frame(subscribed)

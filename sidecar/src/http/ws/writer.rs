@@ -111,7 +111,7 @@ impl SessionView {
         out.push(
             WsEvent::Change {
                 key: self.key.clone(),
-                value: ChangeValue::Session(value),
+                value: Box::new(ChangeValue::Session(value)),
             }
             .to_json(),
         );

@@ -32,8 +32,8 @@ const COLUMNS: &str = "run_id, account_id, root_run_id, parent_run_id, parent_to
      idempotency_key, input_json, output_json, error_json, wait_json, usage_json, budget_json, \
      plan_json, obligations_json, source_text, source_cid, plan_step_id, step_label, \
      child_count, journal_seq, journal_bytes, created_at_ms, started_at_ms, finished_at_ms, \
-     updated_at_ms, parent_awaits, resolved, result_json";
-const WIDTH: usize = 43;
+     updated_at_ms, parent_awaits, resolved, result_json, trigger_firing_id";
+const WIDTH: usize = 44;
 
 /// A waiting row's `not_before_ms` when no clock wakes it.
 pub(crate) const NEVER: i64 = i64::MAX;
@@ -100,6 +100,7 @@ fn decode(mut r: Row) -> Result<Run, DbError> {
         parent_awaits: r.flag(40)?,
         resolved: r.flag(41)?,
         result: r.opt_json(42)?,
+        trigger_firing_id: r.opt_text(43)?,
     })
 }
 
@@ -198,9 +199,9 @@ impl RunStore {
                  origin, title, queue, status, attempt, max_attempts, not_before_ms, \
                  lease_owner, lease_expires_at_ms, idempotency_key, input_json, budget_json, \
                  source_text, source_cid, plan_step_id, step_label, created_at_ms, \
-                 started_at_ms, updated_at_ms, parent_awaits) \
+                 started_at_ms, updated_at_ms, parent_awaits, trigger_firing_id) \
                  SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29{guard}"
+                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29, ?30{guard}"
             ),
             vec![
                 run.run_id.as_str().into(),
@@ -232,6 +233,7 @@ impl RunStore {
                 now.into(),
                 live.then_some(now).into(),
                 i64::from(awaits).into(),
+                run.trigger_firing_id.clone().into(),
             ],
         )
         .expect_changes(1)];

@@ -6,7 +6,7 @@ use agentos_schema::row::{corrupt, Row};
 use agentos_schema::{DbError, Statement};
 use serde_json::Value;
 
-use super::{first, json_text, opt_json_text, RunStore, JOURNAL, NEVER, RUNS};
+use super::{first, json_text, opt_json_text, RunStore, COLUMNS, JOURNAL, NEVER, RUNS};
 use crate::runs::types::{EventWait, JournalRow, Run, RunStatus, RunWait};
 
 impl RunStore {
@@ -129,6 +129,19 @@ impl RunStore {
         payload: &Value,
         now: i64,
     ) -> Result<bool, DbError> {
+        self.signal_from(run_id, signal, payload, None, now).await
+    }
+
+    /// [`RunStore::signal`], the journal entry naming where the signal
+    /// came from (`source`, e.g. `trigger`) when given.
+    pub async fn signal_from(
+        &self,
+        run_id: &str,
+        signal: &str,
+        payload: &Value,
+        source: Option<&str>,
+        now: i64,
+    ) -> Result<bool, DbError> {
         let matching = "FROM agentos_core_run_event_waits w \
              WHERE w.run_id = ?1 AND (w.signal IS NULL OR w.signal = ?2)";
         let rows = self
@@ -138,10 +151,11 @@ impl RunStore {
                     format!(
                         "INSERT INTO {JOURNAL} (run_id, seq, entry_json, created_at_ms) \
                          SELECT ?1, r.journal_seq + 1, \
-                           json_object('kind', 'event', 'waitId', \
+                           CASE WHEN ?5 IS NULL THEN e.entry ELSE json_set(e.entry, '$.source', ?5) END, ?4 \
+                         FROM {RUNS} r, (SELECT json_object('kind', 'event', 'waitId', \
                              (SELECT w.wait_id {matching} ORDER BY w.created_at_ms, w.wait_id LIMIT 1), \
-                             'signal', ?2, 'payload', json(?3)), ?4 \
-                         FROM {RUNS} r WHERE r.run_id = ?1 AND r.status = 'waiting' \
+                             'signal', ?2, 'payload', json(?3)) AS entry) e \
+                         WHERE r.run_id = ?1 AND r.status = 'waiting' \
                            AND EXISTS (SELECT 1 {matching})"
                     ),
                     vec![
@@ -149,6 +163,7 @@ impl RunStore {
                         signal.into(),
                         json_text(payload),
                         now.into(),
+                        source.map(str::to_owned).into(),
                     ],
                 ),
                 Statement::new(
@@ -175,6 +190,57 @@ impl RunStore {
             ])
             .await?;
         Ok(rows.first().is_some_and(|r| r.changes == 1))
+    }
+
+    /// The runs of `account_id` waiting for an event that `signal` matches
+    /// (a wait naming it, or one taking any signal), the oldest wait first.
+    pub async fn waiting_on(&self, account_id: &str, signal: &str) -> Result<Vec<String>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT w.run_id FROM agentos_core_run_event_waits w \
+                     JOIN {RUNS} r ON r.run_id = w.run_id \
+                     WHERE r.account_id = ?1 AND r.status = 'waiting' \
+                       AND json_extract(r.wait_json, '$.reason') = 'event' \
+                       AND (w.signal = ?2 OR w.signal IS NULL) \
+                     ORDER BY w.created_at_ms, w.wait_id"
+                ),
+                vec![account_id.into(), signal.into()],
+            )
+            .await?;
+        let mut out: Vec<String> = Vec::new();
+        for id in agentos_schema::row::texts(rows, RUNS)? {
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs of `account_id` that ended at or after `since`, the oldest
+    /// first, at most `limit`.
+    pub async fn ended_since(
+        &self,
+        account_id: &str,
+        since: i64,
+        limit: u64,
+    ) -> Result<Vec<Run>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM {RUNS} WHERE finished_at_ms >= ?2 AND account_id = ?1 \
+                     ORDER BY finished_at_ms, run_id LIMIT ?3"
+                ),
+                vec![
+                    account_id.into(),
+                    since.into(),
+                    i64::try_from(limit).unwrap_or(i64::MAX).into(),
+                ],
+            )
+            .await?;
+        super::decode_all(rows)
     }
 
     /// Appends journal entries, checking the run's caps on its own row in

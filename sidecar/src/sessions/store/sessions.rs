@@ -241,6 +241,53 @@ impl SessionStore {
         rows.rows.into_iter().next().map(decode_session).transpose()
     }
 
+    /// Statements that insert a session and bump the VM session count;
+    /// the first changes nothing (failing its transaction at that index)
+    /// when the count has reached `max_sessions`. The third reads the count
+    /// after the insert.
+    pub fn insert_session_statements(
+        new: &NewSession,
+        max_sessions: u64,
+        now: i64,
+    ) -> Vec<Statement> {
+        vec![
+            Statement::new(
+                "UPDATE agentos_core_vm_counters SET session_count = session_count + 1 \
+                 WHERE singleton = 1 AND session_count < ?1",
+                vec![SqlValue::Integer(max_sessions as i64)],
+            )
+            .expect_changes(1),
+            Statement::new(
+                "INSERT INTO agentos_core_sessions (session_id, agent, cwd, permission_policy, \
+                 additional_directories_json, env_json, mcp_servers_json, title, metadata_json, \
+                 created_at_ms, updated_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+                vec![
+                    new.session_id.as_str().into(),
+                    new.agent.as_str().into(),
+                    new.cwd.as_str().into(),
+                    new.permission_policy.as_str().into(),
+                    json_text(&new.additional_directories).into(),
+                    json_text(&new.env).into(),
+                    json_text(&new.mcp_servers).into(),
+                    new.title.clone().into(),
+                    new.metadata.as_ref().map(json_text).into(),
+                    now.into(),
+                ],
+            )
+            .expect_changes(1),
+            Statement::new(
+                "SELECT session_count FROM agentos_core_vm_counters WHERE singleton = 1",
+                vec![],
+            ),
+            // A session opened again under a deleted one's id is new.
+            Statement::new(
+                "DELETE FROM agentos_core_session_tombstones WHERE session_id = ?1",
+                vec![new.session_id.as_str().into()],
+            ),
+        ]
+    }
+
     /// Inserts a session and bumps the VM session count, refusing when the
     /// count has reached `max_sessions` (compare-and-set on the counter row).
     /// Returns the VM session count after the insert, or `None` at the limit.
@@ -249,45 +296,9 @@ impl SessionStore {
         new: &NewSession,
         max_sessions: u64,
     ) -> Result<Option<u64>, DbError> {
-        let now = now_ms();
         let outcome = self
             .db
-            .transaction(vec![
-                Statement::new(
-                    "UPDATE agentos_core_vm_counters SET session_count = session_count + 1 \
-                     WHERE singleton = 1 AND session_count < ?1",
-                    vec![SqlValue::Integer(max_sessions as i64)],
-                )
-                .expect_changes(1),
-                Statement::new(
-                    "INSERT INTO agentos_core_sessions (session_id, agent, cwd, permission_policy, \
-                     additional_directories_json, env_json, mcp_servers_json, title, metadata_json, \
-                     created_at_ms, updated_at_ms) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-                    vec![
-                        new.session_id.as_str().into(),
-                        new.agent.as_str().into(),
-                        new.cwd.as_str().into(),
-                        new.permission_policy.as_str().into(),
-                        json_text(&new.additional_directories).into(),
-                        json_text(&new.env).into(),
-                        json_text(&new.mcp_servers).into(),
-                        new.title.clone().into(),
-                        new.metadata.as_ref().map(json_text).into(),
-                        now.into(),
-                    ],
-                )
-                .expect_changes(1),
-                Statement::new(
-                    "SELECT session_count FROM agentos_core_vm_counters WHERE singleton = 1",
-                    vec![],
-                ),
-                // A session opened again under a deleted one's id is new.
-                Statement::new(
-                    "DELETE FROM agentos_core_session_tombstones WHERE session_id = ?1",
-                    vec![new.session_id.as_str().into()],
-                ),
-            ])
+            .transaction(Self::insert_session_statements(new, max_sessions, now_ms()))
             .await;
         match outcome {
             Ok(results) => {
