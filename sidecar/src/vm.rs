@@ -147,6 +147,7 @@ fn builtin_services(
     space: &Space,
     sessions: &Sessions,
     turns: &Turns,
+    triggers: &Triggers,
 ) -> Result<crate::builtin::Services, VmError> {
     use crate::builtin::{fetch::Fetcher, host, verbs::Verbs};
     let fetcher = Fetcher::new().map_err(|e| VmError::Builtin(e.to_string()))?;
@@ -155,6 +156,7 @@ fn builtin_services(
         SessionStore::new(db.clone()),
         space.clone(),
         fetcher,
+        triggers.clone(),
     );
     verbs.attach(sessions.clone(), turns.clone());
     let host = Arc::new(
@@ -256,7 +258,15 @@ impl Vm {
             secret_box(&config)?,
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
-        let builtin = builtin_services(&config, &control, &db, &space, &sessions, &turns)?;
+        let triggers = Triggers::new(
+            db.clone(),
+            control.clone(),
+            sessions.clone(),
+            runs.clone(),
+            &config.limits.control,
+        );
+        let builtin =
+            builtin_services(&config, &control, &db, &space, &sessions, &turns, &triggers)?;
         // Scripts run as their agent's verbs; children start through the
         // delegation, which also brings their results back.
         let limits = &config.limits.runs;
@@ -284,13 +294,6 @@ impl Vm {
         runs.set_resolver(delegation.clone());
         builtin.verbs.attach_delegation(delegation);
         runs.start();
-        let triggers = Triggers::new(
-            db.clone(),
-            control.clone(),
-            sessions.clone(),
-            runs.clone(),
-            &config.limits.control,
-        );
         let api = SignedApi::new(
             SignedServices {
                 control: control.clone(),

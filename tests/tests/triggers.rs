@@ -662,3 +662,171 @@ async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_firing_says_why_and_the_agent_reads_its_triggers() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    w.provider.set_default(Reply::Status(
+        400,
+        json!({"error": {"message": "bad request", "type": "invalid_request_error"}}).to_string(),
+    ));
+    let made = create(&w, interval("Failing", 1)).await;
+    let id = made["id"].as_str().expect("id").to_owned();
+    let created = made["createdAt"].as_i64().unwrap();
+    assert_eq!(tick(&w, created + MINUTE).await["fired"], 1);
+    let run = runs_of_firings(&w).await[0]["run_id"]
+        .as_str()
+        .expect("run")
+        .to_owned();
+    builtin::until_status(&w, &run, "failed").await;
+    eventually("the firing says it failed", || async {
+        firings(&w, &id).await[0]["status"] == "error"
+    })
+    .await;
+    let got = w
+        .act(json!({"_": "GetAgentTrigger", "triggerId": id}))
+        .await;
+    let error = json_of(&got.body)["trigger"]["lastError"].clone();
+    assert!(error.as_str().is_some_and(|e| !e.is_empty()), "{error}");
+    // An edit clears it.
+    let edited = trigger_of(
+        &w.act(json!({"_": "UpdateAgentTrigger", "triggerId": id, "patch": {"enabled": false}}))
+            .await,
+    );
+    assert!(edited.get("lastError").is_none(), "{edited}");
+
+    // A hypermedia source is kept as written, without an error, and the
+    // agent reads that it does not fire here yet.
+    let mention = create(
+        &w,
+        json!({"name": "Mentions", "prompt": [{"block": {"id": "b1", "type": "Paragraph",
+                   "text": "Reply to the mention", "annotations": [], "attributes": {}}}],
+               "source": {"type": "user-mention", "mentionedAccounts": ["z6Mkme", "z6Mkme"]}}),
+    )
+    .await;
+    assert_eq!(mention["source"]["mentionedAccounts"], json!(["z6Mkme"]));
+    assert_eq!(mention["prompt"][0]["block"]["id"], "b1");
+    assert!(mention.get("lastError").is_none());
+    let session = w.session().await;
+    let listing = w
+        .invoke(&session, "read", json!({"address": "~/triggers/"}))
+        .await;
+    builtin::ok(&listing);
+    let output = json_of(&listing.body)["output"].clone();
+    assert_eq!(
+        output["triggers"].as_array().map(Vec::len),
+        Some(2),
+        "{output}"
+    );
+    let entry = output["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "Mentions")
+        .cloned()
+        .expect("the mention trigger");
+    assert_eq!(entry["when"], "mentions of z6Mkme");
+    assert!(entry["note"]
+        .as_str()
+        .is_some_and(|n| n.contains("hypermedia")));
+    let one = w
+        .invoke(&session, "read", json!({"address": "~/triggers/Failing"}))
+        .await;
+    let output = json_of(&one.body)["output"].clone();
+    assert_eq!(output["id"], id.as_str());
+    assert_eq!(output["prompt"], "Summarize **today's** news");
+    assert_eq!(output["recentFirings"][0]["status"], "error");
+    assert!(output["recentFirings"][0]["thread"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("thread:")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_hold_and_an_agent_takes_its_triggers_with_it() {
+    let w = builtin::world_with(
+        Flavor::OpenAi,
+        Backend::SqliteFile,
+        json!({"control": {"maxTriggersPerAgent": 2, "maxFiringsPerTrigger": 2}}),
+    )
+    .await;
+    w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
+    let made = create(&w, interval("One", 1)).await;
+    create(&w, interval("Two", 1)).await;
+    let third = w
+        .act(json!({"_": "CreateAgentTrigger", "agentId": w.agent_id, "trigger": interval("Three", 1)}))
+        .await;
+    assert_eq!(third.status, 409, "{:?}", third.body);
+    assert!(message(&third).contains("limits.control.maxTriggersPerAgent"));
+    // Three firings of one trigger keep the newest two.
+    let id = made["id"].as_str().unwrap();
+    let mut at = made["createdAt"].as_i64().unwrap();
+    for _ in 0..3 {
+        at += MINUTE;
+        tick(&w, at).await;
+    }
+    let kept = firings(&w, id).await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let keys: Vec<&str> = kept
+        .iter()
+        .filter_map(|f| f["activity_key"].as_str())
+        .collect();
+    assert!(
+        keys.iter().any(|k| k.ends_with(&format!(":{at}"))),
+        "{keys:?}"
+    );
+    // Deleting the agent deletes its triggers and their firings.
+    builtin::ok(
+        &w.act(json!({"_": "DeleteAgent", "agentId": w.agent_id}))
+            .await,
+    );
+    let left = w
+        .sc
+        .stored("SELECT (SELECT count(*) FROM agentos_core_triggers) AS t, (SELECT count(*) FROM agentos_core_trigger_firings) AS f")
+        .await;
+    assert_eq!(left[0]["t"], 0);
+    assert_eq!(left[0]["f"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_keep_triggers_over_the_host_socket() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    let made =
+        w.sc.ok(
+            "triggers/create",
+            json!({"agentId": w.agent_id, "trigger": interval("Ops", 30)}),
+        )
+        .await;
+    let trigger = &made["trigger"];
+    assert_eq!(trigger["account"], w.owner.id());
+    let id = trigger["id"].as_str().expect("id").to_owned();
+    let listed =
+        w.sc.ok("triggers/list", json!({"agentId": w.agent_id}))
+            .await;
+    assert_eq!(listed["triggers"][0]["id"], id.as_str());
+    let updated =
+        w.sc.ok(
+            "triggers/update",
+            json!({"triggerId": id, "patch": {"name": "Ops 2"}}),
+        )
+        .await;
+    assert_eq!(updated["trigger"]["name"], "Ops 2");
+    let bad =
+        w.sc.err("triggers/update", json!({"triggerId": id, "patch": {}}))
+            .await;
+    assert!(
+        bad.message.contains("Agent trigger patch is empty"),
+        "{bad:?}"
+    );
+    let missing = w.sc.err("triggers/get", json!({"triggerId": "nope"})).await;
+    assert_eq!(missing.data_code(), Some("control_not_found"));
+    let got = w.sc.ok("triggers/get", json!({"triggerId": id})).await;
+    assert_eq!(got["sessionIds"], json!([]));
+    w.sc.ok("triggers/delete", json!({"triggerId": id})).await;
+    let listed =
+        w.sc.ok("triggers/list", json!({"agentId": w.agent_id}))
+            .await;
+    assert_eq!(listed["triggers"], json!([]));
+    // Unknown fields are refused, not ignored.
+    let odd = w.sc.err("triggers/tick", json!({"when": 1})).await;
+    assert_eq!(odd.code, -32602);
+}

@@ -4,7 +4,8 @@
 //! `schedule.rs` says when a schedule is due, `store.rs` holds all their
 //! SQL and `service.rs` keeps triggers and fires them: the schedule monitor
 //! on the sidecar's clock, run-completed firings from run finalization,
-//! each firing claimed once in the transaction that starts its work.
+//! each firing claimed once in the transaction that starts its work, and
+//! `view.rs` what an agent reads of its triggers (`~/triggers/`).
 
 pub mod error;
 pub mod prompt;
@@ -12,6 +13,7 @@ pub mod schedule;
 pub mod service;
 pub mod store;
 pub mod validate;
+pub mod view;
 
 pub use error::TriggerError;
 pub use service::{SessionOpened, TickReport, Triggers};

@@ -156,6 +156,8 @@ pub struct Verbs {
     pub(crate) sessions: Arc<OnceLock<(Sessions, Turns)>>,
     /// Children and lambdas, for `delegate` and authored tools.
     pub(crate) delegation: Arc<OnceLock<Arc<Delegation>>>,
+    /// The agent's triggers, for `read ~/triggers/`.
+    pub(crate) triggers: crate::triggers::Triggers,
     /// The tools each session's thread has expanded: set from the log at
     /// every turn's context, grown by the reads and calls of the turn.
     expanded: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
@@ -166,8 +168,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Verbs {
-    pub fn new(control: Control, store: SessionStore, space: Space, fetcher: Fetcher) -> Verbs {
+    pub fn new(
+        control: Control,
+        store: SessionStore,
+        space: Space,
+        fetcher: Fetcher,
+        triggers: crate::triggers::Triggers,
+    ) -> Verbs {
         Verbs {
+            triggers,
             control,
             store,
             tools: space.tools,

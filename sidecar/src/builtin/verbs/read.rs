@@ -1,5 +1,5 @@
 //! `read{address, format?, options?}`: memory files and listings, tool
-//! contracts, the agent itself, the account's threads, and web pages when
+//! contracts, the agent's triggers, the agent itself, the account's threads, and web pages when
 //! granted. `hm://` needs a Seed node this sidecar does not have and `run:`
 //! the runs engine; both answer a result the model can read.
 
@@ -32,6 +32,19 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
     }
     if let Some(name) = address.strip_prefix("~/tools/") {
         return contract(verbs, scope, name.trim_end_matches('/')).await;
+    }
+    if address == "~/triggers" || address == "~/triggers/" {
+        return match verbs.triggers.read_listing(&scope.agent_id).await {
+            Ok(listing) => success(listing),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    if let Some(name) = address.strip_prefix("~/triggers/") {
+        let name = name.trim_end_matches('/');
+        return match verbs.triggers.read_one(&scope.agent_id, name).await {
+            Ok(one) => success(one),
+            Err(e) => failure(e.code(), e),
+        };
     }
     if address == "~/self" {
         return success(json!({

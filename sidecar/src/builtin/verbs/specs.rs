@@ -88,7 +88,8 @@ fn base() -> Vec<ToolSpec> {
         ToolSpec {
             name: "read".into(),
             description: "Read an address: `~/memory/<path>` (a file, or a directory's listing), \
-                          `~/tools/` (the tool listing) or `~/tools/<name>` (a contract), `~/self`, \
+                          `~/tools/` (the tool listing) or `~/tools/<name>` (a contract), `~/triggers/` (this \
+                          agent's triggers) or `~/triggers/<name>` (one, with its latest firings), `~/self`, \
                           `thread:` (this account's threads; options.query filters by title), \
                           `thread:<id>` (its latest events), `https://…` (a web page, when granted)."
                 .into(),
