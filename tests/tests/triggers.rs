@@ -830,3 +830,44 @@ async fn operators_keep_triggers_over_the_host_socket() {
     let odd = w.sc.err("triggers/tick", json!({"when": 1})).await;
     assert_eq!(odd.code, -32602);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_triggers_keeps_and_ticks_them() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
+    let s = &w.sc.socket;
+    let trigger = interval("From the shell", 1).to_string();
+    let out = common::ctl(s, &["triggers", "create", &w.agent_id, &trigger]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("active   schedule       From the shell"),
+        "{}",
+        out.stdout
+    );
+    let out = common::ctl(s, &["--json", "triggers", "list", &w.agent_id]).await;
+    let listed: Value = serde_json::from_str(&out.stdout).expect("json");
+    let made = &listed["triggers"][0];
+    let id = made["id"].as_str().expect("id").to_owned();
+    let at = (made["createdAt"].as_i64().unwrap() + MINUTE).to_string();
+    let out = common::ctl(s, &["triggers", "tick", "--at", &at]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("1 fired"), "{}", out.stdout);
+    let out = common::ctl(s, &["triggers", "update", &id, "{\"enabled\": false}"]).await;
+    assert!(out.stdout.contains("disabled"), "{}", out.stdout);
+    // Bad arguments: not JSON exits 2 before connecting; a refused patch
+    // exits 1 with the sidecar's words.
+    let out = common::ctl(s, &["triggers", "update", &id, "{nope"]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let out = common::ctl(s, &["triggers", "update", &id, "{}"]).await;
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("Agent trigger patch is empty"),
+        "{}",
+        out.stderr
+    );
+    let out = common::ctl(s, &["triggers", "delete", &id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = common::ctl(s, &["triggers", "list", &w.agent_id]).await;
+    assert_eq!(out.stdout.trim(), "no triggers");
+}

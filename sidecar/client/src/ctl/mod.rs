@@ -1,11 +1,12 @@
 //! The operator CLI (`agentos-sidecar ctl`): a host-protocol client with
 //! human output by default and `--json` for scripts (`fs.rs`: `ctl fs`;
-//! `runs.rs`: `ctl runs`, with the tree view). Arguments clap refuses exit
+//! `runs.rs`: `ctl runs`, with the tree view; `triggers.rs`: `ctl triggers`). Arguments clap refuses exit
 //! 2; a failed call exits 1.
 
 mod client;
 mod fs;
 mod runs;
+mod triggers;
 
 use std::path::PathBuf;
 
@@ -16,6 +17,7 @@ use serde_json::{json, Value};
 pub use client::{ClientError, HostClient, Notification};
 pub use fs::FsCommand;
 pub use runs::RunsCommand;
+pub use triggers::TriggersCommand;
 
 #[derive(Debug, Args)]
 pub struct CtlArgs {
@@ -62,6 +64,9 @@ pub enum CtlCommand {
     /// Runs: list, get, tree, cancel, signal, journal.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Triggers: list, get, create, update, delete, tick.
+    #[command(subcommand)]
+    Triggers(TriggersCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -374,6 +379,7 @@ async fn execute(args: &CtlArgs) -> Result<(), ClientError> {
         }
         CtlCommand::Fs(command) => fs::run(&client, command, j).await?,
         CtlCommand::Runs(command) => runs::run(&client, command, j).await?,
+        CtlCommand::Triggers(command) => triggers::run(&client, command, j).await?,
         CtlCommand::Permissions(PermissionsCommand::List { session }) => {
             let pending = pending_permissions(&client, session).await?;
             let v = json!({ "requests": pending });
