@@ -423,16 +423,10 @@ async fn a_once_schedule_disables_itself_and_is_not_fired_again() {
 
 /// An instant as `toISOString` writes it.
 fn chrono_iso(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let out = std::process::Command::new("date")
-        .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%S"])
-        .output()
-        .expect("date");
-    format!(
-        "{}.{millis:03}Z",
-        String::from_utf8_lossy(&out.stdout).trim()
-    )
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("an instant")
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -870,4 +864,53 @@ async fn ctl_triggers_keeps_and_ticks_them() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let out = common::ctl(s, &["triggers", "list", &w.agent_id]).await;
     assert_eq!(out.stdout.trim(), "no triggers");
+}
+
+/// Milliseconds of an RFC 3339 instant.
+fn ms(rfc3339: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .expect("an instant")
+        .timestamp_millis()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weekly_schedule_keeps_berlin_time_across_both_changes() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
+    let made = create(
+        &w,
+        json!({"name": "Sunday", "prompt": "Weekly review",
+               "source": {"type": "schedule", "schedule": {"kind": "weekly", "daysOfWeek": [0, 0],
+                          "timeOfDay": " 02:30 ", "timezone": "Europe/Berlin"}}}),
+    )
+    .await;
+    assert_eq!(made["source"]["schedule"]["daysOfWeek"], json!([0]));
+    assert_eq!(made["source"]["schedule"]["timeOfDay"], "02:30");
+    let id = made["id"].as_str().expect("id").to_owned();
+    let key = |at: &str| format!("schedule:{id}:{}", ms(at));
+    // The Sunday before: 02:30 CET.
+    assert_eq!(tick(&w, ms("2027-03-27T12:00:00Z")).await["fired"], 1);
+    // Spring forward: 02:30 does not exist; it fires at 01:30 CET, as
+    // Seed's service computes it.
+    assert_eq!(tick(&w, ms("2027-03-28T00:29:59Z")).await["fired"], 0);
+    assert_eq!(tick(&w, ms("2027-03-28T00:30:00Z")).await["fired"], 1);
+    // The Sunday before fall back: 02:30 CEST.
+    assert_eq!(tick(&w, ms("2027-10-30T12:00:00Z")).await["fired"], 1);
+    // Fall back: 02:30 happens twice; it fires at the later (CET) one.
+    assert_eq!(tick(&w, ms("2027-10-31T01:29:59Z")).await["fired"], 0);
+    assert_eq!(tick(&w, ms("2027-10-31T01:30:00Z")).await["fired"], 1);
+    let keys: Vec<String> = firings(&w, &id)
+        .await
+        .iter()
+        .filter_map(|f| f["activity_key"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            key("2027-03-21T01:30:00Z"),
+            key("2027-03-28T00:30:00Z"),
+            key("2027-10-24T00:30:00Z"),
+            key("2027-10-31T01:30:00Z"),
+        ]
+    );
 }
