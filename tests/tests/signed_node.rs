@@ -165,6 +165,55 @@ async fn envelopes_signed_by_seeds_libraries_are_accepted() {
     assert!(!said.text("assistantEventId").is_empty());
     assert_eq!(sc.delivered_prompts().len(), 1);
 
+    // A trigger as Seed's automations tab sends it: integers and a string
+    // prompt as its encoder writes them, an idempotent create, a patch.
+    let trigger = json!({"name": "Nightly", "enabled": true, "prompt": "Check **open** issues",
+        "source": {"type": "schedule", "schedule": {"kind": "weekly", "daysOfWeek": [1, 3, 5],
+                   "timeOfDay": "21:00", "timezone": "America/New_York"}}});
+    let made = node_owner
+        .send(
+            &t,
+            json!({"_": "CreateAgentTrigger", "agentId": echo, "trigger": trigger,
+                   "clientRequestId": "n-t-1"}),
+        )
+        .await;
+    let again = node_owner
+        .send(
+            &t,
+            json!({"_": "CreateAgentTrigger", "agentId": echo, "trigger": trigger,
+                   "clientRequestId": "n-t-1"}),
+        )
+        .await;
+    assert_eq!(again.raw.body, made.raw.body);
+    let made = made.field("trigger").clone();
+    assert_eq!(
+        field(field(&made, "source"), "schedule"),
+        &agentos_protocol::seed::json_to_ipld(
+            &json!({"kind": "weekly", "daysOfWeek": [1, 3, 5], "timeOfDay": "21:00",
+                    "timezone": "America/New_York"}),
+            agentos_protocol::seed::JsonForm::Plain
+        )
+        .expect("ipld")
+    );
+    let Ipld::String(trigger_id) = field(&made, "id").clone() else {
+        panic!("an id: {made:?}");
+    };
+    let patched = node_owner
+        .send(
+            &t,
+            json!({"_": "UpdateAgentTrigger", "triggerId": trigger_id,
+                   "patch": {"source": {"type": "run-completed", "status": "failed"}}}),
+        )
+        .await;
+    assert_eq!(
+        field(field(patched.field("trigger"), "source"), "status"),
+        &Ipld::String("failed".into())
+    );
+    let listed = node_owner
+        .send(&t, json!({"_": "ListAgentTriggers", "agentId": echo}))
+        .await;
+    assert_eq!(list(&listed, "triggers").len(), 1);
+
     // A delegate holding a Capability Node issued acts for the owner: first
     // with the blob, then with the CID alone.
     let delegate = Signer::delegate_of(owner.account);
