@@ -383,9 +383,8 @@ async fn a_schedule_fires_once(backend: Backend) {
 
 both_backends!(a_schedule_fires_once);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_once_schedule_disables_itself_and_is_not_fired_again() {
-    let w = builtin::world(Flavor::OpenAi).await;
+async fn a_once_schedule_disables_itself_and_is_not_fired_again(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     w.provider
         .set_default(Reply::Text(vec!["Done.".to_owned()]));
     let run_at = agentos_tests::seed::now_ms() + 10 * MINUTE;
@@ -421,6 +420,8 @@ async fn a_once_schedule_disables_itself_and_is_not_fired_again() {
     );
 }
 
+both_backends!(a_once_schedule_disables_itself_and_is_not_fired_again);
+
 /// An instant as `toISOString` writes it.
 fn chrono_iso(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
@@ -429,9 +430,8 @@ fn chrono_iso(ms: i64) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finished_run_fires_the_next_agent_and_a_trigger_never_feeds_itself() {
-    let w = builtin::world(Flavor::OpenAi).await;
+async fn a_finished_run_fires_the_next_agent_and_a_trigger_never_feeds_itself(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
     // Agent Y, started whenever one of X's runs succeeds.
     let y = w
@@ -484,9 +484,10 @@ async fn a_finished_run_fires_the_next_agent_and_a_trigger_never_feeds_itself() 
     assert_eq!(runs_of_firings(&w).await.len(), 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wake_reaches_a_parked_script_run_once() {
-    let w = builtin::world(Flavor::OpenAi).await;
+both_backends!(a_finished_run_fires_the_next_agent_and_a_trigger_never_feeds_itself);
+
+async fn a_wake_reaches_a_parked_script_run_once(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     let waits = "export default async function (input, ctx) {\n\
                  const e = await ctx.waitForEvent({signal: 'approve'}, {label: 'approval'});\n\
                  return {source: e.source, signal: e.signal, payload: e.payload};\n\
@@ -549,6 +550,8 @@ async fn a_wake_reaches_a_parked_script_run_once() {
     assert!(runs_of_firings(&w).await.is_empty());
 }
 
+both_backends!(a_wake_reaches_a_parked_script_run_once);
+
 /// The delegated child of `parent`, once it waits.
 async fn eventually_tree(w: &World, parent: &str) -> String {
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -599,9 +602,8 @@ async fn account_changes_reach_a_websocket() {
     assert_eq!(change["value"]["agentId"], w.agent_id.as_str());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost() {
-    let mut w = builtin::world(Flavor::OpenAi).await;
+async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost(backend: Backend) {
+    let mut w = builtin::world_on(Flavor::OpenAi, backend).await;
     w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
     let mut ids = Vec::new();
     let mut rng = 7u64;
@@ -657,9 +659,10 @@ async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_firing_says_why_and_the_agent_reads_its_triggers() {
-    let w = builtin::world(Flavor::OpenAi).await;
+both_backends!(killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost);
+
+async fn a_failed_firing_says_why_and_the_agent_reads_its_triggers(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     w.provider.set_default(Reply::Status(
         400,
         json!({"error": {"message": "bad request", "type": "invalid_request_error"}}).to_string(),
@@ -734,6 +737,8 @@ async fn a_failed_firing_says_why_and_the_agent_reads_its_triggers() {
         .as_str()
         .is_some_and(|t| t.starts_with("thread:")));
 }
+
+both_backends!(a_failed_firing_says_why_and_the_agent_reads_its_triggers);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_hold_and_an_agent_takes_its_triggers_with_it() {
@@ -873,9 +878,8 @@ fn ms(rfc3339: &str) -> i64 {
         .timestamp_millis()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_weekly_schedule_keeps_berlin_time_across_both_changes() {
-    let w = builtin::world(Flavor::OpenAi).await;
+async fn a_weekly_schedule_keeps_berlin_time_across_both_changes(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
     let made = create(
         &w,
@@ -914,3 +918,5 @@ async fn a_weekly_schedule_keeps_berlin_time_across_both_changes() {
         ]
     );
 }
+
+both_backends!(a_weekly_schedule_keeps_berlin_time_across_both_changes);
