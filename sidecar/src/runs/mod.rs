@@ -740,7 +740,8 @@ impl Runs {
         true
     }
 
-    fn is_stopping(&self) -> bool {
+    /// Whether [`Runs::shutdown`] was called: nothing new is claimed.
+    pub fn is_stopping(&self) -> bool {
         self.inner.stopping.load(Ordering::Acquire)
     }
 }

@@ -216,6 +216,11 @@ impl Triggers {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
+                // A stopping sidecar claims nothing new; what is due stays
+                // due for the next start.
+                if monitor.inner.runs.is_stopping() {
+                    return;
+                }
                 if let Err(e) = monitor.tick_at(now_ms()).await {
                     tracing::warn!(error = %e, "the schedule monitor's look failed");
                 }
@@ -228,6 +233,10 @@ impl Triggers {
             loop {
                 match events.recv().await {
                     Ok(RunEvent::Changed(run)) if run.status.is_terminal() => {
+                        if listener.inner.runs.is_stopping() {
+                            // The next start catches up from the store.
+                            return;
+                        }
                         listener.run_finished(&run).await;
                     }
                     Ok(_) => {}
