@@ -463,42 +463,32 @@ impl TriggerStore {
 /// Deletes a trigger and its firings, detaching the runs they started;
 /// the last statement deletes the trigger.
 pub fn delete_statements(trigger_id: &str) -> Vec<Statement> {
-    vec![
-        Statement::new(
-            format!(
-                "UPDATE agentos_core_runs SET trigger_firing_id = NULL WHERE trigger_firing_id IN \
-                   (SELECT firing_id FROM {FIRINGS} WHERE trigger_id = ?1)"
-            ),
-            vec![trigger_id.into()],
-        ),
-        Statement::new(
-            format!("DELETE FROM {FIRINGS} WHERE trigger_id = ?1"),
-            vec![trigger_id.into()],
-        ),
-        Statement::new(
-            format!("DELETE FROM {TRIGGERS} WHERE trigger_id = ?1"),
-            vec![trigger_id.into()],
-        ),
-    ]
+    deleting("trigger_id", trigger_id)
 }
 
 /// Deletes every trigger of an agent and their firings (with the agent).
 pub fn delete_agent_statements(agent_id: &str) -> Vec<Statement> {
+    deleting("agent_id", agent_id)
+}
+
+/// The triggers whose `column` is `value`, their firings, and the runs'
+/// links to those firings (the runs stay).
+fn deleting(column: &str, value: &str) -> Vec<Statement> {
     vec![
         Statement::new(
             format!(
                 "UPDATE agentos_core_runs SET trigger_firing_id = NULL WHERE trigger_firing_id IN \
-                   (SELECT firing_id FROM {FIRINGS} WHERE agent_id = ?1)"
+                   (SELECT firing_id FROM {FIRINGS} WHERE {column} = ?1)"
             ),
-            vec![agent_id.into()],
+            vec![value.into()],
         ),
         Statement::new(
-            format!("DELETE FROM {FIRINGS} WHERE agent_id = ?1"),
-            vec![agent_id.into()],
+            format!("DELETE FROM {FIRINGS} WHERE {column} = ?1"),
+            vec![value.into()],
         ),
         Statement::new(
-            format!("DELETE FROM {TRIGGERS} WHERE agent_id = ?1"),
-            vec![agent_id.into()],
+            format!("DELETE FROM {TRIGGERS} WHERE {column} = ?1"),
+            vec![value.into()],
         ),
     ]
 }

@@ -95,6 +95,12 @@ fn entry(row: &TriggerRow) -> Value {
     );
     out.insert("type".into(), json!(row.source_type()));
     out.insert("when".into(), json!(when(&row.source)));
+    last(row, &mut out);
+    Value::Object(out)
+}
+
+/// The last firing and error, and why it does not fire, when there are.
+fn last(row: &TriggerRow, out: &mut Map<String, Value>) {
     if let Some(at) = row.last_fired_at_ms {
         out.insert("lastFiredAt".into(), json!(at));
     }
@@ -104,7 +110,6 @@ fn entry(row: &TriggerRow) -> Value {
     if let Some(note) = dormant(&row.source) {
         out.insert("note".into(), json!(note));
     }
-    Value::Object(out)
 }
 
 fn listing(rows: &[TriggerRow]) -> Value {
@@ -178,15 +183,7 @@ impl Triggers {
         }
         out.insert("createdAt".into(), json!(row.created_at_ms));
         out.insert("updatedAt".into(), json!(row.updated_at_ms));
-        if let Some(at) = row.last_fired_at_ms {
-            out.insert("lastFiredAt".into(), json!(at));
-        }
-        if let Some(e) = &row.last_error {
-            out.insert("lastError".into(), json!(e));
-        }
-        if let Some(note) = dormant(&row.source) {
-            out.insert("note".into(), json!(note));
-        }
+        last(row, &mut out);
         let recent: Vec<Value> = firings
             .iter()
             .map(|f| {
