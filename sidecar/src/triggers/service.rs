@@ -449,8 +449,7 @@ impl Triggers {
             checked: rows.len() as u64,
             ..TickReport::default()
         };
-        let ids: Vec<String> = rows.iter().map(|r| r.trigger_id.clone()).collect();
-        store.checked(&ids, now).await?;
+        store.checked("schedule", None, now).await?;
         for row in rows {
             let plan = match validate::schedule(Some(&row.source["schedule"])) {
                 Ok(plan) => plan,
@@ -512,11 +511,18 @@ impl Triggers {
                 return;
             }
         };
+        if rows.is_empty() {
+            return;
+        }
         for row in &rows {
             self.consider(row, run).await;
         }
-        let ids: Vec<String> = rows.into_iter().map(|r| r.trigger_id).collect();
-        if let Err(e) = self.inner.store.checked(&ids, now_ms()).await {
+        let looked = self
+            .inner
+            .store
+            .checked("run-completed", Some(account), now_ms())
+            .await;
+        if let Err(e) = looked {
             tracing::warn!(error = %e, "run-completed triggers' last look not recorded");
         }
     }

@@ -355,21 +355,28 @@ impl TriggerStore {
         Ok(rows.last().map(|r| r.changes) == Some(1))
     }
 
-    /// Sets `last_checked_at_ms` on the triggers looked at.
-    pub async fn checked(&self, trigger_ids: &[String], now: i64) -> Result<(), DbError> {
-        if trigger_ids.is_empty() {
-            return Ok(());
-        }
-        let statements = trigger_ids
-            .iter()
-            .map(|id| {
-                Statement::new(
-                    format!("UPDATE {TRIGGERS} SET last_checked_at_ms = ?2 WHERE trigger_id = ?1"),
-                    vec![id.as_str().into(), now.into()],
-                )
-            })
-            .collect();
-        self.db.transaction(statements).await.map(drop)
+    /// Sets `last_checked_at_ms` on the enabled triggers of a source type
+    /// (of one account, or of every one): those a look just went over.
+    pub async fn checked(
+        &self,
+        source_type: &str,
+        account_id: Option<&str>,
+        now: i64,
+    ) -> Result<(), DbError> {
+        self.db
+            .transaction(vec![Statement::new(
+                format!(
+                    "UPDATE {TRIGGERS} SET last_checked_at_ms = ?3 \
+                     WHERE source_type = ?1 AND enabled = 1 AND (?2 IS NULL OR account_id = ?2)"
+                ),
+                vec![
+                    source_type.into(),
+                    account_id.map(str::to_owned).into(),
+                    now.into(),
+                ],
+            )])
+            .await
+            .map(drop)
     }
 
     /// Records a firing's failure on it and on its trigger.
