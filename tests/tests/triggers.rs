@@ -222,9 +222,8 @@ async fn crud_and_checks(backend: Backend) {
 
 both_backends!(crud_and_checks);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strangers_readers_and_writers() {
-    let w = builtin::world(Flavor::OpenAi).await;
+async fn strangers_readers_and_writers(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     let made = create(&w, interval("Owned", 60)).await;
     let id = made["id"].as_str().expect("id").to_owned();
     let (stranger, reader, writer) = (Signer::new(), Signer::new(), Signer::new());
@@ -278,6 +277,8 @@ async fn strangers_readers_and_writers() {
         }
     }
 }
+
+both_backends!(strangers_readers_and_writers);
 
 async fn a_schedule_fires_once(backend: Backend) {
     let w = builtin::world_on(Flavor::OpenAi, backend).await;
@@ -567,9 +568,8 @@ async fn eventually_tree(w: &World, parent: &str) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn account_changes_reach_a_websocket() {
-    let w = builtin::world(Flavor::OpenAi).await;
+async fn account_changes_reach_a_websocket(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
     let addr = w.sc.ready["http"].as_str().expect("http").to_owned();
     let mut ws = client::Ws::open(&addr).await;
     let key = format!("account/{}", w.owner.id());
@@ -602,10 +602,13 @@ async fn account_changes_reach_a_websocket() {
     assert_eq!(change["value"]["agentId"], w.agent_id.as_str());
 }
 
+both_backends!(account_changes_reach_a_websocket);
+
 async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost(backend: Backend) {
     let mut w = builtin::world_on(Flavor::OpenAi, backend).await;
     w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
     let mut ids = Vec::new();
+    let mut wakes = Vec::new();
     let mut rng = 7u64;
     for round in 0..6 {
         // A few due once-triggers, then a look, killed after a varying
@@ -619,6 +622,16 @@ async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost(backend
             .await;
             ids.push(made["id"].as_str().expect("id").to_owned());
         }
+        // And a wake nobody listens for: its claim commits with its
+        // outcome, never alone.
+        let wake = create(
+            &w,
+            json!({"name": format!("W{round}"), "prompt": "Go",
+                   "continuation": {"kind": "wake", "signal": "nobody"},
+                   "source": {"type": "schedule", "schedule": {"kind": "once", "runAt": 1}}}),
+        )
+        .await;
+        wakes.push(wake["id"].as_str().expect("id").to_owned());
         let client = w.sc.socket.clone();
         let look = tokio::spawn(async move {
             let c = agentos_client::ctl::HostClient::connect(&client).await;
@@ -639,6 +652,11 @@ async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost(backend
         let rows = firings(&w, id).await;
         assert_eq!(rows.len(), 1, "{id}: {rows:?}");
     }
+    for id in &wakes {
+        let rows = firings(&w, id).await;
+        assert_eq!(rows.len(), 1, "{id}: {rows:?}");
+        assert_eq!(rows[0]["status"], "no-listener");
+    }
     let runs = runs_of_firings(&w).await;
     assert_eq!(runs.len(), ids.len(), "{runs:?}");
     let sessions =
@@ -655,6 +673,18 @@ async fn killed_at_any_moment_a_key_fires_once_and_no_due_firing_is_lost(backend
             .await
             .iter()
             .all(|r| r["status"] == "succeeded" || r["status"] == "failed")
+    })
+    .await;
+    // A firing whose run a kill cut short says so, like any failed one.
+    eventually("failed runs mark their firings", || async {
+        let unsettled =
+            w.sc.stored(
+                "SELECT count(*) AS n FROM agentos_core_trigger_firings f \
+                 JOIN agentos_core_runs r ON r.trigger_firing_id = f.firing_id \
+                 WHERE r.status = 'failed' AND f.status <> 'error'",
+            )
+            .await;
+        unsettled[0]["n"] == 0
     })
     .await;
 }
@@ -756,13 +786,23 @@ async fn bounds_hold_and_an_agent_takes_its_triggers_with_it() {
         .await;
     assert_eq!(third.status, 409, "{:?}", third.body);
     assert!(message(&third).contains("limits.control.maxTriggersPerAgent"));
-    // Three firings of one trigger keep the newest two.
+    // A trigger keeps its newest two firings, and any whose run has not
+    // ended (the loop guard walks back through it).
     let id = made["id"].as_str().unwrap();
     let mut at = made["createdAt"].as_i64().unwrap();
     for _ in 0..3 {
         at += MINUTE;
         tick(&w, at).await;
     }
+    eventually("the firings' runs end", || async {
+        runs_of_firings(&w)
+            .await
+            .iter()
+            .all(|r| r["status"] == "succeeded")
+    })
+    .await;
+    at += MINUTE;
+    tick(&w, at).await;
     let kept = firings(&w, id).await;
     assert_eq!(kept.len(), 2, "{kept:?}");
     let keys: Vec<&str> = kept
@@ -920,3 +960,37 @@ async fn a_weekly_schedule_keeps_berlin_time_across_both_changes(backend: Backen
 }
 
 both_backends!(a_weekly_schedule_keeps_berlin_time_across_both_changes);
+
+async fn a_trigger_never_catches_up_on_runs_from_before_it_was_enabled(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
+    w.provider.set_default(Reply::Text(vec!["Ok.".to_owned()]));
+    let made = create(
+        &w,
+        json!({"name": "Later", "prompt": "Follow up", "enabled": false,
+               "source": {"type": "run-completed", "agentId": w.agent_id}}),
+    )
+    .await;
+    let id = made["id"].as_str().expect("id").to_owned();
+    let session = w.session().await;
+    builtin::ok(&w.message(&session, "while it is off").await);
+    builtin::ok(
+        &w.act(json!({"_": "UpdateAgentTrigger", "triggerId": id, "patch": {"enabled": true}}))
+            .await,
+    );
+    // A start catches up on what ended while nobody listened, but not on
+    // what ended before the trigger was enabled.
+    let w = w.restart().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(firings(&w, &id).await.is_empty());
+    // A run that ends now fires it, once.
+    builtin::ok(&w.message(&session, "now it is on").await);
+    eventually("the trigger fires", || async {
+        firings(&w, &id).await.len() == 1
+    })
+    .await;
+    let w = w.restart().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(firings(&w, &id).await.len(), 1);
+}
+
+both_backends!(a_trigger_never_catches_up_on_runs_from_before_it_was_enabled);

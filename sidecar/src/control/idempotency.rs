@@ -157,7 +157,11 @@ impl Control {
         }
     }
 
-    pub(super) fn idempotency_statements(
+    /// The statements that record `response` for `key`, for a caller that
+    /// commits them with its own write (holding the key's turn,
+    /// [`Control::one_at_a_time`], after [`Control::stored_answer`] found
+    /// none).
+    pub(crate) fn idempotency_statements(
         &self,
         key: &IdempotencyKey,
         response: &[u8],

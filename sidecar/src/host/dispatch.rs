@@ -95,6 +95,10 @@ pub(super) async fn dispatch(
         methods::SESSIONS_DELETE => {
             let p: SessionIdParams = params(raw)?;
             sessions.delete(&p.session_id).await.map_err(session)?;
+            if let Err(e) = services.triggers.session_deleted(&p.session_id).await {
+                // The session is gone; a firing naming it is only shown.
+                tracing::warn!(session = %p.session_id, error = %e, "a deleted session's firings still name it");
+            }
             reply(&wire::DeleteSessionResult { deleted: true })
         }
         methods::SESSIONS_UNLOAD => {

@@ -262,6 +262,21 @@ pub struct Executors {
     pub script: Option<Arc<dyn Executor>>,
 }
 
+/// A signal's name and payload within their bounds.
+pub fn check_signal(signal: &str, payload: &Value) -> Result<(), RunError> {
+    if signal.is_empty() || signal.len() > MAX_SIGNAL_BYTES {
+        return Err(RunError::InvalidArgument(format!(
+            "a signal's name must be 1..={MAX_SIGNAL_BYTES} bytes"
+        )));
+    }
+    if payload.to_string().len() > MAX_SIGNAL_PAYLOAD_BYTES {
+        return Err(RunError::InvalidArgument(format!(
+            "a signal's payload exceeds {MAX_SIGNAL_PAYLOAD_BYTES} bytes of JSON"
+        )));
+    }
+    Ok(())
+}
+
 /// The runs service.
 #[derive(Clone)]
 pub struct Runs {
@@ -636,58 +651,34 @@ impl Runs {
         signal: &str,
         payload: &Value,
     ) -> Result<bool, RunError> {
-        self.deliver(run_id, signal, payload, None).await
-    }
-
-    /// [`Runs::signal`] from `source` (a trigger's wake), which the waiting
-    /// run reads with the signal.
-    pub async fn signal_from(
-        &self,
-        run_id: &str,
-        signal: &str,
-        payload: &Value,
-        source: &str,
-    ) -> Result<bool, RunError> {
-        self.deliver(run_id, signal, payload, Some(source)).await
-    }
-
-    async fn deliver(
-        &self,
-        run_id: &str,
-        signal: &str,
-        payload: &Value,
-        source: Option<&str>,
-    ) -> Result<bool, RunError> {
-        if signal.is_empty() || signal.len() > MAX_SIGNAL_BYTES {
-            return Err(RunError::InvalidArgument(format!(
-                "a signal's name must be 1..={MAX_SIGNAL_BYTES} bytes"
-            )));
-        }
-        if payload.to_string().len() > MAX_SIGNAL_PAYLOAD_BYTES {
-            return Err(RunError::InvalidArgument(format!(
-                "a signal's payload exceeds {MAX_SIGNAL_PAYLOAD_BYTES} bytes of JSON"
-            )));
-        }
+        check_signal(signal, payload)?;
         self.get(run_id).await?;
         let delivered = self
             .inner
             .store
-            .signal_from(run_id, signal, payload, source, unix_ms())
+            .signal(run_id, signal, payload, unix_ms())
             .await?;
         if delivered {
-            let run = self.get(run_id).await?;
-            // The entry the signal wrote, as committed, for the run's
-            // subscribers.
-            let after = run.journal_seq.saturating_sub(1);
-            for row in self.inner.store.journal(run_id, after, 1).await? {
-                let _ = self.inner.changes.send(RunEvent::Journal {
-                    root_run_id: run.root_run_id.clone(),
-                    row,
-                });
-            }
-            self.after_transition(run).await;
+            self.delivered(run_id).await?;
         }
         Ok(delivered)
+    }
+
+    /// After a delivery committed (here, or in a caller's own transaction
+    /// built with [`RunStore::signal_statements`]): the journal entry it
+    /// wrote goes to the run's subscribers and the requeued run to the
+    /// dispatcher.
+    pub async fn delivered(&self, run_id: &str) -> Result<(), RunError> {
+        let run = self.get(run_id).await?;
+        let after = run.journal_seq.saturating_sub(1);
+        for row in self.inner.store.journal(run_id, after, 1).await? {
+            let _ = self.inner.changes.send(RunEvent::Journal {
+                root_run_id: run.root_run_id.clone(),
+                row,
+            });
+        }
+        self.after_transition(run).await;
+        Ok(())
     }
 
     /// Publishes a transition and lets the dispatcher see what it freed; an

@@ -238,10 +238,11 @@ impl Sessions {
     }
 
     /// Statements that open a new session (`params.session_id`, which must
-    /// be new) with `content` as its first words, as `actor`, for a caller
-    /// that commits them with its own in one transaction (a trigger's
-    /// firing). The first statement fails that transaction, at its index,
-    /// when the VM holds `limits.acp.maxSessionsPerVm` sessions.
+    /// be new) with `content` as its first words (none when empty), as
+    /// `actor`, for a caller that commits them with its own in one
+    /// transaction (a trigger's firing). The first statement fails that
+    /// transaction, at its index, when the VM holds
+    /// `limits.acp.maxSessionsPerVm` sessions.
     pub fn open_with_words_statements(
         &self,
         params: &OpenSession,
@@ -250,9 +251,14 @@ impl Sessions {
         now: i64,
     ) -> Result<Vec<agentos_schema::Statement>, SessionError> {
         let new = self.new_session(params)?;
+        let limits = &self.shared.limits;
+        let mut statements =
+            SessionStore::insert_session_statements(&new, limits.max_sessions_per_vm, now);
+        if content.is_empty() {
+            return Ok(statements);
+        }
         self.check_content(content)?;
         let events = route::user_events(content, actor);
-        let limits = &self.shared.limits;
         let bytes: u64 = events.iter().map(store::NewEvent::bytes).sum();
         SessionError::at_most(
             ErrorCode::AcpHistoryEventsLimit,
@@ -266,8 +272,6 @@ impl Sessions {
             bytes,
             limits.max_session_history_bytes,
         )?;
-        let mut statements =
-            SessionStore::insert_session_statements(&new, limits.max_sessions_per_vm, now);
         let fresh = store::HistoryCounters {
             latest_sequence: 0,
             oldest_retained_sequence: 1,

@@ -23,18 +23,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_protocol::session::Actor;
-use agentos_schema::DbError;
+use agentos_schema::{DbError, Statement};
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, Mutex};
 
 use super::error::TriggerError;
 use super::prompt;
 use super::schedule::{self, ScheduleState};
-use super::store::{self, FiringRow, NewFiring, TriggerRow, TriggerStore};
+use super::store::{self, FiringRow, NewFiring, Part, TriggerRow, TriggerStore};
 use super::validate;
 use crate::config::ControlLimits;
 use crate::control::Control;
-use crate::runs::{NewRun, Origin, Queue, Run, RunEvent, RunKind, RunStatus, RunStore, Runs};
+use crate::runs::{
+    check_signal, NewRun, Origin, Queue, Run, RunEvent, RunKind, RunStatus, RunStore, Runs,
+};
 use crate::sessions::{input_hash, OpenSession, Sessions};
 
 /// How far back a trigger chain is walked before a firing is refused as a
@@ -46,8 +48,11 @@ const MAX_TITLE_BYTES: usize = 256;
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Attempts of a firing's turn.
 const FIRING_ATTEMPTS: u32 = 3;
-/// Ended runs a catch-up pass looks at per trigger, at most.
-const CATCH_UP_RUNS: u64 = 1_000;
+/// Ended runs one page of a catch-up pass reads.
+const CATCH_UP_RUNS: u64 = 500;
+/// How far before a trigger's last look a catch-up starts again: runs are
+/// published about in the order they end, not exactly.
+const CATCH_UP_MARGIN_MS: i64 = 5 * 60_000;
 
 /// What every firing's first words end with, as the reference writes it.
 const INSTRUCTIONS: &str = "When responding to a comment activity, reply with the write verb as a THREADED reply, not a new top-level comment: write {address: <target document id>, content: <your reply>, options: {action: \"comment\", replyTo: <parent comment id>}}. Take the target document id from trigger_context.activity.target.id.id or the activity comment target fields, and replyTo from trigger_context.activity.comment.id when present, or trigger_context.activity.commentId.id as a fallback. Do not omit replyTo when the user was mentioned in a comment.";
@@ -262,6 +267,18 @@ impl Triggers {
         agent_id: &str,
         raw: &Value,
     ) -> Result<TriggerRow, TriggerError> {
+        let row = Self::prepare(account_id, agent_id, raw)?;
+        self.insert(&row, Vec::new()).await?;
+        Ok(row)
+    }
+
+    /// A new trigger of `agent_id` from a client's input, checked, not yet
+    /// stored (see [`Triggers::insert`]).
+    pub fn prepare(
+        account_id: &str,
+        agent_id: &str,
+        raw: &Value,
+    ) -> Result<TriggerRow, TriggerError> {
         let map = fields(raw, "Agent trigger is required")?;
         let source = validate::source(map.get("source"))?;
         let name = validate::name(map.get("name"))?;
@@ -287,9 +304,15 @@ impl Triggers {
             last_fired_at_ms: None,
             last_error: None,
         };
+        Ok(row)
+    }
+
+    /// Stores a prepared trigger, with `with` in the same transaction (the
+    /// record of an idempotent create), within the agent's bound.
+    pub async fn insert(&self, row: &TriggerRow, with: Vec<Statement>) -> Result<(), TriggerError> {
         let store = &self.inner.store;
-        if !store.insert(&row, self.inner.max_per_agent).await? {
-            if store.count_for_agent(agent_id).await? >= self.inner.max_per_agent {
+        if !store.insert(row, self.inner.max_per_agent, with).await? {
+            if store.count_for_agent(&row.agent_id).await? >= self.inner.max_per_agent {
                 return Err(TriggerError::Limit {
                     setting: "limits.control.maxTriggersPerAgent",
                     limit: self.inner.max_per_agent,
@@ -297,46 +320,46 @@ impl Triggers {
             }
             return Err(TriggerError::NotFound("Agent"));
         }
-        Ok(row)
+        Ok(())
     }
 
     /// Merges a patch into a trigger (each part replaces the stored one);
-    /// `updatedAt` moves and the last error clears.
+    /// `updatedAt` moves and the last error clears. Only the parts the
+    /// patch names are written, so two patches at once (a rename and a
+    /// toggle) both stand, and a once schedule's firing is not undone.
     pub async fn update(&self, trigger_id: &str, raw: &Value) -> Result<TriggerRow, TriggerError> {
-        let mut row = self.get(trigger_id).await?;
+        self.get(trigger_id).await?;
         let Value::Object(map) = raw else {
             return Err(TriggerError::Invalid(
                 "Agent trigger patch is required".into(),
             ));
         };
-        let mut changed = false;
+        let mut parts = Vec::new();
         if map.contains_key("name") {
-            row.name = validate::name(map.get("name"))?;
-            changed = true;
+            parts.push(Part::Name(validate::name(map.get("name"))?));
         }
         if map.contains_key("enabled") {
-            row.enabled = validate::enabled(map.get("enabled"))?;
-            changed = true;
+            parts.push(Part::Enabled(validate::enabled(map.get("enabled"))?));
         }
         if map.contains_key("source") {
-            row.source = validate::source(map.get("source"))?;
-            changed = true;
+            parts.push(Part::Source(validate::source(map.get("source"))?));
         }
         if map.contains_key("prompt") {
             let blocks = prompt::normalize(map.get("prompt"), "Trigger prompt")?;
-            row.prompt = prompt::to_stored(&blocks);
-            changed = true;
+            parts.push(Part::Prompt(prompt::to_stored(&blocks)));
         }
         if let Some(c) = map.get("continuation") {
-            row.continuation = Some(validate::continuation(Some(c))?);
-            changed = true;
+            parts.push(Part::Continuation(validate::continuation(Some(c))?));
         }
-        if !changed {
+        if parts.is_empty() {
             return Err(TriggerError::Invalid("Agent trigger patch is empty".into()));
         }
-        row.updated_at_ms = now_ms().max(row.updated_at_ms);
-        row.last_error = None;
-        if !self.inner.store.update(&row).await? {
+        if !self
+            .inner
+            .store
+            .update(trigger_id, &parts, now_ms())
+            .await?
+        {
             return Err(TriggerError::NotFound("Agent trigger"));
         }
         self.get(trigger_id).await
@@ -347,6 +370,17 @@ impl Triggers {
         if !self.inner.store.delete(trigger_id).await? {
             return Err(TriggerError::NotFound("Agent trigger"));
         }
+        Ok(())
+    }
+
+    /// A deleted session's firings stay, no longer naming it (its trigger
+    /// lists it no more, and no later session of that id inherits it).
+    pub async fn session_deleted(&self, session_id: &str) -> Result<(), TriggerError> {
+        self.inner
+            .store
+            .db()
+            .transaction(vec![store::forget_session_statement(session_id)])
+            .await?;
         Ok(())
     }
 
@@ -517,19 +551,23 @@ impl Triggers {
         for row in &rows {
             self.consider(row, run).await;
         }
-        let looked = self
-            .inner
-            .store
-            .checked("run-completed", Some(account), now_ms())
-            .await;
-        if let Err(e) = looked {
+        let ids: Vec<String> = rows.into_iter().map(|r| r.trigger_id).collect();
+        let looked = run.finished_at_ms.unwrap_or_else(now_ms);
+        if let Err(e) = self.inner.store.looked_up_to(&ids, looked).await {
             tracing::warn!(error = %e, "run-completed triggers' last look not recorded");
         }
     }
 
     /// Looks at the runs that ended since each run-completed trigger last
-    /// looked (a process that stopped, or a listener that fell behind).
+    /// looked (a process that stopped, or a listener that fell behind),
+    /// page by page, with a margin for runs published out of their order
+    /// (a key that fired before is not fired again), but never before the
+    /// trigger was last edited or enabled; and marks the firings whose run
+    /// failed while nobody listened (at start, the runs a kill cut short).
     pub async fn catch_up(&self) {
+        if let Err(e) = self.settle_unsettled().await {
+            tracing::warn!(error = %e, "failed firing runs not recorded at catch-up");
+        }
         let rows = match self.inner.store.enabled("run-completed", None).await {
             Ok(rows) => rows,
             Err(e) => {
@@ -538,24 +576,55 @@ impl Triggers {
             }
         };
         for row in rows {
-            let since = row.last_checked_at_ms.unwrap_or(row.created_at_ms);
-            let runs = self
+            if let Err(e) = self.catch_up_one(&row).await {
+                tracing::warn!(trigger = %row.trigger_id, error = %e, "catch-up failed");
+            }
+        }
+    }
+
+    async fn catch_up_one(&self, row: &TriggerRow) -> Result<(), TriggerError> {
+        let looked = row
+            .last_checked_at_ms
+            .map(|at| at.saturating_sub(CATCH_UP_MARGIN_MS));
+        let mut since = (
+            looked
+                .unwrap_or(row.created_at_ms)
+                .max(row.created_at_ms)
+                .max(row.updated_at_ms),
+            String::new(),
+        );
+        loop {
+            let page = self
                 .inner
                 .runs
                 .store()
-                .ended_since(&row.account_id, since, CATCH_UP_RUNS)
-                .await;
-            match runs {
-                Ok(runs) => {
-                    for run in &runs {
-                        self.consider(&row, run).await;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(trigger = %row.trigger_id, error = %e, "catch-up read failed")
-                }
+                .ended_since(&row.account_id, &since, CATCH_UP_RUNS)
+                .await?;
+            for run in &page {
+                self.consider(row, run).await;
+            }
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            since = (last.finished_at_ms.unwrap_or(since.0), last.run_id.clone());
+            self.inner
+                .store
+                .looked_up_to(std::slice::from_ref(&row.trigger_id), since.0)
+                .await?;
+            if (page.len() as u64) < CATCH_UP_RUNS {
+                return Ok(());
             }
         }
+    }
+
+    /// Firings still `created` whose run failed for good.
+    async fn settle_unsettled(&self) -> Result<(), TriggerError> {
+        for run_id in self.inner.store.failed_firing_runs().await? {
+            if let Some(run) = self.inner.runs.store().get(&run_id).await? {
+                self.settle_firing_run(&run).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Fires `row` on `run` if it matches and is not its own chain.
@@ -689,14 +758,16 @@ impl Triggers {
                 .await;
         }
         let text = first_words(row, &firing, &activity.value);
-        if text.len() > MAX_MESSAGE_BYTES {
-            return self
-                .claim_failed(&firing, row, "Message content is too large")
-                .await;
-        }
+        // As the reference: a message too large still opens the session and
+        // counts as the trigger's firing; the firing records why no turn ran.
+        let too_large = text.len() > MAX_MESSAGE_BYTES;
         let session_id = uuid::Uuid::new_v4().to_string();
         firing.session_id = Some(session_id.clone());
-        let content = vec![json!({"type": "text", "text": text})];
+        let content = if too_large {
+            Vec::new()
+        } else {
+            vec![json!({"type": "text", "text": text})]
+        };
         let now = firing.created_at_ms;
         let open = OpenSession {
             session_id: Some(session_id.clone()),
@@ -741,12 +812,19 @@ impl Triggers {
             &row.agent_id,
             now,
         ));
-        statements.extend(RunStore::insert_statements(
-            &run,
-            RunStatus::Queued,
-            None,
-            now,
-        ));
+        if too_large {
+            statements.push(store::failed_firing_statement(
+                &firing.firing_id,
+                "Message content is too large",
+            ));
+        } else {
+            statements.extend(RunStore::insert_statements(
+                &run,
+                RunStatus::Queued,
+                None,
+                now,
+            ));
+        }
         let trigger_guard = statements.len();
         statements.push(store::fired_statement(
             &row.trigger_id,
@@ -754,6 +832,13 @@ impl Triggers {
             activity.disable,
             true,
         ));
+        if too_large {
+            // Written after the firing, which clears the last error.
+            statements.push(store::trigger_error_statement(
+                &row.trigger_id,
+                "Message content is too large",
+            ));
+        }
         statements.push(store::prune_statement(
             &row.trigger_id,
             self.inner.max_firings,
@@ -781,6 +866,9 @@ impl Triggers {
             agent_id: row.agent_id.clone(),
             session_id,
         });
+        if too_large {
+            return Ok(Fired::Failed("Message content is too large".into()));
+        }
         if let Ok(run) = self.inner.runs.get(&run.run_id).await {
             self.inner.runs.publish(run);
         }
@@ -799,6 +887,7 @@ impl Triggers {
         firing.session_id = None;
         let statements = vec![
             store::claim_statement(&firing),
+            store::enabled_guard_statement(&row.trigger_id),
             store::failed_firing_statement(&firing.firing_id, message),
             store::trigger_error_statement(&row.trigger_id, message),
             store::prune_statement(&row.trigger_id, self.inner.max_firings),
@@ -811,67 +900,78 @@ impl Triggers {
     }
 
     /// A wake: the signal goes to one waiting run (the named one, or the
-    /// account's oldest wait on it), journaled once by the runs service;
-    /// with nobody waiting the firing is `no-listener` and the trigger is
-    /// left as it was.
+    /// account's oldest wait on it), or the firing is `no-listener` and the
+    /// trigger is left as it was. The claim commits with the delivery (its
+    /// journal entry, the requeue, the trigger's `lastFiredAt`) or with
+    /// `no-listener`, never alone, so a process killed at any moment
+    /// neither loses the wake nor delivers it twice.
     async fn wake(&self, row: &TriggerRow, firing: NewFiring) -> Result<Fired, TriggerError> {
-        let statements = vec![
-            store::claim_statement(&firing),
-            store::prune_statement(&row.trigger_id, self.inner.max_firings),
-        ];
-        match self.inner.store.db().transaction(statements).await {
-            Ok(_) => {}
-            Err(DbError::ExpectedChanges { .. }) => return Ok(Fired::Skipped),
-            Err(e) => return Err(e.into()),
-        }
         let continuation = row.continuation.clone().unwrap_or(Value::Null);
         let signal = continuation["signal"].as_str().unwrap_or_default();
         let payload = match continuation.get("payload") {
             Some(payload) => payload.clone(),
             None => firing.activity.clone(),
         };
+        if let Err(e) = check_signal(signal, &payload) {
+            return self.claim_failed(&firing, row, &e.to_string()).await;
+        }
         let runs = &self.inner.runs;
         let candidates = match continuation["runId"].as_str() {
             Some(run_id) => vec![run_id.to_owned()],
             None => runs.store().waiting_on(&row.account_id, signal).await?,
         };
+        let db = self.inner.store.db();
         for run_id in candidates {
-            match runs.get(&run_id).await {
-                Ok(run) if run.account_id.as_deref() == Some(row.account_id.as_str()) => {}
+            match runs.store().get(&run_id).await? {
+                Some(run) if run.account_id.as_deref() == Some(row.account_id.as_str()) => {}
                 _ => continue,
             }
-            match runs.signal_from(&run_id, signal, &payload, "trigger").await {
-                Ok(true) => {
-                    self.inner
-                        .store
-                        .db()
-                        .transaction(vec![
-                            store::firing_status_statement(&firing.firing_id, "delivered"),
-                            store::fired_statement(&row.trigger_id, now_ms(), false, false),
-                        ])
-                        .await?;
+            let now = now_ms();
+            let mut statements = vec![
+                store::claim_statement(&firing),
+                store::fired_statement(&row.trigger_id, now, false, true),
+            ];
+            let delivery = statements.len();
+            let mut signals =
+                RunStore::signal_statements(&run_id, signal, &payload, Some("trigger"), true, now);
+            if let Some(first) = signals.first_mut() {
+                *first = first.clone().expect_changes(1);
+            }
+            statements.extend(signals);
+            statements.push(store::firing_status_statement(
+                &firing.firing_id,
+                "delivered",
+            ));
+            statements.push(store::prune_statement(
+                &row.trigger_id,
+                self.inner.max_firings,
+            ));
+            match db.transaction(statements).await {
+                Ok(_) => {
+                    if let Err(e) = runs.delivered(&run_id).await {
+                        tracing::warn!(run = %run_id, error = %e, "a woken run was not announced");
+                    }
                     return Ok(Fired::Done);
                 }
-                Ok(false) => continue,
-                Err(e) => {
-                    let message = e.to_string();
-                    self.inner
-                        .store
-                        .failed(&firing.firing_id, &row.trigger_id, &message)
-                        .await?;
-                    return Ok(Fired::Failed(message));
-                }
+                // This run no longer waits on it: the next one.
+                Err(DbError::ExpectedChanges {
+                    statement_index, ..
+                }) if statement_index as usize == delivery => continue,
+                // Fired before, or the trigger went or was disabled.
+                Err(DbError::ExpectedChanges { .. }) => return Ok(Fired::Skipped),
+                Err(e) => return Err(e.into()),
             }
         }
-        self.inner
-            .store
-            .db()
-            .transaction(vec![store::firing_status_statement(
-                &firing.firing_id,
-                "no-listener",
-            )])
-            .await?;
-        Ok(Fired::Skipped)
+        let statements = vec![
+            store::claim_statement(&firing),
+            store::enabled_guard_statement(&row.trigger_id),
+            store::firing_status_statement(&firing.firing_id, "no-listener"),
+            store::prune_statement(&row.trigger_id, self.inner.max_firings),
+        ];
+        match db.transaction(statements).await {
+            Ok(_) | Err(DbError::ExpectedChanges { .. }) => Ok(Fired::Skipped),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

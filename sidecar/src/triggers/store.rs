@@ -67,6 +67,17 @@ fn decode(mut r: Row) -> Result<TriggerRow, DbError> {
     })
 }
 
+/// One part of a trigger a patch replaces, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    Name(String),
+    Enabled(bool),
+    Source(Value),
+    /// The stored form of the prompt's blocks.
+    Prompt(String),
+    Continuation(Value),
+}
+
 /// What a firing is, as the claim writes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewFiring {
@@ -150,13 +161,17 @@ pub fn claim_statement(firing: &NewFiring) -> Statement {
     .expect_changes(1)
 }
 
-/// Keeps the newest `keep` firings of a trigger.
+/// Keeps the newest `keep` firings of a trigger, and every firing whose
+/// run has not ended (the loop guard walks back through it).
 pub fn prune_statement(trigger_id: &str, keep: u64) -> Statement {
     Statement::new(
         format!(
             "DELETE FROM {FIRINGS} WHERE trigger_id = ?1 AND firing_id NOT IN \
                (SELECT firing_id FROM {FIRINGS} WHERE trigger_id = ?1 \
-                ORDER BY created_at_ms DESC, firing_id DESC LIMIT ?2)"
+                ORDER BY created_at_ms DESC, firing_id DESC LIMIT ?2) \
+             AND NOT EXISTS (SELECT 1 FROM agentos_core_runs r \
+               WHERE r.trigger_firing_id = {FIRINGS}.firing_id \
+                 AND r.status NOT IN ('succeeded', 'failed', 'canceled'))"
         ),
         vec![trigger_id.into(), limit(keep)],
     )
@@ -184,6 +199,25 @@ pub fn fired_statement(trigger_id: &str, at: i64, disable: bool, guard: bool) ->
     } else {
         statement
     }
+}
+
+/// Changes nothing and fails its transaction unless the trigger still
+/// exists and is enabled (what a claim that updates nothing else of the
+/// trigger commits with).
+pub fn enabled_guard_statement(trigger_id: &str) -> Statement {
+    Statement::new(
+        format!("UPDATE {TRIGGERS} SET enabled = 1 WHERE trigger_id = ?1 AND enabled = 1"),
+        vec![trigger_id.into()],
+    )
+    .expect_changes(1)
+}
+
+/// Firings no longer name a deleted session.
+pub fn forget_session_statement(session_id: &str) -> Statement {
+    Statement::new(
+        format!("UPDATE {FIRINGS} SET session_id = NULL WHERE session_id = ?1"),
+        vec![session_id.into()],
+    )
 }
 
 /// A claimed firing that failed, with why.
@@ -225,38 +259,44 @@ impl TriggerStore {
         &self.db
     }
 
-    /// Inserts a trigger while its agent exists and has fewer than `max`;
-    /// `false` (nothing written) otherwise.
-    pub async fn insert(&self, row: &TriggerRow, max: u64) -> Result<bool, DbError> {
-        let outcome = self
-            .db
-            .transaction(vec![Statement::new(
-                format!(
-                    "INSERT INTO {TRIGGERS} ({COLUMNS}, source_type) \
+    /// Inserts a trigger while its agent exists and has fewer than `max`,
+    /// with `with` in the same transaction; `false` (nothing written)
+    /// otherwise.
+    pub async fn insert(
+        &self,
+        row: &TriggerRow,
+        max: u64,
+        with: Vec<Statement>,
+    ) -> Result<bool, DbError> {
+        let mut statements = vec![Statement::new(
+            format!(
+                "INSERT INTO {TRIGGERS} ({COLUMNS}, source_type) \
                      SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL, NULL, NULL, ?11 \
                      WHERE EXISTS (SELECT 1 FROM agentos_core_agents WHERE agent_id = ?3) \
                        AND (SELECT count(*) FROM {TRIGGERS} WHERE agent_id = ?3) < ?12"
-                ),
-                vec![
-                    row.trigger_id.as_str().into(),
-                    row.account_id.as_str().into(),
-                    row.agent_id.as_str().into(),
-                    row.name.as_str().into(),
-                    i64::from(row.enabled).into(),
-                    json_text(&row.source),
-                    row.prompt.as_str().into(),
-                    row.continuation.as_ref().map(json_text).into(),
-                    row.created_at_ms.into(),
-                    row.updated_at_ms.into(),
-                    row.source_type().into(),
-                    limit(max),
-                ],
-            )
-            .expect_changes(1)])
-            .await;
-        match outcome {
+            ),
+            vec![
+                row.trigger_id.as_str().into(),
+                row.account_id.as_str().into(),
+                row.agent_id.as_str().into(),
+                row.name.as_str().into(),
+                i64::from(row.enabled).into(),
+                json_text(&row.source),
+                row.prompt.as_str().into(),
+                row.continuation.as_ref().map(json_text).into(),
+                row.created_at_ms.into(),
+                row.updated_at_ms.into(),
+                row.source_type().into(),
+                limit(max),
+            ],
+        )
+        .expect_changes(1)];
+        statements.extend(with);
+        match self.db.transaction(statements).await {
             Ok(_) => Ok(true),
-            Err(DbError::ExpectedChanges { .. }) => Ok(false),
+            Err(DbError::ExpectedChanges {
+                statement_index: 0, ..
+            }) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -322,27 +362,44 @@ impl TriggerStore {
         Row::all(rows, TRIGGERS, WIDTH, decode)
     }
 
-    /// Writes an edited trigger's parts; `updated_at_ms` moves and the last
-    /// error clears. `false` when it is gone.
-    pub async fn update(&self, row: &TriggerRow) -> Result<bool, DbError> {
+    /// Writes the parts a patch names; `updated_at_ms` moves (never back)
+    /// and the last error clears. `false` when the trigger is gone.
+    pub async fn update(
+        &self,
+        trigger_id: &str,
+        parts: &[Part],
+        now: i64,
+    ) -> Result<bool, DbError> {
+        let mut sets = Vec::new();
+        let mut params: Vec<SqlValue> = vec![trigger_id.into(), now.into()];
+        let mut set = |column: &str, value: SqlValue| {
+            params.push(value);
+            sets.push(format!("{column} = ?{}", params.len()));
+        };
+        for part in parts {
+            match part {
+                Part::Name(name) => set("name", name.as_str().into()),
+                Part::Enabled(on) => set("enabled", i64::from(*on).into()),
+                Part::Source(source) => {
+                    set(
+                        "source_type",
+                        source["type"].as_str().unwrap_or_default().into(),
+                    );
+                    set("source_json", json_text(source));
+                }
+                Part::Prompt(prompt) => set("prompt_json", prompt.as_str().into()),
+                Part::Continuation(c) => set("continuation_json", json_text(c)),
+            }
+        }
         let rows = self
             .db
             .transaction(vec![Statement::new(
                 format!(
-                    "UPDATE {TRIGGERS} SET name = ?2, enabled = ?3, source_type = ?4, \
-                       source_json = ?5, prompt_json = ?6, continuation_json = ?7, \
-                       updated_at_ms = ?8, last_error = NULL WHERE trigger_id = ?1"
+                    "UPDATE {TRIGGERS} SET {}, updated_at_ms = max(updated_at_ms, ?2), \
+                       last_error = NULL WHERE trigger_id = ?1",
+                    sets.join(", ")
                 ),
-                vec![
-                    row.trigger_id.as_str().into(),
-                    row.name.as_str().into(),
-                    i64::from(row.enabled).into(),
-                    row.source_type().into(),
-                    json_text(&row.source),
-                    row.prompt.as_str().into(),
-                    row.continuation.as_ref().map(json_text).into(),
-                    row.updated_at_ms.into(),
-                ],
+                params,
             )])
             .await?;
         Ok(rows.first().map(|r| r.changes) == Some(1))
@@ -377,6 +434,43 @@ impl TriggerStore {
             )])
             .await
             .map(drop)
+    }
+
+    /// Moves run-completed triggers' `last_checked_at_ms` up to `at` (the
+    /// end of the latest run they looked at), never back.
+    pub async fn looked_up_to(&self, trigger_ids: &[String], at: i64) -> Result<(), DbError> {
+        let statements = trigger_ids
+            .iter()
+            .map(|id| {
+                Statement::new(
+                    format!(
+                        "UPDATE {TRIGGERS} SET last_checked_at_ms = \
+                           max(coalesce(last_checked_at_ms, 0), ?2) WHERE trigger_id = ?1"
+                    ),
+                    vec![id.as_str().into(), at.into()],
+                )
+            })
+            .collect::<Vec<_>>();
+        if statements.is_empty() {
+            return Ok(());
+        }
+        self.db.transaction(statements).await.map(drop)
+    }
+
+    /// The runs of firings still `created` that failed for good.
+    pub async fn failed_firing_runs(&self) -> Result<Vec<String>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT r.run_id FROM {FIRINGS} f \
+                     JOIN agentos_core_runs r ON r.trigger_firing_id = f.firing_id \
+                     WHERE f.status = 'created' AND r.status = 'failed'"
+                ),
+                vec![],
+            )
+            .await?;
+        agentos_schema::row::texts(rows, FIRINGS)
     }
 
     /// Records a firing's failure on it and on its trigger.

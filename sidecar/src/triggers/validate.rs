@@ -71,6 +71,22 @@ fn integer(value: &Value) -> Option<i64> {
     }
 }
 
+/// JavaScript's largest safe integer.
+const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// A whole number too large for `integer` (JavaScript's numbers have no
+/// ceiling there), as `i64::MAX`.
+fn whole_beyond_i64(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) if n.as_u64().is_some() => Some(i64::MAX),
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|f| f.is_finite() && f.fract() == 0.0 && *f > 0.0)
+            .map(|_| i64::MAX),
+        _ => None,
+    }
+}
+
 fn object<'a>(value: Option<&'a Value>, message: &str) -> Result<&'a Map<String, Value>, Invalid> {
     match value {
         Some(Value::Object(map)) => Ok(map),
@@ -92,9 +108,11 @@ pub fn schedule(value: Option<&Value>) -> Result<Schedule, Invalid> {
     let map = object(value, "Trigger schedule is required")?;
     match map.get("kind").and_then(Value::as_str) {
         Some("interval") => {
+            // Any positive whole number (a huge one simply never comes
+            // due).
             let every = map
                 .get("every")
-                .and_then(integer)
+                .and_then(|v| integer(v).or_else(|| whole_beyond_i64(v)))
                 .filter(|n| *n > 0)
                 .ok_or_else(|| invalid("Schedule interval must be a positive integer"))?;
             let unit = match map.get("unit").and_then(Value::as_str) {
@@ -137,10 +155,11 @@ pub fn schedule(value: Option<&Value>) -> Result<Schedule, Invalid> {
             })
         }
         Some("once") => {
+            // `Number.isSafeInteger` and positive.
             let run_at = map
                 .get("runAt")
                 .and_then(integer)
-                .filter(|n| *n > 0)
+                .filter(|n| *n > 0 && *n <= MAX_SAFE_INTEGER)
                 .ok_or_else(|| invalid("Schedule run time is invalid"))?;
             let timezone = match map.get("timezone") {
                 None => None,
@@ -218,7 +237,9 @@ pub fn source(value: Option<&Value>) -> Result<Value, Invalid> {
         Some("user-mention") => {
             out.insert("type".into(), json!("user-mention"));
             // An older client's single `mentionedAccount` is a list of one.
-            let listed = match (map.get("mentionedAccounts"), map.get("mentionedAccount")) {
+            // (`??`: a null list counts as absent.)
+            let list = map.get("mentionedAccounts").filter(|v| !v.is_null());
+            let listed = match (list, map.get("mentionedAccount")) {
                 (Some(list), _) => list.clone(),
                 (None, Some(one)) => json!([one]),
                 (None, None) => Value::Null,
@@ -591,6 +612,28 @@ mod tests {
                 json!({"type": "schedule", "schedule": {"kind": "once", "runAt": 9, "extra": true}})
             ),
             Ok(json!({"type": "schedule", "schedule": {"kind": "once", "runAt": 9}}))
+        );
+    }
+
+    #[test]
+    fn numbers_follow_javascripts_rules_and_a_null_list_is_absent() {
+        let once = |at: Value| schedule(Some(&json!({"kind": "once", "runAt": at})));
+        assert!(once(json!(9_007_199_254_740_991_i64)).is_ok());
+        assert_eq!(
+            refused(once(json!(9_007_199_254_740_992_i64))),
+            "Schedule run time is invalid"
+        );
+        let huge = schedule(Some(
+            &json!({"kind": "interval", "every": u64::MAX, "unit": "hours"}),
+        ));
+        assert!(huge.is_ok(), "{huge:?}");
+        let legacy = source(Some(
+            &json!({"type": "user-mention", "mentionedAccounts": null,
+                                         "mentionedAccount": "z6Mkone"}),
+        ));
+        assert_eq!(
+            legacy.map(|s| s["mentionedAccounts"].clone()),
+            Ok(json!(["z6Mkone"]))
         );
     }
 

@@ -375,6 +375,7 @@ impl SignedApi {
                     Err(e) => return Err(e.into()),
                 }
                 control.unlink_session(&session_id).await?;
+                self.triggers.session_deleted(&session_id).await?;
                 self.announce_session(&link.agent_id, &session_id, reason::SESSION_DELETED)
                     .await;
                 ok(&DeleteSessionResponse {

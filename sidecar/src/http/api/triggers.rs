@@ -18,7 +18,7 @@ use agentos_protocol::seed::{
 use serde_json::Value;
 
 use super::{ok, ApiError, Caller, SignedApi};
-use crate::control::{authz, AgentAccess, ControlError, Idempotent, SessionListRow};
+use crate::control::{authz, AgentAccess, ControlError, SessionListRow};
 use crate::http::ws::reason;
 use crate::triggers::{TriggerError, Triggers};
 
@@ -134,14 +134,16 @@ impl SignedApi {
                 let access = self.agent_for_triggers(account, &agent_id, true).await?;
                 let owner = access.agent.account_id.clone();
                 let raw = plain(&trigger, "trigger")?;
-                let create = || async {
-                    let row = self.triggers.create(&owner, &agent_id, &raw).await?;
-                    Ok::<_, ApiError>(encode_response(&CreateAgentTriggerResponse {
-                        trigger: Self::trigger_ipld(&row),
-                    }))
+                let answer = |row: &crate::triggers::store::TriggerRow| {
+                    encode_response(&CreateAgentTriggerResponse {
+                        trigger: Self::trigger_ipld(row),
+                    })
                 };
                 let (body, fresh) = match client_request_id {
-                    None => (create().await?, true),
+                    None => (
+                        answer(&self.triggers.create(&owner, &agent_id, &raw).await?),
+                        true,
+                    ),
                     Some(id) => {
                         let fields = BTreeMap::from([
                             ("agentId".to_owned(), Ipld::String(agent_id.clone())),
@@ -154,11 +156,22 @@ impl SignedApi {
                             Ipld::Map(fields),
                         )?;
                         // Recorded under the owner's account, as the
-                        // trigger is.
+                        // trigger is, and in the trigger's own transaction:
+                        // a retry finds both or neither.
                         key.account_id = owner.clone();
-                        match self.control.idempotent(key, create).await? {
-                            Idempotent::Fresh(body) => (body, true),
-                            Idempotent::Replayed(body) => (body, false),
+                        let _turn = self
+                            .control
+                            .one_at_a_time(&key.account_id, &key.action, &key.client_id)
+                            .await?;
+                        match self.control.stored_answer(&key).await? {
+                            Some(stored) => (stored, false),
+                            None => {
+                                let row = Triggers::prepare(&owner, &agent_id, &raw)?;
+                                let body = answer(&row);
+                                let record = self.control.idempotency_statements(&key, &body);
+                                self.triggers.insert(&row, record).await?;
+                                (body, true)
+                            }
                         }
                     }
                 };

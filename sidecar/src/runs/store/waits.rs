@@ -142,58 +142,93 @@ impl RunStore {
         source: Option<&str>,
         now: i64,
     ) -> Result<bool, DbError> {
-        let matching = "FROM agentos_core_run_event_waits w \
-             WHERE w.run_id = ?1 AND (w.signal IS NULL OR w.signal = ?2)";
         let rows = self
             .db
-            .transaction(vec![
-                Statement::new(
-                    format!(
-                        "INSERT INTO {JOURNAL} (run_id, seq, entry_json, created_at_ms) \
-                         SELECT ?1, r.journal_seq + 1, \
-                           CASE WHEN ?5 IS NULL THEN e.entry ELSE json_set(e.entry, '$.source', ?5) END, ?4 \
-                         FROM {RUNS} r, (SELECT json_object('kind', 'event', 'waitId', \
-                             (SELECT w.wait_id {matching} ORDER BY w.created_at_ms, w.wait_id LIMIT 1), \
-                             'signal', ?2, 'payload', json(?3)) AS entry) e \
-                         WHERE r.run_id = ?1 AND r.status = 'waiting' \
-                           AND EXISTS (SELECT 1 {matching})"
-                    ),
-                    vec![
-                        run_id.into(),
-                        signal.into(),
-                        json_text(payload),
-                        now.into(),
-                        source.map(str::to_owned).into(),
-                    ],
-                ),
-                Statement::new(
-                    format!(
-                        "UPDATE {RUNS} SET status = 'queued', wait_json = NULL, not_before_ms = 0, \
-                           journal_seq = journal_seq + 1, \
-                           journal_bytes = journal_bytes + (SELECT length(CAST(entry_json AS BLOB)) \
-                             FROM {JOURNAL} j WHERE j.run_id = ?1 AND j.seq = journal_seq + 1), \
-                           budget_json = CASE WHEN json_extract(wait_json, '$.reason') = 'budget-pause' \
-                             THEN json_remove(budget_json, '$.maxWallMs') ELSE budget_json END, \
-                           updated_at_ms = ?2 \
-                         WHERE run_id = ?1 AND status = 'waiting' AND EXISTS \
-                           (SELECT 1 FROM {JOURNAL} j WHERE j.run_id = ?1 AND j.seq = journal_seq + 1)"
-                    ),
-                    vec![run_id.into(), now.into()],
-                ),
-                Statement::new(
-                    format!(
-                        "DELETE FROM agentos_core_run_event_waits WHERE run_id = ?1 \
-                         AND NOT EXISTS (SELECT 1 FROM {RUNS} WHERE run_id = ?1 AND status = 'waiting')"
-                    ),
-                    vec![run_id.into()],
-                ),
-            ])
+            .transaction(Self::signal_statements(
+                run_id, signal, payload, source, false, now,
+            ))
             .await?;
         Ok(rows.first().is_some_and(|r| r.changes == 1))
     }
 
+    /// The statements of one delivery (see [`RunStore::signal`]); the first
+    /// writes the journal entry and changes one row exactly when the run
+    /// took the signal. With `strict` (a trigger's wake), only an event
+    /// wait takes it, and a wait without a signal only when it names no
+    /// activity criteria either: a budget pause or a wait for hypermedia
+    /// activity is not a trigger's to end. Callers that need the delivery
+    /// in their own transaction mark the first statement
+    /// [`Statement::expect_changes`].
+    pub fn signal_statements(
+        run_id: &str,
+        signal: &str,
+        payload: &Value,
+        source: Option<&str>,
+        strict: bool,
+        now: i64,
+    ) -> Vec<Statement> {
+        let matching = if strict {
+            "FROM agentos_core_run_event_waits w \
+             WHERE w.run_id = ?1 AND (w.signal = ?2 OR (w.signal IS NULL \
+               AND json_extract(coalesce(w.match_json, '{}'), '$.eventType') IS NULL \
+               AND json_extract(coalesce(w.match_json, '{}'), '$.resource') IS NULL \
+               AND json_extract(coalesce(w.match_json, '{}'), '$.author') IS NULL))"
+        } else {
+            "FROM agentos_core_run_event_waits w \
+             WHERE w.run_id = ?1 AND (w.signal IS NULL OR w.signal = ?2)"
+        };
+        let reason = if strict {
+            " AND json_extract(r.wait_json, '$.reason') = 'event'"
+        } else {
+            ""
+        };
+        vec![
+            Statement::new(
+                format!(
+                    "INSERT INTO {JOURNAL} (run_id, seq, entry_json, created_at_ms) \
+                     SELECT ?1, r.journal_seq + 1, \
+                       CASE WHEN ?5 IS NULL THEN e.entry ELSE json_set(e.entry, '$.source', ?5) END, ?4 \
+                     FROM {RUNS} r, (SELECT json_object('kind', 'event', 'waitId', \
+                         (SELECT w.wait_id {matching} ORDER BY w.created_at_ms, w.wait_id LIMIT 1), \
+                         'signal', ?2, 'payload', json(?3)) AS entry) e \
+                     WHERE r.run_id = ?1 AND r.status = 'waiting'{reason} \
+                       AND EXISTS (SELECT 1 {matching})"
+                ),
+                vec![
+                    run_id.into(),
+                    signal.into(),
+                    json_text(payload),
+                    now.into(),
+                    source.map(str::to_owned).into(),
+                ],
+            ),
+            Statement::new(
+                format!(
+                    "UPDATE {RUNS} SET status = 'queued', wait_json = NULL, not_before_ms = 0, \
+                       journal_seq = journal_seq + 1, \
+                       journal_bytes = journal_bytes + (SELECT length(CAST(entry_json AS BLOB)) \
+                         FROM {JOURNAL} j WHERE j.run_id = ?1 AND j.seq = journal_seq + 1), \
+                       budget_json = CASE WHEN json_extract(wait_json, '$.reason') = 'budget-pause' \
+                         THEN json_remove(budget_json, '$.maxWallMs') ELSE budget_json END, \
+                       updated_at_ms = ?2 \
+                     WHERE run_id = ?1 AND status = 'waiting' AND EXISTS \
+                       (SELECT 1 FROM {JOURNAL} j WHERE j.run_id = ?1 AND j.seq = journal_seq + 1)"
+                ),
+                vec![run_id.into(), now.into()],
+            ),
+            Statement::new(
+                format!(
+                    "DELETE FROM agentos_core_run_event_waits WHERE run_id = ?1 \
+                     AND NOT EXISTS (SELECT 1 FROM {RUNS} WHERE run_id = ?1 AND status = 'waiting')"
+                ),
+                vec![run_id.into()],
+            ),
+        ]
+    }
+
     /// The runs of `account_id` waiting for an event that `signal` matches
-    /// (a wait naming it, or one taking any signal), the oldest wait first.
+    /// as a trigger's wake would deliver it (see
+    /// [`RunStore::signal_statements`]), the oldest wait first.
     pub async fn waiting_on(&self, account_id: &str, signal: &str) -> Result<Vec<String>, DbError> {
         let rows = self
             .db
@@ -203,7 +238,10 @@ impl RunStore {
                      JOIN {RUNS} r ON r.run_id = w.run_id \
                      WHERE r.account_id = ?1 AND r.status = 'waiting' \
                        AND json_extract(r.wait_json, '$.reason') = 'event' \
-                       AND (w.signal = ?2 OR w.signal IS NULL) \
+                       AND (w.signal = ?2 OR (w.signal IS NULL \
+                         AND json_extract(coalesce(w.match_json, '{{}}'), '$.eventType') IS NULL \
+                         AND json_extract(coalesce(w.match_json, '{{}}'), '$.resource') IS NULL \
+                         AND json_extract(coalesce(w.match_json, '{{}}'), '$.author') IS NULL)) \
                      ORDER BY w.created_at_ms, w.wait_id"
                 ),
                 vec![account_id.into(), signal.into()],
@@ -218,24 +256,27 @@ impl RunStore {
         Ok(out)
     }
 
-    /// Runs of `account_id` that ended at or after `since`, the oldest
-    /// first, at most `limit`.
+    /// Runs of `account_id` that ended after `after` (an end time and a run
+    /// id, in that order), the oldest first, at most `limit`.
     pub async fn ended_since(
         &self,
         account_id: &str,
-        since: i64,
+        after: &(i64, String),
         limit: u64,
     ) -> Result<Vec<Run>, DbError> {
         let rows = self
             .db
             .query(
                 &format!(
-                    "SELECT {COLUMNS} FROM {RUNS} WHERE finished_at_ms >= ?2 AND account_id = ?1 \
-                     ORDER BY finished_at_ms, run_id LIMIT ?3"
+                    "SELECT {COLUMNS} FROM {RUNS} WHERE finished_at_ms IS NOT NULL \
+                       AND (finished_at_ms > ?2 OR (finished_at_ms = ?2 AND run_id > ?3)) \
+                       AND account_id = ?1 \
+                     ORDER BY finished_at_ms, run_id LIMIT ?4"
                 ),
                 vec![
                     account_id.into(),
-                    since.into(),
+                    after.0.into(),
+                    after.1.as_str().into(),
                     i64::try_from(limit).unwrap_or(i64::MAX).into(),
                 ],
             )
