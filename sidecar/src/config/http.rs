@@ -237,6 +237,10 @@ pub struct ControlLimits {
     pub max_triggers_per_agent: u64,
     /// Firings of one trigger kept; the oldest beyond this are pruned.
     pub max_firings_per_trigger: u64,
+    /// Bytes of one session attachment.
+    pub max_attachment_bytes: u64,
+    /// Attachments of one session.
+    pub max_attachments_per_session: u64,
 }
 
 impl Default for ControlLimits {
@@ -254,6 +258,8 @@ impl Default for ControlLimits {
             max_tools_per_agent: 200,
             max_triggers_per_agent: 100,
             max_firings_per_trigger: 1_000,
+            max_attachment_bytes: 100 * 1024 * 1024,
+            max_attachments_per_session: 200,
         }
     }
 }
@@ -303,6 +309,14 @@ impl ControlLimits {
             (
                 "limits.control.maxFiringsPerTrigger",
                 self.max_firings_per_trigger,
+            ),
+            (
+                "limits.control.maxAttachmentBytes",
+                self.max_attachment_bytes,
+            ),
+            (
+                "limits.control.maxAttachmentsPerSession",
+                self.max_attachments_per_session,
             ),
         ];
         for (field, value) in positive {

@@ -3,12 +3,15 @@
 //! `registry.rs`, and lambdas it or its owner authored, checked against
 //! the JSON Schema subset of `schema.rs`); `~/memory` is its files
 //! (`memory.rs`, in the VM's file system). Both are reached by the signed
-//! API's Space actions and by the agent's verbs, through [`Space`].
+//! API's Space actions and by the agent's verbs, through [`Space`]. The
+//! files users give its sessions are `attachments.rs` (beside memory, in
+//! the VM's file system, with the Seed service's rules and words).
 //!
 //! This layer knows no HTTP, CBOR framing or JSON-RPC: it takes and answers
 //! domain values, with [`SpaceError`] (`error.rs`) for every refusal. Who
 //! may touch which agent's Space is decided before, by `control::authz`.
 
+pub mod attachments;
 pub mod error;
 pub mod memory;
 pub mod registry;
@@ -17,6 +20,7 @@ pub mod tools;
 
 use agentos_schema::SharedDatabase;
 
+pub use attachments::{AttachmentError, AttachmentInfo, SessionAttachments};
 pub use error::SpaceError;
 pub use memory::{AgentMemory, MemoryEntry, MemoryFile};
 pub use tools::{LambdaInput, ToolDocuments, ToolRecord};
@@ -36,6 +40,8 @@ pub mod reason {
 pub struct Space {
     pub tools: ToolDocuments,
     pub memory: AgentMemory,
+    /// Files users give sessions.
+    pub attachments: SessionAttachments,
 }
 
 impl Space {
@@ -43,6 +49,11 @@ impl Space {
         Ok(Space {
             tools: ToolDocuments::new(db, limits.max_tools_per_agent)?,
             memory: AgentMemory::new(vfs),
+            attachments: SessionAttachments::new(
+                vfs,
+                limits.max_attachment_bytes,
+                limits.max_attachments_per_session,
+            ),
         })
     }
 }

@@ -5,7 +5,7 @@
 //! or a field nobody knows is [`SeedError::BadAction`] (`bad_request`),
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
-//! server does not implement (signing identities, uploads,
+//! server does not implement (signing identities, chunked uploads,
 //! memory downloads and IPFS, MCP, OAuth, …), and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
@@ -229,6 +229,22 @@ pub enum Action {
         after_seq: Option<u64>,
     },
 
+    // --- Session attachments ---------------------------------------------
+    UploadSessionAttachment {
+        session_id: String,
+        /// Normalized by the server (absent: `file`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        #[serde(serialize_with = "serialize_bytes")]
+        content: Vec<u8>,
+    },
+    ReadSessionAttachment {
+        session_id: String,
+        attachment_id: String,
+    },
+
     // --- Triggers --------------------------------------------------------
     ListAgentTriggers {
         agent_id: String,
@@ -350,6 +366,8 @@ impl Action {
             Action::CancelRun { .. } => "CancelRun",
             Action::SignalRun { .. } => "SignalRun",
             Action::GetRunJournal { .. } => "GetRunJournal",
+            Action::UploadSessionAttachment { .. } => "UploadSessionAttachment",
+            Action::ReadSessionAttachment { .. } => "ReadSessionAttachment",
             Action::ListAgentTriggers { .. } => "ListAgentTriggers",
             Action::GetAgentTrigger { .. } => "GetAgentTrigger",
             Action::CreateAgentTrigger { .. } => "CreateAgentTrigger",
@@ -537,6 +555,16 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "GetRunJournal" => Action::GetRunJournal {
             run_id: f.req("runId")?,
             after_seq: f.opt("afterSeq")?,
+        },
+        "UploadSessionAttachment" => Action::UploadSessionAttachment {
+            session_id: f.req("sessionId")?,
+            name: f.opt("name")?,
+            mime_type: f.opt("mimeType")?,
+            content: f.req_bytes("content")?,
+        },
+        "ReadSessionAttachment" => Action::ReadSessionAttachment {
+            session_id: f.req("sessionId")?,
+            attachment_id: f.req("attachmentId")?,
         },
         "ListAgentTriggers" => Action::ListAgentTriggers {
             agent_id: f.req("agentId")?,

@@ -18,9 +18,26 @@ pub use self::shapes::{
     AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, ProviderModelInfo, RedactedModelProvider,
     RedactedSecret, SessionEvent, SessionInfo, SignerInfo,
 };
-pub use self::space::{AgentMemoryEntry, AgentMemoryFile, AgentToolInfo};
+pub use self::space::{AgentMemoryEntry, AgentMemoryFile, AgentToolInfo, SessionAttachmentInfo};
 use super::action::SessionListCursor;
 use super::{cbor, Role, SeedError};
+
+/// A byte field as a CBOR byte string, not a list of numbers.
+mod serde_bytes_vec {
+    use ipld_core::ipld::Ipld;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(data: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(data)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        match Ipld::deserialize(deserializer)? {
+            Ipld::Bytes(bytes) => Ok(bytes),
+            _ => Err(serde::de::Error::custom("expected bytes")),
+        }
+    }
+}
 
 /// Encodes a response as canonical DAG-CBOR. A value DAG-CBOR cannot carry
 /// (a NaN float inside an opaque field) turns into an encoded
@@ -269,6 +286,17 @@ responses! {
     GetRunJournalResponse => "GetRunJournalResponse" {
         run_id: String,
         entries: Vec<RunJournalEntryInfo>,
+    }
+
+    /// `UploadSessionAttachment`.
+    UploadSessionAttachmentResponse => "UploadSessionAttachmentResponse" {
+        attachment: SessionAttachmentInfo,
+    }
+    /// `ReadSessionAttachment`: the record and the bytes.
+    ReadSessionAttachmentResponse => "ReadSessionAttachmentResponse" {
+        attachment: SessionAttachmentInfo,
+        #[serde(with = "serde_bytes_vec")]
+        data: Vec<u8>,
     }
 
     /// `ListAgentTriggers`: `AgentTriggerInfo` maps, the latest edited

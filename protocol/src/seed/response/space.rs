@@ -72,6 +72,20 @@ pub struct AgentMemoryFile {
     pub data: Option<Vec<u8>>,
 }
 
+/// One file a user gave a session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionAttachmentInfo {
+    /// The lower-case SHA-256 hex of its bytes.
+    pub id: String,
+    pub session_id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    pub size: u64,
+    pub created_at: i64,
+}
+
 /// `data` as a CBOR byte string, not a list of numbers.
 mod bytes {
     use super::*;

@@ -215,6 +215,9 @@ impl SignedApi {
                         Ok(()) | Err(crate::sessions::SessionError::NotFound(_)) => {}
                         Err(e) => failed = failed.or(Some(e.into())),
                     }
+                    if let Err(e) = self.space.attachments.delete_session(&session_id).await {
+                        failed = failed.or(Some(e.into()));
+                    }
                 }
                 if let Err(e) = self.space.memory.delete_agent(&agent_id).await {
                     failed = failed.or(Some(e.into()));

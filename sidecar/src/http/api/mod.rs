@@ -4,7 +4,7 @@
 //! 400; signature, window, signer, replay: 401) → the typed action
 //! (missing, extra or mistyped fields are 400) → one handler per domain
 //! (`agents.rs`, `vault.rs`, `sessions.rs`, `signers.rs`, `space.rs`,
-//! `runs.rs`, `triggers.rs`), each authorizing with `control::authz` and calling a
+//! `runs.rs`, `triggers.rs`, `attachments.rs`), each authorizing with `control::authz` and calling a
 //! service → a response struct rendered by `http::common::render`. After
 //! a write, the handlers tell the live feed (`notify.rs`, through
 //! `ws::Sockets`); the feed never calls back into this module. Actions of
@@ -12,6 +12,7 @@
 //! `unsupported_action`.
 
 mod agents;
+mod attachments;
 mod invoke;
 mod notify;
 mod runs;
@@ -192,6 +193,9 @@ impl SignedApi {
             | Action::CancelRun { .. }
             | Action::SignalRun { .. }
             | Action::GetRunJournal { .. } => self.run_action(caller, action).await,
+            Action::UploadSessionAttachment { .. } | Action::ReadSessionAttachment { .. } => {
+                self.attachment_action(caller, action).await
+            }
             Action::ListAgentTriggers { .. }
             | Action::GetAgentTrigger { .. }
             | Action::CreateAgentTrigger { .. }

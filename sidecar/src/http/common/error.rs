@@ -47,6 +47,11 @@ impl ApiError {
         ApiError::new(403, ApiCode::Forbidden, message)
     }
 
+    /// A 404 with these words (`not_found`).
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(404, ApiCode::NotFound, message)
+    }
+
     /// The DAG-CBOR body.
     pub fn body(&self) -> Vec<u8> {
         encode_response(&ErrorResponse {
@@ -115,6 +120,22 @@ impl From<crate::triggers::TriggerError> for ApiError {
             tracing::error!(code = e.code(), error = %e, "a trigger action failed");
             return ApiError::passed_on(500, e.code(), "Internal server error");
         }
+        ApiError::passed_on(status, e.code(), e.to_string())
+    }
+}
+
+impl From<crate::space::AttachmentError> for ApiError {
+    fn from(e: crate::space::AttachmentError) -> Self {
+        use crate::space::AttachmentError;
+        let status = match &e {
+            AttachmentError::Invalid(_) => 400,
+            AttachmentError::NotFound(_) => 404,
+            AttachmentError::TooLarge(_) => 413,
+            AttachmentError::Storage(_) => {
+                tracing::error!(code = e.code(), error = %e, "an attachment action failed");
+                return ApiError::passed_on(500, e.code(), "Internal server error");
+            }
+        };
         ApiError::passed_on(status, e.code(), e.to_string())
     }
 }

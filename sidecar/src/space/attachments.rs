@@ -1,0 +1,412 @@
+//! Session attachments: files a user gives a session, kept in the VM's own
+//! file system (so in the shared database: an `actor_uds` VM needs no disk)
+//! under `/.agentos/sessions/<sessionId>/attachments/`, each as its bytes
+//! (`<id>.bin`) and its record (`<id>.json`, written last: the record is
+//! what makes an attachment exist, so a crash between the two leaves
+//! nothing visible).
+//!
+//! The rules and words are the Seed service's: the id is the lower-case
+//! SHA-256 hex of the bytes, and the same bytes again answer the stored
+//! record unchanged; a name keeps its last path segment without control
+//! characters (empty becomes `file`, over 256 bytes keeps its last 64
+//! UTF-16 units); a MIME type is the client's, trimmed, else the one the
+//! reference's table gives the name's extension, else none; at most 100 MiB
+//! per attachment and 200 per session. One session's saves are serialized,
+//! so two uploads at once count and dedupe as one after the other would.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use agentos_vfs::{FsError, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A name longer than this (UTF-8 bytes) keeps only its tail.
+const MAX_NAME_BYTES: usize = 256;
+/// UTF-16 units of a long name's tail.
+const NAME_TAIL_UNITS: usize = 64;
+
+/// One attachment's record, as the Seed wire and the stored `.json` carry
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentInfo {
+    pub id: String,
+    pub session_id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    pub size: u64,
+    pub created_at: i64,
+}
+
+/// Why an attachment was refused or not found, in the reference's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttachmentError {
+    /// A 400.
+    #[error("{0}")]
+    Invalid(String),
+    /// A 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// A 413.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The file system failed.
+    #[error("storage failed: {0}")]
+    Storage(String),
+}
+
+impl AttachmentError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AttachmentError::Invalid(_) => "invalid_argument",
+            AttachmentError::NotFound(_) => "not_found",
+            AttachmentError::TooLarge(_) => "too_large",
+            AttachmentError::Storage(_) => "storage",
+        }
+    }
+}
+
+fn storage(e: FsError) -> AttachmentError {
+    AttachmentError::Storage(e.to_string())
+}
+
+/// JavaScript's `trim`: Unicode white space and the byte-order mark, not
+/// NEL.
+fn js_trim(text: &str) -> &str {
+    text.trim_matches(|c: char| (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}')
+}
+
+/// A client's file name as the attachment keeps it.
+pub fn normalize_name(raw: Option<&str>) -> String {
+    let base = raw
+        .map(|raw| js_trim(raw).rsplit(['/', '\\']).next().unwrap_or_default())
+        .unwrap_or_default();
+    let cleaned: String = base
+        .chars()
+        .filter(|c| !matches!(*c, '\u{0}'..='\u{1f}' | '\u{7f}'))
+        .collect();
+    let cleaned = js_trim(&cleaned);
+    if cleaned.is_empty() {
+        return "file".to_owned();
+    }
+    if cleaned.len() <= MAX_NAME_BYTES {
+        return cleaned.to_owned();
+    }
+    // The last 64 UTF-16 units; half a pair left at the cut reads as the
+    // replacement character, as the wire would carry it.
+    let units: Vec<u16> = cleaned.encode_utf16().collect();
+    let tail = &units[units.len().saturating_sub(NAME_TAIL_UNITS)..];
+    char::decode_utf16(tail.iter().copied())
+        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect()
+}
+
+/// The reference's extension table (its own keys only).
+const MIME_TYPES: &[(&str, &str)] = &[
+    ("md", "text/markdown"),
+    ("txt", "text/plain"),
+    ("csv", "text/csv"),
+    ("json", "application/json"),
+    ("html", "text/html"),
+    ("css", "text/css"),
+    ("js", "text/javascript"),
+    ("ts", "text/plain"),
+    ("xml", "application/xml"),
+    ("yaml", "text/plain"),
+    ("yml", "text/plain"),
+    ("png", "image/png"),
+    ("jpg", "image/jpeg"),
+    ("jpeg", "image/jpeg"),
+    ("gif", "image/gif"),
+    ("webp", "image/webp"),
+    ("avif", "image/avif"),
+    ("svg", "image/svg+xml"),
+    ("ico", "image/x-icon"),
+    ("mp3", "audio/mpeg"),
+    ("wav", "audio/wav"),
+    ("ogg", "audio/ogg"),
+    ("m4a", "audio/mp4"),
+    ("flac", "audio/flac"),
+    ("mp4", "video/mp4"),
+    ("webm", "video/webm"),
+    ("mov", "video/quicktime"),
+    ("mkv", "video/x-matroska"),
+    ("pdf", "application/pdf"),
+    ("zip", "application/zip"),
+    ("gz", "application/gzip"),
+    ("tar", "application/x-tar"),
+    ("wasm", "application/wasm"),
+];
+
+/// The type a name's extension suggests: what follows its last dot (a name
+/// without a dot is its own extension, as in the reference), lower-cased.
+pub fn infer_mime_type(name: &str) -> Option<&'static str> {
+    let extension = name.rsplit('.').next()?.to_lowercase();
+    MIME_TYPES
+        .iter()
+        .find(|(ext, _)| *ext == extension)
+        .map(|(_, mime)| *mime)
+}
+
+/// The client's type, trimmed, else the inferred one.
+fn pick_mime_type(given: Option<&str>, name: &str) -> Option<String> {
+    match given.map(js_trim) {
+        Some(mime) if !mime.is_empty() => Some(mime.to_owned()),
+        _ => infer_mime_type(name).map(str::to_owned),
+    }
+}
+
+/// A byte bound as the reference words it (`100 MiB`).
+fn size_words(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Whether `id` can name an attachment: 64 lower-case hex digits.
+pub fn valid_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Attachments of every session. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SessionAttachments {
+    reserved: Vfs,
+    /// `limits.control.maxAttachmentBytes` (the reference's 100 MiB).
+    max_bytes: u64,
+    /// `limits.control.maxAttachmentsPerSession` (the reference's 200).
+    max_count: u64,
+    /// One save at a time per session.
+    locks: Arc<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>>,
+}
+
+impl SessionAttachments {
+    pub fn new(vfs: &Vfs, max_bytes: u64, max_count: u64) -> SessionAttachments {
+        SessionAttachments {
+            reserved: vfs.reserved_view(),
+            max_bytes,
+            max_count,
+            locks: Arc::default(),
+        }
+    }
+
+    /// Where a session's attachments live.
+    fn dir(session_id: &str) -> Result<String, AttachmentError> {
+        let valid = !session_id.is_empty()
+            && session_id.len() <= 128
+            && session_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid {
+            return Err(AttachmentError::Invalid("Invalid session id".into()));
+        }
+        Ok(format!("{RESERVED_ROOT}/sessions/{session_id}/attachments"))
+    }
+
+    fn session_lock(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        if let Some(lock) = locks.get(session_id).and_then(Weak::upgrade) {
+            return lock;
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(session_id.to_owned(), Arc::downgrade(&lock));
+        lock
+    }
+
+    /// Stores `content` as an attachment of the session (or answers the
+    /// record of the same bytes stored before, unchanged).
+    pub async fn save(
+        &self,
+        session_id: &str,
+        name: Option<&str>,
+        mime_type: Option<&str>,
+        content: &[u8],
+        now: i64,
+    ) -> Result<AttachmentInfo, AttachmentError> {
+        if content.is_empty() {
+            return Err(AttachmentError::Invalid(
+                "Attachment content must be non-empty bytes".into(),
+            ));
+        }
+        if content.len() as u64 > self.max_bytes {
+            return Err(AttachmentError::TooLarge(format!(
+                "Attachment exceeds the {} limit",
+                size_words(self.max_bytes)
+            )));
+        }
+        let name = normalize_name(name);
+        let mime_type = pick_mime_type(mime_type, &name);
+        let id = hex::encode(Sha256::digest(content));
+        let dir = Self::dir(session_id)?;
+        let lock = self.session_lock(session_id);
+        let _one = lock.lock().await;
+        if let Some(existing) = self.record(&dir, &id).await? {
+            return Ok(existing);
+        }
+        self.reserved
+            .mkdir_p(&dir, DEFAULT_DIR_MODE)
+            .await
+            .map_err(storage)?;
+        let stored = self
+            .reserved
+            .readdir_all(&dir)
+            .await
+            .map_err(storage)?
+            .iter()
+            .filter(|entry| entry.name.ends_with(".json"))
+            .count();
+        if stored as u64 >= self.max_count {
+            return Err(AttachmentError::TooLarge(format!(
+                "Session already has {} attachments",
+                self.max_count
+            )));
+        }
+        let info = AttachmentInfo {
+            id: id.clone(),
+            session_id: session_id.to_owned(),
+            name,
+            mime_type,
+            size: content.len() as u64,
+            created_at: now,
+        };
+        let record = serde_json::to_vec(&info)
+            .map_err(|e| AttachmentError::Storage(format!("attachment record: {e}")))?;
+        self.reserved
+            .write_file(&format!("{dir}/{id}.bin"), content)
+            .await
+            .map_err(storage)?;
+        self.reserved
+            .write_file(&format!("{dir}/{id}.json"), &record)
+            .await
+            .map_err(storage)?;
+        Ok(info)
+    }
+
+    /// A stored record; a missing or unreadable one is none.
+    async fn record(&self, dir: &str, id: &str) -> Result<Option<AttachmentInfo>, AttachmentError> {
+        let path = format!("{dir}/{id}.json");
+        match self.reserved.read(&path, 0, 64 * 1024).await {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+            Err(FsError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(storage(e)),
+        }
+    }
+
+    /// The record of one attachment of the session (`Attachment not found`
+    /// when it has none of that id).
+    pub async fn info(
+        &self,
+        session_id: &str,
+        id: &str,
+    ) -> Result<AttachmentInfo, AttachmentError> {
+        if !valid_id(id) {
+            return Err(AttachmentError::Invalid(format!(
+                "Invalid attachment id: {id}"
+            )));
+        }
+        let dir = Self::dir(session_id)?;
+        self.record(&dir, id)
+            .await?
+            .ok_or_else(|| AttachmentError::NotFound(format!("Attachment not found: {id}")))
+    }
+
+    /// One attachment's record and bytes.
+    pub async fn read(
+        &self,
+        session_id: &str,
+        id: &str,
+    ) -> Result<(AttachmentInfo, Vec<u8>), AttachmentError> {
+        let info = self.info(session_id, id).await?;
+        let dir = Self::dir(session_id)?;
+        let missing = || AttachmentError::NotFound(format!("Attachment content missing: {id}"));
+        let data = match self
+            .reserved
+            .read(&format!("{dir}/{id}.bin"), 0, info.size.max(1))
+            .await
+        {
+            Ok(data) => data,
+            Err(FsError::NotFound { .. }) => return Err(missing()),
+            Err(e) => return Err(storage(e)),
+        };
+        if data.len() as u64 != info.size {
+            return Err(missing());
+        }
+        Ok((info, data))
+    }
+
+    /// Removes every attachment of a deleted session.
+    pub async fn delete_session(&self, session_id: &str) -> Result<(), AttachmentError> {
+        let dir = Self::dir(session_id)?;
+        let session_dir = dir.trim_end_matches("/attachments");
+        match self.reserved.remove(session_dir, true).await {
+            Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(storage(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_their_last_segment_without_controls() {
+        assert_eq!(normalize_name(Some("../../etc/passwd")), "passwd");
+        assert_eq!(
+            normalize_name(Some("C:\\Users\\me\\photo.png")),
+            "photo.png"
+        );
+        assert_eq!(normalize_name(Some(" a\u{0}b\u{7f}c.txt ")), "abc.txt");
+        assert_eq!(normalize_name(Some("dir/")), "file");
+        assert_eq!(normalize_name(None), "file");
+        assert_eq!(normalize_name(Some("\u{1}\u{2}")), "file");
+        let exact = "a".repeat(256);
+        assert_eq!(normalize_name(Some(&exact)), exact);
+        let long = format!("{}{}", "b".repeat(300), "tail.txt");
+        let kept = normalize_name(Some(&long));
+        assert_eq!(kept.encode_utf16().count(), 64);
+        assert!(kept.ends_with("tail.txt"));
+        // A pair cut in half reads as the replacement character.
+        let emoji = format!("{}{}", "c".repeat(250), "😀".repeat(40));
+        let kept = normalize_name(Some(&emoji));
+        assert_eq!(kept.chars().next(), Some('😀'));
+        let odd = format!("{}x{}", "c".repeat(250), "😀".repeat(40));
+        assert!(normalize_name(Some(&odd)).encode_utf16().count() <= 64);
+    }
+
+    #[test]
+    fn types_come_from_the_client_else_the_references_table() {
+        assert_eq!(
+            pick_mime_type(Some(" image/png "), "x"),
+            Some("image/png".into())
+        );
+        assert_eq!(
+            pick_mime_type(Some("  "), "a.JSON"),
+            Some("application/json".into())
+        );
+        assert_eq!(
+            pick_mime_type(None, "notes.yaml"),
+            Some("text/plain".into())
+        );
+        // A name without a dot is its own extension; a trailing dot none.
+        assert_eq!(infer_mime_type("png"), Some("image/png"));
+        assert_eq!(infer_mime_type("a."), None);
+        // Inherited JavaScript names are not types here.
+        assert_eq!(infer_mime_type("x.constructor"), None);
+        assert_eq!(infer_mime_type("x.__proto__"), None);
+    }
+
+    #[test]
+    fn ids_are_lower_case_sha256_hex() {
+        let id = hex::encode(Sha256::digest(b"abc"));
+        assert!(valid_id(&id));
+        assert!(!valid_id(&id.to_uppercase()));
+        assert!(!valid_id("abc"));
+    }
+}

@@ -1,0 +1,205 @@
+//! Session attachments through the real binary, on both backends: a real
+//! PNG and a text file uploaded and read back byte for byte, ids that are
+//! the bytes' SHA-256, the same bytes answering the stored record, names
+//! and types as the reference keeps them, every limit at its edge, the
+//! access matrix, another session's id, and a deleted session taking its
+//! files with it.
+
+#[path = "common/builtin.rs"]
+mod builtin;
+mod common;
+
+use agentos_protocol::seed::Ipld;
+use agentos_tests::provider_server::Flavor;
+use agentos_tests::seed::{bytes, call, Answer, Signer};
+use builtin::{json_of, World};
+use common::Backend;
+use serde_json::{json, Value};
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+fn message(a: &Answer) -> String {
+    json_of(&a.body)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+async fn upload(w: &World, who: &Signer, session: &str, name: Value, data: &[u8]) -> Answer {
+    call(
+        &w.target,
+        who,
+        json!({"_": "UploadSessionAttachment", "sessionId": session, "name": name,
+               "content": bytes(data)}),
+    )
+    .await
+}
+
+async fn read(w: &World, who: &Signer, session: &str, id: &str) -> Answer {
+    call(
+        &w.target,
+        who,
+        json!({"_": "ReadSessionAttachment", "sessionId": session, "attachmentId": id}),
+    )
+    .await
+}
+
+fn data_of(a: &Answer) -> Vec<u8> {
+    match a.field("data") {
+        Ipld::Bytes(b) => b.clone(),
+        other => panic!("data is not bytes: {other:?}"),
+    }
+}
+
+async fn round_trips_names_and_limits(backend: Backend) {
+    let w = builtin::world_with(
+        Flavor::OpenAi,
+        backend,
+        json!({"control": {"maxAttachmentsPerSession": 3, "maxAttachmentBytes": 1_048_576}}),
+    )
+    .await;
+    let me = w.owner.clone();
+    let session = w.session().await;
+
+    // A PNG: its id is its SHA-256, its type comes from its name.
+    let png = upload(&w, &me, &session, json!("../photos/pixel.PNG"), PNG).await;
+    builtin::ok(&png);
+    let record = json_of(png.field("attachment"));
+    let id = sha256_hex(PNG);
+    assert_eq!(
+        record,
+        json!({"id": id, "sessionId": session, "name": "pixel.PNG", "mimeType": "image/png",
+               "size": PNG.len(), "createdAt": record["createdAt"]})
+    );
+    let back = read(&w, &me, &session, &id).await;
+    builtin::ok(&back);
+    assert_eq!(data_of(&back), PNG);
+    assert_eq!(json_of(back.field("attachment")), record);
+
+    // The same bytes again answer the stored record, name and all.
+    let again = upload(&w, &me, &session, json!("other.bin"), PNG).await;
+    assert_eq!(json_of(again.field("attachment")), record);
+
+    // A text file with the client's type, trimmed; a name without a usable
+    // segment becomes `file`; an unknown extension has no type.
+    let text = "hello, attachments\n".repeat(100);
+    let notes = call(
+        &w.target,
+        &me,
+        json!({"_": "UploadSessionAttachment", "sessionId": session, "name": "notes/",
+               "mimeType": " text/plain ", "content": bytes(text.as_bytes())}),
+    )
+    .await;
+    builtin::ok(&notes);
+    let notes = json_of(notes.field("attachment"));
+    assert_eq!(notes["name"], "file");
+    assert_eq!(notes["mimeType"], "text/plain");
+    let back = read(&w, &me, &session, notes["id"].as_str().unwrap()).await;
+    assert_eq!(data_of(&back), text.as_bytes());
+    let raw = upload(&w, &me, &session, json!("blob.xyz"), b"\x00\x01").await;
+    builtin::ok(&raw);
+    assert!(json_of(raw.field("attachment")).get("mimeType").is_none());
+
+    // Limits at their edges: the session holds three; the same bytes still
+    // answer; a fourth is 413; one byte over the size is 413.
+    let full = upload(&w, &me, &session, json!("four.txt"), b"four").await;
+    assert_eq!(full.status, 413, "{:?}", full.body);
+    assert_eq!(message(&full), "Session already has 3 attachments");
+    builtin::ok(&upload(&w, &me, &session, json!("again.png"), PNG).await);
+    let other = w.session().await;
+    let edge = vec![7u8; 1_048_576];
+    builtin::ok(&upload(&w, &me, &other, json!("edge.bin"), &edge).await);
+    let over = vec![8u8; 1_048_577];
+    let big = upload(&w, &me, &other, json!("over.bin"), &over).await;
+    assert_eq!(big.status, 413);
+    assert_eq!(message(&big), "Attachment exceeds the 1 MiB limit");
+    let empty = upload(&w, &me, &other, json!("empty"), b"").await;
+    assert_eq!(empty.status, 400);
+    assert_eq!(
+        message(&empty),
+        "Attachment content must be non-empty bytes"
+    );
+
+    // Ids: upper case is refused, an unknown one and another session's
+    // are not found.
+    let upper = read(&w, &me, &session, &id.to_uppercase()).await;
+    assert_eq!(upper.status, 400);
+    assert_eq!(
+        message(&upper),
+        format!("Invalid attachment id: {}", id.to_uppercase())
+    );
+    let unknown = sha256_hex(b"never uploaded");
+    let missing = read(&w, &me, &session, &unknown).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(
+        message(&missing),
+        format!("Attachment not found: {unknown}")
+    );
+    let foreign = read(&w, &me, &other, &id).await;
+    assert_eq!(foreign.status, 404);
+
+    // Deleting the session takes its files.
+    builtin::ok(
+        &w.act(json!({"_": "DeleteSession", "sessionId": session}))
+            .await,
+    );
+    let gone = read(&w, &me, &session, &id).await;
+    assert_eq!(gone.status, 404);
+    assert_eq!(message(&gone), "Session not found");
+    let left =
+        w.sc.stored(&format!(
+            "SELECT count(*) AS n FROM agentos_fs_dentries WHERE name = '{session}'"
+        ))
+        .await;
+    assert_eq!(left[0]["n"], 0, "the session's directory is gone");
+}
+
+both_backends!(round_trips_names_and_limits);
+
+async fn who_may_upload_and_read(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
+    let session = w.session().await;
+    let (stranger, reader, writer) = (Signer::new(), Signer::new(), Signer::new());
+    for (who, role) in [(&reader, "reader"), (&writer, "writer")] {
+        builtin::ok(
+            &w.act(
+                json!({"_": "InviteAgentCollaborator", "agentId": w.agent_id,
+                          "accountId": who.id(), "role": role}),
+            )
+            .await,
+        );
+        builtin::ok(
+            &call(
+                &w.target,
+                who,
+                json!({"_": "AcceptAgentInvite", "agentId": w.agent_id}),
+            )
+            .await,
+        );
+    }
+    let id = sha256_hex(b"shared");
+    let a = upload(&w, &stranger, &session, json!("s.txt"), b"shared").await;
+    assert_eq!((a.status, message(&a)), (404, "Session not found".into()));
+    let a = read(&w, &stranger, &session, &id).await;
+    assert_eq!((a.status, message(&a)), (404, "Session not found".into()));
+    let a = upload(&w, &reader, &session, json!("r.txt"), b"shared").await;
+    assert_eq!(a.status, 403, "{:?}", a.body);
+    builtin::ok(&upload(&w, &writer, &session, json!("w.txt"), b"shared").await);
+    let a = read(&w, &reader, &session, &id).await;
+    builtin::ok(&a);
+    assert_eq!(data_of(&a), b"shared");
+}
+
+both_backends!(who_may_upload_and_read);
