@@ -203,3 +203,126 @@ async fn who_may_upload_and_read(backend: Backend) {
 }
 
 both_backends!(who_may_upload_and_read);
+
+async fn a_message_carries_its_context_and_files_and_the_model_reads_them(backend: Backend) {
+    let w = builtin::world_on(Flavor::OpenAi, backend).await;
+    let session = w.session().await;
+    let text = "line one\nline two\n";
+    let saved = upload(&w, &w.owner, &session, json!("notes.md"), text.as_bytes()).await;
+    let info = json_of(saved.field("attachment"));
+    let id = info["id"].as_str().expect("id").to_owned();
+    let png = json_of(
+        upload(&w, &w.owner, &session, json!("pixel.png"), PNG)
+            .await
+            .field("attachment"),
+    );
+
+    // Refused before anything is appended, with the reference's words.
+    let send = |content: Value| {
+        w.act(json!({"_": "MessageSession", "sessionId": session, "content": content}))
+    };
+    let too_many: Vec<Value> = (0..17)
+        .map(|i| json!({"type": "attachment", "id": sha256_hex(&[i])}))
+        .chain([json!({"type": "text", "text": "hi"})])
+        .collect();
+    for (content, status, words) in [
+        (
+            json!(too_many),
+            400,
+            "A message can reference at most 16 attachments".to_owned(),
+        ),
+        (
+            json!([{"type": "attachment", "id": id.to_uppercase()}, {"type": "text", "text": "hi"}]),
+            400,
+            "Invalid attachment id".to_owned(),
+        ),
+        (
+            json!([{"type": "attachment", "id": sha256_hex(b"x")}, {"type": "text", "text": "hi"}]),
+            404,
+            format!("Attachment not found: {}", sha256_hex(b"x")),
+        ),
+        (
+            json!([{"type": "context", "lines": vec!["l"; 65]}, {"type": "text", "text": "hi"}]),
+            400,
+            "Too many context lines".to_owned(),
+        ),
+        (
+            json!([{"type": "context", "lines": ["x".repeat(2049)]}, {"type": "text", "text": "hi"}]),
+            400,
+            "Context line is too large".to_owned(),
+        ),
+        (
+            json!([{"type": "attachment", "id": id}]),
+            400,
+            "Message content is required".to_owned(),
+        ),
+    ] {
+        let a = send(content).await;
+        assert_eq!((a.status, message(&a)), (status, words));
+    }
+    assert!(w.events(&session).await.is_empty());
+
+    // The model is asked to read the text file, and reads it.
+    w.provider
+        .push(agentos_tests::provider_server::Reply::ToolCalls(vec![(
+            "r1".to_owned(),
+            "read".to_owned(),
+            json!({"address": format!("attachment:{id}")}),
+        )]));
+    w.provider
+        .push(agentos_tests::provider_server::Reply::Text(vec![
+            "Read it.".to_owned(),
+        ]));
+    let said = send(json!([
+        {"type": "context", "lines": ["viewing hm://doc"]},
+        {"type": "attachment", "id": id},
+        {"type": "attachment", "id": png["id"]},
+        {"type": "attachment", "id": id},
+        {"type": "text", "text": "Summarize the file", "clientMessageId": "m-1"},
+    ]))
+    .await;
+    builtin::ok(&said);
+    let events = w.events(&session).await;
+    let user = &events[0];
+    assert_eq!(user["type"], "message");
+    assert_eq!(user["role"], "user");
+    assert_eq!(user["content"], "Summarize the file");
+    assert_eq!(user["rawMarkdown"], "Summarize the file");
+    assert_eq!(user["clientMessageId"], "m-1");
+    assert_eq!(user["contextLines"], json!(["viewing hm://doc"]));
+    assert_eq!(user["attachments"], json!([info, png]));
+    // What the model was sent: the words, the context, one line per file.
+    let first = &w.provider.requests()[0].body;
+    let sent = builtin::Sent::new(Flavor::OpenAi, first)
+        .user_texts()
+        .join("\n");
+    assert!(sent.starts_with("Summarize the file\n\n<window_context>\nviewing hm://doc\n</window_context>\n\n<attachments>\n"), "{sent}");
+    assert!(
+        sent.contains(&format!(
+            "- \"notes.md\" (text/markdown, {} bytes) — attachment id {id}",
+            text.len()
+        )),
+        "{sent}"
+    );
+    assert!(sent.contains("- \"pixel.png\" (image/png, "), "{sent}");
+    // The tool result the model got holds the file's words.
+    let second = &w.provider.requests()[1].body;
+    let results = builtin::Sent::new(Flavor::OpenAi, second).tool_results();
+    assert!(results[0].1.contains("line one\\nline two"), "{results:?}");
+    // An image is described, not shown.
+    let shown = w
+        .invoke(
+            &session,
+            "read",
+            json!({"address": format!("attachment:{}", png["id"].as_str().unwrap())}),
+        )
+        .await;
+    let output = json_of(&shown.body)["output"].clone();
+    assert_eq!(output["shownAsImage"], false);
+    assert!(
+        output["summary"].as_str().unwrap().contains("not shown"),
+        "{output}"
+    );
+}
+
+both_backends!(a_message_carries_its_context_and_files_and_the_model_reads_them);

@@ -104,8 +104,18 @@ fn seed_message_fields(content: &Value, map: &mut BTreeMap<String, Ipld>) {
     let Some(seed) = content.pointer("/_meta/seed").filter(|s| s.is_object()) else {
         return;
     };
-    if let Some(text) = content.get("text").and_then(Value::as_str) {
+    // The words as sent, when the model's text also carries the message's
+    // context and attachments.
+    let words = seed.get("text").or_else(|| content.get("text"));
+    if let Some(text) = words.and_then(Value::as_str) {
+        map.insert("content".into(), Ipld::String(text.to_owned()));
         map.insert("rawMarkdown".into(), Ipld::String(text.to_owned()));
+    }
+    if let Some(lines) = seed.get("contextLines").filter(|l| l.is_array()) {
+        map.insert("contextLines".into(), json_to_ipld_clipped(lines));
+    }
+    if let Some(files) = seed.get("attachments").filter(|a| a.is_array()) {
+        map.insert("attachments".into(), json_to_ipld_clipped(files));
     }
     if let Some(id) = seed.get("clientMessageId").and_then(Value::as_str) {
         map.insert("clientMessageId".into(), Ipld::String(id.to_owned()));

@@ -102,7 +102,12 @@ pub fn digest(events: &[StoredEvent]) -> String {
         }
         match update["sessionUpdate"].as_str() {
             Some("user_message_chunk") => {
-                if let Some(text) = block_text(content) {
+                // The words as sent, without the context the model reads.
+                let words = content
+                    .pointer("/_meta/seed/text")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if let Some(text) = words.or_else(|| block_text(content)) {
                     lines.push(format!("User: {}", clip(&text, USER_BYTES)));
                 }
             }

@@ -150,6 +150,8 @@ pub struct Verbs {
     pub(crate) store: SessionStore,
     pub(crate) tools: ToolDocuments,
     pub(crate) memory: AgentMemory,
+    /// The session's attachments, for `read attachment:<id>`.
+    pub(crate) attachments: crate::space::SessionAttachments,
     pub(crate) fetcher: Fetcher,
     /// The session service and its turns as runs, for `continue_session`
     /// (set once the service exists: it holds this through the agent host).
@@ -181,6 +183,7 @@ impl Verbs {
             store,
             tools: space.tools,
             memory: space.memory,
+            attachments: space.attachments,
             fetcher,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),

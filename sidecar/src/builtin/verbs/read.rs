@@ -1,6 +1,6 @@
 //! `read{address, format?, options?}`: memory files and listings, tool
-//! contracts, the agent's triggers, the agent itself, the account's threads, and web pages when
-//! granted. `hm://` needs a Seed node this sidecar does not have and `run:`
+//! contracts, the agent's triggers, the session's attachments, the agent
+//! itself, the account's threads, and web pages when granted. `hm://` needs a Seed node this sidecar does not have and `run:`
 //! the runs engine; both answer a result the model can read.
 
 use agentos_protocol::agent_ext::{cut_with_notice, output_text, VerbResult, STORED_RESULT_BYTES};
@@ -45,6 +45,9 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             Ok(one) => success(one),
             Err(e) => failure(e.code(), e),
         };
+    }
+    if let Some(id) = address.strip_prefix("attachment:") {
+        return attachment(verbs, scope, id).await;
     }
     if address == "~/self" {
         return success(json!({
@@ -96,6 +99,57 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             "{address:?} is not an address this agent can read; see the read verb's description"
         ),
     )
+}
+
+/// Text attachments up to this many bytes come back whole.
+const ATTACHMENT_TEXT_BYTES: usize = 256 * 1024;
+
+/// Whether a type reads as text, as the reference decides it.
+fn is_text_type(mime: &str) -> bool {
+    let bare = mime.split(';').next().unwrap_or_default().trim();
+    mime.starts_with("text/")
+        || matches!(
+            bare,
+            "application/json"
+                | "application/xml"
+                | "application/x-yaml"
+                | "application/javascript"
+        )
+}
+
+/// `read attachment:<id>`: one of this session's attachments. Text up to
+/// 256 KiB comes back as its content (decoded lossily, a leading byte-order
+/// mark dropped); anything else as what it is and why it is not shown.
+async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
+    let (info, data) = match verbs.attachments.read(&scope.session_id, id).await {
+        Ok(found) => found,
+        Err(e) => return failure(e.code(), e),
+    };
+    let mime = info.mime_type.clone().unwrap_or_default();
+    let mut out =
+        json!({"id": info.id, "name": info.name, "size": info.size, "shownAsImage": false});
+    if let Some(mime) = &info.mime_type {
+        out["mimeType"] = json!(mime);
+    }
+    if is_text_type(&mime) && data.len() <= ATTACHMENT_TEXT_BYTES {
+        let text = String::from_utf8_lossy(&data);
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        out["summary"] = json!(format!("Read {} ({} bytes).", info.name, info.size));
+        out["content"] = json!(text);
+        return success(out);
+    }
+    let reason = if mime.starts_with("image/") {
+        "images are not shown to the model on this server yet"
+    } else {
+        "the content is not viewable inline"
+    };
+    out["summary"] = json!(format!(
+        "{} ({}, {} bytes); {reason}.",
+        info.name,
+        info.mime_type.as_deref().unwrap_or("unknown type"),
+        info.size
+    ));
+    success(out)
 }
 
 /// The builtins the agent's grants offer.

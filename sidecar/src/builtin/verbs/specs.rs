@@ -89,7 +89,8 @@ fn base() -> Vec<ToolSpec> {
             name: "read".into(),
             description: "Read an address: `~/memory/<path>` (a file, or a directory's listing), \
                           `~/tools/` (the tool listing) or `~/tools/<name>` (a contract), `~/triggers/` (this \
-                          agent's triggers) or `~/triggers/<name>` (one, with its latest firings), `~/self`, \
+                          agent's triggers) or `~/triggers/<name>` (one, with its latest firings), `attachment:<id>` \
+                          (a file attached to this conversation), `~/self`, \
                           `thread:` (this account's threads; options.query filters by title), \
                           `thread:<id>` (its latest events), `https://…` (a web page, when granted)."
                 .into(),

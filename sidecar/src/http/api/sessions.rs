@@ -23,6 +23,8 @@ use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
 use crate::http::ws::reason;
 use crate::sessions::{CancelStatus, OpenSession, SessionError};
+use crate::space::attachments::valid_id;
+use crate::space::AttachmentInfo;
 use crate::work::{TurnAnswer, TurnOwner, TurnRequest, WhenBusy};
 
 const DEFAULT_PAGE: u64 = 50;
@@ -33,14 +35,41 @@ const MAX_PAGE: u64 = 200;
 /// A client message id, as the part of the turn's idempotency key.
 const MAX_CLIENT_ID_BYTES: usize = 128;
 
-/// The message's ACP blocks, and the first text part's own id. The first
+/// Context lines one context part may hold, at most.
+const MAX_CONTEXT_LINES: usize = 64;
+/// Bytes of one context line, at most.
+const MAX_CONTEXT_LINE_BYTES: usize = 2_048;
+/// Distinct attachments one message may name, at most.
+const MAX_MESSAGE_ATTACHMENTS: usize = 16;
+
+/// A message's parts, read.
+struct MessageParts {
+    /// One ACP text block per text part.
+    blocks: Vec<Value>,
+    /// The first text part's own id.
+    part_id: Option<String>,
+    /// Every context part's lines, in order: they go with the first text.
+    context: Vec<String>,
+    /// The attachments named, distinct, in order: with the first text too.
+    attachments: Vec<String>,
+}
+
+fn bad(message: &str) -> ApiError {
+    ApiError::bad_request(ApiCode::BadRequest, message)
+}
+
+/// Reads a message's parts with the reference's rules and words. The first
 /// text part without an id of its own echoes the action's (`action_id`).
 fn content_blocks(
     parts: Vec<ContentPart>,
     action_id: Option<&str>,
-) -> Result<(Vec<Value>, Option<String>), ApiError> {
-    let mut blocks = Vec::new();
-    let mut part_id = None;
+) -> Result<MessageParts, ApiError> {
+    let mut read = MessageParts {
+        blocks: Vec::new(),
+        part_id: None,
+        context: Vec::new(),
+        attachments: Vec::new(),
+    };
     let mut action_id = action_id.map(str::to_owned);
     for part in parts {
         match part {
@@ -69,30 +98,89 @@ fn content_blocks(
                         })?;
                     seed.insert("blocks".into(), rich);
                 }
-                blocks.push(json!({"type": "text", "text": text, "_meta": {"seed": seed}}));
-                part_id = part_id.or(client_message_id);
+                read.blocks
+                    .push(json!({"type": "text", "text": text, "_meta": {"seed": seed}}));
+                read.part_id = read.part_id.or(client_message_id);
             }
-            ContentPart::Context { lines } => blocks.push(json!({
-                "type": "text",
-                "text": lines.join("\n"),
-                "_meta": {"seed": {"kind": "context"}},
-            })),
-            ContentPart::Attachment { .. } => {
-                return Err(ApiError::bad_request(
-                    ApiCode::UnsupportedAction,
-                    "attachments are not supported by this server",
-                ))
+            ContentPart::Context { lines } => {
+                if lines.len() > MAX_CONTEXT_LINES {
+                    return Err(bad("Too many context lines"));
+                }
+                if lines.iter().any(|l| l.len() > MAX_CONTEXT_LINE_BYTES) {
+                    return Err(bad("Context line is too large"));
+                }
+                read.context.extend(lines);
+            }
+            ContentPart::Attachment { id } => {
+                if !valid_id(&id) {
+                    return Err(bad("Invalid attachment id"));
+                }
+                if !read.attachments.contains(&id) {
+                    read.attachments.push(id);
+                }
+                if read.attachments.len() > MAX_MESSAGE_ATTACHMENTS {
+                    return Err(bad(&format!(
+                        "A message can reference at most {MAX_MESSAGE_ATTACHMENTS} attachments"
+                    )));
+                }
             }
         }
     }
-    if blocks.is_empty() {
-        return Err(ApiError::bad_request(
-            ApiCode::BadRequest,
-            "MessageSession: content holds no part",
+    if read.blocks.is_empty() {
+        return Err(bad("Message content is required"));
+    }
+    Ok(read)
+}
+
+/// The first text block carries the message's context and attachments: the
+/// model reads them after the words (`<window_context>`, `<attachments>`,
+/// as the reference writes them), while the Seed event keeps the words
+/// (`_meta.seed.text`) with `contextLines` and `attachments` beside them.
+fn with_context(first: &mut Value, context: &[String], attachments: &[AttachmentInfo]) {
+    if context.is_empty() && attachments.is_empty() {
+        return;
+    }
+    let raw = first["text"].as_str().unwrap_or_default().to_owned();
+    let mut model = raw.clone();
+    if !context.is_empty() {
+        model.push_str(&format!(
+            "\n\n<window_context>\n{}\n</window_context>",
+            context.join("\n")
         ));
     }
-    Ok((blocks, part_id))
+    if !attachments.is_empty() {
+        let lines: Vec<String> = attachments
+            .iter()
+            .map(|a| {
+                format!(
+                    "- \"{}\" ({}, {} bytes) — attachment id {}",
+                    a.name,
+                    a.mime_type.as_deref().unwrap_or("unknown type"),
+                    a.size,
+                    a.id
+                )
+            })
+            .collect();
+        model.push_str(&format!(
+            "\n\n<attachments>\n{ATTACHMENTS_NOTE}\n{}\n</attachments>",
+            lines.join("\n")
+        ));
+    }
+    first["text"] = json!(model);
+    let seed = &mut first["_meta"]["seed"];
+    seed["text"] = json!(raw);
+    if !context.is_empty() {
+        seed["contextLines"] = json!(context);
+    }
+    if !attachments.is_empty() {
+        seed["attachments"] = json!(attachments);
+    }
 }
+
+/// What the model is told of a message's attachments: the reference's
+/// words for what this server offers (reading an attachment; saving or
+/// publishing one come with the rest of the uploads work).
+const ATTACHMENTS_NOTE: &str = "The user attached these session-private files. Use `read attachment:<id>` to read one. Only read what you need.";
 
 impl SignedApi {
     /// Sessions of list rows, skipping any deleted meanwhile.
@@ -392,8 +480,16 @@ impl SignedApi {
                 let (link, _) =
                     authz::require_session(control, account, &session_id, AccessRole::Writer)
                         .await?;
-                let (blocks, part_id) = content_blocks(content, client_message_id.as_deref())?;
-                let client_id = client_message_id.or(part_id);
+                let parts = content_blocks(content, client_message_id.as_deref())?;
+                let mut attached = Vec::with_capacity(parts.attachments.len());
+                for id in &parts.attachments {
+                    attached.push(self.space.attachments.info(&session_id, id).await?);
+                }
+                let mut blocks = parts.blocks;
+                if let Some(first) = blocks.first_mut() {
+                    with_context(first, &parts.context, &attached);
+                }
+                let client_id = client_message_id.or(parts.part_id);
                 if client_id
                     .as_ref()
                     .is_some_and(|id| id.is_empty() || id.len() > MAX_CLIENT_ID_BYTES)
