@@ -287,11 +287,21 @@ impl Drop for StoreLock {
 mod tests {
     use super::*;
 
+    /// Held by the test that forks and by those whose descriptors a forked
+    /// child must not copy (a listener the child kept open would still
+    /// answer after the test dropped it).
+    static FORKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn no_fork() -> std::sync::MutexGuard<'static, ()> {
+        FORKING.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// While another thread binds a socket the process umask is 0177; a
     /// directory made then must still end up 0700, parents included. Run in
     /// a forked child so the umask change touches no other test.
     #[test]
     fn directories_are_0700_whatever_the_umask() {
+        let _fork = no_fork();
         let dir = tempfile::tempdir().expect("temp dir");
         let leaf = dir.path().join("a/b/c");
         // SAFETY: the child only makes system calls and exits.
@@ -332,6 +342,7 @@ mod tests {
 
     #[test]
     fn a_stale_socket_is_removed_and_a_live_one_refused() {
+        let _fork = no_fork();
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.sock");
         let live = std::os::unix::net::UnixListener::bind(&path).expect("bind");
@@ -343,6 +354,7 @@ mod tests {
 
     #[test]
     fn the_store_lock_refuses_a_second_holder() {
+        let _fork = no_fork();
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("vm.sqlite");
         let first = StoreLock::acquire(&db).expect("first");
@@ -363,6 +375,7 @@ mod tests {
     /// new file instead, and a third process is refused.
     #[test]
     fn a_lock_on_a_removed_lock_file_is_not_kept() {
+        let _fork = no_fork();
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("vm.sqlite");
         let path = dir.path().join("vm.sqlite.lock");
