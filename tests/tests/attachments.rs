@@ -326,3 +326,214 @@ async fn a_message_carries_its_context_and_files_and_the_model_reads_them(backen
 }
 
 both_backends!(a_message_carries_its_context_and_files_and_the_model_reads_them);
+
+async fn begin(w: &World, who: &Signer, target: Value, size: u64) -> Answer {
+    call(
+        &w.target,
+        who,
+        json!({"_": "BeginFileUpload", "target": target, "size": size}),
+    )
+    .await
+}
+
+async fn append(w: &World, who: &Signer, id: &str, offset: u64, data: &[u8]) -> Answer {
+    call(
+        &w.target,
+        who,
+        json!({"_": "AppendFileUploadChunk", "uploadId": id, "offset": offset,
+               "content": bytes(data)}),
+    )
+    .await
+}
+
+async fn finish(w: &World, who: &Signer, action: &str, id: &str) -> Answer {
+    call(&w.target, who, json!({"_": action, "uploadId": id})).await
+}
+
+async fn uploads_in_chunks_with_the_references_rules(backend: Backend) {
+    let mut w = builtin::world_with(
+        Flavor::OpenAi,
+        backend,
+        json!({"control": {"maxUploadsPerAccount": 2, "maxAttachmentBytes": 4_194_304}}),
+    )
+    .await;
+    let me = w.owner.clone();
+    let session = w.session().await;
+    let file: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let target = json!({"kind": "session-attachment", "sessionId": session, "name": "big.bin"});
+
+    // Begin's checks.
+    let a = begin(&w, &me, target.clone(), 0).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (400, "Upload size must be a positive integer".into())
+    );
+    let a = begin(
+        &w,
+        &me,
+        json!({"kind": "session-attachment", "sessionId": session, "name": " "}),
+        5,
+    )
+    .await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (400, "Attachment name is required".into())
+    );
+    let a = begin(&w, &me, target.clone(), 4_194_305).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (413, "Upload exceeds the maximum attachment size".into())
+    );
+    let a = begin(
+        &w,
+        &me,
+        json!({"kind": "memory", "agentId": w.agent_id, "path": "../x"}),
+        5,
+    )
+    .await;
+    assert_eq!(a.status, 400, "{:?}", a.body);
+
+    let begun = begin(&w, &me, target.clone(), file.len() as u64).await;
+    builtin::ok(&begun);
+    assert_eq!(json_of(&begun.body)["maxChunkBytes"], 8_388_608);
+    let id = begun.text("uploadId");
+
+    // Offsets: a gap or a repeat is 409 with the bytes received; past the
+    // size is 400; an empty chunk is 400.
+    let (one, rest) = file.split_at(1_000_000);
+    let a = append(&w, &me, &id, 5, one).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (409, "Chunk offset 5 does not match 0 bytes received".into())
+    );
+    let a = append(&w, &me, &id, 0, one).await;
+    builtin::ok(&a);
+    assert_eq!(json_of(&a.body)["received"], 1_000_000);
+    let a = append(&w, &me, &id, 0, one).await;
+    assert_eq!(a.status, 409);
+    let a = append(&w, &me, &id, 1_000_000, b"").await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (400, "Chunk content must be non-empty bytes".into())
+    );
+    let mut too_much = rest.to_vec();
+    too_much.push(0);
+    let a = append(&w, &me, &id, 1_000_000, &too_much).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (400, "Upload exceeds its declared size".into())
+    );
+    // An incomplete commit is 400 and the upload stays usable.
+    let a = finish(&w, &me, "CommitFileUpload", &id).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (
+            400,
+            "Upload has 1000000 of 3000000 bytes; cannot commit".into()
+        )
+    );
+
+    // A kill mid-upload keeps it: the client resumes at what was received.
+    w = w.crash().await;
+    let a = append(&w, &me, &id, 1_000_000, rest).await;
+    builtin::ok(&a);
+    let done = finish(&w, &me, "CommitFileUpload", &id).await;
+    builtin::ok(&done);
+    let attachment = json_of(done.field("attachment"));
+    assert_eq!(attachment["id"], sha256_hex(&file));
+    assert_eq!(attachment["size"], file.len());
+    let back = read(&w, &me, &session, attachment["id"].as_str().unwrap()).await;
+    assert_eq!(data_of(&back), file);
+    // After the commit, the upload is gone.
+    let a = append(&w, &me, &id, 3_000_000, b"x").await;
+    assert_eq!((a.status, message(&a)), (404, "Upload not found".into()));
+
+    // To memory, then aborted; the owner's bound of two at once.
+    let memory = json!({"kind": "memory", "agentId": w.agent_id, "path": "docs/report.txt"});
+    let m = begin(&w, &me, memory.clone(), 11).await.text("uploadId");
+    builtin::ok(&append(&w, &me, &m, 0, b"hello world").await);
+    let kept = finish(&w, &me, "CommitFileUpload", &m).await;
+    builtin::ok(&kept);
+    assert_eq!(json_of(kept.field("entry"))["path"], "docs/report.txt");
+    let file_back = w
+        .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "docs/report.txt"}))
+        .await;
+    builtin::ok(&file_back);
+    assert_eq!(json_of(file_back.field("file"))["content"], "hello world");
+    let a1 = begin(&w, &me, memory.clone(), 5).await.text("uploadId");
+    let _a2 = begin(&w, &me, target.clone(), 5).await.text("uploadId");
+    let third = begin(&w, &me, memory.clone(), 5).await;
+    assert_eq!(
+        (third.status, message(&third)),
+        (429, "Too many uploads in progress".into())
+    );
+    builtin::ok(&finish(&w, &me, "AbortFileUpload", &a1).await);
+    let a = finish(&w, &me, "AbortFileUpload", &a1).await;
+    assert_eq!(a.status, 404);
+    builtin::ok(&begin(&w, &me, memory, 5).await);
+
+    // Deleting the session ends its uploads.
+    builtin::ok(
+        &w.act(json!({"_": "DeleteSession", "sessionId": session}))
+            .await,
+    );
+    let left =
+        w.sc.stored("SELECT count(*) AS n FROM agentos_fs_dentries WHERE name LIKE '%.part'")
+            .await;
+    assert_eq!(left[0]["n"], 1, "only the memory upload is left");
+}
+
+both_backends!(uploads_in_chunks_with_the_references_rules);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_and_readers_cannot_upload() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    let (stranger, reader) = (Signer::new(), Signer::new());
+    builtin::ok(
+        &w.act(
+            json!({"_": "InviteAgentCollaborator", "agentId": w.agent_id,
+                      "accountId": reader.id(), "role": "reader"}),
+        )
+        .await,
+    );
+    builtin::ok(
+        &call(
+            &w.target,
+            &reader,
+            json!({"_": "AcceptAgentInvite", "agentId": w.agent_id}),
+        )
+        .await,
+    );
+    let target = json!({"kind": "session-attachment", "sessionId": session, "name": "a"});
+    let a = begin(&w, &stranger, target.clone(), 5).await;
+    assert_eq!((a.status, message(&a)), (404, "Session not found".into()));
+    let memory = json!({"kind": "memory", "agentId": w.agent_id, "path": "a"});
+    let a = begin(&w, &stranger, memory.clone(), 5).await;
+    assert_eq!((a.status, message(&a)), (404, "Agent not found".into()));
+    let a = begin(&w, &reader, target.clone(), 5).await;
+    assert_eq!(a.status, 403);
+    // The owner's upload is not a stranger's to continue.
+    let id = begin(&w, &w.owner, target, 5).await.text("uploadId");
+    let a = append(&w, &stranger, &id, 0, b"abcde").await;
+    assert_eq!(a.status, 404);
+    let a = append(&w, &reader, &id, 0, b"abcde").await;
+    assert_eq!(a.status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_upload_is_gone() {
+    let w = builtin::world_with(
+        Flavor::OpenAi,
+        Backend::SqliteFile,
+        json!({"control": {"uploadIdleMs": 50}}),
+    )
+    .await;
+    let session = w.session().await;
+    let target = json!({"kind": "session-attachment", "sessionId": session, "name": "a"});
+    let id = begin(&w, &w.owner, target, 5).await.text("uploadId");
+    // Idle past the setting (only more time can pass than slept).
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let a = append(&w, &w.owner, &id, 0, b"abcde").await;
+    assert_eq!((a.status, message(&a)), (404, "Upload not found".into()));
+}

@@ -25,8 +25,8 @@ pub mod vocab;
 pub mod ws;
 
 pub use action::{
-    Action, AgentDefinition, AgentToolInput, ContentPart, MemoryContent, ModelProviderConfig,
-    SessionListCursor, SystemPrompt,
+    Action, AgentDefinition, AgentToolInput, ContentPart, FileUploadTarget, MemoryContent,
+    ModelProviderConfig, SessionListCursor, SystemPrompt,
 };
 pub use capability::{cid_of, Capability, Role};
 pub use code::ApiCode;

@@ -241,6 +241,10 @@ pub struct ControlLimits {
     pub max_attachment_bytes: u64,
     /// Attachments of one session.
     pub max_attachments_per_session: u64,
+    /// Chunked uploads in progress per owner account.
+    pub max_uploads_per_account: u64,
+    /// An upload untouched this long (milliseconds) is gone.
+    pub upload_idle_ms: u64,
 }
 
 impl Default for ControlLimits {
@@ -260,6 +264,8 @@ impl Default for ControlLimits {
             max_firings_per_trigger: 1_000,
             max_attachment_bytes: 100 * 1024 * 1024,
             max_attachments_per_session: 200,
+            max_uploads_per_account: 8,
+            upload_idle_ms: 3_600_000,
         }
     }
 }
@@ -318,6 +324,11 @@ impl ControlLimits {
                 "limits.control.maxAttachmentsPerSession",
                 self.max_attachments_per_session,
             ),
+            (
+                "limits.control.maxUploadsPerAccount",
+                self.max_uploads_per_account,
+            ),
+            ("limits.control.uploadIdleMs", self.upload_idle_ms),
         ];
         for (field, value) in positive {
             if value == 0 {

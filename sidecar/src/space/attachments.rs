@@ -52,6 +52,12 @@ pub enum AttachmentError {
     /// A 413.
     #[error("{0}")]
     TooLarge(String),
+    /// A 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// A 429.
+    #[error("{0}")]
+    TooMany(String),
     /// The file system failed.
     #[error("storage failed: {0}")]
     Storage(String),
@@ -63,6 +69,8 @@ impl AttachmentError {
             AttachmentError::Invalid(_) => "invalid_argument",
             AttachmentError::NotFound(_) => "not_found",
             AttachmentError::TooLarge(_) => "too_large",
+            AttachmentError::Conflict(_) => "conflict",
+            AttachmentError::TooMany(_) => "too_many",
             AttachmentError::Storage(_) => "storage",
         }
     }
@@ -240,22 +248,92 @@ impl SessionAttachments {
                 size_words(self.max_bytes)
             )));
         }
-        let name = normalize_name(name);
-        let mime_type = pick_mime_type(mime_type, &name);
         let id = hex::encode(Sha256::digest(content));
         let dir = Self::dir(session_id)?;
         let lock = self.session_lock(session_id);
         let _one = lock.lock().await;
-        if let Some(existing) = self.record(&dir, &id).await? {
+        if let Some(existing) = self.admit(&dir, &id).await? {
             return Ok(existing);
         }
         self.reserved
-            .mkdir_p(&dir, DEFAULT_DIR_MODE)
+            .write_file(&format!("{dir}/{id}.bin"), content)
+            .await
+            .map_err(storage)?;
+        let info = Self::info_of(session_id, name, mime_type, &id, content.len() as u64, now);
+        self.write_record(&dir, &info).await?;
+        Ok(info)
+    }
+
+    /// Stores the bytes of the file at `from` (a committed upload's, `size`
+    /// bytes whose SHA-256 is `digest`) as an attachment, moving them; with
+    /// the same bytes stored before, answers that record and leaves `from`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn place(
+        &self,
+        session_id: &str,
+        name: Option<&str>,
+        mime_type: Option<&str>,
+        from: &str,
+        size: u64,
+        digest: &[u8; 32],
+        now: i64,
+    ) -> Result<AttachmentInfo, AttachmentError> {
+        if size > self.max_bytes {
+            return Err(AttachmentError::TooLarge(format!(
+                "Attachment exceeds the {} limit",
+                size_words(self.max_bytes)
+            )));
+        }
+        let id = hex::encode(digest);
+        let dir = Self::dir(session_id)?;
+        let lock = self.session_lock(session_id);
+        let _one = lock.lock().await;
+        if let Some(existing) = self.admit(&dir, &id).await? {
+            return Ok(existing);
+        }
+        self.reserved
+            .rename(from, &format!("{dir}/{id}.bin"))
+            .await
+            .map_err(storage)?;
+        let info = Self::info_of(session_id, name, mime_type, &id, size, now);
+        self.write_record(&dir, &info).await?;
+        Ok(info)
+    }
+
+    fn info_of(
+        session_id: &str,
+        name: Option<&str>,
+        mime_type: Option<&str>,
+        id: &str,
+        size: u64,
+        now: i64,
+    ) -> AttachmentInfo {
+        let name = normalize_name(name);
+        let mime_type = pick_mime_type(mime_type, &name);
+        AttachmentInfo {
+            id: id.to_owned(),
+            session_id: session_id.to_owned(),
+            name,
+            mime_type,
+            size,
+            created_at: now,
+        }
+    }
+
+    /// With the session's lock held: the record of the same bytes stored
+    /// before, or room for a new one (`Session already has … attachments`
+    /// when there is none).
+    async fn admit(&self, dir: &str, id: &str) -> Result<Option<AttachmentInfo>, AttachmentError> {
+        if let Some(existing) = self.record(dir, id).await? {
+            return Ok(Some(existing));
+        }
+        self.reserved
+            .mkdir_p(dir, DEFAULT_DIR_MODE)
             .await
             .map_err(storage)?;
         let stored = self
             .reserved
-            .readdir_all(&dir)
+            .readdir_all(dir)
             .await
             .map_err(storage)?
             .iter()
@@ -267,25 +345,18 @@ impl SessionAttachments {
                 self.max_count
             )));
         }
-        let info = AttachmentInfo {
-            id: id.clone(),
-            session_id: session_id.to_owned(),
-            name,
-            mime_type,
-            size: content.len() as u64,
-            created_at: now,
-        };
-        let record = serde_json::to_vec(&info)
+        Ok(None)
+    }
+
+    /// Writes the record that makes an attachment exist.
+    async fn write_record(&self, dir: &str, info: &AttachmentInfo) -> Result<(), AttachmentError> {
+        let record = serde_json::to_vec(info)
             .map_err(|e| AttachmentError::Storage(format!("attachment record: {e}")))?;
         self.reserved
-            .write_file(&format!("{dir}/{id}.bin"), content)
+            .write_file(&format!("{dir}/{}.json", info.id), &record)
             .await
-            .map_err(storage)?;
-        self.reserved
-            .write_file(&format!("{dir}/{id}.json"), &record)
-            .await
-            .map_err(storage)?;
-        Ok(info)
+            .map_err(storage)
+            .map(drop)
     }
 
     /// A stored record; a missing or unreadable one is none.

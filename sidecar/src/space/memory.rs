@@ -329,6 +329,38 @@ impl AgentMemory {
         Ok(entry(path, &stat))
     }
 
+    /// Moves the reserved file at `from` (a committed upload's bytes) to
+    /// `path`, replacing a file there (a directory there is a conflict).
+    pub async fn place(
+        &self,
+        agent_id: &str,
+        path: &str,
+        from: &str,
+    ) -> Result<MemoryEntry, SpaceError> {
+        let path = entry_path(path)?;
+        let (view, root) = self.view(agent_id)?;
+        let target = absolute(&root, &path);
+        if matches!(view.stat(&target).await, Ok(stat) if stat.is_dir()) {
+            return Err(SpaceError::Conflict(format!(
+                "Memory path is a directory, not a file: {path}"
+            )));
+        }
+        let parent = match path.rsplit_once('/') {
+            Some((parent, _)) => absolute(&root, parent),
+            None => root.clone(),
+        };
+        self.reserved
+            .mkdir_p(&parent, DEFAULT_DIR_MODE)
+            .await
+            .map_err(|e| relative(&root, e))?;
+        self.reserved
+            .rename(from, &target)
+            .await
+            .map_err(|e| relative(&root, e))?;
+        let stat = view.stat(&target).await.map_err(|e| relative(&root, e))?;
+        Ok(entry(path, &stat))
+    }
+
     /// Deletes the file, or the directory with everything in it, at
     /// `path`; false when nothing was there.
     pub async fn delete(&self, agent_id: &str, path: &str) -> Result<bool, SpaceError> {

@@ -17,6 +17,7 @@ pub mod memory;
 pub mod registry;
 pub mod schema;
 pub mod tools;
+pub mod uploads;
 
 use agentos_schema::SharedDatabase;
 
@@ -42,17 +43,28 @@ pub struct Space {
     pub memory: AgentMemory,
     /// Files users give sessions.
     pub attachments: SessionAttachments,
+    /// Large files sent in chunks, to attachments or memory.
+    pub uploads: uploads::Uploads,
 }
 
 impl Space {
     pub fn new(db: SharedDatabase, vfs: &Vfs, limits: &ControlLimits) -> Result<Space, SpaceError> {
+        let attachments = SessionAttachments::new(
+            vfs,
+            limits.max_attachment_bytes,
+            limits.max_attachments_per_session,
+        );
         Ok(Space {
             tools: ToolDocuments::new(db, limits.max_tools_per_agent)?,
             memory: AgentMemory::new(vfs),
-            attachments: SessionAttachments::new(
+            attachments: attachments.clone(),
+            uploads: uploads::Uploads::new(
                 vfs,
+                attachments,
+                AgentMemory::new(vfs),
+                limits.max_uploads_per_account,
+                limits.upload_idle_ms,
                 limits.max_attachment_bytes,
-                limits.max_attachments_per_session,
             ),
         })
     }

@@ -5,7 +5,7 @@
 //! or a field nobody knows is [`SeedError::BadAction`] (`bad_request`),
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
-//! server does not implement (signing identities, chunked uploads,
+//! server does not implement (signing identities, memory downloads,
 //! memory downloads and IPFS, MCP, OAuth, …), and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
@@ -23,7 +23,8 @@ use serde::{Serialize, Serializer};
 use self::fields::Fields;
 pub use self::space::{AgentToolInput, MemoryContent};
 pub use self::types::{
-    AgentDefinition, ContentPart, ModelProviderConfig, SessionListCursor, SystemPrompt,
+    AgentDefinition, ContentPart, FileUploadTarget, ModelProviderConfig, SessionListCursor,
+    SystemPrompt,
 };
 use super::envelope::ActionMap;
 use super::vocab::{CollaboratorRole, ToolVerb};
@@ -244,6 +245,22 @@ pub enum Action {
         session_id: String,
         attachment_id: String,
     },
+    BeginFileUpload {
+        target: FileUploadTarget,
+        size: i64,
+    },
+    AppendFileUploadChunk {
+        upload_id: String,
+        offset: i64,
+        #[serde(serialize_with = "serialize_bytes")]
+        content: Vec<u8>,
+    },
+    CommitFileUpload {
+        upload_id: String,
+    },
+    AbortFileUpload {
+        upload_id: String,
+    },
 
     // --- Triggers --------------------------------------------------------
     ListAgentTriggers {
@@ -368,6 +385,10 @@ impl Action {
             Action::GetRunJournal { .. } => "GetRunJournal",
             Action::UploadSessionAttachment { .. } => "UploadSessionAttachment",
             Action::ReadSessionAttachment { .. } => "ReadSessionAttachment",
+            Action::BeginFileUpload { .. } => "BeginFileUpload",
+            Action::AppendFileUploadChunk { .. } => "AppendFileUploadChunk",
+            Action::CommitFileUpload { .. } => "CommitFileUpload",
+            Action::AbortFileUpload { .. } => "AbortFileUpload",
             Action::ListAgentTriggers { .. } => "ListAgentTriggers",
             Action::GetAgentTrigger { .. } => "GetAgentTrigger",
             Action::CreateAgentTrigger { .. } => "CreateAgentTrigger",
@@ -565,6 +586,21 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "ReadSessionAttachment" => Action::ReadSessionAttachment {
             session_id: f.req("sessionId")?,
             attachment_id: f.req("attachmentId")?,
+        },
+        "BeginFileUpload" => Action::BeginFileUpload {
+            target: f.req("target")?,
+            size: f.req("size")?,
+        },
+        "AppendFileUploadChunk" => Action::AppendFileUploadChunk {
+            upload_id: f.req("uploadId")?,
+            offset: f.req("offset")?,
+            content: f.req_bytes("content")?,
+        },
+        "CommitFileUpload" => Action::CommitFileUpload {
+            upload_id: f.req("uploadId")?,
+        },
+        "AbortFileUpload" => Action::AbortFileUpload {
+            upload_id: f.req("uploadId")?,
         },
         "ListAgentTriggers" => Action::ListAgentTriggers {
             agent_id: f.req("agentId")?,

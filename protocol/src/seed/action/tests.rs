@@ -480,7 +480,6 @@ fn unknown_and_reference_only_actions_are_unsupported() {
     for name in [
         "DownloadAgentMemoryFile",
         "UploadAgentMemoryFileToIpfs",
-        "BeginFileUpload",
         "NoSuchThing",
     ] {
         let decoded = Action::from_map(&action(name, &[("anything", Ipld::Integer(1))])).unwrap();

@@ -218,3 +218,49 @@ impl FromField for ContentPart {
         Ok(part)
     }
 }
+
+/// Where a chunked upload's bytes go (`BeginFileUpload.target`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+pub enum FileUploadTarget {
+    SessionAttachment {
+        session_id: String,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    Memory {
+        agent_id: String,
+        path: String,
+    },
+}
+
+impl FromField for FileUploadTarget {
+    fn from_field(value: Ipld, path: &str) -> Result<Self, SeedError> {
+        let mut f = Fields::nested(value, path)?;
+        let kind: String = f.req("kind")?;
+        let target = match kind.as_str() {
+            "session-attachment" => FileUploadTarget::SessionAttachment {
+                session_id: f.req("sessionId")?,
+                name: f.req("name")?,
+                mime_type: f.opt("mimeType")?,
+            },
+            "memory" => FileUploadTarget::Memory {
+                agent_id: f.req("agentId")?,
+                path: f.req("path")?,
+            },
+            _ => {
+                return Err(wrong_type(
+                    &f.path("kind"),
+                    "one of \"session-attachment\", \"memory\"",
+                ))
+            }
+        };
+        f.finish()?;
+        Ok(target)
+    }
+}

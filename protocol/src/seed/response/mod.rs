@@ -299,6 +299,28 @@ responses! {
         data: Vec<u8>,
     }
 
+    /// `BeginFileUpload`.
+    BeginFileUploadResponse => "BeginFileUploadResponse" {
+        upload_id: String,
+        max_chunk_bytes: u64,
+    }
+    /// `AppendFileUploadChunk`: the bytes received so far.
+    AppendFileUploadChunkResponse => "AppendFileUploadChunkResponse" {
+        upload_id: String,
+        received: u64,
+    }
+    /// `CommitFileUpload`: the memory entry or the attachment it made.
+    CommitFileUploadResponse => "CommitFileUploadResponse" {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        entry: Option<AgentMemoryEntry>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attachment: Option<SessionAttachmentInfo>,
+    }
+    /// `AbortFileUpload`.
+    AbortFileUploadResponse => "AbortFileUploadResponse" {
+        upload_id: String,
+    }
+
     /// `ListAgentTriggers`: `AgentTriggerInfo` maps, the latest edited
     /// first.
     ListAgentTriggersResponse => "ListAgentTriggersResponse" {

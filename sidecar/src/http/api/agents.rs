@@ -218,6 +218,14 @@ impl SignedApi {
                     if let Err(e) = self.space.attachments.delete_session(&session_id).await {
                         failed = failed.or(Some(e.into()));
                     }
+                    let now = agentos_base::clock::unix_ms();
+                    if let Err(e) = self.space.uploads.delete_session(&session_id, now).await {
+                        failed = failed.or(Some(e.into()));
+                    }
+                }
+                let now = agentos_base::clock::unix_ms();
+                if let Err(e) = self.space.uploads.delete_agent(&agent_id, now).await {
+                    failed = failed.or(Some(e.into()));
                 }
                 if let Err(e) = self.space.memory.delete_agent(&agent_id).await {
                     failed = failed.or(Some(e.into()));

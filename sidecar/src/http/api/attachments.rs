@@ -1,16 +1,25 @@
-//! Seed session attachments: `UploadSessionAttachment` (a writer of the
-//! session's agent) and `ReadSessionAttachment` (any reader). A session
-//! the caller may not see is `Session not found`, whatever the reason; the
-//! bytes and their rules are the Space's (`space::attachments`).
+//! Seed session attachments and chunked uploads: `UploadSessionAttachment`
+//! (a writer of the session's agent), `ReadSessionAttachment` (any
+//! reader), and `BeginFileUpload`, `AppendFileUploadChunk`,
+//! `CommitFileUpload`, `AbortFileUpload` to an attachment or a memory file
+//! (a writer of the target's agent; an upload counts against the owner's
+//! limit and is another account's to continue only with that access). A
+//! session or agent the caller may not see is `Session not found` or
+//! `Agent not found`, an upload it may not touch `Upload not found`; the
+//! bytes and their rules are the Space's (`space::attachments`,
+//! `space::uploads`).
 
 use agentos_protocol::seed::response::{
-    ReadSessionAttachmentResponse, SessionAttachmentInfo, UploadSessionAttachmentResponse,
+    AbortFileUploadResponse, AppendFileUploadChunkResponse, BeginFileUploadResponse,
+    CommitFileUploadResponse, ReadSessionAttachmentResponse, SessionAttachmentInfo,
+    UploadSessionAttachmentResponse,
 };
-use agentos_protocol::seed::{Action, ApiCode};
+use agentos_protocol::seed::{Action, ApiCode, FileUploadTarget};
 
-use super::{ok, ApiError, Caller, SignedApi};
+use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::{authz, AccessRole, ControlError};
-use crate::space::AttachmentInfo;
+use crate::space::uploads::{Committed, Upload, UploadTarget, MAX_CHUNK_BYTES};
+use crate::space::{reason, AttachmentInfo};
 
 fn info(a: AttachmentInfo) -> SessionAttachmentInfo {
     SessionAttachmentInfo {
@@ -37,6 +46,45 @@ impl SignedApi {
             Err(ControlError::NotFound(_)) => Err(ApiError::not_found("Session not found")),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The owner account of a session the caller may write to.
+    async fn session_owner(&self, account: &str, session_id: &str) -> Result<String, ApiError> {
+        match authz::require_session(&self.control, account, session_id, AccessRole::Writer).await {
+            Ok((link, _)) => Ok(link.account_id),
+            Err(ControlError::NotFound(_)) => Err(ApiError::not_found("Session not found")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The owner account of an agent the caller may write to.
+    async fn agent_owner(&self, account: &str, agent_id: &str) -> Result<String, ApiError> {
+        match authz::require_write(&self.control, account, agent_id).await {
+            Ok(access) => Ok(access.agent.account_id),
+            Err(ControlError::NotFound(_)) => Err(ApiError::not_found("Agent not found")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// An upload the caller may continue: its target still writable by the
+    /// caller, and owned by that target's owner.
+    async fn upload_of(
+        &self,
+        account: &str,
+        upload_id: &str,
+        now: i64,
+    ) -> Result<Upload, ApiError> {
+        let upload = self.space.uploads.get(upload_id, now).await?;
+        let owner = match &upload.target {
+            UploadTarget::SessionAttachment { session_id, .. } => {
+                self.session_owner(account, session_id).await?
+            }
+            UploadTarget::Memory { agent_id, .. } => self.agent_owner(account, agent_id).await?,
+        };
+        if owner != upload.account_id {
+            return Err(ApiError::not_found("Upload not found"));
+        }
+        Ok(upload)
     }
 
     pub(super) async fn attachment_action(
@@ -85,6 +133,73 @@ impl SignedApi {
                     attachment: info(found),
                     data,
                 })
+            }
+            Action::BeginFileUpload { target, size } => {
+                let now = agentos_base::clock::unix_ms();
+                let (owner, target) = match target {
+                    FileUploadTarget::SessionAttachment {
+                        session_id,
+                        name,
+                        mime_type,
+                    } => (
+                        self.session_owner(account, &session_id).await?,
+                        UploadTarget::SessionAttachment {
+                            session_id,
+                            name,
+                            mime_type,
+                        },
+                    ),
+                    FileUploadTarget::Memory { agent_id, path } => (
+                        self.agent_owner(account, &agent_id).await?,
+                        UploadTarget::Memory { agent_id, path },
+                    ),
+                };
+                let upload = self.space.uploads.begin(&owner, target, size, now).await?;
+                ok(&BeginFileUploadResponse {
+                    upload_id: upload.upload_id,
+                    max_chunk_bytes: MAX_CHUNK_BYTES,
+                })
+            }
+            Action::AppendFileUploadChunk {
+                upload_id,
+                offset,
+                content,
+            } => {
+                let now = agentos_base::clock::unix_ms();
+                self.upload_of(account, &upload_id, now).await?;
+                let received = self
+                    .space
+                    .uploads
+                    .append(&upload_id, offset, &content, now)
+                    .await?;
+                ok(&AppendFileUploadChunkResponse {
+                    upload_id,
+                    received,
+                })
+            }
+            Action::CommitFileUpload { upload_id } => {
+                let now = agentos_base::clock::unix_ms();
+                self.upload_of(account, &upload_id, now).await?;
+                match self.space.uploads.commit(&upload_id, now).await? {
+                    Committed::Attachment(attachment) => ok(&CommitFileUploadResponse {
+                        entry: None,
+                        attachment: Some(info(attachment)),
+                    }),
+                    Committed::Memory { agent_id, entry } => {
+                        self.announce_agent(&agent_id, reason::MEMORY_CHANGED, &[])
+                            .await;
+                        ok(&CommitFileUploadResponse {
+                            entry: Some(render::memory_entry(&entry)),
+                            attachment: None,
+                        })
+                    }
+                }
+            }
+            Action::AbortFileUpload { upload_id } => {
+                let now = agentos_base::clock::unix_ms();
+                self.upload_of(account, &upload_id, now).await?;
+                self.space.uploads.abort(&upload_id, now).await?;
+                ok(&AbortFileUploadResponse { upload_id })
             }
             other => Err(ApiError::bad_request(
                 ApiCode::UnsupportedAction,

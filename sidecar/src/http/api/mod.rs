@@ -193,9 +193,12 @@ impl SignedApi {
             | Action::CancelRun { .. }
             | Action::SignalRun { .. }
             | Action::GetRunJournal { .. } => self.run_action(caller, action).await,
-            Action::UploadSessionAttachment { .. } | Action::ReadSessionAttachment { .. } => {
-                self.attachment_action(caller, action).await
-            }
+            Action::UploadSessionAttachment { .. }
+            | Action::ReadSessionAttachment { .. }
+            | Action::BeginFileUpload { .. }
+            | Action::AppendFileUploadChunk { .. }
+            | Action::CommitFileUpload { .. }
+            | Action::AbortFileUpload { .. } => self.attachment_action(caller, action).await,
             Action::ListAgentTriggers { .. }
             | Action::GetAgentTrigger { .. }
             | Action::CreateAgentTrigger { .. }

@@ -131,6 +131,8 @@ impl From<crate::space::AttachmentError> for ApiError {
             AttachmentError::Invalid(_) => 400,
             AttachmentError::NotFound(_) => 404,
             AttachmentError::TooLarge(_) => 413,
+            AttachmentError::Conflict(_) => 409,
+            AttachmentError::TooMany(_) => 429,
             AttachmentError::Storage(_) => {
                 tracing::error!(code = e.code(), error = %e, "an attachment action failed");
                 return ApiError::passed_on(500, e.code(), "Internal server error");

@@ -1,0 +1,427 @@
+//! Chunked uploads: a large file sent in pieces (`BeginFileUpload`,
+//! `AppendFileUploadChunk`, `CommitFileUpload`, `AbortFileUpload`) to
+//! become a session attachment or a memory file. An upload is durable: its
+//! state (`<id>.json`) and its bytes so far (`<id>.part`) live in the VM's
+//! file system under `/.agentos/uploads/`, so a sidecar killed mid-upload
+//! keeps it, and the client resumes at the offset it is told (or aborts).
+//! Only one chunk of an upload is ever in memory. A commit moves the bytes
+//! into place (no copy) and ends the upload; an attachment exists only once
+//! its record is written, so a crash leaves no partial attachment.
+//!
+//! Rules and words are the Seed service's: chunks of at most 8 MiB, each at
+//! exactly the offset received so far (409 otherwise) and never past the
+//! declared size; a commit of an incomplete upload is 400 and leaves it
+//! usable; anything after a commit or an abort is `Upload not found`; at
+//! most 8 uploads in progress per owner account (429). Unlike the
+//! reference, an upload idle past `limits.control.uploadIdleMs` (an hour)
+//! is gone at once, not at the next begin, and a deleted session's uploads
+//! go with it.
+
+use std::sync::Arc;
+
+use agentos_vfs::{FsError, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::attachments::{AttachmentError, AttachmentInfo, SessionAttachments};
+use super::memory::{self, AgentMemory, MemoryEntry};
+
+/// Bytes of one chunk, at most (also what `maxChunkBytes` answers).
+pub const MAX_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+/// Bytes of one memory upload, at most.
+pub const MAX_MEMORY_UPLOAD_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// Bytes hashed or moved per read when an upload is committed.
+const COMMIT_READ_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Where an upload's bytes go.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum UploadTarget {
+    #[serde(rename_all = "camelCase")]
+    SessionAttachment {
+        session_id: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Memory { agent_id: String, path: String },
+}
+
+/// An upload's durable state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Upload {
+    pub upload_id: String,
+    /// The owner account whose limit it counts against.
+    pub account_id: String,
+    pub target: UploadTarget,
+    pub size: u64,
+    pub received: u64,
+    pub updated_at: i64,
+}
+
+/// What a commit made.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Committed {
+    Attachment(AttachmentInfo),
+    Memory {
+        agent_id: String,
+        entry: MemoryEntry,
+    },
+}
+
+fn storage(e: FsError) -> AttachmentError {
+    AttachmentError::Storage(e.to_string())
+}
+
+fn not_found() -> AttachmentError {
+    AttachmentError::NotFound("Upload not found".into())
+}
+
+/// Every upload in progress. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Uploads {
+    reserved: Vfs,
+    attachments: SessionAttachments,
+    memory: AgentMemory,
+    /// One change to the uploads at a time (they are few and small).
+    lock: Arc<tokio::sync::Mutex<()>>,
+    max_per_account: u64,
+    idle_ms: i64,
+    max_attachment_bytes: u64,
+}
+
+const DIR: &str = "uploads";
+
+impl Uploads {
+    pub fn new(
+        vfs: &Vfs,
+        attachments: SessionAttachments,
+        memory: AgentMemory,
+        max_per_account: u64,
+        idle_ms: u64,
+        max_attachment_bytes: u64,
+    ) -> Uploads {
+        Uploads {
+            reserved: vfs.reserved_view(),
+            attachments,
+            memory,
+            lock: Arc::default(),
+            max_per_account,
+            idle_ms: i64::try_from(idle_ms).unwrap_or(i64::MAX),
+            max_attachment_bytes,
+        }
+    }
+
+    fn dir() -> String {
+        format!("{RESERVED_ROOT}/{DIR}")
+    }
+
+    fn state_path(id: &str) -> String {
+        format!("{}/{id}.json", Self::dir())
+    }
+
+    fn part_path(id: &str) -> String {
+        format!("{}/{id}.part", Self::dir())
+    }
+
+    /// Every upload's state (dropping the idle ones).
+    async fn all(&self, now: i64) -> Result<Vec<Upload>, AttachmentError> {
+        let entries = match self.reserved.readdir_all(&Self::dir()).await {
+            Ok(entries) => entries,
+            Err(FsError::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(storage(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let Some(id) = entry.name.strip_suffix(".json") else {
+                continue;
+            };
+            if let Some(upload) = self.load(id, now).await? {
+                out.push(upload);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One upload's state; an idle one is removed and reads as none.
+    async fn load(&self, id: &str, now: i64) -> Result<Option<Upload>, AttachmentError> {
+        if id.is_empty() || id.len() > 64 || id.contains('/') {
+            return Ok(None);
+        }
+        let bytes = match self
+            .reserved
+            .read(&Self::state_path(id), 0, 64 * 1024)
+            .await
+        {
+            Ok(bytes) => bytes,
+            Err(FsError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(storage(e)),
+        };
+        let Ok(upload) = serde_json::from_slice::<Upload>(&bytes) else {
+            self.forget(id).await?;
+            return Ok(None);
+        };
+        if now.saturating_sub(upload.updated_at) > self.idle_ms {
+            self.forget(id).await?;
+            return Ok(None);
+        }
+        Ok(Some(upload))
+    }
+
+    async fn save(&self, upload: &Upload) -> Result<(), AttachmentError> {
+        let state = serde_json::to_vec(upload)
+            .map_err(|e| AttachmentError::Storage(format!("upload state: {e}")))?;
+        self.reserved
+            .write_file(&Self::state_path(&upload.upload_id), &state)
+            .await
+            .map_err(storage)
+            .map(drop)
+    }
+
+    /// Removes an upload's state, then its bytes.
+    async fn forget(&self, id: &str) -> Result<(), AttachmentError> {
+        for path in [Self::state_path(id), Self::part_path(id)] {
+            match self.reserved.unlink(&path).await {
+                Ok(()) | Err(FsError::NotFound { .. }) => {}
+                Err(e) => return Err(storage(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// An upload in progress, for the access check (which needs its
+    /// target) and the calls after it.
+    pub async fn get(&self, id: &str, now: i64) -> Result<Upload, AttachmentError> {
+        self.load(id, now).await?.ok_or_else(not_found)
+    }
+
+    /// Begins an upload of `size` bytes to `target` for the owner
+    /// `account_id` (its access checked by the caller).
+    pub async fn begin(
+        &self,
+        account_id: &str,
+        target: UploadTarget,
+        size: i64,
+        now: i64,
+    ) -> Result<Upload, AttachmentError> {
+        let size = u64::try_from(size).ok().filter(|s| *s > 0).ok_or_else(|| {
+            AttachmentError::Invalid("Upload size must be a positive integer".into())
+        })?;
+        let target = match target {
+            UploadTarget::Memory { agent_id, path } => {
+                let path = memory::normalize(&path)
+                    .map_err(|e| AttachmentError::Invalid(e.to_string()))?;
+                if size > MAX_MEMORY_UPLOAD_BYTES {
+                    return Err(AttachmentError::TooLarge(
+                        "Upload exceeds the maximum file size".into(),
+                    ));
+                }
+                UploadTarget::Memory { agent_id, path }
+            }
+            UploadTarget::SessionAttachment {
+                session_id,
+                name,
+                mime_type,
+            } => {
+                if name.trim().is_empty() {
+                    return Err(AttachmentError::Invalid(
+                        "Attachment name is required".into(),
+                    ));
+                }
+                if size > self.max_attachment_bytes {
+                    return Err(AttachmentError::TooLarge(
+                        "Upload exceeds the maximum attachment size".into(),
+                    ));
+                }
+                UploadTarget::SessionAttachment {
+                    session_id,
+                    name,
+                    mime_type,
+                }
+            }
+        };
+        let _one = self.lock.lock().await;
+        let mine = self
+            .all(now)
+            .await?
+            .iter()
+            .filter(|u| u.account_id == account_id)
+            .count() as u64;
+        if mine >= self.max_per_account {
+            return Err(AttachmentError::TooMany(
+                "Too many uploads in progress".into(),
+            ));
+        }
+        let upload = Upload {
+            upload_id: uuid::Uuid::new_v4().to_string(),
+            account_id: account_id.to_owned(),
+            target,
+            size,
+            received: 0,
+            updated_at: now,
+        };
+        self.reserved
+            .mkdir_p(&Self::dir(), DEFAULT_DIR_MODE)
+            .await
+            .map_err(storage)?;
+        self.reserved
+            .write_file(&Self::part_path(&upload.upload_id), &[])
+            .await
+            .map_err(storage)?;
+        self.save(&upload).await?;
+        Ok(upload)
+    }
+
+    /// Appends one chunk at `offset`; answers the bytes received so far.
+    pub async fn append(
+        &self,
+        id: &str,
+        offset: i64,
+        content: &[u8],
+        now: i64,
+    ) -> Result<u64, AttachmentError> {
+        let _one = self.lock.lock().await;
+        let mut upload = self.get(id, now).await?;
+        if content.is_empty() {
+            return Err(AttachmentError::Invalid(
+                "Chunk content must be non-empty bytes".into(),
+            ));
+        }
+        if content.len() as u64 > MAX_CHUNK_BYTES {
+            return Err(AttachmentError::TooLarge("Chunk is too large".into()));
+        }
+        if u64::try_from(offset).ok() != Some(upload.received) {
+            return Err(AttachmentError::Conflict(format!(
+                "Chunk offset {offset} does not match {} bytes received",
+                upload.received
+            )));
+        }
+        if upload.received + content.len() as u64 > upload.size {
+            return Err(AttachmentError::Invalid(
+                "Upload exceeds its declared size".into(),
+            ));
+        }
+        let part = Self::part_path(id);
+        // Bytes a crash left past what the state counts go first.
+        self.reserved
+            .truncate(&part, upload.received)
+            .await
+            .map_err(storage)?;
+        self.reserved
+            .write(&part, upload.received, content)
+            .await
+            .map_err(storage)?;
+        upload.received += content.len() as u64;
+        upload.updated_at = now;
+        self.save(&upload).await?;
+        Ok(upload.received)
+    }
+
+    /// Commits a complete upload: its bytes become the attachment or the
+    /// memory file, and the upload ends (whatever the outcome, as the
+    /// reference).
+    pub async fn commit(&self, id: &str, now: i64) -> Result<Committed, AttachmentError> {
+        let _one = self.lock.lock().await;
+        let upload = self.get(id, now).await?;
+        if upload.received != upload.size {
+            return Err(AttachmentError::Invalid(format!(
+                "Upload has {} of {} bytes; cannot commit",
+                upload.received, upload.size
+            )));
+        }
+        let part = Self::part_path(id);
+        let made = match &upload.target {
+            UploadTarget::SessionAttachment {
+                session_id,
+                name,
+                mime_type,
+            } => {
+                let digest = self.digest(&part, upload.size).await?;
+                self.attachments
+                    .place(
+                        session_id,
+                        Some(name),
+                        mime_type.as_deref(),
+                        &part,
+                        upload.size,
+                        &digest,
+                        now,
+                    )
+                    .await
+                    .map(Committed::Attachment)
+            }
+            UploadTarget::Memory { agent_id, path } => self
+                .memory
+                .place(agent_id, path, &part)
+                .await
+                .map(|entry| Committed::Memory {
+                    agent_id: agent_id.clone(),
+                    entry,
+                })
+                .map_err(|e| AttachmentError::Invalid(e.to_string())),
+        };
+        self.forget(id).await?;
+        made
+    }
+
+    /// Ends an upload without committing it.
+    pub async fn abort(&self, id: &str, now: i64) -> Result<(), AttachmentError> {
+        let _one = self.lock.lock().await;
+        self.get(id, now).await?;
+        self.forget(id).await
+    }
+
+    /// Ends every upload to a deleted session.
+    pub async fn delete_session(&self, session_id: &str, now: i64) -> Result<(), AttachmentError> {
+        self.forget_where(now, |target| {
+            matches!(target, UploadTarget::SessionAttachment { session_id: s, .. } if s == session_id)
+        })
+        .await
+    }
+
+    /// Ends every upload to a deleted agent's memory.
+    pub async fn delete_agent(&self, agent_id: &str, now: i64) -> Result<(), AttachmentError> {
+        self.forget_where(
+            now,
+            |target| matches!(target, UploadTarget::Memory { agent_id: a, .. } if a == agent_id),
+        )
+        .await
+    }
+
+    async fn forget_where(
+        &self,
+        now: i64,
+        gone: impl Fn(&UploadTarget) -> bool,
+    ) -> Result<(), AttachmentError> {
+        let _one = self.lock.lock().await;
+        for upload in self.all(now).await? {
+            if gone(&upload.target) {
+                self.forget(&upload.upload_id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The SHA-256 of a part file, read a bounded piece at a time.
+    async fn digest(&self, part: &str, size: u64) -> Result<[u8; 32], AttachmentError> {
+        let mut hasher = Sha256::new();
+        let mut offset = 0;
+        while offset < size {
+            let piece = self
+                .reserved
+                .read(part, offset, COMMIT_READ_BYTES.min(size - offset))
+                .await
+                .map_err(storage)?;
+            if piece.is_empty() {
+                return Err(AttachmentError::Storage(
+                    "the upload's bytes are short".into(),
+                ));
+            }
+            offset += piece.len() as u64;
+            hasher.update(&piece);
+        }
+        Ok(hasher.finalize().into())
+    }
+}
