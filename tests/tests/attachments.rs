@@ -171,24 +171,9 @@ both_backends!(round_trips_names_and_limits);
 async fn who_may_upload_and_read(backend: Backend) {
     let w = builtin::world_on(Flavor::OpenAi, backend).await;
     let session = w.session().await;
-    let (stranger, reader, writer) = (Signer::new(), Signer::new(), Signer::new());
-    for (who, role) in [(&reader, "reader"), (&writer, "writer")] {
-        builtin::ok(
-            &w.act(
-                json!({"_": "InviteAgentCollaborator", "agentId": w.agent_id,
-                          "accountId": who.id(), "role": role}),
-            )
-            .await,
-        );
-        builtin::ok(
-            &call(
-                &w.target,
-                who,
-                json!({"_": "AcceptAgentInvite", "agentId": w.agent_id}),
-            )
-            .await,
-        );
-    }
+    let stranger = Signer::new();
+    let reader = w.collaborator("reader").await;
+    let writer = w.collaborator("writer").await;
     let id = sha256_hex(b"shared");
     let a = upload(&w, &stranger, &session, json!("s.txt"), b"shared").await;
     assert_eq!((a.status, message(&a)), (404, "Session not found".into()));
@@ -489,22 +474,8 @@ both_backends!(uploads_in_chunks_with_the_references_rules);
 async fn strangers_and_readers_cannot_upload() {
     let w = builtin::world(Flavor::OpenAi).await;
     let session = w.session().await;
-    let (stranger, reader) = (Signer::new(), Signer::new());
-    builtin::ok(
-        &w.act(
-            json!({"_": "InviteAgentCollaborator", "agentId": w.agent_id,
-                      "accountId": reader.id(), "role": "reader"}),
-        )
-        .await,
-    );
-    builtin::ok(
-        &call(
-            &w.target,
-            &reader,
-            json!({"_": "AcceptAgentInvite", "agentId": w.agent_id}),
-        )
-        .await,
-    );
+    let stranger = Signer::new();
+    let reader = w.collaborator("reader").await;
     let target = json!({"kind": "session-attachment", "sessionId": session, "name": "a"});
     let a = begin(&w, &stranger, target.clone(), 5).await;
     assert_eq!((a.status, message(&a)), (404, "Session not found".into()));

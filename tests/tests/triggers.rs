@@ -226,24 +226,9 @@ async fn strangers_readers_and_writers(backend: Backend) {
     let w = builtin::world_on(Flavor::OpenAi, backend).await;
     let made = create(&w, interval("Owned", 60)).await;
     let id = made["id"].as_str().expect("id").to_owned();
-    let (stranger, reader, writer) = (Signer::new(), Signer::new(), Signer::new());
-    for (who, role) in [(&reader, "reader"), (&writer, "writer")] {
-        builtin::ok(
-            &w.act(
-                json!({"_": "InviteAgentCollaborator", "agentId": w.agent_id,
-                          "accountId": who.id(), "role": role}),
-            )
-            .await,
-        );
-        builtin::ok(
-            &call(
-                &w.target,
-                who,
-                json!({"_": "AcceptAgentInvite", "agentId": w.agent_id}),
-            )
-            .await,
-        );
-    }
+    let stranger = Signer::new();
+    let reader = w.collaborator("reader").await;
+    let writer = w.collaborator("writer").await;
     let actions = |id: &str| {
         [
             json!({"_": "ListAgentTriggers", "agentId": w.agent_id}),

@@ -181,6 +181,24 @@ pub fn valid_id(id: &str) -> bool {
     id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// An attachment about to be stored: whose, what the client called it,
+/// and its bytes' size and SHA-256.
+#[derive(Clone, Copy, Debug)]
+pub struct NewAttachment<'a> {
+    pub session_id: &'a str,
+    pub name: Option<&'a str>,
+    pub mime_type: Option<&'a str>,
+    pub size: u64,
+    pub digest: &'a [u8; 32],
+}
+
+/// Where a new attachment's bytes come from.
+enum Bytes<'a> {
+    Given(&'a [u8]),
+    /// A file of the reserved view, moved into place.
+    Moved(&'a str),
+}
+
 /// Attachments of every session. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct SessionAttachments {
@@ -242,60 +260,57 @@ impl SessionAttachments {
                 "Attachment content must be non-empty bytes".into(),
             ));
         }
-        if content.len() as u64 > self.max_bytes {
-            return Err(AttachmentError::TooLarge(format!(
-                "Attachment exceeds the {} limit",
-                size_words(self.max_bytes)
-            )));
-        }
-        let id = hex::encode(Sha256::digest(content));
-        let dir = Self::dir(session_id)?;
-        let lock = self.session_lock(session_id);
-        let _one = lock.lock().await;
-        if let Some(existing) = self.admit(&dir, &id).await? {
-            return Ok(existing);
-        }
-        self.reserved
-            .write_file(&format!("{dir}/{id}.bin"), content)
-            .await
-            .map_err(storage)?;
-        let info = Self::info_of(session_id, name, mime_type, &id, content.len() as u64, now);
-        self.write_record(&dir, &info).await?;
-        Ok(info)
+        let digest: [u8; 32] = Sha256::digest(content).into();
+        let new = NewAttachment {
+            session_id,
+            name,
+            mime_type,
+            size: content.len() as u64,
+            digest: &digest,
+        };
+        self.store(new, Bytes::Given(content), now).await
     }
 
     /// Stores the bytes of the file at `from` (a committed upload's, `size`
     /// bytes whose SHA-256 is `digest`) as an attachment, moving them; with
     /// the same bytes stored before, answers that record and leaves `from`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn place(
         &self,
-        session_id: &str,
-        name: Option<&str>,
-        mime_type: Option<&str>,
+        new: NewAttachment<'_>,
         from: &str,
-        size: u64,
-        digest: &[u8; 32],
         now: i64,
     ) -> Result<AttachmentInfo, AttachmentError> {
-        if size > self.max_bytes {
+        self.store(new, Bytes::Moved(from), now).await
+    }
+
+    /// One save, serialized with the session's others: the record of the
+    /// same bytes if stored, else room for one more, the bytes, the record.
+    async fn store(
+        &self,
+        new: NewAttachment<'_>,
+        bytes: Bytes<'_>,
+        now: i64,
+    ) -> Result<AttachmentInfo, AttachmentError> {
+        if new.size > self.max_bytes {
             return Err(AttachmentError::TooLarge(format!(
                 "Attachment exceeds the {} limit",
                 size_words(self.max_bytes)
             )));
         }
-        let id = hex::encode(digest);
-        let dir = Self::dir(session_id)?;
-        let lock = self.session_lock(session_id);
+        let id = hex::encode(new.digest);
+        let dir = Self::dir(new.session_id)?;
+        let lock = self.session_lock(new.session_id);
         let _one = lock.lock().await;
         if let Some(existing) = self.admit(&dir, &id).await? {
             return Ok(existing);
         }
-        self.reserved
-            .rename(from, &format!("{dir}/{id}.bin"))
-            .await
-            .map_err(storage)?;
-        let info = Self::info_of(session_id, name, mime_type, &id, size, now);
+        let path = format!("{dir}/{id}.bin");
+        match bytes {
+            Bytes::Given(content) => self.reserved.write_file(&path, content).await.map(drop),
+            Bytes::Moved(from) => self.reserved.rename(from, &path).await,
+        }
+        .map_err(storage)?;
+        let info = Self::info_of(new.session_id, new.name, new.mime_type, &id, new.size, now);
         self.write_record(&dir, &info).await?;
         Ok(info)
     }

@@ -23,7 +23,7 @@ use agentos_vfs::{FsError, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::attachments::{AttachmentError, AttachmentInfo, SessionAttachments};
+use super::attachments::{AttachmentError, AttachmentInfo, NewAttachment, SessionAttachments};
 use super::memory::{self, AgentMemory, MemoryEntry};
 
 /// Bytes of one chunk, at most (also what `maxChunkBytes` answers).
@@ -339,16 +339,15 @@ impl Uploads {
                 mime_type,
             } => {
                 let digest = self.digest(&part, upload.size).await?;
+                let new = NewAttachment {
+                    session_id,
+                    name: Some(name),
+                    mime_type: mime_type.as_deref(),
+                    size: upload.size,
+                    digest: &digest,
+                };
                 self.attachments
-                    .place(
-                        session_id,
-                        Some(name),
-                        mime_type.as_deref(),
-                        &part,
-                        upload.size,
-                        &digest,
-                        now,
-                    )
+                    .place(new, &part, now)
                     .await
                     .map(Committed::Attachment)
             }

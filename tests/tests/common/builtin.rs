@@ -139,6 +139,25 @@ impl World {
         call(&self.target, &self.owner, action).await
     }
 
+    /// A new account invited to the agent with `role`, the invitation
+    /// accepted.
+    pub async fn collaborator(&self, role: &str) -> Signer {
+        let who = Signer::new();
+        ok(&self
+            .act(
+                json!({"_": "InviteAgentCollaborator", "agentId": self.agent_id,
+                        "accountId": who.id(), "role": role}),
+            )
+            .await);
+        ok(&call(
+            &self.target,
+            &who,
+            json!({"_": "AcceptAgentInvite", "agentId": self.agent_id}),
+        )
+        .await);
+        who
+    }
+
     pub async fn session(&self) -> String {
         let created = self
             .act(json!({"_": "CreateSession", "agentId": self.agent_id}))
