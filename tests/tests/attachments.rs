@@ -294,6 +294,30 @@ async fn a_message_carries_its_context_and_files_and_the_model_reads_them(backen
     let second = &w.provider.requests()[1].body;
     let results = builtin::Sent::new(Flavor::OpenAi, second).tool_results();
     assert!(results[0].1.contains("line one\\nline two"), "{results:?}");
+    // Saved to memory, at its default place and at a chosen one.
+    let saved = w
+        .invoke(
+            &session,
+            "write",
+            json!({"address": "~/memory/", "options": {"fromAttachment": id}}),
+        )
+        .await;
+    builtin::ok(&saved);
+    let output = json_of(&saved.body)["output"].clone();
+    assert_eq!(output["path"], "attachments/notes.md");
+    assert_eq!(output["mimeType"], "text/markdown");
+    let kept = w
+        .act(json!({"_": "ReadAgentMemoryFile", "agentId": w.agent_id, "path": "attachments/notes.md"}))
+        .await;
+    assert_eq!(json_of(kept.field("file"))["content"], text);
+    let chosen = w
+        .invoke(
+            &session,
+            "write",
+            json!({"address": "~/memory/keep/n.md", "options": {"fromAttachment": id}}),
+        )
+        .await;
+    assert_eq!(json_of(&chosen.body)["output"]["path"], "keep/n.md");
     // An image is described, not shown.
     let shown = w
         .invoke(

@@ -1,13 +1,14 @@
 //! `write{address, content?, options?, dryRun?}`: memory files (never
-//! gated) and authored tool documents. An option nobody knows is refused,
-//! as in the reference.
+//! gated; `{fromAttachment}` copies one of the session's attachments in)
+//! and authored tool documents. An option nobody knows is refused, as in
+//! the reference.
 
 use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 
-const MEMORY_OPTIONS: &[&str] = &["delete"];
+const MEMORY_OPTIONS: &[&str] = &["delete", "fromAttachment"];
 const TOOL_OPTIONS: &[&str] = &["delete", "previousName"];
 
 fn unknown_option(options: &Value, known: &[&str]) -> Option<VerbResult> {
@@ -15,6 +16,50 @@ fn unknown_option(options: &Value, known: &[&str]) -> Option<VerbResult> {
     map.keys()
         .find(|k| !known.contains(&k.as_str()))
         .map(|k| failure("invalid_argument", format!("unknown option {k:?}")))
+}
+
+/// `write ~/memory/<path>` with `{fromAttachment}`: the attachment's bytes
+/// saved at `path` (by default `attachments/<its name>`).
+async fn from_attachment(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    id: &str,
+    path: &str,
+    dry_run: bool,
+) -> VerbResult {
+    let (info, data) = match verbs.attachments.read(&scope.session_id, id).await {
+        Ok(found) => found,
+        Err(e) => return failure(e.code(), e),
+    };
+    let path = if path.is_empty() {
+        format!("attachments/{}", info.name)
+    } else {
+        path.to_owned()
+    };
+    if dry_run {
+        return success(Value::String(format!(
+            "would save attachment {} to ~/memory/{path}",
+            info.name
+        )));
+    }
+    match verbs.memory.write(&scope.agent_id, &path, &data).await {
+        Ok(entry) => {
+            let mut out = json!({
+                "summary": format!(
+                    "Saved attachment {} to memory at {} ({} bytes).",
+                    info.name, entry.path, entry.size
+                ),
+                "id": info.id,
+                "path": entry.path,
+                "size": entry.size,
+            });
+            if let Some(mime) = crate::space::memory::mime_type(&entry.path) {
+                out["mimeType"] = json!(mime);
+            }
+            success(out)
+        }
+        Err(e) => failure(e.code(), e),
+    }
 }
 
 pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
@@ -27,11 +72,24 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
     }
     let dry_run = input["dryRun"].as_bool().unwrap_or(false);
     let delete = options["delete"].as_bool().unwrap_or(false);
-    if let Some(path) = address.strip_prefix("~/memory/") {
+    let memory_path = if address == "~/memory" {
+        Some("")
+    } else {
+        address.strip_prefix("~/memory/")
+    };
+    if let Some(path) = memory_path {
         if let Some(refused) = unknown_option(options, MEMORY_OPTIONS) {
             return refused;
         }
         let path = path.trim_matches('/');
+        if let Some(id) = options["fromAttachment"]
+            .as_str()
+            .filter(|id| !id.is_empty())
+        {
+            if !delete {
+                return from_attachment(verbs, scope, id, path, dry_run).await;
+            }
+        }
         if delete {
             if dry_run {
                 return success(Value::String(format!("would delete ~/memory/{path}")));

@@ -178,9 +178,9 @@ fn with_context(first: &mut Value, context: &[String], attachments: &[Attachment
 }
 
 /// What the model is told of a message's attachments: the reference's
-/// words for what this server offers (reading an attachment; saving or
-/// publishing one come with the rest of the uploads work).
-const ATTACHMENTS_NOTE: &str = "The user attached these session-private files. Use `read attachment:<id>` to read one. Only read what you need.";
+/// words for what this server offers (publishing one to IPFS comes with the
+/// hypermedia work).
+const ATTACHMENTS_NOTE: &str = "The user attached these session-private files. Use `read attachment:<id>` to read one; use `write ~/memory/<path>` with {fromAttachment} to keep one across sessions. Only read what you need.";
 
 impl SignedApi {
     /// Sessions of list rows, skipping any deleted meanwhile.
