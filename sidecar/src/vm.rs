@@ -201,6 +201,8 @@ impl Vm {
             turns: self.turns.clone(),
             runs: self.runs.clone(),
             triggers: self.triggers.clone(),
+            attachments: self.space.attachments.clone(),
+            uploads: self.space.uploads.clone(),
             vfs: self.vfs.clone(),
             control: self.control.clone(),
             sockets: self.sockets.clone(),

@@ -532,3 +532,31 @@ async fn an_idle_upload_is_gone() {
     let a = append(&w, &w.owner, &id, 0, b"abcde").await;
     assert_eq!((a.status, message(&a)), (404, "Upload not found".into()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_deleting_a_session_deletes_its_files() {
+    let w = builtin::world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    builtin::ok(
+        &upload(
+            &w,
+            &w.owner,
+            &session,
+            json!("a.txt"),
+            b"kept until deleted",
+        )
+        .await,
+    );
+    let target = json!({"kind": "session-attachment", "sessionId": session, "name": "b"});
+    builtin::ok(&begin(&w, &w.owner, target, 5).await);
+    w.sc.ok("sessions/delete", json!({ "sessionId": session }))
+        .await;
+    let left =
+        w.sc.stored(&format!(
+            "SELECT (SELECT count(*) FROM agentos_fs_dentries WHERE name = '{session}') AS dirs, \
+                    (SELECT count(*) FROM agentos_fs_dentries WHERE name LIKE '%.part') AS parts"
+        ))
+        .await;
+    assert_eq!(left[0]["dirs"], 0);
+    assert_eq!(left[0]["parts"], 0);
+}

@@ -99,6 +99,16 @@ pub(super) async fn dispatch(
                 // The session is gone; a firing naming it is only shown.
                 tracing::warn!(session = %p.session_id, error = %e, "a deleted session's firings still name it");
             }
+            // Its files go too (a session id no attachment can have is
+            // simply not one of theirs).
+            let now = agentos_base::clock::unix_ms();
+            let attachments = services.attachments.delete_session(&p.session_id).await;
+            let uploads = services.uploads.delete_session(&p.session_id, now).await;
+            for e in [attachments.err(), uploads.err()].into_iter().flatten() {
+                if !matches!(e, crate::space::AttachmentError::Invalid(_)) {
+                    tracing::warn!(session = %p.session_id, error = %e, "a deleted session's files were not all removed");
+                }
+            }
             reply(&wire::DeleteSessionResult { deleted: true })
         }
         methods::SESSIONS_UNLOAD => {

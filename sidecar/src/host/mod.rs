@@ -74,6 +74,9 @@ pub struct HostServices {
     pub runs: Runs,
     /// The `triggers/*` methods.
     pub triggers: crate::triggers::Triggers,
+    /// A deleted session's attachments and uploads go with it.
+    pub attachments: crate::space::SessionAttachments,
+    pub uploads: crate::space::uploads::Uploads,
     /// The `fs/*` methods, and the file system's use in `vm/status`.
     pub vfs: Vfs,
     /// The `signers/*` methods, and whether the vault is locked.
