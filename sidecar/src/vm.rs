@@ -304,6 +304,10 @@ impl Vm {
                 space: space.clone(),
                 builtin: Some(builtin),
                 triggers: triggers.clone(),
+                downloader: crate::builtin::fetch::Downloader::new(
+                    config.builtin.allow_private_downloads,
+                )
+                .map_err(|e| VmError::Builtin(e.to_string()))?,
             },
             config.http.clone(),
         );

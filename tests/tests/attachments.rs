@@ -560,3 +560,160 @@ async fn an_operator_deleting_a_session_deletes_its_files() {
     assert_eq!(left[0]["dirs"], 0);
     assert_eq!(left[0]["parts"], 0);
 }
+
+/// A file server on loopback: `/files/pixel` is the PNG (no extension in
+/// the path), anything else 404. Answers how many requests it served.
+async fn file_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 4096];
+                let n = socket.read(&mut request).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&request[..n]).to_string();
+                let response = if head.starts_with("GET /files/pixel ") {
+                    let mut r = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        PNG.len()
+                    )
+                    .into_bytes();
+                    r.extend_from_slice(PNG);
+                    r
+                } else {
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        .to_vec()
+                };
+                let _ = socket.write_all(&response).await;
+            });
+        }
+    });
+    (format!("http://{addr}"), served)
+}
+
+async fn downloads_land_in_memory(backend: Backend) {
+    let (base, served) = file_server().await;
+    let sc = common::Sidecar::start_with(
+        backend,
+        common::Options {
+            config: json!({"http": {"listen": "127.0.0.1:0"},
+                           "builtin": {"allowPrivateDownloads": true}}),
+            ..common::Options::default()
+        },
+    )
+    .await;
+    let t = sc.api();
+    let owner = Signer::new();
+    let agent = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": {"name": "Files", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+    )
+    .await;
+    assert_eq!(agent.status, 200, "{:?}", agent.body);
+    let agent_id = agent.text("agentId");
+    let download = |url: String, path: Option<&str>| {
+        let mut action = json!({"_": "DownloadAgentMemoryFile", "agentId": agent_id, "url": url});
+        if let Some(path) = path {
+            action["path"] = json!(path);
+        }
+        call(&t, &owner, action)
+    };
+
+    // The type names the extension a path without one gets.
+    let got = download(format!("{base}/files/pixel"), None).await;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    let body = json_of(&got.body);
+    assert_eq!(body["entry"]["path"], "downloads/pixel.png");
+    assert_eq!(body["entry"]["size"], PNG.len());
+    assert_eq!(body["contentType"], "image/png");
+    assert_eq!(body["finalUrl"], format!("{base}/files/pixel"));
+    let file = call(
+        &t,
+        &owner,
+        json!({"_": "ReadAgentMemoryFile", "agentId": agent_id, "path": "downloads/pixel.png"}),
+    )
+    .await;
+    assert_eq!(file.status, 200);
+    let got = download(format!("{base}/files/pixel"), Some("art/dot.png")).await;
+    assert_eq!(json_of(&got.body)["entry"]["path"], "art/dot.png");
+
+    // Refusals, with the reference's words; a bad path is refused before
+    // anything is fetched.
+    let before = served.load(std::sync::atomic::Ordering::SeqCst);
+    for (url, path, status, words) in [
+        (
+            " ".to_owned(),
+            None,
+            400,
+            "Download URL is required".to_owned(),
+        ),
+        (
+            "not a url".to_owned(),
+            None,
+            400,
+            "Invalid download URL: not a url".to_owned(),
+        ),
+        (
+            "ftp://example.com/x".to_owned(),
+            None,
+            400,
+            "Download URL must use http or https".to_owned(),
+        ),
+        (
+            format!("{base}/files/pixel"),
+            Some("../up"),
+            400,
+            String::new(),
+        ),
+    ] {
+        let a = download(url, path).await;
+        assert_eq!(a.status, status, "{:?}", a.body);
+        if !words.is_empty() {
+            assert_eq!(message(&a), words);
+        }
+    }
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), before);
+    let missing = download(format!("{base}/nothing"), None).await;
+    assert_eq!(missing.status, 502);
+    assert_eq!(
+        message(&missing),
+        format!("Could not download {base}/nothing: HTTP 404")
+    );
+}
+
+both_backends!(downloads_land_in_memory);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downloads_reach_only_public_addresses_by_default() {
+    let (base, served) = file_server().await;
+    let w = builtin::world(Flavor::OpenAi).await;
+    let a = w
+        .act(
+            json!({"_": "DownloadAgentMemoryFile", "agentId": w.agent_id,
+                    "url": format!("{base}/files/pixel")}),
+        )
+        .await;
+    assert_eq!(a.status, 502, "{:?}", a.body);
+    assert!(
+        message(&a).contains("not a public address"),
+        "{}",
+        message(&a)
+    );
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let stranger = Signer::new();
+    let a = call(
+        &w.target,
+        &stranger,
+        json!({"_": "DownloadAgentMemoryFile", "agentId": w.agent_id, "url": "https://example.com/x"}),
+    )
+    .await;
+    assert_eq!((a.status, message(&a)), (404, "Agent not found".into()));
+}

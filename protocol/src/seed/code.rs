@@ -32,6 +32,8 @@ api_codes! {
     BadCapability => "bad_capability",
     CapabilityUnknown => "capability_unknown",
     CorruptRow => "corrupt_row",
+    DownloadFailed => "download_failed",
+    DownloadTooLarge => "download_too_large",
     Forbidden => "forbidden",
     InvalidArgument => "invalid_argument",
     NotFound => "not_found",

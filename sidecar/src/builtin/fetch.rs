@@ -3,7 +3,10 @@
 //! boundary with a notice), text only. Only public addresses are reached
 //! (a model or a user chose the URL): names resolve through
 //! `net::PublicOnly`, IP literals are checked, on every redirect hop, and
-//! redirects stay on https.
+//! redirects stay on https. [`Downloader`] is the same for a file a user
+//! saves into memory (`DownloadAgentMemoryFile`): `http://` too, the body
+//! streamed a piece at a time within a bound, a minute at most between
+//! pieces.
 
 use std::time::Duration;
 
@@ -143,6 +146,161 @@ impl Fetcher {
             url: final_url,
             content_type: kind,
             text,
+        })
+    }
+}
+
+/// How long a download may wait for its next bytes (not a total bound).
+const DOWNLOAD_IDLE: Duration = Duration::from_secs(60);
+
+/// Why a download failed, in the reference's words.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    /// The address itself (a 400).
+    #[error("{0}")]
+    Invalid(String),
+    /// The upstream or the way there (a 502).
+    #[error("{0}")]
+    Upstream(String),
+    /// Larger than the bound (a 413).
+    #[error("Download exceeds the maximum file size")]
+    TooLarge,
+}
+
+/// What a download answered before its body.
+pub struct Download {
+    /// After redirects.
+    pub final_url: String,
+    /// The raw header value, parameters included.
+    pub content_type: Option<String>,
+    response: reqwest::Response,
+    url: String,
+    received: u64,
+    max_bytes: u64,
+}
+
+impl Download {
+    /// The body's next piece, none at its end; each waits at most a minute.
+    pub async fn next(&mut self) -> Result<Option<bytes::Bytes>, DownloadError> {
+        let chunk = tokio::time::timeout(DOWNLOAD_IDLE, self.response.chunk())
+            .await
+            .map_err(|_| {
+                DownloadError::Upstream(format!(
+                    "Download of {} failed: no data for {} s",
+                    self.url,
+                    DOWNLOAD_IDLE.as_secs()
+                ))
+            })?
+            .map_err(|e| {
+                DownloadError::Upstream(format!(
+                    "Download of {} failed: {}",
+                    self.url,
+                    chain(&e.without_url())
+                ))
+            })?;
+        if let Some(chunk) = &chunk {
+            self.received += chunk.len() as u64;
+            if self.received > self.max_bytes {
+                return Err(DownloadError::TooLarge);
+            }
+        }
+        Ok(chunk)
+    }
+}
+
+/// Downloads into memory files (`DownloadAgentMemoryFile`): `http://` or
+/// `https://`, public addresses only (as page reads) unless the operator
+/// allows private ones (`builtin.allowPrivateDownloads`).
+#[derive(Clone)]
+pub struct Downloader {
+    client: reqwest::Client,
+    allow_private: bool,
+}
+
+impl Downloader {
+    pub fn new(allow_private: bool) -> Result<Downloader, FetchError> {
+        let builder = reqwest::Client::builder()
+            .connect_timeout(DEADLINE)
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                let scheme_ok = matches!(attempt.url().scheme(), "http" | "https");
+                let public = allow_private || net::check_url(attempt.url()).is_ok();
+                if attempt.previous().len() >= MAX_REDIRECTS || !scheme_ok || !public {
+                    attempt.stop()
+                } else {
+                    attempt.follow()
+                }
+            }))
+            .no_proxy()
+            .user_agent(concat!("agentos-sidecar/", env!("CARGO_PKG_VERSION")));
+        let builder = if allow_private {
+            builder
+        } else {
+            builder.dns_resolver(std::sync::Arc::new(net::PublicOnly))
+        };
+        let client = builder
+            .build()
+            .map_err(|e| FetchError::Network(e.to_string()))?;
+        Ok(Downloader {
+            client,
+            allow_private,
+        })
+    }
+
+    /// The address as a download takes it, or why not.
+    pub fn check(url: &str) -> Result<reqwest::Url, DownloadError> {
+        let trimmed = url.trim();
+        if trimmed.is_empty() {
+            return Err(DownloadError::Invalid("Download URL is required".into()));
+        }
+        let parsed = reqwest::Url::parse(trimmed)
+            .map_err(|_| DownloadError::Invalid(format!("Invalid download URL: {url}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(DownloadError::Invalid(
+                "Download URL must use http or https".into(),
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// Starts a download; its body comes with [`Download::next`], at most
+    /// `max_bytes` of it.
+    pub async fn start(
+        &self,
+        url: reqwest::Url,
+        max_bytes: u64,
+    ) -> Result<Download, DownloadError> {
+        let href = url.to_string();
+        let upstream =
+            |why: String| DownloadError::Upstream(format!("Could not download {href}: {why}"));
+        if !self.allow_private {
+            net::check_url(&url).map_err(upstream)?;
+        }
+        let response = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| upstream(chain(&e.without_url())))?;
+        if !response.status().is_success() {
+            return Err(upstream(format!("HTTP {}", response.status().as_u16())));
+        }
+        if response
+            .content_length()
+            .is_some_and(|length| length > max_bytes)
+        {
+            return Err(DownloadError::TooLarge);
+        }
+        Ok(Download {
+            final_url: response.url().to_string(),
+            content_type: response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            response,
+            url: href,
+            received: 0,
+            max_bytes,
         })
     }
 }

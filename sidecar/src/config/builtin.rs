@@ -23,6 +23,10 @@ pub struct BuiltinConfig {
     /// private addresses. Off: only public addresses, so no account can
     /// make the sidecar call what only the machine can reach.
     pub allow_private_endpoints: bool,
+    /// Lets `DownloadAgentMemoryFile` reach loopback and private addresses
+    /// (a deployment whose files live on its own network). Off: public
+    /// addresses only, as page reads.
+    pub allow_private_downloads: bool,
     /// How many times a model call the provider refused as rate limited or
     /// overloaded (429, 503, 529, `overloaded_error`) is made again before
     /// the turn fails, each after the pause the provider asked for
@@ -45,6 +49,7 @@ impl Default for BuiltinConfig {
         BuiltinConfig {
             provider_endpoints: BTreeMap::new(),
             allow_private_endpoints: false,
+            allow_private_downloads: false,
             provider_retries: DEFAULT_PROVIDER_RETRIES,
             session_titles: true,
         }

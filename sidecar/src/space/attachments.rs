@@ -148,6 +148,21 @@ const MIME_TYPES: &[(&str, &str)] = &[
     ("wasm", "application/wasm"),
 ];
 
+/// The extension the reference's table gives a type first (`image/jpeg`
+/// is `jpg`), compared without its parameters and case.
+pub fn extension_for(content_type: &str) -> Option<&'static str> {
+    let bare = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    MIME_TYPES
+        .iter()
+        .find(|(_, mime)| *mime == bare)
+        .map(|(ext, _)| *ext)
+}
+
 /// The type a name's extension suggests: what follows its last dot (a name
 /// without a dot is its own extension, as in the reference), lower-cased.
 pub fn infer_mime_type(name: &str) -> Option<&'static str> {

@@ -403,6 +403,59 @@ impl Uploads {
         Ok(())
     }
 
+    /// A new staging file for bytes that arrive in pieces from elsewhere (a
+    /// download), outside any upload: written with [`Uploads::stage_write`],
+    /// then moved into memory or dropped.
+    pub async fn stage_new(&self) -> Result<String, AttachmentError> {
+        self.reserved
+            .mkdir_p(&Self::dir(), DEFAULT_DIR_MODE)
+            .await
+            .map_err(storage)?;
+        let path = format!("{}/dl-{}.part", Self::dir(), uuid::Uuid::new_v4());
+        self.reserved
+            .write_file(&path, &[])
+            .await
+            .map_err(storage)?;
+        Ok(path)
+    }
+
+    pub async fn stage_write(
+        &self,
+        staged: &str,
+        offset: u64,
+        piece: &[u8],
+    ) -> Result<(), AttachmentError> {
+        self.reserved
+            .write(staged, offset, piece)
+            .await
+            .map(drop)
+            .map_err(storage)
+    }
+
+    /// Moves a staged file to an agent's memory at `path`.
+    pub async fn stage_into_memory(
+        &self,
+        staged: &str,
+        agent_id: &str,
+        path: &str,
+    ) -> Result<MemoryEntry, super::SpaceError> {
+        let placed = self.memory.place(agent_id, path, staged).await;
+        if placed.is_err() {
+            self.stage_drop(staged).await;
+        }
+        placed
+    }
+
+    /// Removes a staged file (best effort: what is left is swept with its
+    /// directory's next listing of uploads).
+    pub async fn stage_drop(&self, staged: &str) {
+        if let Err(e) = self.reserved.unlink(staged).await {
+            if !matches!(e, FsError::NotFound { .. }) {
+                tracing::warn!(file = %staged, error = %e, "a staged download was not removed");
+            }
+        }
+    }
+
     /// The SHA-256 of a part file, read a bounded piece at a time.
     async fn digest(&self, part: &str, size: u64) -> Result<[u8; 32], AttachmentError> {
         let mut hasher = Sha256::new();

@@ -5,7 +5,7 @@
 //! or a field nobody knows is [`SeedError::BadAction`] (`bad_request`),
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
-//! server does not implement (signing identities, memory downloads,
+//! server does not implement (signing identities, IPFS publishing,
 //! memory downloads and IPFS, MCP, OAuth, …), and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
@@ -249,6 +249,12 @@ pub enum Action {
         target: FileUploadTarget,
         size: i64,
     },
+    DownloadAgentMemoryFile {
+        agent_id: String,
+        url: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+    },
     AppendFileUploadChunk {
         upload_id: String,
         offset: i64,
@@ -386,6 +392,7 @@ impl Action {
             Action::UploadSessionAttachment { .. } => "UploadSessionAttachment",
             Action::ReadSessionAttachment { .. } => "ReadSessionAttachment",
             Action::BeginFileUpload { .. } => "BeginFileUpload",
+            Action::DownloadAgentMemoryFile { .. } => "DownloadAgentMemoryFile",
             Action::AppendFileUploadChunk { .. } => "AppendFileUploadChunk",
             Action::CommitFileUpload { .. } => "CommitFileUpload",
             Action::AbortFileUpload { .. } => "AbortFileUpload",
@@ -590,6 +597,11 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "BeginFileUpload" => Action::BeginFileUpload {
             target: f.req("target")?,
             size: f.req("size")?,
+        },
+        "DownloadAgentMemoryFile" => Action::DownloadAgentMemoryFile {
+            agent_id: f.req("agentId")?,
+            url: f.req("url")?,
+            path: f.opt("path")?,
         },
         "AppendFileUploadChunk" => Action::AppendFileUploadChunk {
             upload_id: f.req("uploadId")?,

@@ -299,6 +299,15 @@ responses! {
         data: Vec<u8>,
     }
 
+    /// `DownloadAgentMemoryFile`: the file saved, where it came from after
+    /// redirects, and its type as the server said.
+    DownloadAgentMemoryFileResponse => "DownloadAgentMemoryFileResponse" {
+        agent_id: String,
+        entry: AgentMemoryEntry,
+        final_url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_type: Option<String>,
+    }
     /// `BeginFileUpload`.
     BeginFileUploadResponse => "BeginFileUploadResponse" {
         upload_id: String,

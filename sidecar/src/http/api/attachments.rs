@@ -11,14 +11,19 @@
 
 use agentos_protocol::seed::response::{
     AbortFileUploadResponse, AppendFileUploadChunkResponse, BeginFileUploadResponse,
-    CommitFileUploadResponse, ReadSessionAttachmentResponse, SessionAttachmentInfo,
-    UploadSessionAttachmentResponse,
+    CommitFileUploadResponse, DownloadAgentMemoryFileResponse, ReadSessionAttachmentResponse,
+    SessionAttachmentInfo, UploadSessionAttachmentResponse,
 };
 use agentos_protocol::seed::{Action, ApiCode, FileUploadTarget};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::builtin::fetch::{DownloadError, Downloader};
 use crate::control::{authz, AccessRole, ControlError};
-use crate::space::uploads::{Committed, Upload, UploadTarget, MAX_CHUNK_BYTES};
+use crate::space::attachments::extension_for;
+use crate::space::memory;
+use crate::space::uploads::{
+    Committed, Upload, UploadTarget, MAX_CHUNK_BYTES, MAX_MEMORY_UPLOAD_BYTES,
+};
 use crate::space::{reason, AttachmentInfo};
 
 fn info(a: AttachmentInfo) -> SessionAttachmentInfo {
@@ -30,6 +35,42 @@ fn info(a: AttachmentInfo) -> SessionAttachmentInfo {
         size: a.size,
         created_at: a.created_at,
     }
+}
+
+fn download_error(e: DownloadError) -> ApiError {
+    let (status, code) = match e {
+        DownloadError::Invalid(_) => (400, ApiCode::InvalidArgument),
+        DownloadError::Upstream(_) => (502, ApiCode::DownloadFailed),
+        DownloadError::TooLarge => (413, ApiCode::DownloadTooLarge),
+    };
+    ApiError::new(status, code, e.to_string())
+}
+
+/// `downloads/<the URL's last segment>`, as the reference names a download:
+/// percent-decoded, `\` and `..` made `-`, at most 128 UTF-16 units,
+/// `download-<ms>` when empty.
+fn default_download_path(url: &reqwest::Url) -> String {
+    let last = url
+        .path_segments()
+        .and_then(|mut segments| segments.rfind(|s| !s.is_empty()))
+        .unwrap_or_default();
+    let decoded = percent_encoding::percent_decode_str(last).decode_utf8_lossy();
+    let cleaned = decoded.replace('\\', "-").replace("..", "-");
+    let units: Vec<u16> = cleaned.encode_utf16().take(128).collect();
+    let name = String::from_utf16_lossy(&units);
+    let name = if name.trim().is_empty() {
+        format!("download-{}", agentos_base::clock::unix_ms())
+    } else {
+        name
+    };
+    format!("downloads/{name}")
+}
+
+/// Whether a path ends in `.` and one to eight letters or digits.
+fn has_extension(path: &str) -> bool {
+    path.rsplit_once('.').is_some_and(|(_, ext)| {
+        (1..=8).contains(&ext.len()) && ext.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
 }
 
 impl SignedApi {
@@ -85,6 +126,64 @@ impl SignedApi {
             return Err(ApiError::not_found("Upload not found"));
         }
         Ok(upload)
+    }
+
+    /// `DownloadAgentMemoryFile`: the address and a given path checked
+    /// before any byte is fetched (the reference checks the path after),
+    /// the body streamed into a staging file a piece at a time, then moved
+    /// into the agent's memory.
+    async fn download(
+        &self,
+        account: &str,
+        agent_id: String,
+        url: &str,
+        path: Option<String>,
+    ) -> Result<Vec<u8>, ApiError> {
+        self.agent_owner(account, &agent_id).await?;
+        let parsed = Downloader::check(url).map_err(download_error)?;
+        let given = match path.as_deref().filter(|p| !p.is_empty()) {
+            Some(path) => Some(memory::normalize(path)?),
+            None => None,
+        };
+        let mut download = self
+            .downloader
+            .start(parsed.clone(), MAX_MEMORY_UPLOAD_BYTES)
+            .await
+            .map_err(download_error)?;
+        let mut path = given.unwrap_or_else(|| default_download_path(&parsed));
+        if !has_extension(&path) {
+            if let Some(ext) = download.content_type.as_deref().and_then(extension_for) {
+                path = memory::normalize(&format!("{path}.{ext}"))?;
+            }
+        }
+        let uploads = &self.space.uploads;
+        let staged = uploads.stage_new().await?;
+        let mut offset = 0u64;
+        loop {
+            match download.next().await {
+                Ok(Some(piece)) => {
+                    if let Err(e) = uploads.stage_write(&staged, offset, &piece).await {
+                        uploads.stage_drop(&staged).await;
+                        return Err(e.into());
+                    }
+                    offset += piece.len() as u64;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    uploads.stage_drop(&staged).await;
+                    return Err(download_error(e));
+                }
+            }
+        }
+        let entry = uploads.stage_into_memory(&staged, &agent_id, &path).await?;
+        self.announce_agent(&agent_id, reason::MEMORY_CHANGED, &[])
+            .await;
+        ok(&DownloadAgentMemoryFileResponse {
+            agent_id,
+            entry: render::memory_entry(&entry),
+            final_url: download.final_url,
+            content_type: download.content_type,
+        })
     }
 
     pub(super) async fn attachment_action(
@@ -201,6 +300,11 @@ impl SignedApi {
                 self.space.uploads.abort(&upload_id, now).await?;
                 ok(&AbortFileUploadResponse { upload_id })
             }
+            Action::DownloadAgentMemoryFile {
+                agent_id,
+                url,
+                path,
+            } => self.download(account, agent_id, &url, path).await,
             other => Err(ApiError::bad_request(
                 ApiCode::UnsupportedAction,
                 format!("{} is not an attachment action", other.name()),

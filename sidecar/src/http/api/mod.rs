@@ -55,6 +55,8 @@ pub struct SignedServices {
     pub builtin: Option<crate::builtin::Services>,
     /// Agents' triggers.
     pub triggers: Triggers,
+    /// `DownloadAgentMemoryFile`'s client.
+    pub downloader: crate::builtin::fetch::Downloader,
 }
 
 /// The signed API over its services.
@@ -77,6 +79,7 @@ pub struct SignedApi {
     /// model listings; absent, both are refused.
     builtin: Option<crate::builtin::Services>,
     triggers: Triggers,
+    downloader: crate::builtin::fetch::Downloader,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -100,6 +103,7 @@ impl SignedApi {
             space,
             builtin,
             triggers,
+            downloader,
         } = services;
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
@@ -113,6 +117,7 @@ impl SignedApi {
             space,
             builtin,
             triggers,
+            downloader,
         }
     }
 
@@ -198,7 +203,10 @@ impl SignedApi {
             | Action::BeginFileUpload { .. }
             | Action::AppendFileUploadChunk { .. }
             | Action::CommitFileUpload { .. }
-            | Action::AbortFileUpload { .. } => self.attachment_action(caller, action).await,
+            | Action::AbortFileUpload { .. }
+            | Action::DownloadAgentMemoryFile { .. } => {
+                self.attachment_action(caller, action).await
+            }
             Action::ListAgentTriggers { .. }
             | Action::GetAgentTrigger { .. }
             | Action::CreateAgentTrigger { .. }
