@@ -717,3 +717,33 @@ async fn downloads_reach_only_public_addresses_by_default() {
     .await;
     assert_eq!((a.status, message(&a)), (404, "Agent not found".into()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vm_bounds_uploads_across_accounts() {
+    let w = builtin::world_with(
+        Flavor::OpenAi,
+        Backend::SqliteFile,
+        json!({"control": {"maxUploads": 2}}),
+    )
+    .await;
+    let session = w.session().await;
+    // Two accounts' agents on one VM: the owner's and a second owner's.
+    let second = Signer::new();
+    let agent = call(
+        &w.target,
+        &second,
+        json!({"_": "CreateAgent", "definition": {"name": "B", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+    )
+    .await;
+    assert_eq!(agent.status, 200, "{:?}", agent.body);
+    let theirs = json!({"kind": "memory", "agentId": agent.text("agentId"), "path": "f"});
+    let mine = json!({"kind": "session-attachment", "sessionId": session, "name": "a"});
+    builtin::ok(&begin(&w, &w.owner, mine.clone(), 5).await);
+    builtin::ok(&begin(&w, &second, theirs.clone(), 5).await);
+    let a = begin(&w, &second, theirs, 5).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (429, "Too many uploads in progress".into())
+    );
+}

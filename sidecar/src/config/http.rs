@@ -243,6 +243,8 @@ pub struct ControlLimits {
     pub max_attachments_per_session: u64,
     /// Chunked uploads in progress per owner account.
     pub max_uploads_per_account: u64,
+    /// Chunked uploads in progress in the whole VM.
+    pub max_uploads: u64,
     /// An upload untouched this long (milliseconds) is gone.
     pub upload_idle_ms: u64,
 }
@@ -265,6 +267,7 @@ impl Default for ControlLimits {
             max_attachment_bytes: 100 * 1024 * 1024,
             max_attachments_per_session: 200,
             max_uploads_per_account: 8,
+            max_uploads: 1_024,
             upload_idle_ms: 3_600_000,
         }
     }
@@ -328,6 +331,7 @@ impl ControlLimits {
                 "limits.control.maxUploadsPerAccount",
                 self.max_uploads_per_account,
             ),
+            ("limits.control.maxUploads", self.max_uploads),
             ("limits.control.uploadIdleMs", self.upload_idle_ms),
         ];
         for (field, value) in positive {

@@ -63,6 +63,7 @@ impl Space {
                 attachments,
                 AgentMemory::new(vfs),
                 limits.max_uploads_per_account,
+                limits.max_uploads,
                 limits.upload_idle_ms,
                 limits.max_attachment_bytes,
             ),

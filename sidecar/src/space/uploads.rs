@@ -12,7 +12,8 @@
 //! exactly the offset received so far (409 otherwise) and never past the
 //! declared size; a commit of an incomplete upload is 400 and leaves it
 //! usable; anything after a commit or an abort is `Upload not found`; at
-//! most 8 uploads in progress per owner account (429). Unlike the
+//! most 8 uploads in progress per owner account (429), and
+//! `limits.control.maxUploads` in the whole VM. Unlike the
 //! reference, an upload idle past `limits.control.uploadIdleMs` (an hour)
 //! is gone at once, not at the next begin, and a deleted session's uploads
 //! go with it.
@@ -88,6 +89,8 @@ pub struct Uploads {
     /// One change to the uploads at a time (they are few and small).
     lock: Arc<tokio::sync::Mutex<()>>,
     max_per_account: u64,
+    /// Uploads in progress in the whole VM, at most.
+    max_total: u64,
     idle_ms: i64,
     max_attachment_bytes: u64,
 }
@@ -100,6 +103,7 @@ impl Uploads {
         attachments: SessionAttachments,
         memory: AgentMemory,
         max_per_account: u64,
+        max_total: u64,
         idle_ms: u64,
         max_attachment_bytes: u64,
     ) -> Uploads {
@@ -109,6 +113,7 @@ impl Uploads {
             memory,
             lock: Arc::default(),
             max_per_account,
+            max_total,
             idle_ms: i64::try_from(idle_ms).unwrap_or(i64::MAX),
             max_attachment_bytes,
         }
@@ -243,13 +248,10 @@ impl Uploads {
             }
         };
         let _one = self.lock.lock().await;
-        let mine = self
-            .all(now)
-            .await?
-            .iter()
-            .filter(|u| u.account_id == account_id)
-            .count() as u64;
-        if mine >= self.max_per_account {
+        let all = self.all(now).await?;
+        let mine = all.iter().filter(|u| u.account_id == account_id).count() as u64;
+        // Every account's own bound, and the VM's (many accounts at once).
+        if mine >= self.max_per_account || all.len() as u64 >= self.max_total {
             return Err(AttachmentError::TooMany(
                 "Too many uploads in progress".into(),
             ));
