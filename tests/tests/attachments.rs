@@ -393,14 +393,25 @@ async fn uploads_in_chunks_with_the_references_rules(backend: Backend) {
         (a.status, message(&a)),
         (413, "Upload exceeds the maximum attachment size".into())
     );
-    let a = begin(
-        &w,
-        &me,
-        json!({"kind": "memory", "agentId": w.agent_id, "path": "../x"}),
-        5,
-    )
-    .await;
-    assert_eq!(a.status, 400, "{:?}", a.body);
+    for path in ["../x", "", ".", "./"] {
+        let a = begin(
+            &w,
+            &me,
+            json!({"kind": "memory", "agentId": w.agent_id, "path": path}),
+            5,
+        )
+        .await;
+        assert_eq!(a.status, 400, "{path:?}: {:?}", a.body);
+    }
+    // An id that is not an upload's is not found, whatever it holds.
+    for id in ["nope", "../../etc", "a\u{0}b"] {
+        let a = append(&w, &me, id, 0, b"x").await;
+        assert_eq!(
+            (a.status, message(&a)),
+            (404, "Upload not found".into()),
+            "{id:?}"
+        );
+    }
 
     let begun = begin(&w, &me, target.clone(), file.len() as u64).await;
     builtin::ok(&begun);

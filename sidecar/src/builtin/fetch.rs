@@ -275,11 +275,10 @@ impl Downloader {
         if !self.allow_private {
             net::check_url(&url).map_err(upstream)?;
         }
-        let response = self
-            .client
-            .get(url)
-            .send()
+        // The wait for the answer's head counts as idle too.
+        let response = tokio::time::timeout(DOWNLOAD_IDLE, self.client.get(url).send())
             .await
+            .map_err(|_| upstream(format!("no answer for {} s", DOWNLOAD_IDLE.as_secs())))?
             .map_err(|e| upstream(chain(&e.without_url())))?;
         if !response.status().is_success() {
             return Err(upstream(format!("HTTP {}", response.status().as_u16())));

@@ -102,8 +102,8 @@ pub(super) async fn dispatch(
             // Its files go too (a session id no attachment can have is
             // simply not one of theirs).
             let now = agentos_base::clock::unix_ms();
-            let attachments = services.attachments.delete_session(&p.session_id).await;
             let uploads = services.uploads.delete_session(&p.session_id, now).await;
+            let attachments = services.attachments.delete_session(&p.session_id).await;
             for e in [attachments.err(), uploads.err()].into_iter().flatten() {
                 if !matches!(e, crate::space::AttachmentError::Invalid(_)) {
                     tracing::warn!(session = %p.session_id, error = %e, "a deleted session's files were not all removed");

@@ -76,9 +76,20 @@ impl AttachmentError {
     }
 }
 
-fn storage(e: FsError) -> AttachmentError {
-    AttachmentError::Storage(e.to_string())
+/// A file-system failure: the VM's file bounds are a 413 naming the
+/// setting, anything else the server's own failure.
+pub(crate) fn storage(e: FsError) -> AttachmentError {
+    match e {
+        FsError::FileTooBig { setting, .. } | FsError::NoSpace { setting, .. } => {
+            AttachmentError::TooLarge(format!("The file exceeds {setting}"))
+        }
+        other => AttachmentError::Storage(other.to_string()),
+    }
 }
+
+/// Deleted sessions remembered, so that a save already past its access
+/// check when its session went cannot bring the directory back.
+const TOMBSTONES: usize = 4_096;
 
 /// JavaScript's `trim`: Unicode white space and the byte-order mark, not
 /// NEL.
@@ -224,6 +235,8 @@ pub struct SessionAttachments {
     max_count: u64,
     /// One save at a time per session.
     locks: Arc<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>>,
+    /// The latest deleted sessions, oldest first.
+    deleted: Arc<Mutex<std::collections::VecDeque<String>>>,
 }
 
 impl SessionAttachments {
@@ -233,6 +246,7 @@ impl SessionAttachments {
             max_bytes,
             max_count,
             locks: Arc::default(),
+            deleted: Arc::default(),
         }
     }
 
@@ -316,6 +330,9 @@ impl SessionAttachments {
         let dir = Self::dir(new.session_id)?;
         let lock = self.session_lock(new.session_id);
         let _one = lock.lock().await;
+        if self.was_deleted(new.session_id) {
+            return Err(AttachmentError::NotFound("Session not found".into()));
+        }
         if let Some(existing) = self.admit(&dir, &id).await? {
             return Ok(existing);
         }
@@ -441,9 +458,24 @@ impl SessionAttachments {
         Ok((info, data))
     }
 
-    /// Removes every attachment of a deleted session.
+    fn was_deleted(&self, session_id: &str) -> bool {
+        let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        deleted.iter().any(|s| s == session_id)
+    }
+
+    /// Removes every attachment of a deleted session, after any save of it
+    /// in progress; a save that comes later finds the session gone.
     pub async fn delete_session(&self, session_id: &str) -> Result<(), AttachmentError> {
         let dir = Self::dir(session_id)?;
+        let lock = self.session_lock(session_id);
+        let _one = lock.lock().await;
+        {
+            let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+            if deleted.len() >= TOMBSTONES {
+                deleted.pop_front();
+            }
+            deleted.push_back(session_id.to_owned());
+        }
         let session_dir = dir.trim_end_matches("/attachments");
         match self.reserved.remove(session_dir, true).await {
             Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),

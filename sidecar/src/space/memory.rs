@@ -88,7 +88,8 @@ pub fn normalize(path: &str) -> Result<String, SpaceError> {
 
 /// The normalised spelling of a path naming a file or directory (not the
 /// root).
-fn entry_path(path: &str) -> Result<String, SpaceError> {
+/// A memory path that names a file or directory (not the root).
+pub fn entry_path(path: &str) -> Result<String, SpaceError> {
     let normalized = normalize(path)?;
     if normalized.is_empty() {
         return Err(SpaceError::path(path, "names the memory root"));
@@ -349,8 +350,14 @@ impl AgentMemory {
             Some((parent, _)) => absolute(&root, parent),
             None => root.clone(),
         };
+        // The root through the reserved view (its parents are outside the
+        // agent's), the rest through the agent's: a link inside memory
+        // never leads the file elsewhere.
         self.reserved
-            .mkdir_p(&parent, DEFAULT_DIR_MODE)
+            .mkdir_p(&root, DEFAULT_DIR_MODE)
+            .await
+            .map_err(|e| relative(&root, e))?;
+        view.mkdir_p(&parent, DEFAULT_DIR_MODE)
             .await
             .map_err(|e| relative(&root, e))?;
         self.reserved

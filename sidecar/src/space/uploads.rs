@@ -72,8 +72,24 @@ pub enum Committed {
     },
 }
 
-fn storage(e: FsError) -> AttachmentError {
-    AttachmentError::Storage(e.to_string())
+use super::attachments::storage;
+
+/// A memory write's refusal in the reference's terms: a bad path or a
+/// directory in the way is a 400 with its words; a full file system a 413.
+pub fn memory_error(e: super::SpaceError) -> AttachmentError {
+    use super::SpaceError;
+    match e {
+        SpaceError::Conflict(message) | SpaceError::InvalidArgument(message) => {
+            AttachmentError::Invalid(message)
+        }
+        SpaceError::InvalidPath { .. } | SpaceError::NotFound(_) => {
+            AttachmentError::Invalid(e.to_string())
+        }
+        SpaceError::TooLarge { .. } | SpaceError::Limit { .. } => {
+            AttachmentError::TooLarge(e.to_string())
+        }
+        other => AttachmentError::Storage(other.to_string()),
+    }
 }
 
 fn not_found() -> AttachmentError {
@@ -131,7 +147,9 @@ impl Uploads {
         format!("{}/{id}.part", Self::dir())
     }
 
-    /// Every upload's state (dropping the idle ones).
+    /// Every live upload's state. With the lock held: idle or unreadable
+    /// uploads are removed, and so are bytes no state names (a crash
+    /// between the two writes) and staged downloads idle past the bound.
     async fn all(&self, now: i64) -> Result<Vec<Upload>, AttachmentError> {
         let entries = match self.reserved.readdir_all(&Self::dir()).await {
             Ok(entries) => entries,
@@ -139,20 +157,38 @@ impl Uploads {
             Err(e) => return Err(storage(e)),
         };
         let mut out = Vec::new();
-        for entry in entries {
+        let mut live = std::collections::HashSet::new();
+        for entry in &entries {
             let Some(id) = entry.name.strip_suffix(".json") else {
                 continue;
             };
-            if let Some(upload) = self.load(id, now).await? {
-                out.push(upload);
+            match self.load(id, now).await? {
+                Some(upload) => {
+                    live.insert(id.to_owned());
+                    out.push(upload);
+                }
+                None => self.forget(id).await?,
+            }
+        }
+        for entry in &entries {
+            let Some(id) = entry.name.strip_suffix(".part") else {
+                continue;
+            };
+            let staged = id.starts_with("dl-");
+            let idle = now.saturating_sub(entry.stat.mtime_ms) > self.idle_ms;
+            if (!staged && !live.contains(id)) || (staged && idle) {
+                self.stage_drop(&format!("{}/{}", Self::dir(), entry.name))
+                    .await;
             }
         }
         Ok(out)
     }
 
-    /// One upload's state; an idle one is removed and reads as none.
+    /// One upload's state: none for an id that is not an upload's (a
+    /// UUID), a missing or unreadable state, or an idle upload (removed by
+    /// the next look at them all, under the lock).
     async fn load(&self, id: &str, now: i64) -> Result<Option<Upload>, AttachmentError> {
-        if id.is_empty() || id.len() > 64 || id.contains('/') {
+        if uuid::Uuid::parse_str(id).is_err() {
             return Ok(None);
         }
         let bytes = match self
@@ -165,11 +201,9 @@ impl Uploads {
             Err(e) => return Err(storage(e)),
         };
         let Ok(upload) = serde_json::from_slice::<Upload>(&bytes) else {
-            self.forget(id).await?;
             return Ok(None);
         };
         if now.saturating_sub(upload.updated_at) > self.idle_ms {
-            self.forget(id).await?;
             return Ok(None);
         }
         Ok(Some(upload))
@@ -185,9 +219,10 @@ impl Uploads {
             .map(drop)
     }
 
-    /// Removes an upload's state, then its bytes.
+    /// Removes an upload's bytes, then its state (bytes without a state
+    /// are swept; a state without bytes would not be).
     async fn forget(&self, id: &str) -> Result<(), AttachmentError> {
-        for path in [Self::state_path(id), Self::part_path(id)] {
+        for path in [Self::part_path(id), Self::state_path(id)] {
             match self.reserved.unlink(&path).await {
                 Ok(()) | Err(FsError::NotFound { .. }) => {}
                 Err(e) => return Err(storage(e)),
@@ -216,7 +251,7 @@ impl Uploads {
         })?;
         let target = match target {
             UploadTarget::Memory { agent_id, path } => {
-                let path = memory::normalize(&path)
+                let path = memory::entry_path(&path)
                     .map_err(|e| AttachmentError::Invalid(e.to_string()))?;
                 if size > MAX_MEMORY_UPLOAD_BYTES {
                     return Err(AttachmentError::TooLarge(
@@ -340,7 +375,16 @@ impl Uploads {
                 name,
                 mime_type,
             } => {
-                let digest = self.digest(&part, upload.size).await?;
+                // A crash after an earlier commit moved the bytes leaves
+                // nothing to commit: the upload ends.
+                let digest = match self.digest(&part, upload.size).await {
+                    Ok(digest) => digest,
+                    Err(AttachmentError::NotFound(_)) => {
+                        self.forget(id).await?;
+                        return Err(not_found());
+                    }
+                    Err(e) => return Err(e),
+                };
                 let new = NewAttachment {
                     session_id,
                     name: Some(name),
@@ -361,7 +405,7 @@ impl Uploads {
                     agent_id: agent_id.clone(),
                     entry,
                 })
-                .map_err(|e| AttachmentError::Invalid(e.to_string())),
+                .map_err(memory_error),
         };
         self.forget(id).await?;
         made
@@ -440,12 +484,12 @@ impl Uploads {
         staged: &str,
         agent_id: &str,
         path: &str,
-    ) -> Result<MemoryEntry, super::SpaceError> {
+    ) -> Result<MemoryEntry, AttachmentError> {
         let placed = self.memory.place(agent_id, path, staged).await;
         if placed.is_err() {
             self.stage_drop(staged).await;
         }
-        placed
+        placed.map_err(memory_error)
     }
 
     /// Removes a staged file (best effort: what is left is swept with its
@@ -463,11 +507,15 @@ impl Uploads {
         let mut hasher = Sha256::new();
         let mut offset = 0;
         while offset < size {
-            let piece = self
+            let piece = match self
                 .reserved
                 .read(part, offset, COMMIT_READ_BYTES.min(size - offset))
                 .await
-                .map_err(storage)?;
+            {
+                Ok(piece) => piece,
+                Err(FsError::NotFound { .. }) => return Err(not_found()),
+                Err(e) => return Err(storage(e)),
+            };
             if piece.is_empty() {
                 return Err(AttachmentError::Storage(
                     "the upload's bytes are short".into(),

@@ -121,7 +121,7 @@ fn is_text_type(mime: &str) -> bool {
 /// 256 KiB comes back as its content (decoded lossily, a leading byte-order
 /// mark dropped); anything else as what it is and why it is not shown.
 async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
-    let (info, data) = match verbs.attachments.read(&scope.session_id, id).await {
+    let info = match verbs.attachments.info(&scope.session_id, id).await {
         Ok(found) => found,
         Err(e) => return failure(e.code(), e),
     };
@@ -131,7 +131,12 @@ async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
     if let Some(mime) = &info.mime_type {
         out["mimeType"] = json!(mime);
     }
-    if is_text_type(&mime) && data.len() <= ATTACHMENT_TEXT_BYTES {
+    // Only a text small enough to show is read at all.
+    if is_text_type(&mime) && info.size <= ATTACHMENT_TEXT_BYTES as u64 {
+        let data = match verbs.attachments.read(&scope.session_id, id).await {
+            Ok((_, data)) => data,
+            Err(e) => return failure(e.code(), e),
+        };
         let text = String::from_utf8_lossy(&data);
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         out["summary"] = json!(format!("Read {} ({} bytes).", info.name, info.size));

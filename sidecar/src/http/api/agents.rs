@@ -215,11 +215,11 @@ impl SignedApi {
                         Ok(()) | Err(crate::sessions::SessionError::NotFound(_)) => {}
                         Err(e) => failed = failed.or(Some(e.into())),
                     }
-                    if let Err(e) = self.space.attachments.delete_session(&session_id).await {
-                        failed = failed.or(Some(e.into()));
-                    }
                     let now = agentos_base::clock::unix_ms();
                     if let Err(e) = self.space.uploads.delete_session(&session_id, now).await {
+                        failed = failed.or(Some(e.into()));
+                    }
+                    if let Err(e) = self.space.attachments.delete_session(&session_id).await {
                         failed = failed.or(Some(e.into()));
                     }
                 }

@@ -37,6 +37,9 @@ fn info(a: AttachmentInfo) -> SessionAttachmentInfo {
     }
 }
 
+/// Bytes of a download written to its staging file at once.
+const STAGE_BYTES: usize = 1024 * 1024;
+
 fn download_error(e: DownloadError) -> ApiError {
     let (status, code) = match e {
         DownloadError::Invalid(_) => (400, ApiCode::InvalidArgument),
@@ -142,7 +145,9 @@ impl SignedApi {
         self.agent_owner(account, &agent_id).await?;
         let parsed = Downloader::check(url).map_err(download_error)?;
         let given = match path.as_deref().filter(|p| !p.is_empty()) {
-            Some(path) => Some(memory::normalize(path)?),
+            Some(path) => {
+                Some(memory::entry_path(path).map_err(crate::space::uploads::memory_error)?)
+            }
             None => None,
         };
         let mut download = self
@@ -153,26 +158,36 @@ impl SignedApi {
         let mut path = given.unwrap_or_else(|| default_download_path(&parsed));
         if !has_extension(&path) {
             if let Some(ext) = download.content_type.as_deref().and_then(extension_for) {
-                path = memory::normalize(&format!("{path}.{ext}"))?;
+                path = memory::entry_path(&format!("{path}.{ext}"))
+                    .map_err(crate::space::uploads::memory_error)?;
             }
         }
         let uploads = &self.space.uploads;
         let staged = uploads.stage_new().await?;
+        // Written in pieces of about a megabyte, not one per network read.
+        let mut buffer: Vec<u8> = Vec::with_capacity(STAGE_BYTES);
         let mut offset = 0u64;
         loop {
-            match download.next().await {
-                Ok(Some(piece)) => {
-                    if let Err(e) = uploads.stage_write(&staged, offset, &piece).await {
-                        uploads.stage_drop(&staged).await;
-                        return Err(e.into());
-                    }
-                    offset += piece.len() as u64;
-                }
-                Ok(None) => break,
+            let next = download.next().await;
+            let end = matches!(next, Ok(None));
+            match next {
+                Ok(Some(piece)) => buffer.extend_from_slice(&piece),
+                Ok(None) => {}
                 Err(e) => {
                     uploads.stage_drop(&staged).await;
                     return Err(download_error(e));
                 }
+            }
+            if buffer.len() >= STAGE_BYTES || (end && !buffer.is_empty()) {
+                if let Err(e) = uploads.stage_write(&staged, offset, &buffer).await {
+                    uploads.stage_drop(&staged).await;
+                    return Err(e.into());
+                }
+                offset += buffer.len() as u64;
+                buffer.clear();
+            }
+            if end {
+                break;
             }
         }
         let entry = uploads.stage_into_memory(&staged, &agent_id, &path).await?;

@@ -464,9 +464,9 @@ impl SignedApi {
                 }
                 control.unlink_session(&session_id).await?;
                 self.triggers.session_deleted(&session_id).await?;
-                self.space.attachments.delete_session(&session_id).await?;
                 let now = agentos_base::clock::unix_ms();
                 self.space.uploads.delete_session(&session_id, now).await?;
+                self.space.attachments.delete_session(&session_id).await?;
                 self.announce_session(&link.agent_id, &session_id, reason::SESSION_DELETED)
                     .await;
                 ok(&DeleteSessionResponse {
