@@ -758,3 +758,55 @@ async fn the_vm_bounds_uploads_across_accounts() {
         (429, "Too many uploads in progress".into())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_adapter_is_told_what_was_attached() {
+    let sc = common::Sidecar::start_with(
+        Backend::SqliteFile,
+        common::Options {
+            config: json!({"http": {"listen": "127.0.0.1:0"}}),
+            ..common::Options::default()
+        },
+    )
+    .await;
+    let t = sc.api();
+    let owner = Signer::new();
+    let agent = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": {"name": "Echo", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+    )
+    .await
+    .text("agentId");
+    let session = call(&t, &owner, json!({"_": "CreateSession", "agentId": agent}))
+        .await
+        .text("sessionId");
+    let up = call(
+        &t,
+        &owner,
+        json!({"_": "UploadSessionAttachment", "sessionId": session, "name": "n.txt",
+               "content": bytes(b"words")}),
+    )
+    .await;
+    let id = json_of(up.field("attachment"))["id"].clone();
+    let said = call(
+        &t,
+        &owner,
+        json!({"_": "MessageSession", "sessionId": session,
+               "content": [{"type": "attachment", "id": id}, {"type": "text", "text": "echo hi"}]}),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{:?}", said.body);
+    let prompt = sc.delivered_prompts()[0]["prompt"][0]["text"]
+        .as_str()
+        .expect("a text block")
+        .to_owned();
+    assert!(
+        prompt.starts_with(
+            "echo hi\n\n<attachments>\nThe user attached these session-private files.\n- \"n.txt\""
+        ),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("read attachment"), "{prompt}");
+}

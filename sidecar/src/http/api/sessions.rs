@@ -133,10 +133,16 @@ fn content_blocks(
 }
 
 /// The first text block carries the message's context and attachments: the
-/// model reads them after the words (`<window_context>`, `<attachments>`,
+/// model (the builtin agent's, told how to read them; a registry adapter's,
+/// told only what they are) reads them after the words (`<window_context>`, `<attachments>`,
 /// as the reference writes them), while the Seed event keeps the words
 /// (`_meta.seed.text`) with `contextLines` and `attachments` beside them.
-fn with_context(first: &mut Value, context: &[String], attachments: &[AttachmentInfo]) {
+fn with_context(
+    first: &mut Value,
+    context: &[String],
+    attachments: &[AttachmentInfo],
+    builtin: bool,
+) {
     if context.is_empty() && attachments.is_empty() {
         return;
     }
@@ -161,8 +167,15 @@ fn with_context(first: &mut Value, context: &[String], attachments: &[Attachment
                 )
             })
             .collect();
+        // A registry adapter has no `read` verb: it is told what was
+        // attached, not how the builtin agent would read it.
+        let note = if builtin {
+            ATTACHMENTS_NOTE
+        } else {
+            "The user attached these session-private files."
+        };
         model.push_str(&format!(
-            "\n\n<attachments>\n{ATTACHMENTS_NOTE}\n{}\n</attachments>",
+            "\n\n<attachments>\n{note}\n{}\n</attachments>",
             lines.join("\n")
         ));
     }
@@ -479,9 +492,10 @@ impl SignedApi {
                 content,
                 client_message_id,
             } => {
-                let (link, _) =
+                let (link, access) =
                     authz::require_session(control, account, &session_id, AccessRole::Writer)
                         .await?;
+                let builtin = access.agent.adapter == crate::config::BUILTIN_AGENT;
                 let parts = content_blocks(content, client_message_id.as_deref())?;
                 let mut attached = Vec::with_capacity(parts.attachments.len());
                 for id in &parts.attachments {
@@ -489,7 +503,7 @@ impl SignedApi {
                 }
                 let mut blocks = parts.blocks;
                 if let Some(first) = blocks.first_mut() {
-                    with_context(first, &parts.context, &attached);
+                    with_context(first, &parts.context, &attached, builtin);
                 }
                 let client_id = client_message_id.or(parts.part_id);
                 if client_id
