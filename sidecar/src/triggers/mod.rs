@@ -1,8 +1,8 @@
 //! Agent triggers: what wakes an agent without a message. `validate.rs`
 //! checks and normalizes a trigger's parts as clients send them,
-//! `prompt.rs` turns prompts into blocks and back into markdown,
+//! `prompt/` turns prompts into blocks and back into markdown,
 //! `schedule.rs` says when a schedule is due, `store.rs` holds all their
-//! SQL and `service.rs` keeps triggers and fires them: the schedule monitor
+//! SQL and `service/` keeps triggers and fires them: the schedule monitor
 //! on the sidecar's clock, run-completed firings from run finalization,
 //! each firing claimed once in the transaction that starts its work, and
 //! `view.rs` what an agent reads of its triggers (`~/triggers/`).

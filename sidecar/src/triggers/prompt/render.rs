@@ -1,0 +1,561 @@
+//! Blocks to markdown: the plain and the resolved renderings and the strip
+//! step.
+
+use super::*;
+
+use super::js::*;
+
+// ─── Blocks → markdown ──────────────────────────────────────────────────────
+
+/// Which of the reference's two emitters to follow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// `blocksToMarkdown`, for listings.
+    Plain,
+    /// `contentToResolvedMarkdown` with every lookup failing, for the model.
+    Resolved,
+}
+
+pub(super) struct Rendering {
+    pub(super) markdown: String,
+    /// False when the output budget ran out and `markdown` is cut short.
+    pub(super) complete: bool,
+}
+
+/// The blocks as prompt markdown: the emitter's output, then `strip_artifacts`.
+pub(super) fn render(blocks: &[Value], mode: Mode) -> Rendering {
+    let mut renderer = Renderer {
+        mode,
+        budget: RENDER_BUDGET,
+        exhausted: false,
+    };
+    let raw = renderer.document(blocks);
+    Rendering {
+        markdown: strip_artifacts(&raw),
+        complete: !renderer.exhausted,
+    }
+}
+
+/// The service's `stripPromptMarkdownArtifacts`: no empty frontmatter, no
+/// `[ \t]*<!-- id:… -->` comments, trimmed.
+pub(super) fn strip_artifacts(markdown: &str) -> String {
+    let markdown = match markdown.strip_prefix(EMPTY_FRONTMATTER) {
+        Some(rest) => rest.strip_prefix('\n').unwrap_or(rest),
+        None => markdown,
+    };
+    js_trim(&remove_id_comments(markdown)).to_owned()
+}
+
+/// Every match of `/[ \t]*<!-- id:[^>]+ -->/g` removed: a comment runs to the
+/// first `>` after `<!-- id:`, and counts only if that `>` ends ` -->` with
+/// something between.
+pub(super) fn remove_id_comments(markdown: &str) -> String {
+    const OPEN: &str = "<!-- id:";
+    let mut out = String::with_capacity(markdown.len());
+    let mut kept_until = 0;
+    let mut search_from = 0;
+    // The first `>` at or after some position, remembered so that a text
+    // full of unclosed comments is still read once.
+    let mut greater: Option<usize> = None;
+    while let Some(at) = markdown
+        .get(search_from..)
+        .and_then(|rest| rest.find(OPEN))
+        .map(|i| i + search_from)
+    {
+        let body = at + OPEN.len();
+        if greater.is_none_or(|g| g < body) {
+            greater = markdown
+                .get(body..)
+                .and_then(|rest| rest.find('>'))
+                .map(|i| i + body);
+        }
+        let Some(close) = greater else { break };
+        let closes = close >= body + 4
+            && markdown.as_bytes().get(close - 3..close) == Some(b" --".as_slice());
+        if !closes {
+            search_from = at + 1;
+            continue;
+        }
+        let kept = markdown.get(kept_until..at).unwrap_or_default();
+        out.push_str(kept.trim_end_matches([' ', '\t']));
+        kept_until = close + 1;
+        search_from = close + 1;
+    }
+    out.push_str(markdown.get(kept_until..).unwrap_or_default());
+    out
+}
+
+/// A table row as the emitter reads it: cells by column id, first one wins.
+pub(super) struct RowView<'a> {
+    pub(super) id: Option<&'a Value>,
+    pub(super) is_header: bool,
+    pub(super) cells: HashMap<&'a str, &'a Map<String, Value>>,
+}
+
+pub(super) struct Renderer {
+    pub(super) mode: Mode,
+    pub(super) budget: usize,
+    pub(super) exhausted: bool,
+}
+
+impl Renderer {
+    /// Takes `bytes` of the budget; false (from then on) once it runs out.
+    pub(super) fn spend(&mut self, bytes: usize) -> bool {
+        if !self.exhausted && bytes <= self.budget {
+            self.budget -= bytes;
+            return true;
+        }
+        self.exhausted = true;
+        false
+    }
+
+    /// Top-level blocks: after empty frontmatter and one newline apart
+    /// (plain), or a blank line apart (resolved).
+    pub(super) fn document(&mut self, blocks: &[Value]) -> String {
+        let mode = self.mode;
+        let parts = blocks
+            .iter()
+            .map(|node| self.node(node, 0))
+            .filter(|md| !md.is_empty());
+        match mode {
+            Mode::Plain => std::iter::once(EMPTY_FRONTMATTER.to_owned())
+                .chain(parts)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Mode::Resolved => parts.collect::<Vec<_>>().join("\n\n"),
+        }
+    }
+
+    /// `blockNodeToMarkdown`. Malformed nodes (no object `block`) and nodes
+    /// deeper than `MAX_NESTING` render as nothing.
+    pub(super) fn node(&mut self, node: &Value, depth: usize) -> String {
+        if depth >= MAX_NESTING || self.exhausted {
+            return String::new();
+        }
+        let Some(block) = node.get("block").and_then(Value::as_object) else {
+            return String::new();
+        };
+        let kind = str_field(block, "type");
+        if kind == "Table" {
+            return self.table(node, block, depth);
+        }
+        let bullet = match attribute(block, "childrenType").and_then(Value::as_str) {
+            Some("Ordered") => Some("1. "),
+            Some("Unordered") => Some("- "),
+            Some("Blockquote") => Some("> "),
+            _ => None,
+        };
+        let is_list_container =
+            kind == "Paragraph" && !js_truthy(block.get("text")) && bullet.is_some();
+        let mut out = if is_list_container {
+            id_comment(block.get("id"))
+        } else {
+            self.block(block, kind, depth)
+        };
+        for child in child_nodes(node) {
+            let child = self.node(child, depth + 1);
+            if child.is_empty() {
+                continue;
+            }
+            match bullet {
+                Some(bullet) => {
+                    out.push('\n');
+                    out.push_str(&indent(depth + 1));
+                    out.push_str(bullet);
+                    out.push_str(js_trim(&child));
+                }
+                None => {
+                    out.push_str("\n\n");
+                    out.push_str(&child);
+                }
+            }
+        }
+        out
+    }
+
+    /// `blockToMarkdown` / `resolvedBlockToMarkdown` for one block.
+    pub(super) fn block(&mut self, block: &Map<String, Value>, kind: &str, depth: usize) -> String {
+        let ind = indent(depth);
+        let id = id_comment(block.get("id"));
+        let text = js_or_empty(block.get("text"));
+        let link = js_or_empty(block.get("link"));
+        let or = |value: &str, fallback: &str| {
+            if value.is_empty() {
+                fallback.to_owned()
+            } else {
+                value.to_owned()
+            }
+        };
+        match kind {
+            "Paragraph" => {
+                let text = self.annotate(&text, block.get("annotations"));
+                append_id(format!("{ind}{text}"), &id)
+            }
+            "Heading" => {
+                let hashes = "#".repeat((depth + 1).min(6));
+                let text = self.annotate(&text, block.get("annotations"));
+                append_id(format!("{hashes} {text}"), &id)
+            }
+            "Code" => {
+                let language = js_or_empty(attribute(block, "language"));
+                format!("{ind}```{language} {id}\n{ind}{text}\n{ind}```")
+            }
+            "Math" => format!("{ind}$$ {id}\n{ind}{text}\n{ind}$$"),
+            "Image" => format!("{ind}![{}]({}) {id}", or(&text, "image"), media_url(&link)),
+            "Video" => format!("{ind}[Video]({}) {id}", media_url(&link)),
+            "File" => {
+                let name = js_or_empty(attribute(block, "name"));
+                format!("{ind}[{}]({}) {id}", or(&name, "file"), media_url(&link))
+            }
+            "Embed" => {
+                let embed = format!("{ind}> [Embed: {link}]({link})");
+                match self.mode {
+                    Mode::Plain => format!("{embed} {id}"),
+                    Mode::Resolved => append_id(embed, &id),
+                }
+            }
+            "WebEmbed" => format!("{ind}[Web Embed]({link}) {id}"),
+            "Button" => format!("{ind}[{}]({link}) {id}", or(&text, "Button")),
+            "Query" => match self.mode {
+                Mode::Plain => format!("{ind}<!-- Query block --> {id}"),
+                Mode::Resolved => append_id(format!("{ind}{}", query_without_client(block)), &id),
+            },
+            "Nostr" => format!("{ind}[Nostr: {link}]({link}) {id}"),
+            _ if text.is_empty() => String::new(),
+            _ => append_id(format!("{ind}{text}"), &id),
+        }
+    }
+
+    /// `applyAnnotations`: markdown markers put into the text.
+    ///
+    /// Markers sort by position, opening ones first, openings at one position
+    /// in reverse order of appearance and closings in order (what the
+    /// reference's comparator yields in V8 and JavaScriptCore). Positions are
+    /// UTF-16 offsets with JavaScript `slice` semantics (truncated, negative
+    /// from the end, clamped); a position that is not a number is skipped
+    /// (the reference would coerce it). A marker inside a surrogate pair
+    /// splits the character, whose halves become U+FFFD. With any
+    /// annotations, U+FFFC characters are dropped.
+    pub(super) fn annotate(&mut self, text: &str, annotations: Option<&Value>) -> String {
+        let annotations = match annotations {
+            Some(Value::Array(annotations)) if !annotations.is_empty() => annotations,
+            _ => return text.to_owned(),
+        };
+        struct Marker<'a> {
+            pos: f64,
+            open: bool,
+            seq: usize,
+            annotation: &'a Map<String, Value>,
+        }
+        let mut markers = Vec::new();
+        for annotation in annotations.iter().filter_map(Value::as_object) {
+            let positions = |key| {
+                annotation
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice)
+            };
+            let ends = positions("ends");
+            for (i, start) in positions("starts").iter().enumerate() {
+                if let Some(pos) = start.as_f64() {
+                    markers.push(Marker {
+                        pos,
+                        open: true,
+                        seq: markers.len(),
+                        annotation,
+                    });
+                }
+                if let Some(pos) = ends.get(i).and_then(Value::as_f64) {
+                    markers.push(Marker {
+                        pos,
+                        open: false,
+                        seq: markers.len(),
+                        annotation,
+                    });
+                }
+            }
+        }
+        markers.sort_by(|a, b| {
+            let order = if a.open {
+                b.seq.cmp(&a.seq)
+            } else {
+                a.seq.cmp(&b.seq)
+            };
+            a.pos
+                .partial_cmp(&b.pos)
+                .unwrap_or(Ordering::Equal)
+                .then(b.open.cmp(&a.open))
+                .then(order)
+        });
+
+        let units: Vec<u16> = text.encode_utf16().collect();
+        let mut out: Vec<u16> = Vec::with_capacity(units.len() + 4 * markers.len());
+        let mut last = 0.0;
+        for marker in &markers {
+            out.extend_from_slice(js_slice(&units, last, marker.pos));
+            last = marker.pos;
+            let tag = self.marker(marker.annotation, marker.open);
+            if !self.spend(tag.len()) {
+                break;
+            }
+            out.extend(tag.encode_utf16());
+        }
+        out.extend_from_slice(js_slice(&units, last, f64::INFINITY));
+        String::from_utf16_lossy(&out).replace(OBJECT_REPLACEMENT, "")
+    }
+
+    /// The markdown for one end of an annotation.
+    pub(super) fn marker(&self, annotation: &Map<String, Value>, open: bool) -> Cow<'static, str> {
+        let link = || js_or_empty(annotation.get("link"));
+        match (str_field(annotation, "type"), open) {
+            ("Bold", _) => "**".into(),
+            ("Italic", _) => "_".into(),
+            ("Strike", _) => "~~".into(),
+            ("Code", _) => "`".into(),
+            ("Underline", true) => "<u>".into(),
+            ("Underline", false) => "</u>".into(),
+            ("Link", true) => "[".into(),
+            ("Link", false) => format!("]({})", link()).into(),
+            ("Embed", open) => match (self.mode, open) {
+                (Mode::Plain, true) => format!("<{}", link()).into(),
+                (Mode::Plain, false) => ">".into(),
+                (Mode::Resolved, false) => format!("]({})", link()).into(),
+                (Mode::Resolved, true) => match link() {
+                    link if link.is_empty() => "[↗ embed".into(),
+                    link => format!("[↗ {}", fallback_label(&link)).into(),
+                },
+            },
+            _ => "".into(),
+        }
+    }
+
+    /// A Table node as GFM with identity comments (`<!-- col:… -->` stays
+    /// in the prompt: the strip step only knows `id:` comments). Cells are
+    /// found by column id; only the first row may be the header.
+    pub(super) fn table(
+        &mut self,
+        node: &Value,
+        block: &Map<String, Value>,
+        depth: usize,
+    ) -> String {
+        let mut columns: Vec<Option<&Value>> = Vec::new();
+        let mut rows: Vec<RowView> = Vec::new();
+        for child in child_nodes(node) {
+            let Some(child_block) = child.get("block").and_then(Value::as_object) else {
+                continue;
+            };
+            match str_field(child_block, "type") {
+                "TableColumn" => columns.push(child_block.get("id")),
+                "TableRow" => {
+                    let mut cells = HashMap::new();
+                    for cell in
+                        child_nodes(child).filter_map(|c| c.get("block").and_then(Value::as_object))
+                    {
+                        if let Some(column) = attribute(cell, "columnId").and_then(Value::as_str) {
+                            if !column.is_empty() {
+                                cells.entry(column).or_insert(cell);
+                            }
+                        }
+                    }
+                    let is_header = rows.is_empty()
+                        && attribute(child_block, "isHeader") == Some(&Value::Bool(true));
+                    rows.push(RowView {
+                        id: child_block.get("id"),
+                        is_header,
+                        cells,
+                    });
+                }
+                _ => {}
+            }
+        }
+        if columns.is_empty() {
+            return String::new();
+        }
+        let (header, body) = match rows.split_first() {
+            Some((first, rest)) if first.is_header => (Some(first), rest),
+            _ => (None, rows.as_slice()),
+        };
+        if !self.spend(
+            columns
+                .len()
+                .saturating_mul(body.len() + 1)
+                .saturating_mul(3),
+        ) {
+            return String::new();
+        }
+
+        let ind = indent(depth);
+        let mut lines = vec![format!("{ind}{}", id_comment(block.get("id")))];
+        let mut header_cells: Vec<String> = self
+            .row_cells(header, &columns)
+            .into_iter()
+            .zip(&columns)
+            .map(|(text, column)| {
+                let text = if text.is_empty() {
+                    text
+                } else {
+                    format!("{text} ")
+                };
+                format!("{text}<!-- col:{} -->", js_display(*column))
+            })
+            .collect();
+        if let Some(row) = header.filter(|row| js_truthy(row.id)) {
+            if let Some(last) = header_cells.last_mut() {
+                last.push(' ');
+                last.push_str(&id_comment(row.id));
+            }
+        }
+        lines.push(format!("{ind}| {} |", header_cells.join(" | ")));
+        lines.push(format!("{ind}|{}|", vec![" --- "; columns.len()].join("|")));
+        for row in body {
+            let mut cells = self.row_cells(Some(row), &columns);
+            if let Some(last) = cells.last_mut() {
+                let id = id_comment(row.id);
+                *last = if last.is_empty() {
+                    id
+                } else {
+                    format!("{last} {id}")
+                };
+            }
+            lines.push(format!("{ind}| {} |", cells.join(" | ")));
+        }
+        lines.join("\n")
+    }
+
+    /// One rendered, escaped cell per column (empty where the row has none).
+    pub(super) fn row_cells(
+        &mut self,
+        row: Option<&RowView>,
+        columns: &[Option<&Value>],
+    ) -> Vec<String> {
+        columns
+            .iter()
+            .map(|column| {
+                let cell = row
+                    .zip(column.and_then(Value::as_str))
+                    .and_then(|(row, id)| row.cells.get(id));
+                let Some(cell) = cell else {
+                    return String::new();
+                };
+                let text = self.annotate(&js_or_empty(cell.get("text")), cell.get("annotations"));
+                if !self.spend(text.len()) {
+                    return String::new();
+                }
+                text.replace('|', "\\|").replace('\n', "<br>")
+            })
+            .collect()
+    }
+}
+
+pub(super) fn str_field<'a>(map: &'a Map<String, Value>, key: &str) -> &'a str {
+    map.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `block.attributes?.[key]`.
+pub(super) fn attribute<'a>(block: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    block
+        .get("attributes")
+        .and_then(Value::as_object)
+        .and_then(|attributes| attributes.get(key))
+}
+
+/// A node's children, when they are an array.
+pub(super) fn child_nodes(node: &Value) -> impl Iterator<Item = &Value> {
+    node.get("children")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+pub(super) fn indent(depth: usize) -> String {
+    "  ".repeat(depth)
+}
+
+pub(super) fn id_comment(id: Option<&Value>) -> String {
+    format!("<!-- id:{} -->", js_display(id))
+}
+
+/// The id comment after the first line of `markdown` (alone if it is empty).
+pub(super) fn append_id(markdown: String, comment: &str) -> String {
+    match markdown.split_once('\n') {
+        Some((first, rest)) => format!("{first} {comment}\n{rest}"),
+        None if markdown.is_empty() => comment.to_owned(),
+        None => format!("{markdown} {comment}"),
+    }
+}
+
+/// Media urls on IPFS go through the public gateway.
+pub(super) fn media_url(url: &str) -> String {
+    match url.strip_prefix("ipfs://") {
+        Some(cid) => format!("https://ipfs.io/ipfs/{cid}"),
+        None => url.to_owned(),
+    }
+}
+
+/// What the resolved emitter shows for a Query block whose request fails:
+/// a query with `includes` (or a `space`) would be requested, one without
+/// names no space. (`query.includes` is a truthy method on strings and
+/// arrays, which sends those down the request path too.)
+pub(super) fn query_without_client(block: &Map<String, Value>) -> &'static str {
+    let would_request = match attribute(block, "query") {
+        Some(Value::Object(query)) => js_truthy(query.get("includes")),
+        Some(Value::String(_) | Value::Array(_)) => true,
+        _ => false,
+    };
+    if would_request || js_truthy(attribute(block, "space")) {
+        QUERY_WITHOUT_CLIENT
+    } else {
+        "<!-- Query: no space specified -->"
+    }
+}
+
+/// The reference's `fallbackLabel`: a hypermedia link's path, or its account
+/// id shortened to 12 characters, or the link itself.
+pub(super) fn fallback_label(link: &str) -> String {
+    let Some((uid, path)) = unpack_hm_id(link) else {
+        return link.to_owned();
+    };
+    if !path.is_empty() {
+        return path.join("/");
+    }
+    let units: Vec<u16> = uid.encode_utf16().collect();
+    match units.get(..12) {
+        Some(head) if units.len() > 12 => format!("{}...", String::from_utf16_lossy(head)),
+        _ => uid.to_owned(),
+    }
+}
+
+/// The account id and path of `hm://UID/PATH` or `http(s)://HOST/hm/UID/PATH`
+/// (the reference's `unpackHmId`, as far as labels need it).
+pub(super) fn unpack_hm_id(link: &str) -> Option<(&str, Vec<&str>)> {
+    const STATIC_PATHS: [&str; 5] = ["download", "connect", "register", "profile", "contact"];
+    let mut parts = link.split("://");
+    let scheme = parts.next().unwrap_or_default();
+    let rest = parts.next().filter(|rest| !rest.is_empty())?;
+    let path = rest
+        .split('#')
+        .next()
+        .unwrap_or_default()
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').collect();
+    let (uid, path) = match scheme {
+        "https" | "http" => {
+            if segments.get(1) != Some(&"hm") {
+                return None;
+            }
+            let uid = segments.get(2).copied().unwrap_or_default();
+            if STATIC_PATHS.contains(&uid) {
+                return None;
+            }
+            (uid, segments.get(3..).unwrap_or_default())
+        }
+        "hm" => (
+            segments.first().copied().unwrap_or_default(),
+            segments.get(1..).unwrap_or_default(),
+        ),
+        _ => return None,
+    };
+    Some((uid, path.to_vec()))
+}
