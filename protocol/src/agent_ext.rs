@@ -187,7 +187,26 @@ pub struct VerbResult {
     /// step; the next turn resumes from the log.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub parked: bool,
+    /// Images the model is shown with the result (an attached image read
+    /// with `read attachment:<id>`, for a model that takes images). They
+    /// reach the model within the turn only: the durable result is
+    /// `output`, which says what was shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
 }
+
+/// An image for the model: its type and its bytes in standard, padded
+/// base64, as every provider API takes them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePart {
+    pub mime_type: String,
+    pub data: String,
+}
+
+/// The largest image shown to the model, in bytes before encoding (the
+/// reference's bound; larger ones are described instead).
+pub const MAX_IMAGE_BYTES: u64 = 4_500_000;
 
 /// `text` cut to at most `max` bytes on a UTF-8 boundary, with a notice
 /// saying how much was left out.

@@ -12,7 +12,7 @@ mod common;
 use agentos_protocol::seed::Ipld;
 use agentos_tests::provider_server::Flavor;
 use agentos_tests::seed::{bytes, call, Answer, Signer};
-use builtin::{json_of, World};
+use builtin::{json_of, Sent, World};
 use common::Backend;
 use serde_json::{json, Value};
 
@@ -326,15 +326,119 @@ async fn a_message_carries_its_context_and_files_and_the_model_reads_them(backen
             json!({"address": format!("attachment:{}", png["id"].as_str().unwrap())}),
         )
         .await;
+    // A user's own read goes to no model: an image is described.
     let output = json_of(&shown.body)["output"].clone();
     assert_eq!(output["shownAsImage"], false);
     assert!(
-        output["summary"].as_str().unwrap().contains("not shown"),
+        output["summary"].as_str().unwrap().ends_with(
+            "this model does not support image input. Save it to memory with write to keep it."
+        ),
         "{output}"
     );
 }
 
 both_backends!(a_message_carries_its_context_and_files_and_the_model_reads_them);
+
+/// A model of each family that takes images: the scripted provider asks
+/// to read an attached PNG and gets it in its API's own shape, once (the
+/// next turn replays only what was said of it); a model that takes no
+/// images is told why it sees none.
+async fn the_model_sees_an_attached_image_in_its_own_shape(flavor: Flavor, vision_model: &str) {
+    use agentos_tests::provider_server::Reply;
+    use base64::Engine as _;
+    let w = builtin::world(flavor).await;
+    let mut definition = builtin::definition(None);
+    definition["model"] = json!(vision_model);
+    builtin::ok(
+        &w.act(json!({"_": "UpdateAgent", "agentId": w.agent_id, "definition": definition}))
+            .await,
+    );
+    let session = w.session().await;
+    let png = json_of(
+        upload(&w, &w.owner, &session, json!("pixel.png"), PNG)
+            .await
+            .field("attachment"),
+    );
+    let id = png["id"].as_str().expect("id").to_owned();
+    let read_it = || {
+        Reply::ToolCalls(vec![(
+            "r1".to_owned(),
+            "read".to_owned(),
+            json!({"address": format!("attachment:{id}")}),
+        )])
+    };
+    w.provider.push(read_it());
+    w.provider.push(Reply::Text(vec!["A pixel.".to_owned()]));
+    let said = w
+        .act(
+            json!({"_": "MessageSession", "sessionId": session, "content": [
+            {"type": "attachment", "id": id}, {"type": "text", "text": "What is it?"}]}),
+        )
+        .await;
+    builtin::ok(&said);
+    let requests = w.provider.requests();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(PNG);
+    assert!(Sent::new(flavor, &requests[0].body).images().is_empty());
+    assert_eq!(
+        Sent::new(flavor, &requests[1].body).images(),
+        vec![("image/png".to_owned(), encoded)]
+    );
+    // The log keeps what was shown, not the bytes.
+    let events = w.events(&session).await;
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool result");
+    assert_eq!(result["output"]["shownAsImage"], true, "{result}");
+    assert_eq!(
+        result["output"]["summary"],
+        format!("Viewed pixel.png (image/png, {} bytes).", PNG.len())
+    );
+    assert!(!result.to_string().contains("iVBOR"), "{result}");
+    // The next turn is rebuilt from the log: no image.
+    w.provider
+        .push(Reply::Text(vec!["Still a pixel.".to_owned()]));
+    builtin::ok(&w.message(&session, "And now?").await);
+    let requests = w.provider.requests();
+    assert!(Sent::new(flavor, &requests[2].body).images().is_empty());
+
+    // A model that takes no images reads what the file is instead.
+    builtin::ok(
+        &w.act(json!({"_": "UpdateAgent", "agentId": w.agent_id,
+                      "definition": builtin::definition(None)}))
+            .await,
+    );
+    w.provider.push(read_it());
+    w.provider
+        .push(Reply::Text(vec!["Cannot see it.".to_owned()]));
+    builtin::ok(&w.message(&session, "Look again").await);
+    let requests = w.provider.requests();
+    let last = &requests[requests.len() - 1].body;
+    assert!(Sent::new(flavor, last).images().is_empty());
+    let results = Sent::new(flavor, last).tool_results();
+    assert!(
+        results
+            .last()
+            .is_some_and(|(_, text)| text.contains("this model does not support image input")),
+        "{results:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_model_sees_an_image_as_a_data_url() {
+    the_model_sees_an_attached_image_in_its_own_shape(Flavor::OpenAi, "gpt-4o").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_model_sees_an_image_block_in_the_result() {
+    the_model_sees_an_attached_image_in_its_own_shape(Flavor::Anthropic, "claude-sonnet-4-5").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_model_sees_inline_data() {
+    the_model_sees_an_attached_image_in_its_own_shape(Flavor::Google, "gemini-2.5-flash").await;
+    the_model_sees_an_attached_image_in_its_own_shape(Flavor::Google, "gemini-3-pro-preview").await;
+}
 
 async fn begin(w: &World, who: &Signer, target: Value, size: u64) -> Answer {
     call(

@@ -138,6 +138,7 @@ fn error(message: String) -> VerbResult {
         is_error: true,
         ends_turn: false,
         parked: false,
+        images: Vec::new(),
     }
 }
 
@@ -175,12 +176,14 @@ pub(super) async fn run_verb(
             is_error: false,
             ends_turn: false,
             parked: false,
+            images: Vec::new(),
         },
         Ok(_) => VerbResult {
             output: Value::String(format!("wrote {path}")),
             is_error: false,
             ends_turn: false,
             parked: false,
+            images: Vec::new(),
         },
         Err(e) => error(format!("{method} failed: {}", e.message)),
     }

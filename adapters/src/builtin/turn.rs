@@ -55,6 +55,7 @@ fn skipped(why: &str) -> VerbResult {
         is_error: true,
         ends_turn: false,
         parked: false,
+        images: Vec::new(),
     }
 }
 
@@ -258,6 +259,7 @@ pub(super) async fn run(
                 name: call.name.clone(),
                 content: cut_with_notice(&output_text(&result.output), MODEL_RESULT_BYTES),
                 is_error: result.is_error,
+                images: result.images,
             });
         }
         if cancel.is_cancelled() {
@@ -622,12 +624,14 @@ async fn run_tool(agent: &Agent, session: &str, source: &Source, call: &ToolCall
                 is_error: true,
                 ends_turn: false,
                 parked: false,
+                images: Vec::new(),
             }),
             Err(e) => VerbResult {
                 output: Value::String(e.message),
                 is_error: true,
                 ends_turn: false,
                 parked: false,
+                images: Vec::new(),
             },
         },
         Source::Local => {
@@ -719,6 +723,7 @@ fn transcript_messages(items: &[TranscriptItem]) -> Vec<Message> {
                 name: name.clone(),
                 content: output.clone(),
                 is_error: *is_error,
+                images: Vec::new(),
             }),
         }
     }

@@ -18,6 +18,7 @@ mod envelope;
 mod error;
 pub mod event;
 pub mod ipld_json;
+pub mod model;
 mod principal;
 pub mod response;
 pub mod tool;

@@ -59,11 +59,13 @@ impl ScriptTools for BuiltinScriptTools {
             .await
             .map_err(|e| EffectError::new("agent_unavailable", e.message))?;
         let session = self.session_of(run).await.unwrap_or_default();
-        let scope = self
+        let mut scope = self
             .host
             .verb_scope(&resolved, &session, Actor::Agent, Some(&run.run_id), None)
             .await
             .map_err(|e| EffectError::new("agent_unavailable", e.message))?;
+        // A script reads results as JSON: an attached image is described.
+        scope.image_input = false;
         let result = match tool {
             "read" | "write" | "call" => self.verbs.run(&scope, tool, input).await,
             "delegate" | "plan" | "status" | "continue_session" => {

@@ -459,6 +459,56 @@ impl<'a> Sent<'a> {
         out
     }
 
+    /// Every image the request shows the model, as (type, base64), read
+    /// where each family's API takes them: OpenAI's `image_url` data URLs
+    /// in user messages, Anthropic's base64 `image` blocks in tool
+    /// results, Gemini's `inlineData` in user parts or function responses.
+    pub fn images(&self) -> Vec<(String, String)> {
+        let b = self.body;
+        let own = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let mut out = Vec::new();
+        match self.flavor {
+            Flavor::OpenAi => {
+                for m in Self::items(&b["messages"]).filter(|m| m["role"] == "user") {
+                    for part in Self::items(&m["content"]).filter(|p| p["type"] == "image_url") {
+                        let url = own(&part["image_url"]["url"]);
+                        let (head, data) = url.split_once(";base64,").expect("a data URL");
+                        let mime = head.strip_prefix("data:").expect("a data URL");
+                        out.push((mime.to_owned(), data.to_owned()));
+                    }
+                }
+            }
+            Flavor::Anthropic => {
+                for m in Self::items(&b["messages"]).filter(|m| m["role"] == "user") {
+                    for block in Self::items(&m["content"]).filter(|c| c["type"] == "tool_result") {
+                        for image in Self::items(&block["content"]).filter(|c| c["type"] == "image")
+                        {
+                            assert_eq!(image["source"]["type"], "base64", "{image}");
+                            out.push((
+                                own(&image["source"]["media_type"]),
+                                own(&image["source"]["data"]),
+                            ));
+                        }
+                    }
+                }
+            }
+            Flavor::Google => {
+                for m in Self::items(&b["contents"]).filter(|m| m["role"] == "user") {
+                    for part in Self::items(&m["parts"]) {
+                        let inner = Self::items(&part["functionResponse"]["parts"]);
+                        for inline in std::iter::once(part).chain(inner) {
+                            let data = &inline["inlineData"];
+                            if data.is_object() {
+                                out.push((own(&data["mimeType"]), own(&data["data"])));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The texts of the user's messages (tool results excluded).
     pub fn user_texts(&self) -> Vec<String> {
         let b = self.body;

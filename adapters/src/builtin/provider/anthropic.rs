@@ -79,16 +79,33 @@ pub(super) fn request_body(request: &ModelRequest) -> Value {
                 call_id,
                 content,
                 is_error,
+                images,
                 ..
-            } => (
-                "user",
-                vec![json!({
-                    "type": "tool_result",
-                    "tool_use_id": call_id,
-                    "content": content,
-                    "is_error": is_error,
-                })],
-            ),
+            } => {
+                // Images go inside the result, after its text.
+                let content = if images.is_empty() {
+                    json!(content)
+                } else {
+                    let mut blocks = vec![json!({"type": "text", "text": content})];
+                    blocks.extend(images.iter().map(|image| {
+                        json!({"type": "image", "source": {
+                            "type": "base64",
+                            "media_type": image.mime_type,
+                            "data": image.data,
+                        }})
+                    }));
+                    Value::Array(blocks)
+                };
+                (
+                    "user",
+                    vec![json!({
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "content": content,
+                        "is_error": is_error,
+                    })],
+                )
+            }
         };
         // The API refuses an empty turn; an empty message adds nothing.
         if blocks.is_empty() {
@@ -366,6 +383,26 @@ pub(super) fn parse_models(body: &Value) -> Result<Vec<ModelInfo>, ProviderError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_image_goes_inside_its_tool_result() {
+        let body = request_body(&crate::builtin::provider::image_conversation(
+            "claude-sonnet-4-5",
+        ));
+        let user = &body["messages"][2];
+        assert_eq!(user["role"], "user");
+        assert_eq!(
+            user["content"][0]["content"],
+            json!([
+                {"type": "text", "text": "result a"},
+                {"type": "image", "source": {
+                    "type": "base64", "media_type": "image/png", "data": "iVBORw0K",
+                }},
+            ])
+        );
+        assert_eq!(user["content"][1]["content"], "result b");
+        assert_eq!(user["content"][2], json!({"type": "text", "text": "and?"}));
+    }
     use crate::builtin::provider::{ErrorClass, PROVIDER_AUTH};
 
     #[test]
@@ -398,12 +435,14 @@ mod tests {
                     name: "x".into(),
                     content: "1".into(),
                     is_error: false,
+                    images: vec![],
                 },
                 Message::ToolResult {
                     call_id: "b".into(),
                     name: "y".into(),
                     content: "2".into(),
                     is_error: true,
+                    images: vec![],
                 },
                 Message::User {
                     text: "and?".into(),

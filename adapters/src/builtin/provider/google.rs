@@ -75,6 +75,22 @@ fn model_path(model: &str) -> Result<String, ProviderError> {
 /// refuses such a call without one.
 pub(super) const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
 
+/// The images a run of tool results showed, as a user content of their
+/// own; returns the new seal (nothing merges into that content).
+fn flush_images(
+    contents: &mut Vec<(&'static str, Vec<Value>)>,
+    shown: &mut Vec<Value>,
+    sealed: usize,
+) -> usize {
+    if shown.is_empty() {
+        return sealed;
+    }
+    let mut parts = vec![json!({"text": "Tool result image:"})];
+    parts.append(shown);
+    contents.push(("user", parts));
+    contents.len()
+}
+
 pub(super) fn request_body(request: &ModelRequest) -> Value {
     // The current turn: everything after the last message the user wrote.
     // Its model steps must carry their signatures (Gemini 3 validates them).
@@ -83,8 +99,18 @@ pub(super) fn request_body(request: &ModelRequest) -> Value {
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))
         .map_or(0, |at| at + 1);
+    // Gemini 3 takes a result's images inside its function response;
+    // earlier models only in user content, which follows the run of
+    // results that showed them, on its own.
+    let images_inside = request.model.contains("gemini-3");
+    let mut shown: Vec<Value> = Vec::new();
+    // Contents before this index take no more parts.
+    let mut sealed = 0;
     let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for (at, message) in request.messages.iter().enumerate() {
+        if !matches!(message, Message::ToolResult { .. }) {
+            sealed = flush_images(&mut contents, &mut shown, sealed);
+        }
         let (role, parts) = match message {
             Message::User { text } => ("user", text_part(text).into_iter().collect()),
             Message::Assistant {
@@ -119,26 +145,35 @@ pub(super) fn request_body(request: &ModelRequest) -> Value {
                 name,
                 content,
                 is_error,
+                images,
                 ..
             } => {
                 // `response` must be an object; the key tells the model
                 // whether the call failed.
                 let key = if *is_error { "error" } else { "content" };
                 let response = json!({ key: content });
-                (
-                    "user",
-                    vec![json!({"functionResponse": {"name": name, "response": response}})],
-                )
+                let mut part = json!({"functionResponse": {"name": name, "response": response}});
+                let inline = images.iter().map(|image| {
+                    json!({"inlineData": {"mimeType": image.mime_type, "data": image.data}})
+                });
+                if images_inside && !images.is_empty() {
+                    part["functionResponse"]["parts"] = Value::Array(inline.collect());
+                } else {
+                    shown.extend(inline);
+                }
+                ("user", vec![part])
             }
         };
         if parts.is_empty() {
             continue;
         }
+        let open = contents.len() > sealed;
         match contents.last_mut() {
-            Some((last_role, last_parts)) if *last_role == role => last_parts.extend(parts),
+            Some((last_role, last_parts)) if *last_role == role && open => last_parts.extend(parts),
             _ => contents.push((role, parts)),
         }
     }
+    flush_images(&mut contents, &mut shown, sealed);
     let contents: Vec<Value> = contents
         .into_iter()
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
@@ -446,6 +481,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_shown_image_follows_the_results_or_goes_inside_for_gemini_3() {
+        let body = request_body(&crate::builtin::provider::image_conversation(
+            "gemini-2.5-flash",
+        ));
+        let contents = body["contents"].as_array().unwrap();
+        assert_eq!(contents.len(), 5, "{contents:?}");
+        assert_eq!(contents[2]["parts"].as_array().unwrap().len(), 2);
+        assert!(contents[2]["parts"][0]["functionResponse"]
+            .get("parts")
+            .is_none());
+        assert_eq!(
+            contents[3],
+            json!({"role": "user", "parts": [
+                {"text": "Tool result image:"},
+                {"inlineData": {"mimeType": "image/png", "data": "iVBORw0K"}},
+            ]})
+        );
+        assert_eq!(
+            contents[4],
+            json!({"role": "user", "parts": [{"text": "and?"}]})
+        );
+
+        let body = request_body(&crate::builtin::provider::image_conversation(
+            "gemini-3-pro-preview",
+        ));
+        let contents = body["contents"].as_array().unwrap();
+        assert_eq!(contents.len(), 3, "{contents:?}");
+        assert_eq!(
+            contents[2]["parts"][0]["functionResponse"]["parts"],
+            json!([{"inlineData": {"mimeType": "image/png", "data": "iVBORw0K"}}])
+        );
+        assert_eq!(contents[2]["parts"][2], json!({"text": "and?"}));
+    }
+
+    #[test]
     fn schemas_lose_what_the_api_refuses_but_keep_property_names() {
         let schema = json!({
             "$schema": "http://json-schema.org/draft-07/schema#",
@@ -497,6 +567,7 @@ mod tests {
             name: "read".into(),
             content: "x".into(),
             is_error: false,
+            images: vec![],
         };
         let user = |text: &str| Message::User { text: text.into() };
         let request = ModelRequest {

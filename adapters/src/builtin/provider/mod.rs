@@ -15,6 +15,8 @@ mod transport;
 
 use std::time::Duration;
 
+pub use agentos_protocol::agent_ext::ImagePart;
+
 use transport::Transport;
 
 /// The API family a provider speaks, read from the Seed provider record's
@@ -114,6 +116,9 @@ pub enum Message {
         name: String,
         content: String,
         is_error: bool,
+        /// Images shown with the result, in the turn that read them (the
+        /// log keeps only `content`). Each family places them its own way.
+        images: Vec<ImagePart>,
     },
 }
 
@@ -674,5 +679,51 @@ mod tests {
         assert_eq!(parse_arguments(""), serde_json::json!({}));
         assert_eq!(parse_arguments(r#"{"a":1}"#), serde_json::json!({"a":1}));
         assert_eq!(parse_arguments("{\"a\":"), serde_json::json!("{\"a\":"));
+    }
+}
+
+/// A conversation in which one of two tool results showed an image, then
+/// the user spoke again: what each family's image test renders.
+#[cfg(test)]
+pub(super) fn image_conversation(model: &str) -> ModelRequest {
+    let call = |id: &str| ToolCall {
+        id: id.into(),
+        name: "read".into(),
+        arguments: serde_json::json!({"address": "attachment:x"}),
+        signature: None,
+    };
+    let result = |id: &str, images: Vec<ImagePart>| Message::ToolResult {
+        call_id: id.into(),
+        name: "read".into(),
+        content: format!("result {id}"),
+        is_error: false,
+        images,
+    };
+    ModelRequest {
+        model: model.into(),
+        system: String::new(),
+        messages: vec![
+            Message::User {
+                text: "look".into(),
+            },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![call("a"), call("b")],
+                signature: None,
+            },
+            result(
+                "a",
+                vec![ImagePart {
+                    mime_type: "image/png".into(),
+                    data: "iVBORw0K".into(),
+                }],
+            ),
+            result("b", vec![]),
+            Message::User {
+                text: "and?".into(),
+            },
+        ],
+        tools: vec![],
+        max_tokens: 10,
     }
 }

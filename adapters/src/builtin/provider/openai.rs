@@ -46,12 +46,28 @@ fn headers(endpoint: &Endpoint) -> Result<HeaderMap, ProviderError> {
     Ok(headers)
 }
 
+/// The images tool results showed, as the user message that follows them.
+fn flush_images(messages: &mut Vec<Value>, shown: &mut Vec<Value>) {
+    if shown.is_empty() {
+        return;
+    }
+    let mut content = vec![json!({"type": "text", "text": "Attached image(s) from tool result:"})];
+    content.append(shown);
+    messages.push(json!({"role": "user", "content": content}));
+}
+
 pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
+    // Chat completions take images only in user messages: those a run of
+    // tool results showed follow it in one.
+    let mut shown: Vec<Value> = Vec::new();
     for message in &request.messages {
+        if !matches!(message, Message::ToolResult { .. }) {
+            flush_images(&mut messages, &mut shown);
+        }
         messages.push(match message {
             Message::User { text } => json!({"role": "user", "content": text}),
             Message::Assistant {
@@ -82,12 +98,20 @@ pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value 
                 call_id,
                 content,
                 is_error,
+                images,
                 ..
             } => {
+                shown.extend(images.iter().map(|image| {
+                    json!({"type": "image_url", "image_url": {
+                        "url": format!("data:{};base64,{}", image.mime_type, image.data),
+                    }})
+                }));
                 // The API has no error flag on a tool message; the model
                 // learns of the failure from the text.
                 let content = if *is_error {
                     format!("Error: {content}")
+                } else if content.is_empty() && !images.is_empty() {
+                    "(see attached image)".to_owned()
                 } else {
                     content.clone()
                 };
@@ -95,6 +119,7 @@ pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value 
             }
         });
     }
+    flush_images(&mut messages, &mut shown);
     let mut body = json!({
         "model": request.model,
         "messages": messages,
@@ -355,6 +380,27 @@ pub(super) fn parse_models(body: &Value) -> Result<Vec<ModelInfo>, ProviderError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_image_follows_the_tool_results_as_a_user_message() {
+        let body = request_body(
+            ProviderKind::OpenAi,
+            &crate::builtin::provider::image_conversation("gpt-4o"),
+        );
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 6, "{messages:?}");
+        assert_eq!(messages[2]["role"], "tool");
+        assert_eq!(messages[2]["content"], "result a");
+        assert_eq!(messages[3]["role"], "tool");
+        assert_eq!(
+            messages[4],
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "Attached image(s) from tool result:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+            ]})
+        );
+        assert_eq!(messages[5], json!({"role": "user", "content": "and?"}));
+    }
     use crate::builtin::provider::ToolSpec;
 
     fn collect(datas: &[&str]) -> (Result<Option<StopKind>, ProviderError>, Vec<StreamEvent>) {
@@ -396,6 +442,7 @@ mod tests {
                     name: "read".into(),
                     content: "nope".into(),
                     is_error: true,
+                    images: vec![],
                 },
             ],
             tools: vec![ToolSpec {

@@ -53,6 +53,7 @@ pub(super) async fn delegate(verbs: &Verbs, scope: &VerbScope, input: &Value) ->
             is_error: false,
             ends_turn: false,
             parked: true,
+            images: Vec::new(),
         },
         Ok(started) => success(json!({
             "status": "detached",
@@ -107,6 +108,7 @@ pub(super) async fn return_result(verbs: &Verbs, scope: &VerbScope, input: &Valu
             is_error: false,
             ends_turn: true,
             parked: false,
+            images: Vec::new(),
         },
         Ok(false) => failure("run_not_live", "this run is no longer live"),
         Err(e) => failure("storage", e),

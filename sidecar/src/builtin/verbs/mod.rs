@@ -54,6 +54,9 @@ pub struct VerbScope {
     pub run_id: Option<String>,
     /// The agent's call that runs the verb.
     pub tool_call_id: Option<String>,
+    /// The verb's result goes to a model that takes images (an attached
+    /// image is then shown, not described).
+    pub image_input: bool,
 }
 
 impl VerbScope {
@@ -69,6 +72,12 @@ impl VerbScope {
             grants: resolved.definition.tools.clone(),
             run_id: None,
             tool_call_id: None,
+            image_input: resolved.provider.as_ref().is_some_and(|p| {
+                agentos_protocol::seed::model::supports_image_input(
+                    &p.provider_type,
+                    &resolved.definition.model,
+                )
+            }),
         }
     }
 
@@ -132,6 +141,7 @@ pub(crate) fn failure(code: &str, message: impl std::fmt::Display) -> VerbResult
         is_error: true,
         ends_turn: false,
         parked: false,
+        images: Vec::new(),
     }
 }
 
@@ -141,6 +151,7 @@ pub(crate) fn success(output: Value) -> VerbResult {
         is_error: false,
         ends_turn: false,
         parked: false,
+        images: Vec::new(),
     }
 }
 

@@ -3,8 +3,11 @@
 //! itself, the account's threads, and web pages when granted. `hm://` needs a Seed node this sidecar does not have and `run:`
 //! the runs engine; both answer a result the model can read.
 
-use agentos_protocol::agent_ext::{cut_with_notice, output_text, VerbResult, STORED_RESULT_BYTES};
+use agentos_protocol::agent_ext::{
+    cut_with_notice, output_text, ImagePart, VerbResult, MAX_IMAGE_BYTES, STORED_RESULT_BYTES,
+};
 use agentos_protocol::host::{EventKind, StoredEvent};
+use base64::Engine as _;
 use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
@@ -117,9 +120,11 @@ fn is_text_type(mime: &str) -> bool {
         )
 }
 
-/// `read attachment:<id>`: one of this session's attachments. Text up to
-/// 256 KiB comes back as its content (decoded lossily, a leading byte-order
-/// mark dropped); anything else as what it is and why it is not shown.
+/// `read attachment:<id>`: one of this session's attachments. An image up
+/// to 4.5 MB is shown to a model that takes images (the result carries it
+/// beside its description); text up to 256 KiB comes back as its content
+/// (decoded lossily, a leading byte-order mark dropped); anything else as
+/// what it is and why it is not shown.
 async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
     let info = match verbs.attachments.info(&scope.session_id, id).await {
         Ok(found) => found,
@@ -131,25 +136,40 @@ async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
     if let Some(mime) = &info.mime_type {
         out["mimeType"] = json!(mime);
     }
-    // Only a text small enough to show is read at all.
-    if is_text_type(&mime) && info.size <= ATTACHMENT_TEXT_BYTES as u64 {
+    let image = mime.starts_with("image/");
+    let shown = image && scope.image_input && info.size <= MAX_IMAGE_BYTES;
+    // Only what is shown is read at all.
+    if shown || (is_text_type(&mime) && info.size <= ATTACHMENT_TEXT_BYTES as u64) {
         let data = match verbs.attachments.read(&scope.session_id, id).await {
             Ok((_, data)) => data,
             Err(e) => return failure(e.code(), e),
         };
+        if shown {
+            out["summary"] = json!(format!(
+                "Viewed {} ({mime}, {} bytes).",
+                info.name, info.size
+            ));
+            out["shownAsImage"] = json!(true);
+            let mut result = success(out);
+            result.images.push(ImagePart {
+                mime_type: mime,
+                data: base64::engine::general_purpose::STANDARD.encode(&data),
+            });
+            return result;
+        }
         let text = String::from_utf8_lossy(&data);
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         out["summary"] = json!(format!("Read {} ({} bytes).", info.name, info.size));
         out["content"] = json!(text);
         return success(out);
     }
-    let reason = if mime.starts_with("image/") {
-        "images are not shown to the model on this server yet"
-    } else {
-        "the content is not viewable inline"
+    let reason = match (image, scope.image_input) {
+        (true, true) => "the image is too large to view inline",
+        (true, false) => "this model does not support image input",
+        (false, _) => "the content is not viewable inline",
     };
     out["summary"] = json!(format!(
-        "{} ({}, {} bytes); {reason}.",
+        "{} ({}, {} bytes); {reason}. Save it to memory with write to keep it.",
         info.name,
         info.mime_type.as_deref().unwrap_or("unknown type"),
         info.size

@@ -174,5 +174,6 @@ pub(super) async fn continue_session(
         is_error: false,
         ends_turn: true,
         parked: false,
+        images: Vec::new(),
     }
 }

@@ -90,7 +90,7 @@ fn base() -> Vec<ToolSpec> {
             description: "Read an address: `~/memory/<path>` (a file, or a directory's listing), \
                           `~/tools/` (the tool listing) or `~/tools/<name>` (a contract), `~/triggers/` (this \
                           agent's triggers) or `~/triggers/<name>` (one, with its latest firings), `attachment:<id>` \
-                          (a file attached to this conversation), `~/self`, \
+                          (a file attached to this conversation; images are shown to you when the model supports it), `~/self`, \
                           `thread:` (this account's threads; options.query filters by title), \
                           `thread:<id>` (its latest events), `https://…` (a web page, when granted)."
                 .into(),

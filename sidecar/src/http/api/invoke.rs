@@ -90,7 +90,10 @@ impl SignedApi {
             )
             .await
             .map_err(busy)?;
-        let scope = VerbScope::new(&resolved, &session_id, actor.clone());
+        // A user's own verb: its result goes to no model, so an attached
+        // image is described, not shown (as the reference).
+        let mut scope = VerbScope::new(&resolved, &session_id, actor.clone());
+        scope.image_input = false;
         let result = builtin.verbs.run(&scope, verb, input).await;
         let text = output_text(&result.output);
         let stored = stored_output(&result.output);

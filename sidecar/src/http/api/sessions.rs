@@ -193,7 +193,7 @@ fn with_context(
 /// What the model is told of a message's attachments: the reference's
 /// words for what this server offers (publishing one to IPFS comes with the
 /// hypermedia work).
-const ATTACHMENTS_NOTE: &str = "The user attached these session-private files. Use `read attachment:<id>` to read one; use `write ~/memory/<path>` with {fromAttachment} to keep one across sessions. Only read what you need.";
+const ATTACHMENTS_NOTE: &str = "The user attached these session-private files. Use `read attachment:<id>` to see an image or read a text file; use `write ~/memory/<path>` with {fromAttachment} to keep one across sessions. Only read what you need.";
 
 impl SignedApi {
     /// Sessions of list rows, skipping any deleted meanwhile.
