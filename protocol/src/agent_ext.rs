@@ -208,6 +208,10 @@ pub struct ImagePart {
 /// reference's bound; larger ones are described instead).
 pub const MAX_IMAGE_BYTES: u64 = 4_500_000;
 
+/// The largest text attachment given whole (to the builtin agent's `read`,
+/// or embedded in a registry adapter's prompt).
+pub const MAX_TEXT_ATTACHMENT_BYTES: u64 = 256 * 1024;
+
 /// `text` cut to at most `max` bytes on a UTF-8 boundary, with a notice
 /// saying how much was left out.
 pub fn cut_with_notice(text: &str, max: usize) -> String {

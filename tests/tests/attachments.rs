@@ -3,7 +3,10 @@
 //! the bytes' SHA-256, the same bytes answering the stored record, names
 //! and types as the reference keeps them, every limit at its edge, the
 //! access matrix, another session's id, and a deleted session taking its
-//! files with it.
+//! files with it; an attached image shown to each provider family's model
+//! in its own shape; and registry adapters given the files as their
+//! prompt capabilities allow (links they can read, images, embedded
+//! resources), the ACP SDK's example agent included.
 
 #[path = "common/builtin.rs"]
 mod builtin;
@@ -863,8 +866,188 @@ async fn the_vm_bounds_uploads_across_accounts() {
     );
 }
 
+/// A sidecar with the fake registry adapter `echo` (given `args`), an
+/// owner, an agent on it and a session: (sidecar, owner, session).
+async fn registry_world(args: Value) -> (common::Sidecar, Signer, String) {
+    let sc = common::Sidecar::start_with(
+        Backend::SqliteFile,
+        common::Options {
+            config: json!({"http": {"listen": "127.0.0.1:0"}}),
+            agents: json!({"echo": {"args": args}}),
+            ..common::Options::default()
+        },
+    )
+    .await;
+    let owner = Signer::new();
+    let agent = call(
+        &sc.api(),
+        &owner,
+        json!({"_": "CreateAgent", "definition": {"name": "Echo", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+    )
+    .await
+    .text("agentId");
+    let session = call(
+        &sc.api(),
+        &owner,
+        json!({"_": "CreateSession", "agentId": agent}),
+    )
+    .await
+    .text("sessionId");
+    (sc, owner, session)
+}
+
+/// Uploads `data` as `name` to the session; its record.
+async fn attach(
+    sc: &common::Sidecar,
+    owner: &Signer,
+    session: &str,
+    name: &str,
+    data: &[u8],
+) -> Value {
+    let up = call(
+        &sc.api(),
+        owner,
+        json!({"_": "UploadSessionAttachment", "sessionId": session, "name": name,
+               "content": bytes(data)}),
+    )
+    .await;
+    json_of(up.field("attachment"))
+}
+
+/// Sends words with these attachments; the prompt the adapter received.
+async fn send_with(sc: &common::Sidecar, owner: &Signer, session: &str, files: &[&Value]) -> Value {
+    let mut content: Vec<Value> = files
+        .iter()
+        .map(|f| json!({"type": "attachment", "id": f["id"]}))
+        .collect();
+    content.push(json!({"type": "text", "text": "echo hi"}));
+    let said = call(
+        &sc.api(),
+        owner,
+        json!({"_": "MessageSession", "sessionId": session, "content": content}),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{:?}", said.body);
+    let delivered = sc.delivered_prompts();
+    delivered.last().expect("a delivered prompt")["prompt"].clone()
+}
+
+/// What the adapter answered a command sent through the host door.
+async fn echoed(sc: &common::Sidecar, session: &str, command: &str) -> String {
+    sc.prompt(session, command)
+        .await
+        .expect("the prompt is answered");
+    let history = sc.history(session).await;
+    let last = history
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "agent_message_chunk")
+        .expect("an answer");
+    common::text_of(last).to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_registry_adapter_is_told_what_was_attached() {
+async fn a_registry_adapter_gets_links_it_can_read_and_nothing_more() {
+    let (sc, owner, session) = registry_world(json!([])).await;
+    let text = attach(&sc, &owner, &session, "n.txt", b"words").await;
+    let png = attach(&sc, &owner, &session, "p.png", PNG).await;
+    let prompt = send_with(&sc, &owner, &session, &[&text, &png]).await;
+    // Told what was attached, not how the builtin agent would read it.
+    let words = prompt[0]["text"].as_str().expect("a text block");
+    assert!(
+        words.starts_with(
+            "echo hi\n\n<attachments>\nThe user attached these session-private files.\n- \"n.txt\""
+        ),
+        "{words}"
+    );
+    assert!(!words.contains("read attachment"), "{words}");
+    // Without prompt capabilities, each file is a link into the session's
+    // attachments.
+    let dir = format!("/.agentos/sessions/{session}/attachments");
+    let text_path = format!("{dir}/{}.bin", text["id"].as_str().unwrap());
+    assert_eq!(
+        prompt[1],
+        json!({"type": "resource_link", "uri": format!("file://{text_path}"), "name": "n.txt",
+               "mimeType": "text/plain", "size": 5})
+    );
+    assert_eq!(prompt[2]["type"], "resource_link");
+    assert_eq!(prompt[2]["mimeType"], "image/png");
+    assert_eq!(prompt.as_array().unwrap().len(), 3);
+
+    // The link reads through fs/read_text_file; nothing else of the
+    // reserved tree does, and the attachments cannot be written.
+    assert_eq!(
+        echoed(&sc, &session, &format!("fs_read {text_path}")).await,
+        "words"
+    );
+    let escape = format!("{dir}/../../../agents");
+    let refused = echoed(&sc, &session, &format!("fs_read {escape}")).await;
+    assert_ne!(refused, "words");
+    assert!(!refused.is_empty());
+    let write = echoed(&sc, &session, &format!("fs_write {text_path} changed")).await;
+    assert_ne!(write, "wrote", "{write}");
+    assert_eq!(
+        echoed(&sc, &session, &format!("fs_read {text_path}")).await,
+        "words"
+    );
+    // Another session's files are not this one's.
+    let other = call(
+        &sc.api(),
+        &owner,
+        json!({"_": "CreateSession", "agentId": json_of(&call(&sc.api(), &owner, json!({"_": "GetSession", "sessionId": session})).await.body)["session"]["agentId"]}),
+    )
+    .await
+    .text("sessionId");
+    let theirs = attach(&sc, &owner, &other, "t.txt", b"theirs").await;
+    let their_path = format!(
+        "/.agentos/sessions/{other}/attachments/{}.bin",
+        theirs["id"].as_str().unwrap()
+    );
+    assert_ne!(
+        echoed(&sc, &session, &format!("fs_read {their_path}")).await,
+        "theirs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_adapter_that_takes_images_and_context_gets_them_embedded() {
+    use base64::Engine as _;
+    let (sc, owner, session) =
+        registry_world(json!(["--prompt-capabilities", "image,embeddedContext"])).await;
+    let text = attach(&sc, &owner, &session, "n.md", b"# words").await;
+    let png = attach(&sc, &owner, &session, "p.png", PNG).await;
+    let blob = attach(&sc, &owner, &session, "b.bin", &[0, 159, 146, 150]).await;
+    let prompt = send_with(&sc, &owner, &session, &[&text, &png, &blob]).await;
+    let uri = |f: &Value| {
+        format!(
+            "file:///.agentos/sessions/{session}/attachments/{}.bin",
+            f["id"].as_str().unwrap()
+        )
+    };
+    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    assert_eq!(
+        prompt[1],
+        json!({"type": "resource", "resource": {"uri": uri(&text), "mimeType": "text/markdown",
+                                                "text": "# words"}})
+    );
+    assert_eq!(
+        prompt[2],
+        json!({"type": "image", "mimeType": "image/png", "data": b64(PNG), "uri": uri(&png)})
+    );
+    assert_eq!(
+        prompt[3],
+        json!({"type": "resource", "resource": {"uri": uri(&blob),
+                                                "blob": b64(&[0, 159, 146, 150])}})
+    );
+    // The log keeps the message as sent, not the bytes.
+    let history = sc.history(&session).await;
+    assert!(!history.iter().any(|e| e.to_string().contains(&b64(PNG))));
+}
+
+/// The ACP SDK's own example agent accepts a prompt carrying links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_example_agent_accepts_attachment_links() {
     let sc = common::Sidecar::start_with(
         Backend::SqliteFile,
         common::Options {
@@ -873,44 +1056,40 @@ async fn a_registry_adapter_is_told_what_was_attached() {
         },
     )
     .await;
-    let t = sc.api();
     let owner = Signer::new();
     let agent = call(
-        &t,
+        &sc.api(),
         &owner,
-        json!({"_": "CreateAgent", "definition": {"name": "Echo", "systemPrompt": "x",
-               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+        json!({"_": "CreateAgent", "definition": {"name": "Example", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": "example"}}),
     )
     .await
     .text("agentId");
-    let session = call(&t, &owner, json!({"_": "CreateSession", "agentId": agent}))
-        .await
-        .text("sessionId");
-    let up = call(
-        &t,
+    let session = call(
+        &sc.api(),
         &owner,
-        json!({"_": "UploadSessionAttachment", "sessionId": session, "name": "n.txt",
-               "content": bytes(b"words")}),
+        json!({"_": "CreateSession", "agentId": agent}),
     )
-    .await;
-    let id = json_of(up.field("attachment"))["id"].clone();
+    .await
+    .text("sessionId");
+    let file = attach(&sc, &owner, &session, "n.txt", b"words").await;
     let said = call(
-        &t,
+        &sc.api(),
         &owner,
         json!({"_": "MessageSession", "sessionId": session,
-               "content": [{"type": "attachment", "id": id}, {"type": "text", "text": "echo hi"}]}),
+               "content": [{"type": "attachment", "id": file["id"]}, {"type": "text", "text": "hello"}]}),
     )
     .await;
     assert_eq!(said.status, 200, "{:?}", said.body);
-    let prompt = sc.delivered_prompts()[0]["prompt"][0]["text"]
-        .as_str()
-        .expect("a text block")
-        .to_owned();
-    assert!(
-        prompt.starts_with(
-            "echo hi\n\n<attachments>\nThe user attached these session-private files.\n- \"n.txt\""
-        ),
-        "{prompt}"
-    );
-    assert!(!prompt.contains("read attachment"), "{prompt}");
+    // It parsed the prompt and began its scripted answer (which then asks
+    // for a permission nobody gives).
+    common::eventually("the example agent answers", || async {
+        sc.history(&session)
+            .await
+            .iter()
+            .any(|e| e["type"] == "agent_message_chunk")
+    })
+    .await;
+    let prompt = sc.history(&session).await;
+    assert!(!prompt.iter().any(|e| e["type"] == "error"), "{prompt:?}");
 }

@@ -345,12 +345,14 @@ async fn tool_calls_round_trip_(flavor: Flavor) {
         name: "read".into(),
         content: "# Today".into(),
         is_error: false,
+        images: vec![],
     });
     first.messages.push(Message::ToolResult {
         call_id: calls[1].id.clone(),
         name: "read".into(),
         content: "not found".into(),
         is_error: true,
+        images: vec![],
     });
     let (result, seen) = run(&provider, &endpoint, &first).await;
     assert_eq!(result, Ok(StopKind::EndTurn));
@@ -789,6 +791,7 @@ async fn gemini_signatures_go_back_in_the_parts_that_carried_them() {
         name: "read".into(),
         content: "A".into(),
         is_error: false,
+        images: vec![],
     };
 
     // The call without its signature: refused, as Gemini 3 refuses it.

@@ -21,6 +21,8 @@
 //! - `--resume-replays`: `session/resume` replays the stored updates as
 //!   `session/load` does (implies `--load-session`'s update recording).
 //! - `--agent-name NAME`: the `agentInfo.name` to report.
+//! - `--prompt-capabilities LIST`: advertise these `promptCapabilities`
+//!   (comma-separated, e.g. `image,embeddedContext`).
 //!
 //! Environment: `AGENTOS_FAKE_AGENT_LOG=FILE` appends one JSON line
 //! `{pid, sessionId, prompt}` per received `session/prompt`.
@@ -106,6 +108,8 @@ struct Flags {
     unknown_session_error: Option<UnknownSessionForm>,
     resume_replays: bool,
     agent_name: String,
+    /// `promptCapabilities` to advertise (`image`, `embeddedContext`).
+    prompt_capabilities: Vec<String>,
 }
 
 /// How an agent says it does not know a session.
@@ -153,6 +157,10 @@ fn parse_flags() -> Result<Flags, String> {
                 flags.state_dir = Some(PathBuf::from(dir));
             }
             "--agent-name" => flags.agent_name = args.next().ok_or("--agent-name needs a name")?,
+            "--prompt-capabilities" => {
+                let list = args.next().ok_or("--prompt-capabilities needs a list")?;
+                flags.prompt_capabilities = list.split(',').map(str::to_owned).collect();
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -319,6 +327,9 @@ impl Agent {
         let mut caps = json!({"loadSession": self.flags.load_session});
         if self.flags.resume {
             caps["sessionCapabilities"] = json!({"resume": {}});
+        }
+        for name in &self.flags.prompt_capabilities {
+            caps["promptCapabilities"][name] = json!(true);
         }
         Ok(json!({
             "protocolVersion": acp::PROTOCOL_VERSION,

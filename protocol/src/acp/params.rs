@@ -50,6 +50,25 @@ pub struct SessionSetup<'a> {
     pub additional_directories: &'a [String],
 }
 
+/// What an agent's `initialize` says it takes in a prompt besides text and
+/// resource links (`agentCapabilities.promptCapabilities`); absent or
+/// malformed, nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromptCapabilities {
+    pub image: bool,
+    pub embedded_context: bool,
+}
+
+impl PromptCapabilities {
+    pub fn of(agent_capabilities: &Value) -> PromptCapabilities {
+        let caps = &agent_capabilities["promptCapabilities"];
+        PromptCapabilities {
+            image: caps["image"].as_bool().unwrap_or(false),
+            embedded_context: caps["embeddedContext"].as_bool().unwrap_or(false),
+        }
+    }
+}
+
 /// `session/prompt`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,7 +1,7 @@
 //! What a model accepts as input, decided from its provider type and model
 //! id as Seed decides it: no catalog, a few rules per provider family, and
 //! every other provider text-only (an image attachment is then described to
-//! the model instead of shown).
+//! the model instead of shown); and which file types read as text.
 
 /// Whether the model takes images in what it reads (a tool result showing
 /// an attached image). `provider_type` is the provider record's `type`.
@@ -12,6 +12,20 @@ pub fn supports_image_input(provider_type: &str, model: &str) -> bool {
         "google" => model.starts_with("gemini-"),
         _ => false,
     }
+}
+
+/// Whether a file of this MIME type reads as text, as the reference
+/// decides it: any `text/…`, and JSON, XML, YAML and JavaScript.
+pub fn is_text_type(mime: &str) -> bool {
+    let bare = mime.split(';').next().unwrap_or_default().trim();
+    mime.starts_with("text/")
+        || matches!(
+            bare,
+            "application/json"
+                | "application/xml"
+                | "application/x-yaml"
+                | "application/javascript"
+        )
 }
 
 /// The leading decimal digits of `s`, if any, and what follows them.

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use agentos_vfs::{FsError, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
+use agentos_vfs::{FsError, Vfs, DEFAULT_DIR_MODE};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -260,7 +260,7 @@ impl SessionAttachments {
         if !valid {
             return Err(AttachmentError::Invalid("Invalid session id".into()));
         }
-        Ok(format!("{RESERVED_ROOT}/sessions/{session_id}/attachments"))
+        Ok(agentos_vfs::session_attachments_dir(session_id))
     }
 
     fn session_lock(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {

@@ -87,6 +87,13 @@ pub const DEFAULT_DIR_MODE: u32 = 0o755;
 /// [`Vfs::reserved_view`].
 pub const RESERVED_ROOT: &str = "/.agentos";
 
+/// Where a session's attachments live in the reserved tree: the files a
+/// user gave it, which its agent may read (`fs/read_text_file`) but not
+/// write. `session_id` must already be a valid id.
+pub fn session_attachments_dir(session_id: &str) -> String {
+    format!("{RESERVED_ROOT}/sessions/{session_id}/attachments")
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {

@@ -508,6 +508,52 @@ fn u64_at(value: &serde_json::Value, pointer: &str) -> u64 {
     value.pointer(pointer).and_then(|v| v.as_u64()).unwrap_or(0)
 }
 
+/// A conversation in which one of two tool results showed an image, then
+/// the user spoke again: what each family's image test renders.
+#[cfg(test)]
+pub(super) fn image_conversation(model: &str) -> ModelRequest {
+    let call = |id: &str| ToolCall {
+        id: id.into(),
+        name: "read".into(),
+        arguments: serde_json::json!({"address": "attachment:x"}),
+        signature: None,
+    };
+    let result = |id: &str, images: Vec<ImagePart>| Message::ToolResult {
+        call_id: id.into(),
+        name: "read".into(),
+        content: format!("result {id}"),
+        is_error: false,
+        images,
+    };
+    ModelRequest {
+        model: model.into(),
+        system: String::new(),
+        messages: vec![
+            Message::User {
+                text: "look".into(),
+            },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![call("a"), call("b")],
+                signature: None,
+            },
+            result(
+                "a",
+                vec![ImagePart {
+                    mime_type: "image/png".into(),
+                    data: "iVBORw0K".into(),
+                }],
+            ),
+            result("b", vec![]),
+            Message::User {
+                text: "and?".into(),
+            },
+        ],
+        tools: vec![],
+        max_tokens: 10,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,51 +725,5 @@ mod tests {
         assert_eq!(parse_arguments(""), serde_json::json!({}));
         assert_eq!(parse_arguments(r#"{"a":1}"#), serde_json::json!({"a":1}));
         assert_eq!(parse_arguments("{\"a\":"), serde_json::json!("{\"a\":"));
-    }
-}
-
-/// A conversation in which one of two tool results showed an image, then
-/// the user spoke again: what each family's image test renders.
-#[cfg(test)]
-pub(super) fn image_conversation(model: &str) -> ModelRequest {
-    let call = |id: &str| ToolCall {
-        id: id.into(),
-        name: "read".into(),
-        arguments: serde_json::json!({"address": "attachment:x"}),
-        signature: None,
-    };
-    let result = |id: &str, images: Vec<ImagePart>| Message::ToolResult {
-        call_id: id.into(),
-        name: "read".into(),
-        content: format!("result {id}"),
-        is_error: false,
-        images,
-    };
-    ModelRequest {
-        model: model.into(),
-        system: String::new(),
-        messages: vec![
-            Message::User {
-                text: "look".into(),
-            },
-            Message::Assistant {
-                text: String::new(),
-                tool_calls: vec![call("a"), call("b")],
-                signature: None,
-            },
-            result(
-                "a",
-                vec![ImagePart {
-                    mime_type: "image/png".into(),
-                    data: "iVBORw0K".into(),
-                }],
-            ),
-            result("b", vec![]),
-            Message::User {
-                text: "and?".into(),
-            },
-        ],
-        tools: vec![],
-        max_tokens: 10,
     }
 }

@@ -4,9 +4,11 @@
 //! the runs engine; both answer a result the model can read.
 
 use agentos_protocol::agent_ext::{
-    cut_with_notice, output_text, ImagePart, VerbResult, MAX_IMAGE_BYTES, STORED_RESULT_BYTES,
+    cut_with_notice, output_text, ImagePart, VerbResult, MAX_IMAGE_BYTES,
+    MAX_TEXT_ATTACHMENT_BYTES, STORED_RESULT_BYTES,
 };
 use agentos_protocol::host::{EventKind, StoredEvent};
+use agentos_protocol::seed::model::is_text_type;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -104,22 +106,6 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
     )
 }
 
-/// Text attachments up to this many bytes come back whole.
-const ATTACHMENT_TEXT_BYTES: usize = 256 * 1024;
-
-/// Whether a type reads as text, as the reference decides it.
-fn is_text_type(mime: &str) -> bool {
-    let bare = mime.split(';').next().unwrap_or_default().trim();
-    mime.starts_with("text/")
-        || matches!(
-            bare,
-            "application/json"
-                | "application/xml"
-                | "application/x-yaml"
-                | "application/javascript"
-        )
-}
-
 /// `read attachment:<id>`: one of this session's attachments. An image up
 /// to 4.5 MB is shown to a model that takes images (the result carries it
 /// beside its description); text up to 256 KiB comes back as its content
@@ -139,7 +125,7 @@ async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
     let image = mime.starts_with("image/");
     let shown = image && scope.image_input && info.size <= MAX_IMAGE_BYTES;
     // Only what is shown is read at all.
-    if shown || (is_text_type(&mime) && info.size <= ATTACHMENT_TEXT_BYTES as u64) {
+    if shown || (is_text_type(&mime) && info.size <= MAX_TEXT_ATTACHMENT_BYTES) {
         let data = match verbs.attachments.read(&scope.session_id, id).await {
             Ok((_, data)) => data,
             Err(e) => return failure(e.code(), e),

@@ -1,6 +1,7 @@
 //! Requests from the agent: ACP `fs/*`, served through the file system
 //! bridge narrowed to the session's directories (without a bridge they are
-//! unknown methods; a read answers at most `limits.acp.maxReadTextFileBytes`),
+//! unknown methods; a read answers at most `limits.acp.maxReadTextFileBytes`;
+//! the session's attachments are readable too),
 //! and, for the builtin agent only, `_agentos/*`, answered by the agent host.
 
 use agentos_adapters::RpcError;
@@ -39,9 +40,19 @@ impl Route {
                 let line = params.get("line").and_then(Value::as_u64);
                 let limit = params.get("limit").and_then(Value::as_u64);
                 let max = self.shared.limits.max_read_text_file_bytes;
-                fs.read_text_file(&self.roots, path, line, limit, max)
-                    .await
-                    .map(|content| acp::to_params(&acp::ReadTextFileResult { content }))
+                // The session's own attachments are readable, never
+                // writable, wherever its roots are.
+                let attachments = agentos_vfs::session_attachments_dir(&self.session_id);
+                let read = if path
+                    .strip_prefix(attachments.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+                {
+                    fs.read_reserved_text_file(&attachments, path, line, limit, max)
+                        .await
+                } else {
+                    fs.read_text_file(&self.roots, path, line, limit, max).await
+                };
+                read.map(|content| acp::to_params(&acp::ReadTextFileResult { content }))
             }
             (methods::FS_WRITE_TEXT_FILE, Some(fs)) => {
                 let path = params

@@ -16,9 +16,11 @@
 //! the commit pipeline (group commits handed to the committing task, the
 //! read-back published in commit order); `permissions.rs` records, answers
 //! and ends permission requests; `retention.rs` bounds prompt records and
-//! permission outcomes; `fs.rs` serves the agent's ACP `fs/*` requests.
+//! permission outcomes; `fs.rs` serves the agent's ACP `fs/*` requests;
+//! `attachments.rs` gives a registry adapter a message's attachments.
 //! This file holds the commands, the route's state and its idle loop.
 
+mod attachments;
 mod commit;
 mod fs;
 mod permissions;
@@ -189,6 +191,10 @@ pub(crate) struct Route {
     acp_session_id: String,
     policy: PermissionPolicy,
     roots: Vec<String>,
+    /// What the adapter's prompts may carry besides text and links: a
+    /// registry adapter is given a message's attachments as it can take
+    /// them (`attachments.rs`).
+    prompt_caps: agentos_protocol::acp::PromptCapabilities,
     conn: AdapterConnection,
     events: AdapterEvents,
     counters: HistoryCounters,

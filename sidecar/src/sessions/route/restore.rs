@@ -117,7 +117,7 @@ impl Route {
             .await
             .map_err(|e| adapter_error(&e))?;
         let result = Self::negotiate(&shared, &row, &conn, &mut events).await;
-        let (acp_session_id, preamble) = match result {
+        let (acp_session_id, preamble, prompt_caps) = match result {
             Ok(v) => v,
             Err(e) => {
                 conn.shutdown().await;
@@ -148,6 +148,7 @@ impl Route {
             acp_session_id,
             policy,
             roots,
+            prompt_caps,
             conn,
             events,
             counters: HistoryCounters::from(&row),
@@ -172,14 +173,15 @@ impl Route {
         })
     }
 
-    /// `initialize`, then the restore ladder. Returns the adapter's session id
-    /// and the continuation to prepend to the next prompt, if any.
+    /// `initialize`, then the restore ladder. Returns the adapter's session
+    /// id, the continuation to prepend to the next prompt, if any, and what
+    /// its prompts may carry.
     async fn negotiate(
         shared: &Arc<Shared>,
         row: &SessionRow,
         conn: &AdapterConnection,
         events: &mut AdapterEvents,
-    ) -> Result<(String, Option<String>), SessionError> {
+    ) -> Result<(String, Option<String>, acp::PromptCapabilities), SessionError> {
         let fs = shared.fs.is_some();
         let init = conn
             .initialize(
@@ -320,7 +322,8 @@ impl Route {
                 preamble.as_deref(),
             )
             .await?;
-        Ok((acp_session_id, preamble))
+        let caps = acp::PromptCapabilities::of(&init.agent_capabilities);
+        Ok((acp_session_id, preamble, caps))
     }
 }
 

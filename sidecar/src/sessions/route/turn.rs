@@ -158,6 +158,7 @@ impl Route {
             blocks.push(json!({"type": "text", "text": preamble}));
         }
         blocks.extend(request.content);
+        let blocks = self.with_attachments(blocks).await;
         let shared = self.shared.clone();
         let _awake = shared
             .keep_awake
