@@ -651,6 +651,76 @@ async fn an_idle_upload_is_gone() {
     assert_eq!((a.status, message(&a)), (404, "Upload not found".into()));
 }
 
+/// The sidecar's anonymous resident memory (its heap and stacks; mapped
+/// database pages are the file's, not a copy).
+fn anonymous_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("RssAnon")
+        * 1024
+}
+
+/// A 200 MiB file uploaded to memory in 8 MiB chunks, then committed:
+/// the sidecar holds the chunk in flight (a few copies of it: the HTTP
+/// body, the decoded action, the write), never the file. Its anonymous
+/// memory, sampled throughout, rises by less than ten chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_costs_a_chunk_of_memory_not_a_file() {
+    const MIB: u64 = 1024 * 1024;
+    const CHUNK: u64 = 8 * MIB;
+    const SIZE: u64 = 25 * CHUNK;
+    let w = builtin::world(Flavor::OpenAi).await;
+    // Warm: one whole upload of one chunk first.
+    let memory_target = |path: &str| json!({"kind": "memory", "agentId": w.agent_id, "path": path});
+    let warm = begin(&w, &w.owner, memory_target("warm.bin"), CHUNK)
+        .await
+        .text("uploadId");
+    builtin::ok(&append(&w, &w.owner, &warm, 0, &vec![9u8; CHUNK as usize]).await);
+    builtin::ok(&finish(&w, &w.owner, "CommitFileUpload", &warm).await);
+    let pid = w.sc.pid();
+    let before = anonymous_rss(pid);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(anonymous_rss(pid));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak
+        })
+    };
+    let id = begin(&w, &w.owner, memory_target("big.bin"), SIZE)
+        .await
+        .text("uploadId");
+    let chunk = vec![7u8; CHUNK as usize];
+    let mut offset = 0;
+    while offset < SIZE {
+        builtin::ok(&append(&w, &w.owner, &id, offset, &chunk).await);
+        offset += CHUNK;
+    }
+    let committed = finish(&w, &w.owner, "CommitFileUpload", &id).await;
+    builtin::ok(&committed);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().expect("sampler");
+    assert_eq!(json_of(committed.field("entry"))["size"], SIZE);
+    let rise = peak.saturating_sub(before);
+    eprintln!(
+        "a 200 MiB upload in 8 MiB chunks: anonymous memory {} MiB before, peak rise {} MiB",
+        before / MIB,
+        rise / MIB
+    );
+    assert!(
+        rise < 10 * CHUNK,
+        "anonymous memory rose {} MiB for one upload in flight",
+        rise / MIB
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_deleting_a_session_deletes_its_files() {
     let w = builtin::world(Flavor::OpenAi).await;

@@ -527,3 +527,6 @@ impl Uploads {
         Ok(hasher.finalize().into())
     }
 }
+
+#[cfg(test)]
+mod tests;
