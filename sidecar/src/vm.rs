@@ -306,6 +306,7 @@ impl Vm {
                 triggers: triggers.clone(),
                 downloader: crate::builtin::fetch::Downloader::new(
                     config.builtin.allow_private_downloads,
+                    config.limits.control.max_downloads,
                 )
                 .map_err(|e| VmError::Builtin(e.to_string()))?,
             },

@@ -634,6 +634,65 @@ async fn strangers_and_readers_cannot_upload() {
     assert_eq!(a.status, 403);
 }
 
+/// The reference's bounds are settings: smaller ones move every edge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bounds_are_settings() {
+    let w = builtin::world_with(
+        Flavor::OpenAi,
+        Backend::SqliteFile,
+        json!({"control": {"maxContextLines": 2, "maxContextLineBytes": 4,
+                           "maxAttachmentsPerMessage": 1, "maxUploadChunkBytes": 4,
+                           "maxMemoryUploadBytes": 10}}),
+    )
+    .await;
+    let session = w.session().await;
+    let send = |content: Value| {
+        w.act(json!({"_": "MessageSession", "sessionId": session, "content": content}))
+    };
+    let text = json!({"type": "text", "text": "hi"});
+    for (content, words) in [
+        (
+            json!([{"type": "context", "lines": ["a", "b", "c"]}, text]),
+            "Too many context lines",
+        ),
+        (
+            json!([{"type": "context", "lines": ["abcde"]}, text]),
+            "Context line is too large",
+        ),
+        (
+            json!([{"type": "attachment", "id": sha256_hex(b"1")},
+                   {"type": "attachment", "id": sha256_hex(b"2")}, text]),
+            "A message can reference at most 1 attachments",
+        ),
+    ] {
+        let a = send(content).await;
+        assert_eq!((a.status, message(&a)), (400, words.to_owned()));
+    }
+    let memory = |size| {
+        begin(
+            &w,
+            &w.owner,
+            json!({"kind": "memory", "agentId": w.agent_id, "path": "m.bin"}),
+            size,
+        )
+    };
+    let a = memory(11).await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (413, "Upload exceeds the maximum file size".to_owned())
+    );
+    let begun = memory(10).await;
+    builtin::ok(&begun);
+    assert_eq!(json_of(begun.field("maxChunkBytes")), json!(4));
+    let id = begun.text("uploadId");
+    let a = append(&w, &w.owner, &id, 0, b"abcde").await;
+    assert_eq!(
+        (a.status, message(&a)),
+        (413, "Chunk is too large".to_owned())
+    );
+    builtin::ok(&append(&w, &w.owner, &id, 0, b"abcd").await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_upload_is_gone() {
     let w = builtin::world_with(
@@ -783,6 +842,85 @@ async fn file_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize
         }
     });
     (format!("http://{addr}"), served)
+}
+
+/// Downloads share the VM's slots (`limits.control.maxDownloads`): with
+/// one, a download whose server stalls mid-body holds it, another is
+/// refused 429 at once, and once the stalled one ends the slot is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downloads_at_once_are_bounded_in_the_vm() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let slow = format!(
+        "http://{}/files/slow.txt",
+        listener.local_addr().expect("addr")
+    );
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    {
+        let (release, started) = (release.clone(), started.clone());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = vec![0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let _ = socket
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\nconnection: close\r\n\r\nhalf.",
+                )
+                .await;
+            started.notify_one();
+            release.notified().await;
+        });
+    }
+    let (base, _) = file_server().await;
+    let sc = common::Sidecar::start_with(
+        Backend::SqliteFile,
+        common::Options {
+            config: json!({"http": {"listen": "127.0.0.1:0"},
+                           "builtin": {"allowPrivateDownloads": true}}),
+            limits: json!({"control": {"maxDownloads": 1}}),
+            ..common::Options::default()
+        },
+    )
+    .await;
+    let t = sc.api();
+    let owner = Signer::new();
+    let agent_id = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": {"name": "Files", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+    )
+    .await
+    .text("agentId");
+    let download = |url: String| {
+        call(
+            &t,
+            &owner,
+            json!({"_": "DownloadAgentMemoryFile", "agentId": agent_id, "url": url}),
+        )
+    };
+    let stalled = {
+        let t = sc.api();
+        let owner = owner.clone();
+        let action = json!({"_": "DownloadAgentMemoryFile", "agentId": agent_id, "url": slow});
+        tokio::spawn(async move { call(&t, &owner, action).await })
+    };
+    started.notified().await;
+    let refused = download(format!("{base}/files/pixel")).await;
+    assert_eq!(
+        (refused.status, json_of(&refused.body)["code"].clone()),
+        (429, json!("downloads_busy")),
+        "{:?}",
+        refused.body
+    );
+    release.notify_one();
+    let ended = stalled.await.expect("join");
+    assert_eq!(ended.status, 502, "{:?}", ended.body);
+    let got = download(format!("{base}/files/pixel")).await;
+    assert_eq!(got.status, 200, "{:?}", got.body);
 }
 
 async fn downloads_land_in_memory(backend: Backend) {

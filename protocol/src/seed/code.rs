@@ -34,6 +34,7 @@ api_codes! {
     CorruptRow => "corrupt_row",
     DownloadFailed => "download_failed",
     DownloadTooLarge => "download_too_large",
+    DownloadsBusy => "downloads_busy",
     Forbidden => "forbidden",
     InvalidArgument => "invalid_argument",
     NotFound => "not_found",

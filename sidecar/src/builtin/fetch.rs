@@ -165,6 +165,10 @@ pub enum DownloadError {
     /// Larger than the bound (a 413).
     #[error("Download exceeds the maximum file size")]
     TooLarge,
+    /// Every download slot of the VM is taken (`limits.control.maxDownloads`;
+    /// a 429).
+    #[error("Too many downloads in progress; try again when one has finished")]
+    Busy,
 }
 
 /// What a download answered before its body.
@@ -177,6 +181,8 @@ pub struct Download {
     url: String,
     received: u64,
     max_bytes: u64,
+    /// The VM's download slot, held until the body is read or dropped.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Download {
@@ -215,10 +221,13 @@ impl Download {
 pub struct Downloader {
     client: reqwest::Client,
     allow_private: bool,
+    /// Downloads at once in the whole VM.
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Downloader {
-    pub fn new(allow_private: bool) -> Result<Downloader, FetchError> {
+    /// At most `max_at_once` downloads run together.
+    pub fn new(allow_private: bool, max_at_once: u64) -> Result<Downloader, FetchError> {
         let builder = reqwest::Client::builder()
             .connect_timeout(DEADLINE)
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {
@@ -240,9 +249,13 @@ impl Downloader {
         let client = builder
             .build()
             .map_err(|e| FetchError::Network(e.to_string()))?;
+        let permits = usize::try_from(max_at_once)
+            .unwrap_or(usize::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Downloader {
             client,
             allow_private,
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(permits)),
         })
     }
 
@@ -269,6 +282,11 @@ impl Downloader {
         url: reqwest::Url,
         max_bytes: u64,
     ) -> Result<Download, DownloadError> {
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| DownloadError::Busy)?;
         let href = url.to_string();
         let upstream =
             |why: String| DownloadError::Upstream(format!("Could not download {href}: {why}"));
@@ -300,6 +318,7 @@ impl Downloader {
             url: href,
             received: 0,
             max_bytes,
+            _slot: slot,
         })
     }
 }

@@ -247,6 +247,20 @@ pub struct ControlLimits {
     pub max_uploads: u64,
     /// An upload untouched this long (milliseconds) is gone.
     pub upload_idle_ms: u64,
+    /// Bytes of one upload chunk (`maxChunkBytes` in `BeginFileUpload`'s
+    /// answer); a chunk's action must also fit `http.maxBodyBytes`.
+    pub max_upload_chunk_bytes: u64,
+    /// Bytes of one file uploaded or downloaded into an agent's memory.
+    pub max_memory_upload_bytes: u64,
+    /// Distinct attachments one message may name.
+    pub max_attachments_per_message: u64,
+    /// Lines of one message's context part.
+    pub max_context_lines: u64,
+    /// Bytes of one context line.
+    pub max_context_line_bytes: u64,
+    /// Downloads into memory (`DownloadAgentMemoryFile`) at once, in the
+    /// whole VM; past it a download is refused (429) until one ends.
+    pub max_downloads: u64,
 }
 
 impl Default for ControlLimits {
@@ -269,6 +283,12 @@ impl Default for ControlLimits {
             max_uploads_per_account: 8,
             max_uploads: 1_024,
             upload_idle_ms: 3_600_000,
+            max_upload_chunk_bytes: 8 * 1024 * 1024,
+            max_memory_upload_bytes: 2 * 1024 * 1024 * 1024,
+            max_attachments_per_message: 16,
+            max_context_lines: 64,
+            max_context_line_bytes: 2_048,
+            max_downloads: 16,
         }
     }
 }
@@ -333,6 +353,24 @@ impl ControlLimits {
             ),
             ("limits.control.maxUploads", self.max_uploads),
             ("limits.control.uploadIdleMs", self.upload_idle_ms),
+            (
+                "limits.control.maxUploadChunkBytes",
+                self.max_upload_chunk_bytes,
+            ),
+            (
+                "limits.control.maxMemoryUploadBytes",
+                self.max_memory_upload_bytes,
+            ),
+            (
+                "limits.control.maxAttachmentsPerMessage",
+                self.max_attachments_per_message,
+            ),
+            ("limits.control.maxContextLines", self.max_context_lines),
+            (
+                "limits.control.maxContextLineBytes",
+                self.max_context_line_bytes,
+            ),
+            ("limits.control.maxDownloads", self.max_downloads),
         ];
         for (field, value) in positive {
             if value == 0 {

@@ -58,15 +58,7 @@ impl Space {
             tools: ToolDocuments::new(db, limits.max_tools_per_agent)?,
             memory: AgentMemory::new(vfs),
             attachments: attachments.clone(),
-            uploads: uploads::Uploads::new(
-                vfs,
-                attachments,
-                AgentMemory::new(vfs),
-                limits.max_uploads_per_account,
-                limits.max_uploads,
-                limits.upload_idle_ms,
-                limits.max_attachment_bytes,
-            ),
+            uploads: uploads::Uploads::new(vfs, attachments, AgentMemory::new(vfs), limits),
         })
     }
 }

@@ -26,11 +26,8 @@ use sha2::{Digest, Sha256};
 
 use super::attachments::{AttachmentError, AttachmentInfo, NewAttachment, SessionAttachments};
 use super::memory::{self, AgentMemory, MemoryEntry};
+use crate::config::ControlLimits;
 
-/// Bytes of one chunk, at most (also what `maxChunkBytes` answers).
-pub const MAX_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
-/// Bytes of one memory upload, at most.
-pub const MAX_MEMORY_UPLOAD_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Bytes hashed or moved per read when an upload is committed.
 const COMMIT_READ_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -109,30 +106,42 @@ pub struct Uploads {
     max_total: u64,
     idle_ms: i64,
     max_attachment_bytes: u64,
+    max_chunk_bytes: u64,
+    max_memory_bytes: u64,
 }
 
 const DIR: &str = "uploads";
 
 impl Uploads {
+    /// Uploads bounded by `limits.control`'s upload settings.
     pub fn new(
         vfs: &Vfs,
         attachments: SessionAttachments,
         memory: AgentMemory,
-        max_per_account: u64,
-        max_total: u64,
-        idle_ms: u64,
-        max_attachment_bytes: u64,
+        limits: &ControlLimits,
     ) -> Uploads {
         Uploads {
             reserved: vfs.reserved_view(),
             attachments,
             memory,
             lock: Arc::default(),
-            max_per_account,
-            max_total,
-            idle_ms: i64::try_from(idle_ms).unwrap_or(i64::MAX),
-            max_attachment_bytes,
+            max_per_account: limits.max_uploads_per_account,
+            max_total: limits.max_uploads,
+            idle_ms: i64::try_from(limits.upload_idle_ms).unwrap_or(i64::MAX),
+            max_attachment_bytes: limits.max_attachment_bytes,
+            max_chunk_bytes: limits.max_upload_chunk_bytes,
+            max_memory_bytes: limits.max_memory_upload_bytes,
         }
+    }
+
+    /// Bytes of one chunk, at most (what `maxChunkBytes` answers).
+    pub fn max_chunk_bytes(&self) -> u64 {
+        self.max_chunk_bytes
+    }
+
+    /// Bytes of one file into memory, uploaded or downloaded, at most.
+    pub fn max_memory_bytes(&self) -> u64 {
+        self.max_memory_bytes
     }
 
     fn dir() -> String {
@@ -253,7 +262,7 @@ impl Uploads {
             UploadTarget::Memory { agent_id, path } => {
                 let path = memory::entry_path(&path)
                     .map_err(|e| AttachmentError::Invalid(e.to_string()))?;
-                if size > MAX_MEMORY_UPLOAD_BYTES {
+                if size > self.max_memory_bytes {
                     return Err(AttachmentError::TooLarge(
                         "Upload exceeds the maximum file size".into(),
                     ));
@@ -326,7 +335,7 @@ impl Uploads {
                 "Chunk content must be non-empty bytes".into(),
             ));
         }
-        if content.len() as u64 > MAX_CHUNK_BYTES {
+        if content.len() as u64 > self.max_chunk_bytes {
             return Err(AttachmentError::TooLarge("Chunk is too large".into()));
         }
         if u64::try_from(offset).ok() != Some(upload.received) {

@@ -21,9 +21,7 @@ use crate::builtin::fetch::{DownloadError, Downloader};
 use crate::control::{authz, AccessRole, ControlError};
 use crate::space::attachments::extension_for;
 use crate::space::memory;
-use crate::space::uploads::{
-    Committed, Upload, UploadTarget, MAX_CHUNK_BYTES, MAX_MEMORY_UPLOAD_BYTES,
-};
+use crate::space::uploads::{Committed, Upload, UploadTarget};
 use crate::space::{reason, AttachmentInfo};
 
 fn info(a: AttachmentInfo) -> SessionAttachmentInfo {
@@ -45,6 +43,7 @@ fn download_error(e: DownloadError) -> ApiError {
         DownloadError::Invalid(_) => (400, ApiCode::InvalidArgument),
         DownloadError::Upstream(_) => (502, ApiCode::DownloadFailed),
         DownloadError::TooLarge => (413, ApiCode::DownloadTooLarge),
+        DownloadError::Busy => (429, ApiCode::DownloadsBusy),
     };
     ApiError::new(status, code, e.to_string())
 }
@@ -152,7 +151,7 @@ impl SignedApi {
         };
         let mut download = self
             .downloader
-            .start(parsed.clone(), MAX_MEMORY_UPLOAD_BYTES)
+            .start(parsed.clone(), self.space.uploads.max_memory_bytes())
             .await
             .map_err(download_error)?;
         let mut path = given.unwrap_or_else(|| default_download_path(&parsed));
@@ -271,7 +270,7 @@ impl SignedApi {
                 let upload = self.space.uploads.begin(&owner, target, size, now).await?;
                 ok(&BeginFileUploadResponse {
                     upload_id: upload.upload_id,
-                    max_chunk_bytes: MAX_CHUNK_BYTES,
+                    max_chunk_bytes: self.space.uploads.max_chunk_bytes(),
                 })
             }
             Action::AppendFileUploadChunk {

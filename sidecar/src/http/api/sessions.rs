@@ -20,6 +20,7 @@ use agentos_protocol::session::Actor;
 use serde_json::{json, Value};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::config::ControlLimits;
 use crate::control::{authz, AccessRole, SessionCursor, SessionLink, SessionListRow, SessionScope};
 use crate::http::ws::reason;
 use crate::sessions::{CancelStatus, OpenSession, SessionError};
@@ -34,13 +35,6 @@ const MAX_PAGE_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
 const MAX_PAGE: u64 = 200;
 /// A client message id, as the part of the turn's idempotency key.
 const MAX_CLIENT_ID_BYTES: usize = 128;
-
-/// Context lines one context part may hold, at most.
-const MAX_CONTEXT_LINES: usize = 64;
-/// Bytes of one context line, at most.
-const MAX_CONTEXT_LINE_BYTES: usize = 2_048;
-/// Distinct attachments one message may name, at most.
-const MAX_MESSAGE_ATTACHMENTS: usize = 16;
 
 /// A message's parts, read.
 struct MessageParts {
@@ -63,7 +57,11 @@ fn bad(message: &str) -> ApiError {
 fn content_blocks(
     parts: Vec<ContentPart>,
     action_id: Option<&str>,
+    limits: &ControlLimits,
 ) -> Result<MessageParts, ApiError> {
+    let max_lines = usize::try_from(limits.max_context_lines).unwrap_or(usize::MAX);
+    let max_line_bytes = usize::try_from(limits.max_context_line_bytes).unwrap_or(usize::MAX);
+    let max_attachments = usize::try_from(limits.max_attachments_per_message).unwrap_or(usize::MAX);
     let mut read = MessageParts {
         blocks: Vec::new(),
         part_id: None,
@@ -103,10 +101,10 @@ fn content_blocks(
                 read.part_id = read.part_id.or(client_message_id);
             }
             ContentPart::Context { lines } => {
-                if lines.len() > MAX_CONTEXT_LINES {
+                if lines.len() > max_lines {
                     return Err(bad("Too many context lines"));
                 }
-                if lines.iter().any(|l| l.len() > MAX_CONTEXT_LINE_BYTES) {
+                if lines.iter().any(|l| l.len() > max_line_bytes) {
                     return Err(bad("Context line is too large"));
                 }
                 read.context.extend(lines);
@@ -118,9 +116,9 @@ fn content_blocks(
                 if !read.attachments.contains(&id) {
                     read.attachments.push(id);
                 }
-                if read.attachments.len() > MAX_MESSAGE_ATTACHMENTS {
+                if read.attachments.len() > max_attachments {
                     return Err(bad(&format!(
-                        "A message can reference at most {MAX_MESSAGE_ATTACHMENTS} attachments"
+                        "A message can reference at most {max_attachments} attachments"
                     )));
                 }
             }
@@ -496,7 +494,8 @@ impl SignedApi {
                     authz::require_session(control, account, &session_id, AccessRole::Writer)
                         .await?;
                 let builtin = access.agent.adapter == crate::config::BUILTIN_AGENT;
-                let parts = content_blocks(content, client_message_id.as_deref())?;
+                let parts =
+                    content_blocks(content, client_message_id.as_deref(), control.limits())?;
                 let mut attached = Vec::with_capacity(parts.attachments.len());
                 for id in &parts.attachments {
                     attached.push(self.space.attachments.info(&session_id, id).await?);

@@ -25,15 +25,12 @@ async fn uploads(max_per_account: u64) -> (TestDb, Vfs, Uploads) {
         .expect("vfs");
     let attachments = SessionAttachments::new(&vfs, 100 * 1024 * 1024, 200);
     let memory = AgentMemory::new(&vfs);
-    let uploads = Uploads::new(
-        &vfs,
-        attachments,
-        memory,
-        max_per_account,
-        1024,
-        IDLE as u64,
-        100 * 1024 * 1024,
-    );
+    let limits = ControlLimits {
+        max_uploads_per_account: max_per_account,
+        upload_idle_ms: IDLE as u64,
+        ..ControlLimits::default()
+    };
+    let uploads = Uploads::new(&vfs, attachments, memory, &limits);
     (test, vfs, uploads)
 }
 
