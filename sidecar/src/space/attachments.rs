@@ -458,6 +458,28 @@ impl SessionAttachments {
         Ok((info, data))
     }
 
+    /// Up to `len` bytes of one attachment's file from `offset`.
+    pub async fn read_piece(
+        &self,
+        session_id: &str,
+        id: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, AttachmentError> {
+        let dir = Self::dir(session_id)?;
+        match self
+            .reserved
+            .read(&format!("{dir}/{id}.bin"), offset, len)
+            .await
+        {
+            Ok(data) => Ok(data),
+            Err(FsError::NotFound { .. }) => Err(AttachmentError::NotFound(format!(
+                "Attachment content missing: {id}"
+            ))),
+            Err(e) => Err(storage(e)),
+        }
+    }
+
     fn was_deleted(&self, session_id: &str) -> bool {
         let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
         deleted.iter().any(|s| s == session_id)

@@ -501,6 +501,54 @@ impl Uploads {
         placed.map_err(memory_error)
     }
 
+    /// Copies one of a session's attachments into an agent's memory at
+    /// `path` (by default `attachments/<its name>`), a bounded piece at a
+    /// time through a staging file, so a large file never sits in memory.
+    pub async fn attachment_into_memory(
+        &self,
+        session_id: &str,
+        id: &str,
+        agent_id: &str,
+        path: Option<&str>,
+    ) -> Result<(AttachmentInfo, MemoryEntry), AttachmentError> {
+        let info = self.attachments.info(session_id, id).await?;
+        let path = match path {
+            Some(path) => path.to_owned(),
+            None => format!("attachments/{}", info.name),
+        };
+        // A bad path is refused before any byte is copied.
+        let path = memory::entry_path(&path).map_err(memory_error)?;
+        let staged = self.stage_new().await?;
+        let mut offset = 0;
+        while offset < info.size {
+            let piece = self
+                .attachments
+                .read_piece(session_id, id, offset, COMMIT_READ_BYTES)
+                .await;
+            // A file shorter than its record is as good as missing.
+            let piece = match piece {
+                Ok(piece) if !piece.is_empty() => piece,
+                Ok(_) => {
+                    self.stage_drop(&staged).await;
+                    return Err(AttachmentError::NotFound(format!(
+                        "Attachment content missing: {id}"
+                    )));
+                }
+                Err(e) => {
+                    self.stage_drop(&staged).await;
+                    return Err(e);
+                }
+            };
+            if let Err(e) = self.stage_write(&staged, offset, &piece).await {
+                self.stage_drop(&staged).await;
+                return Err(e);
+            }
+            offset += piece.len() as u64;
+        }
+        let entry = self.stage_into_memory(&staged, agent_id, &path).await?;
+        Ok((info, entry))
+    }
+
     /// Removes a staged file (best effort: what is left is swept with its
     /// directory's next listing of uploads).
     pub async fn stage_drop(&self, staged: &str) {

@@ -163,6 +163,8 @@ pub struct Verbs {
     pub(crate) memory: AgentMemory,
     /// The session's attachments, for `read attachment:<id>`.
     pub(crate) attachments: crate::space::SessionAttachments,
+    /// Staging, for `write ~/memory/…` with `{fromAttachment}`.
+    pub(crate) uploads: crate::space::uploads::Uploads,
     pub(crate) fetcher: Fetcher,
     /// The session service and its turns as runs, for `continue_session`
     /// (set once the service exists: it holds this through the agent host).
@@ -195,6 +197,7 @@ impl Verbs {
             tools: space.tools,
             memory: space.memory,
             attachments: space.attachments,
+            uploads: space.uploads,
             fetcher,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),

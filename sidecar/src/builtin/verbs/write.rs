@@ -19,7 +19,8 @@ fn unknown_option(options: &Value, known: &[&str]) -> Option<VerbResult> {
 }
 
 /// `write ~/memory/<path>` with `{fromAttachment}`: the attachment's bytes
-/// saved at `path` (by default `attachments/<its name>`).
+/// saved at `path` (by default `attachments/<its name>`), copied a piece at
+/// a time.
 async fn from_attachment(
     verbs: &Verbs,
     scope: &VerbScope,
@@ -27,23 +28,27 @@ async fn from_attachment(
     path: &str,
     dry_run: bool,
 ) -> VerbResult {
-    let (info, data) = match verbs.attachments.read(&scope.session_id, id).await {
-        Ok(found) => found,
-        Err(e) => return failure(e.code(), e),
-    };
-    let path = if path.is_empty() {
-        format!("attachments/{}", info.name)
-    } else {
-        path.to_owned()
-    };
     if dry_run {
-        return success(Value::String(format!(
-            "would save attachment {} to ~/memory/{path}",
-            info.name
-        )));
+        return match verbs.attachments.info(&scope.session_id, id).await {
+            Ok(info) => success(Value::String(format!(
+                "would save attachment {} to ~/memory/{}",
+                info.name,
+                if path.is_empty() {
+                    format!("attachments/{}", info.name)
+                } else {
+                    path.to_owned()
+                }
+            ))),
+            Err(e) => failure(e.code(), e),
+        };
     }
-    match verbs.memory.write(&scope.agent_id, &path, &data).await {
-        Ok(entry) => {
+    let given = Some(path).filter(|p| !p.is_empty());
+    match verbs
+        .uploads
+        .attachment_into_memory(&scope.session_id, id, &scope.agent_id, given)
+        .await
+    {
+        Ok((info, entry)) => {
             let mut out = json!({
                 "summary": format!(
                     "Saved attachment {} to memory at {} ({} bytes).",
