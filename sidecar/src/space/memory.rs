@@ -97,35 +97,10 @@ pub fn entry_path(path: &str) -> Result<String, SpaceError> {
     Ok(normalized)
 }
 
-/// The MIME type a file name's extension suggests, when it is a known one.
+/// The MIME type a memory path suggests, by the reference's one table
+/// (the same as attachments'), when it is a known one.
 pub fn mime_type(path: &str) -> Option<&'static str> {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let (_, extension) = name.rsplit_once('.')?;
-    Some(match extension.to_ascii_lowercase().as_str() {
-        "md" | "markdown" => "text/markdown",
-        "txt" | "log" => "text/plain",
-        "csv" => "text/csv",
-        "html" | "htm" => "text/html",
-        "css" => "text/css",
-        "json" => "application/json",
-        "yaml" | "yml" => "application/yaml",
-        "toml" => "application/toml",
-        "xml" => "application/xml",
-        "js" | "mjs" => "text/javascript",
-        "ts" => "text/typescript",
-        "py" => "text/x-python",
-        "pdf" => "application/pdf",
-        "zip" => "application/zip",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "svg" => "image/svg+xml",
-        "mp3" => "audio/mpeg",
-        "wav" => "audio/wav",
-        "mp4" => "video/mp4",
-        _ => return None,
-    })
+    super::attachments::infer_mime_type(path)
 }
 
 fn ms(stat: &Stat) -> u64 {
