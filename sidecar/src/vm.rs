@@ -151,11 +151,16 @@ fn builtin_services(
 ) -> Result<crate::builtin::Services, VmError> {
     use crate::builtin::{fetch::Fetcher, host, verbs::Verbs};
     let fetcher = Fetcher::new().map_err(|e| VmError::Builtin(e.to_string()))?;
+    let downloader = crate::builtin::download::Downloader::new(
+        config.builtin.allow_private_downloads,
+        config.limits.control.max_downloads,
+    )
+    .map_err(|e| VmError::Builtin(e.to_string()))?;
     let verbs = Verbs::new(
         control.clone(),
         SessionStore::new(db.clone()),
         space.clone(),
-        fetcher,
+        (fetcher, downloader),
         triggers.clone(),
     );
     verbs.attach(sessions.clone(), turns.clone());
@@ -296,6 +301,8 @@ impl Vm {
         runs.set_resolver(delegation.clone());
         builtin.verbs.attach_delegation(delegation);
         runs.start();
+        // One set of download slots for the door and the verb.
+        let downloader = builtin.verbs.downloader.clone();
         let api = SignedApi::new(
             SignedServices {
                 control: control.clone(),
@@ -304,11 +311,7 @@ impl Vm {
                 space: space.clone(),
                 builtin: Some(builtin),
                 triggers: triggers.clone(),
-                downloader: crate::builtin::fetch::Downloader::new(
-                    config.builtin.allow_private_downloads,
-                    config.limits.control.max_downloads,
-                )
-                .map_err(|e| VmError::Builtin(e.to_string()))?,
+                downloader,
             },
             config.http.clone(),
         );

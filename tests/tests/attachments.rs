@@ -1013,6 +1013,63 @@ async fn downloads_land_in_memory(backend: Backend) {
         message(&missing),
         format!("Could not download {base}/nothing: HTTP 404")
     );
+
+    // The builtin agent's write verb saves the same way (`{fromUrl}`).
+    let builtin = call(
+        &t,
+        &owner,
+        json!({"_": "CreateAgent", "definition": {"name": "Saver", "systemPrompt": "x",
+               "modelProvider": "none", "model": "m"}}),
+    )
+    .await
+    .text("agentId");
+    let session = call(
+        &t,
+        &owner,
+        json!({"_": "CreateSession", "agentId": builtin}),
+    )
+    .await
+    .text("sessionId");
+    let write = |input: Value| {
+        call(
+            &t,
+            &owner,
+            json!({"_": "InvokeSessionTool", "sessionId": session, "verb": "write", "input": input}),
+        )
+    };
+    let saved = write(json!({"address": "~/memory/",
+                             "options": {"fromUrl": format!("{base}/files/pixel")}}))
+    .await;
+    assert_eq!(saved.status, 200, "{:?}", saved.body);
+    let output = json_of(&saved.body)["output"].clone();
+    assert_eq!(output["path"], "downloads/pixel.png", "{output}");
+    assert_eq!(output["size"], PNG.len());
+    assert_eq!(output["mimeType"], "image/png");
+    assert_eq!(output["contentType"], "image/png");
+    assert_eq!(
+        output["summary"],
+        format!(
+            "Downloaded {base}/files/pixel to downloads/pixel.png ({} bytes, image/png).",
+            PNG.len()
+        )
+    );
+    let file = call(
+        &t,
+        &owner,
+        json!({"_": "ReadAgentMemoryFile", "agentId": builtin, "path": "downloads/pixel.png"}),
+    )
+    .await;
+    assert_eq!(file.status, 200, "{:?}", file.body);
+    let chosen = write(json!({"address": "~/memory/img/p",
+                              "options": {"fromUrl": format!("{base}/files/pixel")}}))
+    .await;
+    assert_eq!(json_of(&chosen.body)["output"]["path"], "img/p.png");
+    let refused =
+        write(json!({"address": "~/memory/x", "options": {"fromUrl": "ftp://a/b"}})).await;
+    assert_eq!(
+        json_of(&refused.body)["error"],
+        "invalid_argument: Download URL must use http or https"
+    );
 }
 
 both_backends!(downloads_land_in_memory);

@@ -9,6 +9,7 @@
 //! (`script_tools.rs`), bounded web reads (`fetch.rs`), and sessions named
 //! after their first turn (`titles.rs`).
 
+pub mod download;
 pub mod fetch;
 pub mod host;
 pub mod index;

@@ -166,6 +166,9 @@ pub struct Verbs {
     /// Staging, for `write ~/memory/…` with `{fromAttachment}`.
     pub(crate) uploads: crate::space::uploads::Uploads,
     pub(crate) fetcher: Fetcher,
+    /// Files saved from addresses, for `write ~/memory/…` with `{fromUrl}`
+    /// (the VM's download slots, shared with the signed door).
+    pub(crate) downloader: crate::builtin::download::Downloader,
     /// The session service and its turns as runs, for `continue_session`
     /// (set once the service exists: it holds this through the agent host).
     pub(crate) sessions: Arc<OnceLock<(Sessions, Turns)>>,
@@ -187,7 +190,7 @@ impl Verbs {
         control: Control,
         store: SessionStore,
         space: Space,
-        fetcher: Fetcher,
+        (fetcher, downloader): (Fetcher, crate::builtin::download::Downloader),
         triggers: crate::triggers::Triggers,
     ) -> Verbs {
         Verbs {
@@ -199,6 +202,7 @@ impl Verbs {
             attachments: space.attachments,
             uploads: space.uploads,
             fetcher,
+            downloader,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),
             expanded: Arc::default(),

@@ -107,7 +107,9 @@ fn base() -> Vec<ToolSpec> {
         ToolSpec {
             name: "write".into(),
             description: "Write an address: `~/memory/<path>` with `content` (creates parents; \
-                          options.delete removes the file or directory; options.fromAttachment \
+                          options.delete removes the file or directory; options.fromUrl \
+                          downloads a web file there (binary media too), by default at \
+                          `downloads/<name>`; options.fromAttachment \
                           saves one of this conversation's attachments there, by default at \
                           `attachments/<name>`), or `~/tools/<name>` with \
                           `content` a JSON tool document {description, input, output?, source, \

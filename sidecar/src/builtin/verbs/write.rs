@@ -1,5 +1,6 @@
 //! `write{address, content?, options?, dryRun?}`: memory files (never
-//! gated; `{fromAttachment}` copies one of the session's attachments in)
+//! gated; `{fromUrl}` saves a file from an address, `{fromAttachment}`
+//! copies one of the session's attachments in)
 //! and authored tool documents. An option nobody knows is refused, as in
 //! the reference.
 
@@ -8,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 
-const MEMORY_OPTIONS: &[&str] = &["delete", "fromAttachment"];
+const MEMORY_OPTIONS: &[&str] = &["delete", "fromUrl", "fromAttachment"];
 const TOOL_OPTIONS: &[&str] = &["delete", "previousName"];
 
 fn unknown_option(options: &Value, known: &[&str]) -> Option<VerbResult> {
@@ -67,6 +68,54 @@ async fn from_attachment(
     }
 }
 
+/// `write ~/memory/<path>` with `{fromUrl}`: the file at the address saved
+/// at `path` (by default `downloads/<its name>`), as `DownloadAgentMemoryFile`
+/// saves it (public addresses only, unless the operator allows others).
+async fn from_url(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    url: &str,
+    path: &str,
+    dry_run: bool,
+) -> VerbResult {
+    if dry_run {
+        return success(Value::String(format!(
+            "would download {url} to ~/memory/{}",
+            if path.is_empty() { "downloads/" } else { path }
+        )));
+    }
+    let given = Some(path).filter(|p| !p.is_empty());
+    match verbs
+        .downloader
+        .into_memory(&verbs.uploads, &scope.agent_id, url, given)
+        .await
+    {
+        Ok(saved) => {
+            let mime = crate::space::memory::mime_type(&saved.entry.path);
+            let mut out = json!({
+                "summary": format!(
+                    "Downloaded {} to {} ({} bytes{}).",
+                    saved.final_url,
+                    saved.entry.path,
+                    saved.entry.size,
+                    mime.map(|m| format!(", {m}")).unwrap_or_default()
+                ),
+                "path": saved.entry.path,
+                "size": saved.entry.size,
+                "finalUrl": saved.final_url,
+            });
+            if let Some(mime) = mime {
+                out["mimeType"] = json!(mime);
+            }
+            if let Some(kind) = saved.content_type {
+                out["contentType"] = json!(kind);
+            }
+            success(out)
+        }
+        Err(e) => failure(e.code(), e),
+    }
+}
+
 pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
     let Some(address) = input["address"].as_str() else {
         return failure("invalid_argument", "`address` must be a string");
@@ -87,6 +136,11 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             return refused;
         }
         let path = path.trim_matches('/');
+        if let Some(url) = options["fromUrl"].as_str().filter(|url| !url.is_empty()) {
+            if !delete {
+                return from_url(verbs, scope, url, path, dry_run).await;
+            }
+        }
         if let Some(id) = options["fromAttachment"]
             .as_str()
             .filter(|id| !id.is_empty())

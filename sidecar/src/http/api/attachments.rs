@@ -17,10 +17,8 @@ use agentos_protocol::seed::response::{
 use agentos_protocol::seed::{Action, ApiCode, FileUploadTarget};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
-use crate::builtin::fetch::{DownloadError, Downloader};
+use crate::builtin::download::DownloadError;
 use crate::control::{authz, AccessRole, ControlError};
-use crate::space::attachments::extension_for;
-use crate::space::memory;
 use crate::space::uploads::{Committed, Upload, UploadTarget};
 use crate::space::{reason, AttachmentInfo};
 
@@ -35,44 +33,15 @@ fn info(a: AttachmentInfo) -> SessionAttachmentInfo {
     }
 }
 
-/// Bytes of a download written to its staging file at once.
-const STAGE_BYTES: usize = 1024 * 1024;
-
 fn download_error(e: DownloadError) -> ApiError {
     let (status, code) = match e {
         DownloadError::Invalid(_) => (400, ApiCode::InvalidArgument),
         DownloadError::Upstream(_) => (502, ApiCode::DownloadFailed),
         DownloadError::TooLarge => (413, ApiCode::DownloadTooLarge),
         DownloadError::Busy => (429, ApiCode::DownloadsBusy),
+        DownloadError::Memory(e) => return e.into(),
     };
     ApiError::new(status, code, e.to_string())
-}
-
-/// `downloads/<the URL's last segment>`, as the reference names a download:
-/// percent-decoded, `\` and `..` made `-`, at most 128 UTF-16 units,
-/// `download-<ms>` when empty.
-fn default_download_path(url: &reqwest::Url) -> String {
-    let last = url
-        .path_segments()
-        .and_then(|mut segments| segments.rfind(|s| !s.is_empty()))
-        .unwrap_or_default();
-    let decoded = percent_encoding::percent_decode_str(last).decode_utf8_lossy();
-    let cleaned = decoded.replace('\\', "-").replace("..", "-");
-    let units: Vec<u16> = cleaned.encode_utf16().take(128).collect();
-    let name = String::from_utf16_lossy(&units);
-    let name = if name.trim().is_empty() {
-        format!("download-{}", agentos_base::clock::unix_ms())
-    } else {
-        name
-    };
-    format!("downloads/{name}")
-}
-
-/// Whether a path ends in `.` and one to eight letters or digits.
-fn has_extension(path: &str) -> bool {
-    path.rsplit_once('.').is_some_and(|(_, ext)| {
-        (1..=8).contains(&ext.len()) && ext.bytes().all(|b| b.is_ascii_alphanumeric())
-    })
 }
 
 impl SignedApi {
@@ -130,10 +99,7 @@ impl SignedApi {
         Ok(upload)
     }
 
-    /// `DownloadAgentMemoryFile`: the address and a given path checked
-    /// before any byte is fetched (the reference checks the path after),
-    /// the body streamed into a staging file a piece at a time, then moved
-    /// into the agent's memory.
+    /// `DownloadAgentMemoryFile`, for a writer of the agent.
     async fn download(
         &self,
         account: &str,
@@ -142,61 +108,18 @@ impl SignedApi {
         path: Option<String>,
     ) -> Result<Vec<u8>, ApiError> {
         self.agent_owner(account, &agent_id).await?;
-        let parsed = Downloader::check(url).map_err(download_error)?;
-        let given = match path.as_deref().filter(|p| !p.is_empty()) {
-            Some(path) => {
-                Some(memory::entry_path(path).map_err(crate::space::uploads::memory_error)?)
-            }
-            None => None,
-        };
-        let mut download = self
+        let saved = self
             .downloader
-            .start(parsed.clone(), self.space.uploads.max_memory_bytes())
+            .into_memory(&self.space.uploads, &agent_id, url, path.as_deref())
             .await
             .map_err(download_error)?;
-        let mut path = given.unwrap_or_else(|| default_download_path(&parsed));
-        if !has_extension(&path) {
-            if let Some(ext) = download.content_type.as_deref().and_then(extension_for) {
-                path = memory::entry_path(&format!("{path}.{ext}"))
-                    .map_err(crate::space::uploads::memory_error)?;
-            }
-        }
-        let uploads = &self.space.uploads;
-        let staged = uploads.stage_new().await?;
-        // Written in pieces of about a megabyte, not one per network read.
-        let mut buffer: Vec<u8> = Vec::with_capacity(STAGE_BYTES);
-        let mut offset = 0u64;
-        loop {
-            let next = download.next().await;
-            let end = matches!(next, Ok(None));
-            match next {
-                Ok(Some(piece)) => buffer.extend_from_slice(&piece),
-                Ok(None) => {}
-                Err(e) => {
-                    uploads.stage_drop(&staged).await;
-                    return Err(download_error(e));
-                }
-            }
-            if buffer.len() >= STAGE_BYTES || (end && !buffer.is_empty()) {
-                if let Err(e) = uploads.stage_write(&staged, offset, &buffer).await {
-                    uploads.stage_drop(&staged).await;
-                    return Err(e.into());
-                }
-                offset += buffer.len() as u64;
-                buffer.clear();
-            }
-            if end {
-                break;
-            }
-        }
-        let entry = uploads.stage_into_memory(&staged, &agent_id, &path).await?;
         self.announce_agent(&agent_id, reason::MEMORY_CHANGED, &[])
             .await;
         ok(&DownloadAgentMemoryFileResponse {
             agent_id,
-            entry: render::memory_entry(&entry),
-            final_url: download.final_url,
-            content_type: download.content_type,
+            entry: render::memory_entry(&saved.entry),
+            final_url: saved.final_url,
+            content_type: saved.content_type,
         })
     }
 

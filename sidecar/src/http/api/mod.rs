@@ -56,7 +56,7 @@ pub struct SignedServices {
     /// Agents' triggers.
     pub triggers: Triggers,
     /// `DownloadAgentMemoryFile`'s client.
-    pub downloader: crate::builtin::fetch::Downloader,
+    pub downloader: crate::builtin::download::Downloader,
 }
 
 /// The signed API over its services.
@@ -79,7 +79,7 @@ pub struct SignedApi {
     /// model listings; absent, both are refused.
     builtin: Option<crate::builtin::Services>,
     triggers: Triggers,
-    downloader: crate::builtin::fetch::Downloader,
+    downloader: crate::builtin::download::Downloader,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
