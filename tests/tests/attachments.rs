@@ -997,7 +997,7 @@ async fn downloads_land_in_memory(backend: Backend) {
             format!("{base}/files/pixel"),
             Some("../up"),
             400,
-            String::new(),
+            "Memory path cannot contain \"..\"".to_owned(),
         ),
     ] {
         let a = download(url, path).await;

@@ -387,7 +387,8 @@ async fn memory_is_written_listed_read_and_deleted(backend: Backend) {
 
     for (path, status, code) in [
         ("../escape.md", 400, "invalid_path"),
-        ("/etc/passwd", 400, "invalid_path"),
+        // As the reference: a leading `/` is inside memory too.
+        ("/etc/passwd", 404, "not_found"),
         ("notes/missing.md", 404, "not_found"),
         ("notes", 409, "conflict"),
     ] {

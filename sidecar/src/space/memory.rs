@@ -9,10 +9,11 @@
 //! left inside, can never lead into another agent's memory or anywhere
 //! else (EACCES, answered as `invalid_path`).
 //!
-//! Paths are the agent's: relative to its memory root, `/`-separated,
-//! normalised (empty and `.` segments dropped), never absolute, never
-//! climbing (`..`), at most [`MAX_PATH_BYTES`] bytes and [`MAX_PATH_DEPTH`]
-//! segments. Errors and answers speak in these relative paths.
+//! Paths are the agent's, with the reference's rules: relative to its
+//! memory root (a leading `/` is dropped), `/`- or `\`-separated,
+//! normalised (empty and `.` segments dropped), never climbing (`..`), at
+//! most [`MAX_PATH_BYTES`] bytes and [`MAX_PATH_DEPTH`] segments. Errors and
+//! answers speak in these relative paths.
 
 use agentos_vfs::{path::NAME_MAX, FileKind, FsError, Stat, Vfs, DEFAULT_DIR_MODE, RESERVED_ROOT};
 
@@ -46,53 +47,39 @@ pub struct MemoryFile {
     pub data: Vec<u8>,
 }
 
-/// The normalised spelling of a memory path; `""` is the memory root.
+/// The normalised spelling of a memory path; `""` is the memory root. The
+/// reference's rules and words: `\` separates like `/`, empty and `.`
+/// segments (a leading `/` too) are dropped, `..` is refused, and the
+/// result is at most [`MAX_PATH_DEPTH`] segments and [`MAX_PATH_BYTES`]
+/// bytes (and no name longer than the file system takes).
 pub fn normalize(path: &str) -> Result<String, SpaceError> {
-    if path.len() > MAX_PATH_BYTES {
-        return Err(SpaceError::path(
-            path,
-            format!("longer than {MAX_PATH_BYTES} bytes"),
-        ));
-    }
-    if path.starts_with('/') {
-        return Err(SpaceError::path(
-            path,
-            "must be relative to the memory root",
-        ));
-    }
+    let refuse = |words: &str| Err(SpaceError::MemoryPath(words.to_owned()));
     if path.contains('\0') {
-        return Err(SpaceError::path(path, "contains NUL"));
+        return refuse("Memory path contains an invalid character");
     }
-    let mut segments = Vec::new();
-    for segment in path.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => return Err(SpaceError::path(path, "must not contain `..`")),
-            name if name.len() > NAME_MAX => {
-                return Err(SpaceError::path(
-                    path,
-                    format!("a segment is longer than {NAME_MAX} bytes"),
-                ))
-            }
-            name => segments.push(name),
-        }
-    }
+    let unified = path.replace('\\', "/");
+    let segments: Vec<&str> = unified
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
     if segments.len() > MAX_PATH_DEPTH {
-        return Err(SpaceError::path(
-            path,
-            format!("deeper than {MAX_PATH_DEPTH} segments"),
-        ));
+        return refuse("Memory path is nested too deeply");
     }
-    Ok(segments.join("/"))
+    if segments.contains(&"..") {
+        return refuse("Memory path cannot contain \"..\"");
+    }
+    let joined = segments.join("/");
+    if joined.len() > MAX_PATH_BYTES || segments.iter().any(|s| s.len() > NAME_MAX) {
+        return refuse("Memory path is too long");
+    }
+    Ok(joined)
 }
 
-/// The normalised spelling of a path naming a file or directory (not the
-/// root).
 /// A memory path that names a file or directory (not the root).
 pub fn entry_path(path: &str) -> Result<String, SpaceError> {
     let normalized = normalize(path)?;
     if normalized.is_empty() {
-        return Err(SpaceError::path(path, "names the memory root"));
+        return Err(SpaceError::MemoryPath("Memory path is required".into()));
     }
     Ok(normalized)
 }

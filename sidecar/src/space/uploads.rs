@@ -76,9 +76,9 @@ use super::attachments::storage;
 pub fn memory_error(e: super::SpaceError) -> AttachmentError {
     use super::SpaceError;
     match e {
-        SpaceError::Conflict(message) | SpaceError::InvalidArgument(message) => {
-            AttachmentError::Invalid(message)
-        }
+        SpaceError::Conflict(message)
+        | SpaceError::InvalidArgument(message)
+        | SpaceError::MemoryPath(message) => AttachmentError::Invalid(message),
         SpaceError::InvalidPath { .. } | SpaceError::NotFound(_) => {
             AttachmentError::Invalid(e.to_string())
         }

@@ -146,7 +146,9 @@ impl From<SpaceError> for ApiError {
     fn from(e: SpaceError) -> Self {
         let status = match &e {
             SpaceError::NotFound(_) => 404,
-            SpaceError::InvalidArgument(_) | SpaceError::InvalidPath { .. } => 400,
+            SpaceError::InvalidArgument(_)
+            | SpaceError::InvalidPath { .. }
+            | SpaceError::MemoryPath(_) => 400,
             SpaceError::Conflict(_) | SpaceError::Limit { .. } => 409,
             SpaceError::TooLarge { .. } => 413,
             SpaceError::CorruptRow { .. } | SpaceError::Storage(_) => 500,
