@@ -1131,14 +1131,15 @@ async fn the_vm_bounds_uploads_across_accounts() {
     );
 }
 
-/// A sidecar with the fake registry adapter `echo` (given `args`), an
-/// owner, an agent on it and a session: (sidecar, owner, session).
-async fn registry_world(args: Value) -> (common::Sidecar, Signer, String) {
+/// A sidecar whose registry is merged with `agents`, an owner, an agent
+/// on the registry adapter `adapter` and a session: (sidecar, owner,
+/// session).
+async fn registry_world(adapter: &str, agents: Value) -> (common::Sidecar, Signer, String) {
     let sc = common::Sidecar::start_with(
         Backend::SqliteFile,
         common::Options {
             config: json!({"http": {"listen": "127.0.0.1:0"}}),
-            agents: json!({"echo": {"args": args}}),
+            agents,
             ..common::Options::default()
         },
     )
@@ -1147,8 +1148,8 @@ async fn registry_world(args: Value) -> (common::Sidecar, Signer, String) {
     let agent = call(
         &sc.api(),
         &owner,
-        json!({"_": "CreateAgent", "definition": {"name": "Echo", "systemPrompt": "x",
-               "modelProvider": "openai", "model": "m", "adapter": "echo"}}),
+        json!({"_": "CreateAgent", "definition": {"name": "Registry", "systemPrompt": "x",
+               "modelProvider": "openai", "model": "m", "adapter": adapter}}),
     )
     .await
     .text("agentId");
@@ -1214,7 +1215,7 @@ async fn echoed(sc: &common::Sidecar, session: &str, command: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_adapter_gets_links_it_can_read_and_nothing_more() {
-    let (sc, owner, session) = registry_world(json!([])).await;
+    let (sc, owner, session) = registry_world("echo", json!({})).await;
     let text = attach(&sc, &owner, &session, "n.txt", b"words").await;
     let png = attach(&sc, &owner, &session, "p.png", PNG).await;
     let prompt = send_with(&sc, &owner, &session, &[&text, &png]).await;
@@ -1278,8 +1279,8 @@ async fn a_registry_adapter_gets_links_it_can_read_and_nothing_more() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_adapter_that_takes_images_and_context_gets_them_embedded() {
     use base64::Engine as _;
-    let (sc, owner, session) =
-        registry_world(json!(["--prompt-capabilities", "image,embeddedContext"])).await;
+    let rich = json!({"echo": {"args": ["--prompt-capabilities", "image,embeddedContext"]}});
+    let (sc, owner, session) = registry_world("echo", rich).await;
     let text = attach(&sc, &owner, &session, "n.md", b"# words").await;
     let png = attach(&sc, &owner, &session, "p.png", PNG).await;
     let blob = attach(&sc, &owner, &session, "b.bin", &[0, 159, 146, 150]).await;
@@ -1313,30 +1314,7 @@ async fn a_registry_adapter_that_takes_images_and_context_gets_them_embedded() {
 /// The ACP SDK's own example agent accepts a prompt carrying links.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_example_agent_accepts_attachment_links() {
-    let sc = common::Sidecar::start_with(
-        Backend::SqliteFile,
-        common::Options {
-            config: json!({"http": {"listen": "127.0.0.1:0"}}),
-            ..common::Options::default()
-        },
-    )
-    .await;
-    let owner = Signer::new();
-    let agent = call(
-        &sc.api(),
-        &owner,
-        json!({"_": "CreateAgent", "definition": {"name": "Example", "systemPrompt": "x",
-               "modelProvider": "openai", "model": "m", "adapter": "example"}}),
-    )
-    .await
-    .text("agentId");
-    let session = call(
-        &sc.api(),
-        &owner,
-        json!({"_": "CreateSession", "agentId": agent}),
-    )
-    .await
-    .text("sessionId");
+    let (sc, owner, session) = registry_world("example", json!({})).await;
     let file = attach(&sc, &owner, &session, "n.txt", b"words").await;
     let said = call(
         &sc.api(),
