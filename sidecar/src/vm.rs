@@ -194,7 +194,28 @@ fn builtin_services(
             tracing::warn!(error = %e, "this executable cannot be found; builtin sessions cannot start")
         }
     }
-    Ok(crate::builtin::Services { host, verbs })
+    let endpoint = |key: &str, default: &str| {
+        config
+            .builtin
+            .provider_endpoints
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| default.to_owned())
+    };
+    let oauth = crate::builtin::oauth::OAuth::new(
+        control.clone(),
+        config.builtin.subscription_auth,
+        crate::builtin::oauth::OAuthEndpoints {
+            issuer: endpoint("openai-oauth", crate::builtin::oauth::flow::DEFAULT_ISSUER),
+            codex: endpoint("openai-codex", crate::builtin::oauth::DEFAULT_CODEX_BASE),
+        },
+    )
+    .map_err(|e| VmError::Builtin(e.to_string()))?;
+    Ok(crate::builtin::Services {
+        host,
+        verbs,
+        oauth: Arc::new(oauth),
+    })
 }
 
 impl Vm {
@@ -303,6 +324,7 @@ impl Vm {
         runs.start();
         // One set of download slots for the door and the verb.
         let downloader = builtin.verbs.downloader.clone();
+        let oauth = builtin.oauth.clone();
         let api = SignedApi::new(
             SignedServices {
                 control: control.clone(),
@@ -316,6 +338,12 @@ impl Vm {
             config.http.clone(),
         );
         let sockets = api.sockets().clone();
+        {
+            let sockets = sockets.clone();
+            oauth.set_notifier(Arc::new(move |account: &str, why: &str| {
+                sockets.account_changed(&[account.to_owned()], why, None, None)
+            }));
+        }
         let ws = crate::http::ws::WsState::new(
             api.verifier().clone(),
             sockets.clone(),
@@ -327,6 +355,7 @@ impl Vm {
             config: config.http.clone(),
             started,
             database_kind: db.kind().as_str(),
+            subscription_auth: config.builtin.subscription_auth,
             api,
             ws,
             bodies: crate::http::Bodies::new(config.http.max_buffered_body_bytes),

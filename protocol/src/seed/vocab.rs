@@ -133,6 +133,24 @@ string_enum! {
 }
 
 string_enum! {
+    /// Whether a subscription provider's sign-in can be used: `needs-login`
+    /// when its credentials are missing or were refused on refresh.
+    AuthStatus {
+        Ok => "ok",
+        NeedsLogin => "needs-login",
+    }
+}
+
+string_enum! {
+    /// Where a subscription sign-in stands.
+    OAuthLoginStatus {
+        Pending => "pending",
+        Completed => "completed",
+        Failed => "failed",
+    }
+}
+
+string_enum! {
     /// What a tool document is: a binding to code the server ships
     /// (`builtin`), or a tool an agent or its owner authored (`lambda`).
     ToolKind {

@@ -13,6 +13,7 @@ pub mod download;
 pub mod fetch;
 pub mod host;
 pub mod index;
+pub mod oauth;
 pub mod prompt;
 pub mod resolved;
 pub mod script_tools;
@@ -41,4 +42,6 @@ pub fn agent_spec() -> std::io::Result<AgentSpec> {
 pub struct Services {
     pub host: Arc<host::Host>,
     pub verbs: verbs::Verbs,
+    /// Subscription sign-ins and their credentials.
+    pub oauth: Arc<oauth::OAuth>,
 }

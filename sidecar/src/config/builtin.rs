@@ -10,7 +10,14 @@ use serde::{Deserialize, Serialize};
 use super::ConfigError;
 
 /// Provider types whose endpoint is pinned.
-pub const PINNED_TYPES: [&str; 3] = ["openai", "anthropic", "google"];
+pub const PINNED_TYPES: [&str; 5] = [
+    "openai",
+    "anthropic",
+    "google",
+    // Subscription sign-in's issuer and the ChatGPT Codex backend.
+    "openai-oauth",
+    "openai-codex",
+];
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -37,6 +44,9 @@ pub struct BuiltinConfig {
     /// (a short call to the agent's own model; a registry adapter's from
     /// the user's first words). Off: sessions keep what they were given.
     pub session_titles: bool,
+    /// Offers "Sign in with ChatGPT" (`StartProviderOAuth`); off, as the
+    /// reference, until an operator turns it on.
+    pub subscription_auth: bool,
 }
 
 /// Retries of a busy provider by default.
@@ -52,6 +62,7 @@ impl Default for BuiltinConfig {
             allow_private_downloads: false,
             provider_retries: DEFAULT_PROVIDER_RETRIES,
             session_titles: true,
+            subscription_auth: false,
         }
     }
 }
@@ -69,7 +80,7 @@ impl BuiltinConfig {
             if !PINNED_TYPES.contains(&provider_type.as_str()) {
                 return Err(ConfigError::new(
                     field,
-                    "must be one of openai, anthropic, google",
+                    "must be one of openai, anthropic, google, openai-oauth, openai-codex",
                 ));
             }
             if !(url.starts_with("https://") || url.starts_with("http://")) {

@@ -1,7 +1,7 @@
 //! `GET /api/health` and `/agents/api/health`: JSON, unauthenticated, and
 //! holding nothing private (the reference's `status`, `uptime`, `version`
 //! and `subscriptionAuth`, which says whether the server offers provider
-//! sign-in by OAuth and is `false` here, plus what a client needs to talk
+//! sign-in by OAuth (`builtin.subscriptionAuth`), plus what a client needs to talk
 //! to us under names of our own: the protocol, how WebSocket subscriptions
 //! are authorized, the window).
 
@@ -20,7 +20,7 @@ pub(super) async fn get(State(state): State<Arc<HttpState>>) -> Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "service": "agentos-sidecar",
         "protocol": super::PROTOCOL_VERSION,
-        "subscriptionAuth": false,
+        "subscriptionAuth": state.subscription_auth,
         "socketAuth": "signed",
         "timestampWindowMs": state.config.timestamp_window_ms,
         "database": state.database_kind,

@@ -43,6 +43,8 @@ pub struct HttpState {
     pub config: HttpConfig,
     pub started: Instant,
     pub database_kind: &'static str,
+    /// `builtin.subscriptionAuth`, as health reports it.
+    pub subscription_auth: bool,
     pub api: api::SignedApi,
     /// What `/agents/ws` is served with.
     pub ws: Arc<ws::WsState>,

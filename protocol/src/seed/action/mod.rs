@@ -6,7 +6,7 @@
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
 //! server does not implement (signing identities, IPFS publishing,
-//! memory downloads and IPFS, MCP, OAuth, …), and a name
+//! IPFS, MCP, …), and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
 //!
@@ -137,6 +137,27 @@ pub enum Action {
         provider: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         agent_id: Option<String>,
+    },
+    // Subscription sign-in. Fields are kept as sent: the server words a
+    // missing or non-string one as the reference does (`Login id is
+    // required`).
+    StartProviderOAuth {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provider_type: Option<Ipld>,
+    },
+    SubmitProviderOAuthCode {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        login_id: Option<Ipld>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<Ipld>,
+    },
+    GetProviderOAuthStatus {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        login_id: Option<Ipld>,
+    },
+    CancelProviderOAuth {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        login_id: Option<Ipld>,
     },
 
     // --- Sessions --------------------------------------------------------
@@ -375,6 +396,10 @@ impl Action {
             Action::ListModelProviders { .. } => "ListModelProviders",
             Action::DeleteModelProvider { .. } => "DeleteModelProvider",
             Action::ListProviderModels { .. } => "ListProviderModels",
+            Action::StartProviderOAuth { .. } => "StartProviderOAuth",
+            Action::SubmitProviderOAuthCode { .. } => "SubmitProviderOAuthCode",
+            Action::GetProviderOAuthStatus { .. } => "GetProviderOAuthStatus",
+            Action::CancelProviderOAuth { .. } => "CancelProviderOAuth",
             Action::CreateSession { .. } => "CreateSession",
             Action::ListSessions { .. } => "ListSessions",
             Action::GetSession { .. } => "GetSession",
@@ -521,6 +546,19 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "ListProviderModels" => Action::ListProviderModels {
             provider: f.req("provider")?,
             agent_id: f.opt("agentId")?,
+        },
+        "StartProviderOAuth" => Action::StartProviderOAuth {
+            provider_type: f.opt_any("providerType")?,
+        },
+        "SubmitProviderOAuthCode" => Action::SubmitProviderOAuthCode {
+            login_id: f.opt_any("loginId")?,
+            code: f.opt_any("code")?,
+        },
+        "GetProviderOAuthStatus" => Action::GetProviderOAuthStatus {
+            login_id: f.opt_any("loginId")?,
+        },
+        "CancelProviderOAuth" => Action::CancelProviderOAuth {
+            login_id: f.opt_any("loginId")?,
         },
         "CreateSession" => Action::CreateSession {
             agent_id: f.req("agentId")?,

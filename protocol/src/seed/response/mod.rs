@@ -20,6 +20,7 @@ pub use self::shapes::{
 };
 pub use self::space::{AgentMemoryEntry, AgentMemoryFile, AgentToolInfo, SessionAttachmentInfo};
 use super::action::SessionListCursor;
+use super::vocab::OAuthLoginStatus;
 use super::{cbor, Role, SeedError};
 
 /// A byte field as a CBOR byte string, not a list of numbers.
@@ -192,6 +193,29 @@ responses! {
     /// `DeleteSecret`.
     DeleteSecretResponse => "DeleteSecretResponse" {
         name: String,
+    }
+    /// `StartProviderOAuth`: where the user signs in, and until when.
+    StartProviderOAuthResponse => "StartProviderOAuthResponse" {
+        login_id: String,
+        auth_url: String,
+        expires_at: i64,
+    }
+    /// `SubmitProviderOAuthCode`: the code is taken; the status tells how
+    /// the exchange went.
+    SubmitProviderOAuthCodeResponse => "SubmitProviderOAuthCodeResponse" {
+    }
+    /// `GetProviderOAuthStatus`.
+    ProviderOAuthStatusResponse => "ProviderOAuthStatusResponse" {
+        login_id: String,
+        status: OAuthLoginStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret_name: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    }
+    /// `CancelProviderOAuth`.
+    CancelProviderOAuthResponse => "CancelProviderOAuthResponse" {
+        login_id: String,
     }
     /// `SetModelProvider`.
     SetModelProviderResponse => "SetModelProviderResponse" {

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::seed::action::AgentDefinition;
 use crate::seed::vocab::{
-    AccessRole, AgentStatus, AuthMode, CollaboratorRole, CollaboratorStatus, SessionStatus,
+    AccessRole, AgentStatus, AuthMode, AuthStatus, CollaboratorRole, CollaboratorStatus,
+    SessionStatus,
 };
 use crate::seed::Role;
 
@@ -121,6 +122,9 @@ pub struct RedactedModelProvider {
     pub has_secrets: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_mode: Option<AuthMode>,
+    /// For a subscription provider only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_status: Option<AuthStatus>,
     pub created_at: i64,
     pub updated_at: i64,
 }

@@ -174,6 +174,7 @@ fn redacted_secret_and_provider_use_reference_names() {
             provider_type: "openai".into(),
             has_secrets: true,
             auth_mode: None,
+            auth_status: None,
             created_at: 1,
             updated_at: 1,
         },

@@ -15,6 +15,7 @@ mod agents;
 mod attachments;
 mod invoke;
 mod notify;
+mod oauth;
 mod runs;
 mod sessions;
 mod signers;
@@ -185,6 +186,10 @@ impl SignedApi {
             | Action::ListModelProviders { .. }
             | Action::DeleteModelProvider { .. }
             | Action::ListProviderModels { .. } => self.vault(caller, action).await,
+            Action::StartProviderOAuth { .. }
+            | Action::SubmitProviderOAuthCode { .. }
+            | Action::GetProviderOAuthStatus { .. }
+            | Action::CancelProviderOAuth { .. } => self.provider_oauth(caller, action).await,
             Action::CreateSession { .. }
             | Action::ListSessions { .. }
             | Action::GetSession { .. }

@@ -4,19 +4,47 @@
 //! that a listing naming an agent reads the agent owner's providers (for a
 //! caller who may read the agent); no answer ever holds a secret's value.
 
+use agentos_protocol::seed::action::ModelProviderConfig;
 use agentos_protocol::seed::response::{
     DeleteModelProviderResponse, DeleteSecretResponse, ListModelProvidersResponse,
     ListProviderModelsResponse, ListSecretsResponse, ProviderModelInfo, SetModelProviderResponse,
     SetSecretResponse,
 };
+use agentos_protocol::seed::vocab::{AuthMode, AuthStatus};
 use agentos_protocol::seed::ApiCode;
 use agentos_protocol::seed::{cbor, Action};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::builtin::host::ListModelsError;
+use crate::builtin::oauth;
 use crate::control::{authz, NewProvider, SecretPlaintext};
 
+/// The models a ChatGPT subscription offers, as the reference lists them.
+const SUBSCRIPTION_MODELS: &[(&str, &str)] = &[
+    ("gpt-5.6-sol", "GPT-5.6 Sol"),
+    ("gpt-5.6-terra", "GPT-5.6 Terra"),
+    ("gpt-5.6-luna", "GPT-5.6 Luna"),
+    ("gpt-5.5", "GPT-5.5"),
+    ("gpt-5.4", "GPT-5.4"),
+];
+
 impl SignedApi {
+    /// A subscription provider's `authStatus` (none for an API-key one).
+    async fn auth_status_of(
+        &self,
+        account: &str,
+        provider: &crate::control::RedactedProvider,
+    ) -> Result<Option<AuthStatus>, ApiError> {
+        if provider.auth_mode != Some(crate::control::AuthMode::Subscription) {
+            return Ok(None);
+        }
+        let Some(record) = self.control.get_provider(account, &provider.name).await? else {
+            return Ok(None);
+        };
+        let config: ModelProviderConfig = cbor::from_slice(&record.config, 16 * 1024 * 1024)?;
+        Ok(oauth::auth_status(&self.control, account, &config).await?)
+    }
+
     /// Whose providers a listing reads: the caller's own, or, when it names
     /// an agent the caller may read, the agent owner's (whose providers the
     /// agent's sessions use). An agent the caller cannot read is
@@ -65,6 +93,24 @@ impl SignedApi {
                 ok(&DeleteSecretResponse { name })
             }
             Action::SetModelProvider { name, provider } => {
+                if provider.auth_mode == Some(AuthMode::Subscription) {
+                    if !oauth::OAUTH_PROVIDER_TYPES.contains(&provider.provider_type.as_str()) {
+                        return Err(ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            format!(
+                                "Provider type does not support subscription auth: {}",
+                                provider.provider_type
+                            ),
+                        ));
+                    }
+                    let oauth_ref = provider.secret_refs.as_ref().and_then(|r| r.get("oauth"));
+                    if oauth_ref.is_none_or(|name| name.trim().is_empty()) {
+                        return Err(ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            "Subscription providers require a secretRefs.oauth credential reference",
+                        ));
+                    }
+                }
                 let config = cbor::to_canonical(&provider)?;
                 let secret_refs = provider
                     .secret_refs
@@ -90,16 +136,20 @@ impl SignedApi {
                     None,
                     None,
                 );
+                let status = oauth::auth_status(control, account, &provider).await?;
                 ok(&SetModelProviderResponse {
-                    provider: render::provider(&stored),
+                    provider: render::provider(&stored, status),
                 })
             }
             Action::ListModelProviders { agent_id } => {
                 let owner = self.provider_account(caller, agent_id.as_deref()).await?;
                 let providers = control.list_providers(&owner).await?;
-                ok(&ListModelProvidersResponse {
-                    providers: providers.iter().map(render::provider).collect(),
-                })
+                let mut shown = Vec::with_capacity(providers.len());
+                for provider in &providers {
+                    let status = self.auth_status_of(&owner, provider).await?;
+                    shown.push(render::provider(provider, status));
+                }
+                ok(&ListModelProvidersResponse { providers: shown })
             }
             Action::DeleteModelProvider { name } => {
                 let deleted = control.delete_provider(account, &name).await?;
@@ -120,6 +170,21 @@ impl SignedApi {
                         format!("provider {provider:?} not found"),
                     )
                 };
+                // A subscription's models are the reference's list: the
+                // backend refuses others, and there is nothing to ask.
+                if let Some(record) = control.get_provider(&owner, &provider).await? {
+                    if record.redacted.auth_mode == Some(crate::control::AuthMode::Subscription) {
+                        return ok(&ListProviderModelsResponse {
+                            models: SUBSCRIPTION_MODELS
+                                .iter()
+                                .map(|(id, name)| ProviderModelInfo {
+                                    id: (*id).to_owned(),
+                                    name: (*name).to_owned(),
+                                })
+                                .collect(),
+                        });
+                    }
+                }
                 let Some(builtin) = &self.builtin else {
                     return Err(ApiError::new(
                         502,

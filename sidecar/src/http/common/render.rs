@@ -115,13 +115,19 @@ pub fn invite(invite: &control::Invite) -> AgentInviteInfo {
     }
 }
 
-pub fn provider(p: &control::RedactedProvider) -> RedactedModelProvider {
+/// A provider as the wire shows it, with its sign-in's `authStatus` when it
+/// is a subscription provider.
+pub fn provider(
+    p: &control::RedactedProvider,
+    auth_status: Option<agentos_protocol::seed::vocab::AuthStatus>,
+) -> RedactedModelProvider {
     RedactedModelProvider {
         id: p.id.clone(),
         name: p.name.clone(),
         provider_type: p.provider_type.clone(),
         has_secrets: p.has_secrets,
         auth_mode: p.auth_mode.map(auth_mode),
+        auth_status,
         created_at: p.created_at_ms,
         updated_at: p.updated_at_ms,
     }
