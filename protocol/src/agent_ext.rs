@@ -154,8 +154,12 @@ pub struct ProviderKeyParams {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderKey {
-    /// `None` for a provider configured without a key (a local endpoint).
+    /// `None` for a provider configured without a key (a local endpoint);
+    /// a subscription's access token.
     pub api_key: Option<String>,
+    /// A subscription's ChatGPT account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -164,6 +164,24 @@ fn builtin_services(
         triggers.clone(),
     );
     verbs.attach(sessions.clone(), turns.clone());
+    let endpoint = |key: &str, default: &str| {
+        config
+            .builtin
+            .provider_endpoints
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| default.to_owned())
+    };
+    let oauth = crate::builtin::oauth::OAuth::new(
+        control.clone(),
+        config.builtin.subscription_auth,
+        crate::builtin::oauth::OAuthEndpoints {
+            issuer: endpoint("openai-oauth", crate::builtin::oauth::flow::DEFAULT_ISSUER),
+            codex: endpoint("openai-codex", crate::builtin::oauth::DEFAULT_CODEX_BASE),
+        },
+    )
+    .map_err(|e| VmError::Builtin(e.to_string()))?;
+    let oauth = Arc::new(oauth);
     let host = Arc::new(
         host::Host::new(
             control.clone(),
@@ -174,6 +192,7 @@ fn builtin_services(
                 allow_private: config.builtin.allow_private_endpoints,
                 provider_retries: config.builtin.provider_retries,
             },
+            oauth.clone(),
         )
         .map_err(|e| VmError::Builtin(e.message))?,
     );
@@ -194,28 +213,7 @@ fn builtin_services(
             tracing::warn!(error = %e, "this executable cannot be found; builtin sessions cannot start")
         }
     }
-    let endpoint = |key: &str, default: &str| {
-        config
-            .builtin
-            .provider_endpoints
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| default.to_owned())
-    };
-    let oauth = crate::builtin::oauth::OAuth::new(
-        control.clone(),
-        config.builtin.subscription_auth,
-        crate::builtin::oauth::OAuthEndpoints {
-            issuer: endpoint("openai-oauth", crate::builtin::oauth::flow::DEFAULT_ISSUER),
-            codex: endpoint("openai-codex", crate::builtin::oauth::DEFAULT_CODEX_BASE),
-        },
-    )
-    .map_err(|e| VmError::Builtin(e.to_string()))?;
-    Ok(crate::builtin::Services {
-        host,
-        verbs,
-        oauth: Arc::new(oauth),
-    })
+    Ok(crate::builtin::Services { host, verbs, oauth })
 }
 
 impl Vm {

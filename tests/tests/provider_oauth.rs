@@ -32,7 +32,8 @@ async fn sidecar(server: &OAuthServer, enabled: bool) -> Sidecar {
         Options {
             config: json!({
                 "http": {"listen": "127.0.0.1:0"},
-                "builtin": {"subscriptionAuth": enabled,
+                // Titles would be more Codex calls than a test counts.
+                "builtin": {"subscriptionAuth": enabled, "sessionTitles": false,
                             "providerEndpoints": {"openai-oauth": server.issuer(),
                                                   "openai-codex": server.codex()}},
             }),
@@ -438,4 +439,217 @@ async fn sign_in_is_off_unless_the_operator_turns_it_on() {
         .expect("health");
     let health: Value = serde_json::from_slice(&health.body).expect("JSON");
     assert_eq!(health["subscriptionAuth"], false);
+}
+
+/// A signed-in owner with a subscription provider and a builtin agent on
+/// it: the agent's id.
+async fn subscription_agent(sc: &Sidecar, server: &OAuthServer, owner: &Signer) -> String {
+    let t = sc.api();
+    sign_in(sc, server, owner).await;
+    let made = call(
+        &t,
+        owner,
+        json!({"_": "SetModelProvider", "name": "chatgpt",
+               "provider": {"type": "openai", "authMode": "subscription",
+                            "secretRefs": {"oauth": "openai-subscription-oauth"}}}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{:?}", made.body);
+    let agent = call(
+        &t,
+        owner,
+        json!({"_": "CreateAgent", "definition": {"name": "Codex", "systemPrompt": "Be brief.",
+               "modelProvider": "chatgpt", "model": "gpt-5.5"}}),
+    )
+    .await;
+    assert_eq!(agent.status, 200, "{:?}", agent.body);
+    agent.text("agentId")
+}
+
+async fn new_session(sc: &Sidecar, owner: &Signer, agent: &str) -> String {
+    call(
+        &sc.api(),
+        owner,
+        json!({"_": "CreateSession", "agentId": agent}),
+    )
+    .await
+    .text("sessionId")
+}
+
+async fn say(sc: &Sidecar, owner: &Signer, session: &str, text: &str) -> Answer {
+    call(
+        &sc.api(),
+        owner,
+        json!({"_": "MessageSession", "sessionId": session,
+               "content": [{"type": "text", "text": text}]}),
+    )
+    .await
+}
+
+fn codex_calls(server: &OAuthServer) -> Vec<agentos_tests::oauth_server::Seen> {
+    server
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == "/backend-api/codex/responses")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_turn_speaks_to_the_codex_backend() {
+    use agentos_tests::oauth_server::{CodexReply, ACCOUNT};
+    let server = OAuthServer::start().await;
+    let sc = sidecar(&server, true).await;
+    let owner = Signer::new();
+    let agent = subscription_agent(&sc, &server, &owner).await;
+    let session = new_session(&sc, &owner, &agent).await;
+
+    server.push(CodexReply::ToolCall(
+        "call_1".into(),
+        "read".into(),
+        json!({"address": "~/self"}),
+    ));
+    server.push(CodexReply::Text(vec!["Hel".into(), "lo".into()]));
+    let said = say(&sc, &owner, &session, "Who are you?").await;
+    assert_eq!(said.status, 200, "{:?}", said.body);
+    let calls = codex_calls(&server);
+    assert_eq!(calls.len(), 2);
+    let first = &calls[0];
+    assert!(first.headers["authorization"].starts_with("Bearer "));
+    assert_eq!(first.headers["chatgpt-account-id"], ACCOUNT);
+    assert_eq!(first.headers["openai-beta"], "responses=experimental");
+    assert_eq!(first.headers["originator"], "pi");
+    // The agent's session keys the backend's cache, the same for each call.
+    let cache_key = first.headers["session_id"].clone();
+    assert!(!cache_key.is_empty());
+    assert_eq!(calls[1].headers["session_id"], cache_key);
+    let body: Value = serde_json::from_str(&first.body).expect("JSON body");
+    assert_eq!(body["prompt_cache_key"], cache_key);
+    assert_eq!(body["model"], "gpt-5.5");
+    assert_eq!(
+        (body["store"].clone(), body["stream"].clone()),
+        (json!(false), json!(true))
+    );
+    assert!(body["instructions"].as_str().unwrap().contains("Be brief."));
+    assert_eq!(
+        body["input"][0],
+        json!({"role": "user", "content": [{"type": "input_text", "text": "Who are you?"}]})
+    );
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"read"), "{tools:?}");
+    // The call's result went back as the Responses API takes it.
+    let second: Value = serde_json::from_str(&calls[1].body).expect("JSON body");
+    let input = second["input"].as_array().unwrap();
+    assert!(input
+        .iter()
+        .any(|i| i["type"] == "function_call" && i["call_id"] == "call_1"));
+    assert!(input
+        .iter()
+        .any(|i| i["type"] == "function_call_output" && i["call_id"] == "call_1"));
+    // The reply is the session's.
+    let got = call(
+        &sc.api(),
+        &owner,
+        json!({"_": "GetSession", "sessionId": session}),
+    )
+    .await;
+    let events = json_of(got.field("events"));
+    let reply = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["event"]["type"] == "message" && e["event"]["role"] == "assistant")
+        .expect("a reply");
+    assert_eq!(reply["event"]["content"], "Hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_tokens_are_refreshed_once_and_a_revoked_sign_in_asks_for_another() {
+    use agentos_tests::oauth_server::CodexReply;
+    let server = OAuthServer::start().await;
+    let sc = sidecar(&server, true).await;
+    let owner = Signer::new();
+    // Tokens that expire in a second.
+    server.set_expires_in(1);
+    let agent = subscription_agent(&sc, &server, &owner).await;
+    let first = new_session(&sc, &owner, &agent).await;
+    let second = new_session(&sc, &owner, &agent).await;
+    server.set_expires_in(3600);
+    // Only more time can pass than this.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    server.push(CodexReply::Text(vec!["one".into()]));
+    server.push(CodexReply::Text(vec!["two".into()]));
+    let (a, b) = tokio::join!(
+        say(&sc, &owner, &first, "first"),
+        say(&sc, &owner, &second, "second")
+    );
+    assert_eq!(
+        (a.status, b.status),
+        (200, 200),
+        "{:?} {:?}",
+        a.body,
+        b.body
+    );
+    // Two turns at once, one refresh: the rotating token was spent once.
+    assert_eq!(server.refreshes(), (1, 0));
+    assert_eq!(codex_calls(&server).len(), 2);
+
+    // Revoked: the next refresh is refused. The message is refused 401,
+    // logged, and the provider needs a sign-in.
+    let sc2_owner = Signer::new();
+    server.set_expires_in(1);
+    let agent = subscription_agent(&sc, &server, &sc2_owner).await;
+    let session = new_session(&sc, &sc2_owner, &agent).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    server.revoke();
+    let calls_before = codex_calls(&server).len();
+    let refused = say(&sc, &sc2_owner, &session, "hello?").await;
+    assert_eq!(
+        (refused.status, message(&refused)),
+        (
+            401,
+            "Your OpenAI subscription sign-in has expired or was revoked. Open model provider \
+             settings and sign in with ChatGPT again."
+                .to_owned()
+        )
+    );
+    assert_eq!(codex_calls(&server).len(), calls_before);
+    let listed = json_of(
+        &call(&sc.api(), &sc2_owner, json!({"_": "ListModelProviders"}))
+            .await
+            .body,
+    );
+    assert_eq!(listed["providers"][0]["authStatus"], "needs-login");
+    let got = call(
+        &sc.api(),
+        &sc2_owner,
+        json!({"_": "GetSession", "sessionId": session}),
+    )
+    .await;
+    let events = json_of(got.field("events"));
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event"]["type"] == "error"
+                && e["event"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("sign in with ChatGPT again")),
+        "{events}"
+    );
+    // Signing in again clears it.
+    sign_in(&sc, &server, &sc2_owner).await;
+    let listed = json_of(
+        &call(&sc.api(), &sc2_owner, json!({"_": "ListModelProviders"}))
+            .await
+            .body,
+    );
+    assert_eq!(listed["providers"][0]["authStatus"], "ok");
 }

@@ -33,6 +33,7 @@ fn endpoint(server: &ScriptedProvider) -> Endpoint {
         base_url: server.base_url(),
         api_key: Some(KEY.to_owned()),
         public_only: false,
+        account_id: None,
     }
 }
 
@@ -61,6 +62,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelRequest {
         messages,
         tools,
         max_tokens: 256,
+        cache_key: None,
     }
 }
 
@@ -667,6 +669,7 @@ async fn a_compatible_server_without_key_gets_no_auth_and_max_tokens() {
         base_url: format!("{}/", server.base_url()),
         api_key: None,
         public_only: false,
+        account_id: None,
     };
     let (result, _) = run(&provider(), &endpoint, &hello()).await;
     assert_eq!(result, Ok(StopKind::EndTurn));
@@ -699,6 +702,7 @@ async fn a_bad_base_url_is_configuration() {
             base_url: base_url.into(),
             api_key: None,
             public_only: false,
+            account_id: None,
         };
         let (result, _) = run(&provider(), &endpoint, &hello()).await;
         let error = result.expect_err("a bad URL fails");
@@ -842,6 +846,7 @@ async fn a_wrong_path_is_404_and_consumes_nothing() {
         base_url: server.base_url(),
         api_key: Some(KEY.into()),
         public_only: false,
+        account_id: None,
     };
     let (result, _) = run(&provider(), &endpoint, &hello()).await;
     let error = result.expect_err("no such route");

@@ -170,6 +170,7 @@ pub(super) async fn run(
             messages: messages.clone(),
             tools: tools.clone(),
             max_tokens,
+            cache_key: Some(session.to_owned()),
         };
         let started = std::time::Instant::now();
         let step =
@@ -375,6 +376,7 @@ async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpo
                 base_url: ctx.provider.base_url.clone(),
                 api_key: key.api_key,
                 public_only: ctx.provider.public_only,
+                account_id: key.account_id,
             })
         }
         Source::Local => {
@@ -391,6 +393,7 @@ async fn endpoint(agent: &Agent, session: &str, source: &Source) -> Result<Endpo
                 api_key,
                 // The operator named it on the command line.
                 public_only: false,
+                account_id: None,
             })
         }
     }

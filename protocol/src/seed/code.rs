@@ -38,6 +38,7 @@ api_codes! {
     Forbidden => "forbidden",
     InvalidArgument => "invalid_argument",
     NotFound => "not_found",
+    ProviderNeedsLogin => "provider_needs_login",
     ProviderRejected => "provider_rejected",
     ProviderUnreachable => "provider_unreachable",
     Replayed => "replayed",

@@ -8,6 +8,7 @@
 //! tool call as the agent.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agentos_adapters::builtin::provider::{
     Endpoint, Message, ModelInfo, ModelRequest, Provider, ProviderError, ProviderKind,
@@ -18,9 +19,11 @@ use agentos_protocol::agent_ext::{
     self, ContextParams, ProviderKey, ProviderRef, TranscriptItem, TurnContext, VerbParams,
 };
 use agentos_protocol::host::Actor;
+use agentos_protocol::seed::vocab::AuthMode;
 use agentos_protocol::seed::{cbor, AgentDefinition, ModelProviderConfig};
 use serde_json::Value;
 
+use super::oauth::CredentialError;
 use super::prompt;
 use super::resolved::unservable;
 use super::transcript;
@@ -101,6 +104,8 @@ pub struct Host {
     provider: Provider,
     /// The provider client for session titles, bounded to what a title is.
     titler: Provider,
+    /// Subscription credentials (a provider signed in with ChatGPT).
+    oauth: Arc<super::oauth::OAuth>,
 }
 
 impl Host {
@@ -109,12 +114,14 @@ impl Host {
         store: SessionStore,
         verbs: Verbs,
         endpoints: ProviderEndpoints,
+        oauth: Arc<super::oauth::OAuth>,
     ) -> Result<Host, ProviderError> {
         Ok(Host {
             control,
             store,
             verbs,
             endpoints,
+            oauth,
             // Listings answer a signed request: they may not take long.
             provider: Provider::new(ProviderOptions {
                 idle_timeout: LISTING_DEADLINE,
@@ -166,13 +173,14 @@ impl Host {
         account: &str,
         config: &ModelProviderConfig,
     ) -> Result<Endpoint, RpcError> {
-        let (base_url, public_only) = self.endpoints.resolve(config)?;
-        let api_key = self.open_key(account, config).await?.api_key;
+        let (provider_type, base_url, public_only) = self.route(config)?;
+        let key = self.open_key(account, config).await?;
         Ok(Endpoint {
-            kind: ProviderKind::from_type(&config.provider_type),
+            kind: ProviderKind::from_type(&provider_type),
             base_url,
-            api_key,
+            api_key: key.api_key,
             public_only,
+            account_id: key.account_id,
         })
     }
 
@@ -199,6 +207,7 @@ impl Host {
             }],
             tools: Vec::new(),
             max_tokens: TITLE_TOKENS,
+            cache_key: None,
         };
         let mut text = String::new();
         let mut sink = |event: StreamEvent| {
@@ -311,7 +320,7 @@ impl Host {
     async fn context(&self, turn: TurnScope<'_>) -> Result<TurnContext, RpcError> {
         let resolved = self.resolve(turn.session_id).await?;
         let provider = resolved.provider()?.clone();
-        let (base_url, public_only) = self.endpoints.resolve(&provider)?;
+        let (provider_type, base_url, public_only) = self.route(&provider)?;
         // A resumed turn's conversation is the whole log: its words were
         // answered by the turn that delegated, and the children's results
         // follow that turn's calls.
@@ -345,7 +354,7 @@ impl Host {
             system_prompt,
             provider: ProviderRef {
                 name: resolved.provider_name.clone(),
-                provider_type: provider.provider_type.clone(),
+                provider_type,
                 base_url,
                 model: resolved.definition.model.clone(),
                 public_only,
@@ -364,18 +373,79 @@ impl Host {
             .await
     }
 
-    /// The provider's `secretRefs.apiKey`, opened.
+    /// For an agent on a subscription provider, its sign-in resolved (and
+    /// refreshed) before a message is taken, as the reference does; other
+    /// agents pass.
+    pub async fn check_subscription(&self, agent_id: &str) -> Result<(), CredentialError> {
+        let Ok(resolved) = self.resolve_agent(agent_id).await else {
+            // What cannot be resolved fails the turn with its own words.
+            return Ok(());
+        };
+        match &resolved.provider {
+            Some(provider) if provider.auth_mode == Some(AuthMode::Subscription) => self
+                .oauth
+                .credentials(
+                    &resolved.agent.account_id,
+                    provider,
+                    agentos_base::clock::unix_ms,
+                )
+                .await
+                .map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    /// Which API a provider's calls speak and where: a subscription's go to
+    /// the Codex backend (`openai-codex`), the operator's address.
+    fn route(&self, provider: &ModelProviderConfig) -> Result<(String, String, bool), RpcError> {
+        if provider.auth_mode == Some(AuthMode::Subscription) {
+            let base = self
+                .oauth
+                .endpoints()
+                .codex
+                .trim_end_matches('/')
+                .to_owned();
+            return Ok(("openai-codex".to_owned(), base, false));
+        }
+        let (base_url, public_only) = self.endpoints.resolve(provider)?;
+        Ok((provider.provider_type.clone(), base_url, public_only))
+    }
+
+    /// The provider's `secretRefs.apiKey`, opened; for a subscription, its
+    /// access token (refreshed when it has expired) and ChatGPT account.
     async fn open_key(
         &self,
         account: &str,
         provider: &ModelProviderConfig,
     ) -> Result<ProviderKey, RpcError> {
+        if provider.auth_mode == Some(AuthMode::Subscription) {
+            let tokens = self
+                .oauth
+                .credentials(account, provider, agentos_base::clock::unix_ms)
+                .await
+                .map_err(|e| match e {
+                    CredentialError::NeedsLogin => {
+                        unservable("provider_needs_login", e.to_string())
+                    }
+                    CredentialError::Unconfigured(_) => {
+                        unservable("provider_unconfigured", e.to_string())
+                    }
+                    CredentialError::Storage(_) => RpcError::internal(e.to_string()),
+                })?;
+            return Ok(ProviderKey {
+                api_key: Some(tokens.access),
+                account_id: Some(tokens.account_id),
+            });
+        }
         let Some(name) = provider
             .secret_refs
             .as_ref()
             .and_then(|refs| refs.get("apiKey"))
         else {
-            return Ok(ProviderKey { api_key: None });
+            return Ok(ProviderKey {
+                api_key: None,
+                account_id: None,
+            });
         };
         let secret = self
             .control
@@ -395,6 +465,7 @@ impl Host {
             .map_err(|_| unservable("secret_not_text", "the provider's key is not UTF-8 text"))?;
         Ok(ProviderKey {
             api_key: Some(key.trim().to_owned()),
+            account_id: None,
         })
     }
 }

@@ -455,6 +455,7 @@ mod tests {
             ],
             tools: vec![],
             max_tokens: 10,
+            cache_key: None,
         };
         let body = request_body(&request);
         assert!(body.get("system").is_none());

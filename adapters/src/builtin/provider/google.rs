@@ -586,6 +586,7 @@ mod tests {
             ],
             tools: vec![],
             max_tokens: 10,
+            cache_key: None,
         };
         let body = request_body(&request);
         let signature_of = |content: usize, part: usize| {

@@ -8,6 +8,7 @@
 //! text as it is generated and a stalled provider is noticed by silence.
 
 mod anthropic;
+mod codex;
 mod google;
 mod openai;
 pub mod sse;
@@ -29,6 +30,9 @@ pub enum ProviderKind {
     /// Any other `type` (`custom`, `ollama`, `openrouter`, …): the
     /// OpenAI chat completions API at the record's base URL.
     OpenAiCompatible,
+    /// A ChatGPT subscription (an `openai` provider signed in with
+    /// ChatGPT): the Codex backend's Responses API.
+    OpenAiCodex,
 }
 
 impl ProviderKind {
@@ -37,6 +41,7 @@ impl ProviderKind {
             "openai" => ProviderKind::OpenAi,
             "anthropic" => ProviderKind::Anthropic,
             "google" => ProviderKind::Google,
+            "openai-codex" => ProviderKind::OpenAiCodex,
             _ => ProviderKind::OpenAiCompatible,
         }
     }
@@ -48,6 +53,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Google => Some("https://generativelanguage.googleapis.com/v1beta"),
+            ProviderKind::OpenAiCodex => Some("https://chatgpt.com/backend-api"),
             ProviderKind::OpenAiCompatible => None,
         }
     }
@@ -62,6 +68,8 @@ pub struct Endpoint {
     /// The base URL was chosen by a client (a custom provider's `baseUrl`),
     /// not by the operator: it must lead to a public address.
     pub public_only: bool,
+    /// The ChatGPT account a subscription's calls are for.
+    pub account_id: Option<String>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -72,6 +80,7 @@ impl std::fmt::Debug for Endpoint {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("public_only", &self.public_only)
+            .field("account_id", &self.account_id.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
@@ -130,6 +139,9 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub max_tokens: u32,
+    /// What the provider may key its prompt cache on (the session): sent
+    /// where the API takes one.
+    pub cache_key: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -467,6 +479,9 @@ impl Provider {
                 ProviderKind::Google => {
                     google::stream(&self.transport, endpoint, request, on_event).await
                 }
+                ProviderKind::OpenAiCodex => {
+                    codex::stream(&self.transport, endpoint, request, on_event).await
+                }
             }
         };
         let result = self.within_deadline(call).await;
@@ -482,6 +497,10 @@ impl Provider {
                 }
                 ProviderKind::Anthropic => anthropic::list_models(&self.transport, endpoint).await,
                 ProviderKind::Google => google::list_models(&self.transport, endpoint).await,
+                // A subscription's models are a fixed list the sidecar keeps.
+                ProviderKind::OpenAiCodex => Err(ProviderError::bad_request(
+                    "a ChatGPT subscription lists no models",
+                )),
             }
         };
         let result = self.within_deadline(call).await;
@@ -551,6 +570,7 @@ pub(super) fn image_conversation(model: &str) -> ModelRequest {
         ],
         tools: vec![],
         max_tokens: 10,
+        cache_key: None,
     }
 }
 
@@ -694,6 +714,7 @@ mod tests {
             base_url: "http://x".into(),
             api_key: Some("sk-secret".into()),
             public_only: false,
+            account_id: None,
         };
         assert!(!format!("{endpoint:?}").contains("sk-secret"));
     }
@@ -707,6 +728,7 @@ mod tests {
             base_url: "http://127.0.0.1:1".into(),
             api_key: None,
             public_only: false,
+            account_id: None,
         };
         let request = ModelRequest {
             model: "m".into(),
@@ -714,6 +736,7 @@ mod tests {
             messages: Vec::new(),
             tools: Vec::new(),
             max_tokens: 1,
+            cache_key: None,
         };
         let mut sink = |_e: StreamEvent| {};
         assert_send(&provider.stream(&endpoint, &request, &mut sink));

@@ -451,6 +451,7 @@ mod tests {
                 parameters: json!({"type": "object"}),
             }],
             max_tokens: 100,
+            cache_key: None,
         };
         let body = request_body(ProviderKind::OpenAi, &request);
         assert_eq!(

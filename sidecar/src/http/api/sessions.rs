@@ -230,6 +230,52 @@ impl SignedApi {
             .map(|v| Box::new(agentos_protocol::seed::json_to_ipld_clipped(&v))))
     }
 
+    /// A subscription agent's sign-in before its message is taken: an
+    /// expired or revoked one is logged in the session as an error and
+    /// refused 401, asking for a new sign-in; nothing else is appended.
+    async fn check_subscription(&self, session_id: &str, agent_id: &str) -> Result<(), ApiError> {
+        let Some(builtin) = &self.builtin else {
+            return Ok(());
+        };
+        use crate::builtin::oauth::CredentialError;
+        match builtin.host.check_subscription(agent_id).await {
+            Ok(()) => Ok(()),
+            Err(e @ CredentialError::NeedsLogin) => {
+                let logged = self
+                    .sessions
+                    .append(
+                        session_id,
+                        Actor::Agent,
+                        vec![
+                            json!({"sessionUpdate": agentos_protocol::agent_ext::ERROR_UPDATE,
+                                    "message": e.to_string(), "code": "provider_needs_login"}),
+                        ],
+                        false,
+                    )
+                    .await;
+                if let Err(why) = logged {
+                    tracing::warn!(session = %session_id, error = %why, "a sign-in failure was not logged");
+                }
+                Err(ApiError::new(
+                    401,
+                    ApiCode::ProviderNeedsLogin,
+                    e.to_string(),
+                ))
+            }
+            Err(e @ CredentialError::Unconfigured(_)) => {
+                Err(ApiError::bad_request(ApiCode::BadRequest, e.to_string()))
+            }
+            Err(CredentialError::Storage(why)) => {
+                tracing::error!(error = %why, "a subscription's credentials could not be read");
+                Err(ApiError::new(
+                    500,
+                    ApiCode::CorruptRow,
+                    "Internal server error",
+                ))
+            }
+        }
+    }
+
     /// The id of a turn's final assistant event: empty when the turn
     /// parked, was canceled before it ran, or ended without a reply.
     async fn assistant_event(
@@ -496,6 +542,9 @@ impl SignedApi {
                 let builtin = access.agent.adapter == crate::config::BUILTIN_AGENT;
                 let parts =
                     content_blocks(content, client_message_id.as_deref(), control.limits())?;
+                if builtin {
+                    self.check_subscription(&session_id, &link.agent_id).await?;
+                }
                 let mut attached = Vec::with_capacity(parts.attachments.len());
                 for id in &parts.attachments {
                     attached.push(self.space.attachments.info(&session_id, id).await?);
