@@ -5,6 +5,9 @@
 //! the static model list), sign-in off, and no token in clear in the
 //! database file.
 
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
 mod common;
 
 use agentos_protocol::seed::Ipld;
@@ -161,6 +164,12 @@ async fn a_sign_in_seals_the_tokens_and_a_subscription_provider_uses_them() {
         );
     }
 
+    // The account's feed hears of the sign-in.
+    let addr = sc.ready["http"].as_str().expect("http").to_owned();
+    let mut ws = client::Ws::open(&addr).await;
+    let account = format!("account/{}", owner.id());
+    ws.subscribed(&owner, &account, None).await;
+
     // The whole flow: the issuer checks PKCE, the client and the redirect.
     let started = call(
         &t,
@@ -197,6 +206,10 @@ async fn a_sign_in_seals_the_tokens_and_a_subscription_provider_uses_them() {
         json!({"_": "ProviderOAuthStatusResponse", "loginId": login, "status": "completed",
                "secretName": "openai-subscription-oauth"})
     );
+    let changed = ws
+        .next_where(|e| e["value"]["reason"] == "model-provider-changed")
+        .await;
+    assert_eq!(changed["key"], account.as_str());
     // Finished: another code is refused; another account cannot see it.
     let again = call(
         &t,
@@ -323,22 +336,26 @@ async fn a_sign_in_seals_the_tokens_and_a_subscription_provider_uses_them() {
         .unwrap();
     assert_eq!(chatgpt["authStatus"], "needs-login");
 
-    // No token the issuer handed out is in the database file in clear.
-    let mut stored = Vec::new();
+    assert_no_token_in_clear(&sc, &server);
+}
+
+/// No token the issuer handed out is in any file of the sidecar (its
+/// database, its write-ahead log, its log) in clear.
+fn assert_no_token_in_clear(sc: &Sidecar, server: &OAuthServer) {
+    let mut files = 0;
     for entry in std::fs::read_dir(sc.dir.path()).expect("dir") {
         let path = entry.expect("entry").path();
-        if path
-            .extension()
-            .is_some_and(|e| e == "sqlite" || e == "sqlite-wal")
-        {
-            stored.extend(std::fs::read(&path).unwrap_or_default());
+        if !path.is_file() {
+            continue;
+        }
+        let stored = std::fs::read(&path).unwrap_or_default();
+        files += 1;
+        for token in server.tokens() {
+            let found = stored.windows(token.len()).any(|w| w == token.as_bytes());
+            assert!(!found, "a token is in {} in clear", path.display());
         }
     }
-    assert!(!stored.is_empty());
-    for token in server.tokens() {
-        let found = stored.windows(token.len()).any(|w| w == token.as_bytes());
-        assert!(!found, "a token is stored in clear");
-    }
+    assert!(files >= 2, "the database and the log were read");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -652,4 +669,5 @@ async fn expired_tokens_are_refreshed_once_and_a_revoked_sign_in_asks_for_anothe
             .body,
     );
     assert_eq!(listed["providers"][0]["authStatus"], "ok");
+    assert_no_token_in_clear(&sc, &server);
 }
