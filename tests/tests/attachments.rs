@@ -427,6 +427,60 @@ async fn the_model_sees_an_attached_image_in_its_own_shape(flavor: Flavor, visio
     );
 }
 
+/// What a model could not take is described, never sent: an SVG, and a
+/// file that says it is a PNG but is not one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_a_provider_would_refuse_are_described() {
+    use agentos_tests::provider_server::Reply;
+    let w = builtin::world(Flavor::OpenAi).await;
+    let mut definition = builtin::definition(None);
+    definition["model"] = json!("gpt-4o");
+    builtin::ok(
+        &w.act(json!({"_": "UpdateAgent", "agentId": w.agent_id, "definition": definition}))
+            .await,
+    );
+    let session = w.session().await;
+    let svg = json_of(
+        upload(&w, &w.owner, &session, json!("d.svg"), b"<svg/>")
+            .await
+            .field("attachment"),
+    );
+    let fake = w
+        .act(
+            json!({"_": "UploadSessionAttachment", "sessionId": session, "name": "f.png",
+                    "mimeType": "image/png", "content": bytes(b"not a png")}),
+        )
+        .await;
+    let fake = json_of(fake.field("attachment"));
+    let read_both = Reply::ToolCalls(vec![
+        (
+            "r1".to_owned(),
+            "read".to_owned(),
+            json!({"address": format!("attachment:{}", svg["id"].as_str().unwrap())}),
+        ),
+        (
+            "r2".to_owned(),
+            "read".to_owned(),
+            json!({"address": format!("attachment:{}", fake["id"].as_str().unwrap())}),
+        ),
+    ]);
+    w.provider.push(read_both);
+    w.provider.push(Reply::Text(vec!["ok".to_owned()]));
+    builtin::ok(&w.message(&session, "look").await);
+    let requests = w.provider.requests();
+    let sent = Sent::new(Flavor::OpenAi, &requests[1].body);
+    assert!(sent.images().is_empty());
+    let results = sent.tool_results();
+    assert!(
+        results[0].1.contains("PNG, JPEG, GIF and WebP images only"),
+        "{results:?}"
+    );
+    assert!(
+        results[1].1.contains("not an image of that type"),
+        "{results:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_model_sees_an_image_as_a_data_url() {
     the_model_sees_an_attached_image_in_its_own_shape(Flavor::OpenAi, "gpt-4o").await;
@@ -1247,33 +1301,68 @@ async fn a_registry_adapter_gets_links_it_can_read_and_nothing_more() {
         echoed(&sc, &session, &format!("fs_read {text_path}")).await,
         "words"
     );
-    let escape = format!("{dir}/../../../agents");
-    let refused = echoed(&sc, &session, &format!("fs_read {escape}")).await;
-    assert_ne!(refused, "words");
-    assert!(!refused.is_empty());
     let write = echoed(&sc, &session, &format!("fs_write {text_path} changed")).await;
     assert_ne!(write, "wrote", "{write}");
     assert_eq!(
         echoed(&sc, &session, &format!("fs_read {text_path}")).await,
         "words"
     );
-    // Another session's files are not this one's.
+    // Nothing else of the sidecar's tree reads through that prefix or any
+    // other: not another session's file, not the agent's memory.
+    let agent = json_of(
+        &call(
+            &sc.api(),
+            &owner,
+            json!({"_": "GetSession", "sessionId": session}),
+        )
+        .await
+        .body,
+    )["session"]["agentId"]
+        .as_str()
+        .expect("agentId")
+        .to_owned();
     let other = call(
         &sc.api(),
         &owner,
-        json!({"_": "CreateSession", "agentId": json_of(&call(&sc.api(), &owner, json!({"_": "GetSession", "sessionId": session})).await.body)["session"]["agentId"]}),
+        json!({"_": "CreateSession", "agentId": agent}),
     )
     .await
     .text("sessionId");
     let theirs = attach(&sc, &owner, &other, "t.txt", b"theirs").await;
-    let their_path = format!(
-        "/.agentos/sessions/{other}/attachments/{}.bin",
-        theirs["id"].as_str().unwrap()
-    );
-    assert_ne!(
-        echoed(&sc, &session, &format!("fs_read {their_path}")).await,
-        "theirs"
-    );
+    let theirs_id = theirs["id"].as_str().unwrap();
+    let kept = call(
+        &sc.api(),
+        &owner,
+        json!({"_": "WriteAgentMemoryFile", "agentId": agent, "path": "secret.txt",
+               "content": "private"}),
+    )
+    .await;
+    assert_eq!(kept.status, 200, "{:?}", kept.body);
+    for (path, content) in [
+        (
+            format!("{dir}/../../{other}/attachments/{theirs_id}.bin"),
+            "theirs",
+        ),
+        (
+            format!("/.agentos/sessions/{other}/attachments/{theirs_id}.bin"),
+            "theirs",
+        ),
+        (
+            format!("{dir}/../../../agents/{agent}/memory/secret.txt"),
+            "private",
+        ),
+        (
+            format!("/.agentos/agents/{agent}/memory/secret.txt"),
+            "private",
+        ),
+    ] {
+        let answer = echoed(&sc, &session, &format!("fs_read {path}")).await;
+        // Refused, with the reason, not read.
+        assert!(
+            !answer.contains(content) && !answer.is_empty(),
+            "{path}: {answer}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -262,6 +262,7 @@ pub(super) async fn run(
                 is_error: result.is_error,
                 images: result.images,
             });
+            keep_images_within_budget(&mut messages);
         }
         if cancel.is_cancelled() {
             stop = "cancelled";
@@ -287,6 +288,34 @@ pub(super) async fn run(
             "outputTokens": usage.output_tokens,
         }}},
     }))
+}
+
+/// Images a turn's requests carry at most, in base64 bytes: every model
+/// call resends them, and providers bound a request (Anthropic's at 32 MB).
+const MAX_TURN_IMAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Drops the images of the oldest results until the rest fit the budget
+/// (their text still says what was shown).
+fn keep_images_within_budget(messages: &mut [Message]) {
+    let held = |messages: &[Message]| -> usize {
+        messages
+            .iter()
+            .map(|m| match m {
+                Message::ToolResult { images, .. } => images.iter().map(|i| i.data.len()).sum(),
+                _ => 0,
+            })
+            .sum()
+    };
+    let mut total = held(messages);
+    for message in messages.iter_mut() {
+        if total <= MAX_TURN_IMAGE_BYTES {
+            return;
+        }
+        if let Message::ToolResult { images, .. } = message {
+            total -= images.iter().map(|i| i.data.len()).sum::<usize>();
+            images.clear();
+        }
+    }
 }
 
 /// Builds the prompt's error for a failure and, to the sidecar (`to`), also
@@ -736,6 +765,35 @@ fn transcript_messages(items: &[TranscriptItem]) -> Vec<Message> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_past_the_turns_budget_go_from_the_oldest_results() {
+        let image = |n: usize| agentos_protocol::agent_ext::ImagePart {
+            mime_type: "image/png".into(),
+            data: "A".repeat(n),
+        };
+        let result = |id: &str, images| Message::ToolResult {
+            call_id: id.into(),
+            name: "read".into(),
+            content: String::new(),
+            is_error: false,
+            images,
+        };
+        let half = MAX_TURN_IMAGE_BYTES / 2 + 1;
+        let mut messages = vec![
+            result("a", vec![image(half)]),
+            result("b", vec![image(half)]),
+        ];
+        keep_images_within_budget(&mut messages);
+        let kept: Vec<usize> = messages
+            .iter()
+            .map(|m| match m {
+                Message::ToolResult { images, .. } => images.len(),
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(kept, vec![0, 1]);
+    }
 
     #[test]
     fn a_transcript_groups_text_and_calls_into_one_assistant_message() {

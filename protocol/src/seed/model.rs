@@ -28,6 +28,50 @@ pub fn is_text_type(mime: &str) -> bool {
         )
 }
 
+/// Whether an image of this type can be shown to a model: PNG, JPEG, GIF
+/// or WebP, the types every provider family takes (others, SVG or AVIF,
+/// would fail the whole call, so they are described instead).
+pub fn is_model_image(mime: &str) -> bool {
+    let bare = mime
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    matches!(
+        bare.as_str(),
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+    )
+}
+
+/// Whether `bytes` begin as an image of `mime` does (so a file declared an
+/// image that is not one is never sent as one).
+pub fn looks_like(mime: &str, bytes: &[u8]) -> bool {
+    let bare = mime
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match bare.as_str() {
+        "image/png" => bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "image/jpeg" => bytes.starts_with(&[0xff, 0xd8, 0xff]),
+        "image/gif" => bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a"),
+        "image/webp" => bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP",
+        _ => false,
+    }
+}
+
+/// The largest image, in bytes before encoding, shown to a model of this
+/// provider type: the reference's 4.5 MB, less for Anthropic, which bounds
+/// an image's base64 text at 5 MB.
+pub fn max_image_bytes(provider_type: &str) -> u64 {
+    match provider_type {
+        "anthropic" => 3_750_000,
+        _ => 4_500_000,
+    }
+}
+
 /// The leading decimal digits of `s`, if any, and what follows them.
 fn number_prefix(s: &str) -> Option<(u64, &str)> {
     let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -84,6 +128,18 @@ fn anthropic(model: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::supports_image_input;
+
+    #[test]
+    fn only_images_every_provider_takes_are_shown_and_only_when_they_are_images() {
+        use super::{is_model_image, looks_like};
+        assert!(is_model_image("image/PNG; charset=x"));
+        assert!(!is_model_image("image/svg+xml"));
+        assert!(!is_model_image("image/avif"));
+        assert!(looks_like("image/png", b"\x89PNG\r\n\x1a\nrest"));
+        assert!(!looks_like("image/png", b"hello"));
+        assert!(looks_like("image/webp", b"RIFF\0\0\0\0WEBPVP8 "));
+        assert!(looks_like("image/jpeg", &[0xff, 0xd8, 0xff, 0xe0]));
+    }
 
     #[test]
     fn image_input_follows_the_reference_rules() {

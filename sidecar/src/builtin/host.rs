@@ -407,6 +407,16 @@ impl Host {
                 .to_owned();
             return Ok(("openai-codex".to_owned(), base, false));
         }
+        // A record from before the names were reserved is not served.
+        if super::oauth::RESERVED_TYPES.contains(&provider.provider_type.as_str()) {
+            return Err(unservable(
+                "provider_unconfigured",
+                format!(
+                    "provider type {:?} is reserved for subscription sign-in",
+                    provider.provider_type
+                ),
+            ));
+        }
         let (base_url, public_only) = self.endpoints.resolve(provider)?;
         Ok((provider.provider_type.clone(), base_url, public_only))
     }

@@ -512,6 +512,11 @@ impl Uploads {
         path: Option<&str>,
     ) -> Result<(AttachmentInfo, MemoryEntry), AttachmentError> {
         let info = self.attachments.info(session_id, id).await?;
+        if info.size > self.max_memory_bytes {
+            return Err(AttachmentError::TooLarge(
+                "Upload exceeds the maximum file size".into(),
+            ));
+        }
         let path = match path {
             Some(path) => path.to_owned(),
             None => format!("attachments/{}", info.name),

@@ -24,12 +24,26 @@ pub(super) async fn stream(
     request: &ModelRequest,
     on_event: &mut (dyn FnMut(StreamEvent) + Send),
 ) -> Result<StopKind, ProviderError> {
-    let url = transport.url(endpoint, "/codex/responses")?;
+    let url = transport.url(endpoint, codex_path(&endpoint.base_url))?;
     let body = request_body(request);
     let mut events = transport
         .post_stream(url, headers(endpoint, request)?, &body)
         .await?;
     read_stream(&mut events, on_event).await
+}
+
+/// What follows the base, as the reference resolves it: a base that
+/// already ends in `/codex/responses` or `/codex` is completed, not
+/// repeated.
+fn codex_path(base: &str) -> &'static str {
+    let base = base.trim_end_matches('/');
+    if base.ends_with("/codex/responses") {
+        ""
+    } else if base.ends_with("/codex") {
+        "/responses"
+    } else {
+        "/codex/responses"
+    }
 }
 
 fn headers(endpoint: &Endpoint, request: &ModelRequest) -> Result<HeaderMap, ProviderError> {
@@ -179,7 +193,9 @@ struct PartialCall {
 pub(super) struct StreamState {
     /// By output index.
     calls: BTreeMap<u64, PartialCall>,
-    refused: bool,
+    /// Output indexes whose text streamed as deltas (a message item's
+    /// end repeats it; one that streamed none carries it only there).
+    streamed: std::collections::BTreeSet<u64>,
 }
 
 impl StreamState {
@@ -192,7 +208,10 @@ impl StreamState {
         if data.trim() == "[DONE]" || data.trim().is_empty() {
             return Ok(None);
         }
-        let event = parse_event(data)?;
+        // An event that is not JSON is skipped, as the reference skips it.
+        let Ok(event) = parse_event(data) else {
+            return Ok(None);
+        };
         let index = event
             .get("output_index")
             .and_then(Value::as_u64)
@@ -204,7 +223,8 @@ impl StreamState {
                     .get("message")
                     .or_else(|| event.get("code"))
                     .and_then(Value::as_str)
-                    .unwrap_or("no message");
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| event.to_string());
                 return Err(ProviderError::in_stream(
                     None,
                     &format!("Codex error: {message}"),
@@ -218,9 +238,9 @@ impl StreamState {
                 return Err(ProviderError::in_stream(None, message));
             }
             "response.output_text.delta" | "response.refusal.delta" => {
-                self.refused |= text("type") == "response.refusal.delta";
                 let delta = text("delta");
                 if !delta.is_empty() {
+                    self.streamed.insert(index);
                     on_event(StreamEvent::TextDelta(delta.to_owned()));
                 }
             }
@@ -230,8 +250,25 @@ impl StreamState {
                     on_event(StreamEvent::ReasoningDelta(delta.to_owned()));
                 }
             }
+            "response.reasoning_summary_part.done" => {
+                on_event(StreamEvent::ReasoningDelta("\n\n".to_owned()));
+            }
             "response.output_item.added" | "response.output_item.done" => {
                 let item = &event["item"];
+                let done = text("type") == "response.output_item.done";
+                if done && item["type"] == "message" && !self.streamed.contains(&index) {
+                    // The message's text came only whole.
+                    let whole: String = item["content"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|part| part["text"].as_str().or(part["refusal"].as_str()))
+                        .collect();
+                    if !whole.is_empty() {
+                        self.streamed.insert(index);
+                        on_event(StreamEvent::TextDelta(whole));
+                    }
+                }
                 if item["type"] == "function_call" {
                     let call = self.calls.entry(index).or_default();
                     let field = |name: &str| item[name].as_str().unwrap_or_default().to_owned();
@@ -307,7 +344,6 @@ impl StreamState {
             Some("failed") | Some("cancelled") => {
                 return Err(ProviderError::in_stream(None, "Codex response failed"))
             }
-            _ if self.refused => StopKind::Refusal,
             _ => StopKind::EndTurn,
         })
     }
@@ -355,6 +391,29 @@ mod tests {
                     "image_url": "data:image/png;base64,iVBORw0K"}])
         );
         assert_eq!(input[4]["output"], "result b");
+    }
+
+    #[test]
+    fn the_path_completes_the_base_as_the_reference_does() {
+        assert_eq!(
+            codex_path("https://chatgpt.com/backend-api"),
+            "/codex/responses"
+        );
+        assert_eq!(codex_path("https://x/backend-api/codex/"), "/responses");
+        assert_eq!(codex_path("https://x/codex/responses"), "");
+    }
+
+    #[test]
+    fn text_that_comes_only_whole_is_read_and_bad_events_are_skipped() {
+        let mut state = StreamState::default();
+        let mut seen = Vec::new();
+        let mut sink = |e: StreamEvent| seen.push(e);
+        let sink: &mut (dyn FnMut(StreamEvent) + Send) = &mut sink;
+        assert_eq!(state.on_data("not json", sink).unwrap(), None);
+        let done = json!({"type": "response.output_item.done", "output_index": 0,
+            "item": {"type": "message", "content": [{"type": "output_text", "text": "Whole"}]}});
+        assert_eq!(state.on_data(&done.to_string(), sink).unwrap(), None);
+        assert_eq!(seen, vec![StreamEvent::TextDelta("Whole".into())]);
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub(super) struct RefreshLocks {
 }
 
 impl RefreshLocks {
-    fn get(&self, account: &str, secret: &str) -> Arc<RefreshLock> {
+    pub(super) fn get(&self, account: &str, secret: &str) -> Arc<RefreshLock> {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.retain(|_, l| l.strong_count() > 0);
         let key = (account.to_owned(), secret.to_owned());
@@ -52,69 +52,100 @@ impl RefreshLocks {
     }
 }
 
-fn metadata(needs_reauth: bool) -> Result<Vec<u8>, ControlError> {
-    let mut map = BTreeMap::from([
+/// A sign-in's metadata: the reference's two fields, nothing else.
+fn sign_in_metadata() -> BTreeMap<String, Ipld> {
+    BTreeMap::from([
         ("provider".to_owned(), Ipld::String("openai".into())),
         ("kind".to_owned(), Ipld::String("provider-oauth".into())),
-    ]);
-    if needs_reauth {
-        map.insert("needsReauth".into(), Ipld::Bool(true));
-    }
+    ])
+}
+
+fn encode(map: BTreeMap<String, Ipld>) -> Result<Vec<u8>, ControlError> {
     cbor::to_canonical(&Ipld::Map(map)).map_err(|e| ControlError::InvalidArgument(e.to_string()))
 }
 
-/// Seals `tokens` as the account's subscription secret.
+fn sealed(tokens: &Credentials) -> Result<SecretPlaintext, ControlError> {
+    serde_json::to_vec(tokens)
+        .map(SecretPlaintext::new)
+        .map_err(|e| ControlError::InvalidArgument(e.to_string()))
+}
+
+/// Seals a sign-in's tokens as the account's subscription secret, its
+/// metadata replaced (a `needsReauth` of an earlier sign-in goes).
 pub(super) async fn store(
     control: &Control,
     account: &str,
     tokens: &Credentials,
-    needs_reauth: bool,
 ) -> Result<(), ControlError> {
-    store_as(control, account, SECRET_NAME, tokens, needs_reauth).await
-}
-
-async fn store_as(
-    control: &Control,
-    account: &str,
-    name: &str,
-    tokens: &Credentials,
-    needs_reauth: bool,
-) -> Result<(), ControlError> {
-    let value =
-        serde_json::to_vec(tokens).map_err(|e| ControlError::InvalidArgument(e.to_string()))?;
     control
         .set_secret(
             account,
-            name,
-            SecretPlaintext::new(value),
-            Some(metadata(needs_reauth)?),
+            SECRET_NAME,
+            sealed(tokens)?,
+            Some(encode(sign_in_metadata())?),
         )
         .await
         .map(drop)
 }
 
-/// Whether the secret's metadata says a refresh was refused.
+/// The secret's metadata as a map, `None` when the secret is gone.
+async fn metadata_of(
+    control: &Control,
+    account: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, Ipld>>, ControlError> {
+    let secrets = control.list_secrets(account).await?;
+    let Some(secret) = secrets.iter().find(|s| s.name == name) else {
+        return Ok(None);
+    };
+    let map = secret
+        .metadata
+        .as_deref()
+        .and_then(|bytes| cbor::from_slice::<Ipld>(bytes, 1 << 16).ok())
+        .and_then(|m| match m {
+            Ipld::Map(map) => Some(map),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Ok(Some(map))
+}
+
+/// Rewrites an existing secret with `tokens`, its metadata kept but for
+/// `needsReauth` (set or removed); a secret deleted meanwhile stays gone.
+async fn rewrite(
+    control: &Control,
+    account: &str,
+    name: &str,
+    tokens: &Credentials,
+    needs_reauth: bool,
+) -> Result<(), ControlError> {
+    let Some(mut map) = metadata_of(control, account, name).await? else {
+        return Ok(());
+    };
+    if needs_reauth {
+        map.insert("needsReauth".into(), Ipld::Bool(true));
+    } else {
+        map.remove("needsReauth");
+    }
+    control
+        .set_secret(account, name, sealed(tokens)?, Some(encode(map)?))
+        .await
+        .map(drop)
+}
+
+/// Whether the secret's metadata says a refresh was refused (`None`: no
+/// such secret).
 async fn flagged(
     control: &Control,
     account: &str,
     name: &str,
 ) -> Result<Option<bool>, ControlError> {
-    let secrets = control.list_secrets(account).await?;
-    let Some(secret) = secrets.iter().find(|s| s.name == name) else {
-        return Ok(None);
-    };
-    let flagged = secret
-        .metadata
-        .as_deref()
-        .and_then(|bytes| cbor::from_slice::<Ipld>(bytes, 1 << 16).ok())
-        .is_some_and(|m| match m {
-            Ipld::Map(map) => !matches!(
-                map.get("needsReauth"),
-                None | Some(Ipld::Null) | Some(Ipld::Bool(false))
-            ),
-            _ => false,
-        });
-    Ok(Some(flagged))
+    Ok(metadata_of(control, account, name).await?.map(|map| {
+        !matches!(
+            map.get("needsReauth"),
+            None | Some(Ipld::Null) | Some(Ipld::Bool(false))
+        )
+    }))
 }
 
 /// A provider's `authStatus`: none for an API-key provider; for a
@@ -162,15 +193,17 @@ impl OAuth {
         }
         match self.refresh_tokens(&tokens.refresh).await {
             Ok(fresh) => {
-                store_as(&self.control, account, name, &fresh, false)
-                    .await
-                    .map_err(|e| CredentialError::Storage(e.to_string()))?;
+                // The old refresh token is spent: the new pair is used even
+                // if it could not be kept (the next turn signs in again).
+                if let Err(e) = rewrite(&self.control, account, name, &fresh, false).await {
+                    tracing::error!(account = %account, error = %e, "refreshed subscription tokens were not kept");
+                }
                 Ok(fresh)
             }
             Err(why) => {
                 tracing::warn!(account = %account, why = %why, "a subscription refresh was refused");
                 if flagged(&self.control, account, name).await == Ok(Some(false)) {
-                    store_as(&self.control, account, name, &tokens, true)
+                    rewrite(&self.control, account, name, &tokens, true)
                         .await
                         .map_err(|e| CredentialError::Storage(e.to_string()))?;
                     self.notify(account);

@@ -32,6 +32,10 @@ use crate::control::Control;
 pub const DEFAULT_CODEX_BASE: &str = "https://chatgpt.com/backend-api";
 /// The sealed secret a completed sign-in writes.
 pub const SECRET_NAME: &str = "openai-subscription-oauth";
+/// Names of the sign-in's endpoints in `builtin.providerEndpoints`, never
+/// a provider's `type` (a client must not reach the issuer, or the Codex
+/// backend with an API key, through a provider of its own).
+pub const RESERVED_TYPES: &[&str] = &["openai-oauth", "openai-codex"];
 /// Provider types that sign in by subscription.
 pub const OAUTH_PROVIDER_TYPES: &[&str] = &["openai"];
 /// A pending login fails this long after it began.
@@ -85,6 +89,10 @@ struct Login {
     state: String,
     /// A code was taken and is being exchanged.
     exchanging: bool,
+    /// Its tokens are being stored: it completes whatever comes meanwhile
+    /// (as in the reference, where nothing can come between the check and
+    /// the store).
+    storing: bool,
     secret_name: Option<String>,
     error: Option<String>,
     expires_at: i64,
@@ -100,7 +108,7 @@ impl Login {
     }
 
     fn fail(&mut self, why: &str, at: i64) {
-        if self.status == OAuthLoginStatus::Pending {
+        if self.status == OAuthLoginStatus::Pending && !self.storing {
             self.status = OAuthLoginStatus::Failed;
             self.error = Some(why.to_owned());
             self.finished_at = Some(at);
@@ -237,6 +245,7 @@ impl OAuth {
                 verifier: pkce.verifier,
                 state: pkce.state,
                 exchanging: false,
+                storing: false,
                 secret_name: None,
                 error: None,
                 expires_at,
@@ -274,7 +283,9 @@ impl OAuth {
                 return Ok(());
             }
             let pasted = flow::parse_pasted(code);
-            if pasted.state.as_deref().is_some_and(|s| s != login.state) {
+            // An empty or absent state is not checked, as the reference.
+            let state = pasted.state.as_deref().filter(|s| !s.is_empty());
+            if state.is_some_and(|s| s != login.state) {
                 login.fail("State mismatch", now);
                 return Ok(());
             }
@@ -309,14 +320,22 @@ impl OAuth {
                 login.fail(why, now);
                 return;
             }
+            login.storing = true;
             login.account_id.clone()
         };
         let Ok(tokens) = outcome else { return };
-        let stored = credentials::store(&self.control, &account, &tokens, false).await;
+        // Never at the same time as a refresh of the same secret, which
+        // would otherwise write its old tokens over these.
+        let guard = self.refresh.get(&account, SECRET_NAME);
+        let stored = {
+            let _one = guard.lock().await;
+            credentials::store(&self.control, &account, &tokens).await
+        };
         let mut logins = lock(&self.logins);
         let Some(login) = logins.get_mut(login_id) else {
             return;
         };
+        login.storing = false;
         match stored {
             Ok(()) => {
                 login.status = OAuthLoginStatus::Completed;

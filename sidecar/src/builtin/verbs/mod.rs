@@ -57,6 +57,8 @@ pub struct VerbScope {
     /// The verb's result goes to a model that takes images (an attached
     /// image is then shown, not described).
     pub image_input: bool,
+    /// The largest image that model is shown (its provider's bound).
+    pub image_max_bytes: u64,
 }
 
 impl VerbScope {
@@ -78,6 +80,12 @@ impl VerbScope {
                     &resolved.definition.model,
                 )
             }),
+            image_max_bytes: agentos_protocol::seed::model::max_image_bytes(
+                resolved
+                    .provider
+                    .as_ref()
+                    .map_or("", |p| p.provider_type.as_str()),
+            ),
         }
     }
 

@@ -4,11 +4,11 @@
 //! the runs engine; both answer a result the model can read.
 
 use agentos_protocol::agent_ext::{
-    cut_with_notice, output_text, ImagePart, VerbResult, MAX_IMAGE_BYTES,
-    MAX_TEXT_ATTACHMENT_BYTES, STORED_RESULT_BYTES,
+    cut_with_notice, output_text, ImagePart, VerbResult, MAX_TEXT_ATTACHMENT_BYTES,
+    STORED_RESULT_BYTES,
 };
 use agentos_protocol::host::{EventKind, StoredEvent};
-use agentos_protocol::seed::model::is_text_type;
+use agentos_protocol::seed::model::{is_model_image, is_text_type, looks_like};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -123,13 +123,21 @@ async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
         out["mimeType"] = json!(mime);
     }
     let image = mime.starts_with("image/");
-    let shown = image && scope.image_input && info.size <= MAX_IMAGE_BYTES;
+    let viewable = is_model_image(&mime);
+    let shown = viewable && scope.image_input && info.size <= scope.image_max_bytes;
     // Only what is shown is read at all.
     if shown || (is_text_type(&mime) && info.size <= MAX_TEXT_ATTACHMENT_BYTES) {
         let data = match verbs.attachments.read(&scope.session_id, id).await {
             Ok((_, data)) => data,
             Err(e) => return failure(e.code(), e),
         };
+        if shown && !looks_like(&mime, &data) {
+            out["summary"] = json!(format!(
+                "{} ({mime}, {} bytes); its bytes are not an image of that type. Save it to memory with write to keep it.",
+                info.name, info.size
+            ));
+            return success(out);
+        }
         if shown {
             out["summary"] = json!(format!(
                 "Viewed {} ({mime}, {} bytes).",
@@ -149,10 +157,11 @@ async fn attachment(verbs: &Verbs, scope: &VerbScope, id: &str) -> VerbResult {
         out["content"] = json!(text);
         return success(out);
     }
-    let reason = match (image, scope.image_input) {
-        (true, true) => "the image is too large to view inline",
-        (true, false) => "this model does not support image input",
-        (false, _) => "the content is not viewable inline",
+    let reason = match (image, viewable, scope.image_input) {
+        (true, _, false) => "this model does not support image input",
+        (true, true, true) => "the image is too large to view inline",
+        (true, false, true) => "models are shown PNG, JPEG, GIF and WebP images only",
+        (false, _, _) => "the content is not viewable inline",
     };
     out["summary"] = json!(format!(
         "{} ({}, {} bytes); {reason}. Save it to memory with write to keep it.",

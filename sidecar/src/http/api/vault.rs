@@ -93,6 +93,15 @@ impl SignedApi {
                 ok(&DeleteSecretResponse { name })
             }
             Action::SetModelProvider { name, provider } => {
+                if oauth::RESERVED_TYPES.contains(&provider.provider_type.as_str()) {
+                    return Err(ApiError::bad_request(
+                        ApiCode::BadRequest,
+                        format!(
+                            "Provider type {} is reserved for subscription sign-in",
+                            provider.provider_type
+                        ),
+                    ));
+                }
                 if provider.auth_mode == Some(AuthMode::Subscription) {
                     if !oauth::OAUTH_PROVIDER_TYPES.contains(&provider.provider_type.as_str()) {
                         return Err(ApiError::bad_request(

@@ -126,7 +126,11 @@ pub fn provider(
         name: p.name.clone(),
         provider_type: p.provider_type.clone(),
         has_secrets: p.has_secrets,
-        auth_mode: p.auth_mode.map(auth_mode),
+        // As the reference: only a subscription names its mode.
+        auth_mode: p
+            .auth_mode
+            .filter(|m| *m == control::AuthMode::Subscription)
+            .map(auth_mode),
         auth_status,
         created_at: p.created_at_ms,
         updated_at: p.updated_at_ms,

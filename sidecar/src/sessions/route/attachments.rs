@@ -11,7 +11,7 @@
 //! a budget per prompt.
 
 use agentos_protocol::agent_ext::{MAX_IMAGE_BYTES, MAX_TEXT_ATTACHMENT_BYTES};
-use agentos_protocol::seed::model::is_text_type;
+use agentos_protocol::seed::model::{is_model_image, is_text_type, looks_like};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -51,13 +51,19 @@ impl Route {
         if self.builtin {
             return blocks;
         }
-        let attached: Vec<Attached> = blocks
+        let mut attached: Vec<Attached> = Vec::new();
+        for file in blocks
             .iter()
             .filter_map(|b| b.pointer("/_meta/seed/attachments"))
             .filter_map(Value::as_array)
             .flatten()
             .filter_map(Attached::from)
-            .collect();
+        {
+            // Each file once, however often it is named.
+            if !attached.iter().any(|a| a.id == file.id) {
+                attached.push(file);
+            }
+        }
         let dir = agentos_vfs::session_attachments_dir(&self.session_id);
         let mut budget = MAX_EMBEDDED_BYTES;
         for file in attached {
@@ -86,7 +92,7 @@ impl Route {
     ) -> Option<Value> {
         let caps = self.prompt_caps;
         let mime = file.mime_type.as_deref().unwrap_or_default();
-        let image = caps.image && mime.starts_with("image/") && file.size <= MAX_IMAGE_BYTES;
+        let image = caps.image && is_model_image(mime) && file.size <= MAX_IMAGE_BYTES;
         let text = caps.embedded_context && is_text_type(mime);
         let max = if image {
             MAX_IMAGE_BYTES
@@ -109,6 +115,10 @@ impl Route {
                 return None;
             }
         };
+        // The record's size is what the door wrote; the bytes decide.
+        if data.len() as u64 > *budget || (image && !looks_like(mime, &data)) {
+            return None;
+        }
         *budget -= data.len() as u64;
         let uri = format!("file://{path}");
         let base64 = || base64::engine::general_purpose::STANDARD.encode(&data);
