@@ -37,6 +37,7 @@ async fn sidecar(server: &OAuthServer, enabled: bool) -> Sidecar {
                 "http": {"listen": "127.0.0.1:0"},
                 // Titles would be more Codex calls than a test counts.
                 "builtin": {"subscriptionAuth": enabled, "sessionTitles": false,
+                            "providerRetries": 0,
                             "providerEndpoints": {"openai-oauth": server.issuer(),
                                                   "openai-codex": server.codex()}},
             }),
@@ -583,6 +584,56 @@ async fn a_subscription_turn_speaks_to_the_codex_backend() {
         .find(|e| e["event"]["type"] == "message" && e["event"]["role"] == "assistant")
         .expect("a reply");
     assert_eq!(reply["event"]["content"], "Hello");
+
+    // The plan's limit, in the reference's words; a refused token is not
+    // tried again.
+    let resets_at = (agentos_base_now() / 1000) + 600;
+    server.push(CodexReply::Status(
+        429,
+        json!({"error": {"code": "usage_limit_reached", "plan_type": "plus",
+                         "resets_at": resets_at}}),
+    ));
+    say(&sc, &owner, &session, "more").await;
+    let last_error = |events: &Value| {
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|e| e["event"]["type"] == "error")
+            .map(|e| {
+                e["event"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .unwrap_or_default()
+    };
+    let got = call(
+        &sc.api(),
+        &owner,
+        json!({"_": "GetSession", "sessionId": session}),
+    )
+    .await;
+    let error = last_error(&json_of(got.field("events")));
+    assert!(
+        error.contains("You have hit your ChatGPT usage limit (plus plan). Try again in ~"),
+        "{error}"
+    );
+    let before = codex_calls(&server).len();
+    server.push(CodexReply::Status(
+        401,
+        json!({"error": {"message": "token revoked"}}),
+    ));
+    say(&sc, &owner, &session, "again").await;
+    assert_eq!(codex_calls(&server).len(), before + 1);
+}
+
+fn agentos_base_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

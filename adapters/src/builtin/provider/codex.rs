@@ -28,8 +28,51 @@ pub(super) async fn stream(
     let body = request_body(request);
     let mut events = transport
         .post_stream(url, headers(endpoint, request)?, &body)
-        .await?;
+        .await
+        .map_err(|e| usage_limit(e, agentos_base::clock::unix_ms()))?;
     read_stream(&mut events, on_event).await
+}
+
+/// A ChatGPT plan's limit, worded as the reference words it: `You have hit
+/// your ChatGPT usage limit (plus plan). Try again in ~42 min.` (a 429, or
+/// an error whose code names the limit).
+fn usage_limit(mut e: ProviderError, now_ms: i64) -> ProviderError {
+    let Some(error) = e
+        .body
+        .as_ref()
+        .map(|b| &b["error"])
+        .filter(|v| v.is_object())
+    else {
+        return e;
+    };
+    let code = error["code"]
+        .as_str()
+        .or(error["type"].as_str())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let limited = [
+        "usage_limit_reached",
+        "usage_not_included",
+        "rate_limit_exceeded",
+    ]
+    .iter()
+    .any(|c| code.contains(c));
+    if !limited && e.status != Some(429) {
+        return e;
+    }
+    let mut message = "You have hit your ChatGPT usage limit".to_owned();
+    if let Some(plan) = error["plan_type"].as_str() {
+        message.push_str(&format!(" ({} plan)", plan.to_ascii_lowercase()));
+    }
+    message.push('.');
+    if let Some(resets_at) = error["resets_at"].as_f64() {
+        let minutes = ((resets_at * 1000.0 - now_ms as f64) / 60_000.0)
+            .round()
+            .max(0.0);
+        message.push_str(&format!(" Try again in ~{minutes} min."));
+    }
+    e.message = message;
+    e
 }
 
 /// What follows the base, as the reference resolves it: a base that
@@ -58,6 +101,17 @@ fn headers(endpoint: &Endpoint, request: &ModelRequest) -> Result<HeaderMap, Pro
         secret_header(&mut headers, "chatgpt-account-id", account)?;
     }
     plain_header(&mut headers, "originator", "pi");
+    // The reference's client names itself so; the backend reads it.
+    secret_header(
+        &mut headers,
+        "user-agent",
+        &format!(
+            "pi ({} {}; {})",
+            std::env::consts::OS,
+            os_release(),
+            node_arch()
+        ),
+    )?;
     plain_header(&mut headers, "openai-beta", "responses=experimental");
     plain_header(&mut headers, "accept", "text/event-stream");
     if let Some(session) = &request.cache_key {
@@ -65,6 +119,22 @@ fn headers(endpoint: &Endpoint, request: &ModelRequest) -> Result<HeaderMap, Pro
         secret_header(&mut headers, "x-client-request-id", session)?;
     }
     Ok(headers)
+}
+
+/// The kernel release, as Node's `os.release()` reads it (empty if unknown).
+fn os_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| r.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The architecture as Node names it.
+fn node_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        other => other,
+    }
 }
 
 /// Arguments as the API carries them: a JSON text.
@@ -391,6 +461,25 @@ mod tests {
                     "image_url": "data:image/png;base64,iVBORw0K"}])
         );
         assert_eq!(input[4]["output"], "result b");
+    }
+
+    #[test]
+    fn a_plans_limit_is_worded_as_the_reference_words_it() {
+        let body =
+            br#"{"error":{"code":"usage_limit_reached","plan_type":"PLUS","resets_at":1000}}"#;
+        let e = usage_limit(
+            ProviderError::from_status(429, body),
+            1000 * 1000 - 42 * 60_000,
+        );
+        assert_eq!(
+            e.message,
+            "You have hit your ChatGPT usage limit (plus plan). Try again in ~42 min."
+        );
+        let other = usage_limit(
+            ProviderError::from_status(400, br#"{"error":{"message":"bad"}}"#),
+            0,
+        );
+        assert!(other.message.contains("bad"), "{}", other.message);
     }
 
     #[test]

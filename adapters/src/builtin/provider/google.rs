@@ -433,6 +433,7 @@ impl StreamState {
                     code: PROVIDER_SERVER_ERROR,
                     message: format!("the model's answer ended with {reason}"),
                     retry_after: None,
+                    body: None,
                 });
             }
             _ if self.called => StopKind::ToolUse,

@@ -201,6 +201,9 @@ pub struct ProviderError {
     /// How long the provider asked to be left alone (`retry-after-ms` or
     /// `retry-after`, in seconds or as a date), when it said.
     pub retry_after: Option<Duration>,
+    /// The error answer's body, when it was JSON (a family may word the
+    /// error from its fields); dropped before the error leaves a call.
+    pub body: Option<serde_json::Value>,
 }
 
 pub const PROVIDER_NETWORK: &str = "provider_network";
@@ -221,6 +224,7 @@ impl ProviderError {
             code,
             message: message.into(),
             retry_after: None,
+            body: None,
         }
     }
 
@@ -281,6 +285,7 @@ impl ProviderError {
             code,
             message,
             retry_after: None,
+            body: serde_json::from_slice(body).ok(),
         }
     }
 
@@ -319,6 +324,9 @@ impl ProviderError {
     /// Removes the key from the message, whatever put it there (some
     /// providers echo part of a rejected key, some servers the whole).
     fn redact(mut self, api_key: Option<&str>) -> ProviderError {
+        // The body served the family's wording inside the call; it may
+        // echo the key, and goes no further.
+        self.body = None;
         if let Some(key) = api_key.filter(|key| key.len() >= 4) {
             if self.message.contains(key) {
                 self.message = self.message.replace(key, "<redacted>");
