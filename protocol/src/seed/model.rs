@@ -28,16 +28,21 @@ pub fn is_text_type(mime: &str) -> bool {
         )
 }
 
+/// A type without its parameters, lower-cased (`image/PNG; x=1` is
+/// `image/png`).
+fn bare_lower(mime: &str) -> String {
+    mime.split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// Whether an image of this type can be shown to a model: PNG, JPEG, GIF
 /// or WebP, the types every provider family takes (others, SVG or AVIF,
 /// would fail the whole call, so they are described instead).
 pub fn is_model_image(mime: &str) -> bool {
-    let bare = mime
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let bare = bare_lower(mime);
     matches!(
         bare.as_str(),
         "image/png" | "image/jpeg" | "image/gif" | "image/webp"
@@ -47,12 +52,7 @@ pub fn is_model_image(mime: &str) -> bool {
 /// Whether `bytes` begin as an image of `mime` does (so a file declared an
 /// image that is not one is never sent as one).
 pub fn looks_like(mime: &str, bytes: &[u8]) -> bool {
-    let bare = mime
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let bare = bare_lower(mime);
     match bare.as_str() {
         "image/png" => bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
         "image/jpeg" => bytes.starts_with(&[0xff, 0xd8, 0xff]),

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
+use super::openai::arguments_text;
 use super::transport::{plain_header, secret_header, EventStream, Transport};
 use super::{
     parse_arguments, parse_event, u64_at, Endpoint, Message, ModelRequest, ProviderError, StopKind,
@@ -134,14 +135,6 @@ fn node_arch() -> &'static str {
         "x86_64" => "x64",
         "aarch64" => "arm64",
         other => other,
-    }
-}
-
-/// Arguments as the API carries them: a JSON text.
-fn arguments_text(arguments: &Value) -> String {
-    match arguments {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
     }
 }
 

@@ -155,7 +155,7 @@ pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value 
 
 /// Arguments as the API carries them: a JSON text. Text kept because it
 /// did not parse goes back as the model wrote it.
-fn arguments_text(arguments: &Value) -> String {
+pub(super) fn arguments_text(arguments: &Value) -> String {
     match arguments {
         Value::String(text) => text.clone(),
         other => other.to_string(),

@@ -393,19 +393,31 @@ impl OAuth {
         Ok((status, answer))
     }
 
-    pub fn status(
+    /// Does `then` with the account's login, settled at `now`; another
+    /// account's is not found.
+    fn with_login<T>(
         &self,
         account: &str,
         login_id: &str,
         now: i64,
-    ) -> Result<LoginStatus, OAuthError> {
+        then: impl FnOnce(&mut Login) -> T,
+    ) -> Result<T, OAuthError> {
         let mut logins = lock(&self.logins);
         let login = logins
             .get_mut(login_id)
             .filter(|l| l.account_id == account)
             .ok_or_else(OAuthError::not_found)?;
         login.settle(now);
-        Ok(LoginStatus {
+        Ok(then(login))
+    }
+
+    pub fn status(
+        &self,
+        account: &str,
+        login_id: &str,
+        now: i64,
+    ) -> Result<LoginStatus, OAuthError> {
+        self.with_login(account, login_id, now, |login| LoginStatus {
             status: login.status,
             secret_name: login.secret_name.clone(),
             error: login.error.clone(),
@@ -414,14 +426,9 @@ impl OAuth {
 
     /// Ends a pending login (`Sign-in canceled`); a finished one stays.
     pub fn cancel(&self, account: &str, login_id: &str, now: i64) -> Result<(), OAuthError> {
-        let mut logins = lock(&self.logins);
-        let login = logins
-            .get_mut(login_id)
-            .filter(|l| l.account_id == account)
-            .ok_or_else(OAuthError::not_found)?;
-        login.settle(now);
-        login.fail("Sign-in canceled", now);
-        Ok(())
+        self.with_login(account, login_id, now, |login| {
+            login.fail("Sign-in canceled", now)
+        })
     }
 
     /// Logins kept now (for tests of the bound).
