@@ -207,7 +207,11 @@ fn builtin_services(
     }
     match crate::builtin::agent_spec() {
         Ok(spec) => {
-            sessions.set_builtin(spec, host.clone());
+            sessions.set_builtin(
+                spec,
+                host.clone(),
+                std::time::Duration::from_millis(config.builtin.idle_agent_ms),
+            );
         }
         Err(e) => {
             tracing::warn!(error = %e, "this executable cannot be found; builtin sessions cannot start")

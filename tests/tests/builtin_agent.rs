@@ -635,3 +635,31 @@ async fn a_clients_endpoint_on_this_machine_is_never_called() {
     );
     assert_eq!(w.provider.requests().len(), 0, "the provider was called");
 }
+
+/// An idle builtin session holds no process (`builtin.idleAgentMs`): with
+/// 0 its agent ends as soon as its turn has, and the next turn starts
+/// another that goes on from the log; by default (30 s) it stays for the
+/// turns that follow soon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_builtin_session_holds_no_process() {
+    let w = builtin::world_configured(Flavor::OpenAi, json!({"idleAgentMs": 0})).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Text(vec!["First.".into()]));
+    ok(&w.message(&session, "one").await);
+    common::eventually("the idle agent ends", || async {
+        w.sc.live_adapters().await == 0
+    })
+    .await;
+    w.provider.push(Reply::Text(vec!["Second.".into()]));
+    ok(&w.message(&session, "two").await);
+    let requests = w.provider.requests();
+    let last = &requests[requests.len() - 1].body;
+    let said = Sent::new(Flavor::OpenAi, last).user_texts();
+    assert_eq!(said, vec!["one".to_owned(), "two".to_owned()], "{last}");
+
+    let w = world(Flavor::OpenAi).await;
+    let session = w.session().await;
+    w.provider.push(Reply::Text(vec!["Kept.".into()]));
+    ok(&w.message(&session, "one").await);
+    assert_eq!(w.sc.live_adapters().await, 1);
+}

@@ -47,6 +47,11 @@ pub struct BuiltinConfig {
     /// Offers "Sign in with ChatGPT" (`StartProviderOAuth`); off, as the
     /// reference, until an operator turns it on.
     pub subscription_auth: bool,
+    /// A builtin session's agent process ends once its session has been
+    /// idle this long (milliseconds; 0: as soon as its turn ends); the next
+    /// turn starts another, which resumes from the log. Registry adapters
+    /// are never ended for idleness (they may not restore).
+    pub idle_agent_ms: u64,
 }
 
 /// Retries of a busy provider by default.
@@ -63,6 +68,7 @@ impl Default for BuiltinConfig {
             provider_retries: DEFAULT_PROVIDER_RETRIES,
             session_titles: true,
             subscription_auth: false,
+            idle_agent_ms: 30_000,
         }
     }
 }

@@ -107,10 +107,17 @@ impl Sessions {
     /// Lets sessions of the builtin model agent start: `spec` runs it, and
     /// `host` answers its `_agentos/*` requests. Set once; a second call is
     /// refused with `false`.
-    pub fn set_builtin(&self, spec: AgentSpec, host: Arc<dyn AgentHost>) -> bool {
+    /// The builtin agent: how it starts, what answers its `_agentos/*`, and
+    /// how long an idle session keeps its process.
+    pub fn set_builtin(
+        &self,
+        spec: AgentSpec,
+        host: Arc<dyn AgentHost>,
+        idle: std::time::Duration,
+    ) -> bool {
         self.shared
             .builtin
-            .set(shared::BuiltinAgent { spec, host })
+            .set(shared::BuiltinAgent { spec, host, idle })
             .is_ok()
     }
 

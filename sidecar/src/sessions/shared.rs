@@ -26,6 +26,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct BuiltinAgent {
     pub spec: AgentSpec,
     pub host: Arc<dyn AgentHost>,
+    /// How long a builtin session's route waits idle before it ends its
+    /// agent process (`builtin.idleAgentMs`).
+    pub idle: std::time::Duration,
 }
 
 /// State shared by the service and its route tasks.

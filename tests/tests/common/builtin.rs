@@ -30,6 +30,8 @@ pub struct World {
     pub limits: Value,
     /// Whether the sidecar names sessions (`builtin.sessionTitles`).
     pub titles: bool,
+    /// More of the config's `builtin` section, at every start.
+    pub builtin: Value,
 }
 
 pub fn flavor_type(flavor: Flavor) -> &'static str {
@@ -40,15 +42,21 @@ pub fn flavor_type(flavor: Flavor) -> &'static str {
     }
 }
 
-fn options(provider: &ScriptedProvider, titles: bool) -> Options {
+fn options(provider: &ScriptedProvider, titles: bool, builtin: &Value) -> Options {
+    let mut config = json!({
+        "http": {"listen": "127.0.0.1:0"},
+        // Sessions keep their names unless a test asks for titles: a
+        // title call would be one more request to the scripted provider.
+        "builtin": {"providerEndpoints": {flavor_type(provider.flavor()): provider.base_url()},
+                    "sessionTitles": titles},
+    });
+    if let Some(extra) = builtin.as_object() {
+        for (k, v) in extra {
+            config["builtin"][k] = v.clone();
+        }
+    }
     Options {
-        config: json!({
-            "http": {"listen": "127.0.0.1:0"},
-            // Sessions keep their names unless a test asks for titles: a
-            // title call would be one more request to the scripted provider.
-            "builtin": {"providerEndpoints": {flavor_type(provider.flavor()): provider.base_url()},
-                        "sessionTitles": titles},
-        }),
+        config,
         ..Options::default()
     }
 }
@@ -80,22 +88,33 @@ pub async fn world_on(flavor: Flavor, backend: Backend) -> World {
 
 /// [`world_on`] with `limits` merged into the sidecar's config.
 pub async fn world_with(flavor: Flavor, backend: Backend, limits: Value) -> World {
-    world_of(flavor, backend, limits, false).await
+    world_of(flavor, backend, limits, false, json!({})).await
+}
+
+/// A world whose config's `builtin` section also holds `builtin`.
+pub async fn world_configured(flavor: Flavor, builtin: Value) -> World {
+    world_of(flavor, Backend::SqliteFile, json!({}), false, builtin).await
 }
 
 /// [`world`] on a sidecar that names its sessions after their first turn.
 #[allow(dead_code)]
 pub async fn world_titled(flavor: Flavor) -> World {
-    world_of(flavor, Backend::SqliteFile, json!({}), true).await
+    world_of(flavor, Backend::SqliteFile, json!({}), true, json!({})).await
 }
 
-async fn world_of(flavor: Flavor, backend: Backend, limits: Value, titles: bool) -> World {
+async fn world_of(
+    flavor: Flavor,
+    backend: Backend,
+    limits: Value,
+    titles: bool,
+    builtin: Value,
+) -> World {
     let provider = ScriptedProvider::start(flavor).await;
     let sc = Sidecar::start_with(
         backend,
         Options {
             limits: limits.clone(),
-            ..options(&provider, titles)
+            ..options(&provider, titles, &builtin)
         },
     )
     .await;
@@ -130,6 +149,7 @@ async fn world_of(flavor: Flavor, backend: Backend, limits: Value, titles: bool)
         flavor,
         limits,
         titles,
+        builtin,
     }
 }
 
@@ -299,11 +319,12 @@ impl World {
             flavor,
             limits,
             titles,
+            builtin,
             ..
         } = self;
         let options = Options {
             limits: limits.clone(),
-            ..options(&provider, titles)
+            ..options(&provider, titles, &builtin)
         };
         let sc = if crash {
             sc.crash(options).await
@@ -320,6 +341,7 @@ impl World {
             flavor,
             limits,
             titles,
+            builtin,
         }
     }
 }

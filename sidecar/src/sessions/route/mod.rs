@@ -271,8 +271,26 @@ fn error_json(code: ErrorCode, message: &str) -> Value {
     json!({"code": code, "message": message})
 }
 
+/// Waits `idle`, or for ever when there is none.
+async fn idle_for(idle: Option<std::time::Duration>) {
+    match idle {
+        Some(idle) => tokio::time::sleep(idle).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Route {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        // A builtin session's process ends after it has served a command
+        // and then waited this long for the next (a registry adapter's
+        // never: it may not restore).
+        let idle = self
+            .shared
+            .builtin
+            .get()
+            .filter(|_| self.builtin)
+            .map(|agent| agent.idle);
+        let mut served = false;
         loop {
             tokio::select! {
                 biased;
@@ -287,7 +305,7 @@ impl Route {
                     }
                     None => self.exited = true,
                 },
-                command = commands.recv() => match command {
+                command = commands.recv() => { served = true; match command {
                     None => break,
                     Some(Command::Prompt { request, reply }) => {
                         if self.exited {
@@ -347,7 +365,12 @@ impl Route {
                             break;
                         }
                     }
-                },
+                }},
+                () = idle_for(idle), if served && !self.exited => {
+                    tracing::debug!(session = %self.session_id, "an idle builtin session's agent ends");
+                    self.conn.shutdown().await;
+                    break;
+                }
             }
             if self.exited {
                 break;
