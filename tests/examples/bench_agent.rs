@@ -39,6 +39,10 @@ const ROUNDS: usize = 5;
 const CONNECTIONS: usize = 16;
 /// Workers creating the sessions through the signed API.
 const CREATORS: usize = 16;
+/// Sessions of the idle phase: each runs one turn, then holds nothing.
+const IDLE_SESSIONS: usize = 10_000;
+/// Turns of the idle phase at once.
+const IDLE_WAVE: usize = 64;
 /// A turn slower than this counts as a stall.
 const STALL: Duration = Duration::from_secs(10);
 /// A turn not answered by then is abandoned and counted as failed.
@@ -263,7 +267,9 @@ fn answer_text(body: &Ipld, name: &str) -> Result<String, Error> {
 }
 
 impl World {
-    async fn start() -> Result<World, Error> {
+    /// The sidecar with its builtin agent; `idle_agent_ms` is
+    /// `builtin.idleAgentMs` when given.
+    async fn start(idle_agent_ms: Option<u64>) -> Result<World, Error> {
         let provider = ScriptedProvider::start(Flavor::OpenAi).await;
         provider.set_recording(false);
         provider.set_default(short_reply());
@@ -271,13 +277,16 @@ impl World {
         // 4,096 requests in flight per connection and 1,024 connections by
         // default; the signed door's request pool (256) and connection cap
         // (1,024) are raised so the session setup never queues on them.
-        let sidecar = start_sidecar(json!({
+        let mut config = json!({
             "http": {"listen": "127.0.0.1:0", "maxConcurrentRequests": 2048,
                      "maxConnections": 4096},
             "builtin": {"providerEndpoints": {"openai": provider.base_url()}},
-            "limits": {"acp": {"maxSessionsPerVm": 10_000}},
-        }))
-        .await?;
+            "limits": {"acp": {"maxSessionsPerVm": IDLE_SESSIONS + 1_000}},
+        });
+        if let Some(ms) = idle_agent_ms {
+            config["builtin"]["idleAgentMs"] = json!(ms);
+        }
+        let sidecar = start_sidecar(config).await?;
         let pid = sidecar.child.id().ok_or("the sidecar exited")?;
         let address = sidecar.ready["http"]
             .as_str()
@@ -754,18 +763,60 @@ async fn many_sessions(world: &World) -> Result<(), Error> {
     Ok(())
 }
 
+/// (4) `IDLE_SESSIONS` builtin sessions that each ran one turn, their
+/// agents ending with their turns (`builtin.idleAgentMs` 0): what the
+/// sidecar holds for them afterwards (goals: no process, at most 64 KiB a
+/// session, under 256 MiB in all).
+async fn idle_sessions(world: &World) -> Result<(), Error> {
+    let before = status_kib(world.pid, "VmRSS:").unwrap_or(0);
+    let started = Instant::now();
+    let clients = [world.host().await?, world.host().await?];
+    let mut all = Turns::default();
+    let mut done = 0;
+    while done < IDLE_SESSIONS {
+        let n = IDLE_WAVE.min(IDLE_SESSIONS - done);
+        let mut sessions = Vec::with_capacity(n);
+        for _ in 0..n {
+            sessions.push(world.session().await?);
+        }
+        let (turns, _) = concurrent_round(&clients, &sessions, 0).await;
+        all.extend(turns);
+        done += n;
+    }
+    let wall = started.elapsed();
+    // The last agents end with their turns; give them a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = status_kib(world.pid, "VmRSS:").unwrap_or(0);
+    println!(
+        "(4) {IDLE_SESSIONS} builtin sessions, one turn each ({IDLE_WAVE} at once, \
+         {:.0} turns/s, each starting its agent); {}; {}",
+        IDLE_SESSIONS as f64 / wall.as_secs_f64(),
+        all.summary(),
+        all.problems()
+    );
+    println!(
+        "  afterwards: {} agent processes live; sidecar RSS {:.1} MiB, {:.1} KiB more per idle \
+         session than before them",
+        children_of(world.pid).len(),
+        after as f64 / 1024.0,
+        after.saturating_sub(before) as f64 / IDLE_SESSIONS as f64
+    );
+    print_sidecar_memory(world.pid);
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Error> {
-    // `bench_agent one stream many` runs the parts named (all by default).
+    // `bench_agent one stream many idle` runs the parts named (all by default).
     let parts: Vec<String> = std::env::args().skip(1).collect();
     for part in &parts {
-        if !["one", "stream", "many"].contains(&part.as_str()) {
-            return Err(format!("unknown part {part:?}: one, stream, many").into());
+        if !["one", "stream", "many", "idle"].contains(&part.as_str()) {
+            return Err(format!("unknown part {part:?}: one, stream, many, idle").into());
         }
     }
     let runs = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
     println!("load average before: {}", load_average());
-    let world = World::start().await?;
+    let world = World::start(None).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     print_sidecar_memory(world.pid);
     if runs("one") {
@@ -778,6 +829,12 @@ async fn main() -> Result<(), Error> {
     }
     if runs("many") {
         many_sessions(&world).await?;
+    }
+    drop(world);
+    if runs("idle") {
+        let world = World::start(Some(0)).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        idle_sessions(&world).await?;
     }
     println!("load average after: {}", load_average());
     Ok(())
