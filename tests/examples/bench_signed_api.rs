@@ -227,7 +227,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn main() -> Result<(), Error> {
     let sidecar = start_sidecar(json!({
         "http": {"listen": "127.0.0.1:0", "replayCacheEntries": ENVELOPES * 2,
-                 "ws": {"maxSockets": 2048, "maxQueuedBytesPerSocket": 64 << 20}},
+                 // One account holds every subscriber's socket.
+                 "ws": {"maxSockets": 2048, "maxSocketsPerAccount": 2048,
+                        "maxQueuedBytesPerSocket": 64 << 20}},
     }))
     .await?;
     let pid = sidecar.child.id().ok_or("no pid")?;
