@@ -246,7 +246,7 @@ impl Sink for ConnectionSink {
     fn deliver(&self, subscription_id: &str, item: &Item) -> Result<(), SinkRefusal> {
         match item {
             // Spliced, not re-serialized: the event is already JSON.
-            Item::Durable(_, public) => self
+            Item::Durable(_, public, _) => self
                 .outbox
                 .item(event_notification_frame(subscription_id, public)),
             Item::Ephemeral {

@@ -21,8 +21,9 @@ use serde_json::Value;
 #[derive(Clone, Debug)]
 pub enum Item {
     /// A committed event and its public JSON, rendered once for every
-    /// subscriber (shared as rendered, not copied into a new allocation).
-    Durable(Arc<StoredEvent>, Arc<String>),
+    /// subscriber (shared as rendered, not copied into a new allocation),
+    /// and the frame another door renders of it, made once too.
+    Durable(Arc<StoredEvent>, Arc<String>, Arc<FrameCache>),
     Ephemeral {
         session_id: Arc<str>,
         after_sequence: u64,
@@ -33,7 +34,36 @@ pub enum Item {
 impl Item {
     pub fn durable(event: StoredEvent) -> Item {
         let public = Arc::new(event.public_json());
-        Item::Durable(Arc::new(event), public)
+        Item::Durable(Arc::new(event), public, Arc::default())
+    }
+}
+
+/// A door's frame of a durable item, rendered by the first subscriber that
+/// sends it and reused by every other subscriber of the same key (a
+/// thousand sockets on one session render each event once).
+#[derive(Debug, Default)]
+pub struct FrameCache(std::sync::OnceLock<Frame>);
+
+/// A rendered frame: the subscription key it was rendered for, its text,
+/// and what the door read of the event while rendering it.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub key: String,
+    pub text: Arc<str>,
+    /// The tool call the event records, as `(name, id)`.
+    pub tool: Option<(String, String)>,
+}
+
+impl FrameCache {
+    /// The frame for `key`: the cached one, else `render`'s (cached when
+    /// it is the first; a frame for another key is rendered anew).
+    pub fn frame(&self, key: &str, render: impl Fn() -> Frame) -> Frame {
+        let cached = self.0.get_or_init(&render);
+        if cached.key == key {
+            cached.clone()
+        } else {
+            render()
+        }
     }
 }
 
@@ -88,7 +118,7 @@ impl Subscription {
             }
             SubState::Live { last_sent } => {
                 let wanted = match item {
-                    Item::Durable(e, _) => e.sequence > *last_sent,
+                    Item::Durable(e, ..) => e.sequence > *last_sent,
                     Item::Ephemeral { after_sequence, .. } => *after_sequence >= *last_sent,
                 };
                 if !wanted {
@@ -96,7 +126,7 @@ impl Subscription {
                 }
                 match self.sink.deliver(&self.id, item) {
                     Ok(()) => {
-                        if let Item::Durable(e, _) = item {
+                        if let Item::Durable(e, ..) = item {
                             *last_sent = e.sequence;
                         }
                         true
@@ -317,7 +347,7 @@ impl Hub {
         let mut last = last_sent;
         for item in &buffer {
             let wanted = match item {
-                Item::Durable(e, _) => e.sequence > last,
+                Item::Durable(e, ..) => e.sequence > last,
                 Item::Ephemeral { after_sequence, .. } => *after_sequence >= last,
             };
             if !wanted {
@@ -328,7 +358,7 @@ impl Hub {
                 state.drop_subscriptions(&sub.session_id, vec![sub.id.clone()], Some("overflow"));
                 return false;
             }
-            if let Item::Durable(e, _) = item {
+            if let Item::Durable(e, ..) = item {
                 last = e.sequence;
             }
         }
@@ -409,5 +439,39 @@ impl Hub {
             .by_sink
             .get(&sink_key(sink))
             .map_or(0, HashSet::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn a_frame_is_rendered_once_for_its_key_and_anew_for_another() {
+        let cache = FrameCache::default();
+        let renders = AtomicUsize::new(0);
+        let render = |key: &'static str| {
+            let renders = &renders;
+            move || {
+                renders.fetch_add(1, Ordering::SeqCst);
+                Frame {
+                    key: key.to_owned(),
+                    text: Arc::from(format!("frame of {key}")),
+                    tool: None,
+                }
+            }
+        };
+        for _ in 0..1_000 {
+            assert_eq!(
+                &*cache.frame("sessions/s", render("sessions/s")).text,
+                "frame of sessions/s"
+            );
+        }
+        assert_eq!(renders.load(Ordering::SeqCst), 1);
+        let other = cache.frame("sessions/t", render("sessions/t"));
+        assert_eq!(&*other.text, "frame of sessions/t");
+        assert_eq!(renders.load(Ordering::SeqCst), 2);
     }
 }

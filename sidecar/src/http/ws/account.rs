@@ -301,7 +301,7 @@ impl Feed {
         };
         let key = format!("sessions/{session_id}");
         let after = match item {
-            Item::Durable(event, _) => event.sequence.saturating_sub(1),
+            Item::Durable(event, ..) => event.sequence.saturating_sub(1),
             Item::Ephemeral { after_sequence, .. } => *after_sequence,
         };
         for socket in Self::account_sockets(sockets, &accounts) {

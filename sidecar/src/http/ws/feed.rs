@@ -34,7 +34,7 @@ impl FeedMsg {
         OVERHEAD
             + match self {
                 FeedMsg::Item {
-                    item: Item::Durable(_, public),
+                    item: Item::Durable(_, public, _),
                     ..
                 } => public.len(),
                 FeedMsg::Item {

@@ -111,7 +111,7 @@ impl Out {
             Out::Item { item, .. } => {
                 ENTRY_OVERHEAD
                     + match item {
-                        Item::Durable(_, public) => public.len(),
+                        Item::Durable(_, public, _) => public.len(),
                         Item::Ephemeral { update, .. } => update
                             .get("content")
                             .and_then(|c| c.get("text"))

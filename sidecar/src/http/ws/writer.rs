@@ -4,7 +4,9 @@
 //! drops what is still queued and sends the close frame.
 //!
 //! Session items are rendered here, not where they are published, so a
-//! session's writer and the hub never wait on JSON. Each session
+//! session's writer and the hub never wait on JSON; a durable event's frame
+//! is rendered by the first socket that sends it and shared by the others
+//! (`FrameCache`), and what a burst queued goes out in one write. Each session
 //! subscription keeps its live-message state here too: agent text chunks
 //! become `appendPartial` with one `partialId` per assistant message, and
 //! the first durable event after them (the assistant message itself, in a
@@ -23,7 +25,7 @@ use std::time::Duration;
 use super::outbox::{Close, Out, Queue, CLOSE_NORMAL};
 use crate::control::SessionLink;
 use crate::http::common::render;
-use crate::sessions::{Item, SessionInfo};
+use crate::sessions::{Frame, Item, SessionInfo};
 use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
 use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
@@ -145,19 +147,26 @@ impl SessionView {
 
     fn item(&mut self, item: &Item, out: &mut Vec<String>) {
         match item {
-            Item::Durable(event, _) => {
+            Item::Durable(event, _, cache) => {
                 self.done(out);
                 self.last_seq = event.sequence;
-                let event = session_event(event);
-                let tool = tool_call(&event.event);
-                out.push(
-                    WsEvent::Append {
+                // Rendered once for every subscriber of this session.
+                let frame = cache.frame(&self.key, || {
+                    let rendered = session_event(event);
+                    let tool = tool_call(&rendered.event);
+                    Frame {
                         key: self.key.clone(),
-                        event,
+                        text: WsEvent::Append {
+                            key: self.key.clone(),
+                            event: rendered,
+                        }
+                        .to_json()
+                        .into(),
+                        tool,
                     }
-                    .to_json(),
-                );
-                if let Some((name, id)) = tool {
+                });
+                out.push(frame.text.to_string());
+                if let Some((name, id)) = frame.tool {
                     let mut now = phase("tool");
                     now.tool_name = Some(name);
                     now.tool_call_id = Some(id);
@@ -297,6 +306,10 @@ impl Render {
 
 type WsSink = SplitSink<WebSocket, Message>;
 
+/// Frames written together at most: what a burst queued goes out in one
+/// write rather than one write each.
+const MAX_BATCH_FRAMES: usize = 256;
+
 /// Runs until the socket closes; returns once the close frame is sent (or
 /// could not be, within `close_wait`).
 pub(super) async fn run(
@@ -320,7 +333,14 @@ pub(super) async fn run(
             entry = queue.recv() => match entry {
                 Some((entry, n)) => {
                     queue.release(n);
-                    render.frames(entry).into_iter().map(Message::Text).collect()
+                    let mut frames = render.frames(entry);
+                    // What else is queued goes out in the same write.
+                    while frames.len() < MAX_BATCH_FRAMES {
+                        let Ok((entry, n)) = queue.try_recv() else { break };
+                        queue.release(n);
+                        frames.extend(render.frames(entry));
+                    }
+                    frames.into_iter().map(Message::Text).collect()
                 }
                 None => break,
             },
@@ -334,11 +354,19 @@ pub(super) async fn run(
             tokio::select! {
                 biased;
                 _ = closing.changed() => continue 'run,
-                sent = sink.send(message) => if sent.is_err() {
+                fed = sink.feed(message) => if fed.is_err() {
                     sent_ok = false;
                     break 'run;
                 },
             }
+        }
+        tokio::select! {
+            biased;
+            _ = closing.changed() => continue 'run,
+            flushed = sink.flush() => if flushed.is_err() {
+                sent_ok = false;
+                break 'run;
+            },
         }
     }
     // Nothing queued is sent once the socket closes.
