@@ -397,7 +397,7 @@ async fn a_bad_paste_or_token_fails_the_sign_in_with_the_references_words() {
     assert_eq!(failed["status"], "failed");
     assert_eq!(failed["error"], "Failed to extract accountId from token");
 
-    // A code used twice, or not the issuer's, fails the exchange.
+    // A code that is not the issuer's fails the exchange.
     let s = start().await;
     let login = s.text("loginId");
     submit(login.clone(), "made-up".into()).await;
@@ -431,6 +431,22 @@ async fn a_bad_paste_or_token_fails_the_sign_in_with_the_references_words() {
     // Nothing was stored by any of them.
     let secrets = json_of(&call(&t, &owner, json!({"_": "ListSecrets"})).await.body);
     assert_eq!(secrets["secrets"], json!([]));
+
+    // A code is good once: the issuer refuses it to a second login.
+    let s = start().await;
+    let login = s.text("loginId");
+    let (code, state) = server.authorize(&s.text("authUrl"), true);
+    submit(login.clone(), format!("{code}#{state}")).await;
+    settled(&sc, &owner, &login).await;
+    assert_eq!(status(&sc, &owner, &login).await["status"], "completed");
+    let s = start().await;
+    let again = s.text("loginId");
+    submit(again.clone(), code).await;
+    settled(&sc, &owner, &again).await;
+    assert_eq!(
+        status(&sc, &owner, &again).await["error"],
+        "Token exchange failed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
