@@ -21,6 +21,7 @@ pub mod ipld_json;
 pub mod model;
 mod principal;
 pub mod response;
+pub mod text;
 pub mod tool;
 pub mod vocab;
 pub mod ws;

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use agentos_protocol::seed::text::js_trim;
 use agentos_vfs::{FsError, Vfs, DEFAULT_DIR_MODE};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -90,12 +91,6 @@ pub(crate) fn storage(e: FsError) -> AttachmentError {
 /// Deleted sessions remembered, so that a save already past its access
 /// check when its session went cannot bring the directory back.
 const TOMBSTONES: usize = 4_096;
-
-/// JavaScript's `trim`: Unicode white space and the byte-order mark, not
-/// NEL.
-fn js_trim(text: &str) -> &str {
-    text.trim_matches(|c: char| (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}')
-}
 
 /// A client's file name as the attachment keeps it.
 pub fn normalize_name(raw: Option<&str>) -> String {

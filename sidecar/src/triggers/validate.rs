@@ -38,12 +38,7 @@ pub fn bounded(value: Option<&Value>, label: &str, max: usize) -> Result<String,
     Ok(text.to_owned())
 }
 
-/// `text` without the whitespace JavaScript's `trim` removes: Unicode's
-/// white space and line terminators and the byte-order mark, but not
-/// NEL (U+0085), which Rust's `trim` would remove too.
-pub fn js_trim(text: &str) -> &str {
-    text.trim_matches(|c: char| (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}')
-}
+pub use agentos_protocol::seed::text::js_trim;
 
 /// `bounded` for a field that may be absent (absent, not null).
 fn optional(

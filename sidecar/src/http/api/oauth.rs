@@ -13,7 +13,7 @@ use agentos_protocol::seed::{Action, ApiCode, Ipld};
 
 use super::{ok, ApiError, Caller, SignedApi};
 use crate::builtin::oauth::OAuthError;
-use crate::triggers::validate::js_trim;
+use agentos_protocol::seed::text::js_trim;
 
 /// Names and ids, at most (the reference's `MAX_NAME_BYTES`).
 const MAX_NAME_BYTES: usize = 256;

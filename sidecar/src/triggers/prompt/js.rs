@@ -7,13 +7,7 @@ use super::*;
 
 /// White space as JavaScript's `trim` and `\s` know it: Unicode's spaces and
 /// line terminators and the byte-order mark, but not NEL (U+0085).
-pub(super) fn is_js_space(c: char) -> bool {
-    const OTHERS: [char; 8] = [
-        '\u{a0}', '\u{1680}', '\u{2028}', '\u{2029}', '\u{202f}', '\u{205f}', '\u{3000}',
-        '\u{feff}',
-    ];
-    matches!(c, '\t'..='\r' | ' ' | '\u{2000}'..='\u{200a}') || OTHERS.contains(&c)
-}
+pub(super) use agentos_protocol::seed::text::{is_js_space, js_trim};
 
 pub(super) fn is_js_space_unit(unit: u16) -> bool {
     char::from_u32(u32::from(unit)).is_some_and(is_js_space)
@@ -22,10 +16,6 @@ pub(super) fn is_js_space_unit(unit: u16) -> bool {
 /// What a regex `.` doesn't match.
 pub(super) fn is_line_terminator(c: char) -> bool {
     matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}')
-}
-
-pub(super) fn js_trim(text: &str) -> &str {
-    text.trim_matches(is_js_space)
 }
 
 pub(super) fn js_trim_start(text: &str) -> &str {
