@@ -49,6 +49,10 @@ pub(crate) struct Shared {
     /// Where and how adapters start (their directories and confinement).
     pub launcher: Arc<Launcher>,
     pub counters: Arc<MemoryCounters>,
+    /// Attachment bytes being embedded in registry adapters' prompts, in
+    /// the whole VM (held while the turn that sends them runs); past it a
+    /// file goes as a link.
+    pub embedded: Arc<agentos_base::budget::ByteBudget>,
     /// How to start the builtin model agent and who answers its
     /// `_agentos/*` requests; unset, its sessions answer
     /// `builtin_agent_unavailable`.
@@ -91,6 +95,9 @@ impl Shared {
             fs,
             launcher: Arc::new(Launcher::inherit()),
             counters: Arc::default(),
+            embedded: agentos_base::budget::ByteBudget::new(
+                super::route::MAX_EMBEDDED_BYTES_PER_VM,
+            ),
             builtin: OnceLock::new(),
             routes: Mutex::new(HashMap::new()),
             starting: Mutex::new(HashMap::new()),

@@ -8,8 +8,10 @@
 //! embedded context, and otherwise a `resource_link` whose path it can read
 //! with `fs/read_text_file`. Nothing here is stored: the log keeps the
 //! message as the door wrote it, and the bytes are read at send time, within
-//! a budget per prompt.
+//! a budget per prompt (16 MiB) and one for the whole VM (64 MiB, held while
+//! the turn runs).
 
+use agentos_base::budget::Held;
 use agentos_protocol::agent_ext::{MAX_IMAGE_BYTES, MAX_TEXT_ATTACHMENT_BYTES};
 use agentos_protocol::seed::model::{is_model_image, is_text_type, looks_like};
 use base64::Engine as _;
@@ -19,6 +21,10 @@ use super::Route;
 
 /// Attachment bytes embedded in one prompt at most; the rest go as links.
 const MAX_EMBEDDED_BYTES: u64 = 16 * 1024 * 1024;
+/// Attachment bytes embedded in all the VM's prompts being sent at once
+/// (a thousand sessions embedding at once hold this, not a thousand times
+/// the per-prompt bound); past it, files go as links.
+pub(crate) const MAX_EMBEDDED_BYTES_PER_VM: usize = 64 * 1024 * 1024;
 
 /// One attachment as the door recorded it.
 struct Attached {
@@ -46,10 +52,12 @@ impl Attached {
 
 impl Route {
     /// The blocks to send for a prompt: `blocks`, then one block per
-    /// attachment recorded on them, for a registry adapter.
-    pub(super) async fn with_attachments(&self, mut blocks: Vec<Value>) -> Vec<Value> {
+    /// attachment recorded on them, for a registry adapter; and the VM
+    /// budget the embedded bytes hold until the caller drops it.
+    pub(super) async fn with_attachments(&self, mut blocks: Vec<Value>) -> (Vec<Value>, Vec<Held>) {
+        let mut held = Vec::new();
         if self.builtin {
-            return blocks;
+            return (blocks, held);
         }
         let mut attached: Vec<Attached> = Vec::new();
         for file in blocks
@@ -68,7 +76,9 @@ impl Route {
         let mut budget = MAX_EMBEDDED_BYTES;
         for file in attached {
             let path = format!("{dir}/{}.bin", file.id);
-            let block = self.embedded(&dir, &path, &file, &mut budget).await;
+            let block = self
+                .embedded(&dir, &path, &file, &mut budget, &mut held)
+                .await;
             blocks.push(block.unwrap_or_else(|| {
                 let mut link = json!({"type": "resource_link", "uri": format!("file://{path}"),
                                       "name": file.name, "size": file.size});
@@ -78,7 +88,7 @@ impl Route {
                 link
             }));
         }
-        blocks
+        (blocks, held)
     }
 
     /// The attachment as an image or embedded resource, when the adapter
@@ -89,6 +99,7 @@ impl Route {
         path: &str,
         file: &Attached,
         budget: &mut u64,
+        held: &mut Vec<Held>,
     ) -> Option<Value> {
         let caps = self.prompt_caps;
         let mime = file.mime_type.as_deref().unwrap_or_default();
@@ -107,6 +118,10 @@ impl Route {
             return None;
         }
         let fs = self.shared.fs.as_ref()?;
+        let taken = self
+            .shared
+            .embedded
+            .try_take(usize::try_from(file.size).unwrap_or(usize::MAX))?;
         let data = match fs.read_reserved(dir, path, max).await {
             Ok(data) => data,
             Err(e) => {
@@ -120,6 +135,7 @@ impl Route {
             return None;
         }
         *budget -= data.len() as u64;
+        held.push(taken);
         let uri = format!("file://{path}");
         let base64 = || base64::engine::general_purpose::STANDARD.encode(&data);
         Some(if image {

@@ -21,6 +21,7 @@
 //! This file holds the commands, the route's state and its idle loop.
 
 mod attachments;
+pub(super) use attachments::MAX_EMBEDDED_BYTES_PER_VM;
 mod commit;
 mod fs;
 mod permissions;

@@ -158,7 +158,8 @@ impl Route {
             blocks.push(json!({"type": "text", "text": preamble}));
         }
         blocks.extend(request.content);
-        let blocks = self.with_attachments(blocks).await;
+        // The embedded bytes stay counted while the turn that sends them runs.
+        let (blocks, _embedded) = self.with_attachments(blocks).await;
         let shared = self.shared.clone();
         let _awake = shared
             .keep_awake
