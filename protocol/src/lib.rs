@@ -5,7 +5,7 @@
 //! (`ars`), the length-delimited JSON-RPC host protocol (`host`), and the
 //! line-delimited JSON-RPC spoken with ACP adapters (`acp`), the Seed Agents
 //! signed control plane (`seed`: DAG-CBOR envelopes, actions, responses and
-//! WebSocket events); the runs and session vocabularies both doors share (`runs`,
+//! WebSocket events); the MCP client side (`mcp`); the runs and session vocabularies both doors share (`runs`,
 //! `session`); and
 //! the one list of application error codes
 //! (`ErrorCode`).
@@ -15,6 +15,7 @@ pub mod agent_ext;
 pub mod ars;
 mod error_code;
 pub mod host;
+pub mod mcp;
 pub mod runs;
 pub mod seed;
 pub mod session;

@@ -8,6 +8,7 @@ pub mod doors;
 pub mod host;
 pub mod http;
 pub mod maintenance;
+pub mod mcp;
 pub mod runs;
 pub mod sandbox;
 pub mod serve;

@@ -149,6 +149,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let finished = draining.wait(SHUTDOWN_GRACE).await;
     vm.runs.shutdown();
     vm.sessions.shutdown().await;
+    // The operator's command servers end with their connections.
+    vm.mcp.close_all().await;
     if !vm.runs.drain(SHUTDOWN_DRAIN).await {
         tracing::warn!("some runs were still being settled at the shutdown deadline");
     }

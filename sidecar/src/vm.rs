@@ -90,6 +90,8 @@ pub struct Vm {
     pub turns: Turns,
     /// Agents' triggers and their firings.
     pub triggers: Triggers,
+    /// MCP servers (closed at shutdown).
+    pub mcp: crate::mcp::Mcp,
 }
 
 /// The environment variable that may hold the secrets key (hex or base64).
@@ -140,6 +142,7 @@ pub fn secret_box(config: &Config) -> Result<SecretBox, VmError> {
 
 /// The builtin model agent: its verbs and host, and the command sessions
 /// of `builtin` start (this executable's `agent`).
+#[allow(clippy::too_many_arguments)]
 fn builtin_services(
     config: &Config,
     control: &Control,
@@ -148,6 +151,7 @@ fn builtin_services(
     sessions: &Sessions,
     turns: &Turns,
     triggers: &Triggers,
+    mcp: &crate::mcp::Mcp,
 ) -> Result<crate::builtin::Services, VmError> {
     use crate::builtin::{fetch::Fetcher, host, verbs::Verbs};
     let fetcher = Fetcher::new().map_err(|e| VmError::Builtin(e.to_string()))?;
@@ -162,7 +166,8 @@ fn builtin_services(
         space.clone(),
         (fetcher, downloader),
         triggers.clone(),
-    );
+    )
+    .with_mcp(mcp.clone());
     verbs.attach(sessions.clone(), turns.clone());
     let endpoint = |key: &str, default: &str| {
         config
@@ -295,8 +300,16 @@ impl Vm {
             runs.clone(),
             &config.limits.control,
         );
-        let builtin =
-            builtin_services(&config, &control, &db, &space, &sessions, &turns, &triggers)?;
+        let mcp = crate::mcp::Mcp::new(
+            db.clone(),
+            control.clone(),
+            config.mcp.clone(),
+            launcher.clone(),
+        )
+        .map_err(|e| VmError::Builtin(e.to_string()))?;
+        let builtin = builtin_services(
+            &config, &control, &db, &space, &sessions, &turns, &triggers, &mcp,
+        )?;
         // Scripts run as their agent's verbs; children start through the
         // delegation, which also brings their results back.
         let limits = &config.limits.runs;
@@ -336,6 +349,7 @@ impl Vm {
                 builtin: Some(builtin),
                 triggers: triggers.clone(),
                 downloader,
+                mcp: mcp.clone(),
             },
             config.http.clone(),
         );
@@ -401,6 +415,7 @@ impl Vm {
             runs,
             turns,
             triggers,
+            mcp,
         }))
     }
 }

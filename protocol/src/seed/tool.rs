@@ -208,7 +208,7 @@ mod tests {
         let error = ToolDocument::decode(&bytes).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "`document.kind` must be one of \"builtin\", \"lambda\""
+            "`document.kind` must be one of \"builtin\", \"lambda\", \"mcp\""
         );
         extra.insert("kind".into(), s("lambda"));
         extra.insert("input".into(), s("{}"));

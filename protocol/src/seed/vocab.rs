@@ -156,6 +156,7 @@ string_enum! {
     ToolKind {
         Builtin => "builtin",
         Lambda => "lambda",
+        Mcp => "mcp",
     }
 }
 

@@ -610,4 +610,23 @@ pub const MIGRATIONS: &[Migration] = &[
                 WHERE trigger_firing_id IS NOT NULL",
         ],
     },
+    // 10: the MCP servers accounts configure, with what their last
+    // discovery found (the tools as JSON, or why it failed), so a restart
+    // lists them without reaching the servers. Header secrets stay in the
+    // secrets table; the config names them.
+    Migration {
+        version: 10,
+        statements: &["CREATE TABLE agentos_core_mcp_servers (
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                name TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 32),
+                server_id TEXT NOT NULL UNIQUE CHECK (length(server_id) BETWEEN 1 AND 64),
+                config_json TEXT NOT NULL CHECK (json_valid(config_json)),
+                tools_json TEXT CHECK (tools_json IS NULL OR json_valid(tools_json)),
+                last_error TEXT,
+                discovered_at_ms INTEGER,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (account_id, name)
+            ) STRICT, WITHOUT ROWID"],
+    },
 ];

@@ -1,6 +1,6 @@
 //! The `<space>` index appended to every builtin system prompt: a tools
 //! line with one `- name — summary` line per callable the agent may use
-//! (`(authored)` for its own), and a memory line with its top-level
+//! (`(authored)` for its own, `(mcp)` for an MCP server's), and a memory line with its top-level
 //! entries. Within [`INDEX_BYTES`]; over it, the index collapses to counts.
 //! It reads the agent's Space directly; the verbs (`Verbs::space_index`)
 //! call it with their scope.
@@ -20,6 +20,7 @@ pub async fn build(
     account_id: &str,
     agent_id: &str,
     grants: Option<&[String]>,
+    mcp_tools: &[(String, String)],
 ) -> String {
     let tools = tool_documents
         .list(account_id, agent_id, grants)
@@ -44,7 +45,7 @@ pub async fn build(
     let mut full = String::from("<space>\n");
     full.push_str(&format!(
         "tools ({}; call{{tool, input}}, read ~/tools/<name> for a contract):\n",
-        usable.len()
+        usable.len() + mcp_tools.len()
     ));
     for tool in &usable {
         let authored = if tool.document.kind == ToolKind::Lambda {
@@ -56,6 +57,9 @@ pub async fn build(
             "- {} — {}{authored}\n",
             tool.document.name, tool.document.summary
         ));
+    }
+    for (name, summary) in mcp_tools {
+        full.push_str(&format!("- {name} — {summary} (mcp)\n"));
     }
     full.push_str(&format!(
         "memory (~/memory/): {}\n",
@@ -71,7 +75,7 @@ pub async fn build(
     }
     format!(
         "<space>\ntools: {} callable (read ~/tools/ for the list)\nmemory: {} top-level entries (read ~/memory/ for the list)\n</space>",
-        usable.len(),
+        usable.len() + mcp_tools.len(),
         memory.len()
     )
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 mod builtin;
 mod http;
+pub mod mcp;
 mod runs;
 
 pub use agentos_storage::{DatabaseDescriptor, SqliteLimits};
@@ -121,6 +122,9 @@ pub struct Config {
     /// When the schedule monitor looks at the triggers.
     #[serde(default)]
     pub triggers: TriggersConfig,
+    /// How MCP servers are reached, and the operator's own.
+    #[serde(default)]
+    pub mcp: mcp::McpConfig,
 }
 
 /// The schedule monitor's pace.
@@ -481,6 +485,7 @@ impl Config {
             secrets: SecretsConfig::default(),
             builtin: BuiltinConfig::default(),
             triggers: TriggersConfig::default(),
+            mcp: mcp::McpConfig::default(),
         }
     }
 
@@ -627,6 +632,7 @@ impl Config {
         self.limits.control.validate()?;
         self.limits.runs.validate()?;
         self.builtin.validate()?;
+        self.mcp.validate()?;
         if let Some(path) = &self.secrets.key_file {
             validate_path("secrets.keyFile", path)?;
         }

@@ -13,6 +13,7 @@ pub mod coalesce;
 mod counters;
 mod error;
 pub mod hub;
+pub mod interrupts;
 mod notice;
 mod route;
 mod shared;
@@ -681,6 +682,9 @@ impl Sessions {
 
     pub async fn cancel(&self, session_id: &str) -> Result<CancelStatus, SessionError> {
         self.row(session_id).await?;
+        // A verb the turn is waiting on gives up first, so the route can
+        // take the command.
+        self.shared.interrupts.fire(session_id);
         let Some(route) = self.route(session_id) else {
             return Ok(CancelStatus::NoActivePrompt);
         };
@@ -694,6 +698,11 @@ impl Sessions {
             return Ok(CancelStatus::NoActivePrompt);
         }
         Ok(answer.await.unwrap_or(CancelStatus::NoActivePrompt))
+    }
+
+    /// Watches the session's next cancel (a long verb selects on it).
+    pub fn interrupt(&self, session_id: &str) -> interrupts::Interrupt {
+        self.shared.interrupts.watch(session_id)
     }
 
     pub async fn respond_permission(

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     /// the whole VM (held while the turn that sends them runs); past it a
     /// file goes as a link.
     pub embedded: Arc<agentos_base::budget::ByteBudget>,
+    /// Each session's cancel, for the verbs its turn waits on.
+    pub interrupts: super::interrupts::Interrupts,
     /// How to start the builtin model agent and who answers its
     /// `_agentos/*` requests; unset, its sessions answer
     /// `builtin_agent_unavailable`.
@@ -95,6 +97,7 @@ impl Shared {
             fs,
             launcher: Arc::new(Launcher::inherit()),
             counters: Arc::default(),
+            interrupts: super::interrupts::Interrupts::default(),
             embedded: agentos_base::budget::ByteBudget::new(
                 super::route::MAX_EMBEDDED_BYTES_PER_VM,
             ),

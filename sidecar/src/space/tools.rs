@@ -616,6 +616,8 @@ fn record(row: &StoredTool, grants: Option<&[String]>) -> Result<ToolRecord, Spa
     let granted = match document.kind {
         ToolKind::Lambda => true,
         ToolKind::Builtin => registry::granted(grants, &document.name),
+        // Never stored: MCP tools are the servers' (see `mcp`).
+        ToolKind::Mcp => false,
     };
     Ok(ToolRecord {
         cid: row.cid.clone(),

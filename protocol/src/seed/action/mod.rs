@@ -5,8 +5,8 @@
 //! or a field nobody knows is [`SeedError::BadAction`] (`bad_request`),
 //! naming the field. `_` (the name) and `ts` belong to the envelope and are
 //! consumed, not fields. An action of the reference service that this
-//! server does not implement (signing identities, IPFS publishing,
-//! IPFS, MCP, …), and a name
+//! server does not implement (signing identities, IPFS publishing, …),
+//! and a name
 //! nobody knows, read as [`Action::Unsupported`], which the server answers
 //! with `unsupported_action`.
 //!
@@ -23,8 +23,8 @@ use serde::{Serialize, Serializer};
 use self::fields::Fields;
 pub use self::space::{AgentToolInput, MemoryContent};
 pub use self::types::{
-    AgentDefinition, ContentPart, FileUploadTarget, ModelProviderConfig, SessionListCursor,
-    SystemPrompt,
+    AgentDefinition, ContentPart, FileUploadTarget, McpServerConfig, ModelProviderConfig,
+    SessionListCursor, SystemPrompt,
 };
 use super::envelope::ActionMap;
 use super::vocab::{CollaboratorRole, ToolVerb};
@@ -137,6 +137,22 @@ pub enum Action {
         provider: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         agent_id: Option<String>,
+    },
+
+    // --- MCP servers (the reference's later actions, and our refresh) ----
+    ListMcpServers,
+    SetMcpServer {
+        name: String,
+        config: McpServerConfig,
+    },
+    DeleteMcpServer {
+        name: String,
+    },
+    RefreshMcpServer {
+        name: String,
+    },
+    ListMcpServerTools {
+        name: String,
     },
     // Subscription sign-in. Fields are kept as sent: the server words a
     // missing or non-string one as the reference does (`Login id is
@@ -396,6 +412,11 @@ impl Action {
             Action::ListModelProviders { .. } => "ListModelProviders",
             Action::DeleteModelProvider { .. } => "DeleteModelProvider",
             Action::ListProviderModels { .. } => "ListProviderModels",
+            Action::ListMcpServers => "ListMcpServers",
+            Action::SetMcpServer { .. } => "SetMcpServer",
+            Action::DeleteMcpServer { .. } => "DeleteMcpServer",
+            Action::RefreshMcpServer { .. } => "RefreshMcpServer",
+            Action::ListMcpServerTools { .. } => "ListMcpServerTools",
             Action::StartProviderOAuth { .. } => "StartProviderOAuth",
             Action::SubmitProviderOAuthCode { .. } => "SubmitProviderOAuthCode",
             Action::GetProviderOAuthStatus { .. } => "GetProviderOAuthStatus",
@@ -546,6 +567,20 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         "ListProviderModels" => Action::ListProviderModels {
             provider: f.req("provider")?,
             agent_id: f.opt("agentId")?,
+        },
+        "ListMcpServers" => Action::ListMcpServers,
+        "SetMcpServer" => Action::SetMcpServer {
+            name: f.req("name")?,
+            config: f.req("config")?,
+        },
+        "DeleteMcpServer" => Action::DeleteMcpServer {
+            name: f.req("name")?,
+        },
+        "RefreshMcpServer" => Action::RefreshMcpServer {
+            name: f.req("name")?,
+        },
+        "ListMcpServerTools" => Action::ListMcpServerTools {
+            name: f.req("name")?,
         },
         "StartProviderOAuth" => Action::StartProviderOAuth {
             provider_type: f.opt_any("providerType")?,

@@ -90,6 +90,7 @@ fn every_implemented_action_round_trips() {
                 model: "m".into(),
                 reasoning_level: Some("low".into()),
                 tools: Some(vec!["read".into()]),
+                mcp_servers: None,
                 signing_key: None,
                 signing_keys: Some(vec![]),
                 metadata: Some(Ipld::Map(map(&[("k", Ipld::Integer(1))]))),

@@ -32,6 +32,7 @@ deserialize_via_fields! {
     AgentDefinition => "definition",
     SystemPrompt => "systemPrompt",
     ModelProviderConfig => "provider",
+    McpServerConfig => "config",
     SessionListCursor => "cursor",
     ContentPart => "content",
 }
@@ -51,6 +52,9 @@ pub struct AgentDefinition {
     pub reasoning_level: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// Names of the account's MCP servers whose tools this agent may call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signing_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,6 +78,7 @@ impl FromField for AgentDefinition {
             model: f.opt("model")?.unwrap_or_default(),
             reasoning_level: f.opt("reasoningLevel")?,
             tools: f.opt("tools")?,
+            mcp_servers: f.opt("mcpServers")?,
             signing_key: f.opt("signingKey")?,
             signing_keys: f.opt("signingKeys")?,
             metadata: f.opt_map("metadata")?,
@@ -144,6 +149,39 @@ impl FromField for ModelProviderConfig {
             secret_refs: f.opt("secretRefs")?,
             base_url: f.opt("baseUrl")?,
             auth_mode: f.opt("authMode")?,
+        };
+        f.finish()?;
+        Ok(config)
+    }
+}
+
+/// A remote MCP server as an account configures it (`SetMcpServer`).
+/// Checked by the service (URL, transport, header names and counts).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerConfig {
+    /// The server's `http(s)` endpoint.
+    pub url: String,
+    /// `http` (Streamable HTTP) or `sse`; absent tries the first, then the
+    /// second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+    /// Headers sent on every request, in the clear (never secrets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Header name to the name of an account secret, opened at call time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_refs: Option<BTreeMap<String, String>>,
+}
+
+impl FromField for McpServerConfig {
+    fn from_field(value: Ipld, path: &str) -> Result<Self, SeedError> {
+        let mut f = Fields::nested(value, path)?;
+        let config = McpServerConfig {
+            url: f.req("url")?,
+            transport: f.opt("transport")?,
+            headers: f.opt("headers")?,
+            secret_refs: f.opt("secretRefs")?,
         };
         f.finish()?;
         Ok(config)

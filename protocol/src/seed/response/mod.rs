@@ -6,6 +6,7 @@
 //! Reading a response back does not check `_`; a client tells an error from
 //! a success by the HTTP status, then decodes the type it expects.
 
+mod mcp;
 mod runs;
 mod shapes;
 mod space;
@@ -13,6 +14,7 @@ mod space;
 use ipld_core::ipld::Ipld;
 use serde::{Deserialize, Serialize};
 
+pub use self::mcp::{McpToolInfo, RedactedMcpServer};
 pub use self::runs::{RunErrorInfo, RunInfo, RunJournalEntryInfo, RunWaitInfo};
 pub use self::shapes::{
     AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, ProviderModelInfo, RedactedModelProvider,
@@ -146,6 +148,10 @@ responses! {
     ListAgentToolsResponse => "ListAgentToolsResponse" {
         agent_id: String,
         tools: Vec<AgentToolInfo>,
+        /// The MCP servers the agent may use, with what their last
+        /// discovery found or why it failed (absent when it has none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mcp_servers: Vec<RedactedMcpServer>,
     }
     /// `SaveAgentTool`.
     SaveAgentToolResponse => "SaveAgentToolResponse" {
@@ -232,6 +238,28 @@ responses! {
     /// `ListProviderModels`.
     ListProviderModelsResponse => "ListProviderModelsResponse" {
         models: Vec<ProviderModelInfo>,
+    }
+    /// `ListMcpServers`.
+    ListMcpServersResponse => "ListMcpServersResponse" {
+        servers: Vec<RedactedMcpServer>,
+    }
+    /// `SetMcpServer`: the record is saved even when discovery failed
+    /// (`server.error` says why).
+    SetMcpServerResponse => "SetMcpServerResponse" {
+        server: RedactedMcpServer,
+    }
+    /// `DeleteMcpServer`.
+    DeleteMcpServerResponse => "DeleteMcpServerResponse" {
+        name: String,
+    }
+    /// `RefreshMcpServer`: discovery ran again.
+    RefreshMcpServerResponse => "RefreshMcpServerResponse" {
+        server: RedactedMcpServer,
+    }
+    /// `ListMcpServerTools`: what a fresh discovery found.
+    ListMcpServerToolsResponse => "ListMcpServerToolsResponse" {
+        name: String,
+        tools: Vec<McpToolInfo>,
     }
 
     /// `CreateSession`.

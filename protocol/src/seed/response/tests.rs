@@ -21,6 +21,7 @@ fn agent() -> AgentInfo {
             model: "gpt-5-mini".into(),
             reasoning_level: None,
             tools: None,
+            mcp_servers: None,
             signing_key: None,
             signing_keys: None,
             metadata: None,
@@ -255,6 +256,7 @@ fn space_records_use_reference_names_and_bytes_stay_bytes() {
 
     let tools = ListAgentToolsResponse {
         agent_id: "a1".into(),
+        mcp_servers: Vec::new(),
         tools: vec![AgentToolInfo {
             name: "search".into(),
             kind: ToolKind::Builtin,

@@ -83,6 +83,9 @@ pub(super) async fn run(
     input: Value,
     direct: bool,
 ) -> VerbResult {
+    if tool.starts_with(crate::mcp::ADDRESS_PREFIX) {
+        return super::mcp::run(verbs, scope, tool, input, direct).await;
+    }
     let record = match verbs
         .tools
         .get(&scope.account_id, &scope.agent_id, tool)
@@ -137,7 +140,7 @@ pub(super) async fn run(
                 Err(e) => failure(e.code(), e),
             }
         }
-        (ToolKind::Builtin, other) => failure(
+        (ToolKind::Builtin | ToolKind::Mcp, other) => failure(
             "runtime_unavailable",
             format!("the builtin {other:?} is not provided by this sidecar"),
         ),

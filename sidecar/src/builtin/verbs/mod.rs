@@ -12,6 +12,7 @@
 
 mod call;
 mod delegate;
+mod mcp;
 pub use crate::space::registry::granted;
 mod read;
 mod session;
@@ -49,6 +50,8 @@ pub struct VerbScope {
     pub actor: Actor,
     /// The definition's `tools`: the grant set.
     pub grants: Option<Vec<String>>,
+    /// The definition's `mcpServers`: whose tools `call` may reach.
+    pub mcp_servers: Vec<String>,
     /// The run the verb works for (a turn's or a script's): what a
     /// delegated child or a lambda hangs from.
     pub run_id: Option<String>,
@@ -72,6 +75,7 @@ impl VerbScope {
             session_id: session_id.to_owned(),
             actor,
             grants: resolved.definition.tools.clone(),
+            mcp_servers: resolved.definition.mcp_servers.clone().unwrap_or_default(),
             run_id: None,
             tool_call_id: None,
             image_input: resolved.provider.as_ref().is_some_and(|p| {
@@ -97,9 +101,16 @@ impl VerbScope {
     }
 
     /// Narrows the grants to those of `allowed` the agent has (a delegated
-    /// child's `tools`).
+    /// child's `tools`; an MCP server stays when `allowed` names it,
+    /// `mcp:<server>`, or one of its tools).
     pub fn restricted(mut self, allowed: Option<&[String]>) -> VerbScope {
         if let Some(allowed) = allowed {
+            self.mcp_servers.retain(|server| {
+                let whole = format!("{}{server}", crate::mcp::ADDRESS_PREFIX);
+                allowed
+                    .iter()
+                    .any(|a| *a == whole || a.starts_with(&format!("{whole}/")))
+            });
             let grants = self.grants.clone();
             self.grants = Some(
                 allowed
@@ -171,6 +182,8 @@ pub struct Verbs {
     pub(crate) memory: AgentMemory,
     /// The session's attachments, for `read attachment:<id>`.
     pub(crate) attachments: crate::space::SessionAttachments,
+    /// MCP servers, for `mcp:<server>/<tool>` callables (absent: none).
+    pub(crate) mcp: Option<crate::mcp::Mcp>,
     /// Staging, for `write ~/memory/…` with `{fromAttachment}`.
     pub(crate) uploads: crate::space::uploads::Uploads,
     pub(crate) fetcher: Fetcher,
@@ -211,10 +224,17 @@ impl Verbs {
             uploads: space.uploads,
             fetcher,
             downloader,
+            mcp: None,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),
             expanded: Arc::default(),
         }
+    }
+
+    /// Gives `call` the MCP servers.
+    pub fn with_mcp(mut self, mcp: crate::mcp::Mcp) -> Verbs {
+        self.mcp = Some(mcp);
+        self
     }
 
     /// Gives `continue_session` the session service.
@@ -266,7 +286,11 @@ impl Verbs {
         let output = delegate::output_schema(self, scope).await;
         let mut tools = specs::offered(scope.run_id.is_some(), output);
         for name in promoted {
-            if let Some(spec) = call::direct_spec(self, scope, name).await? {
+            if name.starts_with(crate::mcp::ADDRESS_PREFIX) {
+                if let Some(spec) = mcp::direct_spec(self, scope, name).await {
+                    tools.push(spec);
+                }
+            } else if let Some(spec) = call::direct_spec(self, scope, name).await? {
                 tools.push(spec);
             }
         }
@@ -275,12 +299,14 @@ impl Verbs {
 
     /// The `<space>` index of the agent (empty when it cannot be read).
     pub async fn space_index(&self, scope: &VerbScope) -> String {
+        let (mcp_tools, _) = mcp::listing(self, scope).await;
         index::build(
             &self.tools,
             &self.memory,
             &scope.account_id,
             &scope.agent_id,
             scope.grants(),
+            &mcp_tools,
         )
         .await
     }
@@ -331,6 +357,14 @@ impl Verbs {
             // A promoted tool by its own name; one the thread has not
             // expanded shows its contract first, as through `call`.
             other => {
+                if other.starts_with("mcp__") {
+                    if let Some(address) = mcp::address_of(self, scope, other).await {
+                        let direct = self.is_expanded(&scope.session_id, &address);
+                        let result = mcp::run(self, scope, &address, input, direct).await;
+                        self.remember(&scope.session_id, [address]);
+                        return result;
+                    }
+                }
                 let direct = self.is_expanded(&scope.session_id, other);
                 call::run(self, scope, other, input, direct).await
             }

@@ -36,6 +36,9 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
         return tool_listing(verbs, scope).await;
     }
     if let Some(name) = address.strip_prefix("~/tools/") {
+        if name.starts_with(crate::mcp::ADDRESS_PREFIX) {
+            return super::mcp::contract(verbs, scope, name).await;
+        }
         return contract(verbs, scope, name.trim_end_matches('/')).await;
     }
     if address == "~/triggers" || address == "~/triggers/" {
@@ -251,6 +254,10 @@ async fn tool_listing(verbs: &Verbs, scope: &VerbScope) -> VerbResult {
                     line
                 })
                 .collect();
+            let (mcp_tools, notes) = super::mcp::listing(verbs, scope).await;
+            let mut lines = lines;
+            lines.extend(mcp_tools.iter().map(|(name, summary)| format!("- {name} — {summary}")));
+            lines.extend(notes);
             success(Value::String(format!(
                 "Callable tools (read ~/tools/<name> for a contract):\n{}",
                 lines.join("\n")

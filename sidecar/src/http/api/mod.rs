@@ -14,6 +14,7 @@
 mod agents;
 mod attachments;
 mod invoke;
+mod mcp;
 mod notify;
 mod oauth;
 mod runs;
@@ -58,6 +59,8 @@ pub struct SignedServices {
     pub triggers: Triggers,
     /// `DownloadAgentMemoryFile`'s client.
     pub downloader: crate::builtin::download::Downloader,
+    /// MCP servers.
+    pub mcp: crate::mcp::Mcp,
 }
 
 /// The signed API over its services.
@@ -81,6 +84,7 @@ pub struct SignedApi {
     builtin: Option<crate::builtin::Services>,
     triggers: Triggers,
     downloader: crate::builtin::download::Downloader,
+    mcp: crate::mcp::Mcp,
 }
 
 /// A response: the HTTP status and the DAG-CBOR body.
@@ -105,6 +109,7 @@ impl SignedApi {
             builtin,
             triggers,
             downloader,
+            mcp,
         } = services;
         let adapters = sessions.agents().keys().cloned().collect();
         SignedApi {
@@ -119,6 +124,7 @@ impl SignedApi {
             builtin,
             triggers,
             downloader,
+            mcp,
         }
     }
 
@@ -186,6 +192,11 @@ impl SignedApi {
             | Action::ListModelProviders { .. }
             | Action::DeleteModelProvider { .. }
             | Action::ListProviderModels { .. } => self.vault(caller, action).await,
+            Action::ListMcpServers
+            | Action::SetMcpServer { .. }
+            | Action::DeleteMcpServer { .. }
+            | Action::RefreshMcpServer { .. }
+            | Action::ListMcpServerTools { .. } => self.mcp_action(caller, action).await,
             Action::StartProviderOAuth { .. }
             | Action::SubmitProviderOAuthCode { .. }
             | Action::GetProviderOAuthStatus { .. }

@@ -1,4 +1,6 @@
-//! An agent's Space over the signed API: `ListAgentTools`,
+//! An agent's Space over the signed API: `ListAgentTools` (its tool
+//! documents, then the tools of the MCP servers it may use, with each
+//! server's state),
 //! `SaveAgentTool`, `DeleteAgentTool`, `ListAgentMemory`,
 //! `ReadAgentMemoryFile`, `WriteAgentMemoryFile`, `DeleteAgentMemoryFile`.
 //!
@@ -40,9 +42,21 @@ impl SignedApi {
                         definition.tools.as_deref(),
                     )
                     .await?;
+                let mut tools: Vec<_> = tools.iter().map(render::tool).collect();
+                let servers = self
+                    .mcp
+                    .servers_for(
+                        &access.agent.account_id,
+                        definition.mcp_servers.as_deref().unwrap_or_default(),
+                    )
+                    .await;
+                for server in &servers {
+                    tools.extend(server.tools.iter().map(|tool| render::mcp_tool(server, tool)));
+                }
                 ok(&ListAgentToolsResponse {
                     agent_id,
-                    tools: tools.iter().map(render::tool).collect(),
+                    tools,
+                    mcp_servers: servers.into_iter().map(|s| s.view).collect(),
                 })
             }
             Action::SaveAgentTool {

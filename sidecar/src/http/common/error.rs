@@ -124,6 +124,24 @@ impl From<crate::triggers::TriggerError> for ApiError {
     }
 }
 
+impl From<crate::mcp::McpError> for ApiError {
+    fn from(e: crate::mcp::McpError) -> Self {
+        use crate::mcp::McpError;
+        let status = match &e {
+            McpError::NotFound(_) => 404,
+            McpError::Invalid(_) | McpError::Refused(_) | McpError::Secret(_) => 400,
+            McpError::Limit(_) => 409,
+            McpError::Busy(..) => 429,
+            McpError::Storage(_) => {
+                tracing::error!(code = e.code(), error = %e, "an MCP action failed");
+                return ApiError::passed_on(500, e.code(), "Internal server error");
+            }
+            _ => 502,
+        };
+        ApiError::passed_on(status, e.code(), e.to_string())
+    }
+}
+
 impl From<crate::space::AttachmentError> for ApiError {
     fn from(e: crate::space::AttachmentError) -> Self {
         use crate::space::AttachmentError;

@@ -195,6 +195,48 @@ pub fn tool(record: &space::ToolRecord) -> AgentToolInfo {
     }
 }
 
+/// A tool of an MCP server the agent may use, as a tool document of kind
+/// `mcp` named by its callable address (its CID is the document's, so it
+/// changes when the server's contract does).
+pub fn mcp_tool(
+    server: &crate::mcp::ServerState,
+    tool: &agentos_protocol::mcp::ToolDescriptor,
+) -> AgentToolInfo {
+    use agentos_protocol::seed::json_to_ipld_clipped;
+    let schema = tool
+        .input_schema
+        .clone()
+        .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+    let description = tool.description.clone().unwrap_or_default();
+    let document = agentos_protocol::seed::tool::ToolDocument {
+        name: crate::mcp::address(&server.view.name, &tool.name),
+        kind: agentos_protocol::seed::vocab::ToolKind::Mcp,
+        summary: description.lines().next().unwrap_or_default().chars().take(140).collect(),
+        description,
+        input: json_to_ipld_clipped(&schema),
+        output: None,
+        source: None,
+        runtime: None,
+        binding: Some(tool.name.clone()),
+    };
+    let at = server.view.discovered_at.unwrap_or(server.view.updated_at);
+    AgentToolInfo {
+        cid: document.cid().unwrap_or_default(),
+        name: document.name,
+        kind: document.kind,
+        summary: document.summary,
+        description: document.description,
+        input: document.input,
+        output: None,
+        source: None,
+        runtime: None,
+        enabled: true,
+        granted: true,
+        created_at: at,
+        updated_at: at,
+    }
+}
+
 pub fn memory_entry(entry: &space::MemoryEntry) -> AgentMemoryEntry {
     AgentMemoryEntry {
         path: entry.path.clone(),

@@ -1,0 +1,593 @@
+//! The three ways to reach an MCP server, behind one [`Transport`]:
+//! Streamable HTTP (each message a POST whose answer is JSON or an event
+//! stream, the session in `Mcp-Session-Id`), the legacy HTTP+SSE transport
+//! (one GET stream carrying every answer, POSTs to the endpoint it names,
+//! which must stay on the same origin), and stdio (an operator's command,
+//! newline-delimited JSON-RPC through the adapter layer's confined child
+//! process).
+//!
+//! Every read is bounded by `mcp.maxMessageBytes`; deadlines are the
+//! caller's. Requests the server sends us are answered: `ping` with an
+//! empty result, anything else (roots, sampling, elicitation: capabilities
+//! we never offered) with "method not found". Redirects are not followed,
+//! so headers carrying secrets go only where the account pointed them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agentos_adapters::{
+    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
+};
+use agentos_protocol::acp::RpcError;
+use agentos_protocol::mcp::{self, headers, methods, Incoming};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::error::McpError;
+use super::sse;
+
+/// Bytes of an HTTP error's body quoted in its message.
+const QUOTED_BODY_BYTES: usize = 200;
+
+#[async_trait::async_trait]
+pub(super) trait Transport: Send + Sync {
+    /// Sends a request and waits for its answer; the caller bounds the wait.
+    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError>;
+    async fn notify(&self, method: &str, params: Value) -> Result<(), McpError>;
+    async fn close(&self);
+    fn is_alive(&self) -> bool;
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A transport failure with its causes, without the URL (whose query may
+/// carry a token).
+fn unreachable(e: reqwest::Error) -> McpError {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    McpError::Unreachable(text)
+}
+
+/// The answer to a request of the server's.
+fn serve(id: &Value, method: &str) -> Value {
+    if method == methods::PING {
+        json!({"jsonrpc": "2.0", "id": id, "result": {}})
+    } else {
+        mcp::error_response(id, &RpcError::method_not_found(method))
+    }
+}
+
+/// Reads a whole body, at most `max` bytes.
+async fn body(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, McpError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+        if bytes.len() + chunk.len() > max {
+            return Err(McpError::TooLarge(max as u64));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// A non-2xx answer as an error, quoting the start of its body.
+async fn status_error(response: reqwest::Response) -> McpError {
+    let status = response.status().as_u16();
+    let quoted = body(response, 64 * 1024)
+        .await
+        .map(|b| {
+            let text = String::from_utf8_lossy(&b);
+            let text = text.trim();
+            let mut end = text.len().min(QUOTED_BODY_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text[..end].to_owned()
+        })
+        .unwrap_or_default();
+    if quoted.is_empty() {
+        McpError::Unreachable(format!("HTTP {status}"))
+    } else {
+        McpError::Unreachable(format!("HTTP {status}: {quoted}"))
+    }
+}
+
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
+/// Whether a message, or a batch holding it, answers request `id`; the
+/// server's own requests in it are collected.
+fn find_answer(
+    message: &Value,
+    id: u64,
+    requests: &mut Vec<(Value, String)>,
+) -> Option<Result<Value, McpError>> {
+    let messages: Vec<&Value> = match message {
+        Value::Array(batch) => batch.iter().collect(),
+        single => vec![single],
+    };
+    let mut answer = None;
+    for message in messages {
+        match mcp::classify(message) {
+            Some(Incoming::Response { id: Some(got), result }) if got == id => {
+                answer = Some(result.map_err(McpError::Rpc));
+            }
+            Some(Incoming::Request { id, method }) => requests.push((id, method)),
+            _ => {}
+        }
+    }
+    answer
+}
+
+/// Streamable HTTP.
+pub(super) struct StreamableHttp {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    session: Mutex<Option<String>>,
+    version: Mutex<Option<String>>,
+    next_id: AtomicU64,
+    max_message: usize,
+    alive: AtomicBool,
+}
+
+impl StreamableHttp {
+    pub(super) fn new(
+        client: reqwest::Client,
+        url: reqwest::Url,
+        headers: HeaderMap,
+        max_message: usize,
+    ) -> StreamableHttp {
+        StreamableHttp {
+            client,
+            url,
+            headers,
+            session: Mutex::new(None),
+            version: Mutex::new(None),
+            next_id: AtomicU64::new(0),
+            max_message,
+            alive: AtomicBool::new(true),
+        }
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        if let Some(session) = lock(&self.session).clone() {
+            request = request.header(headers::SESSION_ID, session);
+        }
+        if let Some(version) = lock(&self.version).clone() {
+            request = request.header(headers::PROTOCOL_VERSION, version);
+        }
+        request
+    }
+
+    /// Sends one message and checks the status; a 404 on a session is the
+    /// session's end.
+    async fn send(&self, message: &Value) -> Result<reqwest::Response, McpError> {
+        let response = self.post(message).send().await.map_err(unreachable)?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND && lock(&self.session).is_some() {
+            self.alive.store(false, Ordering::Release);
+            return Err(McpError::SessionExpired);
+        }
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        Ok(response)
+    }
+
+    async fn answer_requests(&self, requests: Vec<(Value, String)>) {
+        for (id, method) in requests {
+            if let Ok(response) = self.send(&serve(&id, &method)).await {
+                let _ = body(response, self.max_message).await;
+            }
+        }
+    }
+
+    /// Reads an event stream until the answer to `id`.
+    async fn read_stream(
+        &self,
+        mut response: reqwest::Response,
+        id: u64,
+    ) -> Result<Value, McpError> {
+        let mut reader = sse::Reader::new(self.max_message);
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            let events = reader
+                .push(&chunk)
+                .map_err(|_| McpError::TooLarge(self.max_message as u64))?;
+            for event in events {
+                if event.event != "message" {
+                    continue;
+                }
+                let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+                    continue;
+                };
+                let mut requests = Vec::new();
+                let answer = find_answer(&message, id, &mut requests);
+                self.answer_requests(requests).await;
+                if let Some(answer) = answer {
+                    return answer;
+                }
+            }
+        }
+        Err(McpError::Protocol(
+            "the event stream ended without an answer".into(),
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for StreamableHttp {
+    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let response = self.send(&mcp::request(id, method, &params)).await?;
+        if method == methods::INITIALIZE {
+            let session = response
+                .headers()
+                .get(headers::SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            *lock(&self.session) = session;
+        }
+        let answer = if is_event_stream(&response) {
+            self.read_stream(response, id).await
+        } else {
+            let bytes = body(response, self.max_message).await?;
+            let message: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| McpError::Protocol(format!("the answer is not JSON: {e}")))?;
+            let mut requests = Vec::new();
+            let answer = find_answer(&message, id, &mut requests);
+            self.answer_requests(requests).await;
+            answer.unwrap_or_else(|| {
+                Err(McpError::Protocol(
+                    "the answer does not answer the request".into(),
+                ))
+            })
+        };
+        if method == methods::INITIALIZE {
+            if let Ok(result) = &answer {
+                *lock(&self.version) = result
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+        }
+        answer
+    }
+
+    async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
+        let response = self.send(&mcp::notification(method, &params)).await?;
+        let _ = body(response, self.max_message).await;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.alive.store(false, Ordering::Release);
+        let Some(session) = lock(&self.session).take() else {
+            return;
+        };
+        let _ = self
+            .client
+            .delete(self.url.clone())
+            .headers(self.headers.clone())
+            .header(headers::SESSION_ID, session)
+            .send()
+            .await;
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, McpError>>>>>;
+
+/// The legacy HTTP+SSE transport.
+pub(super) struct LegacySse {
+    client: reqwest::Client,
+    endpoint: reqwest::Url,
+    headers: HeaderMap,
+    waiters: Waiters,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl LegacySse {
+    /// Opens the stream and waits for the endpoint it names (the caller
+    /// bounds the wait).
+    pub(super) async fn connect(
+        client: reqwest::Client,
+        url: reqwest::Url,
+        headers: HeaderMap,
+        max_message: usize,
+    ) -> Result<LegacySse, McpError> {
+        let mut response = client
+            .get(url.clone())
+            .headers(headers.clone())
+            .header(ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(unreachable)?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        if !is_event_stream(&response) {
+            return Err(McpError::Protocol("the server did not open an event stream".into()));
+        }
+        let mut reader = sse::Reader::new(max_message);
+        let mut early = Vec::new();
+        let endpoint = 'found: loop {
+            let Some(chunk) = response.chunk().await.map_err(unreachable)? else {
+                return Err(McpError::Protocol(
+                    "the event stream ended before naming its endpoint".into(),
+                ));
+            };
+            let events = reader
+                .push(&chunk)
+                .map_err(|_| McpError::TooLarge(max_message as u64))?;
+            let mut events = events.into_iter();
+            while let Some(event) = events.next() {
+                if event.event == "endpoint" {
+                    early.extend(events);
+                    break 'found event.data;
+                }
+            }
+        };
+        let endpoint = url
+            .join(endpoint.trim())
+            .map_err(|e| McpError::Protocol(format!("the endpoint is not a URL: {e}")))?;
+        if endpoint.origin() != url.origin() {
+            return Err(McpError::Protocol(
+                "the endpoint is on another origin than the server".into(),
+            ));
+        }
+        let waiters: Waiters = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (requests_tx, mut requests_rx) = tokio::sync::mpsc::channel::<(Value, String)>(16);
+        let reader_task = {
+            let waiters = waiters.clone();
+            let alive = alive.clone();
+            let client = client.clone();
+            let endpoint = endpoint.clone();
+            let headers = headers.clone();
+            // The server's requests are answered beside the reading.
+            tokio::spawn(async move {
+                while let Some((id, method)) = requests_rx.recv().await {
+                    let _ = client
+                        .post(endpoint.clone())
+                        .headers(headers.clone())
+                        .header(CONTENT_TYPE, "application/json")
+                        .body(serve(&id, &method).to_string())
+                        .send()
+                        .await;
+                }
+            });
+            tokio::spawn(async move {
+                let deliver = |event: sse::Event| {
+                    if event.event != "message" {
+                        return;
+                    }
+                    let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+                        return;
+                    };
+                    match mcp::classify(&message) {
+                        Some(Incoming::Response {
+                            id: Some(id),
+                            result,
+                        }) => {
+                            if let Some(waiter) = lock(&waiters).remove(&id) {
+                                let _ = waiter.send(result.map_err(McpError::Rpc));
+                            }
+                        }
+                        Some(Incoming::Request { id, method }) => {
+                            let _ = requests_tx.try_send((id, method));
+                        }
+                        _ => {}
+                    }
+                };
+                for event in early {
+                    deliver(event);
+                }
+                let end = loop {
+                    match response.chunk().await {
+                        Ok(Some(chunk)) => match reader.push(&chunk) {
+                            Ok(events) => events.into_iter().for_each(&deliver),
+                            Err(_) => break McpError::TooLarge(max_message as u64),
+                        },
+                        Ok(None) => {
+                            break McpError::Unreachable("the event stream closed".into())
+                        }
+                        Err(e) => break unreachable(e),
+                    }
+                };
+                alive.store(false, Ordering::Release);
+                for (_, waiter) in lock(&waiters).drain() {
+                    let _ = waiter.send(Err(end.clone()));
+                }
+            })
+        };
+        Ok(LegacySse {
+            client,
+            endpoint,
+            headers,
+            waiters,
+            next_id: AtomicU64::new(0),
+            alive,
+            reader: reader_task,
+        })
+    }
+
+    async fn post(&self, message: &Value) -> Result<(), McpError> {
+        let response = self
+            .client
+            .post(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .body(message.to_string())
+            .send()
+            .await
+            .map_err(unreachable)?;
+        if !response.status().is_success() {
+            return Err(status_error(response).await);
+        }
+        Ok(())
+    }
+}
+
+/// Removes a waiter whose caller gave up.
+struct WaiterGuard<'a> {
+    waiters: &'a Waiters,
+    id: u64,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        lock(self.waiters).remove(&self.id);
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for LegacySse {
+    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
+        if !self.is_alive() {
+            return Err(McpError::Unreachable("the event stream closed".into()));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiters).insert(id, tx);
+        let _guard = WaiterGuard {
+            waiters: &self.waiters,
+            id,
+        };
+        self.post(&mcp::request(id, method, &params)).await?;
+        rx.await
+            .unwrap_or_else(|_| Err(McpError::Unreachable("the event stream closed".into())))
+    }
+
+    async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
+        self.post(&mcp::notification(method, &params)).await
+    }
+
+    async fn close(&self) {
+        self.alive.store(false, Ordering::Release);
+        self.reader.abort();
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for LegacySse {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// An operator's command server over stdio.
+pub(super) struct Stdio {
+    conn: AdapterConnection,
+}
+
+impl Stdio {
+    pub(super) async fn spawn(
+        command: &AdapterCommand,
+        max_message: usize,
+    ) -> Result<Stdio, McpError> {
+        let options = AdapterOptions {
+            max_read_line_bytes: max_message,
+            stdout_buffer_bytes: max_message.saturating_mul(2),
+            ..AdapterOptions::default()
+        };
+        let (conn, mut events) = AdapterConnection::spawn(command, options)
+            .await
+            .map_err(|e| McpError::Unreachable(e.to_string()))?;
+        let answers = conn.clone();
+        let program = command.program.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                match event {
+                    AdapterEvent::Request { id, method, .. } => {
+                        let answer = if method == methods::PING {
+                            Ok(json!({}))
+                        } else {
+                            Err(RpcError::method_not_found(&method))
+                        };
+                        let _ = answers.respond(&id, answer);
+                    }
+                    AdapterEvent::Stderr(line) => {
+                        tracing::debug!(server = %program, %line, "MCP server stderr");
+                    }
+                    AdapterEvent::Exited { .. } => break,
+                    _ => {}
+                }
+            }
+        });
+        Ok(Stdio { conn })
+    }
+}
+
+fn adapter_error(e: AdapterError) -> McpError {
+    match e {
+        AdapterError::Rpc(error) => McpError::Rpc(error),
+        AdapterError::Exited | AdapterError::Closed => McpError::Exited,
+        AdapterError::LineTooLong { limit } | AdapterError::StdoutBudget { limit } => {
+            McpError::TooLarge(limit as u64)
+        }
+        other => McpError::Protocol(other.to_string()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for Stdio {
+    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
+        self.conn.request(method, params).await.map_err(adapter_error)
+    }
+
+    async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
+        self.conn.notify(method, params).map_err(adapter_error)
+    }
+
+    async fn close(&self) {
+        self.conn.shutdown().await;
+    }
+
+    fn is_alive(&self) -> bool {
+        self.conn.is_alive()
+    }
+}
+
+/// The header map of a server's configured and secret headers; a name or
+/// value HTTP cannot carry is an error naming the header only.
+pub(super) fn header_map(pairs: &[(String, String)]) -> Result<HeaderMap, McpError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| McpError::Invalid(format!("MCP header name {name:?} is invalid")))?;
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| McpError::Invalid(format!("MCP header {name:?} has an invalid value")))?;
+        value.set_sensitive(true);
+        map.insert(header, value);
+    }
+    Ok(map)
+}
