@@ -164,7 +164,7 @@ pub fn tools_page(result: &Value) -> (Vec<ToolDescriptor>, Option<String>) {
 pub struct CallOutcome {
     /// The text parts joined by newlines, other parts as compact JSON,
     /// trimmed; the structured content's JSON when there is no text; cut
-    /// at the bound with [`TRUNCATED_NOTICE`].
+    /// with [`TRUNCATED_NOTICE`] so that the whole is within the bound.
     pub text: String,
     pub structured: Option<Value>,
     pub is_error: bool,
@@ -199,7 +199,9 @@ pub fn flatten_result(result: &Value, max_bytes: usize) -> CallOutcome {
         }
     }
     if text.len() > max_bytes {
-        let mut end = max_bytes;
+        // The notice counts: the whole stays within the bound (the log
+        // keeps results up to the same size).
+        let mut end = max_bytes.saturating_sub(TRUNCATED_NOTICE.len());
         while !text.is_char_boundary(end) {
             end -= 1;
         }
@@ -264,7 +266,10 @@ mod tests {
         assert_eq!(tools[0].input_schema, Some(json!({"type": "object"})));
         assert_eq!(tools[1].input_schema, None);
         assert_eq!(next.as_deref(), Some("c2"));
-        assert_eq!(ToolDescriptor::from_json(&tools[0].to_json()).as_ref(), Some(&tools[0]));
+        assert_eq!(
+            ToolDescriptor::from_json(&tools[0].to_json()).as_ref(),
+            Some(&tools[0])
+        );
     }
 
     #[test]
@@ -289,9 +294,10 @@ mod tests {
         assert_eq!(structured.text, "{\"t\":22}");
         assert!(structured.is_error);
         let long = flatten_result(
-            &json!({"content": [{"type": "text", "text": "é".repeat(10)}]}),
-            5,
+            &json!({"content": [{"type": "text", "text": "é".repeat(30)}]}),
+            TRUNCATED_NOTICE.len() + 5,
         );
         assert_eq!(long.text, format!("éé{TRUNCATED_NOTICE}"));
+        assert!(long.text.len() <= TRUNCATED_NOTICE.len() + 5);
     }
 }

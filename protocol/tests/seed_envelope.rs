@@ -332,6 +332,7 @@ fn mutated_envelopes_never_panic() {
             model: "m".into(),
             reasoning_level: None,
             tools: Some(vec!["read".into()]),
+            mcp_servers: None,
             signing_key: None,
             signing_keys: None,
             metadata: None,

@@ -125,6 +125,7 @@ fn config(path: &Path) -> Config {
         secrets: Default::default(),
         builtin: Default::default(),
         triggers: Default::default(),
+        mcp: Default::default(),
     }
 }
 

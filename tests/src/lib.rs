@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod crash;
 pub mod http;
+pub mod mcp_server;
 pub mod oauth_server;
 pub mod provider_server;
 pub mod rivet;

@@ -25,7 +25,10 @@
 //!   (comma-separated, e.g. `image,embeddedContext`).
 //!
 //! Environment: `AGENTOS_FAKE_AGENT_LOG=FILE` appends one JSON line
-//! `{pid, sessionId, prompt}` per received `session/prompt`.
+//! `{pid, sessionId, prompt}` per received `session/prompt`;
+//! `AGENTOS_FAKE_AGENT_SETUP_LOG=FILE` one `{pid, setup: <method>, params}`
+//! per `session/new`, `session/load` and `session/resume` (so tests see the
+//! `mcpServers` it was handed).
 //!
 //! The command is the last text block of the prompt:
 //! - `echo <text>` (and any unrecognised text): one `agent_message_chunk`
@@ -214,6 +217,7 @@ struct Agent {
     next_request_id: AtomicU64,
     waiting: Mutex<HashMap<u64, mpsc::Sender<Result<Value, RpcError>>>>,
     prompt_log: Option<Mutex<fs::File>>,
+    setup_log: Option<Mutex<fs::File>>,
     /// Set by `fs_flood`: the main loop stops reading stdin for good.
     deaf: AtomicBool,
 }
@@ -432,9 +436,17 @@ impl Agent {
     }
 
     fn log_prompt(&self, session_id: &str, prompt: &Value) {
-        if let Some(log) = &self.prompt_log {
-            let line =
-                json!({"pid": std::process::id(), "sessionId": session_id, "prompt": prompt});
+        let line = json!({"pid": std::process::id(), "sessionId": session_id, "prompt": prompt});
+        Self::log_line(self.prompt_log.as_ref(), line);
+    }
+
+    fn log_setup(&self, method: &str, params: &Value) {
+        let line = json!({"pid": std::process::id(), "setup": method, "params": params});
+        Self::log_line(self.setup_log.as_ref(), line);
+    }
+
+    fn log_line(log: Option<&Mutex<fs::File>>, line: Value) {
+        if let Some(log) = log {
             // One write per line: several adapter processes append to the
             // same file, and `writeln!` on a `File` may issue a write per
             // formatted piece, interleaving lines.
@@ -847,6 +859,12 @@ impl Agent {
                 }
             }
             AcpMessage::Request { id, method, params } => {
+                if matches!(
+                    method.as_str(),
+                    methods::SESSION_NEW | methods::SESSION_LOAD | methods::SESSION_RESUME
+                ) {
+                    self.log_setup(&method, &params);
+                }
                 let result = match method.as_str() {
                     methods::INITIALIZE => self.initialize(),
                     methods::SESSION_NEW => self.new_session(),
@@ -890,14 +908,18 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let prompt_log = std::env::var_os("AGENTOS_FAKE_AGENT_LOG").and_then(|path| {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map(Mutex::new)
-            .ok()
-    });
+    let open_log = |variable: &str| {
+        std::env::var_os(variable).and_then(|path| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(Mutex::new)
+                .ok()
+        })
+    };
+    let prompt_log = open_log("AGENTOS_FAKE_AGENT_LOG");
+    let setup_log = open_log("AGENTOS_FAKE_AGENT_SETUP_LOG");
     let agent = Arc::new(Agent {
         flags,
         out: Mutex::new(BufWriter::with_capacity(64 * 1024, io::stdout())),
@@ -905,6 +927,7 @@ fn main() {
         next_request_id: AtomicU64::new(0),
         waiting: Mutex::new(HashMap::new()),
         prompt_log,
+        setup_log,
         deaf: AtomicBool::new(false),
     });
     let stdin = io::stdin();

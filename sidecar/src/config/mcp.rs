@@ -107,7 +107,17 @@ mod tests {
         for good in ["a", "0", "everything", "my_server-2", &"a".repeat(32)] {
             assert!(is_server_name(good), "{good}");
         }
-        for bad in ["", "-a", "_a", "A", "a b", "a.b", "a/b", &"a".repeat(33), "é"] {
+        for bad in [
+            "",
+            "-a",
+            "_a",
+            "A",
+            "a b",
+            "a.b",
+            "a/b",
+            &"a".repeat(33),
+            "é",
+        ] {
             assert!(!is_server_name(bad), "{bad}");
         }
     }
@@ -125,6 +135,9 @@ mod tests {
         assert_eq!(config.validate().unwrap_err().field, "mcp.servers.Bad");
         config.servers.clear();
         config.servers.insert("ok".into(), AgentSpec::default());
-        assert_eq!(config.validate().unwrap_err().field, "mcp.servers.ok.command");
+        assert_eq!(
+            config.validate().unwrap_err().field,
+            "mcp.servers.ok.command"
+        );
     }
 }

@@ -194,7 +194,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn now_ms() -> i64 {
-    i64::try_from(agentos_base::clock::unix_ms()).unwrap_or(i64::MAX)
+    agentos_base::clock::unix_ms()
 }
 
 fn tools_json(tools: &[ToolDescriptor]) -> Value {
@@ -210,7 +210,10 @@ fn tools_of(value: Option<&Value>) -> Vec<ToolDescriptor> {
 
 fn config_of(row: &ServerRow) -> Result<McpServerConfig, McpError> {
     serde_json::from_value(row.config.clone()).map_err(|e| {
-        McpError::Storage(format!("the stored config of {:?} does not decode: {e}", row.name))
+        McpError::Storage(format!(
+            "the stored config of {:?} does not decode: {e}",
+            row.name
+        ))
     })
 }
 
@@ -260,8 +263,8 @@ fn check_config(name: &str, mut config: McpServerConfig) -> Result<McpServerConf
     if url.len() > MAX_URL_BYTES {
         return Err(McpError::Invalid("MCP server URL is too long".into()));
     }
-    let parsed =
-        reqwest::Url::parse(&url).map_err(|_| McpError::Invalid("MCP server URL is invalid".into()))?;
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|_| McpError::Invalid("MCP server URL is invalid".into()))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(McpError::Invalid(
             "MCP server URL must start with http:// or https://".into(),
@@ -273,7 +276,10 @@ fn check_config(name: &str, mut config: McpServerConfig) -> Result<McpServerConf
             return Err(McpError::Invalid("MCP transport is unsupported".into()));
         }
     }
-    for (what, map) in [("headers", &config.headers), ("secret headers", &config.secret_refs)] {
+    for (what, map) in [
+        ("headers", &config.headers),
+        ("secret headers", &config.secret_refs),
+    ] {
         let Some(map) = map else { continue };
         if map.len() > MAX_HEADERS {
             return Err(McpError::Invalid(format!("Too many MCP {what}")));
@@ -283,7 +289,9 @@ fn check_config(name: &str, mut config: McpServerConfig) -> Result<McpServerConf
                 || header.len() > MAX_HEADER_NAME_BYTES
                 || reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err()
             {
-                return Err(McpError::Invalid(format!("MCP header name {header:?} is invalid")));
+                return Err(McpError::Invalid(format!(
+                    "MCP header name {header:?} is invalid"
+                )));
             }
             if value.is_empty() || value.len() > MAX_URL_BYTES {
                 return Err(McpError::Invalid(format!(
@@ -453,7 +461,9 @@ impl Mcp {
                     },
                     tools: Vec::new(),
                 }),
-                Err(e) => tracing::warn!(server = %name, error = %e, "an MCP server row could not be read"),
+                Err(e) => {
+                    tracing::warn!(server = %name, error = %e, "an MCP server row could not be read")
+                }
             }
         }
         states
@@ -474,8 +484,7 @@ impl Mcp {
         }
         let config = check_config(name, config)?;
         self.check_url(&config.url)?;
-        let value = serde_json::to_value(&config)
-            .map_err(|e| McpError::Invalid(e.to_string()))?;
+        let value = serde_json::to_value(&config).map_err(|e| McpError::Invalid(e.to_string()))?;
         let max = self.inner.config.max_servers_per_account;
         let id = uuid::Uuid::new_v4().to_string();
         let Some(_) = self
@@ -536,7 +545,11 @@ impl Mcp {
         let owned: Vec<String> = config_of(&row)
             .ok()
             .and_then(|c| c.secret_refs)
-            .map(|refs| refs.into_values().filter(|s| s.starts_with(&prefix)).collect())
+            .map(|refs| {
+                refs.into_values()
+                    .filter(|s| s.starts_with(&prefix))
+                    .collect()
+            })
             .unwrap_or_default();
         if !self.inner.store.delete(account, name, &owned).await? {
             return Err(McpError::NotFound("MCP server not found".into()));
@@ -738,15 +751,19 @@ impl Mcp {
 
     /// Closes every connection (the VM is stopping).
     pub async fn close_all(&self) {
-        let all: Vec<Pooled> = lock(&self.inner.pool).open.drain().map(|(_, p)| p).collect();
+        let all: Vec<Pooled> = lock(&self.inner.pool)
+            .open
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
         for pooled in all {
             pooled.conn.transport.close().await;
         }
     }
 
     fn check_url(&self, url: &str) -> Result<reqwest::Url, McpError> {
-        let parsed =
-            reqwest::Url::parse(url).map_err(|_| McpError::Invalid("MCP server URL is invalid".into()))?;
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|_| McpError::Invalid("MCP server URL is invalid".into()))?;
         if !self.inner.config.allow_private_urls {
             net::check_url(&parsed).map_err(McpError::Refused)?;
         }
@@ -855,7 +872,8 @@ impl Mcp {
 
     /// Opens and initializes a connection.
     async fn open(&self, account: &str, name: &str, target: Target) -> Result<Conn, McpError> {
-        let max_message = usize::try_from(self.inner.config.max_message_bytes).unwrap_or(usize::MAX);
+        let max_message =
+            usize::try_from(self.inner.config.max_message_bytes).unwrap_or(usize::MAX);
         match target {
             Target::Remote {
                 url,
@@ -874,16 +892,26 @@ impl Mcp {
                 };
                 match transport.as_deref() {
                     Some("sse") => {
-                        let sse = LegacySse::connect(client.clone(), url.clone(), headers.clone(), max_message)
-                            .await?;
+                        let sse = LegacySse::connect(
+                            client.clone(),
+                            url.clone(),
+                            headers.clone(),
+                            max_message,
+                        )
+                        .await?;
                         initialize(Box::new(sse)).await
                     }
                     Some(_) => initialize(http()).await,
                     None => match initialize(http()).await {
                         Ok(conn) => Ok(conn),
                         Err(first) => {
-                            let sse = LegacySse::connect(client.clone(), url.clone(), headers.clone(), max_message)
-                                .await;
+                            let sse = LegacySse::connect(
+                                client.clone(),
+                                url.clone(),
+                                headers.clone(),
+                                max_message,
+                            )
+                            .await;
                             match sse {
                                 Ok(sse) => initialize(Box::new(sse)).await.map_err(|_| first),
                                 Err(_) => Err(first),
@@ -977,13 +1005,19 @@ mod tests {
 
     #[test]
     fn addresses_and_provider_names() {
-        assert_eq!(parse_address("mcp:everything/get-sum"), Some(("everything", "get-sum")));
+        assert_eq!(
+            parse_address("mcp:everything/get-sum"),
+            Some(("everything", "get-sum"))
+        );
         assert_eq!(parse_address("mcp:s/a/b"), Some(("s", "a/b")));
         assert_eq!(parse_address("mcp:/t"), None);
         assert_eq!(parse_address("mcp:s/"), None);
         assert_eq!(parse_address("search"), None);
         assert_eq!(address("s", "t"), "mcp:s/t");
-        assert_eq!(provider_name("everything", "get-sum"), "mcp__everything__get-sum");
+        assert_eq!(
+            provider_name("everything", "get-sum"),
+            "mcp__everything__get-sum"
+        );
         assert_eq!(provider_name("s", "a.b c"), "mcp__s__a_b_c");
         assert_eq!(provider_name("s", "..."), "mcp__s__mcp");
     }
@@ -1001,10 +1035,14 @@ mod tests {
     fn configs_are_checked_as_the_reference() {
         let ok = check_config("weather", config(" https://mcp.example/mcp ")).unwrap();
         assert_eq!(ok.url, "https://mcp.example/mcp");
-        let refused = |name: &str, c: McpServerConfig| check_config(name, c).unwrap_err().to_string();
+        let refused =
+            |name: &str, c: McpServerConfig| check_config(name, c).unwrap_err().to_string();
         assert!(refused("Weather", config("https://x")).contains("server names"));
         assert_eq!(refused("w", config("")), "MCP server URL is required");
-        assert_eq!(refused("w", config("not a url")), "MCP server URL is invalid");
+        assert_eq!(
+            refused("w", config("not a url")),
+            "MCP server URL is invalid"
+        );
         assert_eq!(
             refused("w", config("ftp://x/")),
             "MCP server URL must start with http:// or https://"

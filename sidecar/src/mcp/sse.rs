@@ -116,7 +116,10 @@ mod tests {
     #[test]
     fn events_across_chunks_and_line_ends() {
         let mut reader = Reader::new(1024);
-        assert_eq!(reader.push(b": hello\r\nevent: endpoint\r").unwrap(), vec![]);
+        assert_eq!(
+            reader.push(b": hello\r\nevent: endpoint\r").unwrap(),
+            vec![]
+        );
         let events = reader
             .push(b"\ndata: /messages?s=1\r\n\r\ndata: {\"a\"\ndata:1}\n\nid: 7\ndata: x\r\r")
             .unwrap();

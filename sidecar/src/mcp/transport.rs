@@ -123,7 +123,10 @@ fn find_answer(
     let mut answer = None;
     for message in messages {
         match mcp::classify(message) {
-            Some(Incoming::Response { id: Some(got), result }) if got == id => {
+            Some(Incoming::Response {
+                id: Some(got),
+                result,
+            }) if got == id => {
                 answer = Some(result.map_err(McpError::Rpc));
             }
             Some(Incoming::Request { id, method }) => requests.push((id, method)),
@@ -332,7 +335,9 @@ impl LegacySse {
             return Err(status_error(response).await);
         }
         if !is_event_stream(&response) {
-            return Err(McpError::Protocol("the server did not open an event stream".into()));
+            return Err(McpError::Protocol(
+                "the server did not open an event stream".into(),
+            ));
         }
         let mut reader = sse::Reader::new(max_message);
         let mut early = Vec::new();
@@ -414,9 +419,7 @@ impl LegacySse {
                             Ok(events) => events.into_iter().for_each(&deliver),
                             Err(_) => break McpError::TooLarge(max_message as u64),
                         },
-                        Ok(None) => {
-                            break McpError::Unreachable("the event stream closed".into())
-                        }
+                        Ok(None) => break McpError::Unreachable("the event stream closed".into()),
                         Err(e) => break unreachable(e),
                     }
                 };
@@ -561,7 +564,10 @@ fn adapter_error(e: AdapterError) -> McpError {
 #[async_trait::async_trait]
 impl Transport for Stdio {
     async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
-        self.conn.request(method, params).await.map_err(adapter_error)
+        self.conn
+            .request(method, params)
+            .await
+            .map_err(adapter_error)
     }
 
     async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {

@@ -32,6 +32,8 @@ pub struct World {
     pub titles: bool,
     /// More of the config's `builtin` section, at every start.
     pub builtin: Value,
+    /// Other sections merged into the config's top level, at every start.
+    pub sections: Value,
 }
 
 pub fn flavor_type(flavor: Flavor) -> &'static str {
@@ -42,7 +44,12 @@ pub fn flavor_type(flavor: Flavor) -> &'static str {
     }
 }
 
-fn options(provider: &ScriptedProvider, titles: bool, builtin: &Value) -> Options {
+fn options(
+    provider: &ScriptedProvider,
+    titles: bool,
+    builtin: &Value,
+    sections: &Value,
+) -> Options {
     let mut config = json!({
         "http": {"listen": "127.0.0.1:0"},
         // Sessions keep their names unless a test asks for titles: a
@@ -53,6 +60,11 @@ fn options(provider: &ScriptedProvider, titles: bool, builtin: &Value) -> Option
     if let Some(extra) = builtin.as_object() {
         for (k, v) in extra {
             config["builtin"][k] = v.clone();
+        }
+    }
+    if let Some(extra) = sections.as_object() {
+        for (k, v) in extra {
+            config[k] = v.clone();
         }
     }
     Options {
@@ -88,18 +100,47 @@ pub async fn world_on(flavor: Flavor, backend: Backend) -> World {
 
 /// [`world_on`] with `limits` merged into the sidecar's config.
 pub async fn world_with(flavor: Flavor, backend: Backend, limits: Value) -> World {
-    world_of(flavor, backend, limits, false, json!({})).await
+    world_of(flavor, backend, limits, false, json!({}), json!({})).await
+}
+
+/// A world whose config also holds `sections` at its top level.
+pub async fn world_sections(flavor: Flavor, sections: Value) -> World {
+    world_of(
+        flavor,
+        Backend::SqliteFile,
+        json!({}),
+        false,
+        json!({}),
+        sections,
+    )
+    .await
 }
 
 /// A world whose config's `builtin` section also holds `builtin`.
 pub async fn world_configured(flavor: Flavor, builtin: Value) -> World {
-    world_of(flavor, Backend::SqliteFile, json!({}), false, builtin).await
+    world_of(
+        flavor,
+        Backend::SqliteFile,
+        json!({}),
+        false,
+        builtin,
+        json!({}),
+    )
+    .await
 }
 
 /// [`world`] on a sidecar that names its sessions after their first turn.
 #[allow(dead_code)]
 pub async fn world_titled(flavor: Flavor) -> World {
-    world_of(flavor, Backend::SqliteFile, json!({}), true, json!({})).await
+    world_of(
+        flavor,
+        Backend::SqliteFile,
+        json!({}),
+        true,
+        json!({}),
+        json!({}),
+    )
+    .await
 }
 
 async fn world_of(
@@ -108,13 +149,14 @@ async fn world_of(
     limits: Value,
     titles: bool,
     builtin: Value,
+    sections: Value,
 ) -> World {
     let provider = ScriptedProvider::start(flavor).await;
     let sc = Sidecar::start_with(
         backend,
         Options {
             limits: limits.clone(),
-            ..options(&provider, titles, &builtin)
+            ..options(&provider, titles, &builtin, &sections)
         },
     )
     .await;
@@ -150,6 +192,7 @@ async fn world_of(
         limits,
         titles,
         builtin,
+        sections,
     }
 }
 
@@ -320,11 +363,12 @@ impl World {
             limits,
             titles,
             builtin,
+            sections,
             ..
         } = self;
         let options = Options {
             limits: limits.clone(),
-            ..options(&provider, titles, &builtin)
+            ..options(&provider, titles, &builtin, &sections)
         };
         let sc = if crash {
             sc.crash(options).await
@@ -342,6 +386,7 @@ impl World {
             limits,
             titles,
             builtin,
+            sections,
         }
     }
 }

@@ -29,7 +29,10 @@ fn summary(tool: &ToolDescriptor) -> String {
 
 /// The usable MCP tools of the scope's granted servers, from the cache:
 /// `(address, summary)`, and a line per server that has none with why.
-pub(super) async fn listing(verbs: &Verbs, scope: &VerbScope) -> (Vec<(String, String)>, Vec<String>) {
+pub(super) async fn listing(
+    verbs: &Verbs,
+    scope: &VerbScope,
+) -> (Vec<(String, String)>, Vec<String>) {
     let Some(mcp) = &verbs.mcp else {
         return (Vec::new(), Vec::new());
     };
@@ -95,7 +98,10 @@ async fn resolve<'a>(
                 .cached_tools(&scope.account_id, server)
                 .await
                 .unwrap_or_default();
-            let names: Vec<String> = known.iter().map(|t| mcp::address(server, &t.name)).collect();
+            let names: Vec<String> = known
+                .iter()
+                .map(|t| mcp::address(server, &t.name))
+                .collect();
             Err(failure(
                 "not_found",
                 format!(
@@ -170,7 +176,11 @@ pub(super) async fn run(
 }
 
 /// A promoted MCP callable as a provider tool, when granted and known.
-pub(super) async fn direct_spec(verbs: &Verbs, scope: &VerbScope, address: &str) -> Option<ToolSpec> {
+pub(super) async fn direct_spec(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    address: &str,
+) -> Option<ToolSpec> {
     let service = verbs.mcp.as_ref()?;
     let (server, tool) = mcp::parse_address(address)?;
     if !scope.mcp_servers.iter().any(|s| s == server) {
@@ -195,7 +205,11 @@ pub(super) async fn direct_spec(verbs: &Verbs, scope: &VerbScope, address: &str)
 }
 
 /// The address a promoted tool's provider name stands for.
-pub(super) async fn address_of(verbs: &Verbs, scope: &VerbScope, provider_name: &str) -> Option<String> {
+pub(super) async fn address_of(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    provider_name: &str,
+) -> Option<String> {
     let service = verbs.mcp.as_ref()?;
     for server in &scope.mcp_servers {
         let tools = service.cached_tools(&scope.account_id, server).await.ok()?;

@@ -256,7 +256,11 @@ async fn tool_listing(verbs: &Verbs, scope: &VerbScope) -> VerbResult {
                 .collect();
             let (mcp_tools, notes) = super::mcp::listing(verbs, scope).await;
             let mut lines = lines;
-            lines.extend(mcp_tools.iter().map(|(name, summary)| format!("- {name} — {summary}")));
+            lines.extend(
+                mcp_tools
+                    .iter()
+                    .map(|(name, summary)| format!("- {name} — {summary}")),
+            );
             lines.extend(notes);
             success(Value::String(format!(
                 "Callable tools (read ~/tools/<name> for a contract):\n{}",

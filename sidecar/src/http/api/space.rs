@@ -51,7 +51,12 @@ impl SignedApi {
                     )
                     .await;
                 for server in &servers {
-                    tools.extend(server.tools.iter().map(|tool| render::mcp_tool(server, tool)));
+                    tools.extend(
+                        server
+                            .tools
+                            .iter()
+                            .map(|tool| render::mcp_tool(server, tool)),
+                    );
                 }
                 ok(&ListAgentToolsResponse {
                     agent_id,

@@ -211,7 +211,13 @@ pub fn mcp_tool(
     let document = agentos_protocol::seed::tool::ToolDocument {
         name: crate::mcp::address(&server.view.name, &tool.name),
         kind: agentos_protocol::seed::vocab::ToolKind::Mcp,
-        summary: description.lines().next().unwrap_or_default().chars().take(140).collect(),
+        summary: description
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(140)
+            .collect(),
         description,
         input: json_to_ipld_clipped(&schema),
         output: None,

@@ -25,6 +25,7 @@ async fn add_agent(db: &SharedDatabase, tools: Option<Vec<String>>) {
         model: "m".into(),
         reasoning_level: None,
         tools,
+        mcp_servers: None,
         signing_key: None,
         signing_keys: None,
         metadata: None,
