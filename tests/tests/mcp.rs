@@ -573,7 +573,7 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
     assert!(!builtin::json_of(&secrets.body)
         .to_string()
         .contains("mcp-scripted-authorization"));
-    // And the agent's next call hears the server is gone.
+    // And the agent no longer reaches it (the server left its definition).
     let gone = model_calls(
         &w,
         &session,
@@ -582,7 +582,7 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
         json!({"a": 1, "b": 1}),
     )
     .await;
-    assert!(output_text(&gone).starts_with("not_found:"), "{gone}");
+    assert!(output_text(&gone).starts_with("not_granted:"), "{gone}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -633,6 +633,88 @@ async fn a_dead_connection_or_a_forgotten_session_is_opened_again() {
         .filter(|r| r.body["method"] == "initialize")
         .count();
     assert_eq!(initializes, before + 1, "one new session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_rediscovers_once_per_run_and_scripts_journal_their_calls() {
+    let scripted = McpServer::start().await;
+    let w = world(json!({})).await;
+    set_server(&w, "scripted", json!({"url": scripted.url()})).await;
+    enable(&w, &["scripted"]).await;
+    let lists = || {
+        scripted
+            .requests()
+            .iter()
+            .filter(|r| r.body["method"] == "tools/list")
+            .count()
+    };
+    assert_eq!(lists(), 1, "set discovers once");
+    let session = w.session().await;
+    w.provider.push(tool_calls(&[
+        (
+            "u1",
+            "call",
+            json!({"tool": "mcp:scripted/newer", "input": {}}),
+        ),
+        (
+            "u2",
+            "call",
+            json!({"tool": "mcp:scripted/newer", "input": {}}),
+        ),
+    ]));
+    w.provider.push(tool_calls(&[(
+        "u3",
+        "call",
+        json!({"tool": "mcp:scripted/newer", "input": {}}),
+    )]));
+    w.provider.push(text("none"));
+    ok(&w.message(&session, "find newer").await);
+    let events = w.events(&session).await;
+    for id in ["u1", "u2", "u3"] {
+        assert!(output_text(result_of(&events, id)).starts_with("not_found:"));
+    }
+    assert_eq!(lists(), 2, "one discovery in the run");
+
+    // A script's call is an effect of its journal like any other.
+    let script = "export default async function (input, ctx) {\n\
+                  const sum = await ctx.call('mcp:scripted/add', {a: 2, b: 5});\n\
+                  return {sum};\n\
+                  }";
+    w.provider.push(tool_calls(&[(
+        "s1",
+        "delegate",
+        json!({"script": script, "input": {}, "title": "adder"}),
+    )]));
+    w.provider.push(text("added"));
+    ok(&w.message(&session, "add in a script").await);
+    let started = Instant::now();
+    let result = loop {
+        let events = w.events(&session).await;
+        let found = events
+            .iter()
+            .find(|e| e["type"] == "tool_result" && e["toolCallId"] == "s1")
+            .map(|e| e["output"].clone());
+        match found {
+            Some(output) if output["status"] == "succeeded" => break output,
+            _ if started.elapsed() > PATIENCE => panic!("no script result: {events:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert!(
+        result["output"]["sum"].to_string().contains("sum 7"),
+        "{result}"
+    );
+    let child = result["runId"].as_str().expect("run id").to_owned();
+    let journal = w.act(json!({"_": "GetRunJournal", "runId": child})).await;
+    ok(&journal);
+    let entries = builtin::json_of(&journal.body)["entries"].clone();
+    let kinds: Vec<&str> = entries
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["entry"]["kind"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds, ["call", "result"], "{entries}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

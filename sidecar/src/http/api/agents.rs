@@ -20,13 +20,16 @@ use crate::config::BUILTIN_AGENT;
 use crate::control::{authz, AccessRole, CollaboratorStatus, Idempotent, NewAgent, SessionScope};
 use crate::http::ws::reason;
 
+/// MCP servers one definition may name (the reference's tool count).
+const MAX_MCP_SERVERS: usize = 32;
+
 impl SignedApi {
     /// The stored form of a definition; its adapter must be `builtin` or an
     /// id of the VM's registry (a signed client never names a command).
     /// The builtin agent needs `modelProvider` and `model`, as the
     /// reference requires them; a registry adapter runs its own model and
     /// needs neither.
-    fn new_agent(&self, definition: &AgentDefinition) -> Result<NewAgent, ApiError> {
+    pub(super) fn new_agent(&self, definition: &AgentDefinition) -> Result<NewAgent, ApiError> {
         let adapter = definition
             .adapter
             .clone()
@@ -42,6 +45,24 @@ impl SignedApi {
                         format!("definition.{field} is required for the builtin agent"),
                     ));
                 }
+            }
+        }
+        if let Some(servers) = &definition.mcp_servers {
+            // The reference's bounds: as many as tools, each a bounded name.
+            if servers.len() > MAX_MCP_SERVERS {
+                return Err(ApiError::bad_request(
+                    ApiCode::InvalidArgument,
+                    "Too many MCP servers",
+                ));
+            }
+            if let Some(bad) = servers
+                .iter()
+                .find(|s| s.trim().is_empty() || s.len() > 256)
+            {
+                return Err(ApiError::bad_request(
+                    ApiCode::InvalidArgument,
+                    format!("MCP server name {bad:?} must be 1 to 256 bytes"),
+                ));
             }
         }
         if adapter != BUILTIN_AGENT && !self.adapters.contains(&adapter) {
@@ -175,6 +196,16 @@ impl SignedApi {
                     if grants(&before.tools) != grants(&definition.tools) {
                         return Err(ApiError::forbidden(
                             "a writer may not change an agent's grants (tools)",
+                        ));
+                    }
+                    // MCP servers are the owner's, reached with the owner's
+                    // secrets: enabling one is a grant too.
+                    let servers = |s: &Option<Vec<String>>| -> std::collections::BTreeSet<String> {
+                        s.iter().flatten().cloned().collect()
+                    };
+                    if servers(&before.mcp_servers) != servers(&definition.mcp_servers) {
+                        return Err(ApiError::forbidden(
+                            "a writer may not change an agent's MCP servers",
                         ));
                     }
                     if before.adapter.as_deref().unwrap_or(BUILTIN_AGENT)

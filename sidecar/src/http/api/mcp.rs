@@ -5,7 +5,8 @@
 //! holds a header's value. `SetMcpServer` connects at once: a failed
 //! discovery still saves the record and `server.error` says why;
 //! `ListMcpServerTools` answers 502 with the reference's words when the
-//! server cannot be reached.
+//! server cannot be reached. Deleting a server also drops its name from
+//! the account's agents (`agent-updated` to their subscribers).
 
 use agentos_protocol::seed::response::{
     DeleteMcpServerResponse, ListMcpServerToolsResponse, ListMcpServersResponse,
@@ -13,10 +14,35 @@ use agentos_protocol::seed::response::{
 };
 use agentos_protocol::seed::Action;
 
-use super::{ok, ApiError, Caller, SignedApi};
+use super::{ok, render, ApiError, Caller, SignedApi};
+use crate::http::ws::reason;
 use crate::mcp::{self, McpError};
 
 impl SignedApi {
+    /// Drops a deleted server from the `mcpServers` of every agent the
+    /// account owns, as the reference does, and tells their subscribers.
+    async fn scrub_agents(&self, account: &str, name: &str) -> Result<(), ApiError> {
+        for access in self.control.list_agents_for(account).await? {
+            if access.access_role != crate::control::AccessRole::Owner {
+                continue;
+            }
+            let mut definition = render::definition(&access.agent.definition)?;
+            let Some(servers) = &mut definition.mcp_servers else {
+                continue;
+            };
+            if !servers.iter().any(|s| s == name) {
+                continue;
+            }
+            servers.retain(|s| s != name);
+            let agent_id = access.agent.agent_id.clone();
+            let new = self.new_agent(&definition)?;
+            self.control.update_agent(&agent_id, new).await?;
+            self.announce_agent(&agent_id, reason::AGENT_UPDATED, &[])
+                .await;
+        }
+        Ok(())
+    }
+
     pub(super) async fn mcp_action(
         &self,
         caller: &Caller,
@@ -37,6 +63,7 @@ impl SignedApi {
             }
             Action::DeleteMcpServer { name } => {
                 self.mcp.delete(account, &name).await?;
+                self.scrub_agents(account, &name).await?;
                 ok(&DeleteMcpServerResponse { name })
             }
             Action::ListMcpServerTools { name } => {
