@@ -29,7 +29,9 @@ pub struct McpConfig {
     /// Tool calls in flight in the whole VM; past it a call answers
     /// `mcp_busy`.
     pub max_calls: u64,
-    /// Bytes of one message from a server (an answer, an event), at most.
+    /// Bytes of one message from a server (an answer, an event, a stdio
+    /// line), at most; each connection reads at most one at a time, so the
+    /// VM holds at most this times `maxConnections`.
     pub max_message_bytes: u64,
     /// An idle connection is closed after this long (milliseconds).
     pub idle_ms: u64,
@@ -48,7 +50,7 @@ impl Default for McpConfig {
             max_servers_per_account: 32,
             max_connections: 64,
             max_calls: 64,
-            max_message_bytes: 4 * 1024 * 1024,
+            max_message_bytes: 1024 * 1024,
             idle_ms: 60_000,
             servers: BTreeMap::new(),
         }

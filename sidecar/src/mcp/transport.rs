@@ -519,7 +519,7 @@ impl Stdio {
     ) -> Result<Stdio, McpError> {
         let options = AdapterOptions {
             max_read_line_bytes: max_message,
-            stdout_buffer_bytes: max_message.saturating_mul(2),
+            stdout_buffer_bytes: max_message,
             ..AdapterOptions::default()
         };
         let (conn, mut events) = AdapterConnection::spawn(command, options)
