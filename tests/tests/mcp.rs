@@ -775,6 +775,108 @@ async fn a_stop_cancels_a_call_in_flight() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_are_bounded_and_a_cancelled_run_lets_its_call_go() {
+    let scripted = McpServer::start().await;
+    let w = world(json!({"maxCalls": 1})).await;
+    set_server(&w, "scripted", json!({"url": scripted.url()})).await;
+    enable(&w, &["scripted"]).await;
+    // A script child holds the one call slot with a call that never ends;
+    // its parent turn waits for it.
+    let waiting = w.session().await;
+    let script = "export default async function (input, ctx) {\n\
+                  return await ctx.call('mcp:scripted/hang', {});\n\
+                  }";
+    w.provider.push(tool_calls(&[(
+        "s1",
+        "delegate",
+        json!({"script": script, "input": {}, "title": "hanger"}),
+    )]));
+    ok(&w.message(&waiting, "hang in a script").await);
+    common::eventually("the script's call reaches the server", || async {
+        scripted
+            .requests()
+            .iter()
+            .any(|r| r.body["params"]["name"] == "hang")
+    })
+    .await;
+    let session = w.session().await;
+    model_calls(
+        &w,
+        &session,
+        "c1",
+        "mcp:scripted/add",
+        json!({"a": 1, "b": 1}),
+    )
+    .await;
+    let busy = model_calls(
+        &w,
+        &session,
+        "c2",
+        "mcp:scripted/add",
+        json!({"a": 1, "b": 1}),
+    )
+    .await;
+    assert!(output_text(&busy).starts_with("mcp_busy:"), "{busy}");
+    assert!(output_text(&busy).contains("mcp.maxCalls"), "{busy}");
+
+    // Cancelling the script's run lets its call go, and the slot with it;
+    // its parent hears and ends its turn.
+    let runs = w.act(json!({"_": "ListRuns", "sessionId": waiting})).await;
+    ok(&runs);
+    let runs = builtin::json_of(&runs.body)["runs"].clone();
+    let root = runs
+        .as_array()
+        .and_then(|r| r.first())
+        .unwrap_or_else(|| panic!("the waiting turn's run: {runs}"))["rootRunId"]
+        .as_str()
+        .expect("root")
+        .to_owned();
+    let tree = w.act(json!({"_": "ListRuns", "rootRunId": root})).await;
+    ok(&tree);
+    let tree = builtin::json_of(&tree.body)["runs"].clone();
+    let child = tree
+        .as_array()
+        .expect("runs")
+        .iter()
+        .find(|r| r["kind"] == "workflow")
+        .unwrap_or_else(|| panic!("the script run: {tree}"))["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    w.provider.push(text("the script was canceled"));
+    ok(&w.act(json!({"_": "CancelRun", "runId": child})).await);
+    common::eventually("the parent's turn ends", || async {
+        builtin::kinds(&w.events(&waiting).await)
+            .last()
+            .is_some_and(|k| k == "assistant:the script was canceled")
+    })
+    .await;
+    let mut n = 3;
+    let started = Instant::now();
+    loop {
+        let id = format!("c{n}");
+        let added = model_calls(
+            &w,
+            &session,
+            &id,
+            "mcp:scripted/add",
+            json!({"a": 2, "b": 2}),
+        )
+        .await;
+        if added["output"]["text"] == "sum 4" {
+            break;
+        }
+        assert!(output_text(&added).starts_with("mcp_busy:"), "{added}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        n += 1;
+    }
+}
+
 /// A stdio MCP server that answers `initialize` and `tools/list`, and
 /// exits in the middle of any call.
 const DYING_SERVER: &str = r#"
