@@ -239,6 +239,32 @@ impl Launcher {
 }
 
 impl Launcher {
+    /// The command that starts `spec` for `session_id` with `env`: in the
+    /// session's directories (`TMPDIR` naming its own) and, when active,
+    /// under its ruleset.
+    pub fn command(
+        &self,
+        session_id: &str,
+        spec: &AgentSpec,
+        env: std::collections::BTreeMap<String, String>,
+    ) -> Result<agentos_adapters::AdapterCommand, String> {
+        let mut command = agentos_adapters::AdapterCommand {
+            program: spec.command.clone(),
+            args: spec.args.clone(),
+            env,
+            cwd: None,
+            confinement: None,
+        };
+        if let Some(launch) = self.prepare(session_id, spec)? {
+            command
+                .env
+                .insert("TMPDIR".into(), launch.tmp.display().to_string());
+            command.cwd = Some(launch.cwd);
+            command.confinement = launch.confinement;
+        }
+        Ok(command)
+    }
+
     /// Removes a deleted session's directories and everything its adapter
     /// left there (symbolic links are removed, never followed).
     pub async fn remove(&self, session_id: &str) -> Result<(), String> {

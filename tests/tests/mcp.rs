@@ -151,6 +151,13 @@ async fn model_calls(w: &World, session: &str, id: &str, tool: &str, input: Valu
     result_of(&events, id).clone()
 }
 
+/// [`model_calls`] for a tool the thread has not used: the first call
+/// answers its contract, the second (`id`) runs it.
+async fn expanded(w: &World, session: &str, id: &str, tool: &str, input: Value) -> Value {
+    model_calls(w, session, &format!("{id}-contract"), tool, input.clone()).await;
+    model_calls(w, session, id, tool, input).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accounts_configure_servers_and_discovery_runs_when_they_are_set() {
     let Some(reference) = everything("streamableHttp").await else {
@@ -430,15 +437,7 @@ async fn the_legacy_sse_transport_and_the_fallback_reach_the_reference_server() 
     }
     enable(&w, &["named"]).await;
     let session = w.session().await;
-    model_calls(
-        &w,
-        &session,
-        "c1",
-        "mcp:named/echo",
-        json!({"message": "x"}),
-    )
-    .await;
-    let echoed = model_calls(
+    let echoed = expanded(
         &w,
         &session,
         "c2",
@@ -473,15 +472,7 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
     assert_eq!(server["hasSecrets"], true);
     enable(&w, &["scripted"]).await;
     let session = w.session().await;
-    model_calls(
-        &w,
-        &session,
-        "c1",
-        "mcp:scripted/add",
-        json!({"a": 1, "b": 2}),
-    )
-    .await;
-    let added = model_calls(
+    let added = expanded(
         &w,
         &session,
         "c2",
@@ -503,8 +494,7 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
     }
 
     // A result past 256 KiB reaches the log cut, with the reference's notice.
-    model_calls(&w, &session, "c2b", "mcp:scripted/big", json!({"bytes": 1})).await;
-    let big = model_calls(
+    let big = expanded(
         &w,
         &session,
         "c3",
@@ -530,8 +520,7 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
     .await;
     assert!(output_text(&huge).starts_with("mcp_too_large:"), "{huge}");
     // A JSON-RPC error is the tool's error.
-    model_calls(&w, &session, "c5a", "mcp:scripted/fail", json!({})).await;
-    let failed = model_calls(&w, &session, "c5", "mcp:scripted/fail", json!({})).await;
+    let failed = expanded(&w, &session, "c5", "mcp:scripted/fail", json!({})).await;
     assert_eq!(output_text(&failed), "mcp_tool_error: scripted failure");
 
     // Nothing anyone can read holds the value.
@@ -592,18 +581,9 @@ async fn a_dead_connection_or_a_forgotten_session_is_opened_again() {
     set_server(&w, "scripted", json!({"url": scripted.url()})).await;
     enable(&w, &["scripted"]).await;
     let session = w.session().await;
-    model_calls(&w, &session, "c0", "mcp:scripted/die", json!({})).await;
-    let died = model_calls(&w, &session, "c1", "mcp:scripted/die", json!({})).await;
+    let died = expanded(&w, &session, "c1", "mcp:scripted/die", json!({})).await;
     assert!(output_text(&died).starts_with("mcp_unreachable:"), "{died}");
-    model_calls(
-        &w,
-        &session,
-        "c2",
-        "mcp:scripted/add",
-        json!({"a": 1, "b": 1}),
-    )
-    .await;
-    let again = model_calls(
+    let again = expanded(
         &w,
         &session,
         "c3",
@@ -724,8 +704,7 @@ async fn a_hanging_call_times_out_and_the_turn_goes_on() {
     set_server(&w, "scripted", json!({"url": scripted.url()})).await;
     enable(&w, &["scripted"]).await;
     let session = w.session().await;
-    model_calls(&w, &session, "c1", "mcp:scripted/hang", json!({})).await;
-    let hung = model_calls(&w, &session, "c2", "mcp:scripted/hang", json!({})).await;
+    let hung = expanded(&w, &session, "c2", "mcp:scripted/hang", json!({})).await;
     assert_eq!(output_text(&hung), "mcp_timeout: no answer within 1500 ms");
     let requests = w.provider.requests();
     let last = &requests[requests.len() - 1].body;
@@ -801,15 +780,7 @@ async fn calls_in_flight_are_bounded_and_a_cancelled_run_lets_its_call_go() {
     })
     .await;
     let session = w.session().await;
-    model_calls(
-        &w,
-        &session,
-        "c1",
-        "mcp:scripted/add",
-        json!({"a": 1, "b": 1}),
-    )
-    .await;
-    let busy = model_calls(
+    let busy = expanded(
         &w,
         &session,
         "c2",
@@ -936,8 +907,7 @@ async fn operator_command_servers_run_confined_and_only_from_the_config() {
         .await);
     enable(&w, &["everything", "dying"]).await;
     let session = w.session().await;
-    model_calls(&w, &session, "c1", "mcp:everything/get-env", json!({})).await;
-    let env = model_calls(&w, &session, "c2", "mcp:everything/get-env", json!({})).await;
+    let env = expanded(&w, &session, "c2", "mcp:everything/get-env", json!({})).await;
     let env = output_text(&env);
     assert!(env.contains("PATH"), "{env}");
     // The sidecar's own environment (cargo's, inherited from this test)
@@ -945,15 +915,7 @@ async fn operator_command_servers_run_confined_and_only_from_the_config() {
     if std::env::var_os("CARGO_MANIFEST_DIR").is_some() {
         assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
     }
-    model_calls(
-        &w,
-        &session,
-        "c3a",
-        "mcp:everything/get-sum",
-        json!({"a": 1, "b": 41}),
-    )
-    .await;
-    let summed = model_calls(
+    let summed = expanded(
         &w,
         &session,
         "c3",
@@ -964,8 +926,7 @@ async fn operator_command_servers_run_confined_and_only_from_the_config() {
     assert!(output_text(&summed).contains("42"), "{summed}");
 
     // A server that dies mid-call: typed, and the next call starts it again.
-    model_calls(&w, &session, "c4", "mcp:dying/boom", json!({})).await;
-    let died = model_calls(&w, &session, "c5", "mcp:dying/boom", json!({})).await;
+    let died = expanded(&w, &session, "c5", "mcp:dying/boom", json!({})).await;
     assert_eq!(
         output_text(&died),
         "mcp_server_exited: the server's process ended"

@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use agentos_adapters::builtin::net;
-use agentos_adapters::AdapterCommand;
 use agentos_protocol::mcp::{self as wire, methods, CallOutcome, ToolDescriptor};
 use agentos_protocol::seed::action::McpServerConfig;
 use agentos_protocol::seed::response::{McpToolInfo, RedactedMcpServer};
@@ -921,25 +920,11 @@ impl Mcp {
                 }
             }
             Target::Command(spec) => {
-                let launch = self
+                let command = self
                     .inner
                     .launcher
-                    .prepare(&format!("mcp-{name}-{account}"), &spec)
+                    .command(&format!("mcp-{name}-{account}"), &spec, spec.env.clone())
                     .map_err(McpError::Unreachable)?;
-                let mut command = AdapterCommand {
-                    program: spec.command.clone(),
-                    args: spec.args.clone(),
-                    env: spec.env.clone(),
-                    cwd: None,
-                    confinement: None,
-                };
-                if let Some(launch) = launch {
-                    command
-                        .env
-                        .insert("TMPDIR".into(), launch.tmp.display().to_string());
-                    command.cwd = Some(launch.cwd);
-                    command.confinement = launch.confinement;
-                }
                 let stdio = Stdio::spawn(&command, max_message).await?;
                 initialize(Box::new(stdio)).await
             }

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentos_adapters::{
-    AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions,
-    RpcError,
+    AdapterConnection, AdapterError, AdapterEvent, AdapterEvents, AdapterOptions, RpcError,
 };
 use agentos_protocol::acp::{self, methods};
 use serde_json::Value;
@@ -78,24 +77,10 @@ impl Route {
         };
         let mut env: BTreeMap<String, String> = spec.env.clone();
         env.extend(row.env.clone());
-        let launch = shared
+        let command = shared
             .launcher
-            .prepare(&row.session_id, spec)
+            .command(&row.session_id, spec, env)
             .map_err(|e| adapter_error(&AdapterError::Spawn(e)))?;
-        let mut command = AdapterCommand {
-            program: spec.command.clone(),
-            args: spec.args.clone(),
-            env,
-            cwd: None,
-            confinement: None,
-        };
-        if let Some(launch) = launch {
-            command
-                .env
-                .insert("TMPDIR".into(), launch.tmp.display().to_string());
-            command.cwd = Some(launch.cwd);
-            command.confinement = launch.confinement;
-        }
         let options = AdapterOptions {
             max_read_line_bytes: shared.limits.max_read_line_bytes as usize,
             // Room for one full group commit to accumulate while the previous
