@@ -946,10 +946,16 @@ async fn host_sessions_hand_their_mcp_servers_to_adapters_unchanged() {
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).expect("state");
     let fake = common::binary("agentos-fake-agent").display().to_string();
-    let agents = json!({"setup": {
-        "command": fake, "args": ["--resume", "--state-dir", state],
-        "env": {"AGENTOS_FAKE_AGENT_SETUP_LOG": log},
-        "sandbox": {"writePaths": [log, state]}}});
+    let agents = json!({
+        "resumes": {
+            "command": fake, "args": ["--resume", "--state-dir", state],
+            "env": {"AGENTOS_FAKE_AGENT_SETUP_LOG": log},
+            "sandbox": {"writePaths": [log, state]}},
+        "loads": {
+            "command": fake, "args": ["--load-session", "--state-dir", state],
+            "env": {"AGENTOS_FAKE_AGENT_SETUP_LOG": log},
+            "sandbox": {"writePaths": [log, state]}},
+    });
     let servers = json!([
         {"name": "files", "command": "/usr/bin/mcp-files", "args": ["--root", "/w"],
          "env": [{"name": "A", "value": "b"}]},
@@ -964,28 +970,41 @@ async fn host_sessions_hand_their_mcp_servers_to_adapters_unchanged() {
         },
     )
     .await;
-    sc.ok(
-        "sessions/open",
-        json!({"sessionId": "m1", "agent": "setup", "mcpServers": servers}),
-    )
-    .await;
-    sc.prompt("m1", "echo one").await.expect("a turn");
+    for (session, agent) in [("m1", "resumes"), ("m2", "loads")] {
+        sc.ok(
+            "sessions/open",
+            json!({"sessionId": session, "agent": agent, "mcpServers": servers}),
+        )
+        .await;
+        sc.prompt(session, "echo one").await.expect("a turn");
+    }
     let sc = sc
         .restart(Options {
             agents: agents.clone(),
             ..Options::default()
         })
         .await;
-    sc.prompt("m1", "echo two")
-        .await
-        .expect("a turn after the restart");
+    for session in ["m1", "m2"] {
+        sc.prompt(session, "echo two")
+            .await
+            .expect("a turn after the restart");
+    }
     let lines: Vec<Value> = std::fs::read_to_string(&log)
         .expect("log")
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect();
-    let methods: Vec<&str> = lines.iter().filter_map(|l| l["setup"].as_str()).collect();
-    assert_eq!(methods, ["session/new", "session/resume"]);
+    let mut methods: Vec<&str> = lines.iter().filter_map(|l| l["setup"].as_str()).collect();
+    methods.sort_unstable();
+    assert_eq!(
+        methods,
+        [
+            "session/load",
+            "session/new",
+            "session/new",
+            "session/resume"
+        ]
+    );
     for line in &lines {
         assert_eq!(line["params"]["mcpServers"], servers, "{line}");
     }
