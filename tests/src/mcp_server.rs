@@ -6,7 +6,9 @@
 //! - `big {bytes}`: a text of that many bytes;
 //! - `hang`: never answers (the request stays open);
 //! - `die`: closes the connection without answering;
-//! - `fail`: a JSON-RPC error.
+//! - `fail`: a JSON-RPC error;
+//! - `whoami`: the `Authorization` header it was sent, as text (a server
+//!   that echoes a secret), and again in a JSON-RPC error when asked.
 //!
 //! Sessions are real: `initialize` issues an `Mcp-Session-Id`, a request
 //! naming an unknown one is 404, and [`McpServer::forget_sessions`] makes
@@ -76,6 +78,8 @@ fn tools() -> Value {
         {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
         {"name": "die", "description": "Closes the connection.", "inputSchema": {"type": "object"}},
         {"name": "fail", "description": "A JSON-RPC error.", "inputSchema": {"type": "object"}},
+        {"name": "whoami", "description": "Echoes the Authorization header.",
+         "inputSchema": {"type": "object", "properties": {"error": {"type": "boolean"}}}},
     ])
 }
 
@@ -224,6 +228,20 @@ async fn serve(
                     Value::Null
                 }
                 "die" => return Err(Die),
+                "whoami" => {
+                    let sent = headers.get("authorization").cloned().unwrap_or_default();
+                    if args["error"] == Value::Bool(true) {
+                        return Ok(reply(
+                            200,
+                            "application/json",
+                            json!({"jsonrpc": "2.0", "id": id,
+                                   "error": {"code": -32000, "message": format!("refused {sent}")}})
+                            .to_string(),
+                        ));
+                    }
+                    json!({"content": [{"type": "text", "text": format!("you sent {sent}")}],
+                           "structuredContent": {"sent": sent}})
+                }
                 "fail" => {
                     return Ok(reply(
                         200,

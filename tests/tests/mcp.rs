@@ -523,6 +523,19 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
     let failed = expanded(&w, &session, "c5", "mcp:scripted/fail", json!({})).await;
     assert_eq!(output_text(&failed), "mcp_tool_error: scripted failure");
 
+    // A server that echoes the secret is not repeated.
+    let echoed = expanded(&w, &session, "c7", "mcp:scripted/whoami", json!({})).await;
+    assert_eq!(echoed["output"], "you sent [redacted]", "{echoed}");
+    let refused = model_calls(
+        &w,
+        &session,
+        "c8",
+        "mcp:scripted/whoami",
+        json!({"error": true}),
+    )
+    .await;
+    assert_eq!(output_text(&refused), "mcp_tool_error: refused [redacted]");
+
     // Nothing anyone can read holds the value.
     for action in [
         json!({"_": "ListMcpServers"}),

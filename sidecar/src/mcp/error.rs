@@ -67,6 +67,21 @@ impl McpError {
         }
     }
 
+    /// The error with `scrub` applied to what the server may have said.
+    pub(crate) fn scrubbed(self, secrets: &[String]) -> McpError {
+        let clean = |text: String| super::scrub(&text, secrets);
+        match self {
+            McpError::Unreachable(m) => McpError::Unreachable(clean(m)),
+            McpError::Protocol(m) => McpError::Protocol(clean(m)),
+            McpError::Rpc(mut e) => {
+                e.message = clean(e.message);
+                e.data = None;
+                McpError::Rpc(e)
+            }
+            other => other,
+        }
+    }
+
     /// Whether the connection that gave this error should be dropped.
     pub(crate) fn breaks_connection(&self) -> bool {
         matches!(

@@ -147,6 +147,8 @@ enum Target {
         url: reqwest::Url,
         transport: Option<String>,
         headers: Vec<(String, String)>,
+        /// The values of `headers` that are secrets.
+        secrets: Vec<String>,
     },
     Command(AgentSpec),
 }
@@ -154,6 +156,25 @@ enum Target {
 /// A live, initialized connection.
 struct Conn {
     transport: Box<dyn Transport>,
+    /// The header values that came from secrets: scrubbed from whatever
+    /// the server says before anyone reads it (a server may echo them).
+    secrets: Vec<String>,
+}
+
+impl Conn {
+    fn scrub(&self, text: &str) -> String {
+        scrub(text, &self.secrets)
+    }
+}
+
+/// `text` with every secret value replaced.
+fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_owned(), |text, secret| {
+            text.replace(secret.as_str(), "[redacted]")
+        })
 }
 
 struct Pooled {
@@ -182,6 +203,8 @@ struct Inner {
     client: reqwest::Client,
     launcher: Arc<Launcher>,
     operator_tools: Mutex<OperatorTools>,
+    /// Operator servers whose discovery runs in the background now.
+    discovering: Mutex<HashSet<String>>,
     pool: Mutex<Pool>,
     calls: Arc<tokio::sync::Semaphore>,
     /// (run, account, server) that already rediscovered.
@@ -355,6 +378,7 @@ impl Mcp {
             client,
             launcher,
             operator_tools: Mutex::default(),
+            discovering: Mutex::default(),
             pool: Mutex::default(),
             calls: Arc::new(tokio::sync::Semaphore::new(permits)),
             rediscovered: Mutex::default(),
@@ -425,11 +449,14 @@ impl Mcp {
             }
             if self.operator(name).is_some() {
                 let state = self.operator_view(name);
-                if state.view.discovered_at.is_none() {
+                if state.view.discovered_at.is_none()
+                    && lock(&self.inner.discovering).insert(name.clone())
+                {
                     let mcp = self.clone();
                     let (account, name) = (account.to_owned(), name.clone());
                     tokio::spawn(async move {
                         let _ = mcp.discover(&account, &name).await;
+                        lock(&mcp.inner.discovering).remove(&name);
                     });
                 }
                 states.push(state);
@@ -658,7 +685,7 @@ impl Mcp {
                 Ok(page) => page,
                 Err(e) => {
                     self.forget(account, name, Some(&conn));
-                    return Err(e);
+                    return Err(e.scrubbed(&conn.secrets));
                 }
             };
             let (found, next) = wire::tools_page(&page);
@@ -716,16 +743,26 @@ impl Mcp {
                 {
                     self.forget(account, name, Some(&conn));
                 }
-                answer
+                Ok::<_, McpError>((answer, conn))
             };
-            let answer = tokio::select! {
-                answer = work => answer,
+            let (answer, conn) = tokio::select! {
+                answer = work => answer?,
                 () = &mut cancel => return Err(McpError::Canceled),
             };
             match answer {
                 Err(McpError::SessionExpired) if attempt == 0 => continue,
-                Err(e) => return Err(e),
-                Ok(result) => return Ok(wire::flatten_result(&result, wire::MAX_RESULT_BYTES)),
+                Err(e) => return Err(e.scrubbed(&conn.secrets)),
+                Ok(result) => {
+                    let mut outcome = wire::flatten_result(&result, wire::MAX_RESULT_BYTES);
+                    outcome.text = conn.scrub(&outcome.text);
+                    if let Some(structured) = &outcome.structured {
+                        let text = structured.to_string();
+                        if conn.scrub(&text) != text {
+                            outcome.structured = None;
+                        }
+                    }
+                    return Ok(outcome);
+                }
             }
         }
         Err(McpError::SessionExpired)
@@ -782,6 +819,7 @@ impl Mcp {
         let config = config_of(&row)?;
         let url = self.check_url(&config.url)?;
         let mut headers: BTreeMap<String, String> = config.headers.clone().unwrap_or_default();
+        let mut secrets = Vec::new();
         let mut hash = Sha256::new();
         hash.update(row.config.to_string().as_bytes());
         for (header, secret) in config.secret_refs.iter().flatten() {
@@ -805,6 +843,7 @@ impl Mcp {
             hash.update([0]);
             hash.update(value.as_bytes());
             hash.update([0]);
+            secrets.push(value.clone());
             headers.insert(header.clone(), value);
         }
         let fingerprint = hex::encode(hash.finalize());
@@ -813,6 +852,7 @@ impl Mcp {
                 url,
                 transport: config.transport,
                 headers: headers.into_iter().collect(),
+                secrets,
             },
             fingerprint,
         ))
@@ -858,7 +898,7 @@ impl Mcp {
         let mut pool = lock(&self.inner.pool);
         pool.opening -= 1;
         let conn = Arc::new(opened?);
-        pool.open.insert(
+        let replaced = pool.open.insert(
             key,
             Pooled {
                 conn: conn.clone(),
@@ -866,6 +906,12 @@ impl Mcp {
                 last_used: Instant::now(),
             },
         );
+        drop(pool);
+        // Another call opened one meanwhile: that one is closed, not leaked
+        // (a command server's process ends with its connection).
+        if let Some(replaced) = replaced {
+            tokio::spawn(async move { replaced.conn.transport.close().await });
+        }
         Ok(conn)
     }
 
@@ -878,45 +924,18 @@ impl Mcp {
                 url,
                 transport,
                 headers,
+                secrets,
             } => {
                 let headers = header_map(&headers)?;
-                let client = self.inner.client.clone();
-                let http = || -> Box<dyn Transport> {
-                    Box::new(StreamableHttp::new(
-                        client.clone(),
-                        url.clone(),
-                        headers.clone(),
-                        max_message,
-                    ))
-                };
-                match transport.as_deref() {
-                    Some("sse") => {
-                        let sse = LegacySse::connect(
-                            client.clone(),
-                            url.clone(),
-                            headers.clone(),
-                            max_message,
-                        )
-                        .await?;
-                        initialize(Box::new(sse)).await
+                let opened = self
+                    .open_remote(url, transport.as_deref(), headers, max_message)
+                    .await;
+                match opened {
+                    Ok(mut conn) => {
+                        conn.secrets = secrets;
+                        Ok(conn)
                     }
-                    Some(_) => initialize(http()).await,
-                    None => match initialize(http()).await {
-                        Ok(conn) => Ok(conn),
-                        Err(first) => {
-                            let sse = LegacySse::connect(
-                                client.clone(),
-                                url.clone(),
-                                headers.clone(),
-                                max_message,
-                            )
-                            .await;
-                            match sse {
-                                Ok(sse) => initialize(Box::new(sse)).await.map_err(|_| first),
-                                Err(_) => Err(first),
-                            }
-                        }
-                    },
+                    Err(e) => Err(e.scrubbed(&secrets)),
                 }
             }
             Target::Command(spec) => {
@@ -928,6 +947,51 @@ impl Mcp {
                 let stdio = Stdio::spawn(&command, max_message).await?;
                 initialize(Box::new(stdio)).await
             }
+        }
+    }
+
+    /// Opens a remote server: Streamable HTTP, the legacy SSE transport,
+    /// or (no transport named) the first, then the second.
+    async fn open_remote(
+        &self,
+        url: reqwest::Url,
+        transport: Option<&str>,
+        headers: reqwest::header::HeaderMap,
+        max_message: usize,
+    ) -> Result<Conn, McpError> {
+        let client = self.inner.client.clone();
+        let http = || -> Box<dyn Transport> {
+            Box::new(StreamableHttp::new(
+                client.clone(),
+                url.clone(),
+                headers.clone(),
+                max_message,
+            ))
+        };
+        match transport {
+            Some("sse") => {
+                let sse =
+                    LegacySse::connect(client.clone(), url.clone(), headers.clone(), max_message)
+                        .await?;
+                initialize(Box::new(sse)).await
+            }
+            Some(_) => initialize(http()).await,
+            None => match initialize(http()).await {
+                Ok(conn) => Ok(conn),
+                Err(first) => {
+                    let sse = LegacySse::connect(
+                        client.clone(),
+                        url.clone(),
+                        headers.clone(),
+                        max_message,
+                    )
+                    .await;
+                    match sse {
+                        Ok(sse) => initialize(Box::new(sse)).await.map_err(|_| first),
+                        Err(_) => Err(first),
+                    }
+                }
+            },
         }
     }
 }
@@ -955,7 +1019,10 @@ async fn initialize(transport: Box<dyn Transport>) -> Result<Conn, McpError> {
         transport.close().await;
         return Err(e);
     }
-    Ok(Conn { transport })
+    Ok(Conn {
+        transport,
+        secrets: Vec::new(),
+    })
 }
 
 /// Closes connections idle past `mcp.idleMs`, until the service is gone.
