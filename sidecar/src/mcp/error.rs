@@ -69,7 +69,7 @@ impl McpError {
 
     /// The error with `scrub` applied to what the server may have said.
     pub(crate) fn scrubbed(self, secrets: &[String]) -> McpError {
-        let clean = |text: String| super::scrub(&text, secrets);
+        let clean = |text: String| super::pool::scrub(&text, secrets);
         match self {
             McpError::Unreachable(m) => McpError::Unreachable(clean(m)),
             McpError::Protocol(m) => McpError::Protocol(clean(m)),
