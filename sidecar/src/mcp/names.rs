@@ -43,10 +43,22 @@ fn sanitize(segment: &str) -> String {
     }
 }
 
+/// The longest tool name every provider takes (Anthropic's bound).
+const MAX_PROVIDER_NAME: usize = 64;
+
 /// The provider-facing name of a promoted MCP tool
-/// (`mcp__<server>__<tool>`, as the reference names them).
+/// (`mcp__<server>__<tool>`, as the reference names them); past 64
+/// characters, cut and told apart by a hash of the address.
 pub fn provider_name(server: &str, tool: &str) -> String {
-    format!("mcp__{}__{}", sanitize(server), sanitize(tool))
+    use sha2::{Digest, Sha256};
+    let name = format!("mcp__{}__{}", sanitize(server), sanitize(tool));
+    if name.len() <= MAX_PROVIDER_NAME {
+        return name;
+    }
+    let digest = Sha256::digest(address(server, tool).as_bytes());
+    let tag = hex::encode(&digest[..4]);
+    // Sanitized names are ASCII: any byte index is a boundary.
+    format!("{}_{tag}", &name[..MAX_PROVIDER_NAME - tag.len() - 1])
 }
 
 pub fn tool_infos(server: &str, tools: &[ToolDescriptor]) -> Vec<McpToolInfo> {
@@ -103,5 +115,9 @@ mod tests {
         );
         assert_eq!(provider_name("s", "a.b c"), "mcp__s__a_b_c");
         assert_eq!(provider_name("s", "..."), "mcp__s__mcp");
+        let long = provider_name("server", &"t".repeat(100));
+        assert_eq!(long.len(), 64);
+        assert!(long.starts_with("mcp__server__ttt"));
+        assert_ne!(long, provider_name("server", &"t".repeat(101)));
     }
 }
