@@ -39,6 +39,8 @@ struct State {
     sessions: HashSet<String>,
     /// Answer `tools/call` as an event stream instead of JSON.
     stream: bool,
+    /// More tools listed: how many, and each description's bytes.
+    extra_tools: (usize, usize),
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -68,7 +70,20 @@ impl std::fmt::Display for Die {
 
 impl std::error::Error for Die {}
 
-fn tools() -> Value {
+fn tools(extra: (usize, usize)) -> Value {
+    let mut tools = base_tools();
+    if let Value::Array(list) = &mut tools {
+        for i in 0..extra.0 {
+            list.push(
+                json!({"name": format!("t{i}"), "description": "d".repeat(extra.1),
+                             "inputSchema": {"type": "object"}}),
+            );
+        }
+    }
+    tools
+}
+
+fn base_tools() -> Value {
     json!([
         {"name": "add", "description": "Adds two numbers.\nReturns their sum.",
          "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
@@ -133,6 +148,11 @@ impl McpServer {
     /// Answers tool calls as event streams from now on.
     pub fn stream_answers(&self) {
         lock(&self.state).stream = true;
+    }
+
+    /// Lists `count` more tools, each described in `description_bytes`.
+    pub fn more_tools(&self, count: usize, description_bytes: usize) {
+        lock(&self.state).extra_tools = (count, description_bytes);
     }
 
     /// Every session becomes unknown (404), as after a server restart.
@@ -210,7 +230,7 @@ async fn serve(
         return Ok(reply(202, "text/plain", String::new()));
     };
     let result = match rpc_method.as_str() {
-        "tools/list" => json!({"tools": tools()}),
+        "tools/list" => json!({"tools": tools(lock(state).extra_tools)}),
         "tools/call" => {
             let args = &body["params"]["arguments"];
             match body["params"]["name"].as_str().unwrap_or_default() {

@@ -432,3 +432,19 @@ async fn calls_in_flight_are_bounded_and_a_cancelled_run_lets_its_call_go() {
         n += 1;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_listing_too_much_is_kept_within_bounds() {
+    let scripted = McpServer::start().await;
+    let w = world(json!({"maxMessageBytes": 4194304})).await;
+    // 600 tools: 512 kept.
+    scripted.more_tools(600, 10);
+    let many = set_server(&w, "many", json!({"url": scripted.url()})).await;
+    assert_eq!(many["toolCount"], 512, "{many}");
+    // A 3 MiB listing of long descriptions: the kept JSON stays within
+    // 1 MiB.
+    scripted.more_tools(100, 30 * 1024);
+    let long = set_server(&w, "long", json!({"url": scripted.url()})).await;
+    let kept = long["toolCount"].as_u64().expect("a count");
+    assert!((30..=40).contains(&kept), "{long}");
+}

@@ -51,6 +51,9 @@ pub const ADDRESS_PREFIX: &str = "mcp:";
 /// Pages of `tools/list` read, and tools kept, at most.
 const MAX_TOOL_PAGES: usize = 20;
 const MAX_TOOLS: usize = 512;
+/// Bytes of one server's kept tool descriptors (their JSON, as stored and
+/// listed), at most; the tools past it are left out.
+const MAX_TOOLS_JSON_BYTES: usize = 1024 * 1024;
 /// Runs remembered as having rediscovered a server (past it the memory
 /// starts again).
 const MAX_REMEMBERED_RUNS: usize = 4096;
@@ -434,6 +437,7 @@ impl Mcp {
     async fn list_tools(&self, account: &str, name: &str) -> Result<Vec<ToolDescriptor>, McpError> {
         let conn = self.connection(account, name).await?;
         let mut tools = Vec::new();
+        let mut kept_bytes = 0usize;
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_TOOL_PAGES {
             let params = match &cursor {
@@ -448,9 +452,18 @@ impl Mcp {
                 }
             };
             let (found, next) = wire::tools_page(&page);
-            tools.extend(found);
-            if tools.len() >= MAX_TOOLS {
-                tools.truncate(MAX_TOOLS);
+            let mut full = false;
+            for tool in found {
+                let size = tool.to_json().to_string().len();
+                if tools.len() >= MAX_TOOLS || kept_bytes + size > MAX_TOOLS_JSON_BYTES {
+                    full = true;
+                    break;
+                }
+                kept_bytes += size;
+                tools.push(tool);
+            }
+            if full {
+                tracing::warn!(server = %name, kept = tools.len(), "an MCP server advertises more tools than are kept");
                 break;
             }
             match next {
