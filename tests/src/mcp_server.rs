@@ -41,6 +41,8 @@ struct State {
     stream: bool,
     /// More tools listed: how many, and each description's bytes.
     extra_tools: (usize, usize),
+    /// `initialize` never answers.
+    hang_initialize: bool,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -155,6 +157,11 @@ impl McpServer {
         lock(&self.state).extra_tools = (count, description_bytes);
     }
 
+    /// `initialize` hangs from now on (`false`: answers again).
+    pub fn hang_initialize(&self, hang: bool) {
+        lock(&self.state).hang_initialize = hang;
+    }
+
     /// Every session becomes unknown (404), as after a server restart.
     pub fn forget_sessions(&self) {
         lock(&self.state).sessions.clear();
@@ -200,6 +207,9 @@ async fn serve(
     let rpc_method = body["method"].as_str().unwrap_or_default().to_owned();
     let id = body.get("id").cloned();
     if rpc_method == "initialize" {
+        if lock(state).hang_initialize {
+            std::future::pending::<()>().await;
+        }
         let session = uuid::Uuid::new_v4().to_string();
         lock(state).sessions.insert(session.clone());
         let mut response = reply(

@@ -448,3 +448,36 @@ async fn a_server_listing_too_much_is_kept_within_bounds() {
     let kept = long["toolCount"].as_u64().expect("a count");
     assert!((30..=40).contains(&kept), "{long}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_abandoned_while_it_opens_gives_its_room_back() {
+    let scripted = McpServer::start().await;
+    let w = world(json!({"maxConnections": 1, "connectTimeoutMs": 300})).await;
+    set_server(&w, "scripted", json!({"url": scripted.url()})).await;
+    scripted.forget_sessions();
+    scripted.hang_initialize(true);
+    // Each look gives up while the connection opens.
+    for _ in 0..4 {
+        let refreshed = w
+            .act(json!({"_": "RefreshMcpServer", "name": "scripted"}))
+            .await;
+        ok(&refreshed);
+        let server = builtin::json_of(&refreshed.body)["server"].clone();
+        assert!(
+            server["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("300 ms"),
+            "{server}"
+        );
+    }
+    // The one connection's room is still there.
+    scripted.hang_initialize(false);
+    let refreshed = w
+        .act(json!({"_": "RefreshMcpServer", "name": "scripted"}))
+        .await;
+    ok(&refreshed);
+    let server = builtin::json_of(&refreshed.body)["server"].clone();
+    assert!(server.get("error").is_none(), "{server}");
+    assert_eq!(server["toolCount"], 6);
+}

@@ -398,7 +398,14 @@ impl Mcp {
     /// Lists a server's tools through a connection and keeps the outcome.
     async fn discover(&self, account: &str, name: &str) -> Result<Vec<ToolDescriptor>, McpError> {
         let deadline = Duration::from_millis(self.inner.config.connect_timeout_ms);
-        let found = match tokio::time::timeout(deadline, self.list_tools(account, name)).await {
+        // A session the server forgot is opened again once, as for calls.
+        let listing = async {
+            match self.list_tools(account, name).await {
+                Err(McpError::SessionExpired) => self.list_tools(account, name).await,
+                other => other,
+            }
+        };
+        let found = match tokio::time::timeout(deadline, listing).await {
             Ok(found) => found,
             Err(_) => {
                 self.forget(account, name, None);

@@ -70,6 +70,30 @@ pub(super) struct Pool {
     opening: usize,
 }
 
+/// One connection being opened, counted against `mcp.maxConnections`
+/// until it is settled in the pool or dropped.
+struct Opening<'a> {
+    inner: &'a Inner,
+    counted: bool,
+}
+
+impl Opening<'_> {
+    /// No longer opening (under the pool's lock, with the insert).
+    fn settle(mut self, pool: &mut Pool) {
+        pool.opening = pool.opening.saturating_sub(1);
+        self.counted = false;
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            let mut pool = lock(&self.inner.pool);
+            pool.opening = pool.opening.saturating_sub(1);
+        }
+    }
+}
+
 impl Mcp {
     /// Drops the pooled connection of a server (only `conn` when given: a
     /// newer one stays), closing it in the background.
@@ -199,6 +223,12 @@ impl Mcp {
             pool.opening += 1;
             stale
         };
+        // Counted until the open ends, however it ends (a cancelled call
+        // drops this future mid-open).
+        let opening = Opening {
+            inner: &self.inner,
+            counted: true,
+        };
         for pooled in stale {
             tokio::spawn(async move { pooled.conn.transport.close().await });
         }
@@ -207,7 +237,7 @@ impl Mcp {
             .await
             .unwrap_or(Err(McpError::Timeout(self.inner.config.connect_timeout_ms)));
         let mut pool = lock(&self.inner.pool);
-        pool.opening -= 1;
+        opening.settle(&mut pool);
         let conn = Arc::new(opened?);
         let replaced = pool.open.insert(
             key,
