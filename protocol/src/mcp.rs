@@ -198,21 +198,26 @@ pub fn flatten_result(result: &Value, max_bytes: usize) -> CallOutcome {
             text = structured.to_string();
         }
     }
-    if text.len() > max_bytes {
-        // The notice counts: the whole stays within the bound (the log
-        // keeps results up to the same size).
-        let mut end = max_bytes.saturating_sub(TRUNCATED_NOTICE.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str(TRUNCATED_NOTICE);
-    }
+    cut(&mut text, max_bytes);
     CallOutcome {
         text,
         structured,
         is_error,
     }
+}
+
+/// Cuts `text` to at most `max_bytes` on a character boundary, ending in
+/// [`TRUNCATED_NOTICE`] when it was longer (the notice counts).
+pub fn cut(text: &mut String, max_bytes: usize) {
+    if text.len() <= max_bytes {
+        return;
+    }
+    let mut end = max_bytes.saturating_sub(TRUNCATED_NOTICE.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(TRUNCATED_NOTICE);
 }
 
 #[cfg(test)]

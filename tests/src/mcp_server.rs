@@ -7,8 +7,9 @@
 //! - `hang`: never answers (the request stays open);
 //! - `die`: closes the connection without answering;
 //! - `fail`: a JSON-RPC error;
-//! - `whoami`: the `Authorization` header it was sent, as text (a server
-//!   that echoes a secret), and again in a JSON-RPC error when asked.
+//! - `whoami`: the `Authorization` header it was sent (or its credential
+//!   alone, `bare`), as text (a server that echoes a secret), and again in
+//!   a JSON-RPC error when asked.
 //!
 //! Sessions are real: `initialize` issues an `Mcp-Session-Id`, a request
 //! naming an unknown one is 404, and [`McpServer::forget_sessions`] makes
@@ -96,7 +97,8 @@ fn base_tools() -> Value {
         {"name": "die", "description": "Closes the connection.", "inputSchema": {"type": "object"}},
         {"name": "fail", "description": "A JSON-RPC error.", "inputSchema": {"type": "object"}},
         {"name": "whoami", "description": "Echoes the Authorization header.",
-         "inputSchema": {"type": "object", "properties": {"error": {"type": "boolean"}}}},
+         "inputSchema": {"type": "object", "properties": {"error": {"type": "boolean"},
+                                                        "bare": {"type": "boolean"}}}},
     ])
 }
 
@@ -259,7 +261,14 @@ async fn serve(
                 }
                 "die" => return Err(Die),
                 "whoami" => {
-                    let sent = headers.get("authorization").cloned().unwrap_or_default();
+                    let mut sent = headers.get("authorization").cloned().unwrap_or_default();
+                    if args["bare"] == Value::Bool(true) {
+                        // The credential alone, without its scheme.
+                        sent = sent
+                            .split_once(' ')
+                            .map(|(_, c)| c.to_owned())
+                            .unwrap_or(sent);
+                    }
                     if args["error"] == Value::Bool(true) {
                         return Ok(reply(
                             200,

@@ -107,6 +107,15 @@ async fn headers_reach_the_server_and_secrets_stay_out_of_every_answer_and_file(
     )
     .await;
     assert_eq!(output_text(&refused), "mcp_tool_error: refused [redacted]");
+    let bare = model_calls(
+        &w,
+        &session,
+        "c9",
+        "mcp:scripted/whoami",
+        json!({"bare": true}),
+    )
+    .await;
+    assert_eq!(bare["output"], "you sent [redacted]", "{bare}");
 
     // Nothing anyone can read holds the value.
     for action in [
@@ -480,4 +489,66 @@ async fn a_connection_abandoned_while_it_opens_gives_its_room_back() {
     let server = builtin::json_of(&refreshed.body)["server"].clone();
     assert!(server.get("error").is_none(), "{server}");
     assert_eq!(server["toolCount"], 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegated_child_reaches_only_the_mcp_tools_its_brief_names() {
+    let scripted = McpServer::start().await;
+    let w = world(json!({})).await;
+    set_server(&w, "scripted", json!({"url": scripted.url()})).await;
+    enable(&w, &["scripted"]).await;
+    let session = w.session().await;
+    w.provider.push(tool_calls(&[(
+        "d1",
+        "delegate",
+        json!({"brief": "add one and one", "tools": ["mcp:scripted/add"]}),
+    )]));
+    // The child: a tool it was not given, then its own (contract, call).
+    w.provider.push(tool_calls(&[
+        (
+            "w1",
+            "call",
+            json!({"tool": "mcp:scripted/whoami", "input": {}}),
+        ),
+        (
+            "a1",
+            "call",
+            json!({"tool": "mcp:scripted/add", "input": {"a": 1, "b": 1}}),
+        ),
+        (
+            "a2",
+            "call",
+            json!({"tool": "mcp:scripted/add", "input": {"a": 1, "b": 1}}),
+        ),
+    ]));
+    w.provider.push(text("two"));
+    w.provider.push(text("the child says two"));
+    ok(&w.message(&session, "delegate it").await);
+    let started = Instant::now();
+    let child = loop {
+        let events = w.events(&session).await;
+        if builtin::kinds(&events).last().map(String::as_str)
+            == Some("assistant:the child says two")
+        {
+            break result_of(&events, "d1")["output"]["sessionId"]
+                .as_str()
+                .expect("the child's session")
+                .to_owned();
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the parent never resumed: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let events = w.events(&child).await;
+    assert!(
+        output_text(result_of(&events, "w1")).starts_with("not_granted:"),
+        "{events:?}"
+    );
+    assert_eq!(
+        result_of(&events, "a2")["output"]["text"],
+        "sum 2",
+        "{events:?}"
+    );
 }

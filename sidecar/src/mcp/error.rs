@@ -5,6 +5,9 @@
 
 use agentos_protocol::acp::RpcError;
 
+/// Bytes of a server's error text kept (in results, records and answers).
+pub const MAX_ERROR_BYTES: usize = 1024;
+
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum McpError {
     #[error("{0}")]
@@ -68,8 +71,14 @@ impl McpError {
     }
 
     /// The error with `scrub` applied to what the server may have said.
+    /// Its text is also cut to [`MAX_ERROR_BYTES`] (after scrubbing, so no
+    /// part of a secret survives the cut).
     pub(crate) fn scrubbed(self, secrets: &[String]) -> McpError {
-        let clean = |text: String| super::pool::scrub(&text, secrets);
+        let clean = |text: String| {
+            let mut text = super::pool::scrub(&text, secrets);
+            agentos_protocol::mcp::cut(&mut text, MAX_ERROR_BYTES);
+            text
+        };
         match self {
             McpError::Unreachable(m) => McpError::Unreachable(clean(m)),
             McpError::Protocol(m) => McpError::Protocol(clean(m)),

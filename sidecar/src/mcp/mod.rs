@@ -397,7 +397,21 @@ impl Mcp {
 
     /// Lists a server's tools through a connection and keeps the outcome.
     async fn discover(&self, account: &str, name: &str) -> Result<Vec<ToolDescriptor>, McpError> {
-        let deadline = Duration::from_millis(self.inner.config.connect_timeout_ms);
+        // The config this discovery reaches, read before it connects: what
+        // it finds is kept only while the config is still this one.
+        let config = match self.operator(name) {
+            Some(_) => None,
+            None => self
+                .inner
+                .store
+                .get(account, name)
+                .await?
+                .map(|row| row.config),
+        };
+        // The listing's own deadline outlasts the connection's, so a slow
+        // open ends as its own timeout and is settled there.
+        let deadline =
+            Duration::from_millis(self.inner.config.connect_timeout_ms.saturating_mul(2));
         // A session the server forgot is opened again once, as for calls.
         let listing = async {
             match self.list_tools(account, name).await {
@@ -409,7 +423,9 @@ impl Mcp {
             Ok(found) => found,
             Err(_) => {
                 self.forget(account, name, None);
-                Err(McpError::Timeout(self.inner.config.connect_timeout_ms))
+                Err(McpError::Timeout(
+                    self.inner.config.connect_timeout_ms.saturating_mul(2),
+                ))
             }
         };
         let at = now_ms();
@@ -420,7 +436,7 @@ impl Mcp {
             );
             return found;
         }
-        if let Some(row) = self.inner.store.get(account, name).await? {
+        if let Some(config) = config {
             let outcome = found.as_ref().map(|tools| tools_json(tools));
             let error = found.as_ref().err().map(|e| e.to_string());
             self.inner
@@ -428,7 +444,7 @@ impl Mcp {
                 .discovered(
                     account,
                     name,
-                    &row.config,
+                    &config,
                     match (&outcome, &error) {
                         (Ok(tools), _) => Ok(tools),
                         (Err(_), Some(error)) => Err(error.as_str()),
@@ -532,8 +548,11 @@ impl Mcp {
                 Err(McpError::SessionExpired) if attempt == 0 => continue,
                 Err(e) => return Err(e.scrubbed(&conn.secrets)),
                 Ok(result) => {
-                    let mut outcome = wire::flatten_result(&result, wire::MAX_RESULT_BYTES);
+                    // Scrubbed whole, then cut: no part of a secret
+                    // survives at the cut.
+                    let mut outcome = wire::flatten_result(&result, usize::MAX);
                     outcome.text = conn.scrub(&outcome.text);
+                    wire::cut(&mut outcome.text, wire::MAX_RESULT_BYTES);
                     if let Some(structured) = &outcome.structured {
                         let text = structured.to_string();
                         if conn.scrub(&text) != text {

@@ -47,18 +47,23 @@ fn sanitize(segment: &str) -> String {
 const MAX_PROVIDER_NAME: usize = 64;
 
 /// The provider-facing name of a promoted MCP tool
-/// (`mcp__<server>__<tool>`, as the reference names them); past 64
-/// characters, cut and told apart by a hash of the address.
+/// (`mcp__<server>__<tool>`, as the reference names them). A name that
+/// sanitizing changed or that `__` makes ambiguous, or one past 64
+/// characters, is told apart by a hash of the address, so two tools never
+/// share one.
 pub fn provider_name(server: &str, tool: &str) -> String {
     use sha2::{Digest, Sha256};
-    let name = format!("mcp__{}__{}", sanitize(server), sanitize(tool));
-    if name.len() <= MAX_PROVIDER_NAME {
+    let (s, t) = (sanitize(server), sanitize(tool));
+    let plain = s == server && t == tool && !server.contains("__") && !tool.contains("__");
+    let name = format!("mcp__{s}__{t}");
+    if plain && name.len() <= MAX_PROVIDER_NAME {
         return name;
     }
     let digest = Sha256::digest(address(server, tool).as_bytes());
     let tag = hex::encode(&digest[..4]);
+    let keep = name.len().min(MAX_PROVIDER_NAME - tag.len() - 1);
     // Sanitized names are ASCII: any byte index is a boundary.
-    format!("{}_{tag}", &name[..MAX_PROVIDER_NAME - tag.len() - 1])
+    format!("{}_{tag}", &name[..keep])
 }
 
 pub fn tool_infos(server: &str, tools: &[ToolDescriptor]) -> Vec<McpToolInfo> {
@@ -113,8 +118,16 @@ mod tests {
             provider_name("everything", "get-sum"),
             "mcp__everything__get-sum"
         );
-        assert_eq!(provider_name("s", "a.b c"), "mcp__s__a_b_c");
-        assert_eq!(provider_name("s", "..."), "mcp__s__mcp");
+        let dotted = provider_name("s", "a.b c");
+        assert!(
+            dotted.starts_with("mcp__s__a_b_c_") && dotted.len() == 22,
+            "{dotted}"
+        );
+        assert_ne!(dotted, provider_name("s", "a_b_c"));
+        assert_eq!(provider_name("s", "a_b_c"), "mcp__s__a_b_c");
+        assert!(provider_name("s", "...").starts_with("mcp__s__mcp_"));
+        // `__` would make server and tool ambiguous.
+        assert_ne!(provider_name("a", "b__c"), provider_name("a__b", "c"));
         let long = provider_name("server", &"t".repeat(100));
         assert_eq!(long.len(), 64);
         assert!(long.starts_with("mcp__server__ttt"));

@@ -45,14 +45,19 @@ impl Conn {
     }
 }
 
-/// `text` with every secret value replaced.
+/// `text` with every secret value replaced, and the credential of an
+/// `<scheme> <credential>` value (`Bearer …`) on its own too.
 pub(super) fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .filter(|s| !s.is_empty())
-        .fold(text.to_owned(), |text, secret| {
-            text.replace(secret.as_str(), "[redacted]")
-        })
+    let mut text = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret.as_str(), "[redacted]");
+        if let Some((_, credential)) = secret.rsplit_once(' ') {
+            if credential.len() >= 8 {
+                text = text.replace(credential, "[redacted]");
+            }
+        }
+    }
+    text
 }
 
 pub(super) struct Pooled {
@@ -68,6 +73,18 @@ pub(super) struct Pool {
     open: HashMap<(String, String), Pooled>,
     /// Connections being opened, counted against the bound.
     opening: usize,
+}
+
+/// How long closing every connection at shutdown may take.
+const CLOSE_ALL: Duration = Duration::from_secs(5);
+
+/// Takes a connection out of service: closed in the background when
+/// nobody else holds it; otherwise its last holder's drop ends it (a
+/// command server's process is killed then; see `transport::Stdio`).
+pub(super) fn retire(conn: Arc<Conn>) {
+    if Arc::strong_count(&conn) == 1 {
+        tokio::spawn(async move { conn.transport.close().await });
+    }
 }
 
 /// One connection being opened, counted against `mcp.maxConnections`
@@ -108,7 +125,7 @@ impl Mcp {
             }
         };
         if let Some(pooled) = removed {
-            tokio::spawn(async move { pooled.conn.transport.close().await });
+            retire(pooled.conn);
         }
     }
 
@@ -119,9 +136,12 @@ impl Mcp {
             .drain()
             .map(|(_, p)| p)
             .collect();
-        for pooled in all {
+        let closing = all.into_iter().map(|pooled| async move {
             pooled.conn.transport.close().await;
-        }
+        });
+        // Each close is bounded by its transport; all of them together by
+        // the shutdown's patience.
+        let _ = tokio::time::timeout(CLOSE_ALL, futures_util::future::join_all(closing)).await;
     }
 
     pub(super) fn check_url(&self, url: &str) -> Result<reqwest::Url, McpError> {
@@ -207,7 +227,8 @@ impl Mcp {
                 }
             }
             let mut stale: Vec<Pooled> = pool.open.remove(&key).into_iter().collect();
-            if (pool.open.len() + pool.opening) as u64 >= max {
+            let mut room = ((pool.open.len() + pool.opening) as u64) < max;
+            if !room {
                 // Room from the connection idle the longest.
                 let idle = pool
                     .open
@@ -215,23 +236,29 @@ impl Mcp {
                     .filter(|(_, p)| Arc::strong_count(&p.conn) == 1)
                     .min_by_key(|(_, p)| p.last_used)
                     .map(|(k, _)| k.clone());
-                match idle.and_then(|k| pool.open.remove(&k)) {
-                    Some(evicted) => stale.push(evicted),
-                    None => return Err(McpError::Busy("connections", max, "maxConnections")),
+                if let Some(evicted) = idle.and_then(|k| pool.open.remove(&k)) {
+                    stale.push(evicted);
+                    room = true;
                 }
             }
-            pool.opening += 1;
-            stale
+            if room {
+                pool.opening += 1;
+            }
+            (stale, room)
         };
+        let (stale, room) = stale;
+        for pooled in stale {
+            retire(pooled.conn);
+        }
+        if !room {
+            return Err(McpError::Busy("connections", max, "maxConnections"));
+        }
         // Counted until the open ends, however it ends (a cancelled call
         // drops this future mid-open).
         let opening = Opening {
             inner: &self.inner,
             counted: true,
         };
-        for pooled in stale {
-            tokio::spawn(async move { pooled.conn.transport.close().await });
-        }
         let deadline = Duration::from_millis(self.inner.config.connect_timeout_ms);
         let opened = tokio::time::timeout(deadline, self.open(account, name, target))
             .await
@@ -239,6 +266,17 @@ impl Mcp {
         let mut pool = lock(&self.inner.pool);
         opening.settle(&mut pool);
         let conn = Arc::new(opened?);
+        // Another call opened one meanwhile: the first stays (calls may be
+        // using it) and this one is closed.
+        if let Some(pooled) = pool.open.get_mut(&key) {
+            if pooled.fingerprint == fingerprint && pooled.conn.transport.is_alive() {
+                pooled.last_used = Instant::now();
+                let kept = pooled.conn.clone();
+                drop(pool);
+                retire(conn);
+                return Ok(kept);
+            }
+        }
         let replaced = pool.open.insert(
             key,
             Pooled {
@@ -248,10 +286,8 @@ impl Mcp {
             },
         );
         drop(pool);
-        // Another call opened one meanwhile: that one is closed, not leaked
-        // (a command server's process ends with its connection).
         if let Some(replaced) = replaced {
-            tokio::spawn(async move { replaced.conn.transport.close().await });
+            retire(replaced.conn);
         }
         Ok(conn)
     }
@@ -392,7 +428,7 @@ pub(super) async fn reap_idle(inner: Weak<Inner>) {
         };
         drop(inner);
         for pooled in expired {
-            pooled.conn.transport.close().await;
+            retire(pooled.conn);
         }
     }
 }

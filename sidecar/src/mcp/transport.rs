@@ -28,8 +28,11 @@ use tokio::sync::oneshot;
 use super::error::McpError;
 use super::sse;
 
-/// Bytes of an HTTP error's body quoted in its message.
-const QUOTED_BODY_BYTES: usize = 200;
+/// How long a session's `DELETE` may take when a connection closes.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Bytes of an HTTP error's body read for its message.
+const QUOTED_BODY_BYTES: usize = 64 * 1024;
 
 #[async_trait::async_trait]
 pub(super) trait Transport: Send + Sync {
@@ -79,20 +82,14 @@ async fn body(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, Mc
     Ok(bytes)
 }
 
-/// A non-2xx answer as an error, quoting the start of its body.
+/// A non-2xx answer as an error, quoting its body (at most 64 KiB read);
+/// the connection layer scrubs secrets from it, then cuts it
+/// (`McpError::scrubbed`), so a secret is never cut in half.
 async fn status_error(response: reqwest::Response) -> McpError {
     let status = response.status().as_u16();
-    let quoted = body(response, 64 * 1024)
+    let quoted = body(response, QUOTED_BODY_BYTES)
         .await
-        .map(|b| {
-            let text = String::from_utf8_lossy(&b);
-            let text = text.trim();
-            let mut end = text.len().min(QUOTED_BODY_BYTES);
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text[..end].to_owned()
-        })
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
     if quoted.is_empty() {
         McpError::Unreachable(format!("HTTP {status}"))
@@ -293,6 +290,7 @@ impl Transport for StreamableHttp {
             .delete(self.url.clone())
             .headers(self.headers.clone())
             .header(headers::SESSION_ID, session)
+            .timeout(CLOSE_TIMEOUT)
             .send()
             .await;
     }
@@ -482,6 +480,11 @@ impl Transport for LegacySse {
             waiters: &self.waiters,
             id,
         };
+        // The reader may have ended between the check and the insert (its
+        // last act fails the waiters it finds).
+        if !self.is_alive() {
+            return Err(McpError::Unreachable("the event stream closed".into()));
+        }
         self.post(&mcp::request(id, method, &params)).await?;
         rx.await
             .unwrap_or_else(|_| Err(McpError::Unreachable("the event stream closed".into())))
@@ -494,6 +497,9 @@ impl Transport for LegacySse {
     async fn close(&self) {
         self.alive.store(false, Ordering::Release);
         self.reader.abort();
+        for (_, waiter) in lock(&self.waiters).drain() {
+            let _ = waiter.send(Err(McpError::Unreachable("the connection closed".into())));
+        }
     }
 
     fn is_alive(&self) -> bool {
@@ -507,9 +513,22 @@ impl Drop for LegacySse {
     }
 }
 
-/// An operator's command server over stdio.
+/// An operator's command server over stdio. Dropped without a close
+/// (a call abandoned while it opened), it still ends its process.
 pub(super) struct Stdio {
     conn: AdapterConnection,
+}
+
+impl Drop for Stdio {
+    fn drop(&mut self) {
+        if !self.conn.is_alive() {
+            return;
+        }
+        let conn = self.conn.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { conn.shutdown().await });
+        }
+    }
 }
 
 impl Stdio {

@@ -423,10 +423,9 @@ impl Delegation {
                         agent: agent.adapter.clone(),
                         title: Some(title),
                         // The child's own instructions, which its agent's
-                        // system prompt carries.
-                        metadata: prompt
-                            .as_ref()
-                            .map(|p| json!({"delegate": {"instructions": p}})),
+                        // system prompt carries, and the tools it was
+                        // given, which narrow its grants at every verb.
+                        metadata: child_metadata(prompt.as_deref(), tools.as_deref()),
                         ..OpenSession::default()
                     })
                     .await
@@ -639,6 +638,22 @@ impl crate::runs::Resolver for Delegation {
             tracing::warn!(run = %child.run_id, error = %e, "a child's result could not reach its parent yet");
         }
     }
+}
+
+/// A delegated child's session metadata: `{delegate: {instructions?,
+/// tools?}}` (none when it was given neither).
+fn child_metadata(instructions: Option<&str>, tools: Option<&[String]>) -> Option<Value> {
+    if instructions.is_none() && tools.is_none() {
+        return None;
+    }
+    let mut delegate = serde_json::Map::new();
+    if let Some(instructions) = instructions {
+        delegate.insert("instructions".into(), json!(instructions));
+    }
+    if let Some(tools) = tools {
+        delegate.insert("tools".into(), json!(tools));
+    }
+    Some(json!({"delegate": delegate}))
 }
 
 #[cfg(test)]

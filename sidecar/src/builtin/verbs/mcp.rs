@@ -38,14 +38,21 @@ pub(super) async fn listing(
     };
     let mut tools = Vec::new();
     let mut notes = Vec::new();
-    for state in mcp.servers_for(&scope.account_id, &scope.mcp_servers).await {
+    for state in mcp
+        .servers_for(&scope.account_id, &scope.mcp_server_names())
+        .await
+    {
         let name = &state.view.name;
         if let Some(error) = &state.view.error {
             notes.push(format!("- mcp:{name}/ — unavailable: {error}"));
         } else if state.view.discovered_at.is_none() {
             notes.push(format!("- mcp:{name}/ — tools not discovered yet"));
         }
-        for tool in &state.tools {
+        for tool in state
+            .tools
+            .iter()
+            .filter(|t| scope.allows_mcp(name, &t.name))
+        {
             tools.push((mcp::address(name, &tool.name), summary(tool)));
         }
     }
@@ -79,12 +86,12 @@ async fn resolve<'a>(
             format!("{address:?} is not an MCP callable; they are named mcp:<server>/<tool>"),
         ));
     };
-    if !scope.mcp_servers.iter().any(|s| s == server) {
+    if !scope.allows_mcp(server, tool) {
         return Err(failure(
             "not_granted",
             format!(
-                "the MCP server {server:?} is not enabled for this agent; its owner can add it \
-                 to the agent's mcpServers"
+                "mcp:{server}/{tool} is not granted: the agent's mcpServers (or a delegated \
+                 child's tools) do not name it; its owner can add the server to mcpServers"
             ),
         ));
     }
@@ -139,7 +146,17 @@ pub(super) async fn run(
     input: Value,
     direct: bool,
 ) -> VerbResult {
-    let (server, tool) = match resolve(verbs, scope, address).await {
+    // Watched from the start: a cancel while the tool is looked up (which
+    // may discover the server) is not lost.
+    let mut interrupt = verbs
+        .sessions
+        .get()
+        .map(|(sessions, _)| sessions.interrupt(&scope.session_id));
+    let found = tokio::select! {
+        found = resolve(verbs, scope, address) => found,
+        () = fired(&mut interrupt) => return failure("canceled", McpError::Canceled),
+    };
+    let (server, tool) = match found {
         Ok(found) => found,
         Err(refused) => return refused,
     };
@@ -153,16 +170,7 @@ pub(super) async fn run(
     let Some(service) = &verbs.mcp else {
         return failure("runtime_unavailable", "MCP servers are not available");
     };
-    let interrupt = verbs
-        .sessions
-        .get()
-        .map(|(sessions, _)| sessions.interrupt(&scope.session_id));
-    let cancel = async move {
-        match interrupt {
-            Some(mut interrupt) => interrupt.fired().await,
-            None => std::future::pending().await,
-        }
-    };
+    let cancel = async move { fired(&mut interrupt).await };
     let input = if input.is_null() { json!({}) } else { input };
     match service
         .call(&scope.account_id, server, &tool.name, input, cancel)
@@ -175,6 +183,14 @@ pub(super) async fn run(
     }
 }
 
+/// Resolves when the session is cancelled (never without a watch).
+async fn fired(interrupt: &mut Option<crate::sessions::interrupts::Interrupt>) {
+    match interrupt {
+        Some(interrupt) => interrupt.fired().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A promoted MCP callable as a provider tool, when granted and known.
 pub(super) async fn direct_spec(
     verbs: &Verbs,
@@ -183,7 +199,7 @@ pub(super) async fn direct_spec(
 ) -> Option<ToolSpec> {
     let service = verbs.mcp.as_ref()?;
     let (server, tool) = mcp::parse_address(address)?;
-    if !scope.mcp_servers.iter().any(|s| s == server) {
+    if !scope.allows_mcp(server, tool) {
         return None;
     }
     let found = service
@@ -211,13 +227,16 @@ pub(super) async fn address_of(
     provider_name: &str,
 ) -> Option<String> {
     let service = verbs.mcp.as_ref()?;
-    for server in &scope.mcp_servers {
-        let tools = service.cached_tools(&scope.account_id, server).await.ok()?;
-        if let Some(tool) = tools
-            .iter()
-            .find(|t| mcp::provider_name(server, &t.name) == provider_name)
-        {
-            return Some(mcp::address(server, &tool.name));
+    for server in scope.mcp_server_names() {
+        // A server that is gone hides only its own tools.
+        let Ok(tools) = service.cached_tools(&scope.account_id, &server).await else {
+            continue;
+        };
+        if let Some(tool) = tools.iter().find(|t| {
+            mcp::provider_name(&server, &t.name) == provider_name
+                && scope.allows_mcp(&server, &t.name)
+        }) {
+            return Some(mcp::address(&server, &tool.name));
         }
     }
     None

@@ -52,6 +52,9 @@ pub struct VerbScope {
     pub grants: Option<Vec<String>>,
     /// The definition's `mcpServers`: whose tools `call` may reach.
     pub mcp_servers: Vec<String>,
+    /// Single MCP tools (`mcp:<server>/<tool>`) a narrowed scope may still
+    /// reach on servers it does not hold whole (a delegated child's).
+    pub mcp_tools: Vec<String>,
     /// The run the verb works for (a turn's or a script's): what a
     /// delegated child or a lambda hangs from.
     pub run_id: Option<String>,
@@ -76,6 +79,7 @@ impl VerbScope {
             actor,
             grants: resolved.definition.tools.clone(),
             mcp_servers: resolved.definition.mcp_servers.clone().unwrap_or_default(),
+            mcp_tools: Vec::new(),
             run_id: None,
             tool_call_id: None,
             image_input: resolved.provider.as_ref().is_some_and(|p| {
@@ -101,16 +105,29 @@ impl VerbScope {
     }
 
     /// Narrows the grants to those of `allowed` the agent has (a delegated
-    /// child's `tools`; an MCP server stays when `allowed` names it,
-    /// `mcp:<server>`, or one of its tools).
+    /// child's `tools`; an MCP server stays whole when `allowed` names it,
+    /// `mcp:<server>`, and only the tools it names, `mcp:<server>/<tool>`,
+    /// otherwise).
     pub fn restricted(mut self, allowed: Option<&[String]>) -> VerbScope {
         if let Some(allowed) = allowed {
-            self.mcp_servers.retain(|server| {
-                let whole = format!("{}{server}", crate::mcp::ADDRESS_PREFIX);
-                allowed
-                    .iter()
-                    .any(|a| *a == whole || a.starts_with(&format!("{whole}/")))
-            });
+            let servers = std::mem::take(&mut self.mcp_servers);
+            let tools = std::mem::take(&mut self.mcp_tools);
+            for name in allowed {
+                let Some(rest) = name.strip_prefix(crate::mcp::ADDRESS_PREFIX) else {
+                    continue;
+                };
+                match rest.split_once('/') {
+                    None if servers.iter().any(|s| s == rest) => {
+                        self.mcp_servers.push(rest.to_owned());
+                    }
+                    Some((server, _))
+                        if servers.iter().any(|s| s == server) || tools.contains(name) =>
+                    {
+                        self.mcp_tools.push(name.clone());
+                    }
+                    _ => {}
+                }
+            }
             let grants = self.grants.clone();
             self.grants = Some(
                 allowed
@@ -121,6 +138,25 @@ impl VerbScope {
             );
         }
         self
+    }
+
+    /// Whether the scope may call tool `tool` of MCP server `server`.
+    pub(super) fn allows_mcp(&self, server: &str, tool: &str) -> bool {
+        self.mcp_servers.iter().any(|s| s == server)
+            || self.mcp_tools.contains(&crate::mcp::address(server, tool))
+    }
+
+    /// The MCP servers the scope reaches any tool of, in order.
+    pub(super) fn mcp_server_names(&self) -> Vec<String> {
+        let mut names = self.mcp_servers.clone();
+        for tool in &self.mcp_tools {
+            if let Some((server, _)) = crate::mcp::parse_address(tool) {
+                if !names.iter().any(|n| n == server) {
+                    names.push(server.to_owned());
+                }
+            }
+        }
+        names
     }
 
     pub(super) fn grants(&self) -> Option<&[String]> {
