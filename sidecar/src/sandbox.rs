@@ -4,7 +4,8 @@
 //! Every session's adapter runs in its own directory under the sessions
 //! directory (`<sessionsDir>/<escaped session id>/work`, with a private
 //! `tmp` beside it named by `TMPDIR`), never in the sidecar's working
-//! directory. Where the kernel offers Landlock, the adapter enters a ruleset
+//! directory; an operator's MCP command server gets one named `+<hash>` of
+//! its server and account, a name no session id escapes to. Where the kernel offers Landlock, the adapter enters a ruleset
 //! before it executes: read-only (and executable) on the system directories
 //! and on the agent's own installation (the directory of its command and of
 //! each absolute path among its arguments, widened to the install root above
@@ -214,10 +215,16 @@ impl Launcher {
     /// Creates the session's directories (mode 0700) and builds the ruleset
     /// for `spec`. `None` when this launcher gives no directories.
     pub fn prepare(&self, session_id: &str, spec: &AgentSpec) -> Result<Option<Launch>, String> {
+        self.prepare_in(&session_dir_name(session_id), spec)
+    }
+
+    /// [`prepare`](Self::prepare) in the directory `dir_name` of the
+    /// sessions directory.
+    fn prepare_in(&self, dir_name: &str, spec: &AgentSpec) -> Result<Option<Launch>, String> {
         let Some(base) = &self.sessions_dir else {
             return Ok(None);
         };
-        let session_dir = base.join(session_dir_name(session_id));
+        let session_dir = base.join(dir_name);
         let cwd = session_dir.join("work");
         let tmp = session_dir.join("tmp");
         for dir in [base, &session_dir, &cwd, &tmp] {
@@ -248,6 +255,29 @@ impl Launcher {
         spec: &AgentSpec,
         env: std::collections::BTreeMap<String, String>,
     ) -> Result<agentos_adapters::AdapterCommand, String> {
+        self.command_in(&session_dir_name(session_id), spec, env)
+    }
+
+    /// [`command`](Self::command) for a process that is no session's (an
+    /// operator's MCP server): its directory is named by a hash of `key`
+    /// behind a `+`, which no session id escapes to, so no session can
+    /// share or remove it.
+    pub fn command_for(
+        &self,
+        key: &str,
+        spec: &AgentSpec,
+        env: std::collections::BTreeMap<String, String>,
+    ) -> Result<agentos_adapters::AdapterCommand, String> {
+        let name = format!("+{}", &hex::encode(Sha256::digest(key.as_bytes()))[..32]);
+        self.command_in(&name, spec, env)
+    }
+
+    fn command_in(
+        &self,
+        dir_name: &str,
+        spec: &AgentSpec,
+        env: std::collections::BTreeMap<String, String>,
+    ) -> Result<agentos_adapters::AdapterCommand, String> {
         let mut command = agentos_adapters::AdapterCommand {
             program: spec.command.clone(),
             args: spec.args.clone(),
@@ -255,7 +285,7 @@ impl Launcher {
             cwd: None,
             confinement: None,
         };
-        if let Some(launch) = self.prepare(session_id, spec)? {
+        if let Some(launch) = self.prepare_in(dir_name, spec)? {
             command
                 .env
                 .insert("TMPDIR".into(), launch.tmp.display().to_string());

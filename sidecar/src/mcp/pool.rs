@@ -324,7 +324,7 @@ impl Mcp {
                 let command = self
                     .inner
                     .launcher
-                    .command(&format!("mcp-{name}-{account}"), &spec, spec.env.clone())
+                    .command_for(&format!("mcp\0{name}\0{account}"), &spec, spec.env.clone())
                     .map_err(McpError::Unreachable)?;
                 let stdio = Stdio::spawn(&command, max_message).await?;
                 initialize(Box::new(stdio)).await
