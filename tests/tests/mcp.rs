@@ -312,6 +312,21 @@ async fn the_legacy_sse_transport_and_the_fallback_reach_the_reference_server() 
     assert_eq!(output_text(&echoed), "Echo: over sse");
 }
 
+/// A stdio MCP server that never answers `slow`, and writes each
+/// `notifications/cancelled` it receives to the file its argument names.
+const SLOW_SERVER: &str = r#"
+const fs = require('fs');
+const log = process.argv[2];
+const rl = require('readline').createInterface({input: process.stdin});
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+rl.on('line', (line) => {
+  const m = JSON.parse(line);
+  if (m.method === 'initialize') send({jsonrpc: '2.0', id: m.id, result: {protocolVersion: '2025-06-18', capabilities: {tools: {}}, serverInfo: {name: 'slow', version: '1'}}});
+  else if (m.method === 'tools/list') send({jsonrpc: '2.0', id: m.id, result: {tools: [{name: 'slow', inputSchema: {type: 'object'}}]}});
+  else if (m.method === 'notifications/cancelled') fs.appendFileSync(log, JSON.stringify(m.params) + '\n');
+});
+"#;
+
 /// A stdio MCP server that answers `initialize` and `tools/list`, and
 /// exits in the middle of any call.
 const DYING_SERVER: &str = r#"
@@ -333,10 +348,16 @@ async fn operator_command_servers_run_confined_and_only_from_the_config() {
     let dir = tempfile::tempdir().expect("dir");
     let dying = dir.path().join("dying.js");
     std::fs::write(&dying, DYING_SERVER).expect("write the dying server");
+    let slow = dir.path().join("slow.js");
+    std::fs::write(&slow, SLOW_SERVER).expect("write the slow server");
+    let cancelled = dir.path().join("cancelled.log");
+    std::fs::write(&cancelled, "").expect("the log");
     let w = world(json!({"servers": {
         "everything": {"command": "node", "args": [script, "stdio"]},
         "dying": {"command": "node", "args": [dying]},
-    }}))
+        "slow": {"command": "node", "args": [slow, cancelled],
+                 "sandbox": {"writePaths": [cancelled]}},
+    }, "callTimeoutMs": 1500}))
     .await;
     let listed = w.act(json!({"_": "ListMcpServers"})).await;
     ok(&listed);
@@ -369,7 +390,7 @@ async fn operator_command_servers_run_confined_and_only_from_the_config() {
     ok(&w
         .act(json!({"_": "RefreshMcpServer", "name": "everything"}))
         .await);
-    enable(&w, &["everything", "dying"]).await;
+    enable(&w, &["everything", "dying", "slow"]).await;
     let session = w.session().await;
     let env = expanded(&w, &session, "c2", "mcp:everything/get-env", json!({})).await;
     let env = output_text(&env);
@@ -400,6 +421,13 @@ async fn operator_command_servers_run_confined_and_only_from_the_config() {
         output_text(&again),
         "mcp_server_exited: the server's process ended"
     );
+    // A call given up (here, its timeout) is cancelled at the server.
+    let slow = expanded(&w, &session, "c7", "mcp:slow/slow", json!({})).await;
+    assert!(output_text(&slow).starts_with("mcp_timeout:"), "{slow}");
+    common::eventually("the server hears the call was cancelled", || async {
+        std::fs::read_to_string(&cancelled).is_ok_and(|log| log.contains("requestId"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -306,6 +306,20 @@ async fn a_hanging_call_times_out_and_the_turn_goes_on() {
     assert!(sent
         .iter()
         .any(|(id, text)| id == "c2" && text.contains("mcp_timeout")));
+    // The server hears that the call was given up.
+    let hang_id = scripted
+        .requests()
+        .iter()
+        .find(|r| r.body["params"]["name"] == "hang")
+        .map(|r| r.body["id"].clone())
+        .expect("the hanging call");
+    common::eventually("the server hears the call was cancelled", || async {
+        scripted.requests().iter().any(|r| {
+            r.body["method"] == "notifications/cancelled"
+                && r.body["params"]["requestId"] == hang_id
+        })
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -286,6 +286,33 @@ impl AdapterConnection {
         answer
     }
 
+    /// Like [`request`](Self::request), but a caller that gives up on the
+    /// answer (drops this future) tells the agent so: it is sent
+    /// `cancel_method` with `{requestId, reason}` (MCP's
+    /// `notifications/cancelled`).
+    pub async fn request_or_cancel(
+        &self,
+        method: &str,
+        params: Value,
+        cancel_method: &str,
+    ) -> Result<Value, AdapterError> {
+        let (id, reply) = self.send_request(method, &params)?;
+        let guard = PendingGuard {
+            pending: &self.shared.pending,
+            id,
+        };
+        let mut notice = CancelNotice {
+            conn: self,
+            id,
+            method: cancel_method,
+            armed: true,
+        };
+        let answer = reply.await.unwrap_or(Err(AdapterError::Exited));
+        notice.armed = false;
+        drop(guard);
+        answer
+    }
+
     /// Like [`request`](Self::request) but gives up after `timeout`; a late
     /// answer is then logged and ignored.
     pub async fn request_timeout(
@@ -453,6 +480,25 @@ struct PendingGuard<'a> {
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
         lock(self.pending).waiting.remove(&self.id);
+    }
+}
+
+/// Sends its notification when the request it watches is abandoned.
+struct CancelNotice<'a> {
+    conn: &'a AdapterConnection,
+    id: u64,
+    method: &'a str,
+    armed: bool,
+}
+
+impl Drop for CancelNotice<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.conn.notify(
+                self.method,
+                json!({"requestId": self.id, "reason": "the caller gave up on the request"}),
+            );
+        }
     }
 }
 

@@ -133,6 +133,35 @@ fn find_answer(
     answer
 }
 
+/// The `notifications/cancelled` of one request, sent if the request is
+/// abandoned before its answer (the caller timed out or was cancelled).
+struct CancelOnDrop(Option<reqwest::RequestBuilder>);
+
+impl CancelOnDrop {
+    fn notice(id: u64) -> Value {
+        mcp::notification(
+            methods::CANCELLED,
+            &json!({"requestId": id, "reason": "the caller gave up on the request"}),
+        )
+    }
+
+    /// The answer came: nothing to send.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(post) = self.0.take() else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = post.timeout(CLOSE_TIMEOUT).send().await;
+            });
+        }
+    }
+}
+
 /// Streamable HTTP.
 pub(super) struct StreamableHttp {
     client: reqwest::Client,
@@ -233,12 +262,9 @@ impl StreamableHttp {
             "the event stream ended without an answer".into(),
         ))
     }
-}
 
-#[async_trait::async_trait]
-impl Transport for StreamableHttp {
-    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+    /// One request and its answer.
+    async fn exchange(&self, id: u64, method: &str, params: Value) -> Result<Value, McpError> {
         let response = self.send(&mcp::request(id, method, &params)).await?;
         if method == methods::INITIALIZE {
             let session = response
@@ -271,6 +297,20 @@ impl Transport for StreamableHttp {
                     .map(str::to_owned);
             }
         }
+        answer
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for StreamableHttp {
+    async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // `initialize` is never cancelled (the protocol forbids it).
+        let mut cancel = CancelOnDrop(
+            (method != methods::INITIALIZE).then(|| self.post(&CancelOnDrop::notice(id))),
+        );
+        let answer = self.exchange(id, method, params).await;
+        cancel.disarm();
         answer
     }
 
@@ -485,9 +525,22 @@ impl Transport for LegacySse {
         if !self.is_alive() {
             return Err(McpError::Unreachable("the event stream closed".into()));
         }
-        self.post(&mcp::request(id, method, &params)).await?;
-        rx.await
-            .unwrap_or_else(|_| Err(McpError::Unreachable("the event stream closed".into())))
+        let mut cancel = CancelOnDrop((method != methods::INITIALIZE).then(|| {
+            self.client
+                .post(self.endpoint.clone())
+                .headers(self.headers.clone())
+                .header(CONTENT_TYPE, "application/json")
+                .body(CancelOnDrop::notice(id).to_string())
+        }));
+        let sent = self.post(&mcp::request(id, method, &params)).await;
+        let answer = match sent {
+            Ok(()) => rx
+                .await
+                .unwrap_or_else(|_| Err(McpError::Unreachable("the event stream closed".into()))),
+            Err(e) => Err(e),
+        };
+        cancel.disarm();
+        answer
     }
 
     async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
@@ -583,10 +636,15 @@ fn adapter_error(e: AdapterError) -> McpError {
 #[async_trait::async_trait]
 impl Transport for Stdio {
     async fn request(&self, method: &str, params: Value) -> Result<Value, McpError> {
-        self.conn
-            .request(method, params)
-            .await
-            .map_err(adapter_error)
+        // `initialize` is never cancelled (the protocol forbids it).
+        let answer = if method == methods::INITIALIZE {
+            self.conn.request(method, params).await
+        } else {
+            self.conn
+                .request_or_cancel(method, params, methods::CANCELLED)
+                .await
+        };
+        answer.map_err(adapter_error)
     }
 
     async fn notify(&self, method: &str, params: Value) -> Result<(), McpError> {
