@@ -270,6 +270,34 @@ async fn the_model_calls_a_tool_through_call_and_the_payload_carries_only_the_ve
         invoked.body
     );
 
+    // `~/tools/` lists the server's tools, and each reads as its contract.
+    let listing = w
+        .invoke(&session, "read", json!({"address": "~/tools/"}))
+        .await;
+    ok(&listing);
+    assert!(
+        builtin::json_of(&listing.body)
+            .to_string()
+            .contains("mcp:everything/get-sum"),
+        "{:?}",
+        listing.body
+    );
+    let contract = w
+        .invoke(
+            &session,
+            "read",
+            json!({"address": "~/tools/mcp:everything/echo"}),
+        )
+        .await;
+    ok(&contract);
+    assert!(
+        builtin::json_of(&contract.body)
+            .to_string()
+            .contains("# mcp:everything/echo"),
+        "{:?}",
+        contract.body
+    );
+
     // Grants: a server the agent does not name, a tool the server lacks.
     let refused = model_calls(&w, &session, "c5", "mcp:other/tool", json!({})).await;
     assert!(
