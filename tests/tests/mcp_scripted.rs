@@ -398,6 +398,22 @@ async fn calls_in_flight_are_bounded_and_a_cancelled_run_lets_its_call_go() {
     .await;
     assert!(output_text(&busy).starts_with("mcp_busy:"), "{busy}");
     assert!(output_text(&busy).contains("mcp.maxCalls"), "{busy}");
+    // A listing takes a call's slot too: refused, not piled up.
+    for action in [
+        json!({"_": "RefreshMcpServer", "name": "scripted"}),
+        json!({"_": "ListMcpServerTools", "name": "scripted"}),
+    ] {
+        let refused = w.act(action.clone()).await;
+        assert_eq!(refused.status, 429, "{action}: {:?}", refused.body);
+    }
+    let saved = set_server(&w, "other", json!({"url": scripted.url()})).await;
+    assert!(
+        saved["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("mcp.maxCalls"),
+        "{saved}"
+    );
 
     // Cancelling the script's run lets its call go, and the slot with it;
     // its parent hears and ends its turn.

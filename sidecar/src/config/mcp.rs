@@ -26,12 +26,13 @@ pub struct McpConfig {
     /// Open connections to servers in the whole VM; an idle one is closed
     /// to make room, and past it with none idle a call answers `mcp_busy`.
     pub max_connections: u64,
-    /// Tool calls in flight in the whole VM; past it a call answers
-    /// `mcp_busy`.
+    /// Tool calls and tool listings in flight in the whole VM; past it a
+    /// call answers `mcp_busy` (and a refresh 429).
     pub max_calls: u64,
     /// Bytes of one message from a server (an answer, an event, a stdio
-    /// line), at most; each connection reads at most one at a time, so the
-    /// VM holds at most this times `maxConnections`.
+    /// line), at most. What the VM holds of them is one per call or listing
+    /// in flight (`maxCalls`) and one per connection's stream or stdout
+    /// (`maxConnections`).
     pub max_message_bytes: u64,
     /// An idle connection is closed after this long (milliseconds).
     pub idle_ms: u64,

@@ -286,19 +286,36 @@ impl Mcp {
             )));
         };
         self.forget(account, name, None);
-        self.refresh(account, name).await
+        match self.refresh(account, name).await {
+            // Saved, not yet discovered: the answer says why.
+            Err(busy @ McpError::Busy(..)) => match self.inner.store.get(account, name).await? {
+                Some(row) => {
+                    let mut view = redact(&row);
+                    view.error = Some(busy.to_string());
+                    Ok(view)
+                }
+                None => Err(McpError::NotFound("MCP server not found".into())),
+            },
+            other => other,
+        }
     }
 
     /// Discovers a server's tools again; answers its record.
     pub async fn refresh(&self, account: &str, name: &str) -> Result<RedactedMcpServer, McpError> {
+        // A failed discovery is kept on the record and shown there; only a
+        // discovery that could not run at all (no slot) is the answer.
+        let ran = |found: Result<Vec<ToolDescriptor>, McpError>| match found {
+            Err(busy @ McpError::Busy(..)) => Err(busy),
+            _ => Ok(()),
+        };
         if self.operator(name).is_some() {
-            let _ = self.discover(account, name).await;
+            ran(self.discover(account, name).await)?;
             return Ok(self.operator_view(name).view);
         }
         if self.inner.store.get(account, name).await?.is_none() {
             return Err(McpError::NotFound("MCP server not found".into()));
         }
-        let _ = self.discover(account, name).await;
+        ran(self.discover(account, name).await)?;
         match self.inner.store.get(account, name).await? {
             Some(row) => Ok(redact(&row)),
             None => Err(McpError::NotFound("MCP server not found".into())),
@@ -397,6 +414,17 @@ impl Mcp {
 
     /// Lists a server's tools through a connection and keeps the outcome.
     async fn discover(&self, account: &str, name: &str) -> Result<Vec<ToolDescriptor>, McpError> {
+        // A listing reads up to a message like a call: it takes a call's
+        // slot, so neither a flood of refreshes nor of calls holds more than
+        // `mcp.maxCalls` answers at once. Without one it keeps nothing (the
+        // last outcome stands) and says so.
+        let max = self.inner.config.max_calls;
+        let _slot = self
+            .inner
+            .calls
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| McpError::Busy("calls", max, "maxCalls"))?;
         // The config this discovery reaches, read before it connects: what
         // it finds is kept only while the config is still this one.
         let config = match self.operator(name) {

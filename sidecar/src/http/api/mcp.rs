@@ -72,7 +72,9 @@ impl SignedApi {
                         tools: mcp::tool_infos(&name, &tools),
                         name,
                     }),
-                    Err(e @ (McpError::NotFound(_) | McpError::Storage(_))) => Err(e.into()),
+                    Err(
+                        e @ (McpError::NotFound(_) | McpError::Storage(_) | McpError::Busy(..)),
+                    ) => Err(e.into()),
                     Err(e) => Err(ApiError {
                         status: 502,
                         code: e.code().to_owned(),
