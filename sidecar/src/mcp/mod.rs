@@ -21,7 +21,6 @@ mod error;
 mod names;
 mod pool;
 mod records;
-mod sse;
 mod store;
 mod transport;
 

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use agentos_adapters::builtin::provider::sse::{SseError, SseEvent, SseParser};
 use agentos_adapters::{
     AdapterCommand, AdapterConnection, AdapterError, AdapterEvent, AdapterOptions,
 };
@@ -26,7 +27,6 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use super::error::McpError;
-use super::sse;
 
 /// How long a session's `DELETE` may take when a connection closes.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -96,6 +96,17 @@ async fn status_error(response: reqwest::Response) -> McpError {
     } else {
         McpError::Unreachable(format!("HTTP {status}: {quoted}"))
     }
+}
+
+/// The events a chunk of an event stream completes (the provider layer's
+/// bounded parser: a line or event past `mcp.maxMessageBytes` is refused).
+fn events(parser: &mut SseParser, chunk: &[u8]) -> Result<Vec<SseEvent>, McpError> {
+    let mut out = Vec::new();
+    parser.push(chunk, &mut out).map_err(|e| match e {
+        SseError::TooLarge { limit } => McpError::TooLarge(limit as u64),
+        SseError::InvalidUtf8 => McpError::Protocol(e.to_string()),
+    })?;
+    Ok(out)
 }
 
 fn is_event_stream(response: &reqwest::Response) -> bool {
@@ -238,11 +249,9 @@ impl StreamableHttp {
         mut response: reqwest::Response,
         id: u64,
     ) -> Result<Value, McpError> {
-        let mut reader = sse::Reader::new(self.max_message);
+        let mut reader = SseParser::new(self.max_message);
         while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
-            let events = reader
-                .push(&chunk)
-                .map_err(|_| McpError::TooLarge(self.max_message as u64))?;
+            let events = events(&mut reader, &chunk)?;
             for event in events {
                 if event.event != "message" {
                     continue;
@@ -377,7 +386,7 @@ impl LegacySse {
                 "the server did not open an event stream".into(),
             ));
         }
-        let mut reader = sse::Reader::new(max_message);
+        let mut reader = SseParser::new(max_message);
         let mut early = Vec::new();
         let endpoint = 'found: loop {
             let Some(chunk) = response.chunk().await.map_err(unreachable)? else {
@@ -385,9 +394,7 @@ impl LegacySse {
                     "the event stream ended before naming its endpoint".into(),
                 ));
             };
-            let events = reader
-                .push(&chunk)
-                .map_err(|_| McpError::TooLarge(max_message as u64))?;
+            let events = events(&mut reader, &chunk)?;
             let mut events = events.into_iter();
             while let Some(event) = events.next() {
                 if event.event == "endpoint" {
@@ -426,7 +433,7 @@ impl LegacySse {
                 }
             });
             tokio::spawn(async move {
-                let deliver = |event: sse::Event| {
+                let deliver = |event: SseEvent| {
                     if event.event != "message" {
                         return;
                     }
@@ -453,9 +460,9 @@ impl LegacySse {
                 }
                 let end = loop {
                     match response.chunk().await {
-                        Ok(Some(chunk)) => match reader.push(&chunk) {
+                        Ok(Some(chunk)) => match events(&mut reader, &chunk) {
                             Ok(events) => events.into_iter().for_each(&deliver),
-                            Err(_) => break McpError::TooLarge(max_message as u64),
+                            Err(e) => break e,
                         },
                         Ok(None) => break McpError::Unreachable("the event stream closed".into()),
                         Err(e) => break unreachable(e),
