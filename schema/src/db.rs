@@ -1,6 +1,7 @@
 //! The `Database` handle: values, statements, result rows and the one error
 //! enum every backend maps its failures into.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -111,15 +112,16 @@ impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
 
 /// One statement of a transaction: SQL, its positional parameters, and an
 /// optional expected change count. A mismatch rolls the whole transaction back.
+/// Fixed SQL is borrowed, so the statements a turn writes copy no text.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Statement {
-    pub sql: String,
+    pub sql: Cow<'static, str>,
     pub params: Vec<SqlValue>,
     pub expected_changes: Option<u64>,
 }
 
 impl Statement {
-    pub fn new(sql: impl Into<String>, params: Vec<SqlValue>) -> Self {
+    pub fn new(sql: impl Into<Cow<'static, str>>, params: Vec<SqlValue>) -> Self {
         Statement {
             sql: sql.into(),
             params,

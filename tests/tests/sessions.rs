@@ -335,6 +335,44 @@ async fn idempotency_keys_replay_and_conflict(backend: Backend) {
     assert_eq!(fails, 1, "a failed keyed prompt is not dispatched again");
 }
 
+/// A repeated key while its turn runs waits for that turn and hears its
+/// answer (the host door's runs are shown by no feed: the waiter reads the
+/// run again when its end is published).
+async fn a_repeated_key_waits_for_the_running_turn(backend: Backend) {
+    let sc = Sidecar::start(backend).await;
+    sc.open("s1", "echo").await;
+    let call = |client: agentos_client::ctl::HostClient| async move {
+        client
+            .call("sessions/prompt", keyed("wait_for_cancel", "kw"))
+            .await
+    };
+    let first = tokio::spawn(call(sc.client.clone()));
+    common::eventually("the first prompt is running", || async {
+        !sc.delivered_prompts().is_empty()
+    })
+    .await;
+    let second = tokio::spawn(call(sc.client.clone()));
+    // The duplicate is waiting, not refused as busy, and not dispatched.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!second.is_finished(), "the duplicate waits for the turn");
+    let c = sc.ok("sessions/cancel", json!({"sessionId": "s1"})).await;
+    assert_eq!(c["status"], "cancelled");
+    type Call =
+        tokio::task::JoinHandle<Result<serde_json::Value, agentos_client::ctl::ClientError>>;
+    let answer = |h: Call| async move {
+        tokio::time::timeout(common::PATIENCE, h)
+            .await
+            .expect("the prompt ends")
+            .expect("join")
+            .expect("a cancelled prompt is a result")
+    };
+    let (a, b) = (answer(first).await, answer(second).await);
+    assert_eq!(a["stopReason"], "cancelled");
+    assert_eq!(a["promptId"], b["promptId"]);
+    assert_eq!(a["stopReason"], b["stopReason"]);
+    assert_eq!(sc.delivered_prompts().len(), 1, "dispatched once");
+}
+
 async fn busy_and_cancel(backend: Backend) {
     let sc = Sidecar::start(backend).await;
     sc.open("s1", "echo").await;
@@ -475,6 +513,7 @@ all_backends!(
     stream_is_stored_as_one_coalesced_chunk,
     thought_tools_and_plan_are_stored,
     idempotency_keys_replay_and_conflict,
+    a_repeated_key_waits_for_the_running_turn,
     busy_and_cancel,
     history_cursors,
 );

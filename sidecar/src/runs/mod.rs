@@ -213,11 +213,35 @@ impl LiveRun {
     }
 }
 
+/// How an adopted run was left, as its worker's last transaction read it.
+#[derive(Debug)]
+pub enum AdoptedEnd {
+    /// The run, and whether any run waits in the queue.
+    Read(Box<Run>, bool),
+    /// The status only, for a run no feed shows ([`NewRun::quiet`]).
+    Quiet { status: RunStatus, queued: bool },
+}
+
+impl AdoptedEnd {
+    pub fn status(&self) -> RunStatus {
+        match self {
+            AdoptedEnd::Read(run, _) => run.status,
+            AdoptedEnd::Quiet { status, .. } => *status,
+        }
+    }
+}
+
 /// What subscribers of the runs hear: a transition (the row read back),
 /// a journal entry as committed, or a live progress patch (never stored).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunEvent {
     Changed(Arc<Run>),
+    /// A run no feed shows (see [`NewRun::quiet`]) changed: whoever waits
+    /// for it reads it again.
+    Moved {
+        root_run_id: String,
+        run_id: String,
+    },
     Journal {
         root_run_id: String,
         row: JournalRow,
@@ -234,9 +258,9 @@ impl RunEvent {
     pub fn root_run_id(&self) -> &str {
         match self {
             RunEvent::Changed(run) => &run.root_run_id,
-            RunEvent::Journal { root_run_id, .. } | RunEvent::Partial { root_run_id, .. } => {
-                root_run_id
-            }
+            RunEvent::Moved { root_run_id, .. }
+            | RunEvent::Journal { root_run_id, .. }
+            | RunEvent::Partial { root_run_id, .. } => root_run_id,
         }
     }
 }
@@ -373,6 +397,14 @@ impl Runs {
         let _ = self.inner.changes.send(RunEvent::Changed(Arc::new(run)));
     }
 
+    /// Publishes that a root run no feed shows changed.
+    fn publish_moved(&self, run_id: &str) {
+        let _ = self.inner.changes.send(RunEvent::Moved {
+            root_run_id: run_id.to_owned(),
+            run_id: run_id.to_owned(),
+        });
+    }
+
     pub(crate) fn publish_journal(&self, run: &Run, seq: u64, entry: Value) {
         let _ = self.inner.changes.send(RunEvent::Journal {
             root_run_id: run.root_run_id.clone(),
@@ -420,18 +452,32 @@ impl Runs {
     pub async fn settle_adopted(
         &self,
         run_id: &str,
-        left: Option<(Run, bool)>,
+        left: Option<AdoptedEnd>,
     ) -> Result<(), RunError> {
         let settled = match left {
             // The common end, a root turn that ended with nothing queued,
             // gives the dispatcher nothing to do: published without waking
             // it, and without holding the rare path's state in every
             // session's future.
-            Some((run, false)) if run.status.is_terminal() && run.parent_run_id.is_none() => {
-                self.publish(run);
+            Some(AdoptedEnd::Read(run, false))
+                if run.status.is_terminal() && run.parent_run_id.is_none() =>
+            {
+                self.publish(*run);
                 Ok(())
             }
-            left => Box::pin(self.settle_adopted_row(run_id, left)).await,
+            Some(AdoptedEnd::Quiet {
+                status,
+                queued: false,
+            }) if status.is_terminal() => {
+                self.publish_moved(run_id);
+                Ok(())
+            }
+            Some(AdoptedEnd::Read(run, queued)) => {
+                Box::pin(self.settle_adopted_row(run_id, Some((*run, queued)))).await
+            }
+            Some(AdoptedEnd::Quiet { .. }) | None => {
+                Box::pin(self.settle_adopted_row(run_id, None)).await
+            }
         };
         // Last, so that a drain sees the outcome stored and published.
         lock(&self.inner.live).remove(run_id);
@@ -586,6 +632,9 @@ impl Runs {
             match changes.recv().await {
                 Ok(RunEvent::Changed(changed)) if changed.run_id == run_id => {
                     run = Arc::unwrap_or_clone(changed)
+                }
+                Ok(RunEvent::Moved { run_id: moved, .. }) if moved == run_id => {
+                    run = self.get(run_id).await?
                 }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(_)) => run = self.get(run_id).await?,

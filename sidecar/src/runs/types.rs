@@ -176,7 +176,27 @@ pub struct NewRun {
 /// call that started it, its depth, and whether its parent waits for it.
 pub type Place = (String, Option<String>, Option<String>, u32, bool);
 
+/// A turn's input with `inputAt`, where its words start in the log, as
+/// the accept that starts it stores it.
+pub(crate) fn with_input_at(input: &Value, input_at: u64) -> Value {
+    let mut input = input.clone();
+    if let Value::Object(members) = &mut input {
+        members.insert("inputAt".into(), Value::from(input_at));
+    }
+    input
+}
+
 impl NewRun {
+    /// A root run of no account and no agent (the host door's turns): no
+    /// feed shows it and no trigger watches it, so its transitions are
+    /// published as [`super::RunEvent::Moved`], for its waiters only.
+    pub fn quiet(&self) -> bool {
+        self.parent.is_none()
+            && self.account_id.is_none()
+            && self.agent_id.is_none()
+            && self.trigger_firing_id.is_none()
+    }
+
     /// Where the run sits in its tree (a root run is its own root).
     pub fn place(&self) -> Place {
         match &self.parent {
@@ -274,7 +294,7 @@ impl Run {
     /// The row a new run's insert as `running`, leased to `lease` (owner,
     /// expiry) at `now`, writes: what its subscribers hear as it starts,
     /// without reading it back.
-    pub fn started(new: &NewRun, lease: (&str, i64), now: i64) -> Run {
+    pub fn started(new: &NewRun, input_at: u64, lease: (&str, i64), now: i64) -> Run {
         let (root, parent, tool_call, depth, awaits) = new.place();
         Run {
             run_id: new.run_id.clone(),
@@ -298,7 +318,7 @@ impl Run {
             lease_expires_at_ms: Some(lease.1),
             cancel_requested: false,
             idempotency_key: new.idempotency_key.clone(),
-            input: new.input.clone(),
+            input: with_input_at(&new.input, input_at),
             output: None,
             error: None,
             wait: None,

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use agentos_protocol::session::{Actor, PermissionPolicy};
 use agentos_protocol::ErrorCode;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
 
@@ -65,11 +65,23 @@ pub struct Sessions {
     shared: Arc<Shared>,
 }
 
-/// SHA-256 of the canonical `{formatVersion:1, content}` (serde_json's map
-/// is ordered, so the serialization is canonical).
+/// SHA-256 of the canonical `{"content":…,"formatVersion":1}`: keys in
+/// order, as serde_json writes an ordered map, and the words written as
+/// they are, without a copy of them.
 pub fn input_hash(content: &[Value]) -> Vec<u8> {
-    let canonical = json!({"formatVersion": 1, "content": content});
-    Sha256::digest(canonical.to_string().as_bytes()).to_vec()
+    #[derive(serde::Serialize)]
+    struct Canonical<'a> {
+        content: &'a [Value],
+        #[serde(rename = "formatVersion")]
+        format_version: u8,
+    }
+    let canonical = Canonical {
+        content,
+        format_version: 1,
+    };
+    // Serializing plain JSON values into memory cannot fail.
+    let text = serde_json::to_vec(&canonical).unwrap_or_default();
+    Sha256::digest(&text).to_vec()
 }
 
 /// Titles travel in every list and change event: at most 1,024 bytes.
@@ -627,7 +639,10 @@ impl Sessions {
         run: TurnRun,
     ) -> Result<PromptOutcome, SessionError> {
         self.check_content(&content)?;
-        let hash = input_hash(&content);
+        let hash = match &run {
+            TurnRun::Start(start) => start.input_hash.clone(),
+            _ => input_hash(&content),
+        };
         self.row(session_id).await?;
         // A reply dropped unanswered: the turn may have started, so it is
         // not retried.
@@ -941,4 +956,27 @@ fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
     let (ms, id) = cursor.split_once(':')?;
     let id = String::from_utf8(hex::decode(id).ok()?).ok()?;
     Some((ms.parse().ok()?, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Stored hashes decide idempotency across restarts: the hash is the
+    /// one of the canonical map as serde_json writes it.
+    #[test]
+    fn input_hash_is_the_canonical_maps() {
+        let content = vec![
+            json!({"type": "text", "text": "héllo \"there\"\n", "z": 1, "a": [1.5, null]}),
+            json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
+        ];
+        let canonical = json!({"formatVersion": 1, "content": content});
+        let expected = Sha256::digest(canonical.to_string().as_bytes()).to_vec();
+        assert_eq!(input_hash(&content), expected);
+        assert_eq!(
+            hex::encode(input_hash(&[])),
+            hex::encode(Sha256::digest(br#"{"content":[],"formatVersion":1}"#))
+        );
+    }
 }

@@ -35,9 +35,10 @@ pub struct RunTurn {
 /// ([`Runs::adopt`]) and hears it start, and its end is settled and
 /// published ([`Runs::settle_adopted`]) before the route answers, whether
 /// or not anybody still waits for it.
-#[derive(Clone)]
 pub struct StartRun {
     pub run: NewRun,
+    /// [`super::input_hash`] of the words, as the caller computed it.
+    pub input_hash: Vec<u8>,
     pub runs: Runs,
     /// Starts only while fewer agent runs than this are live (None: not
     /// held by the cap).
@@ -103,7 +104,7 @@ impl Sessions {
             prompt_id,
             content,
             actor,
-            TurnRun::Start(Box::new(start)),
+            TurnRun::Start(Arc::new(start)),
         )
         .await
     }

@@ -116,7 +116,8 @@ impl Turns {
         session_id: &str,
         request: TurnRequest,
     ) -> Result<TurnAnswer, TurnError> {
-        let hash = hex::encode(input_hash(&request.content));
+        let raw_hash = input_hash(&request.content);
+        let hash = hex::encode(&raw_hash);
         if let Some(key) = &request.key {
             if key.is_empty() || key.len() > 256 {
                 return Err(SessionError::InvalidIdempotencyKey(
@@ -133,7 +134,10 @@ impl Turns {
             WhenBusy::Refuse => None,
         };
         let run = turn_run(session_id, &request, &hash);
-        let refused = match self.start_now(session_id, &request, run, cap).await {
+        let refused = match self
+            .start_now(session_id, &request, run, raw_hash, cap)
+            .await
+        {
             Ok(answer) => return Ok(answer),
             Err(TurnError::Session(e)) if queueable(&e) => e,
             Err(e) => return Err(e),
@@ -163,12 +167,14 @@ impl Turns {
         session_id: &str,
         request: &TurnRequest,
         run: NewRun,
+        input_hash: Vec<u8>,
         cap: Option<u32>,
     ) -> Result<TurnAnswer, TurnError> {
         let run_id = run.run_id.clone();
         let progress = Arc::new(TurnProgress::default());
         let start = StartRun {
             run,
+            input_hash,
             runs: self.runs.clone(),
             cap,
             progress: progress.clone(),

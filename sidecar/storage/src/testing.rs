@@ -170,7 +170,7 @@ impl Database for CountingDatabase {
         if let Ok(mut c) = self.counts.lock() {
             c.transactions += 1;
             c.statements += statements.len() as u64;
-            c.sql.extend(statements.iter().map(|s| s.sql.clone()));
+            c.sql.extend(statements.iter().map(|s| s.sql.to_string()));
         }
         self.inner.transaction(statements).await
     }

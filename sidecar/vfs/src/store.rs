@@ -541,11 +541,17 @@ impl Tx {
         self.fails.push((mismatch, constraint));
     }
 
-    fn plain(&mut self, sql: &str, params: Vec<SqlValue>) {
+    fn plain(&mut self, sql: impl Into<std::borrow::Cow<'static, str>>, params: Vec<SqlValue>) {
         self.push(Statement::new(sql, params), Fail::Conflict, Fail::Conflict);
     }
 
-    fn exact(&mut self, sql: &str, params: Vec<SqlValue>, n: u64, mismatch: Fail) {
+    fn exact(
+        &mut self,
+        sql: impl Into<std::borrow::Cow<'static, str>>,
+        params: Vec<SqlValue>,
+        n: u64,
+        mismatch: Fail,
+    ) {
         self.push(
             Statement::new(sql, params).expect_changes(n),
             mismatch,
@@ -814,7 +820,7 @@ impl Tx {
                 params.push(part.to_vec().into());
             }
             sql.push_str(" ON CONFLICT (block_key, part_index) DO NOTHING");
-            self.plain(&sql, params);
+            self.plain(sql, params);
         }
         self.plain(
             "INSERT INTO agentos_fs_file_chunks (ino, chunk_index, block_key) VALUES (?1, ?2, ?3) \

@@ -376,7 +376,8 @@ impl Feed {
     }
 
     async fn run_event(&mut self, sockets: &Sockets, event: RunEvent) {
-        if !sockets.holds_any_account() {
+        // A run no feed shows is of no account.
+        if !sockets.holds_any_account() || matches!(event, RunEvent::Moved { .. }) {
             return;
         }
         let root = event.root_run_id().to_owned();
@@ -418,6 +419,7 @@ impl Feed {
                 run_id,
                 patch,
             },
+            RunEvent::Moved { .. } => return,
         }
         .to_json()
         .into();

@@ -128,6 +128,9 @@ pub(super) async fn forward(
                 })
             }
             Ok(RunEvent::Journal { row, .. }) => feed.entry(row),
+            // Not one of a tree anybody may subscribe to; read it as after
+            // a lag, were it one.
+            Ok(RunEvent::Moved { .. }) => feed.replay().await,
             Ok(RunEvent::Partial { run_id, patch, .. }) => {
                 let key = feed.key.clone();
                 feed.send(RunWsEvent::AppendPartial {

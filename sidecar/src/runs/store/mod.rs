@@ -19,6 +19,7 @@
 use agentos_schema::row::{corrupt, Row};
 use agentos_schema::{DbError, SharedDatabase, SqlValue, Statement};
 use serde_json::Value;
+use std::sync::LazyLock;
 
 use super::types::{Finish, NewRun, Queue, Run, RunKind, RunScope, RunStatus, RunWait};
 use crate::runs::types::Origin;
@@ -35,11 +36,60 @@ const COLUMNS: &str = "run_id, account_id, root_run_id, parent_run_id, parent_to
      updated_at_ms, parent_awaits, resolved, result_json, trigger_firing_id";
 const WIDTH: usize = 44;
 
+/// A run's insert (its placeholders are `insert_guarded`'s).
+static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO {RUNS} (run_id, account_id, root_run_id, parent_run_id, \
+         parent_tool_call_id, continued_from_run_id, depth, kind, agent_id, session_id, \
+         origin, title, queue, status, attempt, max_attempts, not_before_ms, \
+         lease_owner, lease_expires_at_ms, idempotency_key, input_json, budget_json, \
+         source_text, source_cid, plan_step_id, step_label, created_at_ms, \
+         started_at_ms, updated_at_ms, parent_awaits, trigger_firing_id) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29, ?30"
+    )
+});
+
+/// The insert of a turn that starts at once: only while its session has no
+/// turn waiting in the queue.
+static START_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} WHERE NOT EXISTS (SELECT 1 FROM {RUNS} q WHERE q.session_id = ?10 \
+           AND q.kind = 'agent' AND q.status = 'queued')",
+        INSERT_RUN.as_str()
+    )
+});
+
 /// A waiting row's `not_before_ms` when no clock wakes it.
 pub(crate) const NEVER: i64 = i64::MAX;
 
 fn json_text(v: &Value) -> SqlValue {
     SqlValue::Text(v.to_string())
+}
+
+/// A turn's input as stored by the accept that starts it: `inputAt`, where
+/// its words start in the log, is known only then, and is written beside
+/// the input's own members without copying them.
+fn input_text(input: &Value, input_at: Option<u64>) -> SqlValue {
+    match (input, input_at) {
+        (Value::Object(members), Some(at)) if !members.contains_key("inputAt") => {
+            #[derive(serde::Serialize)]
+            struct WithInputAt<'a> {
+                #[serde(flatten)]
+                members: &'a serde_json::Map<String, Value>,
+                #[serde(rename = "inputAt")]
+                input_at: u64,
+            }
+            let text = serde_json::to_string(&WithInputAt {
+                members,
+                input_at: at,
+            })
+            .unwrap_or_else(|_| input.to_string());
+            SqlValue::Text(text)
+        }
+        (_, None) => json_text(input),
+        (_, Some(at)) => json_text(&super::types::with_input_at(input, at)),
+    }
 }
 
 fn opt_json_text(v: Option<&Value>) -> SqlValue {
@@ -151,7 +201,7 @@ impl RunStore {
         lease: Option<(&str, i64)>,
         now: i64,
     ) -> Vec<Statement> {
-        Self::insert_guarded(run, status, lease, now, None)
+        Self::insert_guarded(run, None, status, lease, now, None)
     }
 
     /// Inserts a turn's run as `running`, leased to `lease`, as part of
@@ -159,18 +209,28 @@ impl RunStore {
     /// turn waiting in the queue (words keep their order) and, given `cap`,
     /// while fewer than `cap` agent runs are live: otherwise the statement
     /// changes nothing and fails its transaction with
-    /// [`DbError::ExpectedChanges`].
+    /// [`DbError::ExpectedChanges`]. Its input gains `inputAt`, where its
+    /// words start in the log.
     pub fn start_statements(
         run: &NewRun,
+        input_at: u64,
         lease: (&str, i64),
         cap: Option<u32>,
         now: i64,
     ) -> Vec<Statement> {
-        Self::insert_guarded(run, RunStatus::Running, Some(lease), now, Some(cap))
+        Self::insert_guarded(
+            run,
+            Some(input_at),
+            RunStatus::Running,
+            Some(lease),
+            now,
+            Some(cap),
+        )
     }
 
     fn insert_guarded(
         run: &NewRun,
+        input_at: Option<u64>,
         status: RunStatus,
         lease: Option<(&str, i64)>,
         now: i64,
@@ -178,31 +238,18 @@ impl RunStore {
     ) -> Vec<Statement> {
         let (root, parent, tool_call, depth, awaits) = run.place();
         let live = status.is_live();
-        let guard = match start {
-            None => String::new(),
-            Some(cap) => format!(
-                " WHERE NOT EXISTS (SELECT 1 FROM {RUNS} q WHERE q.session_id = ?10 \
-                   AND q.kind = 'agent' AND q.status = 'queued'){}",
-                match cap {
-                    Some(cap) => format!(
-                        " AND (SELECT count(*) FROM {RUNS} l WHERE l.kind = 'agent' \
-                           AND (l.status = 'claimed' OR l.status = 'running')) < {cap}"
-                    ),
-                    None => String::new(),
-                }
-            ),
+        let sql: std::borrow::Cow<'static, str> = match start {
+            None => INSERT_RUN.as_str().into(),
+            Some(None) => START_RUN.as_str().into(),
+            Some(Some(cap)) => format!(
+                "{} AND (SELECT count(*) FROM {RUNS} l WHERE l.kind = 'agent' \
+                   AND (l.status = 'claimed' OR l.status = 'running')) < {cap}",
+                START_RUN.as_str()
+            )
+            .into(),
         };
         let mut out = vec![Statement::new(
-            format!(
-                "INSERT INTO {RUNS} (run_id, account_id, root_run_id, parent_run_id, \
-                 parent_tool_call_id, continued_from_run_id, depth, kind, agent_id, session_id, \
-                 origin, title, queue, status, attempt, max_attempts, not_before_ms, \
-                 lease_owner, lease_expires_at_ms, idempotency_key, input_json, budget_json, \
-                 source_text, source_cid, plan_step_id, step_label, created_at_ms, \
-                 started_at_ms, updated_at_ms, parent_awaits, trigger_firing_id) \
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?27, ?29, ?30{guard}"
-            ),
+            sql,
             vec![
                 run.run_id.as_str().into(),
                 run.account_id.clone().into(),
@@ -224,7 +271,7 @@ impl RunStore {
                 lease.map(|(owner, _)| owner.to_owned()).into(),
                 lease.map(|(_, until)| until).into(),
                 run.idempotency_key.clone().into(),
-                json_text(&run.input),
+                input_text(&run.input, input_at),
                 opt_json_text(run.budget.as_ref()),
                 run.source_text.clone().into(),
                 run.source_cid.clone().into(),
@@ -289,13 +336,35 @@ impl RunStore {
     /// The statement [`RunStore::get_with_queue`] runs, for a transaction
     /// that ends a run to read what it left.
     pub fn with_queue_statement(run_id: &str) -> Statement {
-        Statement::new(
+        static SQL: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "SELECT {COLUMNS}, EXISTS (SELECT 1 FROM {RUNS} WHERE status = 'queued') \
                  FROM {RUNS} WHERE run_id = ?1"
-            ),
-            vec![run_id.into()],
-        )
+            )
+        });
+        Statement::new(SQL.as_str(), vec![run_id.into()])
+    }
+
+    /// [`Self::with_queue_statement`] for a run no feed shows: its status
+    /// only, and whether any run waits in the queue.
+    pub fn status_with_queue_statement(run_id: &str) -> Statement {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT status, EXISTS (SELECT 1 FROM {RUNS} WHERE status = 'queued') \
+                 FROM {RUNS} WHERE run_id = ?1"
+            )
+        });
+        Statement::new(SQL.as_str(), vec![run_id.into()])
+    }
+
+    pub fn decode_status_with_queue(
+        rows: agentos_schema::Rows,
+    ) -> Result<Option<(RunStatus, bool)>, DbError> {
+        let Some(values) = rows.rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut r = Row::new(RUNS, values, 2)?;
+        Ok(Some((r.parse(0, RunStatus::parse)?, r.flag(1)?)))
     }
 
     pub fn decode_with_queue(
@@ -447,7 +516,7 @@ impl RunStore {
             Finish::Failed(e) => ("failed", None, Some(e)),
             Finish::Canceled => ("canceled", None, None),
         };
-        Statement::new(
+        static SQL: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "UPDATE {RUNS} SET \
                    status = CASE WHEN cancel_requested = 1 THEN 'canceled' ELSE ?2 END, \
@@ -460,7 +529,10 @@ impl RunStore {
                      ELSE ?5 END, \
                    updated_at_ms = ?5 \
                  WHERE run_id = ?1 AND (status = 'claimed' OR status = 'running')"
-            ),
+            )
+        });
+        Statement::new(
+            SQL.as_str(),
             vec![
                 run_id.into(),
                 status.into(),

@@ -85,7 +85,7 @@ pub(crate) enum TurnRun {
     /// A turn that starts at once: the accept inserts its run `running`,
     /// unless the session has turns queued or the cap is reached (then the
     /// accept fails as `session_busy`).
-    Start(Box<StartRun>),
+    Start(Arc<StartRun>),
 }
 
 /// The setting that bounds the messages queued for one session's turns

@@ -22,6 +22,9 @@ pub(super) struct Turn {
     pub(super) run: Option<crate::runs::RunLink>,
     /// A turn that started at once: its caller hears how it went.
     pub(super) progress: Option<std::sync::Arc<crate::sessions::TurnProgress>>,
+    /// Its run is one no feed shows (`NewRun::quiet`): its end is read
+    /// back as a status only.
+    pub(super) quiet: bool,
     /// The agent asked for a verb during this turn (only then can a turn
     /// that started at once, a new root run, owe anything: a plan).
     pub(super) verbs: bool,

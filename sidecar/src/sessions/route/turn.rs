@@ -20,7 +20,7 @@ use super::{
 };
 use crate::runs::obligations::{self, Verdict};
 use crate::runs::store::RunStore;
-use crate::runs::{Finish, RunLink};
+use crate::runs::{AdoptedEnd, Finish, RunLink};
 use crate::sessions::coalesce::ChunkBuffer;
 use crate::sessions::store::{clock_ms, NewEvent, PromptState, SessionStore};
 use crate::sessions::{AgentReply, CancelStatus, PromptOutcome, SessionError};
@@ -90,16 +90,19 @@ impl Route {
                 Some(link.clone())
             }
             TurnRun::Start(start) => {
-                let run = &mut start.run;
-                if let Value::Object(input) = &mut run.input {
-                    input.insert("inputAt".into(), json!(first_input));
-                }
+                let run = &start.run;
                 let lease = (start.runs.owner(), now + start.runs.config().lease_ms);
-                accept.extend(RunStore::start_statements(run, lease, start.cap, now));
+                accept.extend(RunStore::start_statements(
+                    run,
+                    first_input,
+                    lease,
+                    start.cap,
+                    now,
+                ));
                 // A run of no agent (the host door's) is shown by no feed:
                 // its waiters wait for its end only.
                 if run.agent_id.is_some() {
-                    started = Some(crate::runs::Run::started(run, lease, now));
+                    started = Some(crate::runs::Run::started(run, first_input, lease, now));
                 }
                 Some(RunLink {
                     run_id: run.run_id.clone(),
@@ -136,6 +139,7 @@ impl Route {
             let _ = reply.send(Err(e));
             return None;
         }
+        let quiet = matches!(&request.run, TurnRun::Start(start) if start.run.quiet());
         let progress = match (&request.run, &run_id) {
             (TurnRun::Start(start), Some(run_id)) => {
                 // Live in the queue's eyes, and heard to start, as a
@@ -173,6 +177,7 @@ impl Route {
             run_id,
             run: link,
             progress,
+            quiet,
             buffer: ChunkBuffer::default(),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -759,6 +764,9 @@ impl Route {
         // A started turn's worker learns what the commit left from the
         // commit itself.
         let read = match (&turn.progress, &turn.run_id) {
+            (Some(_), Some(run_id)) if turn.quiet => {
+                Some(RunStore::status_with_queue_statement(run_id))
+            }
             (Some(_), Some(run_id)) => Some(RunStore::with_queue_statement(run_id)),
             _ => None,
         };
@@ -769,17 +777,22 @@ impl Route {
         let settle = match (kept, &turn.progress) {
             (Some(rows), Some(progress)) => self.adopted.take().map(|(runs, run_id)| {
                 progress.set_closed();
-                let left = match RunStore::decode_with_queue(rows) {
+                let left = if turn.quiet {
+                    RunStore::decode_status_with_queue(rows).map(|left| {
+                        left.map(|(status, queued)| AdoptedEnd::Quiet { status, queued })
+                    })
+                } else {
+                    RunStore::decode_with_queue(rows)
+                        .map(|left| left.map(|(run, queued)| AdoptedEnd::Read(Box::new(run), queued)))
+                };
+                let left = match left {
                     Ok(left) => left,
                     Err(e) => {
                         tracing::warn!(session = %self.session_id, error = %e, "a turn's run read back corrupt");
                         None
                     }
                 };
-                if left
-                    .as_ref()
-                    .is_some_and(|(run, _)| run.status.is_terminal())
-                {
+                if left.as_ref().is_some_and(|l| l.status().is_terminal()) {
                     progress.set_ended();
                 }
                 (runs, run_id, left)
