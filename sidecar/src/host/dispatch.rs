@@ -281,9 +281,15 @@ pub(super) async fn dispatch(
                 services.control.secrets_key_id().await.is_none(),
             ))
         }
-        m if m.starts_with("fs/") => super::fs::dispatch(&services.vfs, m, raw).await,
-        m if m.starts_with("runs/") => super::runs::dispatch(&services.runs, m, raw).await,
-        m if m.starts_with("triggers/") => super::triggers::dispatch(services, m, raw).await,
+        // Boxed: each request in flight holds a future sized for the
+        // largest branch, and these are not the turns' path.
+        m if m.starts_with("fs/") => Box::pin(super::fs::dispatch(&services.vfs, m, raw)).await,
+        m if m.starts_with("runs/") => {
+            Box::pin(super::runs::dispatch(&services.runs, m, raw)).await
+        }
+        m if m.starts_with("triggers/") => {
+            Box::pin(super::triggers::dispatch(services, m, raw)).await
+        }
         other => Err(ErrorObject::method_not_found(other)),
     }
 }

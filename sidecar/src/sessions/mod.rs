@@ -489,6 +489,12 @@ impl Sessions {
         if let Some(route) = self.route(session_id) {
             return Ok(route);
         }
+        // Starting a route is the rare path: boxed, so that every command's
+        // future (each request in flight holds one) is sized for the common.
+        Box::pin(self.start_route(session_id)).await
+    }
+
+    async fn start_route(&self, session_id: &str) -> Result<RouteHandle, SessionError> {
         let gate = lock(&self.shared.starting)
             .entry(session_id.to_owned())
             .or_default()
