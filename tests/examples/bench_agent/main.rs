@@ -8,9 +8,11 @@
 //! arrival as a WebSocket `appendPartial` and as a host `sessions/update`;
 //! (3) 500 sessions, each with its own agent process, doing turns at once:
 //! the warm-up that spawns the processes, then rounds of 500 concurrent
-//! turns (turns/s, latency, stalls, failures). Each phase reports the
-//! sidecar's own CPU time per turn and, separately, its agent children's.
-//! Nothing is asserted: figures are printed side by side.
+//! turns (turns/s, latency, stalls, failures); (4) and (5) the CPU goals
+//! (`goals.rs`); (6) 10,000 builtin sessions that each ran one turn (what
+//! idle sessions hold). Each phase reports the sidecar's own CPU time per
+//! turn and, separately, its agent children's. Nothing is asserted: figures
+//! are printed side by side, each goal beside its figure.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,8 @@ use agentos_tests::seed::{bytes, call, now_ms, Signer};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
+
+mod goals;
 
 /// Sequential turns of the one-session phase, per front door.
 const ONE_SESSION_TURNS: usize = 300;
@@ -173,8 +177,8 @@ fn print_cpu(before: CpuMark, after: CpuMark, turns: usize) {
     );
 }
 
-/// The text of a host `sessions/prompt` answer, checked.
-fn check_answer(answer: &Value) -> Result<(), String> {
+/// The text of a host `sessions/prompt` answer, checked against `expected`.
+fn check_answer(answer: &Value, expected: &str) -> Result<(), String> {
     let text: String = answer
         .pointer("/message/content")
         .and_then(Value::as_array)
@@ -185,7 +189,7 @@ fn check_answer(answer: &Value) -> Result<(), String> {
                 .collect()
         })
         .unwrap_or_default();
-    if answer["stopReason"] == "end_turn" && text == SHORT_TEXT {
+    if answer["stopReason"] == "end_turn" && text == expected {
         Ok(())
     } else {
         Err("wrong_answer".to_owned())
@@ -197,6 +201,16 @@ async fn host_turn(
     client: &HostClient,
     session: &str,
     text: &str,
+) -> (Duration, Result<(), String>) {
+    host_turn_expecting(client, session, text, SHORT_TEXT).await
+}
+
+/// [`host_turn`], its answer expected to read `expected`.
+async fn host_turn_expecting(
+    client: &HostClient,
+    session: &str,
+    text: &str,
+    expected: &str,
 ) -> (Duration, Result<(), String>) {
     let sent = Instant::now();
     let answer = tokio::time::timeout(
@@ -211,7 +225,7 @@ async fn host_turn(
     let outcome = match answer {
         Err(_) => Err("timeout".to_owned()),
         Ok(Err(e)) => Err(e.code()),
-        Ok(Ok(answer)) => check_answer(&answer),
+        Ok(Ok(answer)) => check_answer(&answer, expected),
     };
     (latency, outcome)
 }
@@ -763,7 +777,7 @@ async fn many_sessions(world: &World) -> Result<(), Error> {
     Ok(())
 }
 
-/// (4) `IDLE_SESSIONS` builtin sessions that each ran one turn, their
+/// (6) `IDLE_SESSIONS` builtin sessions that each ran one turn, their
 /// agents ending with their turns (`builtin.idleAgentMs` 0): what the
 /// sidecar holds for them afterwards (goals: no process, at most 64 KiB a
 /// session, under 256 MiB in all).
@@ -788,18 +802,22 @@ async fn idle_sessions(world: &World) -> Result<(), Error> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = status_kib(world.pid, "VmRSS:").unwrap_or(0);
     println!(
-        "(4) {IDLE_SESSIONS} builtin sessions, one turn each ({IDLE_WAVE} at once, \
+        "(6) {IDLE_SESSIONS} builtin sessions, one turn each ({IDLE_WAVE} at once, \
          {:.0} turns/s, each starting its agent); {}; {}",
         IDLE_SESSIONS as f64 / wall.as_secs_f64(),
         all.summary(),
         all.problems()
     );
+    let live = children_of(world.pid).len();
+    let per_session = after.saturating_sub(before) as f64 / IDLE_SESSIONS as f64;
+    let mib = after as f64 / 1024.0;
     println!(
-        "  afterwards: {} agent processes live; sidecar RSS {:.1} MiB, {:.1} KiB more per idle \
-         session than before them",
-        children_of(world.pid).len(),
-        after as f64 / 1024.0,
-        after.saturating_sub(before) as f64 / IDLE_SESSIONS as f64
+        "  afterwards: {live} agent processes live (goal 0: {}); sidecar RSS {mib:.1} MiB (goal \
+         < 256 MiB: {}), {per_session:.1} KiB more per idle session than before them (goal ≤ 64 \
+         KiB: {})",
+        goals::verdict(live == 0),
+        goals::verdict(mib < 256.0),
+        goals::verdict(per_session <= 64.0)
     );
     print_sidecar_memory(world.pid);
     Ok(())
@@ -807,11 +825,13 @@ async fn idle_sessions(world: &World) -> Result<(), Error> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Error> {
-    // `bench_agent one stream many idle` runs the parts named (all by default).
+    // `bench_agent one stream many cpu flat idle` runs the parts named
+    // (all by default).
+    const PARTS: [&str; 6] = ["one", "stream", "many", "cpu", "flat", "idle"];
     let parts: Vec<String> = std::env::args().skip(1).collect();
     for part in &parts {
-        if !["one", "stream", "many", "idle"].contains(&part.as_str()) {
-            return Err(format!("unknown part {part:?}: one, stream, many, idle").into());
+        if !PARTS.contains(&part.as_str()) {
+            return Err(format!("unknown part {part:?}: {}", PARTS.join(", ")).into());
         }
     }
     let runs = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
@@ -831,6 +851,17 @@ async fn main() -> Result<(), Error> {
         many_sessions(&world).await?;
     }
     drop(world);
+    // The goals' phases on a sidecar of their own, so that the sessions
+    // above cost them nothing.
+    if runs("cpu") || runs("flat") {
+        let world = World::start(None).await?;
+        if runs("cpu") {
+            goals::cpu_per_turn(&world).await?;
+        }
+        if runs("flat") {
+            goals::flat_in_length(&world).await?;
+        }
+    }
     if runs("idle") {
         let world = World::start(Some(0)).await?;
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -1,0 +1,191 @@
+//! The builtin agent's CPU goals, measured as the issue that set them
+//! states them: replies of 50 small deltas, 20 sequential turns in each of
+//! 1, 8 and 32 sessions at once (CPU per turn of the sidecar and its agent
+//! processes, goal at most 2 ms), and one session of 300 turns (CPU per
+//! turn over turns 290–300 against turns 1–10, goal at most 1.2×). CPU is
+//! read from `schedstat`, to the nanosecond, so a window of ten turns is
+//! measured, not rounded to clock ticks.
+
+use std::time::{Duration, Instant};
+
+use agentos_client::ctl::HostClient;
+use agentos_tests::bench::{children_of, on_cpu};
+use agentos_tests::provider_server::Reply;
+
+use super::{host_turn_expecting, ms, Error, Turns, World, CONNECTIONS};
+
+/// Deltas of every reply in these phases.
+const DELTAS: usize = 50;
+/// Sessions at once, and each one's sequential turns.
+const CONCURRENCY: [usize; 3] = [1, 8, 32];
+const TURNS_PER_SESSION: usize = 20;
+/// At most this much CPU (sidecar and agents) per turn.
+const CPU_GOAL_MS: f64 = 2.0;
+/// The long session, its windows, and the most the last window may cost
+/// against the first.
+const LONG_TURNS: usize = 300;
+const WINDOW: usize = 10;
+const FLAT_GOAL: f64 = 1.2;
+
+fn reply() -> Reply {
+    Reply::Text((0..DELTAS).map(|i| format!("w{i} ")).collect())
+}
+
+fn reply_text() -> String {
+    (0..DELTAS).map(|i| format!("w{i} ")).collect()
+}
+
+/// CPU of the sidecar's live threads and of its live children's.
+#[derive(Clone, Copy)]
+struct Cpu {
+    sidecar: Duration,
+    agents: Duration,
+}
+
+fn cpu(pid: u32) -> Cpu {
+    Cpu {
+        sidecar: on_cpu(pid),
+        agents: children_of(pid).into_iter().map(on_cpu).sum(),
+    }
+}
+
+impl Cpu {
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            sidecar: self.sidecar.saturating_sub(before.sidecar),
+            agents: self.agents.saturating_sub(before.agents),
+        }
+    }
+
+    fn per_turn_ms(self, turns: usize) -> (f64, f64, f64) {
+        let n = turns.max(1) as f64;
+        let (s, a) = (ms(self.sidecar) / n, ms(self.agents) / n);
+        (s + a, s, a)
+    }
+}
+
+pub fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT MET"
+    }
+}
+
+/// (4) CPU per builtin turn at 1, 8 and 32 sessions at once.
+pub async fn cpu_per_turn(world: &World) -> Result<(), Error> {
+    world.provider.set_default(reply());
+    let expected = reply_text();
+    println!(
+        "(4) CPU per builtin turn (sidecar + agents), {DELTAS}-delta replies, \
+         {TURNS_PER_SESSION} sequential turns in each session"
+    );
+    for n in CONCURRENCY {
+        let mut sessions = Vec::with_capacity(n);
+        for _ in 0..n {
+            sessions.push(world.session().await?);
+        }
+        let mut clients = Vec::new();
+        for _ in 0..n.min(CONNECTIONS) {
+            clients.push(world.host().await?);
+        }
+        // A first turn in each starts its agent; not measured.
+        let warm = run(&clients, &sessions, 1, &expected).await;
+        if !warm.failures.is_empty() {
+            return Err(format!("the first turns failed: {}", warm.problems()).into());
+        }
+        let before = cpu(world.pid);
+        let started = Instant::now();
+        let turns = run(&clients, &sessions, TURNS_PER_SESSION, &expected).await;
+        let wall = started.elapsed();
+        let used = cpu(world.pid).since(before);
+        let count = n * TURNS_PER_SESSION;
+        let (total, sidecar, agents) = used.per_turn_ms(count);
+        println!(
+            "  {n:>2} at once: {total:.2} ms per turn (sidecar {sidecar:.2}, agents {agents:.2}); \
+             {:.0} turns/s; {}; {} — goal ≤ {CPU_GOAL_MS} ms: {}",
+            count as f64 / wall.as_secs_f64(),
+            turns.summary(),
+            turns.problems(),
+            verdict(total <= CPU_GOAL_MS && turns.failures.is_empty())
+        );
+    }
+    world.provider.set_default(super::short_reply());
+    Ok(())
+}
+
+/// `turns` sequential turns in every session, the sessions at once.
+async fn run(clients: &[HostClient], sessions: &[String], turns: usize, expected: &str) -> Turns {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, session) in sessions.iter().enumerate() {
+        let client = clients[i % clients.len()].clone();
+        let (session, expected) = (session.clone(), expected.to_owned());
+        tasks.spawn(async move {
+            let mut done = Turns::default();
+            for t in 0..turns {
+                let (latency, outcome) =
+                    host_turn_expecting(&client, &session, &format!("turn {t}"), &expected).await;
+                done.add(latency, outcome);
+            }
+            done
+        });
+    }
+    let mut all = Turns::default();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(turns) => all.extend(turns),
+            Err(e) => all.add(Duration::ZERO, Err(format!("task: {e}"))),
+        }
+    }
+    all
+}
+
+/// (5) One session of `LONG_TURNS` turns: CPU per turn over its last ten
+/// against its first ten.
+pub async fn flat_in_length(world: &World) -> Result<(), Error> {
+    world.provider.set_default(reply());
+    let expected = reply_text();
+    let client = world.host().await?;
+    let session = world.session().await?;
+    // The turn that starts the agent comes before the counted ones.
+    host_turn_expecting(&client, &session, "hello", &expected)
+        .await
+        .1
+        .map_err(|code| format!("the first turn failed: {code}"))?;
+    let mut turns = Turns::default();
+    let mut first = None;
+    let mut last = None;
+    let mut mark = cpu(world.pid);
+    for t in 1..=LONG_TURNS {
+        if t == 1 || t == LONG_TURNS - WINDOW + 1 {
+            mark = cpu(world.pid);
+        }
+        let (latency, outcome) =
+            host_turn_expecting(&client, &session, &format!("turn {t}"), &expected).await;
+        turns.add(latency, outcome);
+        if t == WINDOW {
+            first = Some(cpu(world.pid).since(mark));
+        }
+        if t == LONG_TURNS {
+            last = Some(cpu(world.pid).since(mark));
+        }
+    }
+    world.provider.set_default(super::short_reply());
+    let (Some(first), Some(last)) = (first, last) else {
+        return Err("the long session's windows were not measured".into());
+    };
+    let (first_ms, ..) = first.per_turn_ms(WINDOW);
+    let (last_ms, ..) = last.per_turn_ms(WINDOW);
+    let ratio = last_ms / first_ms.max(1e-9);
+    println!(
+        "(5) one session of {LONG_TURNS} turns after the one that starts its agent, {DELTAS}-delta \
+         replies: CPU per turn {first_ms:.2} ms \
+         over turns 1–{WINDOW}, {last_ms:.2} ms over turns {}–{LONG_TURNS}, ratio {ratio:.2}; {}; {} \
+         — goal ≤ {FLAT_GOAL}×: {}",
+        LONG_TURNS - WINDOW + 1,
+        turns.summary(),
+        turns.problems(),
+        verdict(ratio <= FLAT_GOAL && turns.failures.is_empty())
+    );
+    Ok(())
+}
