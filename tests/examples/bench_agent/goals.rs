@@ -174,13 +174,14 @@ pub async fn flat_in_length(world: &World) -> Result<(), Error> {
     let (Some(first), Some(last)) = (first, last) else {
         return Err("the long session's windows were not measured".into());
     };
-    let (first_ms, ..) = first.per_turn_ms(WINDOW);
-    let (last_ms, ..) = last.per_turn_ms(WINDOW);
+    let (first_ms, first_sidecar, first_agents) = first.per_turn_ms(WINDOW);
+    let (last_ms, last_sidecar, last_agents) = last.per_turn_ms(WINDOW);
     let ratio = last_ms / first_ms.max(1e-9);
     println!(
         "(5) one session of {LONG_TURNS} turns after the one that starts its agent, {DELTAS}-delta \
-         replies: CPU per turn {first_ms:.2} ms \
-         over turns 1–{WINDOW}, {last_ms:.2} ms over turns {}–{LONG_TURNS}, ratio {ratio:.2}; {}; {} \
+         replies: CPU per turn {first_ms:.2} ms (sidecar {first_sidecar:.2}, agent \
+         {first_agents:.2}) over turns 1–{WINDOW}, {last_ms:.2} ms (sidecar {last_sidecar:.2}, agent \
+         {last_agents:.2}) over turns {}–{LONG_TURNS}, ratio {ratio:.2}; {}; {} \
          — goal ≤ {FLAT_GOAL}×: {}",
         LONG_TURNS - WINDOW + 1,
         turns.summary(),
