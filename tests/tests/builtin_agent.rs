@@ -16,20 +16,9 @@ mod common;
 
 use agentos_tests::provider_server::{Flavor, Reply, INPUT_TOKENS};
 use agentos_tests::seed::call;
-use builtin::{answer_text, flavor_type, key_header, kinds, ok, world, Sent, KEY};
+use builtin::{answer_text, flavor_type, key_header, kinds, ok, world, Sent, KEY, VERBS};
 use client::Ws;
 use serde_json::json;
-
-/// A turn is a run, so `delegate` is offered with the verbs.
-const VERBS: [&str; 7] = [
-    "read",
-    "write",
-    "call",
-    "status",
-    "continue_session",
-    "delegate",
-    "plan",
-];
 
 #[tokio::test]
 async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {

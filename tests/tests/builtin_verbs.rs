@@ -80,16 +80,7 @@ async fn a_callable_answers_its_contract_first_then_is_offered_directly() {
     let requests = w.provider.requests();
     assert_eq!(
         Sent::new(w.flavor, &requests[2].body).tools(),
-        [
-            "read",
-            "write",
-            "call",
-            "status",
-            "continue_session",
-            "delegate",
-            "plan",
-            "search"
-        ]
+        [&builtin::VERBS[..], &["search"]].concat()
     );
     let events = w.events(&session).await;
     let hits = &result_of(&events, "c2")["output"]["hits"];

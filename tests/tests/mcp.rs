@@ -14,11 +14,11 @@ mod common;
 mod mcp;
 
 use agentos_tests::provider_server::Flavor;
-use builtin::{answer_text, ok, text, tool_calls, world_sections, Sent};
+use builtin::{answer_text, ok, text, tool_calls, world_sections, Sent, VERBS};
 use common::{Options, Sidecar};
 use mcp::{
     enable, everything, everything_script, expanded, model_calls, output_text, result_of,
-    set_server, world, VERBS,
+    set_server, world,
 };
 use serde_json::{json, Value};
 

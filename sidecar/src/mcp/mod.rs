@@ -411,19 +411,24 @@ impl Mcp {
         }
     }
 
+    /// One of the `mcp.maxCalls` slots a call or a listing holds while it
+    /// reads an answer; `mcp_busy` when none is free.
+    fn call_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, McpError> {
+        let max = self.inner.config.max_calls;
+        self.inner
+            .calls
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| McpError::Busy("calls", max, "maxCalls"))
+    }
+
     /// Lists a server's tools through a connection and keeps the outcome.
     async fn discover(&self, account: &str, name: &str) -> Result<Vec<ToolDescriptor>, McpError> {
         // A listing reads up to a message like a call: it takes a call's
         // slot, so neither a flood of refreshes nor of calls holds more than
         // `mcp.maxCalls` answers at once. Without one it keeps nothing (the
         // last outcome stands) and says so.
-        let max = self.inner.config.max_calls;
-        let _slot = self
-            .inner
-            .calls
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| McpError::Busy("calls", max, "maxCalls"))?;
+        let _slot = self.call_slot()?;
         // The config this discovery reaches, read before it connects: what
         // it finds is kept only while the config is still this one.
         let config = match self.operator(name) {
@@ -534,13 +539,7 @@ impl Mcp {
         arguments: Value,
         cancel: impl Future<Output = ()>,
     ) -> Result<CallOutcome, McpError> {
-        let max = self.inner.config.max_calls;
-        let _slot = self
-            .inner
-            .calls
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| McpError::Busy("calls", max, "maxCalls"))?;
+        let _slot = self.call_slot()?;
         let arguments = if arguments.is_object() {
             arguments
         } else {

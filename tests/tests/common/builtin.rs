@@ -14,6 +14,18 @@ use agentos_tests::provider_server::{Flavor, RecordedRequest, Reply, ScriptedPro
 use agentos_tests::seed::{bytes, call, field, Answer, Signer};
 use serde_json::{json, Value};
 
+/// The verbs a signed message's turn (a run) offers, in order: a turn
+/// is a run, so `delegate` is offered with the others.
+pub const VERBS: [&str; 7] = [
+    "read",
+    "write",
+    "call",
+    "status",
+    "continue_session",
+    "delegate",
+    "plan",
+];
+
 use crate::common::{eventually, Backend, Options, Sidecar, PATIENCE};
 
 /// The key the account's secret holds.

@@ -13,17 +13,6 @@ use serde_json::{json, Value};
 
 use crate::builtin::{self, ok, text, tool_calls, world_sections, World};
 
-/// The verbs a signed message's turn (a run) offers, in order.
-pub const VERBS: [&str; 7] = [
-    "read",
-    "write",
-    "call",
-    "status",
-    "continue_session",
-    "delegate",
-    "plan",
-];
-
 pub fn everything_script() -> Option<PathBuf> {
     let script = crate::common::workspace_root()
         .join(".peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
