@@ -23,6 +23,7 @@ use agentos_protocol::seed::vocab::AuthMode;
 use agentos_protocol::seed::{cbor, AgentDefinition, ModelProviderConfig};
 use serde_json::Value;
 
+use super::conversations::Conversations;
 use super::oauth::CredentialError;
 use super::prompt;
 use super::resolved::unservable;
@@ -98,6 +99,8 @@ pub enum ListModelsError {
 pub struct Host {
     control: Control,
     store: SessionStore,
+    /// The builtin sessions' conversations kept between turns.
+    conversations: Conversations,
     verbs: Verbs,
     endpoints: ProviderEndpoints,
     /// The provider client, for model listings made by the sidecar itself.
@@ -119,6 +122,7 @@ impl Host {
         Ok(Host {
             control,
             store,
+            conversations: Conversations::default(),
             verbs,
             endpoints,
             oauth,
@@ -329,7 +333,7 @@ impl Host {
             retry: turn.retry && !turn.resume,
             attempt_from: None,
         };
-        let items = transcript::rebuild(&self.store, turn.session_id, floor)
+        let items = transcript::rebuild(&self.store, &self.conversations, turn.session_id, floor)
             .await
             .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
         let scope = self

@@ -3,12 +3,14 @@
 //! same way), the answers to its `_agentos/*` requests (`host.rs`: the turn's
 //! context, the provider key at call time, the verbs; what a session
 //! resolves to is `resolved.rs`), the conversation
-//! rebuilt from the log (`transcript.rs`), the system prompt (`prompt.rs`)
+//! rebuilt from the log (`transcript.rs`) and kept between turns
+//! (`conversations.rs`), the system prompt (`prompt.rs`)
 //! with its `<space>` index (`index.rs`), the verbs shared by the agent and
 //! the user (`verbs/`), what a script's `ctx.call` reaches
 //! (`script_tools.rs`), bounded web reads (`fetch.rs`), and sessions named
 //! after their first turn (`titles.rs`).
 
+pub mod conversations;
 pub mod download;
 pub mod fetch;
 pub mod host;

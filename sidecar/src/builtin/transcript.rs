@@ -1,7 +1,9 @@
 //! The builtin agent's conversation, rebuilt from the session's durable
 //! events at every turn: the log is the only memory of a thread, so a
 //! restarted agent, a user's own verbs and another writer's messages are
-//! all seen the same way.
+//! all seen the same way. What the events before a turn's floor make of
+//! it is kept between turns (`conversations.rs`), so a turn parses only
+//! what was logged since the last one.
 //!
 //! The user's words become user messages, except those of the running
 //! prompt and of prompts queued behind it (from the turn's input floor on;
@@ -30,6 +32,7 @@ use agentos_protocol::agent_ext::{
 use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use serde_json::Value;
 
+use super::conversations::{Conversation, Conversations};
 use crate::sessions::{SessionError, SessionStore};
 
 /// Event bytes read for one transcript, newest first; older events are
@@ -40,10 +43,14 @@ const PAGE: u64 = 512;
 /// The result given to a call the log holds no result for.
 pub const INTERRUPTED: &str = "the call was interrupted before it returned a result";
 
-/// Reads the session's newest events within [`TRANSCRIPT_BYTES`] and
-/// rebuilds the conversation.
+/// The session's conversation for a turn at `floor`. What was kept from
+/// the session's last turn (`Conversations`) is reused when it still holds
+/// (nothing pruned since, nothing absorbed from the floor on), and only the
+/// events logged since are read; otherwise the newest events within
+/// [`TRANSCRIPT_BYTES`] are read and, when that is the whole log, kept.
 pub async fn rebuild(
     store: &SessionStore,
+    kept: &Conversations,
     session_id: &str,
     mut floor: Floor,
 ) -> Result<Vec<TranscriptItem>, SessionError> {
@@ -51,9 +58,83 @@ pub async fn rebuild(
         let before = store.output_before(session_id, at).await?;
         floor.attempt_from = Some(before.map_or(at, |last| at.max(last.saturating_add(1))));
     }
+    let Some(oldest) = store
+        .get_session(session_id)
+        .await?
+        .map(|row| row.oldest_retained_sequence)
+    else {
+        return Ok(Vec::new());
+    };
+    let reusable = kept.take(session_id).filter(|conversation| {
+        conversation.oldest == oldest && floor.at.is_none_or(|at| conversation.through < at)
+    });
+    let (mut conversation, events) = match reusable {
+        Some(conversation) => {
+            let events = read_after(store, session_id, conversation.through).await?;
+            let bytes = events.iter().map(|e| e.payload_json.len()).sum::<usize>();
+            if conversation.bytes.saturating_add(bytes) > TRANSCRIPT_BYTES {
+                // The window moves from here on: nothing is kept.
+                return Ok(items(&read_window(store, session_id).await?.0, floor));
+            }
+            (conversation, events)
+        }
+        None => {
+            let (events, whole) = read_window(store, session_id).await?;
+            if !whole {
+                return Ok(items(&events, floor));
+            }
+            (Conversation::new(oldest), events)
+        }
+    };
+    // What comes before the floor reads the same at every later turn.
+    let split = floor.at.map_or(events.len(), |at| {
+        events.partition_point(|event| event.sequence < at)
+    });
+    for event in &events[..split] {
+        conversation.absorb(event);
+    }
+    let mut builder = conversation.builder.clone();
+    for event in &events[split..] {
+        builder.absorb(event, floor);
+    }
+    kept.keep(session_id, conversation);
+    Ok(builder.finish())
+}
+
+/// The session's events after `after`, oldest first.
+async fn read_after(
+    store: &SessionStore,
+    session_id: &str,
+    mut after: u64,
+) -> Result<Vec<StoredEvent>, SessionError> {
+    let mut events = Vec::new();
+    loop {
+        let page = store
+            .events_between(session_id, after, u64::MAX >> 11, PAGE)
+            .await?;
+        let full = page.len() as u64 == PAGE;
+        let Some(last) = page.last().map(|e| e.sequence) else {
+            break;
+        };
+        events.extend(page);
+        if !full {
+            break;
+        }
+        after = last;
+    }
+    Ok(events)
+}
+
+/// The session's newest events within [`TRANSCRIPT_BYTES`], oldest first,
+/// and whether they are the whole log.
+async fn read_window(
+    store: &SessionStore,
+    session_id: &str,
+) -> Result<(Vec<StoredEvent>, bool), SessionError> {
     let mut pages: Vec<Vec<StoredEvent>> = Vec::new();
     let mut bytes = 0usize;
     let mut before: Option<u64> = None;
+    let mut whole = true;
     'read: loop {
         let page = store
             .history(session_id, before.or(Some(u64::MAX >> 11)), None, PAGE)
@@ -67,6 +148,7 @@ pub async fn rebuild(
             if bytes > TRANSCRIPT_BYTES {
                 kept.reverse();
                 pages.push(kept);
+                whole = false;
                 break 'read;
             }
             kept.push(event);
@@ -78,8 +160,7 @@ pub async fn rebuild(
         }
         before = Some(first);
     }
-    let events: Vec<StoredEvent> = pages.into_iter().rev().flatten().collect();
-    Ok(items(&events, floor))
+    Ok((pages.into_iter().rev().flatten().collect(), whole))
 }
 
 /// Where the running prompt's input starts, whether it is a retry, and
@@ -95,80 +176,15 @@ pub struct Floor {
 
 /// The conversation the events hold (ascending by sequence).
 pub fn items(events: &[StoredEvent], floor: Floor) -> Vec<TranscriptItem> {
-    let mut out = Builder::default();
+    let mut builder = Builder::default();
     for event in events {
-        if event.kind != EventKind::SessionUpdate {
-            continue;
-        }
-        let Ok(update) = serde_json::from_str::<Value>(&event.payload_json) else {
-            continue;
-        };
-        let kind = update["sessionUpdate"].as_str().unwrap_or_default();
-        let by_agent = matches!(event.actor, Actor::Agent);
-        let this_prompt = floor.at.is_some_and(|at| event.sequence >= at);
-        let failed_attempt = floor.retry
-            && floor
-                .attempt_from
-                .or(floor.at)
-                .is_some_and(|from| event.sequence >= from);
-        if failed_attempt && by_agent {
-            continue;
-        }
-        match kind {
-            "user_message_chunk" => {
-                if this_prompt {
-                    continue;
-                }
-                if let Some(text) = block_text(&update["content"]) {
-                    out.user(text);
-                }
-            }
-            "agent_message_chunk" => {
-                if let Some(text) = update["content"]["text"].as_str() {
-                    out.assistant(text);
-                }
-            }
-            "tool_call" => {
-                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                let name = update["title"].as_str().unwrap_or_default().to_owned();
-                let input = update.get("rawInput").cloned().unwrap_or(Value::Null);
-                if by_agent {
-                    let signature = update["_meta"]["agentos"][SIGNATURE_META]
-                        .as_str()
-                        .map(str::to_owned);
-                    out.call(id, name, input, signature);
-                } else {
-                    out.user_actions.push((id, name, input));
-                }
-            }
-            "tool_call_update" => {
-                let status = update["status"].as_str();
-                if !matches!(status, Some("completed") | Some("failed")) {
-                    continue;
-                }
-                let id = update["toolCallId"].as_str().unwrap_or_default();
-                let failed = status == Some("failed");
-                let output = update
-                    .get("rawOutput")
-                    .or_else(|| update.get("content"))
-                    .map(output_text)
-                    .unwrap_or_default();
-                if by_agent {
-                    out.result(id, output, failed);
-                } else {
-                    out.user_action_result(id, &output, failed);
-                }
-            }
-            // A failure ends its prompt's turn: the prompt is answered.
-            k if k == ERROR_UPDATE => {}
-            _ => {}
-        }
+        builder.absorb(event, floor);
     }
-    out.finish()
+    builder.finish()
 }
 
-#[derive(Default)]
-struct Builder {
+#[derive(Clone, Default)]
+pub(super) struct Builder {
     items: Vec<TranscriptItem>,
     /// Agent calls without a result yet: (id, name).
     open: Vec<(String, String)>,
@@ -180,6 +196,76 @@ struct Builder {
 }
 
 impl Builder {
+    /// Adds one event of the log, read at `floor`.
+    pub(super) fn absorb(&mut self, event: &StoredEvent, floor: Floor) {
+        if event.kind != EventKind::SessionUpdate {
+            return;
+        }
+        let Ok(update) = serde_json::from_str::<Value>(&event.payload_json) else {
+            return;
+        };
+        let kind = update["sessionUpdate"].as_str().unwrap_or_default();
+        let by_agent = matches!(event.actor, Actor::Agent);
+        let this_prompt = floor.at.is_some_and(|at| event.sequence >= at);
+        let failed_attempt = floor.retry
+            && floor
+                .attempt_from
+                .or(floor.at)
+                .is_some_and(|from| event.sequence >= from);
+        if failed_attempt && by_agent {
+            return;
+        }
+        match kind {
+            "user_message_chunk" => {
+                if this_prompt {
+                    return;
+                }
+                if let Some(text) = block_text(&update["content"]) {
+                    self.user(text);
+                }
+            }
+            "agent_message_chunk" => {
+                if let Some(text) = update["content"]["text"].as_str() {
+                    self.assistant(text);
+                }
+            }
+            "tool_call" => {
+                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+                let name = update["title"].as_str().unwrap_or_default().to_owned();
+                let input = update.get("rawInput").cloned().unwrap_or(Value::Null);
+                if by_agent {
+                    let signature = update["_meta"]["agentos"][SIGNATURE_META]
+                        .as_str()
+                        .map(str::to_owned);
+                    self.call(id, name, input, signature);
+                } else {
+                    self.user_actions.push((id, name, input));
+                }
+            }
+            "tool_call_update" => {
+                let status = update["status"].as_str();
+                if !matches!(status, Some("completed") | Some("failed")) {
+                    return;
+                }
+                let id = update["toolCallId"].as_str().unwrap_or_default();
+                let failed = status == Some("failed");
+                let output = update
+                    .get("rawOutput")
+                    .or_else(|| update.get("content"))
+                    .map(output_text)
+                    .unwrap_or_default();
+                if by_agent {
+                    self.result(id, output, failed);
+                } else {
+                    self.user_action_result(id, &output, failed);
+                }
+            }
+            // A failure ends its prompt's turn: the prompt is answered.
+            k if k == ERROR_UPDATE => {}
+            _ => {}
+        }
+    }
+
     /// Answers every open call before anything but a call or a result.
     fn close_open(&mut self) {
         for (id, name) in std::mem::take(&mut self.open) {
@@ -259,7 +345,7 @@ impl Builder {
         }
     }
 
-    fn finish(mut self) -> Vec<TranscriptItem> {
+    pub(super) fn finish(mut self) -> Vec<TranscriptItem> {
         self.close_open();
         // A window cut mid-conversation starts at its first user message.
         let start = self

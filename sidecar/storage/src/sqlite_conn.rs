@@ -53,22 +53,59 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
 /// A caller that awaits each transaction sends the next one a few
 /// microseconds after its answer; catching it awake saves a thread wake-up
 /// (tens of microseconds on a virtual machine) per transaction.
-const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(200);
+pub(crate) const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(200);
 
-/// The next job if one arrives within `STAY_AWAKE`, yielding the core
-/// meanwhile so the caller can run.
-pub(crate) fn next_soon<T>(jobs: &mpsc::Receiver<T>) -> Option<T> {
-    let start = std::time::Instant::now();
-    loop {
-        match jobs.try_recv() {
-            Ok(job) => return Some(job),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => {}
+/// Whether a thread serving a queue stays awake for its next job. Staying
+/// awake costs the core it spins on, so it is done only while it pays: a
+/// wait that ran out turns it off, and it turns back on when the next job
+/// arrives within [`STAY_AWAKE`] of the queue going empty, so a steady
+/// stream of awaited transactions is caught awake while a queue fed now and
+/// then (one session's turn, an idle VM) sleeps at once and costs nothing.
+#[derive(Debug)]
+pub(crate) struct Awake {
+    spin: bool,
+    /// When the queue was last found empty, while the thread sleeps.
+    idle_since: Option<std::time::Instant>,
+}
+
+impl Default for Awake {
+    fn default() -> Self {
+        Awake {
+            spin: true,
+            idle_since: None,
         }
-        if start.elapsed() >= STAY_AWAKE {
-            return None;
+    }
+}
+
+impl Awake {
+    /// The next job if one is queued or, while staying awake pays, arrives
+    /// within [`STAY_AWAKE`], yielding the core meanwhile so the caller can
+    /// run. `None` means the caller should block (or the queue closed: its
+    /// blocking receive says so); it then reports the job it got with
+    /// [`Awake::woke`].
+    pub(crate) fn next_soon<T>(&mut self, jobs: &mpsc::Receiver<T>) -> Option<T> {
+        let start = std::time::Instant::now();
+        loop {
+            match jobs.try_recv() {
+                Ok(job) => return Some(job),
+                Err(mpsc::TryRecvError::Disconnected) => return None,
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            if !self.spin || start.elapsed() >= STAY_AWAKE {
+                self.spin = false;
+                self.idle_since = Some(start);
+                return None;
+            }
+            std::thread::yield_now();
         }
-        std::thread::yield_now();
+    }
+
+    /// A blocking wait ended with a job: staying awake would have caught it
+    /// if it came soon enough.
+    pub(crate) fn woke(&mut self) {
+        if let Some(since) = self.idle_since.take() {
+            self.spin = since.elapsed() < STAY_AWAKE;
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::sqlite_checkpoint::{watch_wal, Checkpointer};
-use super::sqlite_conn::{next_soon, open_connection, run_statement, sql_error};
+use super::sqlite_conn::{open_connection, run_statement, sql_error, Awake};
 use super::sqlite_read::{BlobRange, ReadSide};
 use crate::SqliteLimits;
 
@@ -236,11 +236,15 @@ fn execute(
     max_result_bytes: u64,
 ) -> Option<oneshot::Sender<()>> {
     let mut next: Option<Job> = None;
+    let mut awake = Awake::default();
     loop {
-        let job = match next.take().or_else(|| next_soon(jobs)) {
+        let job = match next.take().or_else(|| awake.next_soon(jobs)) {
             Some(job) => job,
             None => match jobs.recv() {
-                Ok(job) => job,
+                Ok(job) => {
+                    awake.woke();
+                    job
+                }
                 Err(_) => return None,
             },
         };

@@ -25,7 +25,7 @@ use agentos_schema::{blob_range_of, blob_range_query, DbError, Rows, SqlValue};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::sqlite_conn::{next_soon, run_statement, sql_error, STATEMENT_CACHE};
+use super::sqlite_conn::{run_statement, sql_error, Awake, STATEMENT_CACHE};
 
 /// Read connections of each kind (pooled, and on reader threads): two, the
 /// cores these machines have.
@@ -457,7 +457,7 @@ fn sweep_while_watched(pool: &Pool) {
 
 /// One reader thread: takes the next job from the shared queue and answers
 /// it on its own connection. The thread that holds the queue stays awake
-/// briefly for the next job, then ends its snapshot and waits; the other
+/// briefly for the next job (while that pays: `Awake`), then ends its snapshot and waits; the other
 /// waits its turn for the queue, with its snapshot ended too.
 fn serve(
     mut reader: Reader,
@@ -465,6 +465,7 @@ fn serve(
     answered: &AtomicU64,
     max_result_bytes: u64,
 ) {
+    let mut awake = Awake::default();
     loop {
         let queue = match jobs.try_lock() {
             Ok(queue) => queue,
@@ -473,12 +474,15 @@ fn serve(
                 jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
             }
         };
-        let job = match next_soon(&queue) {
+        let job = match awake.next_soon(&queue) {
             Some(job) => job,
             None => {
                 reader.end();
                 match queue.recv() {
-                    Ok(job) => job,
+                    Ok(job) => {
+                        awake.woke();
+                        job
+                    }
                     Err(_) => return,
                 }
             }

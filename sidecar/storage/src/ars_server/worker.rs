@@ -19,14 +19,11 @@ use agentos_schema::DbError;
 use rusqlite::Connection;
 
 use crate::ars_values::to_wire;
-use crate::sqlite_conn::{run_statement, sql_error};
+use crate::sqlite_conn::{run_statement, sql_error, Awake};
 
 use super::lease_keys::{release_key, LeaseKeys};
 use super::outbox::{Outbox, Outgoing};
 use super::ArsServerOptions;
-
-/// How long the SQLite thread looks for its next job before it sleeps.
-const STAY_AWAKE: Duration = Duration::from_micros(200);
 
 pub(super) struct Req {
     pub(super) conn: u64,
@@ -104,6 +101,8 @@ pub(super) struct Worker {
     expired: VecDeque<LeaseId>,
     /// Requests taken so far (each one's `seq`).
     arrivals: u64,
+    /// Whether to stay awake for the next job when out of work.
+    awake: Awake,
 }
 
 impl Worker {
@@ -131,6 +130,7 @@ impl Worker {
             held: 0,
             expired: VecDeque::new(),
             arrivals: 0,
+            awake: Awake::default(),
         }
     }
 
@@ -170,17 +170,13 @@ impl Worker {
     /// Blocks for the next job, up to the active lease's deadline; `None`
     /// after expiring that lease. A client that awaits each answer sends its
     /// next request moments after it: the thread stays awake for it briefly
-    /// (yielding the core) instead of sleeping and being woken.
+    /// (yielding the core) instead of sleeping and being woken, while that
+    /// pays (`Awake`).
     fn wait(&mut self) -> Option<Job> {
-        let awake = Instant::now();
-        while awake.elapsed() < STAY_AWAKE {
-            match self.rx.try_recv() {
-                Ok(job) => return Some(job),
-                Err(mpsc::TryRecvError::Disconnected) => return None,
-                Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-            }
+        if let Some(job) = self.awake.next_soon(&self.rx) {
+            return Some(job);
         }
-        match &self.active {
+        let job = match &self.active {
             Some(active) => {
                 let wait = active.deadline.saturating_duration_since(Instant::now());
                 match self.rx.recv_timeout(wait) {
@@ -194,7 +190,11 @@ impl Worker {
                 }
             }
             None => self.rx.recv().ok(),
+        };
+        if job.is_some() {
+            self.awake.woke();
         }
+        job
     }
 
     fn respond(&mut self, req: Req, payload: ResponsePayload) {

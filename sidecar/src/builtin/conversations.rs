@@ -1,0 +1,387 @@
+//! The conversations of builtin sessions kept between turns, so that a turn
+//! reads and parses only the events its session logged since the last one
+//! instead of the whole log, and its cost stays flat as the session grows.
+//!
+//! What is kept of a session is what its events before the last turn's
+//! floor made of the conversation: those read the same at every later
+//! turn. It is used only while it still matches the log: the session's
+//! oldest retained event is the one it was built from (retention has pruned
+//! nothing since) and nothing from the new turn's floor on was absorbed (a
+//! resumed turn absorbs its whole log; a turn after it whose words came
+//! earlier starts over). A session whose log passes the transcript's byte
+//! window is not kept: its window moves at every turn.
+//!
+//! The kept conversations of all sessions together hold at most
+//! [`CONVERSATIONS_BYTES`] (counted as the bytes of the events they were
+//! made of); past that the least recently used are dropped, and a dropped
+//! one is rebuilt from the log at its next turn. A kept conversation is
+//! taken out while a turn extends it, so two readers never share one.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use agentos_protocol::host::StoredEvent;
+
+use super::transcript::{Builder, Floor};
+
+/// Bytes (of the events they were made of) all kept conversations hold.
+pub const CONVERSATIONS_BYTES: usize = 16 * 1024 * 1024;
+/// What an entry costs beside its events: the map slot, the builder.
+const ENTRY_OVERHEAD: usize = 256;
+
+/// One session's conversation up to a sequence.
+#[derive(Clone, Default)]
+pub struct Conversation {
+    /// The session's oldest retained sequence when this was built.
+    pub(super) oldest: u64,
+    /// The last sequence absorbed (0 before any).
+    pub(super) through: u64,
+    /// Payload bytes of the events absorbed.
+    pub(super) bytes: usize,
+    pub(super) builder: Builder,
+    used: u64,
+}
+
+impl Conversation {
+    pub(super) fn new(oldest: u64) -> Conversation {
+        Conversation {
+            oldest,
+            ..Conversation::default()
+        }
+    }
+
+    /// Adds an event read before every later turn's floor.
+    pub(super) fn absorb(&mut self, event: &StoredEvent) {
+        self.builder.absorb(event, Floor::default());
+        self.through = self.through.max(event.sequence);
+        self.bytes += event.payload_json.len();
+    }
+
+    fn cost(&self, session_id: &str) -> usize {
+        self.bytes + session_id.len() + ENTRY_OVERHEAD
+    }
+}
+
+/// The kept conversations of one VM's builtin sessions.
+#[derive(Default)]
+pub struct Conversations {
+    inner: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    entries: HashMap<String, Conversation>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl Conversations {
+    /// Takes a session's kept conversation out, if there is one.
+    pub fn take(&self, session_id: &str) -> Option<Conversation> {
+        let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let conversation = kept.entries.remove(session_id)?;
+        kept.bytes -= conversation.cost(session_id);
+        Some(conversation)
+    }
+
+    /// Keeps a session's conversation, dropping the least recently used
+    /// ones while all of them hold more than [`CONVERSATIONS_BYTES`]. One
+    /// larger than the whole budget is not kept.
+    pub fn keep(&self, session_id: &str, mut conversation: Conversation) {
+        let cost = conversation.cost(session_id);
+        if cost > CONVERSATIONS_BYTES {
+            return;
+        }
+        let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.clock += 1;
+        conversation.used = kept.clock;
+        while kept.bytes + cost > CONVERSATIONS_BYTES {
+            let Some(oldest) = kept
+                .entries
+                .iter()
+                .min_by_key(|(_, c)| c.used)
+                .map(|(id, _)| id.clone())
+            else {
+                break;
+            };
+            if let Some(dropped) = kept.entries.remove(&oldest) {
+                kept.bytes -= dropped.cost(&oldest);
+            }
+        }
+        kept.bytes += cost;
+        if let Some(replaced) = kept.entries.insert(session_id.to_owned(), conversation) {
+            kept.bytes -= replaced.cost(session_id);
+        }
+    }
+
+    /// Bytes the kept conversations are counted at.
+    pub fn bytes(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A kept conversation must read exactly as the whole log does, at
+    //! every turn of a session that queues, retries, resumes, prunes and
+    //! runs users' verbs; and it must come from the kept state, reading
+    //! only what was logged since.
+
+    use agentos_protocol::agent_ext::TranscriptItem;
+    use agentos_protocol::host::Actor;
+    use agentos_protocol::session::PermissionPolicy;
+    use agentos_schema::migrate_all;
+    use agentos_storage::testing::{sqlite_file, TestDb};
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::builtin::transcript::rebuild;
+    use crate::sessions::store::{NewEvent, NewSession, Prune};
+    use crate::sessions::SessionStore;
+
+    struct Log {
+        _test: TestDb,
+        store: SessionStore,
+        db: agentos_schema::SharedDatabase,
+    }
+
+    impl Log {
+        async fn new() -> Log {
+            let test = sqlite_file().await;
+            migrate_all(test.db.as_ref()).await.expect("migrate");
+            let store = SessionStore::new(test.db.clone());
+            let new = NewSession {
+                session_id: "s".into(),
+                agent: "builtin".into(),
+                cwd: "/".into(),
+                permission_policy: PermissionPolicy::AllowAll,
+                additional_directories: Vec::new(),
+                env: Default::default(),
+                mcp_servers: Vec::new(),
+                title: None,
+                metadata: None,
+            };
+            store.insert_session(&new, 100).await.expect("insert");
+            Log {
+                db: test.db.clone(),
+                _test: test,
+                store,
+            }
+        }
+
+        /// Appends updates; returns the first one's sequence.
+        async fn append(&self, updates: Vec<(Actor, Value)>, prune_before: Option<u64>) -> u64 {
+            let row = self
+                .store
+                .get_session("s")
+                .await
+                .expect("read")
+                .expect("row");
+            let counters = crate::sessions::store::HistoryCounters {
+                latest_sequence: row.latest_sequence,
+                oldest_retained_sequence: row.oldest_retained_sequence,
+                retained_event_count: row.retained_event_count,
+                retained_event_bytes: row.retained_event_bytes,
+            };
+            let prune = match prune_before {
+                Some(before) => {
+                    let gone = self
+                        .store
+                        .events_between("s", 0, before - 1, 10_000)
+                        .await
+                        .expect("read");
+                    Prune {
+                        before_sequence: before,
+                        events: gone.len() as u64,
+                        bytes: gone.iter().map(|e| e.payload_json.len() as u64).sum(),
+                    }
+                }
+                None => Prune::default(),
+            };
+            let events = updates
+                .into_iter()
+                .map(|(actor, update)| NewEvent::raw_update(actor, update.to_string()))
+                .collect();
+            let (statements, _) = SessionStore::append_statements("s", &counters, prune, events, 1);
+            self.db.transaction(statements).await.expect("append");
+            counters.latest_sequence + 1
+        }
+
+        /// The conversation at `floor` through `kept`, checked against one
+        /// rebuilt from the whole log.
+        async fn read(&self, kept: &Conversations, floor: Floor) -> Vec<TranscriptItem> {
+            let fresh = rebuild(&self.store, &Conversations::default(), "s", floor)
+                .await
+                .expect("fresh");
+            let through_kept = rebuild(&self.store, kept, "s", floor).await.expect("kept");
+            assert_eq!(
+                serde_json::to_value(&through_kept).expect("json"),
+                serde_json::to_value(&fresh).expect("json"),
+                "at {floor:?}"
+            );
+            through_kept
+        }
+    }
+
+    fn user() -> Actor {
+        Actor::User {
+            account: None,
+            signer: None,
+        }
+    }
+
+    fn words(text: &str) -> (Actor, Value) {
+        (
+            user(),
+            json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}}),
+        )
+    }
+
+    fn said(text: &str) -> (Actor, Value) {
+        (
+            Actor::Agent,
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}),
+        )
+    }
+
+    fn call(actor: Actor, id: &str) -> (Actor, Value) {
+        (
+            actor,
+            json!({"sessionUpdate": "tool_call", "toolCallId": id, "title": "read",
+                   "rawInput": {"address": id}}),
+        )
+    }
+
+    fn result(actor: Actor, id: &str) -> (Actor, Value) {
+        (
+            actor,
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": id, "status": "completed",
+                   "rawOutput": format!("result of {id}")}),
+        )
+    }
+
+    fn at(floor: u64) -> Floor {
+        Floor {
+            at: Some(floor),
+            ..Floor::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kept_conversation_reads_as_the_whole_log_does() {
+        let log = Log::new().await;
+        let kept = Conversations::default();
+        // An ordinary turn, then one that calls a verb while the user runs
+        // one of their own.
+        let floor = log.append(vec![words("one")], None).await;
+        log.read(&kept, at(floor)).await;
+        log.append(vec![said("first "), said("answer")], None).await;
+        let floor = log.append(vec![words("two")], None).await;
+        log.read(&kept, at(floor)).await;
+        log.append(
+            vec![
+                call(Actor::Agent, "c1"),
+                call(user(), "u1"),
+                result(user(), "u1"),
+                result(Actor::Agent, "c1"),
+                said("done"),
+            ],
+            None,
+        )
+        .await;
+        // A prompt queued while another ran: its words come before the
+        // running one's answer.
+        let running = log.append(vec![words("three")], None).await;
+        log.read(&kept, at(running)).await;
+        let queued = log.append(vec![words("four")], None).await;
+        log.append(vec![said("answer to three")], None).await;
+        let items = log.read(&kept, at(queued)).await;
+        assert!(
+            matches!(items.last(), Some(TranscriptItem::Assistant { text }) if text == "answer to three")
+        );
+        // A failed attempt and its retry at the same floor.
+        let floor = log.append(vec![words("five")], None).await;
+        log.read(&kept, at(floor)).await;
+        log.append(vec![call(Actor::Agent, "c2")], None).await;
+        let retry = Floor {
+            at: Some(floor),
+            retry: true,
+            attempt_from: None,
+        };
+        log.read(&kept, retry).await;
+        // A resumed turn reads the whole log; a prompt whose words came
+        // before its end starts over.
+        let early = log.append(vec![words("six")], None).await;
+        log.append(vec![said("resumed")], None).await;
+        log.read(&kept, Floor::default()).await;
+        log.read(&kept, at(early)).await;
+        // Retention prunes the oldest events: the kept conversation no
+        // longer matches and is rebuilt.
+        let floor = log.append(vec![words("seven")], Some(floor)).await;
+        let items = log.read(&kept, at(floor)).await;
+        assert!(!items
+            .iter()
+            .any(|item| matches!(item, TranscriptItem::User { text } if text == "one")));
+        assert!(kept.bytes() > 0, "the conversation is kept");
+    }
+
+    #[tokio::test]
+    async fn a_turn_reads_only_what_was_logged_since_the_last() {
+        let log = Log::new().await;
+        let kept = Conversations::default();
+        log.append(vec![words("one"), said("old text")], None).await;
+        let floor = log.append(vec![words("two")], None).await;
+        log.read(&kept, at(floor)).await;
+        // An old event changed behind the kept conversation's back is not
+        // read again: the kept one still says what the log said.
+        log.db
+            .transaction(vec![agentos_schema::Statement::new(
+                "UPDATE agentos_core_events SET payload_json = replace(payload_json, 'old', 'new') \
+                 WHERE session_id = 's' AND sequence = 2",
+                vec![],
+            )])
+            .await
+            .expect("update");
+        log.append(vec![said("answer")], None).await;
+        let floor = log.append(vec![words("three")], None).await;
+        let items = rebuild(&log.store, &kept, "s", at(floor))
+            .await
+            .expect("read");
+        assert!(
+            matches!(&items[1], TranscriptItem::Assistant { text } if text == "old text"),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn the_least_recently_used_are_dropped_past_the_budget() {
+        let kept = Conversations::default();
+        let big = |oldest| Conversation {
+            bytes: CONVERSATIONS_BYTES / 3,
+            ..Conversation::new(oldest)
+        };
+        kept.keep("a", big(1));
+        kept.keep("b", big(2));
+        // Using `a` makes `b` the least recently used.
+        let a = kept.take("a").expect("a");
+        kept.keep("a", a);
+        kept.keep("c", big(3));
+        assert!(kept.bytes() <= CONVERSATIONS_BYTES);
+        assert!(kept.take("b").is_none());
+        assert_eq!(kept.take("a").map(|c| c.oldest), Some(1));
+        assert_eq!(kept.take("c").map(|c| c.oldest), Some(3));
+        assert_eq!(kept.bytes(), 0);
+        // One larger than the whole budget is not kept.
+        kept.keep(
+            "d",
+            Conversation {
+                bytes: CONVERSATIONS_BYTES,
+                ..Conversation::new(4)
+            },
+        );
+        assert!(kept.take("d").is_none());
+    }
+}
