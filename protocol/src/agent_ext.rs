@@ -55,6 +55,32 @@ pub const STORED_RESULT_BYTES: usize = 256 * 1024;
 #[serde(rename_all = "camelCase")]
 pub struct ContextParams {
     pub session_id: String,
+    /// The conversation the agent holds from its last turn of this
+    /// session: the sidecar may then send only what follows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldTranscript>,
+}
+
+/// The conversation an agent holds: the leading `items` of the transcript
+/// the sidecar sent under `id` (which its [`TranscriptBasis`] said stay).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldTranscript {
+    pub id: String,
+    pub items: u32,
+}
+
+/// How a turn's transcript stands to the one the agent holds. The whole
+/// conversation is the first `keep` items the agent holds under `id` (none
+/// when `keep` is 0, whatever it holds), then the turn's `transcript`; its
+/// leading `stable` items read the same at every later turn, so the agent
+/// may hold them under `id` and say so at its next turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptBasis {
+    pub id: String,
+    pub keep: u32,
+    pub stable: u32,
 }
 
 fn yes() -> bool {
@@ -73,8 +99,13 @@ pub struct TurnContext {
     /// The verbs and the callables this thread has promoted, in the order
     /// the provider should see them.
     pub tools: Vec<ToolSpec>,
-    /// The session's conversation before this turn's prompt, oldest first.
+    /// The session's conversation before this turn's prompt, oldest first
+    /// (after what `basis` says the agent keeps).
     pub transcript: Vec<TranscriptItem>,
+    /// Absent: `transcript` is the whole conversation and nothing of it is
+    /// to be held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<TranscriptBasis>,
     /// Most output tokens per model call.
     pub max_tokens: u32,
     /// The turn resumes after delegated work answered: the transcript is

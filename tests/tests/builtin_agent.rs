@@ -652,3 +652,65 @@ async fn an_idle_builtin_session_holds_no_process() {
     ok(&w.message(&session, "one").await);
     assert_eq!(w.sc.live_adapters().await, 1);
 }
+
+/// The agent holds what its last context said stays of the conversation
+/// and is sent only what follows it: every turn of a long session still
+/// reaches the provider whole, in order, with its tool calls; and an agent
+/// started again (it holds nothing) or a sidecar started again (it keeps
+/// nothing) gets the whole conversation again.
+#[tokio::test]
+async fn every_turn_of_a_long_session_reaches_the_provider_whole() {
+    // Agents live between these turns, and end after 1.5 s idle.
+    let mut w = builtin::world_configured(Flavor::OpenAi, json!({"idleAgentMs": 1500})).await;
+    let session = w.session().await;
+    let mut said: Vec<String> = Vec::new();
+    let mut roles = vec!["system".to_owned()];
+    for turn in 0..8 {
+        let words = format!("question {turn}");
+        if turn == 3 {
+            w.provider.push(builtin::tool_calls(&[(
+                "c1",
+                "write",
+                json!({"address": "~/memory/n.md", "content": "noted"}),
+            )]));
+            roles.extend(["user", "assistant", "tool", "assistant"].map(str::to_owned));
+        } else {
+            roles.extend(["user", "assistant"].map(str::to_owned));
+        }
+        w.provider
+            .push(Reply::Text(vec![format!("answer "), format!("{turn}")]));
+        ok(&w.message(&session, &words).await);
+        said.push(words);
+        let body = w.last_body();
+        let sent = Sent::new(Flavor::OpenAi, &body);
+        assert_eq!(sent.user_texts(), said, "turn {turn}: {body}");
+        // The last assistant message is this turn's answer, not yet in
+        // the conversation the provider was sent.
+        assert_eq!(
+            sent.roles(),
+            roles[..roles.len() - 1],
+            "turn {turn}: {body}"
+        );
+        let answers: Vec<&str> = body["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["role"] == "assistant" && m["content"].is_string())
+            .filter_map(|m| m["content"].as_str())
+            .filter(|text| !text.is_empty())
+            .collect();
+        let expected: Vec<String> = (0..turn).map(|t| format!("answer {t}")).collect();
+        assert_eq!(answers, expected, "turn {turn}: {body}");
+        if turn == 4 {
+            // The agent ends when idle: the next one holds nothing, while
+            // the sidecar still keeps the conversation.
+            common::eventually("the idle agent ends", || async {
+                w.sc.live_adapters().await == 0
+            })
+            .await;
+        }
+        if turn == 6 {
+            w = w.restart().await;
+        }
+    }
+}

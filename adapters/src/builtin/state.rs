@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+use agentos_protocol::agent_ext::TranscriptItem;
 use tokio::sync::watch;
 
 use super::local::LocalConfig;
@@ -67,6 +68,9 @@ pub(super) struct SessionState {
     /// The conversation, kept here only when the client is not the sidecar
     /// (the sidecar's log is the conversation otherwise).
     pub(super) local_transcript: Vec<Message>,
+    /// The part of the sidecar's transcript that its last context said
+    /// stays, under its id: the next context sends only what follows it.
+    pub(super) held: Option<(String, Vec<TranscriptItem>)>,
 }
 
 pub(super) struct Agent {

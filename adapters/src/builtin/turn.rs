@@ -2,7 +2,8 @@
 //!
 //! The turn asks its client for the context (`_agentos/context`; a client
 //! that does not know the method gets the local configuration instead),
-//! then calls the model until it stops asking for tools, at most
+//! saying what it holds of the session's conversation from the last turn so
+//! that the client sends only what follows (`whole_context`), then calls the model until it stops asking for tools, at most
 //! `max_steps` times. Text and reasoning stream out as
 //! `agent_message_chunk` / `agent_thought_chunk` (one `messageId` per model
 //! call); every tool call is reported as `tool_call` then `tool_call_update`
@@ -23,8 +24,8 @@ use std::time::Duration;
 
 use agentos_protocol::acp::{methods, RpcError};
 use agentos_protocol::agent_ext::{
-    self, cut_with_notice, output_text, ProviderKey, TranscriptItem, TurnContext, VerbResult,
-    MODEL_RESULT_BYTES,
+    self, cut_with_notice, output_text, ContextParams, HeldTranscript, ProviderKey, TranscriptItem,
+    TurnContext, VerbResult, MODEL_RESULT_BYTES,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -74,15 +75,29 @@ pub(super) async fn run(
     cancel: &Cancel,
 ) -> Result<Value, RpcError> {
     let text = prompt_text(&prompt);
+    let held = lock(&agent.sessions)
+        .get(session)
+        .and_then(|state| state.held.as_ref())
+        .map(|(id, items)| HeldTranscript {
+            id: id.clone(),
+            items: u32::try_from(items.len()).unwrap_or(u32::MAX),
+        });
+    let params = ContextParams {
+        session_id: session.to_owned(),
+        held,
+    };
     let source = match agent
         .peer
-        .request(agent_ext::methods::CONTEXT, json!({ "sessionId": session }))
+        .request(agent_ext::methods::CONTEXT, json!(params))
         .await
     {
-        Ok(value) => match serde_json::from_value(value) {
+        Ok(value) => match serde_json::from_value::<TurnContext>(value)
+            .map_err(|e| format!("the client's turn context is malformed: {e}"))
+            .and_then(|context| whole_context(agent, session, context))
+        {
             Ok(context) => Source::Sidecar(Box::new(context)),
             Err(e) => {
-                let e = RpcError::internal(format!("the client's turn context is malformed: {e}"));
+                let e = RpcError::internal(e);
                 return Err(client_failed(agent, session, Client::Sidecar, e).await);
             }
         },
@@ -697,6 +712,39 @@ fn prompt_text(blocks: &[Value]) -> String {
         .filter_map(agent_ext::block_text)
         .collect::<Vec<_>>()
         .join("\n\n")
+}
+
+/// The turn's context with its whole conversation: what the client says
+/// this agent keeps of the one it holds, then what it sent. What the client
+/// says stays is held for the next turn, and nothing else.
+fn whole_context(
+    agent: &Agent,
+    session: &str,
+    mut context: TurnContext,
+) -> Result<TurnContext, String> {
+    let mut sessions = lock(&agent.sessions);
+    let state = sessions.entry(session.to_owned()).or_default();
+    let held = state.held.take();
+    if let Some(basis) = &context.basis {
+        let keep = basis.keep as usize;
+        if keep > 0 {
+            let mut kept = match held {
+                Some((id, items)) if id == basis.id && items.len() >= keep => items,
+                _ => {
+                    return Err(format!(
+                        "the client's transcript follows {keep} items of {:?}, which this agent does not hold",
+                        basis.id
+                    ))
+                }
+            };
+            kept.truncate(keep);
+            kept.append(&mut context.transcript);
+            context.transcript = kept;
+        }
+        let stable = (basis.stable as usize).min(context.transcript.len());
+        state.held = Some((basis.id.clone(), context.transcript[..stable].to_vec()));
+    }
+    Ok(context)
 }
 
 /// The rebuilt conversation as provider messages: an assistant's text and

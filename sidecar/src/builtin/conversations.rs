@@ -32,6 +32,9 @@ const ENTRY_OVERHEAD: usize = 256;
 /// One session's conversation up to a sequence.
 #[derive(Clone, Default)]
 pub struct Conversation {
+    /// Names this conversation to the agent, which may hold its stable
+    /// part (`TranscriptBasis`); a new one is built under a new id.
+    pub(super) id: String,
     /// The session's oldest retained sequence when this was built.
     pub(super) oldest: u64,
     /// The last sequence absorbed (0 before any).
@@ -45,9 +48,15 @@ pub struct Conversation {
 impl Conversation {
     pub(super) fn new(oldest: u64) -> Conversation {
         Conversation {
+            id: uuid::Uuid::new_v4().simple().to_string(),
             oldest,
             ..Conversation::default()
         }
+    }
+
+    /// Leading items of every later turn's transcript that read as now.
+    pub(super) fn stable(&self) -> u32 {
+        u32::try_from(self.builder.stable()).unwrap_or(u32::MAX)
     }
 
     /// Adds an event read before every later turn's floor.
@@ -130,7 +139,7 @@ mod tests {
     //! runs users' verbs; and it must come from the kept state, reading
     //! only what was logged since.
 
-    use agentos_protocol::agent_ext::TranscriptItem;
+    use agentos_protocol::agent_ext::{HeldTranscript, TranscriptItem};
     use agentos_protocol::host::Actor;
     use agentos_protocol::session::PermissionPolicy;
     use agentos_schema::migrate_all;
@@ -213,10 +222,14 @@ mod tests {
         /// The conversation at `floor` through `kept`, checked against one
         /// rebuilt from the whole log.
         async fn read(&self, kept: &Conversations, floor: Floor) -> Vec<TranscriptItem> {
-            let fresh = rebuild(&self.store, &Conversations::default(), "s", floor)
+            let fresh = rebuild(&self.store, &Conversations::default(), "s", floor, None)
                 .await
-                .expect("fresh");
-            let through_kept = rebuild(&self.store, kept, "s", floor).await.expect("kept");
+                .expect("fresh")
+                .items;
+            let through_kept = rebuild(&self.store, kept, "s", floor, None)
+                .await
+                .expect("kept")
+                .items;
             assert_eq!(
                 serde_json::to_value(&through_kept).expect("json"),
                 serde_json::to_value(&fresh).expect("json"),
@@ -347,13 +360,58 @@ mod tests {
             .expect("update");
         log.append(vec![said("answer")], None).await;
         let floor = log.append(vec![words("three")], None).await;
-        let items = rebuild(&log.store, &kept, "s", at(floor))
+        let items = rebuild(&log.store, &kept, "s", at(floor), None)
             .await
-            .expect("read");
+            .expect("read")
+            .items;
         assert!(
             matches!(&items[1], TranscriptItem::Assistant { text } if text == "old text"),
             "{items:?}"
         );
+    }
+
+    /// The agent is sent only what follows the part it holds, and only
+    /// when it holds a stable part of this very conversation.
+    #[tokio::test]
+    async fn the_agent_is_sent_what_follows_what_it_holds() {
+        let log = Log::new().await;
+        let kept = Conversations::default();
+        log.append(vec![words("one"), said("first")], None).await;
+        let floor = log.append(vec![words("two")], None).await;
+        let first = rebuild(&log.store, &kept, "s", at(floor), None)
+            .await
+            .expect("read");
+        let basis = first.basis.clone().expect("kept");
+        // "one" stays; "first" may still grow.
+        assert_eq!((basis.keep, basis.stable), (0, 1));
+        log.append(vec![said("second")], None).await;
+        let floor = log.append(vec![words("three")], None).await;
+        let read = |held: Option<HeldTranscript>| {
+            let log = &log;
+            let kept = &kept;
+            async move {
+                rebuild(&log.store, kept, "s", at(floor), held.as_ref())
+                    .await
+                    .expect("read")
+            }
+        };
+        let held = |id: &str, items| {
+            Some(HeldTranscript {
+                id: id.to_owned(),
+                items,
+            })
+        };
+        let whole = read(None).await;
+        let (sent, basis) = read(held(&basis.id, 1)).await.for_agent();
+        let basis = basis.expect("kept");
+        assert_eq!(basis.keep, 1);
+        assert_eq!(sent.as_slice(), &whole.items[1..]);
+        // Another conversation's id, or more than stays: the whole of it.
+        for other in [held("other", 1), held(&basis.id, basis.stable + 1)] {
+            let (sent, basis) = read(other).await.for_agent();
+            assert_eq!(basis.map(|b| b.keep), Some(0));
+            assert_eq!(sent, whole.items);
+        }
     }
 
     #[test]

@@ -16,7 +16,8 @@ use agentos_adapters::builtin::provider::{
 };
 use agentos_adapters::RpcError;
 use agentos_protocol::agent_ext::{
-    self, ContextParams, ProviderKey, ProviderRef, TranscriptItem, TurnContext, VerbParams,
+    self, ContextParams, HeldTranscript, ProviderKey, ProviderRef, TranscriptItem, TurnContext,
+    VerbParams,
 };
 use agentos_protocol::host::Actor;
 use agentos_protocol::seed::vocab::AuthMode;
@@ -321,7 +322,11 @@ impl Host {
         })
     }
 
-    async fn context(&self, turn: TurnScope<'_>) -> Result<TurnContext, RpcError> {
+    async fn context(
+        &self,
+        turn: TurnScope<'_>,
+        held: Option<&HeldTranscript>,
+    ) -> Result<TurnContext, RpcError> {
         let resolved = self.resolve(turn.session_id).await?;
         let provider = resolved.provider()?.clone();
         let (provider_type, base_url, public_only) = self.route(&provider)?;
@@ -333,13 +338,19 @@ impl Host {
             retry: turn.retry && !turn.resume,
             attempt_from: None,
         };
-        let items = transcript::rebuild(&self.store, &self.conversations, turn.session_id, floor)
-            .await
-            .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
+        let transcript = transcript::rebuild(
+            &self.store,
+            &self.conversations,
+            turn.session_id,
+            floor,
+            held,
+        )
+        .await
+        .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
         let scope = self
             .verb_scope(&resolved, turn.session_id, Actor::Agent, turn.run_id, None)
             .await?;
-        let promoted = promoted(&items);
+        let promoted = promoted(&transcript.items);
         let tools = self
             .verbs
             .provider_tools(&scope, &promoted)
@@ -353,6 +364,7 @@ impl Host {
             system_prompt.push_str(instructions);
             system_prompt.push_str("\n</instructions>");
         }
+        let (transcript, basis) = transcript.for_agent();
         Ok(TurnContext {
             agent_id: resolved.agent.agent_id.clone(),
             system_prompt,
@@ -364,7 +376,8 @@ impl Host {
                 public_only,
             },
             tools,
-            transcript: items,
+            transcript,
+            basis,
             max_tokens: MAX_TOKENS,
             resume: turn.resume,
             provider_retries: Some(self.endpoints.provider_retries),
@@ -533,8 +546,8 @@ impl AgentHost for Host {
     ) -> Result<Value, RpcError> {
         match method {
             agent_ext::methods::CONTEXT => {
-                let _: ContextParams = params(value)?;
-                encode(self.context(turn).await)
+                let context: ContextParams = params(value)?;
+                encode(self.context(turn, context.held.as_ref()).await)
             }
             agent_ext::methods::PROVIDER_KEY => encode(self.provider_key(turn.session_id).await),
             agent_ext::methods::VERB => {

@@ -26,8 +26,8 @@
 //! providers refuse a conversation that does not start with the user.
 
 use agentos_protocol::agent_ext::{
-    block_text, cut_with_notice, output_text, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES,
-    SIGNATURE_META,
+    block_text, cut_with_notice, output_text, HeldTranscript, TranscriptBasis, TranscriptItem,
+    ERROR_UPDATE, MODEL_RESULT_BYTES, SIGNATURE_META,
 };
 use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use serde_json::Value;
@@ -53,7 +53,8 @@ pub async fn rebuild(
     kept: &Conversations,
     session_id: &str,
     mut floor: Floor,
-) -> Result<Vec<TranscriptItem>, SessionError> {
+    held: Option<&HeldTranscript>,
+) -> Result<Transcript, SessionError> {
     if let (true, Some(at)) = (floor.retry, floor.at) {
         let before = store.output_before(session_id, at).await?;
         floor.attempt_from = Some(before.map_or(at, |last| at.max(last.saturating_add(1))));
@@ -63,7 +64,7 @@ pub async fn rebuild(
         .await?
         .map(|row| row.oldest_retained_sequence)
     else {
-        return Ok(Vec::new());
+        return Ok(Transcript::whole(Vec::new()));
     };
     let reusable = kept.take(session_id).filter(|conversation| {
         conversation.oldest == oldest && floor.at.is_none_or(|at| conversation.through < at)
@@ -74,14 +75,15 @@ pub async fn rebuild(
             let bytes = events.iter().map(|e| e.payload_json.len()).sum::<usize>();
             if conversation.bytes.saturating_add(bytes) > TRANSCRIPT_BYTES {
                 // The window moves from here on: nothing is kept.
-                return Ok(items(&read_window(store, session_id).await?.0, floor));
+                let events = read_window(store, session_id).await?.0;
+                return Ok(Transcript::whole(items(&events, floor)));
             }
             (conversation, events)
         }
         None => {
             let (events, whole) = read_window(store, session_id).await?;
             if !whole {
-                return Ok(items(&events, floor));
+                return Ok(Transcript::whole(items(&events, floor)));
             }
             (Conversation::new(oldest), events)
         }
@@ -97,8 +99,43 @@ pub async fn rebuild(
     for event in &events[split..] {
         builder.absorb(event, floor);
     }
+    let items = builder.finish();
+    let stable = conversation.stable();
+    let keep = held
+        .filter(|held| held.id == conversation.id && held.items <= stable)
+        .map_or(0, |held| held.items);
+    let basis = TranscriptBasis {
+        id: conversation.id.clone(),
+        keep,
+        stable,
+    };
     kept.keep(session_id, conversation);
-    Ok(builder.finish())
+    Ok(Transcript {
+        items,
+        basis: Some(basis),
+    })
+}
+
+/// A turn's whole conversation, and how it stands to the part the agent
+/// holds (none when the conversation is not kept).
+#[derive(Debug)]
+pub struct Transcript {
+    pub items: Vec<TranscriptItem>,
+    pub basis: Option<TranscriptBasis>,
+}
+
+impl Transcript {
+    fn whole(items: Vec<TranscriptItem>) -> Transcript {
+        Transcript { items, basis: None }
+    }
+
+    /// What the agent is sent: the items after those it keeps.
+    pub fn for_agent(self) -> (Vec<TranscriptItem>, Option<TranscriptBasis>) {
+        let mut items = self.items;
+        let keep = self.basis.as_ref().map_or(0, |basis| basis.keep as usize);
+        items.drain(..keep.min(items.len()));
+        (items, self.basis)
+    }
 }
 
 /// The session's events after `after`, oldest first.
@@ -343,6 +380,16 @@ impl Builder {
         } else {
             self.deferred.push(text);
         }
+    }
+
+    /// How many leading items of what `finish` returns no later event can
+    /// change: all from the first user message on but the last (which more
+    /// text may extend).
+    pub(super) fn stable(&self) -> usize {
+        self.items
+            .iter()
+            .position(|item| matches!(item, TranscriptItem::User { .. }))
+            .map_or(0, |first| (self.items.len() - 1).saturating_sub(first))
     }
 
     pub(super) fn finish(mut self) -> Vec<TranscriptItem> {
