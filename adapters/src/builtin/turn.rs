@@ -3,8 +3,8 @@
 //! The turn asks its client for the context (`_agentos/context`; a client
 //! that does not know the method gets the local configuration instead),
 //! saying what it holds of the session's conversation from the last turn so
-//! that the client sends only what follows (`whole_context`), then calls the model until it stops asking for tools, at most
-//! `max_steps` times. Text and reasoning stream out as
+//! that the client sends only what follows (`whole_context`), then calls
+//! the model until it stops asking for tools, at most `max_steps` times. Text and reasoning stream out as
 //! `agent_message_chunk` / `agent_thought_chunk` (one `messageId` per model
 //! call); every tool call is reported as `tool_call` then `tool_call_update`
 //! with its result (up to [`STORED_RESULT_BYTES`] kept), and the model gets
@@ -86,7 +86,7 @@ pub(super) async fn run(
         session_id: session.to_owned(),
         held,
     };
-    let source = match agent
+    let mut source = match agent
         .peer
         .request(agent_ext::methods::CONTEXT, json!(params))
         .await
@@ -120,20 +120,24 @@ pub(super) async fn run(
         // It knows the method: the sidecar, which could not give one.
         Err(e) => return Err(client_failed(agent, session, Client::Sidecar, e).await),
     };
-    let (system, tools, mut messages, max_tokens) = match &source {
-        Source::Sidecar(ctx) => (
-            ctx.system_prompt.clone(),
-            ctx.tools
-                .iter()
-                .map(|t| ToolSpec {
-                    name: t.name.clone(),
-                    description: t.description.clone(),
-                    parameters: t.parameters.clone(),
-                })
-                .collect::<Vec<_>>(),
-            transcript_messages(&ctx.transcript),
-            ctx.max_tokens,
-        ),
+    let (system, tools, mut messages, max_tokens) = match &mut source {
+        Source::Sidecar(ctx) => {
+            let messages = transcript_messages(&ctx.transcript);
+            hold(agent, session, ctx);
+            (
+                ctx.system_prompt.clone(),
+                ctx.tools
+                    .iter()
+                    .map(|t| ToolSpec {
+                        name: t.name.clone(),
+                        description: t.description.clone(),
+                        parameters: t.parameters.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+                messages,
+                ctx.max_tokens,
+            )
+        }
         Source::Local => {
             let local = agent.options.local.as_ref().map(|l| l.system_prompt());
             let history = lock(&agent.sessions)
@@ -715,8 +719,8 @@ fn prompt_text(blocks: &[Value]) -> String {
 }
 
 /// The turn's context with its whole conversation: what the client says
-/// this agent keeps of the one it holds, then what it sent. What the client
-/// says stays is held for the next turn, and nothing else.
+/// this agent keeps of the one it holds, then what it sent. What it held
+/// is let go either way (`hold` keeps what stays of this one).
 fn whole_context(
     agent: &Agent,
     session: &str,
@@ -741,10 +745,21 @@ fn whole_context(
             kept.append(&mut context.transcript);
             context.transcript = kept;
         }
-        let stable = (basis.stable as usize).min(context.transcript.len());
-        state.held = Some((basis.id.clone(), context.transcript[..stable].to_vec()));
     }
     Ok(context)
+}
+
+/// Holds what the client said stays of the turn's conversation, once the
+/// turn has made its messages of it, for the next turn.
+fn hold(agent: &Agent, session: &str, context: &mut TurnContext) {
+    let Some(basis) = &context.basis else {
+        return;
+    };
+    let mut transcript = std::mem::take(&mut context.transcript);
+    transcript.truncate(basis.stable as usize);
+    if let Some(state) = lock(&agent.sessions).get_mut(session) {
+        state.held = Some((basis.id.clone(), transcript));
+    }
 }
 
 /// The rebuilt conversation as provider messages: an assistant's text and
