@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use agentos_protocol::agent_ext::ImagePart;
 use reqwest::header::HeaderMap;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::transport::{secret_header, EventStream, Transport};
@@ -21,9 +24,8 @@ pub(super) async fn stream(
     on_event: &mut (dyn FnMut(StreamEvent) + Send),
 ) -> Result<StopKind, ProviderError> {
     let url = transport.url(endpoint, "/chat/completions")?;
-    let body = request_body(endpoint.kind, request);
     let mut events = transport
-        .post_stream(url, headers(endpoint)?, &body)
+        .post_stream(url, headers(endpoint)?, &body(endpoint.kind, request))
         .await?;
     read_stream(&mut events, on_event).await
 }
@@ -46,111 +48,214 @@ fn headers(endpoint: &Endpoint) -> Result<HeaderMap, ProviderError> {
     Ok(headers)
 }
 
-/// The images tool results showed, as the user message that follows them.
-fn flush_images(messages: &mut Vec<Value>, shown: &mut Vec<Value>) {
-    if shown.is_empty() {
-        return;
-    }
-    let mut content = vec![json!({"type": "text", "text": "Attached image(s) from tool result:"})];
-    content.append(shown);
-    messages.push(json!({"role": "user", "content": content}));
+/// The request body. It is written straight from the request, without a
+/// JSON tree in between: a long conversation costs one pass over it.
+pub(super) struct Body<'a> {
+    kind: ProviderKind,
+    request: &'a ModelRequest,
 }
 
+pub(super) fn body(kind: ProviderKind, request: &ModelRequest) -> Body<'_> {
+    Body { kind, request }
+}
+
+/// The body as a JSON value, for the tests that read it.
+#[cfg(test)]
 pub(super) fn request_body(kind: ProviderKind, request: &ModelRequest) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
-    }
-    // Chat completions take images only in user messages: those a run of
-    // tool results showed follow it in one.
-    let mut shown: Vec<Value> = Vec::new();
-    for message in &request.messages {
-        if !matches!(message, Message::ToolResult { .. }) {
-            flush_images(&mut messages, &mut shown);
+    serde_json::to_value(body(kind, request)).unwrap_or(Value::Null)
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = self.request;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("model", &request.model)?;
+        map.serialize_entry("messages", &Messages(request))?;
+        map.serialize_entry("stream", &true)?;
+        map.serialize_entry("stream_options", &StreamOptions)?;
+        // OpenAI's reasoning models refuse `max_tokens`; compatible servers
+        // mostly know only `max_tokens`.
+        let max_tokens_field = match self.kind {
+            ProviderKind::OpenAi => "max_completion_tokens",
+            _ => "max_tokens",
+        };
+        map.serialize_entry(max_tokens_field, &request.max_tokens)?;
+        if !request.tools.is_empty() {
+            map.serialize_entry("tools", &Tools(&request.tools))?;
         }
-        messages.push(match message {
-            Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant {
-                text, tool_calls, ..
-            } => {
-                let mut entry = json!({"role": "assistant"});
-                entry["content"] = if text.is_empty() && !tool_calls.is_empty() {
-                    Value::Null
-                } else {
-                    Value::String(text.clone())
-                };
-                if !tool_calls.is_empty() {
-                    let calls: Vec<Value> = tool_calls
-                        .iter()
-                        .map(|call| {
-                            json!({
-                                "id": call.id,
-                                "type": "function",
-                                "function": {"name": call.name, "arguments": arguments_text(&call.arguments)},
-                            })
-                        })
-                        .collect();
-                    entry["tool_calls"] = Value::Array(calls);
-                }
-                entry
-            }
-            Message::ToolResult {
-                call_id,
-                content,
-                is_error,
-                images,
-                ..
-            } => {
-                shown.extend(images.iter().map(|image| {
-                    json!({"type": "image_url", "image_url": {
-                        "url": format!("data:{};base64,{}", image.mime_type, image.data),
-                    }})
-                }));
-                // The API has no error flag on a tool message; the model
-                // learns of the failure from the text.
-                let content = if *is_error {
-                    format!("Error: {content}")
-                } else if content.is_empty() && !images.is_empty() {
-                    "(see attached image)".to_owned()
-                } else {
-                    content.clone()
-                };
-                json!({"role": "tool", "tool_call_id": call_id, "content": content})
-            }
-        });
+        map.end()
     }
-    flush_images(&mut messages, &mut shown);
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    // OpenAI's reasoning models refuse `max_tokens`; compatible servers
-    // mostly know only `max_tokens`.
-    let max_tokens_field = match kind {
-        ProviderKind::OpenAi => "max_completion_tokens",
-        _ => "max_tokens",
-    };
-    body[max_tokens_field] = json!(request.max_tokens);
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    },
-                })
+}
+
+struct StreamOptions;
+
+impl Serialize for StreamOptions {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("include_usage", &true)?;
+        map.end()
+    }
+}
+
+struct Tools<'a>(&'a [super::ToolSpec]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|tool| {
+            json!({
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
             })
-            .collect();
-        body["tools"] = Value::Array(tools);
+        }))
     }
-    body
+}
+
+/// The conversation as chat messages. Chat completions take images only in
+/// user messages: those a run of tool results showed follow it in one.
+struct Messages<'a>(&'a ModelRequest);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = self.0;
+        let mut seq = serializer.serialize_seq(None)?;
+        if !request.system.is_empty() {
+            seq.serialize_element(&Plain {
+                role: "system",
+                content: &request.system,
+            })?;
+        }
+        let mut shown: Vec<&ImagePart> = Vec::new();
+        for message in &request.messages {
+            if !matches!(message, Message::ToolResult { .. }) && !shown.is_empty() {
+                seq.serialize_element(&Shown(&std::mem::take(&mut shown)))?;
+            }
+            match message {
+                Message::User { text } => seq.serialize_element(&Plain {
+                    role: "user",
+                    content: text,
+                })?,
+                Message::Assistant {
+                    text, tool_calls, ..
+                } => seq.serialize_element(&Assistant { text, tool_calls })?,
+                Message::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                    images,
+                    ..
+                } => {
+                    shown.extend(images);
+                    seq.serialize_element(&ToolMessage {
+                        call_id,
+                        content,
+                        is_error: *is_error,
+                        with_images: !images.is_empty(),
+                    })?;
+                }
+            }
+        }
+        if !shown.is_empty() {
+            seq.serialize_element(&Shown(&shown))?;
+        }
+        seq.end()
+    }
+}
+
+struct Plain<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+impl Serialize for Plain<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", self.role)?;
+        map.serialize_entry("content", self.content)?;
+        map.end()
+    }
+}
+
+struct Assistant<'a> {
+    text: &'a str,
+    tool_calls: &'a [ToolCall],
+}
+
+impl Serialize for Assistant<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("role", "assistant")?;
+        if self.text.is_empty() && !self.tool_calls.is_empty() {
+            map.serialize_entry("content", &())?;
+        } else {
+            map.serialize_entry("content", self.text)?;
+        }
+        if !self.tool_calls.is_empty() {
+            map.serialize_entry("tool_calls", &Calls(self.tool_calls))?;
+        }
+        map.end()
+    }
+}
+
+struct Calls<'a>(&'a [ToolCall]);
+
+impl Serialize for Calls<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|call| {
+            json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": arguments_text(&call.arguments)},
+            })
+        }))
+    }
+}
+
+struct ToolMessage<'a> {
+    call_id: &'a str,
+    content: &'a str,
+    is_error: bool,
+    with_images: bool,
+}
+
+impl Serialize for ToolMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("role", "tool")?;
+        map.serialize_entry("tool_call_id", self.call_id)?;
+        // The API has no error flag on a tool message; the model learns of
+        // the failure from the text.
+        if self.is_error {
+            map.serialize_entry("content", &format_args!("Error: {}", self.content))?;
+        } else if self.content.is_empty() && self.with_images {
+            map.serialize_entry("content", "(see attached image)")?;
+        } else {
+            map.serialize_entry("content", self.content)?;
+        }
+        map.end()
+    }
+}
+
+/// The images tool results showed, as the user message that follows them.
+struct Shown<'a>(&'a [&'a ImagePart]);
+
+impl Serialize for Shown<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut content =
+            vec![json!({"type": "text", "text": "Attached image(s) from tool result:"})];
+        content.extend(self.0.iter().map(|image| {
+            json!({"type": "image_url", "image_url": {
+                "url": format!("data:{};base64,{}", image.mime_type, image.data),
+            }})
+        }));
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", "user")?;
+        map.serialize_entry("content", &content)?;
+        map.end()
+    }
 }
 
 /// Arguments as the API carries them: a JSON text. Text kept because it

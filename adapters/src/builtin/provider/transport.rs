@@ -104,7 +104,7 @@ impl Transport {
         &self,
         target: Target,
         headers: HeaderMap,
-        body: &serde_json::Value,
+        body: &impl serde::Serialize,
     ) -> Result<EventStream, ProviderError> {
         let body = serde_json::to_vec(body).map_err(|e| {
             ProviderError::bad_request(format!("the request could not be encoded ({e})"))
