@@ -158,6 +158,7 @@ async fn fan_out(
     address: &str,
     key: &SigningKey,
     agent_id: &str,
+    pid: u32,
 ) -> Result<(f64, f64, u64), Error> {
     let mut conn = Connection::open(address).await?;
     let (status, body) = conn
@@ -194,6 +195,8 @@ async fn fan_out(
             .ok_or("a subscriber ended before it subscribed")?;
     }
     let started = Instant::now();
+    let server_before = agentos_tests::bench::on_cpu(pid);
+    let client_before = agentos_tests::bench::on_cpu(std::process::id());
     let (status, _) = conn
         .post(sign(
             key,
@@ -210,8 +213,17 @@ async fn fan_out(
         delays.extend(tokio::time::timeout(Duration::from_secs(120), task).await???);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let server = agentos_tests::bench::on_cpu(pid).saturating_sub(server_before);
+    let client = agentos_tests::bench::on_cpu(std::process::id()).saturating_sub(client_before);
     delays.sort_by(f64::total_cmp);
     let delivered = delays.len() as u64;
+    println!(
+        "fan-out CPU: sidecar {:.0} ms ({:.2} µs per frame), this client {:.0} ms, over {:.0} ms",
+        server.as_secs_f64() * 1000.0,
+        server.as_secs_f64() * 1e6 / delivered.max(1) as f64,
+        client.as_secs_f64() * 1000.0,
+        elapsed * 1000.0
+    );
     Ok((
         delivered as f64 / elapsed,
         percentile(&delays, 0.99),
@@ -344,7 +356,7 @@ async fn print_fan_out(
     agent_id: &str,
     pid: u32,
 ) -> Result<(), Error> {
-    let (rate, p99, delivered) = fan_out(address, key, agent_id).await?;
+    let (rate, p99, delivered) = fan_out(address, key, agent_id, pid).await?;
     let fanout_rss = rss_kib(pid, "VmHWM:").unwrap_or(0);
     let met = if p99 <= FANOUT_GOAL_MS {
         "met"
