@@ -6,9 +6,10 @@
 //! floor made of the conversation: those read the same at every later
 //! turn. It is used only while it still matches the log: the session's
 //! oldest retained event is the one it was built from (retention has pruned
-//! nothing since) and nothing from the new turn's floor on was absorbed (a
-//! resumed turn absorbs its whole log; a turn after it whose words came
-//! earlier starts over). A session whose log passes the transcript's byte
+//! nothing since), the log still holds the last event it absorbed as it was
+//! (a session deleted and opened again under its id does not), and nothing
+//! from the new turn's floor on was absorbed (a resumed turn absorbs its
+//! whole log; a turn after it whose words came earlier starts over). A session whose log passes the transcript's byte
 //! window is not kept: its window moves at every turn.
 //!
 //! The kept conversations of all sessions together hold at most
@@ -22,7 +23,7 @@ use std::sync::{Mutex, PoisonError};
 
 use agentos_protocol::host::StoredEvent;
 
-use super::transcript::{Builder, Floor};
+use super::transcript::{fingerprint, Builder, Floor};
 
 /// Bytes (of the events they were made of) all kept conversations hold.
 pub const CONVERSATIONS_BYTES: usize = 16 * 1024 * 1024;
@@ -37,8 +38,10 @@ pub struct Conversation {
     pub(super) id: String,
     /// The session's oldest retained sequence when this was built.
     pub(super) oldest: u64,
-    /// The last sequence absorbed (0 before any).
+    /// The last sequence absorbed (0 before any), and that event's
+    /// fingerprint, which the log must still hold for this to go on.
     pub(super) through: u64,
+    pub(super) last: Option<u64>,
     /// Payload bytes of the events absorbed.
     pub(super) bytes: usize,
     pub(super) builder: Builder,
@@ -62,7 +65,8 @@ impl Conversation {
     /// Adds an event read before every later turn's floor.
     pub(super) fn absorb(&mut self, event: &StoredEvent) {
         self.builder.absorb(event, Floor::default());
-        self.through = self.through.max(event.sequence);
+        self.through = event.sequence;
+        self.last = Some(fingerprint(event));
         self.bytes += event.payload_json.len();
     }
 
@@ -348,24 +352,42 @@ mod tests {
         log.append(vec![words("one"), said("old text")], None).await;
         let floor = log.append(vec![words("two")], None).await;
         log.read(&kept, at(floor)).await;
-        // An old event changed behind the kept conversation's back is not
-        // read again: the kept one still says what the log said.
-        log.db
-            .transaction(vec![agentos_schema::Statement::new(
-                "UPDATE agentos_core_events SET payload_json = replace(payload_json, 'old', 'new') \
-                 WHERE session_id = 's' AND sequence = 2",
-                vec![],
+        let rewrite = |sequence: u64, from: &str, to: &str| {
+            log.db.transaction(vec![agentos_schema::Statement::new(
+                "UPDATE agentos_core_events SET payload_json = replace(payload_json, ?2, ?3) \
+                 WHERE session_id = 's' AND sequence = ?1",
+                vec![
+                    agentos_schema::SqlValue::Integer(sequence as i64),
+                    from.into(),
+                    to.into(),
+                ],
             )])
-            .await
-            .expect("update");
+        };
+        // An older event changed behind the kept conversation's back is not
+        // read again: the kept one still says what the log said.
+        rewrite(1, "\"one\"", "\"ONE\"").await.expect("update");
         log.append(vec![said("answer")], None).await;
         let floor = log.append(vec![words("three")], None).await;
-        let items = rebuild(&log.store, &kept, "s", at(floor), None)
-            .await
-            .expect("read")
-            .items;
+        let read = |floor| {
+            let (log, kept) = (&log, &kept);
+            async move {
+                rebuild(&log.store, kept, "s", at(floor), None)
+                    .await
+                    .expect("read")
+                    .items
+            }
+        };
+        let items = read(floor).await;
         assert!(
-            matches!(&items[1], TranscriptItem::Assistant { text } if text == "old text"),
+            matches!(&items[0], TranscriptItem::User { text } if text == "one"),
+            "{items:?}"
+        );
+        // The last event it absorbed changed (a log replaced under the same
+        // id): it is not continued, the log is read again.
+        rewrite(4, "answer", "ANSWER").await.expect("update");
+        let items = read(floor).await;
+        assert!(
+            matches!(&items[0], TranscriptItem::User { text } if text == "ONE"),
             "{items:?}"
         );
     }

@@ -69,9 +69,12 @@ pub async fn rebuild(
     let reusable = kept.take(session_id).filter(|conversation| {
         conversation.oldest == oldest && floor.at.is_none_or(|at| conversation.through < at)
     });
-    let (mut conversation, events) = match reusable {
-        Some(conversation) => {
-            let events = read_after(store, session_id, conversation.through).await?;
+    let continued = match reusable {
+        Some(conversation) => continued(store, session_id, conversation).await?,
+        None => None,
+    };
+    let (mut conversation, events) = match continued {
+        Some((conversation, events)) => {
             let bytes = events.iter().map(|e| e.payload_json.len()).sum::<usize>();
             if conversation.bytes.saturating_add(bytes) > TRANSCRIPT_BYTES {
                 // The window moves from here on: nothing is kept.
@@ -136,6 +139,36 @@ impl Transcript {
         items.drain(..keep.min(items.len()));
         (items, self.basis)
     }
+}
+
+/// The events logged after what `conversation` absorbed, if the log still
+/// holds the last event it absorbed as it was (a session deleted and
+/// opened again under its id holds another).
+async fn continued(
+    store: &SessionStore,
+    session_id: &str,
+    conversation: Conversation,
+) -> Result<Option<(Conversation, Vec<StoredEvent>)>, SessionError> {
+    let Some(last) = conversation.last else {
+        let events = read_after(store, session_id, 0).await?;
+        return Ok(Some((conversation, events)));
+    };
+    let mut events = read_after(store, session_id, conversation.through - 1).await?;
+    match events.first() {
+        Some(first) if first.sequence == conversation.through && fingerprint(first) == last => {
+            events.remove(0);
+            Ok(Some((conversation, events)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What tells one logged event from another at the same sequence.
+pub(super) fn fingerprint(event: &StoredEvent) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (event.sequence, event.timestamp_ms, &event.payload_json).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The session's events after `after`, oldest first.
