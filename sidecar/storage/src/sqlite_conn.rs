@@ -109,6 +109,13 @@ impl Awake {
     }
 }
 
+/// Runs a transaction-control statement (`BEGIN IMMEDIATE`, `COMMIT`, a
+/// savepoint) from the connection's statement cache: each transaction runs
+/// two to four of them, so they are parsed once, not every time.
+pub(crate) fn control(conn: &Connection, sql: &'static str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
 /// Runs one statement, materializing its rows within the result limit.
 pub fn run_statement<P: BindValue>(
     conn: &Connection,

@@ -26,7 +26,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::sqlite_checkpoint::{watch_wal, Checkpointer};
-use super::sqlite_conn::{open_connection, run_statement, sql_error, Awake};
+use super::sqlite_conn::{control, open_connection, run_statement, sql_error, Awake};
 use super::sqlite_read::{BlobRange, ReadSide};
 use crate::SqliteLimits;
 
@@ -315,7 +315,7 @@ fn run_group(
     group: Vec<TransactionJob>,
     max_result_bytes: u64,
 ) -> GroupAnswers {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
         let error = sql_error(0)(e);
         return group
             .into_iter()
@@ -325,7 +325,7 @@ fn run_group(
     let mut done: GroupAnswers = Vec::with_capacity(group.len());
     let mut rest = group.into_iter();
     for (statements, reply) in rest.by_ref() {
-        if let Err(e) = conn.execute_batch("SAVEPOINT agentos_group_member") {
+        if let Err(e) = control(conn, "SAVEPOINT agentos_group_member") {
             done.push((reply, Err(sql_error(0)(e))));
             continue;
         }
@@ -333,7 +333,7 @@ fn run_group(
         if outcome.is_err() {
             let _ = conn
                 .execute_batch("ROLLBACK TO agentos_group_member; RELEASE agentos_group_member");
-        } else if let Err(e) = conn.execute_batch("RELEASE agentos_group_member") {
+        } else if let Err(e) = control(conn, "RELEASE agentos_group_member") {
             done.push((reply, Err(sql_error(statements.len() as u32)(e))));
             continue;
         }
@@ -357,7 +357,7 @@ fn run_group(
             return answers;
         }
     }
-    match conn.execute_batch("COMMIT") {
+    match control(conn, "COMMIT") {
         Ok(()) => done,
         Err(e) => {
             rollback(conn);
@@ -376,8 +376,7 @@ pub fn run_transaction(
     statements: &[Statement],
     max_result_bytes: u64,
 ) -> Result<Vec<Rows>, DbError> {
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(sql_error(0))?;
+    control(conn, "BEGIN IMMEDIATE").map_err(sql_error(0))?;
     let results = match run_statements(conn, statements, max_result_bytes) {
         Ok(results) => results,
         Err(error) => {
@@ -385,7 +384,7 @@ pub fn run_transaction(
             return Err(error);
         }
     };
-    if let Err(e) = conn.execute_batch("COMMIT") {
+    if let Err(e) = control(conn, "COMMIT") {
         rollback(conn);
         return Err(sql_error(statements.len() as u32)(e));
     }
@@ -425,7 +424,7 @@ fn run_statements(
 
 fn rollback(conn: &Connection) {
     if !conn.is_autocommit() {
-        if let Err(e) = conn.execute_batch("ROLLBACK") {
+        if let Err(e) = control(conn, "ROLLBACK") {
             tracing::error!(error = %e, "ERR_AGENTOS_SQLITE_ROLLBACK: rollback failed");
         }
     }

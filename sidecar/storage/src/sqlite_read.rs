@@ -25,7 +25,7 @@ use agentos_schema::{blob_range_of, blob_range_query, DbError, Rows, SqlValue};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::sqlite_conn::{run_statement, sql_error, Awake, STATEMENT_CACHE};
+use super::sqlite_conn::{control, run_statement, sql_error, Awake, STATEMENT_CACHE};
 
 /// Read connections of each kind (pooled, and on reader threads): two, the
 /// cores these machines have.
@@ -141,7 +141,7 @@ impl Reader {
                 });
             }
             // Deferred: the read transaction starts at the first statement.
-            if self.conn.execute_batch("BEGIN").is_ok() {
+            if control(&self.conn, "BEGIN").is_ok() {
                 self.snapshot = Some(Snapshot {
                     answered: now,
                     began: Instant::now(),
@@ -158,9 +158,9 @@ impl Reader {
     fn end(&mut self) {
         self.snapshot = None;
         if !self.conn.is_autocommit() {
-            if let Err(e) = self.conn.execute_batch("COMMIT") {
+            if let Err(e) = control(&self.conn, "COMMIT") {
                 tracing::warn!(error = %e, "ending a read snapshot failed");
-                let _ = self.conn.execute_batch("ROLLBACK");
+                let _ = control(&self.conn, "ROLLBACK");
             }
         }
     }
