@@ -14,8 +14,9 @@
 //!
 //! The kept conversations of all sessions together hold at most
 //! [`CONVERSATIONS_BYTES`] (counted as the bytes of the events they were
-//! made of); past that the least recently used are dropped, and a dropped
-//! one is rebuilt from the log at its next turn. A kept conversation is
+//! made of); past that the least recently used are dropped (down to seven
+//! eighths of it), and a dropped one is rebuilt from the log at its next
+//! turn. A kept conversation is
 //! taken out while a turn extends it, so two readers never share one.
 
 use std::collections::HashMap;
@@ -97,9 +98,10 @@ impl Conversations {
         Some(conversation)
     }
 
-    /// Keeps a session's conversation, dropping the least recently used
-    /// ones while all of them hold more than [`CONVERSATIONS_BYTES`]. One
-    /// larger than the whole budget is not kept.
+    /// Keeps a session's conversation; when all of them would hold more
+    /// than [`CONVERSATIONS_BYTES`], the least recently used are dropped
+    /// until they hold seven eighths of it. One larger than the whole
+    /// budget is not kept.
     pub fn keep(&self, session_id: &str, mut conversation: Conversation) {
         let cost = conversation.cost(session_id);
         if cost > CONVERSATIONS_BYTES {
@@ -108,17 +110,22 @@ impl Conversations {
         let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         kept.clock += 1;
         conversation.used = kept.clock;
-        while kept.bytes + cost > CONVERSATIONS_BYTES {
-            let Some(oldest) = kept
+        if kept.bytes + cost > CONVERSATIONS_BYTES {
+            // Down to seven eighths at once, so that a full budget is not
+            // searched again at every turn.
+            let mut by_use: Vec<(u64, String)> = kept
                 .entries
                 .iter()
-                .min_by_key(|(_, c)| c.used)
-                .map(|(id, _)| id.clone())
-            else {
-                break;
-            };
-            if let Some(dropped) = kept.entries.remove(&oldest) {
-                kept.bytes -= dropped.cost(&oldest);
+                .map(|(id, c)| (c.used, id.clone()))
+                .collect();
+            by_use.sort_unstable();
+            for (_, id) in by_use {
+                if kept.bytes + cost <= CONVERSATIONS_BYTES / 8 * 7 {
+                    break;
+                }
+                if let Some(dropped) = kept.entries.remove(&id) {
+                    kept.bytes -= dropped.cost(&id);
+                }
             }
         }
         kept.bytes += cost;
@@ -463,5 +470,18 @@ mod tests {
             },
         );
         assert!(kept.take("d").is_none());
+        // Many small ones: past the budget, the oldest go until seven
+        // eighths of it are held, and the newest stay.
+        let small = |oldest| Conversation {
+            bytes: CONVERSATIONS_BYTES / 64 - ENTRY_OVERHEAD - 8,
+            ..Conversation::new(oldest)
+        };
+        for n in 0..65u64 {
+            kept.keep(&format!("s{n:07}"), small(n));
+        }
+        assert!(kept.bytes() <= CONVERSATIONS_BYTES / 8 * 7);
+        assert!(kept.take("s0000000").is_none());
+        assert_eq!(kept.take("s0000064").map(|c| c.oldest), Some(64));
+        assert_eq!(kept.take("s0000063").map(|c| c.oldest), Some(63));
     }
 }
