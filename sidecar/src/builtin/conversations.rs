@@ -14,7 +14,8 @@
 //!
 //! The kept conversations of all sessions together hold at most
 //! [`CONVERSATIONS_BYTES`] (counted as the bytes of the events they were
-//! made of); past that the least recently used are dropped (down to seven
+//! made of, and of the users' verbs as framed for the model, which is more
+//! than any of them holds); past that the least recently used are dropped (down to seven
 //! eighths of it), and a dropped one is rebuilt from the log at its next
 //! turn. A kept conversation is
 //! taken out while a turn extends it, so two readers never share one.
@@ -26,7 +27,7 @@ use agentos_protocol::host::StoredEvent;
 
 use super::transcript::{fingerprint, Builder, Floor};
 
-/// Bytes (of the events they were made of) all kept conversations hold.
+/// Bytes all kept conversations hold, at most (see `Conversation::cost`).
 pub const CONVERSATIONS_BYTES: usize = 16 * 1024 * 1024;
 /// What an entry costs beside its events: the map slot, the builder.
 const ENTRY_OVERHEAD: usize = 256;
@@ -71,8 +72,10 @@ impl Conversation {
         self.bytes += event.payload_json.len();
     }
 
+    /// What this holds at most: the events' bytes, the users' verbs as
+    /// framed, the key and the entry.
     fn cost(&self, session_id: &str) -> usize {
-        self.bytes + session_id.len() + ENTRY_OVERHEAD
+        self.bytes + self.builder.framed + session_id.len() + ENTRY_OVERHEAD
     }
 }
 

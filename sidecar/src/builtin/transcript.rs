@@ -263,6 +263,10 @@ pub(super) struct Builder {
     /// Users' verbs that finished while agent calls were open: they follow
     /// those calls' results, which must come right after the calls.
     deferred: Vec<String>,
+    /// Bytes of the users' verbs framed as messages. Everything else held
+    /// was cut from an event's text, so the events' bytes and these bound
+    /// what a builder holds.
+    pub(super) framed: usize,
 }
 
 impl Builder {
@@ -408,6 +412,7 @@ impl Builder {
             escape(&input.to_string()),
             escape(&cut_with_notice(output, MODEL_RESULT_BYTES)),
         );
+        self.framed += text.len();
         if self.open.is_empty() {
             self.user(text);
         } else {
