@@ -253,13 +253,13 @@ impl Host {
     /// and the tools it may use (`{instructions?, tools?}` in the session's
     /// metadata).
     async fn delegated(&self, session_id: &str) -> Result<Value, RpcError> {
-        let row = self
+        let metadata = self
             .store
-            .get_session(session_id)
+            .metadata(session_id)
             .await
             .map_err(|e| RpcError::internal(format!("reading the session: {}", e.code())))?;
-        Ok(row
-            .and_then(|r| r.metadata)
+        Ok(metadata
+            .flatten()
             .map(|m| m["delegate"].clone())
             .unwrap_or(Value::Null))
     }

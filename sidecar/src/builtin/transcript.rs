@@ -59,11 +59,7 @@ pub async fn rebuild(
         let before = store.output_before(session_id, at).await?;
         floor.attempt_from = Some(before.map_or(at, |last| at.max(last.saturating_add(1))));
     }
-    let Some(oldest) = store
-        .get_session(session_id)
-        .await?
-        .map(|row| row.oldest_retained_sequence)
-    else {
+    let Some(oldest) = store.oldest_retained(session_id).await? else {
         return Ok(Transcript::whole(Vec::new()));
     };
     let reusable = kept.take(session_id).filter(|conversation| {

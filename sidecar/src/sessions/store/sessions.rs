@@ -103,6 +103,37 @@ pub struct NewSession {
 }
 
 impl SessionStore {
+    /// A session's metadata (the inner `None` when it has none), read
+    /// without decoding the rest of its row; `None` when there is no such
+    /// session.
+    pub async fn metadata(&self, session_id: &str) -> Result<Option<Option<Value>>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT metadata_json FROM agentos_core_sessions WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        Row::optional(rows, SESSIONS, 1)?
+            .map(|mut row| row.opt_json(0))
+            .transpose()
+    }
+
+    /// A session's oldest retained event sequence, if there is such a
+    /// session.
+    pub async fn oldest_retained(&self, session_id: &str) -> Result<Option<u64>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT oldest_retained_sequence FROM agentos_core_sessions WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        Row::optional(rows, SESSIONS, 1)?
+            .map(|mut row| row.uint(0))
+            .transpose()
+    }
+
     /// A session's plan (the agent's `plan`), if it has one.
     pub async fn plan(&self, session_id: &str) -> Result<Option<Value>, DbError> {
         let rows = self
