@@ -45,8 +45,8 @@ pub const INTERRUPTED: &str = "the call was interrupted before it returned a res
 
 /// The session's conversation for a turn at `floor`. What was kept from
 /// the session's last turn (`Conversations`) is reused when it still holds
-/// (nothing pruned since, nothing absorbed from the floor on), and only the
-/// events logged since are read; otherwise the newest events within
+/// (nothing pruned since, its last event unchanged, nothing absorbed from
+/// the floor on), and only the events logged since are read; otherwise the newest events within
 /// [`TRANSCRIPT_BYTES`] are read and, when that is the whole log, kept.
 pub async fn rebuild(
     store: &SessionStore,
@@ -149,7 +149,7 @@ async fn continued(
         let events = read_after(store, session_id, 0).await?;
         return Ok(Some((conversation, events)));
     };
-    let mut events = read_after(store, session_id, conversation.through - 1).await?;
+    let mut events = read_after(store, session_id, conversation.through.saturating_sub(1)).await?;
     match events.first() {
         Some(first) if first.sequence == conversation.through && fingerprint(first) == last => {
             events.remove(0);
