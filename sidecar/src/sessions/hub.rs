@@ -11,6 +11,7 @@
 //! id and by sink, so no operation walks every subscription of the VM, and a
 //! sink (a host connection) holds at most a configured number of them.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -40,29 +41,31 @@ impl Item {
 
 /// A door's frame of a durable item, rendered by the first subscriber that
 /// sends it and reused by every other subscriber of the same key (a
-/// thousand sockets on one session render each event once).
-#[derive(Debug, Default)]
-pub struct FrameCache(std::sync::OnceLock<Frame>);
+/// thousand sockets on one session render each event once). The frame is
+/// the door's own type, shared, never copied: the hub knows nothing of it.
+#[derive(Default)]
+pub struct FrameCache(std::sync::OnceLock<(String, Arc<dyn Any + Send + Sync>)>);
 
-/// A rendered frame: the subscription key it was rendered for, its text,
-/// and what the door read of the event while rendering it.
-#[derive(Clone, Debug)]
-pub struct Frame {
-    pub key: String,
-    pub text: Arc<str>,
-    /// The tool call the event records, as `(name, id)`.
-    pub tool: Option<(String, String)>,
+impl std::fmt::Debug for FrameCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("FrameCache")
+            .field(&self.0.get().map(|(key, _)| key))
+            .finish()
+    }
 }
 
 impl FrameCache {
     /// The frame for `key`: the cached one, else `render`'s (cached when
-    /// it is the first; a frame for another key is rendered anew).
-    pub fn frame(&self, key: &str, render: impl Fn() -> Frame) -> Frame {
-        let cached = self.0.get_or_init(&render);
-        if cached.key == key {
-            cached.clone()
-        } else {
-            render()
+    /// it is the first; a frame for another key, or of another type, is
+    /// rendered anew).
+    pub fn frame<T: Any + Send + Sync>(&self, key: &str, render: impl Fn() -> T) -> Arc<T> {
+        let (cached_key, cached) = self.0.get_or_init(|| {
+            let frame: Arc<dyn Any + Send + Sync> = Arc::new(render());
+            (key.to_owned(), frame)
+        });
+        match cached.clone().downcast::<T>() {
+            Ok(frame) if cached_key == key => frame,
+            _ => Arc::new(render()),
         }
     }
 }
@@ -456,22 +459,23 @@ mod tests {
             let renders = &renders;
             move || {
                 renders.fetch_add(1, Ordering::SeqCst);
-                Frame {
-                    key: key.to_owned(),
-                    text: Arc::from(format!("frame of {key}")),
-                    tool: None,
-                }
+                format!("frame of {key}")
             }
         };
+        let first = cache.frame("sessions/s", render("sessions/s"));
         for _ in 0..1_000 {
-            assert_eq!(
-                &*cache.frame("sessions/s", render("sessions/s")).text,
-                "frame of sessions/s"
-            );
+            let again = cache.frame("sessions/s", render("sessions/s"));
+            // Shared, not copied.
+            assert!(Arc::ptr_eq(&first, &again));
         }
+        assert_eq!(*first, "frame of sessions/s");
         assert_eq!(renders.load(Ordering::SeqCst), 1);
         let other = cache.frame("sessions/t", render("sessions/t"));
-        assert_eq!(&*other.text, "frame of sessions/t");
+        assert_eq!(*other, "frame of sessions/t");
+        assert_eq!(renders.load(Ordering::SeqCst), 2);
+        // Another door's frame type for the same key is its own.
+        let typed = cache.frame("sessions/s", || 7u32);
+        assert_eq!(*typed, 7);
         assert_eq!(renders.load(Ordering::SeqCst), 2);
     }
 }

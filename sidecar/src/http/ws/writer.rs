@@ -25,7 +25,7 @@ use std::time::Duration;
 use super::outbox::{Close, Out, Queue, CLOSE_NORMAL};
 use crate::control::SessionLink;
 use crate::http::common::render;
-use crate::sessions::{Frame, Item, SessionInfo};
+use crate::sessions::{Item, SessionInfo};
 use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
 use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
@@ -34,6 +34,14 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::SinkExt;
 use serde_json::Value;
+
+/// A durable event's `append` frame, rendered once and shared by every
+/// socket subscribed to its session (a clone is a reference count), with
+/// the tool call the event records, as `(name, id)`.
+struct AppendFrame {
+    text: Utf8Bytes,
+    tool: Option<(String, String)>,
+}
 
 /// One session subscription as its frames are rendered.
 struct SessionView {
@@ -57,7 +65,7 @@ struct SessionView {
 }
 
 impl SessionView {
-    fn done(&mut self, out: &mut Vec<String>) {
+    fn done(&mut self, out: &mut Vec<Utf8Bytes>) {
         let had_text = std::mem::take(&mut self.partial_text);
         if let Some(partial_id) = self.partial.take().filter(|_| had_text) {
             out.push(
@@ -69,14 +77,15 @@ impl SessionView {
                         ..PartialPatch::default()
                     },
                 }
-                .to_json(),
+                .to_json()
+                .into(),
             );
         }
     }
 
     /// A patch that says what the agent is doing now, when that changed;
     /// the text of `delta` rides along.
-    fn activity(&mut self, now: RunActivity, text_delta: Option<String>, out: &mut Vec<String>) {
+    fn activity(&mut self, now: RunActivity, text_delta: Option<String>, out: &mut Vec<Utf8Bytes>) {
         let changed = self.activity.as_ref() != Some(&now);
         if !changed && text_delta.is_none() {
             return;
@@ -96,12 +105,13 @@ impl SessionView {
                     ..PartialPatch::default()
                 },
             }
-            .to_json(),
+            .to_json()
+            .into(),
         );
         self.activity = Some(now);
     }
 
-    fn change(&mut self, info: &SessionInfo, out: &mut Vec<String>) {
+    fn change(&mut self, info: &SessionInfo, out: &mut Vec<Utf8Bytes>) {
         let value = render::session(info, &self.link);
         if value.status != SessionStatus::Streaming {
             // A turn that ended without its message leaves none open.
@@ -115,11 +125,12 @@ impl SessionView {
                 key: self.key.clone(),
                 value: Box::new(ChangeValue::Session(value)),
             }
-            .to_json(),
+            .to_json()
+            .into(),
         );
     }
 
-    fn state(&mut self, info: Arc<SessionInfo>, out: &mut Vec<String>) {
+    fn state(&mut self, info: Arc<SessionInfo>, out: &mut Vec<Utf8Bytes>) {
         let keeps_start = |held: &SessionInfo| held.state.is_live() && !info.state.is_live();
         match self.pending.back() {
             Some(held) if keeps_start(held) && self.pending.len() == 1 => {}
@@ -133,7 +144,7 @@ impl SessionView {
     }
 
     /// Announces the pending states whose sequences have gone out.
-    fn flush(&mut self, out: &mut Vec<String>) {
+    fn flush(&mut self, out: &mut Vec<Utf8Bytes>) {
         while let Some(info) = self
             .pending
             .front()
@@ -145,7 +156,7 @@ impl SessionView {
         }
     }
 
-    fn item(&mut self, item: &Item, out: &mut Vec<String>) {
+    fn item(&mut self, item: &Item, out: &mut Vec<Utf8Bytes>) {
         match item {
             Item::Durable(event, _, cache) => {
                 self.done(out);
@@ -154,8 +165,7 @@ impl SessionView {
                 let frame = cache.frame(&self.key, || {
                     let rendered = session_event(event);
                     let tool = tool_call(&rendered.event);
-                    Frame {
-                        key: self.key.clone(),
+                    AppendFrame {
                         text: WsEvent::Append {
                             key: self.key.clone(),
                             event: rendered,
@@ -165,11 +175,11 @@ impl SessionView {
                         tool,
                     }
                 });
-                out.push(frame.text.to_string());
-                if let Some((name, id)) = frame.tool {
+                out.push(frame.text.clone());
+                if let Some((name, id)) = &frame.tool {
                     let mut now = phase("tool");
-                    now.tool_name = Some(name);
-                    now.tool_call_id = Some(id);
+                    now.tool_name = Some(name.clone());
+                    now.tool_call_id = Some(id.clone());
                     self.activity(now, None, out);
                 }
                 self.flush(out);
@@ -297,10 +307,10 @@ impl Render {
                 if let Some(mut view) = self.views.remove(&sub_id) {
                     view.done(&mut out);
                 }
-                out.extend(frame);
+                out.extend(frame.map(Utf8Bytes::from));
             }
         }
-        out.into_iter().map(Utf8Bytes::from).collect()
+        out
     }
 }
 
