@@ -726,9 +726,10 @@ fn whole_context(
     session: &str,
     mut context: TurnContext,
 ) -> Result<TurnContext, String> {
-    let mut sessions = lock(&agent.sessions);
-    let state = sessions.entry(session.to_owned()).or_default();
-    let held = state.held.take();
+    // A session closed meanwhile holds nothing and is not brought back.
+    let held = lock(&agent.sessions)
+        .get_mut(session)
+        .and_then(|state| state.held.take());
     if let Some(basis) = &context.basis {
         let keep = basis.keep as usize;
         if keep > 0 {

@@ -14,8 +14,8 @@
 //!
 //! The kept conversations of all sessions together hold at most
 //! [`CONVERSATIONS_BYTES`] (counted as the bytes of the events they were
-//! made of, and of the users' verbs as framed for the model, which is more
-//! than any of them holds); past that the least recently used are dropped (down to seven
+//! made of, and of what the builder holds beyond them: the users' verbs as
+//! framed for the model, the calls' inputs as parsed values); past that the least recently used are dropped (down to seven
 //! eighths of it), and a dropped one is rebuilt from the log at its next
 //! turn. A kept conversation is
 //! taken out while a turn extends it, so two readers never share one.
@@ -72,10 +72,11 @@ impl Conversation {
         self.bytes += event.payload_json.len();
     }
 
-    /// What this holds at most: the events' bytes, the users' verbs as
-    /// framed, the key and the entry.
+    /// What this holds at most: the events' bytes, what the builder holds
+    /// beyond them (the users' verbs as framed, inputs as parsed values),
+    /// the key and the entry.
     fn cost(&self, session_id: &str) -> usize {
-        self.bytes + self.builder.framed + session_id.len() + ENTRY_OVERHEAD
+        self.bytes + self.builder.extra + session_id.len() + ENTRY_OVERHEAD
     }
 }
 
@@ -111,6 +112,9 @@ impl Conversations {
             return;
         }
         let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(replaced) = kept.entries.remove(session_id) {
+            kept.bytes -= replaced.cost(session_id);
+        }
         kept.clock += 1;
         conversation.used = kept.clock;
         if kept.bytes + cost > CONVERSATIONS_BYTES {
@@ -132,9 +136,7 @@ impl Conversations {
             }
         }
         kept.bytes += cost;
-        if let Some(replaced) = kept.entries.insert(session_id.to_owned(), conversation) {
-            kept.bytes -= replaced.cost(session_id);
-        }
+        kept.entries.insert(session_id.to_owned(), conversation);
     }
 
     /// Bytes the kept conversations are counted at.
@@ -444,6 +446,35 @@ mod tests {
             assert_eq!(basis.map(|b| b.keep), Some(0));
             assert_eq!(sent, whole.items);
         }
+    }
+
+    /// A call's input is held parsed, larger than its text: it is counted
+    /// as held, so the budget bounds what is really kept.
+    #[test]
+    fn a_parsed_input_counts_as_what_it_holds() {
+        let zeros = vec![0; 10_000];
+        let payload = json!({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "write",
+                             "rawInput": {"items": zeros}})
+        .to_string();
+        let mut conversation = Conversation::new(1);
+        conversation.absorb(&agentos_protocol::host::StoredEvent {
+            session_id: "s".into(),
+            sequence: 1,
+            timestamp_ms: 0,
+            kind: agentos_protocol::host::EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor: Actor::Agent,
+            payload_json: payload.clone(),
+        });
+        let slot = std::mem::size_of::<Value>();
+        assert!(payload.len() < 10_000 * 3);
+        assert!(
+            conversation.cost("s") >= 10_000 * slot,
+            "{}",
+            conversation.cost("s")
+        );
     }
 
     #[test]

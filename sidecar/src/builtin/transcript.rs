@@ -259,10 +259,11 @@ pub(super) struct Builder {
     /// Users' verbs that finished while agent calls were open: they follow
     /// those calls' results, which must come right after the calls.
     deferred: Vec<String>,
-    /// Bytes of the users' verbs framed as messages. Everything else held
-    /// was cut from an event's text, so the events' bytes and these bound
-    /// what a builder holds.
-    pub(super) framed: usize,
+    /// Bytes held beyond the events' own text: the users' verbs framed as
+    /// messages, and the calls' inputs as parsed values (larger than their
+    /// text). Everything else was cut from an event's text, so the events'
+    /// bytes and these bound what a builder holds.
+    pub(super) extra: usize,
 }
 
 impl Builder {
@@ -303,6 +304,7 @@ impl Builder {
                 let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
                 let name = update["title"].as_str().unwrap_or_default().to_owned();
                 let input = update.get("rawInput").cloned().unwrap_or(Value::Null);
+                self.extra += value_bytes(&input);
                 if by_agent {
                     let signature = update["_meta"]["agentos"][SIGNATURE_META]
                         .as_str()
@@ -408,7 +410,7 @@ impl Builder {
             escape(&input.to_string()),
             escape(&cut_with_notice(output, MODEL_RESULT_BYTES)),
         );
-        self.framed += text.len();
+        self.extra += text.len();
         if self.open.is_empty() {
             self.user(text);
         } else {
@@ -435,6 +437,21 @@ impl Builder {
             .position(|item| matches!(item, TranscriptItem::User { .. }))
             .unwrap_or(self.items.len());
         self.items.split_off(start)
+    }
+}
+
+/// About what a parsed JSON value holds in memory: each node's slot, each
+/// string's bytes, each object member's key and map entry.
+fn value_bytes(value: &Value) -> usize {
+    const NODE: usize = std::mem::size_of::<Value>();
+    NODE + match value {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(value_bytes).sum(),
+        Value::Object(members) => members
+            .iter()
+            .map(|(key, value)| key.len() + 2 * NODE + value_bytes(value))
+            .sum(),
+        _ => 0,
     }
 }
 
