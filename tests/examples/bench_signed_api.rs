@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentos_protocol::seed::{cbor, generate_signing_key, Envelope, Ipld, Principal, SigningKey};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::{json, Value};
 
 const CLIENTS: usize = 16;
@@ -26,7 +24,7 @@ const FANOUT_EVENTS: u64 = 200;
 /// The fan-out's p99 delay goal.
 const FANOUT_GOAL_MS: f64 = 100.0;
 
-use agentos_tests::bench::{start_sidecar, status_kib as rss_kib, Error};
+use agentos_tests::bench::{start_sidecar, status_kib as rss_kib, ApiConnection, Error};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -52,34 +50,6 @@ fn sign(key: &SigningKey, value: Value, ts: i64) -> Result<Vec<u8>, Error> {
     envelope.protocol = Some(2);
     envelope.sign_with(key)?;
     Ok(envelope.encode()?)
-}
-
-/// One keep-alive HTTP/1.1 connection.
-struct Connection {
-    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-}
-
-impl Connection {
-    async fn open(address: &str) -> Result<Connection, Error> {
-        let stream = tokio::net::TcpStream::connect(address).await?;
-        stream.set_nodelay(true)?;
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-        tokio::spawn(conn);
-        Ok(Connection { sender })
-    }
-
-    async fn post(&mut self, body: Vec<u8>) -> Result<(u16, Bytes), Error> {
-        let request = hyper::Request::post("/api/message")
-            .header("host", "localhost")
-            .header("content-type", "application/cbor")
-            .body(Full::new(Bytes::from(body)))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok((status, body))
-    }
 }
 
 fn text_field(body: &[u8], name: &str) -> Result<String, Error> {
@@ -160,7 +130,7 @@ async fn fan_out(
     agent_id: &str,
     pid: u32,
 ) -> Result<(f64, f64, u64), Error> {
-    let mut conn = Connection::open(address).await?;
+    let mut conn = ApiConnection::open(address).await?;
     let (status, body) = conn
         .post(sign(
             key,
@@ -253,7 +223,7 @@ async fn main() -> Result<(), Error> {
         .ok_or("no http listener")?
         .to_owned();
     let key = generate_signing_key();
-    let mut setup = Connection::open(&address).await?;
+    let mut setup = ApiConnection::open(&address).await?;
     let definition = json!({"name": "bench", "systemPrompt": "x", "modelProvider": "p",
                             "model": "m", "adapter": "echo"});
     let (status, body) = setup
@@ -305,7 +275,7 @@ async fn main() -> Result<(), Error> {
         let next = next.clone();
         let address = address.clone();
         tasks.push(tokio::spawn(async move {
-            let mut conn = Connection::open(&address).await?;
+            let mut conn = ApiConnection::open(&address).await?;
             let mut latencies = Vec::new();
             let mut failures = 0u64;
             while Instant::now() < deadline {

@@ -1,7 +1,8 @@
 //! What the benchmarks (`examples/bench_*`) share: the release binaries
 //! beside the running example, a sidecar started on a temporary store with
-//! extra config, and what `/proc` tells of a process: memory, CPU time,
-//! children, and the machine's load.
+//! extra config, a keep-alive connection to its signed API, and what
+//! `/proc` tells of a process: memory, CPU time, children, and the
+//! machine's load.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -215,4 +216,34 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// One keep-alive HTTP/1.1 connection to the signed API's `/api/message`.
+pub struct ApiConnection {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+}
+
+impl ApiConnection {
+    pub async fn open(address: &str) -> Result<ApiConnection, Error> {
+        let stream = tokio::net::TcpStream::connect(address).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(ApiConnection { sender })
+    }
+
+    /// Posts a signed envelope; the answer's status and body.
+    pub async fn post(&mut self, body: Vec<u8>) -> Result<(u16, bytes::Bytes), Error> {
+        use http_body_util::BodyExt;
+        let request = hyper::Request::post("/api/message")
+            .header("host", "localhost")
+            .header("content-type", "application/cbor")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
 }

@@ -22,13 +22,11 @@ use agentos_client::ctl::HostClient;
 use agentos_protocol::seed::Ipld;
 use agentos_tests::bench::{
     children_of, load_average, percentile, proc_cpu, start_sidecar, status_kib, threads_on_cpu,
-    tree_cpu, Error, Running,
+    tree_cpu, ApiConnection, Error, Running,
 };
 use agentos_tests::http::Target;
 use agentos_tests::provider_server::{Flavor, Reply, ScriptedProvider};
 use agentos_tests::seed::{bytes, call, now_ms, Signer};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::{json, Value};
 
 mod goals;
@@ -230,34 +228,6 @@ async fn host_turn_expecting(
     (latency, outcome)
 }
 
-/// One keep-alive HTTP/1.1 connection to the signed API.
-struct Connection {
-    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-}
-
-impl Connection {
-    async fn open(address: &str) -> Result<Connection, Error> {
-        let stream = tokio::net::TcpStream::connect(address).await?;
-        stream.set_nodelay(true)?;
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-        tokio::spawn(conn);
-        Ok(Connection { sender })
-    }
-
-    async fn post(&mut self, body: Vec<u8>) -> Result<u16, Error> {
-        let request = hyper::Request::post("/api/message")
-            .header("host", "localhost")
-            .header("content-type", "application/cbor")
-            .body(Full::new(Bytes::from(body)))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        response.into_body().collect().await?;
-        Ok(status)
-    }
-}
-
 /// The sidecar, the provider, an account with a key and a provider, and a
 /// builtin agent using it.
 struct World {
@@ -407,12 +377,14 @@ async fn one_session(world: &World) -> Result<(), Error> {
                 .map_err(Error::from)
         })
         .collect::<Result<_, _>>()?;
-    let mut conn = Connection::open(&world.address).await?;
+    let mut conn = ApiConnection::open(&world.address).await?;
     let before = cpu_mark(world.pid);
     let mut turns = Turns::default();
     for envelope in envelopes {
         let sent = Instant::now();
-        let status = tokio::time::timeout(TURN_TIMEOUT, conn.post(envelope)).await;
+        let status = tokio::time::timeout(TURN_TIMEOUT, conn.post(envelope))
+            .await
+            .map(|r| r.map(|(status, _)| status));
         let outcome = match status {
             Err(_) => Err("timeout".to_owned()),
             Ok(Err(e)) => Err(format!("http: {e}")),
