@@ -210,9 +210,8 @@ mod tests {
 
     #[test]
     fn the_key_file_is_read_trimmed() {
-        let dir = std::env::temp_dir().join(format!("agentos-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("key");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
         std::fs::write(&file, "sk-test\n").unwrap();
         let config = LocalConfig::new("openai", None, "gpt", Some(file.clone()), None).unwrap();
         assert_eq!(config.read_key().unwrap().as_deref(), Some("sk-test"));
