@@ -81,6 +81,9 @@ impl RivetRuntime {
             .env("AGENTOS_RIVET_SCRATCH", home.path())
             .env("HOME", home.path())
             .env("XDG_RUNTIME_DIR", home.path())
+            // rivetkit unpacks its inspector under the temporary directory
+            // and leaves it there: keep it inside the home the app removes.
+            .env("TMPDIR", home.path())
             .env("RIVET_TELEMETRY_DISABLE", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
