@@ -57,6 +57,12 @@ pub enum AdapterEvent {
     },
 }
 
+/// An event in its connection's queue, with its share of the connection's
+/// stdout budget and the bytes it holds of the process's. Boxed: the queue
+/// holds blocks of 32 entries from its start, one per connection, and most
+/// of the time it is empty.
+pub(super) type Queued = Box<(AdapterEvent, u32, usize)>;
+
 /// Stdout bytes read but not yet taken by the caller, against their bound.
 pub(super) struct StdoutBudget {
     pub(super) permits: Arc<Semaphore>,
@@ -108,9 +114,7 @@ impl StdoutBudget {
 /// The agent's events in arrival order (see [`AdapterConnection::spawn`]).
 /// Taking an event frees its share of the stdout buffer.
 pub struct AdapterEvents {
-    /// Each event with its share of the connection's stdout budget and the
-    /// bytes it holds of the process's.
-    pub(super) rx: mpsc::Receiver<(AdapterEvent, u32, usize)>,
+    pub(super) rx: mpsc::Receiver<Queued>,
     pub(super) budget: Arc<StdoutBudget>,
     pub(super) process: Arc<ProcessBudget>,
 }
@@ -119,7 +123,7 @@ impl AdapterEvents {
     /// The next event; `None` once the adapter is gone and every event was
     /// taken.
     pub async fn recv(&mut self) -> Option<AdapterEvent> {
-        let (event, cost, held) = self.rx.recv().await?;
+        let (event, cost, held) = *self.rx.recv().await?;
         self.budget.permits.add_permits(cost as usize);
         self.process.give_stdout(held);
         Some(event)
@@ -127,7 +131,7 @@ impl AdapterEvents {
 
     /// The next event if one is waiting.
     pub fn try_recv(&mut self) -> Result<AdapterEvent, mpsc::error::TryRecvError> {
-        let (event, cost, held) = self.rx.try_recv()?;
+        let (event, cost, held) = *self.rx.try_recv()?;
         self.budget.permits.add_permits(cost as usize);
         self.process.give_stdout(held);
         Ok(event)

@@ -100,7 +100,7 @@ pub(super) async fn read_line_limited<R: AsyncBufRead + Unpin>(
 
 pub(super) async fn stderr_loop<R: AsyncBufRead + Unpin>(
     mut reader: R,
-    events: mpsc::Sender<(AdapterEvent, u32, usize)>,
+    events: mpsc::Sender<Queued>,
 ) {
     let mut buf = Vec::with_capacity(256);
     loop {
@@ -110,7 +110,7 @@ pub(super) async fn stderr_loop<R: AsyncBufRead + Unpin>(
                 tracing::debug!(target: "agentos_adapters::stderr", "{line}");
                 // A dropped receiver only means nobody listens any more.
                 // Stderr is bounded per line and not part of the stdout budget.
-                let _ = events.send((AdapterEvent::Stderr(line), 0, 0)).await;
+                let _ = events.send(Box::new((AdapterEvent::Stderr(line), 0, 0))).await;
             }
             Ok(LineRead::Eof) => return,
             Err(error) => {
@@ -126,7 +126,7 @@ pub(super) struct ReadLoop<R> {
     pub(super) budget: Arc<StdoutBudget>,
     pub(super) process: Arc<ProcessBudget>,
     pub(super) max_line: usize,
-    pub(super) events: mpsc::Sender<(AdapterEvent, u32, usize)>,
+    pub(super) events: mpsc::Sender<Queued>,
     pub(super) pending: Arc<Mutex<Pending>>,
     pub(super) writer: mpsc::WeakUnboundedSender<WriterCommand>,
     pub(super) exit: watch::Receiver<Option<ExitStatus>>,
@@ -258,7 +258,7 @@ pub(super) async fn read_loop<R: AsyncBufRead + Unpin>(mut state: ReadLoop<R>) {
     tracing::debug!(?code, ?signal, "adapter exited");
     let _ = state
         .events
-        .send((AdapterEvent::Exited { code, signal }, 0, 0))
+        .send(Box::new((AdapterEvent::Exited { code, signal }, 0, 0)))
         .await;
 }
 
@@ -302,9 +302,10 @@ pub(super) async fn deliver<R>(
             permits.forget();
         }
         state.budget.check_pressure();
-        match state.events.send((event, cost, held)).await {
+        match state.events.send(Box::new((event, cost, held))).await {
             Ok(()) => return true,
-            Err(mpsc::error::SendError((event, cost, held))) => {
+            Err(mpsc::error::SendError(queued)) => {
+                let (event, cost, held) = *queued;
                 state.budget.permits.add_permits(cost as usize);
                 state.process.give_stdout(held);
                 return reject_unheard(state, event);

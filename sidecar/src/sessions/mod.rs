@@ -659,7 +659,7 @@ impl Sessions {
             })
         };
         self.send_to_route(session_id, dropped, |reply| {
-            let request = PromptRequest {
+            let request = Box::new(PromptRequest {
                 prompt_id: prompt_id.clone(),
                 content: content.clone(),
                 input_hash: hash.clone(),
@@ -668,7 +668,7 @@ impl Sessions {
                 retry: false,
                 run: run.clone(),
                 resume: false,
-            };
+            });
             Command::Prompt { request, reply }
         })
         .await

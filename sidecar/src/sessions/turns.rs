@@ -164,7 +164,7 @@ impl Sessions {
             })
         };
         self.send_to_route(session_id, dropped, |reply| Command::Prompt {
-            request: PromptRequest {
+            request: Box::new(PromptRequest {
                 prompt_id: prompt_id.clone(),
                 content: content.clone(),
                 input_hash: hash.clone(),
@@ -173,7 +173,7 @@ impl Sessions {
                 retry,
                 run: TurnRun::Claimed(link.clone()),
                 resume,
-            },
+            }),
             reply,
         })
         .await

@@ -103,8 +103,10 @@ pub(crate) enum StopReason {
 }
 
 pub(crate) enum Command {
+    /// Boxed: every route's command queue holds blocks of 32 commands from
+    /// its start, and a prompt is four times the size of any other command.
     Prompt {
-        request: PromptRequest,
+        request: Box<PromptRequest>,
         reply: oneshot::Sender<PromptReply>,
     },
     Cancel {
@@ -318,7 +320,7 @@ impl Route {
                         // Boxed: a turn's state lives only while the turn
                         // does, not in every idle session's task (inline,
                         // it would more than triple the task's size).
-                        let ended = Box::pin(self.turn(request, reply, &mut commands)).await;
+                        let ended = Box::pin(self.turn(*request, reply, &mut commands)).await;
                         // A started turn that ended without its terminal
                         // commit (its route lost a commit, or stopped).
                         if let Some((runs, run_id)) = self.adopted.take() {
