@@ -216,6 +216,7 @@ fn builtin_services(
                 spec,
                 host.clone(),
                 std::time::Duration::from_millis(config.builtin.idle_agent_ms),
+                !config.builtin.agent_process,
             );
         }
         Err(e) => {

@@ -653,6 +653,67 @@ async fn an_idle_builtin_session_holds_no_process() {
     assert_eq!(w.sc.live_adapters().await, 1);
 }
 
+/// The processes the sidecar has started that are still alive.
+fn children(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the sidecar's threads");
+    for task in tasks.flatten() {
+        let listed = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(
+            listed
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    children
+}
+
+/// By default a builtin session's agent is a task of the sidecar: a live
+/// one starts no process. With `builtin.agentProcess` it is its own process
+/// (`agentos-sidecar agent`), which the same turns reach alike and which
+/// ends with its route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_agent_runs_in_the_sidecar_unless_asked_for_a_process() {
+    for agent_process in [false, true] {
+        let w = builtin::world_configured(
+            Flavor::OpenAi,
+            json!({"idleAgentMs": 1000, "agentProcess": agent_process}),
+        )
+        .await;
+        let session = w.session().await;
+        w.provider.push(Reply::Text(vec!["First.".into()]));
+        ok(&w.message(&session, "one").await);
+        assert_eq!(w.sc.live_adapters().await, 1);
+        let started = children(w.sc.pid());
+        if agent_process {
+            assert_eq!(started.len(), 1, "one agent process: {started:?}");
+            let cmdline =
+                std::fs::read(format!("/proc/{}/cmdline", started[0])).unwrap_or_default();
+            assert!(
+                cmdline.ends_with(b"\0agent\0"),
+                "{:?}",
+                String::from_utf8_lossy(&cmdline)
+            );
+        } else {
+            assert_eq!(
+                started,
+                Vec::<u32>::new(),
+                "no process for an in-process agent"
+            );
+        }
+        w.provider.push(Reply::Text(vec!["Second.".into()]));
+        ok(&w.message(&session, "two").await);
+        let requests = w.provider.requests();
+        let said = Sent::new(Flavor::OpenAi, &requests[requests.len() - 1].body).user_texts();
+        assert_eq!(said, vec!["one".to_owned(), "two".to_owned()]);
+        // Idle, the agent ends either way, and its process with it.
+        common::eventually("the idle agent ends", || async {
+            w.sc.live_adapters().await == 0 && children(w.sc.pid()).is_empty()
+        })
+        .await;
+    }
+}
+
 /// The agent holds what its last context said stays of the conversation
 /// and is sent only what follows it: every turn of a long session still
 /// reaches the provider whole, in order, with its tool calls; and an agent

@@ -52,8 +52,10 @@ use agentos_protocol::acp::{self, methods, AcpDecodeError, AcpMessage};
 pub use agentos_protocol::acp::{error_codes, RpcError};
 use agentos_protocol::ErrorCode;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+};
+use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 
 /// 16 MiB, the longest stdout line accepted from an adapter.
@@ -218,7 +220,67 @@ impl AdapterConnection {
                     )));
                 }
             };
+        Ok(Self::connect(
+            stdin,
+            stdout,
+            Some(stderr),
+            pid,
+            options,
+            move |kill, exit_tx| {
+                tokio::spawn(wait_loop(child, group, kill, exit_tx));
+            },
+        ))
+    }
 
+    /// Serves the builtin agent in this process: `serve` runs as a task on
+    /// the caller's runtime, speaking the same newline-delimited JSON-RPC
+    /// over an in-memory pipe of `pipe_bytes` each way. Everything else is
+    /// as for a child: the same reader, writer, bounds and budgets; stopping
+    /// it ends the task (reported as SIGKILL), and its end is reported as a
+    /// process's exit. It has no stderr and no pid.
+    pub fn in_process<F, Fut>(
+        serve: F,
+        pipe_bytes: usize,
+        options: AdapterOptions,
+    ) -> (AdapterConnection, AdapterEvents)
+    where
+        F: FnOnce(
+            tokio::io::ReadHalf<tokio::io::DuplexStream>,
+            tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        ) -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    {
+        let (ours, theirs) = tokio::io::duplex(pipe_bytes.max(1));
+        let (their_in, their_out) = tokio::io::split(theirs);
+        let (from_agent, to_agent) = tokio::io::split(ours);
+        let task = tokio::spawn(serve(their_in, their_out));
+        Self::connect(
+            to_agent,
+            from_agent,
+            None::<tokio::io::Empty>,
+            None,
+            options,
+            move |kill, exit_tx| {
+                tokio::spawn(task_loop(task, kill, exit_tx));
+            },
+        )
+    }
+
+    /// Starts the tasks of a connection on an agent's pipes; `watch` starts
+    /// the task that owns the agent and reports its end.
+    fn connect<W, R, E>(
+        stdin: W,
+        stdout: R,
+        stderr: Option<E>,
+        pid: Option<u32>,
+        options: AdapterOptions,
+        watch: impl FnOnce(Arc<Notify>, watch::Sender<Option<ExitStatus>>),
+    ) -> (AdapterConnection, AdapterEvents)
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+        R: AsyncRead + Unpin + Send + Sync + 'static,
+        E: AsyncRead + Unpin + Send + Sync + 'static,
+    {
         let (events_tx, events_rx) = mpsc::channel(options.event_buffer.max(1));
         // The pipe's read-ahead and the queued events share the bound.
         let limit = options.stdout_buffer_bytes.max(2);
@@ -231,11 +293,14 @@ impl AdapterConnection {
 
         let stdin_queue = Arc::new(StdinQueue::new(options.process.clone()));
         tokio::spawn(write_loop(stdin, writer_rx, stdin_queue.clone()));
-        tokio::spawn(wait_loop(child, group, kill.clone(), exit_tx));
-        let stderr_task = tokio::spawn(stderr_loop(
-            BufReader::with_capacity(READ_BUFFER_BYTES, stderr),
-            events_tx.clone(),
-        ));
+        watch(kill.clone(), exit_tx);
+        let stderr_task = match stderr {
+            Some(stderr) => tokio::spawn(stderr_loop(
+                BufReader::with_capacity(READ_BUFFER_BYTES, stderr),
+                events_tx.clone(),
+            )),
+            None => tokio::spawn(async {}),
+        };
         tokio::spawn(read_loop(ReadLoop {
             stdout: BufReader::with_capacity(read_ahead, stdout),
             budget: budget.clone(),
@@ -262,7 +327,7 @@ impl AdapterConnection {
             pid,
             initialize_timeout: options.initialize_timeout,
         };
-        Ok((
+        (
             AdapterConnection {
                 shared: Arc::new(shared),
             },
@@ -271,7 +336,7 @@ impl AdapterConnection {
                 budget,
                 process: options.process.clone(),
             },
-        ))
+        )
     }
 
     /// Sends a request and waits for its answer, however long it takes.

@@ -76,8 +76,8 @@ impl StdinQueue {
     }
 }
 
-pub(super) async fn write_loop(
-    stdin: ChildStdin,
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
+    stdin: W,
     mut commands: mpsc::UnboundedReceiver<WriterCommand>,
     queue: Arc<StdinQueue>,
 ) {
@@ -188,6 +188,36 @@ pub(super) async fn wait_loop(
             }
         }
     }
+}
+
+/// The in-process agent's counterpart of [`wait_loop`]: it owns the agent's
+/// task, ends it when asked, and reports how it ended as a process would
+/// (0 for a clean end, 1 for an error, 101 for a panic, SIGKILL when ended).
+pub(super) async fn task_loop(
+    mut task: tokio::task::JoinHandle<std::io::Result<()>>,
+    kill: Arc<Notify>,
+    exit: watch::Sender<Option<ExitStatus>>,
+) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = tokio::select! {
+        ended = &mut task => match ended {
+            Ok(Ok(())) => ExitStatus::from_raw(0),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the in-process agent ended with an error");
+                ExitStatus::from_raw(1 << 8)
+            }
+            Err(error) => {
+                tracing::error!(%error, "the in-process agent panicked");
+                ExitStatus::from_raw(101 << 8)
+            }
+        },
+        _ = kill.notified() => {
+            task.abort();
+            let _ = task.await;
+            ExitStatus::from_raw(libc::SIGKILL)
+        }
+    };
+    let _ = exit.send(Some(status));
 }
 
 pub(super) fn split_status(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {

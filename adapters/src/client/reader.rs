@@ -110,7 +110,9 @@ pub(super) async fn stderr_loop<R: AsyncBufRead + Unpin>(
                 tracing::debug!(target: "agentos_adapters::stderr", "{line}");
                 // A dropped receiver only means nobody listens any more.
                 // Stderr is bounded per line and not part of the stdout budget.
-                let _ = events.send(Box::new((AdapterEvent::Stderr(line), 0, 0))).await;
+                let _ = events
+                    .send(Box::new((AdapterEvent::Stderr(line), 0, 0)))
+                    .await;
             }
             Ok(LineRead::Eof) => return,
             Err(error) => {

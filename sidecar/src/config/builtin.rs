@@ -52,6 +52,13 @@ pub struct BuiltinConfig {
     /// turn starts another, which resumes from the log. Registry adapters
     /// are never ended for idleness (they may not restore).
     pub idle_agent_ms: u64,
+    /// Runs each builtin session's agent as its own process
+    /// (`agentos-sidecar agent`, confined as any adapter) instead of as a
+    /// task of the sidecar speaking the same ACP over an in-memory pipe.
+    /// Off by default: the builtin agent is the sidecar's own code, it holds
+    /// no secret but the key lent to it per call, and its tools run in the
+    /// sidecar either way; a process costs a turn its pipes and wake-ups.
+    pub agent_process: bool,
 }
 
 /// Retries of a busy provider by default.
@@ -69,6 +76,7 @@ impl Default for BuiltinConfig {
             session_titles: true,
             subscription_auth: false,
             idle_agent_ms: 30_000,
+            agent_process: false,
         }
     }
 }

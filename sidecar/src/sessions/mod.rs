@@ -127,10 +127,16 @@ impl Sessions {
         spec: AgentSpec,
         host: Arc<dyn AgentHost>,
         idle: std::time::Duration,
+        in_process: bool,
     ) -> bool {
         self.shared
             .builtin
-            .set(shared::BuiltinAgent { spec, host, idle })
+            .set(shared::BuiltinAgent {
+                spec,
+                host,
+                idle,
+                in_process,
+            })
             .is_ok()
     }
 

@@ -29,6 +29,9 @@ pub(crate) struct BuiltinAgent {
     /// How long a builtin session's route waits idle before it ends its
     /// agent process (`builtin.idleAgentMs`).
     pub idle: std::time::Duration,
+    /// The agent runs as a task of this process, not as `spec`'s process
+    /// (`builtin.agentProcess` off).
+    pub in_process: bool,
 }
 
 /// State shared by the service and its route tasks.

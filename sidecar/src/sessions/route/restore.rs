@@ -58,6 +58,10 @@ pub fn build_continuation(updates_newest_first: &[String], max_bytes: u64) -> Op
     Some(text)
 }
 
+/// Each way of the in-memory pipe to an in-process builtin agent: what a
+/// pipe to a child holds.
+const IN_PROCESS_PIPE_BYTES: usize = 64 * 1024;
+
 impl Route {
     /// Spawns the adapter, negotiates, restores or creates the adapter
     /// session, and starts the route task.
@@ -67,20 +71,25 @@ impl Route {
         generation: u64,
     ) -> Result<RouteHandle, SessionError> {
         let builtin = row.agent == crate::config::BUILTIN_AGENT;
-        let spec = match shared.agents.get(&row.agent) {
-            Some(spec) => spec,
+        let (spec, in_process) = match shared.agents.get(&row.agent) {
+            Some(spec) => (spec, false),
             None if builtin => match shared.builtin.get() {
-                Some(agent) => &agent.spec,
+                Some(agent) => (&agent.spec, agent.in_process),
                 None => return Err(SessionError::BuiltinAgentUnavailable),
             },
             None => return Err(SessionError::AgentNotFound(row.agent.clone())),
         };
-        let mut env: BTreeMap<String, String> = spec.env.clone();
-        env.extend(row.env.clone());
-        let command = shared
-            .launcher
-            .command(&row.session_id, spec, env)
-            .map_err(|e| adapter_error(&AdapterError::Spawn(e)))?;
+        let command = if in_process {
+            None
+        } else {
+            let mut env: BTreeMap<String, String> = spec.env.clone();
+            env.extend(row.env.clone());
+            let command = shared
+                .launcher
+                .command(&row.session_id, spec, env)
+                .map_err(|e| adapter_error(&AdapterError::Spawn(e)))?;
+            Some(command)
+        };
         let options = AdapterOptions {
             max_read_line_bytes: shared.limits.max_read_line_bytes as usize,
             // Room for one full group commit to accumulate while the previous
@@ -98,9 +107,18 @@ impl Route {
             roots.extend(row.additional_directories.iter().cloned());
             fs.prepare_roots(&roots).await;
         }
-        let (conn, mut events) = AdapterConnection::spawn(&command, options)
-            .await
-            .map_err(|e| adapter_error(&e))?;
+        let (conn, mut events) = match &command {
+            Some(command) => AdapterConnection::spawn(command, options)
+                .await
+                .map_err(|e| adapter_error(&e))?,
+            None => AdapterConnection::in_process(
+                |input, output| {
+                    agentos_adapters::builtin::agent::serve(input, output, Default::default())
+                },
+                IN_PROCESS_PIPE_BYTES,
+                options,
+            ),
+        };
         let result = Self::negotiate(&shared, &row, &conn, &mut events).await;
         let (acp_session_id, preamble, prompt_caps) = match result {
             Ok(v) => v,
