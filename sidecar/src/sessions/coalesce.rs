@@ -55,8 +55,10 @@ impl ChunkBuffer {
     /// Adds a chunk, merging it into the last one when they differ only in
     /// their text.
     pub fn push(&mut self, update: Value) {
+        // Not `pointer`, which copies the path to unescape it, per delta.
         self.bytes += update
-            .pointer("/content/text")
+            .get("content")
+            .and_then(|content| content.get("text"))
             .and_then(Value::as_str)
             .map_or(0, str::len);
         if !merge_into(self.items.last_mut(), &update) {

@@ -1,7 +1,8 @@
 //! The builtin agent's CPU goals, measured as the issue that set them
 //! states them: replies of 50 small deltas, 20 sequential turns in each of
 //! 1, 8 and 32 sessions at once (CPU per turn of the sidecar and its agent
-//! processes, goal at most 2 ms), and one session of 300 turns (CPU per
+//! processes, if any, goal at most 2 ms, read on the median of three
+//! rounds), and one session of 300 turns (CPU per
 //! turn over turns 290–300 against turns 1–10, goal at most 1.2×). CPU is
 //! read from `schedstat`, to the nanosecond, so a window of ten turns is
 //! measured, not rounded to clock ticks.
@@ -19,6 +20,10 @@ const DELTAS: usize = 50;
 /// Sessions at once, and each one's sequential turns.
 const CONCURRENCY: [usize; 3] = [1, 8, 32];
 const TURNS_PER_SESSION: usize = 20;
+/// Rounds at each level, each on sessions of its own; the goal is read on
+/// their median (one session's 20 turns are 60 ms of CPU, which a stray
+/// wake-up moves).
+const ROUNDS: usize = 3;
 /// At most this much CPU (sidecar and agents) per turn.
 const CPU_GOAL_MS: f64 = 2.0;
 /// The long session, its windows, and the most the last window may cost
@@ -84,37 +89,57 @@ pub async fn cpu_per_turn(world: &World) -> Result<(), Error> {
          {TURNS_PER_SESSION} sequential turns in each session"
     );
     for n in CONCURRENCY {
-        let mut sessions = Vec::with_capacity(n);
-        for _ in 0..n {
-            sessions.push(world.session().await?);
+        let mut rounds = Vec::with_capacity(ROUNDS);
+        let mut failed = false;
+        for round in 1..=ROUNDS {
+            let (total, line, ok) = cpu_round(world, n, &expected).await?;
+            println!("  {n:>2} at once, round {round} of {ROUNDS}: {line}");
+            rounds.push(total);
+            failed |= !ok;
         }
-        let mut clients = Vec::new();
-        for _ in 0..n.min(CONNECTIONS) {
-            clients.push(world.host().await?);
-        }
-        // A first turn in each starts its agent; not measured.
-        let warm = run(&clients, &sessions, 1, &expected).await;
-        if !warm.failures.is_empty() {
-            return Err(format!("the first turns failed: {}", warm.problems()).into());
-        }
-        let before = cpu(world.pid);
-        let started = Instant::now();
-        let turns = run(&clients, &sessions, TURNS_PER_SESSION, &expected).await;
-        let wall = started.elapsed();
-        let used = cpu(world.pid).since(before);
-        let count = n * TURNS_PER_SESSION;
-        let (total, sidecar, agents) = used.per_turn_ms(count);
+        rounds.sort_by(f64::total_cmp);
+        let median = rounds[rounds.len() / 2];
         println!(
-            "  {n:>2} at once: {total:.2} ms per turn (sidecar {sidecar:.2}, agents {agents:.2}); \
-             {:.0} turns/s; {}; {} — goal ≤ {CPU_GOAL_MS} ms: {}",
-            count as f64 / wall.as_secs_f64(),
-            turns.summary(),
-            turns.problems(),
-            verdict(total <= CPU_GOAL_MS && turns.failures.is_empty())
+            "  {n:>2} at once: {median:.2} ms per turn, median of {ROUNDS} rounds — goal ≤ \
+             {CPU_GOAL_MS} ms: {}",
+            verdict(median <= CPU_GOAL_MS && !failed)
         );
     }
     world.provider.set_default(super::short_reply());
     Ok(())
+}
+
+/// One round at `n` sessions at once, on sessions of its own: CPU per turn,
+/// the line that reports it, and whether every turn was right.
+async fn cpu_round(world: &World, n: usize, expected: &str) -> Result<(f64, String, bool), Error> {
+    let mut sessions = Vec::with_capacity(n);
+    for _ in 0..n {
+        sessions.push(world.session().await?);
+    }
+    let mut clients = Vec::new();
+    for _ in 0..n.min(CONNECTIONS) {
+        clients.push(world.host().await?);
+    }
+    // A first turn in each starts its agent; not measured.
+    let warm = run(&clients, &sessions, 1, expected).await;
+    if !warm.failures.is_empty() {
+        return Err(format!("the first turns failed: {}", warm.problems()).into());
+    }
+    let before = cpu(world.pid);
+    let started = Instant::now();
+    let turns = run(&clients, &sessions, TURNS_PER_SESSION, expected).await;
+    let wall = started.elapsed();
+    let used = cpu(world.pid).since(before);
+    let count = n * TURNS_PER_SESSION;
+    let (total, sidecar, agents) = used.per_turn_ms(count);
+    let line = format!(
+        "{total:.2} ms per turn (sidecar {sidecar:.2}, agent processes {agents:.2}); \
+         {:.0} turns/s; {}; {}",
+        count as f64 / wall.as_secs_f64(),
+        turns.summary(),
+        turns.problems(),
+    );
+    Ok((total, line, turns.failures.is_empty()))
 }
 
 /// `turns` sequential turns in every session, the sessions at once.
