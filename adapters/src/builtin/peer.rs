@@ -63,7 +63,10 @@ impl Peer {
     }
 
     async fn send(&self, message: Value) {
-        let line = message.to_string();
+        self.send_line(message.to_string()).await;
+    }
+
+    async fn send_line(&self, line: String) {
         let cost = u32::try_from(line.len().clamp(1, OUTBOX_BYTES)).unwrap_or(u32::MAX);
         // A closed output means the client is gone; the read side ends the
         // agent, so there is nobody to tell.
@@ -76,6 +79,26 @@ impl Peer {
     pub async fn notify(&self, method: &str, params: Value) {
         self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await;
+    }
+
+    /// A notification whose params are written straight from `params`,
+    /// with no JSON tree in between (a streamed delta's, dozens per reply).
+    pub async fn notify_typed<P: serde::Serialize>(&self, method: &str, params: &P) {
+        #[derive(serde::Serialize)]
+        struct Envelope<'a, P> {
+            jsonrpc: &'static str,
+            method: &'a str,
+            params: &'a P,
+        }
+        let envelope = Envelope {
+            jsonrpc: "2.0",
+            method,
+            params,
+        };
+        match serde_json::to_string(&envelope) {
+            Ok(line) => self.send_line(line).await,
+            Err(error) => tracing::warn!(%error, method, "a notification could not be written"),
+        }
     }
 
     /// `session/update` of `session` with `update`.

@@ -565,17 +565,17 @@ async fn call_model(
                 StreamEvent::TextDelta(delta) => {
                     streamed = true;
                     text.push_str(&delta);
-                    peer.notify(
+                    peer.notify_typed(
                         methods::SESSION_UPDATE,
-                        chunk(&session_id, "agent_message_chunk", &chunk_id, delta),
+                        &Chunk::new(&session_id, "agent_message_chunk", &chunk_id, &delta),
                     )
                     .await;
                 }
                 StreamEvent::ReasoningDelta(delta) => {
                     streamed = true;
-                    peer.notify(
+                    peer.notify_typed(
                         methods::SESSION_UPDATE,
-                        chunk(&session_id, "agent_thought_chunk", &chunk_id, delta),
+                        &Chunk::new(&session_id, "agent_thought_chunk", &chunk_id, &delta),
                     )
                     .await;
                 }
@@ -625,6 +625,43 @@ fn usage_json(usage: Usage) -> Value {
         "cacheWrite": 0,
         "total": usage.input_tokens.saturating_add(usage.output_tokens),
     })
+}
+
+/// A streamed text chunk's `session/update` params, as [`chunk`] writes
+/// them, serialized without building them as a JSON tree first.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Chunk<'a> {
+    session_id: &'a str,
+    update: ChunkUpdate<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ChunkUpdate<'a> {
+    session_update: &'a str,
+    message_id: &'a str,
+    content: TextBlock<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct TextBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
+impl<'a> Chunk<'a> {
+    fn new(session: &'a str, kind: &'a str, message_id: &'a str, text: &'a str) -> Chunk<'a> {
+        Chunk {
+            session_id: session,
+            update: ChunkUpdate {
+                session_update: kind,
+                message_id,
+                content: TextBlock { kind: "text", text },
+            },
+        }
+    }
 }
 
 fn chunk(session: &str, kind: &str, message_id: &str, text: String) -> Value {
@@ -829,6 +866,18 @@ fn transcript_messages(items: &[TranscriptItem]) -> Vec<Message> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streamed_chunk_is_written_as_the_json_tree_would_be() {
+        for text in ["plain", "quote \" and \\ and \n and \u{1}", ""] {
+            let typed = serde_json::to_value(Chunk::new("s1", "agent_message_chunk", "m1", text))
+                .expect("serializes");
+            assert_eq!(
+                typed,
+                chunk("s1", "agent_message_chunk", "m1", text.to_owned())
+            );
+        }
+    }
 
     #[test]
     fn images_past_the_turns_budget_go_from_the_oldest_results() {
