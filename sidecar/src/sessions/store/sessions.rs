@@ -107,43 +107,42 @@ impl SessionStore {
     /// without decoding the rest of its row; `None` when there is no such
     /// session.
     pub async fn metadata(&self, session_id: &str) -> Result<Option<Option<Value>>, DbError> {
-        let rows = self
-            .db
-            .query(
-                "SELECT metadata_json FROM agentos_core_sessions WHERE session_id = ?1",
-                vec![session_id.into()],
-            )
-            .await?;
-        Row::optional(rows, SESSIONS, 1)?
-            .map(|mut row| row.opt_json(0))
-            .transpose()
+        self.one_column(
+            "SELECT metadata_json FROM agentos_core_sessions WHERE session_id = ?1",
+            session_id,
+        )
+        .await?
+        .map(|mut row| row.opt_json(0))
+        .transpose()
+    }
+
+    /// The row `sql` (one column of a session's row, by `?1`) reads.
+    async fn one_column(&self, sql: &str, session_id: &str) -> Result<Option<Row>, DbError> {
+        let rows = self.db.query(sql, vec![session_id.into()]).await?;
+        Row::optional(rows, SESSIONS, 1)
     }
 
     /// A session's oldest retained event sequence, if there is such a
     /// session.
     pub async fn oldest_retained(&self, session_id: &str) -> Result<Option<u64>, DbError> {
-        let rows = self
-            .db
-            .query(
-                "SELECT oldest_retained_sequence FROM agentos_core_sessions WHERE session_id = ?1",
-                vec![session_id.into()],
-            )
-            .await?;
-        Row::optional(rows, SESSIONS, 1)?
-            .map(|mut row| row.uint(0))
-            .transpose()
+        self.one_column(
+            "SELECT oldest_retained_sequence FROM agentos_core_sessions WHERE session_id = ?1",
+            session_id,
+        )
+        .await?
+        .map(|mut row| row.uint(0))
+        .transpose()
     }
 
     /// A session's plan (the agent's `plan`), if it has one.
     pub async fn plan(&self, session_id: &str) -> Result<Option<Value>, DbError> {
-        let rows = self
-            .db
-            .query(
+        match self
+            .one_column(
                 "SELECT plan_json FROM agentos_core_sessions WHERE session_id = ?1",
-                vec![session_id.into()],
+                session_id,
             )
-            .await?;
-        match Row::optional(rows, SESSIONS, 1)? {
+            .await?
+        {
             Some(mut row) => row.opt_json(0),
             None => Ok(None),
         }
