@@ -210,13 +210,23 @@ fn builtin_services(
         );
         titles.spawn(turns.runs().subscribe());
     }
+    // In-process agents share one provider client (its pools and TLS
+    // roots built once); an agent process builds its own.
+    let in_process = if config.builtin.agent_process {
+        None
+    } else {
+        Some(
+            agentos_adapters::builtin::provider::Provider::new(Default::default())
+                .map_err(|e| VmError::Builtin(e.message))?,
+        )
+    };
     match crate::builtin::agent_spec() {
         Ok(spec) => {
             sessions.set_builtin(
                 spec,
                 host.clone(),
                 std::time::Duration::from_millis(config.builtin.idle_agent_ms),
-                !config.builtin.agent_process,
+                in_process,
             );
         }
         Err(e) => {

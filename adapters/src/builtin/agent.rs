@@ -35,6 +35,21 @@ where
 {
     let provider =
         Provider::new(options.provider.clone()).map_err(|e| std::io::Error::other(e.message))?;
+    serve_with(input, output, options, provider).await
+}
+
+/// [`serve`] calling providers through `provider`, which agents served in
+/// one process share (its pooled clients are built once, not per agent).
+pub async fn serve_with<R, W>(
+    input: R,
+    output: W,
+    options: AgentOptions,
+    provider: Provider,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let agent = Arc::new(Agent {
         peer: Peer::start(output),
         options,

@@ -1,4 +1,6 @@
-//! The ACP client connection to one adapter process.
+//! The ACP client connection to one adapter process (or to the builtin
+//! agent served as a task of this process over an in-memory pipe,
+//! [`AdapterConnection::in_process`], with the same tasks and bounds).
 //!
 //! The adapter is a child process speaking newline-delimited JSON-RPC on its
 //! stdio. One writer task serializes every outgoing line; one reader task

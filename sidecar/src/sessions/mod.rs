@@ -127,7 +127,7 @@ impl Sessions {
         spec: AgentSpec,
         host: Arc<dyn AgentHost>,
         idle: std::time::Duration,
-        in_process: bool,
+        in_process: Option<agentos_adapters::builtin::provider::Provider>,
     ) -> bool {
         self.shared
             .builtin

@@ -29,9 +29,10 @@ pub(crate) struct BuiltinAgent {
     /// How long a builtin session's route waits idle before it ends its
     /// agent process (`builtin.idleAgentMs`).
     pub idle: std::time::Duration,
-    /// The agent runs as a task of this process, not as `spec`'s process
-    /// (`builtin.agentProcess` off).
-    pub in_process: bool,
+    /// Set when the agent runs as a task of this process, not as `spec`'s
+    /// process (`builtin.agentProcess` off): the provider client those
+    /// agents share.
+    pub in_process: Option<agentos_adapters::builtin::provider::Provider>,
 }
 
 /// State shared by the service and its route tasks.

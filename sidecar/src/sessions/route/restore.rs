@@ -62,6 +62,15 @@ pub fn build_continuation(updates_newest_first: &[String], max_bytes: u64) -> Op
 /// pipe to a child holds.
 const IN_PROCESS_PIPE_BYTES: usize = 64 * 1024;
 
+/// How a route's agent starts.
+enum Start {
+    /// A process, confined by its command.
+    Child(agentos_adapters::AdapterCommand),
+    /// The builtin agent as a task of this process, calling providers
+    /// through the client all of them share.
+    InProcess(agentos_adapters::builtin::provider::Provider),
+}
+
 impl Route {
     /// Spawns the adapter, negotiates, restores or creates the adapter
     /// session, and starts the route task.
@@ -72,23 +81,24 @@ impl Route {
     ) -> Result<RouteHandle, SessionError> {
         let builtin = row.agent == crate::config::BUILTIN_AGENT;
         let (spec, in_process) = match shared.agents.get(&row.agent) {
-            Some(spec) => (spec, false),
+            Some(spec) => (spec, None),
             None if builtin => match shared.builtin.get() {
-                Some(agent) => (&agent.spec, agent.in_process),
+                Some(agent) => (&agent.spec, agent.in_process.clone()),
                 None => return Err(SessionError::BuiltinAgentUnavailable),
             },
             None => return Err(SessionError::AgentNotFound(row.agent.clone())),
         };
-        let command = if in_process {
-            None
-        } else {
-            let mut env: BTreeMap<String, String> = spec.env.clone();
-            env.extend(row.env.clone());
-            let command = shared
-                .launcher
-                .command(&row.session_id, spec, env)
-                .map_err(|e| adapter_error(&AdapterError::Spawn(e)))?;
-            Some(command)
+        let start = match in_process {
+            Some(provider) => Start::InProcess(provider),
+            None => {
+                let mut env: BTreeMap<String, String> = spec.env.clone();
+                env.extend(row.env.clone());
+                let command = shared
+                    .launcher
+                    .command(&row.session_id, spec, env)
+                    .map_err(|e| adapter_error(&AdapterError::Spawn(e)))?;
+                Start::Child(command)
+            }
         };
         let options = AdapterOptions {
             max_read_line_bytes: shared.limits.max_read_line_bytes as usize,
@@ -107,13 +117,18 @@ impl Route {
             roots.extend(row.additional_directories.iter().cloned());
             fs.prepare_roots(&roots).await;
         }
-        let (conn, mut events) = match &command {
-            Some(command) => AdapterConnection::spawn(command, options)
+        let (conn, mut events) = match start {
+            Start::Child(command) => AdapterConnection::spawn(&command, options)
                 .await
                 .map_err(|e| adapter_error(&e))?,
-            None => AdapterConnection::in_process(
+            Start::InProcess(provider) => AdapterConnection::in_process(
                 |input, output| {
-                    agentos_adapters::builtin::agent::serve(input, output, Default::default())
+                    agentos_adapters::builtin::agent::serve_with(
+                        input,
+                        output,
+                        Default::default(),
+                        provider,
+                    )
                 },
                 IN_PROCESS_PIPE_BYTES,
                 options,
