@@ -54,8 +54,9 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
 /// microseconds after its answer; catching it awake saves a thread wake-up
 /// (tens of microseconds on a virtual machine) per transaction. 50 µs
 /// catches those as well as 200 µs did (host turns per second, durable
-/// events end to end), while a lone session's turn, whose transactions come
-/// a few hundred microseconds apart, burns a quarter of it each time.
+/// events end to end), while after each transaction of a lone session's
+/// turn (they come a few hundred microseconds apart) it burns a quarter of
+/// what 200 µs did.
 pub(crate) const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Whether a thread serving a queue stays awake for its next job. Staying
