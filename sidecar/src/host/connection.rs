@@ -243,7 +243,7 @@ pub(super) struct ConnectionSink {
 }
 
 impl Sink for ConnectionSink {
-    fn deliver(&self, subscription_id: &str, item: &Item) -> Result<(), SinkRefusal> {
+    fn deliver(&self, subscription_id: &Arc<str>, item: &Item) -> Result<(), SinkRefusal> {
         match item {
             // Spliced, not re-serialized: the event is already JSON.
             Item::Durable(_, public, _) => self
@@ -256,7 +256,7 @@ impl Sink for ConnectionSink {
             } => self.outbox.item(notification_frame(
                 methods::UPDATE,
                 &json!({
-                    "subscriptionId": subscription_id,
+                    "subscriptionId": &**subscription_id,
                     "sessionId": &**session_id,
                     "afterSequence": after_sequence,
                     "update": &**update,

@@ -80,7 +80,15 @@ pub enum SinkRefusal {
 /// Where a subscription's items go (a host connection, in practice). Must not
 /// block.
 pub trait Sink: Send + Sync {
-    fn deliver(&self, subscription_id: &str, item: &Item) -> Result<(), SinkRefusal>;
+    fn deliver(&self, subscription_id: &Arc<str>, item: &Item) -> Result<(), SinkRefusal>;
+    /// Several items in order, as one commit published them. A sink whose
+    /// consumer wakes per entry takes them as one; by default they are
+    /// delivered one by one, and the first refusal ends the delivery.
+    fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+        items
+            .iter()
+            .try_for_each(|item| self.deliver(subscription_id, item))
+    }
     /// The subscription ended for `reason`; best effort.
     fn ended(&self, subscription_id: &str, session_id: &str, reason: &str, last_sequence: u64);
 }
@@ -92,7 +100,8 @@ enum SubState {
 }
 
 pub struct Subscription {
-    pub id: String,
+    /// Shared with every item delivered under it.
+    pub id: Arc<str>,
     pub session_id: String,
     sink: Arc<dyn Sink>,
     state: Mutex<SubState>,
@@ -106,7 +115,57 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Whether a live subscription that sent up to `last_sent` wants `item`.
+fn wanted(item: &Item, last_sent: u64) -> bool {
+    match item {
+        Item::Durable(e, ..) => e.sequence > last_sent,
+        Item::Ephemeral { after_sequence, .. } => *after_sequence >= last_sent,
+    }
+}
+
 impl Subscription {
+    /// Offers live items, in order, as one delivery; returns false when the
+    /// subscription must go.
+    fn offer_all(&self, items: &[Item]) -> bool {
+        let mut state = lock(&self.state);
+        match &mut *state {
+            SubState::Replaying { buffer } => {
+                if buffer.len() + items.len() > REPLAY_BUFFER_ITEMS {
+                    *state = SubState::Ended;
+                    return false;
+                }
+                buffer.extend_from_slice(items);
+                true
+            }
+            SubState::Live { last_sent } => {
+                let mut last = *last_sent;
+                let mut batch = Vec::with_capacity(items.len());
+                for item in items {
+                    if wanted(item, last) {
+                        if let Item::Durable(e, ..) = item {
+                            last = e.sequence;
+                        }
+                        batch.push(item.clone());
+                    }
+                }
+                if batch.is_empty() {
+                    return true;
+                }
+                match self.sink.deliver_all(&self.id, batch) {
+                    Ok(()) => {
+                        *last_sent = last;
+                        true
+                    }
+                    Err(_) => {
+                        *state = SubState::Ended;
+                        false
+                    }
+                }
+            }
+            SubState::Ended => false,
+        }
+    }
+
     /// Offers a live item; returns false when the subscription must go.
     fn offer(&self, item: &Item) -> bool {
         let mut state = lock(&self.state);
@@ -120,11 +179,7 @@ impl Subscription {
                 true
             }
             SubState::Live { last_sent } => {
-                let wanted = match item {
-                    Item::Durable(e, ..) => e.sequence > *last_sent,
-                    Item::Ephemeral { after_sequence, .. } => *after_sequence >= *last_sent,
-                };
-                if !wanted {
+                if !wanted(item, *last_sent) {
                     return true;
                 }
                 match self.sink.deliver(&self.id, item) {
@@ -204,10 +259,10 @@ impl State {
 
     /// Removes a subscription from the id and sink indexes.
     fn forget(&mut self, sub: &Subscription) {
-        self.by_id.remove(&sub.id);
+        self.by_id.remove(&*sub.id);
         let key = sink_key(&sub.sink);
         if let Some(ids) = self.by_sink.get_mut(&key) {
-            ids.remove(&sub.id);
+            ids.remove(&*sub.id);
             if ids.is_empty() {
                 self.by_sink.remove(&key);
             }
@@ -258,23 +313,34 @@ impl Hub {
         let Some(channel) = state.sessions.get_mut(session_id) else {
             return;
         };
-        let mut dropped = Vec::new();
         let tap = self.tap.get().filter(|tap| tap.wants());
-        for event in events {
-            channel.last_published = channel.last_published.max(event.sequence);
-            if channel.subscriptions.is_empty() && tap.is_none() {
-                continue;
-            }
-            let item = Item::durable(event);
-            if let Some(tap) = tap {
-                tap.see(session_id, &item);
-            }
-            for sub in channel.subscriptions.values() {
-                if !sub.offer(&item) && !dropped.contains(&sub.id) {
-                    dropped.push(sub.id.clone());
-                }
+        if let Some(latest) = events.iter().map(|event| event.sequence).max() {
+            channel.last_published = channel.last_published.max(latest);
+        }
+        if channel.subscriptions.is_empty() && tap.is_none() {
+            return;
+        }
+        let items: Vec<Item> = events.into_iter().map(Item::durable).collect();
+        if items.is_empty() {
+            return;
+        }
+        if let Some(tap) = tap {
+            for item in &items {
+                tap.see(session_id, item);
             }
         }
+        // Each subscription takes the commit's rows as one delivery: a
+        // thousand sockets on one session are woken once per commit, not
+        // once per row.
+        let dropped: Vec<String> = channel
+            .subscriptions
+            .values()
+            .filter(|sub| match items.as_slice() {
+                [item] => !sub.offer(item),
+                all => !sub.offer_all(all),
+            })
+            .map(|sub| sub.id.to_string())
+            .collect();
         state.drop_subscriptions(session_id, dropped, Some("overflow"));
     }
 
@@ -300,7 +366,7 @@ impl Hub {
             .subscriptions
             .values()
             .filter(|sub| !sub.offer(&item))
-            .map(|sub| sub.id.clone())
+            .map(|sub| sub.id.to_string())
             .collect();
         state.drop_subscriptions(session_id, dropped, Some("overflow"));
     }
@@ -323,7 +389,7 @@ impl Hub {
             return Err(TooManySubscriptions { held });
         }
         let sub = Arc::new(Subscription {
-            id: id.clone(),
+            id: Arc::from(id.as_str()),
             session_id: session_id.to_owned(),
             sink,
             state: Mutex::new(SubState::Replaying { buffer: Vec::new() }),
@@ -349,16 +415,16 @@ impl Hub {
         };
         let mut last = last_sent;
         for item in &buffer {
-            let wanted = match item {
-                Item::Durable(e, ..) => e.sequence > last,
-                Item::Ephemeral { after_sequence, .. } => *after_sequence >= last,
-            };
-            if !wanted {
+            if !wanted(item, last) {
                 continue;
             }
             if sub.sink.deliver(&sub.id, item).is_err() {
                 drop(sub_state);
-                state.drop_subscriptions(&sub.session_id, vec![sub.id.clone()], Some("overflow"));
+                state.drop_subscriptions(
+                    &sub.session_id,
+                    vec![sub.id.to_string()],
+                    Some("overflow"),
+                );
                 return false;
             }
             if let Item::Durable(e, ..) = item {
@@ -449,7 +515,110 @@ impl Hub {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use agentos_protocol::session::{Actor, EventKind};
+
     use super::*;
+
+    /// A sink that records each delivery as the sequences it carried, and
+    /// refuses once `refuse_after` deliveries were made.
+    #[derive(Default)]
+    struct Recorder {
+        deliveries: Mutex<Vec<Vec<u64>>>,
+        ended: Mutex<Vec<String>>,
+        refuse_after: Option<usize>,
+    }
+
+    fn sequence(item: &Item) -> u64 {
+        match item {
+            Item::Durable(event, ..) => event.sequence,
+            Item::Ephemeral { after_sequence, .. } => *after_sequence,
+        }
+    }
+
+    impl Recorder {
+        fn record(&self, sequences: Vec<u64>) -> Result<(), SinkRefusal> {
+            let mut deliveries = lock(&self.deliveries);
+            if self.refuse_after.is_some_and(|n| deliveries.len() >= n) {
+                return Err(SinkRefusal::Overflow);
+            }
+            deliveries.push(sequences);
+            Ok(())
+        }
+    }
+
+    impl Sink for Recorder {
+        fn deliver(&self, _: &Arc<str>, item: &Item) -> Result<(), SinkRefusal> {
+            self.record(vec![sequence(item)])
+        }
+
+        fn deliver_all(&self, _: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+            self.record(items.iter().map(sequence).collect())
+        }
+
+        fn ended(&self, _: &str, _: &str, reason: &str, _: u64) {
+            lock(&self.ended).push(reason.to_owned());
+        }
+    }
+
+    fn event(sequence: u64) -> StoredEvent {
+        StoredEvent {
+            session_id: "s".into(),
+            sequence,
+            timestamp_ms: 1,
+            kind: EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor: Actor::Agent,
+            payload_json: "{}".into(),
+        }
+    }
+
+    fn events(sequences: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
+        sequences.map(event).collect()
+    }
+
+    /// A hub with one live subscription of session `s`, sent up to row 1.
+    fn live(sink: Arc<Recorder>) -> Hub {
+        let hub = Hub::default();
+        hub.set_published("s", 1);
+        let (sub, _) = hub
+            .register("sub".into(), "s", 1, sink, 8)
+            .expect("registered");
+        assert!(hub.go_live(&sub, 1));
+        hub
+    }
+
+    #[test]
+    fn a_commit_reaches_a_subscription_as_one_delivery_in_order() {
+        let sink = Arc::new(Recorder::default());
+        let hub = live(sink.clone());
+        hub.publish("s", events(2..=4));
+        hub.publish("s", events(5..=5));
+        // Rows already sent are skipped, even within a commit.
+        hub.publish("s", events(4..=6));
+        hub.publish("s", events(3..=5));
+        assert_eq!(
+            *lock(&sink.deliveries),
+            vec![vec![2, 3, 4], vec![5], vec![6]]
+        );
+        assert!(lock(&sink.ended).is_empty());
+    }
+
+    #[test]
+    fn a_refused_commit_ends_the_subscription_with_overflow() {
+        let sink = Arc::new(Recorder {
+            refuse_after: Some(1),
+            ..Recorder::default()
+        });
+        let hub = live(sink.clone());
+        hub.publish("s", events(2..=3));
+        hub.publish("s", events(4..=5));
+        assert_eq!(*lock(&sink.ended), vec!["overflow".to_owned()]);
+        // Gone: nothing more is offered.
+        hub.publish("s", events(6..=7));
+        assert_eq!(*lock(&sink.deliveries), vec![vec![2, 3]]);
+    }
 
     #[test]
     fn a_frame_is_rendered_once_for_its_key_and_anew_for_another() {

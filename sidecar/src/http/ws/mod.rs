@@ -51,8 +51,12 @@ pub use error::WsError;
 pub use sockets::{Permit, Sockets};
 pub use state::WsState;
 
-/// The read and write buffer of one socket.
-const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
+/// The read buffer of one socket: client frames are small signed
+/// envelopes.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+/// What a socket's writer gathers before one write: a burst's frames go
+/// out a few dozen per system call, not a few.
+const WRITE_BUFFER_BYTES: usize = 32 * 1024;
 
 /// Upgrades a request to a socket, or refuses it with 503 when
 /// `http.ws.maxSockets` are open or the server is shutting down.
@@ -74,13 +78,12 @@ pub async fn get(
     };
     sockets.relay_session_states();
     let max_frame = usize::try_from(sockets.limits.max_frame_bytes).unwrap_or(usize::MAX);
-    // Client frames are small signed envelopes and our frames go out one
-    // at a time from the outbox (which holds the bytes that wait), so small
-    // socket buffers serve; tungstenite's defaults (128 KiB each way) would
-    // cost a quarter of a megabyte per socket.
+    // The outbox holds the bytes that wait, so the socket's own buffers
+    // stay small; tungstenite's defaults (128 KiB each way) would cost a
+    // quarter of a megabyte per socket.
     upgrade
-        .read_buffer_size(SOCKET_BUFFER_BYTES)
-        .write_buffer_size(SOCKET_BUFFER_BYTES)
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_frame_size(max_frame)
         .max_message_size(max_frame)
         .on_upgrade(move |ws| connection::run(ws, state, permit))

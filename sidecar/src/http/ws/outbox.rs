@@ -90,6 +90,8 @@ pub(super) enum Out {
     },
     /// An item for a session subscription, rendered when sent.
     Item { sub_id: Arc<str>, item: Item },
+    /// Items of one commit for a session subscription, in order.
+    Items { sub_id: Arc<str>, items: Vec<Item> },
     /// A session's new state, for every subscription of it on the socket.
     State(Arc<SessionInfo>),
     /// A session subscription ended; `frame` follows its last item.
@@ -108,21 +110,26 @@ impl Out {
         match self {
             Out::Frame(text) => text.len(),
             Out::Open { key, .. } => key.len() + ENTRY_OVERHEAD,
-            Out::Item { item, .. } => {
-                ENTRY_OVERHEAD
-                    + match item {
-                        Item::Durable(_, public, _) => public.len(),
-                        Item::Ephemeral { update, .. } => update
-                            .get("content")
-                            .and_then(|c| c.get("text"))
-                            .and_then(serde_json::Value::as_str)
-                            .map_or(0, str::len),
-                    }
-            }
+            Out::Item { item, .. } => item_estimate(item),
+            Out::Items { items, .. } => items.iter().map(item_estimate).sum(),
             Out::State(_) => 4 * ENTRY_OVERHEAD,
             Out::End { frame, .. } => ENTRY_OVERHEAD + frame.as_ref().map_or(0, String::len),
         }
     }
+}
+
+/// The bytes charged for a session item: its stored form, or a live
+/// chunk's text, and the frame around it.
+fn item_estimate(item: &Item) -> usize {
+    ENTRY_OVERHEAD
+        + match item {
+            Item::Durable(_, public, _) => public.len(),
+            Item::Ephemeral { update, .. } => update
+                .get("content")
+                .and_then(|c| c.get("text"))
+                .and_then(serde_json::Value::as_str)
+                .map_or(0, str::len),
+        }
 }
 
 /// The bytes queued to every socket of the process, against
@@ -139,25 +146,56 @@ pub(super) type Queue = outbox::Queue<Out>;
 
 /// The queue and the close signal of one socket; dropped, the socket is
 /// closed.
-pub(super) struct Outbox(outbox::Outbox<Out>);
+pub(super) struct Outbox {
+    outbox: outbox::Outbox<Out>,
+    /// `http.ws.maxQueuedBytesPerSocket`.
+    limit: usize,
+}
 
 impl Drop for Outbox {
     fn drop(&mut self) {
-        self.0.close(CLOSE_NORMAL);
+        self.outbox.close(CLOSE_NORMAL);
     }
 }
 
 impl Outbox {
     pub(super) fn new(limit: u64, budget: &Arc<Budget>) -> (Outbox, Queue) {
         let (outbox, queue) = outbox::Outbox::new(budget, limit, Overflow::Close(CLOSE_OVERFLOW));
-        (Outbox(outbox), queue)
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        (Outbox { outbox, limit }, queue)
+    }
+
+    /// A commit's items for one subscription, as one entry: its writer
+    /// wakes once for them. Items that together pass the socket's whole
+    /// bound go one entry each, so only a single item may ever pass it.
+    pub(super) fn push_items(
+        &self,
+        sub_id: &Arc<str>,
+        items: Vec<Item>,
+    ) -> Result<(), SinkRefusal> {
+        let entry = Out::Items {
+            sub_id: sub_id.clone(),
+            items,
+        };
+        if entry.estimate() <= self.limit {
+            return self.push(entry);
+        }
+        let Out::Items { items, .. } = entry else {
+            return Ok(());
+        };
+        items.into_iter().try_for_each(|item| {
+            self.push(Out::Item {
+                sub_id: sub_id.clone(),
+                item,
+            })
+        })
     }
 
     /// Queues `out` if it fits; otherwise the socket closes as a consumer
     /// that fell behind.
     pub(super) fn push(&self, out: Out) -> Result<(), SinkRefusal> {
         let n = out.estimate();
-        self.0.push(out, n).map_err(|refused| match refused {
+        self.outbox.push(out, n).map_err(|refused| match refused {
             Refused::Full => SinkRefusal::Overflow,
             Refused::Closed => SinkRefusal::Closed,
         })
@@ -171,27 +209,27 @@ impl Outbox {
     /// The writer took an entry of `n` bytes off the queue.
     #[cfg(test)]
     pub(super) fn taken(&self, n: usize) {
-        self.0.release(n);
+        self.outbox.release(n);
     }
 
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {
-        self.0.queued()
+        self.outbox.queued()
     }
 
     /// Asks the socket to close; the first reason wins.
     pub(super) fn close(&self, why: Close) {
-        self.0.close(why);
+        self.outbox.close(why);
     }
 
     #[cfg(test)]
     pub(super) fn is_closing(&self) -> bool {
-        self.0.is_closing()
+        self.outbox.is_closing()
     }
 
     /// Watches for the close request.
     pub(super) fn closing(&self) -> watch::Receiver<Option<Close>> {
-        self.0.closing()
+        self.outbox.closing()
     }
 }
 
@@ -229,6 +267,46 @@ mod tests {
             outbox.taken(n);
         }
         assert_eq!(budget.queued(), 0);
+    }
+
+    fn durable(sequence: u64, payload: &str) -> Item {
+        Item::durable(agentos_protocol::session::StoredEvent {
+            session_id: "s".into(),
+            sequence,
+            timestamp_ms: 1,
+            kind: agentos_protocol::session::EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor: agentos_protocol::session::Actor::Agent,
+            payload_json: payload.into(),
+        })
+    }
+
+    #[test]
+    fn a_commit_is_one_entry_unless_it_would_pass_the_whole_bound() {
+        let budget = budget(1 << 30);
+        let sub: Arc<str> = Arc::from("sub");
+        let items: Vec<Item> = (1..=3).map(|seq| durable(seq, "{}")).collect();
+        let one: usize = items.iter().map(item_estimate).sum();
+        let (outbox, mut rx) = Outbox::new(one as u64, &budget);
+        outbox.push_items(&sub, items.clone()).unwrap();
+        let (entry, n) = rx.try_recv().unwrap();
+        assert!(matches!(entry, Out::Items { ref items, .. } if items.len() == 3));
+        assert_eq!(n, one);
+        assert!(rx.try_recv().is_err());
+        outbox.taken(n);
+        // Four rows pass the bound together: they go one entry each, so
+        // the fourth overflows as it would have alone.
+        let more: Vec<Item> = (4..=7).map(|seq| durable(seq, "{}")).collect();
+        assert_eq!(outbox.push_items(&sub, more), Err(SinkRefusal::Overflow));
+        assert_eq!(*outbox.closing().borrow(), Some(CLOSE_OVERFLOW));
+        let mut singles = 0;
+        while let Ok((entry, _)) = rx.try_recv() {
+            assert!(matches!(entry, Out::Item { .. }));
+            singles += 1;
+        }
+        assert_eq!(singles, 3);
     }
 
     #[test]

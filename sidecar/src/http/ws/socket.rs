@@ -184,11 +184,15 @@ impl Socket {
 }
 
 impl Sink for Socket {
-    fn deliver(&self, subscription_id: &str, item: &Item) -> Result<(), SinkRefusal> {
+    fn deliver(&self, subscription_id: &Arc<str>, item: &Item) -> Result<(), SinkRefusal> {
         self.outbox.push(Out::Item {
-            sub_id: Arc::from(subscription_id),
+            sub_id: subscription_id.clone(),
             item: item.clone(),
         })
+    }
+
+    fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+        self.outbox.push_items(subscription_id, items)
     }
 
     fn ended(&self, subscription_id: &str, _session_id: &str, reason: &str, _last: u64) {

@@ -18,7 +18,7 @@
 //! is held back until the subscription has delivered the rows committed
 //! before it, so `change` never overtakes the events it follows.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -260,10 +260,12 @@ fn agent_text(update: &Value) -> Option<&str> {
         .filter(|text| !text.is_empty())
 }
 
-/// The session subscriptions of one socket, by hub subscription id.
+/// The session subscriptions of one socket, by hub subscription id: a
+/// list, since a socket holds a few (at most
+/// `http.ws.maxSubscriptionsPerSocket`) and every item looks its own up.
 #[derive(Default)]
 pub(super) struct Render {
-    views: HashMap<Arc<str>, SessionView>,
+    views: Vec<(Arc<str>, SessionView)>,
 }
 
 impl Render {
@@ -278,7 +280,8 @@ impl Render {
                 link,
                 after,
             } => {
-                self.views.insert(
+                self.views.retain(|(id, _)| *id != sub_id);
+                self.views.push((
                     sub_id,
                     SessionView {
                         key,
@@ -289,28 +292,42 @@ impl Render {
                         pending: VecDeque::new(),
                         activity: None,
                     },
-                );
+                ));
             }
             Out::Item { sub_id, item } => {
-                if let Some(view) = self.views.get_mut(&sub_id) {
+                if let Some(view) = self.view(&sub_id) {
                     view.item(&item, &mut out);
                 }
             }
+            Out::Items { sub_id, items } => {
+                if let Some(view) = self.view(&sub_id) {
+                    for item in &items {
+                        view.item(item, &mut out);
+                    }
+                }
+            }
             Out::State(info) => {
-                for view in self.views.values_mut() {
+                for (_, view) in &mut self.views {
                     if view.link.session_id == info.session_id {
                         view.state(info.clone(), &mut out);
                     }
                 }
             }
             Out::End { sub_id, frame } => {
-                if let Some(mut view) = self.views.remove(&sub_id) {
-                    view.done(&mut out);
+                if let Some(at) = self.views.iter().position(|(id, _)| *id == sub_id) {
+                    self.views.swap_remove(at).1.done(&mut out);
                 }
                 out.extend(frame.map(Utf8Bytes::from));
             }
         }
         out
+    }
+
+    fn view(&mut self, sub_id: &Arc<str>) -> Option<&mut SessionView> {
+        self.views
+            .iter_mut()
+            .find(|(id, _)| Arc::ptr_eq(id, sub_id) || id == sub_id)
+            .map(|(_, view)| view)
     }
 }
 
