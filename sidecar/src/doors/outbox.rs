@@ -430,6 +430,11 @@ impl<T> Outbox<T> {
         (Outbox { tx, meter }, queue)
     }
 
+    /// The bytes this outbox may hold.
+    pub fn limit(&self) -> usize {
+        self.meter.limit
+    }
+
     /// Queues `entry`, charged `n` bytes, if it fits; otherwise applies the
     /// overflow policies. An entry queued just before the pool's relief
     /// closed this connection is refused too: it will not be sent.

@@ -242,27 +242,55 @@ pub(super) struct ConnectionSink {
     outbox: Outbox,
 }
 
+/// The frame a subscription item becomes on the host socket.
+fn item_frame(subscription_id: &str, item: &Item) -> Result<Vec<u8>, FrameError> {
+    match item {
+        // Spliced, not re-serialized: the event is already JSON.
+        Item::Durable(_, public, _) => event_notification_frame(subscription_id, public),
+        Item::Ephemeral {
+            session_id,
+            after_sequence,
+            update,
+        } => notification_frame(
+            methods::UPDATE,
+            &json!({
+                "subscriptionId": subscription_id,
+                "sessionId": &**session_id,
+                "afterSequence": after_sequence,
+                "update": &**update,
+            }),
+        ),
+    }
+}
+
 impl Sink for ConnectionSink {
     fn deliver(&self, subscription_id: &Arc<str>, item: &Item) -> Result<(), SinkRefusal> {
-        match item {
-            // Spliced, not re-serialized: the event is already JSON.
-            Item::Durable(_, public, _) => self
-                .outbox
-                .item(event_notification_frame(subscription_id, public)),
-            Item::Ephemeral {
-                session_id,
-                after_sequence,
-                update,
-            } => self.outbox.item(notification_frame(
-                methods::UPDATE,
-                &json!({
-                    "subscriptionId": &**subscription_id,
-                    "sessionId": &**session_id,
-                    "afterSequence": after_sequence,
-                    "update": &**update,
-                }),
-            )),
+        self.outbox.item(item_frame(subscription_id, item))
+    }
+
+    /// A commit's frames as one entry (one wake-up and one write for the
+    /// connection's writer), unless together they pass the connection's
+    /// whole bound: then one entry each, so only a single frame may ever
+    /// pass it.
+    fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+        let mut joined: Vec<u8> = Vec::new();
+        for item in &items {
+            let frame = item_frame(subscription_id, item).map_err(|_| SinkRefusal::Overflow)?;
+            if joined.len() + frame.len() > self.outbox.queue.limit() {
+                return items
+                    .iter()
+                    .try_for_each(|item| self.deliver(subscription_id, item));
+            }
+            if joined.is_empty() {
+                joined = frame;
+            } else {
+                joined.extend_from_slice(&frame);
+            }
         }
+        if joined.is_empty() {
+            return Ok(());
+        }
+        self.outbox.item(Ok(joined))
     }
 
     fn ended(&self, subscription_id: &str, session_id: &str, reason: &str, last_sequence: u64) {
@@ -586,5 +614,77 @@ fn notice_json(notice: &Notice) -> (&'static str, Value) {
             methods::KEEP_AWAKE,
             json!({"held": held, "holders": holders, "sessionId": session_id, "promptId": prompt_id}),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentos_protocol::session::{Actor, EventKind, StoredEvent};
+
+    use super::*;
+
+    fn durable(sequence: u64) -> Item {
+        Item::durable(StoredEvent {
+            session_id: "s".into(),
+            sequence,
+            timestamp_ms: 1,
+            kind: EventKind::SessionUpdate,
+            correlation_id: None,
+            outcome_status: None,
+            terminal_reason: None,
+            actor: Actor::Agent,
+            payload_json: r#"{"sessionUpdate":"agent_message_chunk"}"#.into(),
+        })
+    }
+
+    /// A sink on an outbox of `limit` bytes, and the queue its writer reads.
+    fn connection_sink(limit: u64) -> (ConnectionSink, outbox::Queue<Vec<u8>>) {
+        let pool = Pool::new(1 << 30, PoolOverflow::Refuse);
+        let (queue, frames) = outbox::Outbox::new(&pool, limit, Overflow::Refuse);
+        let dropped = Arc::new(Dropped {
+            run: AtomicU64::new(0),
+            counters: Arc::default(),
+        });
+        let outbox = Outbox {
+            queue,
+            connection: 0,
+            dropped,
+        };
+        (ConnectionSink { outbox }, frames)
+    }
+
+    /// The sequences of the `event` notifications in `bytes`, in order.
+    fn sequences(mut bytes: &[u8]) -> Vec<u64> {
+        let mut out = Vec::new();
+        while let [a, b, c, d, rest @ ..] = bytes {
+            let n = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
+            let frame: Value = serde_json::from_slice(&rest[..n]).unwrap();
+            assert_eq!(frame["params"]["subscriptionId"], "sub");
+            out.push(frame["params"]["event"]["sequence"].as_u64().unwrap());
+            bytes = &rest[n..];
+        }
+        out
+    }
+
+    #[test]
+    fn a_commit_is_one_entry_of_whole_frames_unless_it_passes_the_bound() {
+        let sub: Arc<str> = Arc::from("sub");
+        let items: Vec<Item> = (1..=3).map(durable).collect();
+        let (sink, mut frames) = connection_sink(1 << 20);
+        sink.deliver_all(&sub, items.clone()).unwrap();
+        let (entry, n) = frames.try_recv().unwrap();
+        assert_eq!(n, entry.len());
+        assert_eq!(sequences(&entry), [1, 2, 3]);
+        assert!(frames.try_recv().is_err());
+        // A bound two frames wide: one entry per frame, and the one that
+        // does not fit is refused as it would be alone.
+        let one = item_frame(&sub, &items[0]).unwrap().len() as u64;
+        let (sink, mut frames) = connection_sink(2 * one + 2);
+        assert_eq!(sink.deliver_all(&sub, items), Err(SinkRefusal::Overflow));
+        let mut seen = Vec::new();
+        while let Ok((entry, _)) = frames.try_recv() {
+            seen.extend(sequences(&entry));
+        }
+        assert_eq!(seen, [1, 2]);
     }
 }

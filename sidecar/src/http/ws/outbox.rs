@@ -148,8 +148,6 @@ pub(super) type Queue = outbox::Queue<Out>;
 /// closed.
 pub(super) struct Outbox {
     outbox: outbox::Outbox<Out>,
-    /// `http.ws.maxQueuedBytesPerSocket`.
-    limit: usize,
 }
 
 impl Drop for Outbox {
@@ -161,8 +159,7 @@ impl Drop for Outbox {
 impl Outbox {
     pub(super) fn new(limit: u64, budget: &Arc<Budget>) -> (Outbox, Queue) {
         let (outbox, queue) = outbox::Outbox::new(budget, limit, Overflow::Close(CLOSE_OVERFLOW));
-        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        (Outbox { outbox, limit }, queue)
+        (Outbox { outbox }, queue)
     }
 
     /// A commit's items for one subscription, as one entry: its writer
@@ -177,7 +174,7 @@ impl Outbox {
             sub_id: sub_id.clone(),
             items,
         };
-        if entry.estimate() <= self.limit {
+        if entry.estimate() <= self.outbox.limit() {
             return self.push(entry);
         }
         let Out::Items { items, .. } = entry else {
