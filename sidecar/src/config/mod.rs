@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 mod builtin;
 mod http;
+pub mod hypermedia;
 pub mod mcp;
 mod runs;
 
@@ -125,6 +126,9 @@ pub struct Config {
     /// How MCP servers are reached, and the operator's own.
     #[serde(default)]
     pub mcp: mcp::McpConfig,
+    /// The Seed hypermedia server reads go to, and the activity pace.
+    #[serde(default)]
+    pub hypermedia: hypermedia::HypermediaConfig,
 }
 
 /// The schedule monitor's pace.
@@ -486,6 +490,7 @@ impl Config {
             builtin: BuiltinConfig::default(),
             triggers: TriggersConfig::default(),
             mcp: mcp::McpConfig::default(),
+            hypermedia: hypermedia::HypermediaConfig::default(),
         }
     }
 
@@ -633,6 +638,7 @@ impl Config {
         self.limits.runs.validate()?;
         self.builtin.validate()?;
         self.mcp.validate()?;
+        self.hypermedia.validate()?;
         if let Some(path) = &self.secrets.key_file {
             validate_path("secrets.keyFile", path)?;
         }
