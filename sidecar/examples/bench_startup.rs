@@ -126,6 +126,7 @@ fn config(path: &Path) -> Config {
         builtin: Default::default(),
         triggers: Default::default(),
         mcp: Default::default(),
+        hypermedia: Default::default(),
     }
 }
 

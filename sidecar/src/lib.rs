@@ -7,6 +7,7 @@ pub mod control;
 pub mod doors;
 pub mod host;
 pub mod http;
+pub mod hypermedia;
 pub mod maintenance;
 pub mod mcp;
 pub mod runs;

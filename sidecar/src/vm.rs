@@ -167,7 +167,11 @@ fn builtin_services(
         (fetcher, downloader),
         triggers.clone(),
     )
-    .with_mcp(mcp.clone());
+    .with_mcp(mcp.clone())
+    .with_hypermedia(
+        crate::hypermedia::Hypermedia::new(&config.hypermedia)
+            .map_err(|e| VmError::Builtin(e.to_string()))?,
+    );
     verbs.attach(sessions.clone(), turns.clone());
     let endpoint = |key: &str, default: &str| {
         config

@@ -40,7 +40,7 @@ impl FetchError {
 }
 
 /// An error with its causes, which say why (a refused name, a reset).
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

@@ -220,6 +220,9 @@ pub struct Verbs {
     pub(crate) attachments: crate::space::SessionAttachments,
     /// MCP servers, for `mcp:<server>/<tool>` callables (absent: none).
     pub(crate) mcp: Option<crate::mcp::Mcp>,
+    /// The hypermedia server, for `read hm://…` (absent: such reads answer
+    /// `address_unavailable`).
+    pub(crate) hypermedia: Option<crate::hypermedia::Hypermedia>,
     /// Staging, for `write ~/memory/…` with `{fromAttachment}`.
     pub(crate) uploads: crate::space::uploads::Uploads,
     pub(crate) fetcher: Fetcher,
@@ -261,6 +264,7 @@ impl Verbs {
             fetcher,
             downloader,
             mcp: None,
+            hypermedia: None,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),
             expanded: Arc::default(),
@@ -270,6 +274,12 @@ impl Verbs {
     /// Gives `call` the MCP servers.
     pub fn with_mcp(mut self, mcp: crate::mcp::Mcp) -> Verbs {
         self.mcp = Some(mcp);
+        self
+    }
+
+    /// Gives `read` the hypermedia server.
+    pub fn with_hypermedia(mut self, hypermedia: crate::hypermedia::Hypermedia) -> Verbs {
+        self.hypermedia = Some(hypermedia);
         self
     }
 

@@ -1,7 +1,8 @@
 //! `read{address, format?, options?}`: memory files and listings, tool
 //! contracts, the agent's triggers, the session's attachments, the agent
-//! itself, the account's threads, and web pages when granted. `hm://` needs a Seed node this sidecar does not have and `run:`
-//! the runs engine; both answer a result the model can read.
+//! itself, the account's threads, hypermedia documents and comments
+//! (`hm://`, from the VM's hypermedia server), and web pages when granted.
+//! `ipfs://` and `run:` answer a result the model can read.
 
 use agentos_protocol::agent_ext::{
     cut_with_notice, output_text, ImagePart, VerbResult, MAX_TEXT_ATTACHMENT_BYTES,
@@ -80,10 +81,26 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             format!("no run {id:?}: runs arrive with the runs engine, which this sidecar does not have yet"),
         );
     }
-    if address.starts_with("hm://") || address.starts_with("ipfs://") {
+    if address.starts_with("hm://") {
+        let Some(hypermedia) = &verbs.hypermedia else {
+            return failure(
+                "address_unavailable",
+                "hm:// addresses need a hypermedia server, which this sidecar has none of",
+            );
+        };
+        let format = match input["format"].as_str() {
+            Some("json") => crate::hypermedia::Format::Json,
+            _ => crate::hypermedia::Format::Markdown,
+        };
+        return match hypermedia.read(address, format).await {
+            Ok(result) => success(result),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    if address.starts_with("ipfs://") {
         return failure(
             "address_unavailable",
-            "hm:// and ipfs:// addresses need a Seed node, which this sidecar does not have",
+            "ipfs:// addresses are not read by this sidecar yet",
         );
     }
     if address.starts_with("https://") {

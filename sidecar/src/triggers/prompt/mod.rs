@@ -228,6 +228,98 @@ pub fn to_resolved_markdown(blocks: &[Value]) -> String {
     render(blocks, Mode::Resolved).markdown
 }
 
+/// A resolved inline embed: the label the server gave it, and whether it
+/// names an account (shown as `@label`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    pub label: String,
+    pub account: bool,
+}
+
+/// What a resolved rendering learned from a hypermedia server beforehand.
+#[derive(Clone, Debug, Default)]
+pub struct Lookups {
+    /// Inline embeds that resolved, by link; one that did not takes the
+    /// fallback label.
+    pub references: HashMap<String, Reference>,
+    /// Query blocks' results as markdown lines (`- [name](id)`), or the
+    /// failed request's message, by the request ([`query_request`], as
+    /// JSON text).
+    pub queries: HashMap<String, Result<Vec<String>, String>>,
+}
+
+pub use render::query_request;
+
+/// The reference's `contentToResolvedMarkdown` with what `lookups` knows:
+/// top-level blocks a blank line apart, id comments kept.
+pub fn resolved_content(blocks: &[Value], lookups: &Lookups) -> String {
+    Renderer {
+        mode: Mode::Resolved,
+        budget: RENDER_BUDGET,
+        exhausted: false,
+        lookups: Some(lookups),
+    }
+    .document(blocks)
+}
+
+/// The Embed annotations' links in `blocks`, children included, in order.
+pub fn embed_links(blocks: &[Value]) -> Vec<String> {
+    fn walk(nodes: &[Value], depth: usize, out: &mut Vec<String>) {
+        if depth > MAX_NESTING {
+            return;
+        }
+        for node in nodes {
+            if let Some(annotations) = node
+                .get("block")
+                .and_then(|b| b.get("annotations"))
+                .and_then(Value::as_array)
+            {
+                for annotation in annotations {
+                    if annotation.get("type").and_then(Value::as_str) == Some("Embed") {
+                        if let Some(link) = annotation.get("link").and_then(Value::as_str) {
+                            if !link.is_empty() && !out.iter().any(|l| l == link) {
+                                out.push(link.to_owned());
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(children) = node.get("children").and_then(Value::as_array) {
+                walk(children, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(blocks, 0, &mut out);
+    out
+}
+
+/// The Query blocks' requests in `blocks`, children included.
+pub fn query_requests(blocks: &[Value]) -> Vec<Value> {
+    fn walk(nodes: &[Value], depth: usize, out: &mut Vec<Value>) {
+        if depth > MAX_NESTING {
+            return;
+        }
+        for node in nodes {
+            if let Some(block) = node.get("block").and_then(Value::as_object) {
+                if block.get("type").and_then(Value::as_str) == Some("Query") {
+                    if let Some(request) = query_request(block) {
+                        if !out.contains(&request) {
+                            out.push(request);
+                        }
+                    }
+                }
+            }
+            if let Some(children) = node.get("children").and_then(Value::as_array) {
+                walk(children, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(blocks, 0, &mut out);
+    out
+}
+
 fn required(label: &str) -> Invalid {
     Invalid(format!("{label} is required"))
 }

@@ -28,6 +28,7 @@ pub(super) fn render(blocks: &[Value], mode: Mode) -> Rendering {
         mode,
         budget: RENDER_BUDGET,
         exhausted: false,
+        lookups: None,
     };
     let raw = renderer.document(blocks);
     Rendering {
@@ -92,13 +93,16 @@ pub(super) struct RowView<'a> {
     pub(super) cells: HashMap<&'a str, &'a Map<String, Value>>,
 }
 
-pub(super) struct Renderer {
+pub(super) struct Renderer<'a> {
     pub(super) mode: Mode,
     pub(super) budget: usize,
     pub(super) exhausted: bool,
+    /// What the hypermedia server answered, for a resolved rendering that
+    /// has a client; without, every lookup fails.
+    pub(super) lookups: Option<&'a Lookups>,
 }
 
-impl Renderer {
+impl Renderer<'_> {
     /// Takes `bytes` of the budget; false (from then on) once it runs out.
     pub(super) fn spend(&mut self, bytes: usize) -> bool {
         if !self.exhausted && bytes <= self.budget {
@@ -216,9 +220,14 @@ impl Renderer {
             }
             "WebEmbed" => format!("{ind}[Web Embed]({link}) {id}"),
             "Button" => format!("{ind}[{}]({link}) {id}", or(&text, "Button")),
-            "Query" => match self.mode {
-                Mode::Plain => format!("{ind}<!-- Query block --> {id}"),
-                Mode::Resolved => append_id(format!("{ind}{}", query_without_client(block)), &id),
+            "Query" => match (self.mode, self.lookups) {
+                (Mode::Plain, _) => format!("{ind}<!-- Query block --> {id}"),
+                (Mode::Resolved, None) => {
+                    append_id(format!("{ind}{}", query_without_client(block)), &id)
+                }
+                (Mode::Resolved, Some(lookups)) => {
+                    append_id(resolved_query(block, lookups, &ind), &id)
+                }
             },
             "Nostr" => format!("{ind}[Nostr: {link}]({link}) {id}"),
             _ if text.is_empty() => String::new(),
@@ -322,7 +331,15 @@ impl Renderer {
                 (Mode::Resolved, false) => format!("]({})", link()).into(),
                 (Mode::Resolved, true) => match link() {
                     link if link.is_empty() => "[↗ embed".into(),
-                    link => format!("[↗ {}", fallback_label(&link)).into(),
+                    link => match self.lookups.and_then(|l| l.references.get(&link)) {
+                        Some(reference) => format!(
+                            "[{}{}",
+                            if reference.account { "@" } else { "" },
+                            reference.label
+                        )
+                        .into(),
+                        None => format!("[↗ {}", fallback_label(&link)).into(),
+                    },
                 },
             },
             _ => "".into(),
@@ -506,6 +523,102 @@ pub(super) fn query_without_client(block: &Map<String, Value>) -> &'static str {
         QUERY_WITHOUT_CLIENT
     } else {
         "<!-- Query: no space specified -->"
+    }
+}
+
+/// The `Query` request a resolved Query block makes: the block's query
+/// (`includes`, `sort`, `limit`) or its legacy flat attributes (`space`,
+/// `path`, `mode`, `limit`), sorted by update time, newest first, and 10
+/// results unless it says otherwise. `None` when it names no space.
+pub fn query_request(block: &Map<String, Value>) -> Option<Value> {
+    use serde_json::json;
+    let mut request = Map::new();
+    let (includes, sort, limit) = match attribute(block, "query") {
+        Some(Value::Object(query)) if js_truthy(query.get("includes")) => {
+            let includes: Vec<Value> = match query.get("includes") {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|include| {
+                        let mut one = Map::new();
+                        one.insert(
+                            "space".into(),
+                            include.get("space").cloned().unwrap_or_default(),
+                        );
+                        if let Some(path) = include.get("path").filter(|p| !p.is_null()) {
+                            one.insert("path".into(), path.clone());
+                        }
+                        let mode = include
+                            .get("mode")
+                            .filter(|m| js_truthy(Some(m)))
+                            .cloned()
+                            .unwrap_or_else(|| json!("Children"));
+                        one.insert("mode".into(), mode);
+                        Value::Object(one)
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let sort = query.get("sort").and_then(Value::as_array).map(|sorts| {
+                sorts
+                    .iter()
+                    .map(|s| {
+                        json!({"reverse": s.get("reverse").and_then(Value::as_bool).unwrap_or(false),
+                               "term": s.get("term").cloned().unwrap_or_default()})
+                    })
+                    .collect::<Vec<_>>()
+            });
+            (includes, sort, query.get("limit").and_then(Value::as_f64))
+        }
+        _ => {
+            let space = js_or_empty(attribute(block, "space"));
+            if space.is_empty() {
+                return None;
+            }
+            let mut one = Map::new();
+            one.insert("space".into(), json!(space));
+            if let Some(path) = attribute(block, "path").filter(|p| !p.is_null()) {
+                one.insert("path".into(), path.clone());
+            }
+            let mode = attribute(block, "mode")
+                .filter(|m| js_truthy(Some(m)))
+                .cloned()
+                .unwrap_or_else(|| json!("Children"));
+            one.insert("mode".into(), mode);
+            (
+                vec![Value::Object(one)],
+                None,
+                attribute(block, "limit").and_then(Value::as_f64),
+            )
+        }
+    };
+    request.insert("includes".into(), Value::Array(includes));
+    request.insert(
+        "sort".into(),
+        match sort {
+            Some(sort) => Value::Array(sort),
+            None => json!([{"reverse": true, "term": "UpdateTime"}]),
+        },
+    );
+    let limit = limit.filter(|l| *l != 0.0).unwrap_or(10.0);
+    request.insert("limit".into(), json!(limit as i64));
+    Some(Value::Object(request))
+}
+
+/// A Query block with the server's answer: one line per result, or why
+/// there is none.
+fn resolved_query(block: &Map<String, Value>, lookups: &Lookups, ind: &str) -> String {
+    let Some(request) = query_request(block) else {
+        return format!("{ind}<!-- Query: no space specified -->");
+    };
+    match lookups.queries.get(&request.to_string()) {
+        None => format!("{ind}{QUERY_WITHOUT_CLIENT}"),
+        Some(Err(message)) => format!("{ind}<!-- Query error: {message} -->"),
+        Some(Ok(lines)) if lines.is_empty() => format!("{ind}<!-- Query: no results -->"),
+        Some(Ok(lines)) => lines
+            .iter()
+            .map(|line| format!("{ind}{line}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
     }
 }
 

@@ -45,6 +45,7 @@ fn emitted(blocks: &[Value]) -> String {
         mode: Mode::Plain,
         budget: RENDER_BUDGET,
         exhausted: false,
+        lookups: None,
     }
     .document(blocks)
 }

@@ -1,0 +1,50 @@
+//! Seed hypermedia: agents read `hm://` documents and comments from the
+//! hypermedia server the VM's `hypermedia` config names, through the same
+//! HTTP API Seed's own client uses (`client.rs`), and see them as the
+//! reference shows them (`read.rs`: the resource, its markdown with
+//! mentions and query blocks resolved, or its attributes).
+
+mod client;
+mod frontmatter;
+mod read;
+
+pub use client::{http_error_message, HmClient, Param, QueryInput};
+pub use read::{Format, Hypermedia};
+
+/// Why a hypermedia read failed. The message is what the model reads.
+#[derive(Debug, thiserror::Error)]
+pub enum HmError {
+    /// The address is not one this read takes.
+    #[error("{0}")]
+    InvalidAddress(String),
+    #[error("Network error fetching {key}: {message}")]
+    Unreachable { key: String, message: String },
+    #[error("Network error fetching {key}: no answer within {after_ms} ms")]
+    Timeout { key: String, after_ms: u64 },
+    /// A non-2xx answer, worded as the reference words it.
+    #[error("{message}")]
+    Status {
+        key: String,
+        status: u16,
+        message: String,
+    },
+    /// An answer that is not what the request's schema promises.
+    #[error("invalid answer from {key}: {message}")]
+    Malformed { key: String, message: String },
+    #[error("the answer from {key} passes hypermedia.maxResponseBytes ({limit} bytes)")]
+    TooLarge { key: String, limit: usize },
+}
+
+impl HmError {
+    /// The stable code a tool result carries.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HmError::InvalidAddress(_) => "invalid_address",
+            HmError::Unreachable { .. } => "hm_unreachable",
+            HmError::Timeout { .. } => "hm_timeout",
+            HmError::Status { .. } => "hm_status",
+            HmError::Malformed { .. } => "hm_malformed",
+            HmError::TooLarge { .. } => "hm_too_large",
+        }
+    }
+}
