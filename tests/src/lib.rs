@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod crash;
+pub mod hm_server;
 pub mod http;
 pub mod mcp_server;
 pub mod oauth_server;

@@ -431,7 +431,12 @@ async fn a_bad_verb_is_refused_before_anything_runs() {
 
 #[tokio::test]
 async fn seed_addresses_and_malformed_run_verbs_answer_readable_errors() {
-    let w = world(Flavor::Anthropic).await;
+    // A hypermedia server that is not there.
+    let w = builtin::world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": "http://127.0.0.1:9"}}),
+    )
+    .await;
     let session = w.session().await;
     w.provider.push(tool_calls(&[
         ("c1", "read", json!({"address": "hm://z6MkExample/notes"})),
@@ -445,7 +450,7 @@ async fn seed_addresses_and_malformed_run_verbs_answer_readable_errors() {
     let body = w.last_body();
     // The run verbs read their input strictly and say what is wrong.
     for (id, code) in [
-        ("c1", "address_unavailable:"),
+        ("c1", "hm_unreachable:"),
         ("c2", "invalid_argument: delegate has no field `task`"),
         ("c3", "invalid_argument: steps[0].label"),
         ("c4", "invalid_argument: return_result"),
@@ -467,7 +472,7 @@ async fn seed_addresses_and_malformed_run_verbs_answer_readable_errors() {
         .await;
     ok(&by_user);
     assert!(
-        answer_text(&by_user, "error").starts_with("address_unavailable:"),
+        answer_text(&by_user, "error").starts_with("hm_unreachable:"),
         "{:?}",
         by_user.body
     );

@@ -1,0 +1,269 @@
+//! Hypermedia reads end to end: the sidecar reads `hm://` documents and
+//! comments from a scripted Seed hypermedia server on loopback (real HTTP,
+//! superjson answers) for the user's `read` (`InvokeSessionTool`) and the
+//! model's: markdown with frontmatter, id comments, a mention named
+//! through `Account` and a query block listed through `Query`; the JSON
+//! resource; a comment through its document's comment view; resources that
+//! are not documents; `:attributes`. A server that fails (an error status,
+//! a body that is not JSON, an answer too large, one too late, nothing
+//! listening) gives a typed error, and the next read works.
+
+#[path = "common/builtin.rs"]
+mod builtin;
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
+mod common;
+
+use std::time::Duration;
+
+use agentos_tests::hm_server::{document, Fault, HmServer};
+use agentos_tests::provider_server::Flavor;
+use builtin::{answer_text, json_of, ok, text, tool_calls, world_sections, World};
+use serde_json::{json, Value};
+
+const DOC: &str = "hm://z6MkDoc/employees";
+
+async fn world_reading(server: &HmServer) -> World {
+    world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": format!("{}/", server.url()), "readTimeoutMs": 1500,
+                              "maxResponseBytes": 64 * 1024}}),
+    )
+    .await
+}
+
+async fn read(w: &World, session: &str, input: Value) -> Value {
+    let answer = w.invoke(session, "read", input).await;
+    ok(&answer);
+    json_of(answer.field("output"))
+}
+
+async fn read_error(w: &World, session: &str, address: &str) -> String {
+    let answer = w.invoke(session, "read", json!({"address": address})).await;
+    ok(&answer);
+    answer_text(&answer, "error")
+}
+
+fn paragraph(id: &str, text: &str, annotations: Value) -> Value {
+    json!({"block": {"type": "Paragraph", "id": id, "text": text, "annotations": annotations,
+                     "attributes": {}}, "children": []})
+}
+
+fn seed_document(server: &HmServer) {
+    let content = json!([
+        {"block": {"type": "Heading", "id": "h1", "text": "Team", "attributes": {}},
+         "children": [paragraph("b1", "Hello \u{fffc} and friends", json!([
+             {"type": "Embed", "starts": [6], "ends": [7], "link": "hm://z6MkBob"},
+             {"type": "Bold", "starts": [12], "ends": [15]}
+         ]))]},
+        {"block": {"type": "Query", "id": "q1", "attributes": {
+            "style": "List", "columnCount": 1, "banner": false,
+            "query": {"includes": [{"space": "z6MkDoc", "path": "/notes", "mode": "Children"}],
+                      "limit": 2}}}},
+    ]);
+    server.resource(DOC, document(DOC, "Employees", content));
+    server.account("z6MkBob", "Bob");
+    server.query(
+        "includes=%5B%7B%22space%22%3A%22z6MkDoc%22%2C%22path%22%3A%22%2Fnotes%22%2C%22mode%22%3A%22Children%22%7D%5D\
+         &sort=%5B%7B%22reverse%22%3Atrue%2C%22term%22%3A%22UpdateTime%22%7D%5D&limit=2",
+        json!({"in": {"id": "hm://z6MkDoc/notes"}, "results": [
+            {"type": "document", "id": {"id": "hm://z6MkDoc/notes/alpha", "uid": "z6MkDoc",
+                                        "path": ["notes", "alpha"]},
+             "metadata": {"name": "Alpha"}},
+            {"type": "document", "id": {"id": "hm://z6MkDoc/notes/beta", "uid": "z6MkDoc",
+                                        "path": ["notes", "beta"]},
+             "metadata": {}}
+        ]}),
+    );
+}
+
+#[tokio::test]
+async fn a_document_reads_as_markdown_with_its_mentions_and_queries_resolved() {
+    let server = HmServer::start().await;
+    seed_document(&server);
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let output = read(&w, &session, json!({"address": DOC})).await;
+    assert_eq!(output["type"], "hypermedia_document");
+    assert_eq!(output["requestedId"], DOC);
+    assert_eq!(output["id"], DOC);
+    assert_eq!(output["server"], server.url(), "its trailing slash dropped");
+    assert_eq!(output["format"], "markdown");
+    assert_eq!(output["title"], "Employees");
+    assert_eq!(output["version"], "bafyV1");
+    assert_eq!(
+        output["metadata"],
+        json!({"name": "Employees", "summary": "A summary"})
+    );
+    assert_eq!(
+        output["markdown"],
+        "---\nname: \"Employees\"\nsummary: \"A summary\"\n---\n\n\
+         # Team <!-- id:h1 -->\n\n  Hello [@Bob](hm://z6MkBob) and **fri**ends <!-- id:b1 -->\n\n\
+         - [Alpha](hm://z6MkDoc/notes/alpha) <!-- id:q1 -->\n- [notes/beta](hm://z6MkDoc/notes/beta)"
+    );
+    let seen = server.seen();
+    assert_eq!(seen[0], "Resource?id=hm%3A%2F%2Fz6MkDoc%2Femployees");
+    assert!(seen.contains(&"Account?id=z6MkBob".to_owned()), "{seen:?}");
+    assert!(
+        seen.iter().any(|s| s.starts_with("Query?includes=")),
+        "{seen:?}"
+    );
+
+    // JSON: the resource itself, the bigint generation as its digits.
+    let output = read(
+        &w,
+        &session,
+        json!({"address": format!("{DOC}?v=bafyV1#b1"), "format": "json"}),
+    )
+    .await;
+    assert_eq!(output["id"], format!("{DOC}?v=bafyV1#b1"));
+    assert_eq!(output["format"], "json");
+    assert!(output.get("markdown").is_none());
+    assert_eq!(output["resource"]["type"], "document");
+    assert_eq!(
+        output["resource"]["document"]["generationInfo"]["generation"],
+        "1767225600000"
+    );
+    assert_eq!(output["resource"]["document"]["visibility"], "PUBLIC");
+
+    // Attributes: the metadata alone.
+    let output = read(
+        &w,
+        &session,
+        json!({"address": format!("{DOC}/:attributes")}),
+    )
+    .await;
+    assert_eq!(output["view"], "attributes");
+    assert_eq!(output["id"], DOC);
+    assert!(output.get("markdown").is_none() && output.get("resource").is_none());
+    assert_eq!(output["title"], "Employees");
+}
+
+#[tokio::test]
+async fn comments_and_resources_that_are_not_documents() {
+    let server = HmServer::start().await;
+    server.resource(
+        "hm://z6MkBob/ztsid",
+        json!({"type": "comment", "id": {"id": "hm://z6MkBob/ztsid"}, "comment": {
+            "id": "z6MkBob/ztsid", "version": "cv1", "author": "z6MkBob",
+            "targetAccount": "z6MkDoc", "targetPath": "/employees", "targetVersion": "bafyV1",
+            "content": [paragraph("c1", "Nice doc", json!([]))],
+            "createTime": "2026-01-03T00:00:00Z", "updateTime": "2026-01-03T00:00:00Z",
+            "visibility": 1}}),
+    );
+    server.resource(
+        "hm://z6MkDoc/moved",
+        json!({"type": "redirect", "id": {"id": "hm://z6MkDoc/moved"},
+               "redirectTarget": {"id": "hm://z6MkDoc/new"}}),
+    );
+    server.resource(
+        "hm://z6MkDoc/gone",
+        json!({"type": "tombstone", "id": {"id": "hm://z6MkDoc/gone"}}),
+    );
+    server.resource(
+        "hm://z6MkDoc/broken",
+        json!({"type": "error", "id": {"id": "hm://z6MkDoc/broken"}, "message": "grpc exploded"}),
+    );
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let via_view = format!("{DOC}/:comments/z6MkBob/ztsid");
+    let output = read(&w, &session, json!({"address": via_view})).await;
+    assert_eq!(output["requestedId"], via_view);
+    assert_eq!(output["id"], "hm://z6MkBob/ztsid");
+    assert_eq!(output["version"], "cv1");
+    assert_eq!(output["markdown"], "Nice doc <!-- id:c1 -->");
+    assert!(output.get("title").is_none());
+
+    let redirect = read(&w, &session, json!({"address": "hm://z6MkDoc/moved"})).await;
+    assert_eq!(redirect["resource"]["type"], "redirect");
+    assert_eq!(redirect["resource"]["republish"], false);
+    assert!(
+        redirect.get("markdown").is_none(),
+        "a redirect is not followed"
+    );
+    for (address, kind) in [
+        ("hm://z6MkDoc/gone", "tombstone"),
+        ("hm://z6MkDoc/broken", "error"),
+        ("hm://z6MkDoc/nothing-here", "not-found"),
+    ] {
+        let output = read(&w, &session, json!({"address": address})).await;
+        assert_eq!(output["resource"]["type"], kind, "{address}");
+    }
+    assert!(read_error(&w, &session, "hm://")
+        .await
+        .starts_with("invalid_address:"));
+}
+
+#[tokio::test]
+async fn a_failing_server_gives_typed_errors_and_the_next_read_works() {
+    let server = HmServer::start().await;
+    seed_document(&server);
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    for (fault, code) in [
+        (
+            Fault::Status(500, "grpc exploded".into()),
+            "hm_status: HTTP 500 from Resource: Internal Server Error: grpc exploded",
+        ),
+        (Fault::NotJson, "hm_malformed: invalid answer from Resource"),
+        (Fault::Oversized(100 * 1024), "hm_too_large:"),
+        (Fault::Slow(Duration::from_secs(5)), "hm_timeout:"),
+    ] {
+        server.fault("Resource", fault);
+        let error = read_error(&w, &session, DOC).await;
+        assert!(error.starts_with(code), "{error}");
+        server.heal("Resource");
+        let output = read(&w, &session, json!({"address": DOC})).await;
+        assert_eq!(output["title"], "Employees");
+    }
+    // A mention whose account lookup fails is looked up as a resource; one
+    // that is not found either is labelled by its id. The read succeeds.
+    server.fault("Account", Fault::Status(502, "down".into()));
+    let output = read(&w, &session, json!({"address": DOC})).await;
+    assert!(
+        output["markdown"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Hello [z6MkBob](hm://z6MkBob) and"),
+        "{output}"
+    );
+    assert!(server
+        .seen()
+        .contains(&"Resource?id=hm%3A%2F%2Fz6MkBob".to_owned()));
+    // Malformed resources are refused, not passed on.
+    server.heal("Account");
+    server.resource(
+        "hm://z6MkDoc/odd",
+        json!({"type": "document", "id": {}, "document": {"authors": "nobody"}}),
+    );
+    assert!(read_error(&w, &session, "hm://z6MkDoc/odd")
+        .await
+        .starts_with("hm_malformed:"));
+
+    // The model's read, in a turn, gets the same.
+    w.provider
+        .push(tool_calls(&[("c1", "read", json!({"address": DOC}))]));
+    w.provider.push(text("read it"));
+    ok(&w.message(&session, "look").await);
+    let body = w.last_body();
+    assert!(
+        body.to_string().contains("[@Bob](hm://z6MkBob)"),
+        "the model saw the markdown"
+    );
+}
+
+#[tokio::test]
+async fn nothing_listening_is_hm_unreachable() {
+    let w = world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": "http://127.0.0.1:9"}}),
+    )
+    .await;
+    let session = w.session().await;
+    let error = read_error(&w, &session, DOC).await;
+    assert!(
+        error.starts_with("hm_unreachable: Network error fetching Resource:"),
+        "{error}"
+    );
+}
