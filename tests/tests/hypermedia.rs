@@ -140,6 +140,65 @@ async fn a_document_reads_as_markdown_with_its_mentions_and_queries_resolved() {
     assert_eq!(output["title"], "Employees");
 }
 
+fn embed(id: &str, link: &str) -> Value {
+    json!({"block": {"type": "Embed", "id": id, "link": link, "attributes": {"view": "Content"}}})
+}
+
+#[tokio::test]
+async fn embeds_are_inlined_two_levels_deep() {
+    let server = HmServer::start().await;
+    let top = "hm://z6MkDoc/embeds";
+    server.resource(
+        top,
+        document(
+            top,
+            "Embeds",
+            json!([
+                embed("e1", "hm://z6MkDoc/notes/alpha"),
+                embed("e3", "hm://z6MkDoc/notes/missing")
+            ]),
+        ),
+    );
+    server.resource(
+        "hm://z6MkDoc/notes/alpha",
+        document(
+            "hm://z6MkDoc/notes/alpha",
+            "Alpha",
+            json!([
+                paragraph("a1", "Alpha text", json!([])),
+                embed("e2", "hm://z6MkDoc/notes/beta#p2")
+            ]),
+        ),
+    );
+    let mut p2 = embed("p2", "hm://z6MkDoc/deep");
+    p2["children"] = json!([paragraph("p3", "not shown", json!([]))]);
+    server.resource(
+        "hm://z6MkDoc/notes/beta",
+        document(
+            "hm://z6MkDoc/notes/beta",
+            "Beta",
+            json!([paragraph("p1", "skipped", json!([])), p2]),
+        ),
+    );
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let output = read(&w, &session, json!({"address": top})).await;
+    assert_eq!(
+        output["markdown"],
+        "---\nname: \"Embeds\"\nsummary: \"A summary\"\n---\n\n\
+         <!-- embed: hm://z6MkDoc/notes/alpha; title: Alpha --> <!-- id:e1 -->\n\
+         Alpha text <!-- id:a1 -->\n\
+         <!-- embed: hm://z6MkDoc/notes/beta#p2; title: Beta; block: p2 --> <!-- id:e2 -->\n\
+         > [Embed: hm://z6MkDoc/deep](hm://z6MkDoc/deep) <!-- id:p2 -->\n\
+         <!-- /embed: hm://z6MkDoc/notes/beta#p2 -->\n\
+         <!-- /embed: hm://z6MkDoc/notes/alpha -->\n\n\
+         > [Embed: notes/missing](hm://z6MkDoc/notes/missing) <!-- id:e3 -->"
+    );
+    // The third level is not fetched.
+    let seen = server.seen();
+    assert!(!seen.iter().any(|s| s.contains("deep")), "{seen:?}");
+}
+
 #[tokio::test]
 async fn comments_and_resources_that_are_not_documents() {
     let server = HmServer::start().await;

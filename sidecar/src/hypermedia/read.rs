@@ -6,7 +6,8 @@
 //! and always for a redirect, a missing, deleted or failed resource: none
 //! is followed) or its markdown: the frontmatter, then the blocks with
 //! their id comments, inline mentions named through `Account` (or the
-//! resource they point at) and query blocks listed through `Query`.
+//! resource they point at), embedded resources inlined two levels deep
+//! through `Resource`, and query blocks listed through `Query`.
 //! Lookups run a few at a time and are bounded per read; past the bound, or
 //! when one fails, the reference's fallback shows instead.
 
@@ -20,7 +21,7 @@ use super::client::{HmClient, Param, QueryInput};
 use super::frontmatter::frontmatter;
 use super::HmError;
 use crate::config::hypermedia::HypermediaConfig;
-use crate::triggers::prompt::{self, Lookups, Reference};
+use crate::triggers::prompt::{self, Embedded, Lookups, Reference};
 
 /// The longest id a read takes (UTF-8 bytes).
 const MAX_ID_BYTES: usize = 2048;
@@ -135,10 +136,38 @@ impl Hypermedia {
     }
 
     /// `contentToResolvedMarkdown`: the lookups first, then the rendering.
+    /// Embedded resources are fetched level by level, as deep as they are
+    /// inlined; every level's mentions and queries are looked up too.
     async fn resolved(&self, content: &[Value]) -> String {
         let mut lookups = Lookups::default();
-        let links = prompt::embed_links(content);
-        let queries = prompt::query_requests(content);
+        let mut rendered: Vec<Value> = content.to_vec();
+        let mut level: Vec<Value> = content.to_vec();
+        for _ in 0..prompt::MAX_EMBED_DEPTH {
+            let links: Vec<String> = prompt::embed_block_links(&level)
+                .into_iter()
+                .filter(|link| !lookups.embeds.contains_key(link))
+                .take(MAX_LOOKUPS.saturating_sub(lookups.embeds.len()))
+                .collect();
+            let fetched: Vec<(String, Option<Embedded>)> = stream::iter(links)
+                .map(|link| async move {
+                    let embedded = self.embedded(&link).await;
+                    (link, embedded)
+                })
+                .buffer_unordered(LOOKUPS_AT_ONCE)
+                .collect()
+                .await;
+            level = Vec::new();
+            for (link, embedded) in fetched {
+                let Some(embedded) = embedded else { continue };
+                if let Some(id) = HmId::unpack(&link) {
+                    level.extend(prompt::select_embedded(&embedded.content, &id));
+                }
+                lookups.embeds.insert(link, embedded);
+            }
+            rendered.extend(level.iter().cloned());
+        }
+        let links = prompt::embed_links(&rendered);
+        let queries = prompt::query_requests(&rendered);
         let references: Vec<(String, Option<Reference>)> =
             stream::iter(links.into_iter().take(MAX_LOOKUPS))
                 .map(|link| async move {
@@ -163,6 +192,53 @@ impl Hypermedia {
                 .await;
         lookups.queries = answers.into_iter().collect::<HashMap<_, _>>();
         prompt::resolved_content(content, &lookups)
+    }
+
+    /// `resolveEmbeddedResource`: the resource an Embed block links to
+    /// (never an account: `hm://<uid>` embeds its home document), labelled;
+    /// `None` when the lookup failed.
+    async fn embedded(&self, link: &str) -> Option<Embedded> {
+        let id = HmId::unpack(link)?;
+        let resource = self
+            .client
+            .query("Resource", &QueryInput::Id(id.pack()?))
+            .await
+            .ok()
+            .and_then(|r| valid_resource(r).ok())?;
+        let label = self.label(&id, &resource).await;
+        let content = match resource["type"].as_str() {
+            Some("document") => resource["document"]["content"].clone(),
+            Some("comment") => resource["comment"]["content"].clone(),
+            _ => Value::Null,
+        };
+        Some(Embedded {
+            label,
+            content: match content {
+                Value::Array(content) => content,
+                _ => Vec::new(),
+            },
+        })
+    }
+
+    /// A resource's label: a document's name, `Comment by <author>`, or
+    /// the link's path or shortened account.
+    async fn label(&self, id: &HmId, resource: &Value) -> String {
+        match resource["type"].as_str() {
+            Some("document") => resource["document"]["metadata"]["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .unwrap_or_else(|| fallback_doc_label(id)),
+            Some("comment") => {
+                let author = resource["comment"]["author"].as_str().unwrap_or_default();
+                let name = self.account_name(author).await.flatten();
+                format!(
+                    "Comment by {}",
+                    name.unwrap_or_else(|| fallback_uid(author))
+                )
+            }
+            _ => fallback_doc_label(id),
+        }
     }
 
     /// `resolveReference`: an account's name for a profile link, else the
@@ -190,22 +266,7 @@ impl Hypermedia {
             .await
             .ok()
             .and_then(|r| valid_resource(r).ok())?;
-        let label = match resource["type"].as_str() {
-            Some("document") => resource["document"]["metadata"]["name"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned)
-                .unwrap_or_else(|| fallback_doc_label(&id)),
-            Some("comment") => {
-                let author = resource["comment"]["author"].as_str().unwrap_or_default();
-                let name = self.account_name(author).await.flatten();
-                format!(
-                    "Comment by {}",
-                    name.unwrap_or_else(|| fallback_uid(author))
-                )
-            }
-            _ => fallback_doc_label(&id),
-        };
+        let label = self.label(&id, &resource).await;
         Some(Reference {
             label,
             account: false,

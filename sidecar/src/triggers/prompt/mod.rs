@@ -246,9 +246,19 @@ pub struct Lookups {
     /// failed request's message, by the request ([`query_request`], as
     /// JSON text).
     pub queries: HashMap<String, Result<Vec<String>, String>>,
+    /// Embed blocks' resources, by link; a link that is missing failed.
+    pub embeds: HashMap<String, Embedded>,
 }
 
-pub use render::query_request;
+/// An embedded resource: its label and its content (empty when it has
+/// none: not found, a redirect, deleted).
+#[derive(Clone, Debug, Default)]
+pub struct Embedded {
+    pub label: String,
+    pub content: Vec<Value>,
+}
+
+pub use render::{query_request, select_embedded, MAX_EMBED_DEPTH};
 
 /// The reference's `contentToResolvedMarkdown` with what `lookups` knows:
 /// top-level blocks a blank line apart, id comments kept.
@@ -258,6 +268,7 @@ pub fn resolved_content(blocks: &[Value], lookups: &Lookups) -> String {
         budget: RENDER_BUDGET,
         exhausted: false,
         lookups: Some(lookups),
+        embed_depth: 0,
     }
     .document(blocks)
 }
@@ -281,6 +292,31 @@ pub fn embed_links(blocks: &[Value]) -> Vec<String> {
                                 out.push(link.to_owned());
                             }
                         }
+                    }
+                }
+            }
+            if let Some(children) = node.get("children").and_then(Value::as_array) {
+                walk(children, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(blocks, 0, &mut out);
+    out
+}
+
+/// The Embed blocks' links in `blocks`, children included, in order.
+pub fn embed_block_links(blocks: &[Value]) -> Vec<String> {
+    fn walk(nodes: &[Value], depth: usize, out: &mut Vec<String>) {
+        if depth > MAX_NESTING {
+            return;
+        }
+        for node in nodes {
+            let block = &node["block"];
+            if block["type"].as_str() == Some("Embed") {
+                if let Some(link) = block["link"].as_str() {
+                    if !link.is_empty() && !out.iter().any(|l| l == link) {
+                        out.push(link.to_owned());
                     }
                 }
             }

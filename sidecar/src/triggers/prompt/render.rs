@@ -29,6 +29,7 @@ pub(super) fn render(blocks: &[Value], mode: Mode) -> Rendering {
         budget: RENDER_BUDGET,
         exhausted: false,
         lookups: None,
+        embed_depth: 0,
     };
     let raw = renderer.document(blocks);
     Rendering {
@@ -100,6 +101,8 @@ pub(super) struct Renderer<'a> {
     /// What the hypermedia server answered, for a resolved rendering that
     /// has a client; without, every lookup fails.
     pub(super) lookups: Option<&'a Lookups>,
+    /// Embeds the block being rendered sits inside.
+    pub(super) embed_depth: usize,
 }
 
 impl Renderer<'_> {
@@ -213,9 +216,13 @@ impl Renderer<'_> {
             }
             "Embed" => {
                 let embed = format!("{ind}> [Embed: {link}]({link})");
-                match self.mode {
-                    Mode::Plain => format!("{embed} {id}"),
-                    Mode::Resolved => append_id(embed, &id),
+                match (self.mode, self.lookups) {
+                    (Mode::Plain, _) => format!("{embed} {id}"),
+                    (Mode::Resolved, Some(lookups)) if self.embed_depth < MAX_EMBED_DEPTH => {
+                        let resolved = self.resolved_embed(lookups, &link, depth, &ind);
+                        append_id(resolved.unwrap_or(embed), &id)
+                    }
+                    (Mode::Resolved, _) => append_id(embed, &id),
                 }
             }
             "WebEmbed" => format!("{ind}[Web Embed]({link}) {id}"),
@@ -233,6 +240,49 @@ impl Renderer<'_> {
             _ if text.is_empty() => String::new(),
             _ => append_id(format!("{ind}{text}"), &id),
         }
+    }
+
+    /// `resolveBlockEmbed`: the embedded resource's content (or the block
+    /// the link names) between two comments, its blocks at this block's
+    /// depth; `> [Embed: LABEL](LINK)` when it has none; `None` when the
+    /// lookup failed (the caller shows the link).
+    fn resolved_embed(
+        &mut self,
+        lookups: &Lookups,
+        link: &str,
+        depth: usize,
+        ind: &str,
+    ) -> Option<String> {
+        use agentos_protocol::seed::hm_id::{BlockRange, HmId};
+        let id = HmId::unpack(link)?;
+        let embed = lookups.embeds.get(link)?;
+        let content = select_embedded(&embed.content, &id);
+        if content.is_empty() {
+            return Some(format!("{ind}> [Embed: {}]({link})", embed.label));
+        }
+        let mut opening = vec![format!("embed: {link}"), format!("title: {}", embed.label)];
+        if let Some(version) = &id.version {
+            opening.push(format!("version: {version}"));
+        }
+        if let Some(block) = &id.block_ref {
+            let range = match &id.block_range {
+                Some(BlockRange::Expanded(true)) => "+".to_owned(),
+                Some(BlockRange::Span { start, end }) => format!("[{start}:{end}]"),
+                _ => String::new(),
+            };
+            opening.push(format!("block: {block}{range}"));
+        }
+        let mut lines = vec![format!("{ind}<!-- {} -->", opening.join("; "))];
+        self.embed_depth += 1;
+        for node in &content {
+            let markdown = self.node(node, depth);
+            if !markdown.is_empty() {
+                lines.push(markdown);
+            }
+        }
+        self.embed_depth -= 1;
+        lines.push(format!("{ind}<!-- /embed: {link} -->"));
+        Some(lines.join("\n"))
     }
 
     /// `applyAnnotations`: markdown markers put into the text.
@@ -524,6 +574,58 @@ pub(super) fn query_without_client(block: &Map<String, Value>) -> &'static str {
     } else {
         "<!-- Query: no space specified -->"
     }
+}
+
+/// How many embeds deep a resolved rendering inlines content; deeper ones
+/// show their link.
+pub const MAX_EMBED_DEPTH: usize = 2;
+
+/// `selectEmbeddedContent`: everything, or the block the link names (found
+/// depth first): with its children for `#blk+`, without them for `#blk`,
+/// and for `#blk[s:e]` that span of its text (UTF-16 units) without them.
+pub fn select_embedded(content: &[Value], id: &agentos_protocol::seed::hm_id::HmId) -> Vec<Value> {
+    use agentos_protocol::seed::hm_id::BlockRange;
+    fn find<'v>(nodes: &'v [Value], block: &str, depth: usize) -> Option<&'v Value> {
+        if depth > MAX_NESTING {
+            return None;
+        }
+        nodes.iter().find_map(|node| {
+            if node["block"]["id"].as_str() == Some(block) {
+                return Some(node);
+            }
+            find(
+                node["children"].as_array().map_or(&[], Vec::as_slice),
+                block,
+                depth + 1,
+            )
+        })
+    }
+    let Some(block) = &id.block_ref else {
+        return content.to_vec();
+    };
+    let Some(found) = find(content, block, 0) else {
+        return Vec::new();
+    };
+    let mut node = found.clone();
+    match &id.block_range {
+        Some(BlockRange::Expanded(true)) => {}
+        Some(BlockRange::Span { start, end }) => {
+            if let Some(map) = node.as_object_mut() {
+                map.remove("children");
+            }
+            if let Some(text) = node["block"]["text"].as_str() {
+                let units: Vec<u16> = text.encode_utf16().collect();
+                let cut = js_slice(&units, *start as f64, *end as f64);
+                node["block"]["text"] = Value::String(String::from_utf16_lossy(cut));
+            }
+        }
+        _ => {
+            if let Some(map) = node.as_object_mut() {
+                map.remove("children");
+            }
+        }
+    }
+    vec![node]
 }
 
 /// The `Query` request a resolved Query block makes: the block's query

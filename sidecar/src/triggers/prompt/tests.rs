@@ -46,6 +46,7 @@ fn emitted(blocks: &[Value]) -> String {
         budget: RENDER_BUDGET,
         exhausted: false,
         lookups: None,
+        embed_depth: 0,
     }
     .document(blocks)
 }
