@@ -1,7 +1,7 @@
 //! A scripted Seed hypermedia server on loopback, for the hypermedia
 //! tests: `GET /api/<Key>?…` answers from what the test put in (resources
-//! by their packed id, accounts by uid, `Query` answers by their query
-//! string) in superjson, as Seed's server sends them (a document's
+//! by their packed id, accounts by uid, any key's answer by its exact
+//! query string) in superjson, as Seed's server sends them (a document's
 //! `generationInfo.generation` is a bigint). A key can be made to fail: an
 //! HTTP status with an `{error}` body, a body that is not JSON, an answer
 //! larger than the client takes, or one that comes too late. Every request
@@ -36,7 +36,8 @@ pub enum Fault {
 struct State {
     resources: HashMap<String, Value>,
     accounts: HashMap<String, Value>,
-    queries: HashMap<String, Value>,
+    /// Answers by key and query string.
+    answers: HashMap<(String, String), Value>,
     faults: HashMap<String, Fault>,
     seen: Vec<String>,
 }
@@ -105,7 +106,14 @@ impl HmServer {
 
     /// `Query` answers `answer` to the query string `query`.
     pub fn query(&self, query: &str, answer: Value) {
-        lock(&self.state).queries.insert(query.to_owned(), answer);
+        self.answer("Query", query, answer);
+    }
+
+    /// `key` answers `answer` to the query string `query`.
+    pub fn answer(&self, key: &str, query: &str, answer: Value) {
+        lock(&self.state)
+            .answers
+            .insert((key.to_owned(), query.to_owned()), answer);
     }
 
     pub fn fault(&self, key: &str, fault: Fault) {
@@ -200,6 +208,9 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
         None => {}
     }
     let state = lock(state);
+    if let Some(answer) = state.answers.get(&(key.clone(), query.clone())) {
+        return reply(200, superjson(answer.clone()));
+    }
     let answer = match key.as_str() {
         "Resource" => {
             let id = query_param(&query, "id").unwrap_or_default();
@@ -223,7 +234,7 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "account-not-found", "uid": uid}))
         }
-        "Query" => state.queries.get(&query).cloned().unwrap_or(Value::Null),
+        "Query" => Value::Null,
         _ => {
             return reply(
                 404,

@@ -200,6 +200,80 @@ async fn embeds_are_inlined_two_levels_deep() {
 }
 
 #[tokio::test]
+async fn profiles_directories_and_the_activity_feed() {
+    let server = HmServer::start().await;
+    server.account("z6MkBob", "Bob");
+    server.answer(
+        "ListEvents",
+        "pageSize=10&filterAuthors=%5B%22z6MkBob%22%5D&currentAccount=z6MkBob",
+        json!({"events": [{"type": "comment", "id": "e1"}], "nextPageToken": ""}),
+    );
+    server.answer("AccountContacts", "__value=z6MkBob", json!([]));
+    server.fault("ListCapabilities", Fault::Status(502, "nope".into()));
+    server.query(
+        "includes=%5B%7B%22space%22%3A%22z6MkDoc%22%2C%22path%22%3A%22%2Fnotes%22%2C%22mode%22%3A%22Children%22%7D%5D",
+        json!({"in": {}, "results": [
+            {"id": {"id": "hm://z6MkDoc/notes/alpha"}, "path": ["notes", "alpha"],
+             "metadata": {"name": "Alpha", "summary": "First child"},
+             "updateTime": {"seconds": "1767225600", "nanos": 0},
+             "activitySummary": {"childrenCount": 3}},
+            {"id": {"id": "hm://z6MkDoc/notes/beta"}, "path": ["notes", "beta"], "metadata": {},
+             "updateTime": "2026-01-02T00:00:00Z", "activitySummary": {}}
+        ]}),
+    );
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let profile = read(&w, &session, json!({"address": "hm://z6MkBob/:profile"})).await;
+    assert_eq!(profile["type"], "hypermedia_profile");
+    assert_eq!(profile["id"], "hm://z6MkBob/:profile");
+    assert_eq!(profile["title"], "Bob");
+    assert_eq!(
+        profile["markdown"],
+        "# Bob\n\nProfile: [Bob](hm://z6MkBob/:profile)\nAccount UID: `z6MkBob`\n\
+         Contacts/related contact keys: 0\nRecent activity events loaded: 1"
+    );
+    assert_eq!(
+        profile["capabilities"]["error"],
+        "HTTP 502 from ListCapabilities: Bad Gateway: nope"
+    );
+    let directory = read(
+        &w,
+        &session,
+        json!({"address": "hm://z6MkDoc/notes/:directory"}),
+    )
+    .await;
+    assert_eq!(directory["type"], "hypermedia_directory");
+    assert_eq!(directory["id"], "hm://z6MkDoc/notes/:directory");
+    assert_eq!(
+        directory["markdown"],
+        "# Directory of hm://z6MkDoc/notes\n\n\
+         - [Alpha](hm://z6MkDoc/notes/alpha) (3 children) — First child\n\
+         - [/notes/beta](hm://z6MkDoc/notes/beta)"
+    );
+    assert_eq!(
+        directory["documents"][0],
+        json!({"id": "hm://z6MkDoc/notes/alpha", "path": "/notes/alpha", "name": "Alpha",
+               "summary": "First child", "updateTime": "2026-01-01T00:00:00.000Z",
+               "childrenCount": 3})
+    );
+    let owner = w.owner.account.to_string();
+    server.answer(
+        "ListEvents",
+        &format!("pageSize=50&trustedOnly=true&filterEventType=%5B%22comment%22%5D&currentAccount={owner}"),
+        json!({"events": [{"type": "comment"}, {"type": "comment"}], "nextPageToken": "next"}),
+    );
+    let feed = read(
+        &w,
+        &session,
+        json!({"address": "activity:", "options": {"pageSize": 99, "trustedOnly": true,
+                                                     "eventTypes": ["comment", 7]}}),
+    )
+    .await;
+    assert_eq!(feed["summary"], "Loaded 2 activity feed events.");
+    assert_eq!(feed["nextPageToken"], "next");
+}
+
+#[tokio::test]
 async fn comments_and_resources_that_are_not_documents() {
     let server = HmServer::start().await;
     server.resource(

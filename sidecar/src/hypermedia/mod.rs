@@ -2,11 +2,13 @@
 //! hypermedia server the VM's `hypermedia` config names, through the same
 //! HTTP API Seed's own client uses (`client.rs`), and see them as the
 //! reference shows them (`read.rs`: the resource, its markdown with
-//! mentions and query blocks resolved, or its attributes).
+//! mentions, embeds and query blocks resolved, or its attributes;
+//! `views.rs`: profiles, directories and the activity feed).
 
 mod client;
 mod frontmatter;
 mod read;
+mod views;
 
 pub use client::{http_error_message, HmClient, Param, QueryInput};
 pub use read::{Format, Hypermedia};

@@ -52,7 +52,7 @@ impl Format {
 /// The VM's hypermedia reads.
 #[derive(Clone)]
 pub struct Hypermedia {
-    client: HmClient,
+    pub(super) client: HmClient,
 }
 
 impl Hypermedia {
@@ -72,6 +72,14 @@ impl Hypermedia {
             return Err(HmError::InvalidAddress("Hypermedia ID is too large".into()));
         }
         let mut id = resolve(requested)?;
+        if id.path.first().map(String::as_str) == Some(":profile") {
+            return self.profile(requested, &id).await;
+        }
+        if id.path.last().map(String::as_str) == Some(":directory") {
+            id.path.pop();
+            id.id = agentos_protocol::seed::hm_id::pack_base_id(&id.uid, &id.path);
+            return self.directory(requested, &id).await;
+        }
         let attributes_only = matches!(
             id.path.last().map(String::as_str),
             Some(":attributes" | ":metadata")
@@ -542,7 +550,7 @@ fn fallback_doc_label(id: &HmId) -> String {
 /// notice. (The reference cuts at 262,144 UTF-16 units, which can leave
 /// more than 256 KiB; this cuts at that many bytes, on a character
 /// boundary.)
-fn bounded(mut markdown: String) -> String {
+pub(super) fn bounded(mut markdown: String) -> String {
     if markdown.len() <= MAX_MARKDOWN_BYTES {
         return markdown;
     }

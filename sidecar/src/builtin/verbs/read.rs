@@ -1,7 +1,8 @@
 //! `read{address, format?, options?}`: memory files and listings, tool
 //! contracts, the agent's triggers, the session's attachments, the agent
-//! itself, the account's threads, hypermedia documents and comments
-//! (`hm://`, from the VM's hypermedia server), and web pages when granted.
+//! itself, the account's threads, hypermedia documents, comments,
+//! profiles and directories (`hm://`) and the activity feed (`activity:`)
+//! from the VM's hypermedia server, and web pages when granted.
 //! `ipfs://` and `run:` answer a result the model can read.
 
 use agentos_protocol::agent_ext::{
@@ -93,6 +94,21 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             _ => crate::hypermedia::Format::Markdown,
         };
         return match hypermedia.read(address, format).await {
+            Ok(result) => success(result),
+            Err(e) => failure(e.code(), e),
+        };
+    }
+    if address.starts_with("activity:") {
+        let Some(hypermedia) = &verbs.hypermedia else {
+            return failure(
+                "address_unavailable",
+                "activity: needs a hypermedia server, which this sidecar has none of",
+            );
+        };
+        return match hypermedia
+            .activity(&scope.account_id, &input["options"])
+            .await
+        {
             Ok(result) => success(result),
             Err(e) => failure(e.code(), e),
         };
