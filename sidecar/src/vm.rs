@@ -160,6 +160,9 @@ fn builtin_services(
         config.limits.control.max_downloads,
     )
     .map_err(|e| VmError::Builtin(e.to_string()))?;
+    let ipfs = downloader
+        .for_operator()
+        .map_err(|e| VmError::Builtin(e.to_string()))?;
     let verbs = Verbs::new(
         control.clone(),
         SessionStore::new(db.clone()),
@@ -171,6 +174,7 @@ fn builtin_services(
     .with_hypermedia(
         crate::hypermedia::Hypermedia::new(&config.hypermedia)
             .map_err(|e| VmError::Builtin(e.to_string()))?,
+        ipfs,
     );
     verbs.attach(sessions.clone(), turns.clone());
     let endpoint = |key: &str, default: &str| {

@@ -4,8 +4,9 @@
 //! query string) in superjson, as Seed's server sends them (a document's
 //! `generationInfo.generation` is a bigint). A key can be made to fail: an
 //! HTTP status with an `{error}` body, a body that is not JSON, an answer
-//! larger than the client takes, or one that comes too late. Every request
-//! is recorded as `<Key>?<query>`.
+//! larger than the client takes, or one that comes too late. As an IPFS
+//! gateway it serves files at `/ipfs/<cid>`. Every request is recorded as
+//! `<Key>?<query>` (`ipfs/<cid>` for the gateway's).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -39,6 +40,8 @@ struct State {
     /// Answers by key and query string.
     answers: HashMap<(String, String), Value>,
     faults: HashMap<String, Fault>,
+    /// Files the gateway serves at `/ipfs/<cid>`: type and bytes.
+    files: HashMap<String, (String, Vec<u8>)>,
     seen: Vec<String>,
 }
 
@@ -116,6 +119,13 @@ impl HmServer {
             .insert((key.to_owned(), query.to_owned()), answer);
     }
 
+    /// The gateway serves `data` as `content_type` at `/ipfs/<cid>`.
+    pub fn file(&self, cid: &str, content_type: &str, data: &[u8]) {
+        lock(&self.state)
+            .files
+            .insert(cid.to_owned(), (content_type.to_owned(), data.to_vec()));
+    }
+
     pub fn fault(&self, key: &str, fault: Fault) {
         lock(&self.state).faults.insert(key.to_owned(), fault);
     }
@@ -187,6 +197,18 @@ fn query_param(query: &str, name: &str) -> Option<String> {
 async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or_default().to_owned();
+    if let Some(cid) = path.strip_prefix("/ipfs/") {
+        let mut state = lock(state);
+        state.seen.push(format!("ipfs/{cid}"));
+        return match state.files.get(cid) {
+            Some((content_type, data)) => Response::builder()
+                .status(200)
+                .header("content-type", content_type.as_str())
+                .body(Full::new(Bytes::from(data.clone())))
+                .unwrap_or_default(),
+            None => reply(404, r#"{"error":"no such block"}"#),
+        };
+    }
     let Some(key) = path.strip_prefix("/api/") else {
         return reply(404, r#"{"error":"not found"}"#);
     };

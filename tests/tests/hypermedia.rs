@@ -387,6 +387,62 @@ async fn a_failing_server_gives_typed_errors_and_the_next_read_works() {
 }
 
 #[tokio::test]
+async fn ipfs_files_are_saved_into_memory_from_the_gateway() {
+    let server = HmServer::start().await;
+    let text_cid = "bafkreitextaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let binary_cid = "bafkreibinaryaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    server.file(text_cid, "text/plain; charset=utf-8", b"hello from ipfs");
+    server.file(binary_cid, "image/png", &[0x89, b'P', b'N', b'G', 0, 1, 2]);
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let text_file = read(
+        &w,
+        &session,
+        json!({"address": format!("ipfs://{text_cid}")}),
+    )
+    .await;
+    assert_eq!(text_file["path"], format!("ipfs/{text_cid}.txt"));
+    assert_eq!(text_file["cid"], text_cid);
+    assert_eq!(text_file["size"], 15);
+    assert_eq!(text_file["mimeType"], "text/plain");
+    assert_eq!(text_file["content"], "hello from ipfs");
+    assert_eq!(
+        text_file["summary"],
+        format!("Fetched ipfs://{text_cid} to ipfs/{text_cid}.txt (15 bytes).")
+    );
+    let again = read(
+        &w,
+        &session,
+        json!({"address": format!("~/memory/ipfs/{text_cid}.txt")}),
+    )
+    .await;
+    assert_eq!(again, "hello from ipfs");
+    let binary = read(
+        &w,
+        &session,
+        json!({"address": format!("ipfs://{binary_cid}/ignored?x#y"),
+               "options": {"path": "pictures/logo.png"}}),
+    )
+    .await;
+    assert_eq!(binary["path"], "pictures/logo.png");
+    assert!(binary.get("content").is_none());
+    assert_eq!(
+        binary["summary"],
+        format!("Fetched ipfs://{binary_cid} to pictures/logo.png (7 bytes, image/png); binary content not shown.")
+    );
+    assert!(server.seen().contains(&format!("ipfs/{binary_cid}")));
+    let error = read_error(&w, &session, "ipfs://short").await;
+    assert_eq!(error, "invalid_address: Not a valid IPFS CID: ipfs://short");
+    let missing = read_error(
+        &w,
+        &session,
+        "ipfs://bafkreimissingaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    )
+    .await;
+    assert!(missing.starts_with("download_failed:"), "{missing}");
+}
+
+#[tokio::test]
 async fn nothing_listening_is_hm_unreachable() {
     let w = world_sections(
         Flavor::Anthropic,

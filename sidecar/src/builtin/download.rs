@@ -147,6 +147,14 @@ impl Downloader {
         })
     }
 
+    /// A downloader for addresses the operator named (the IPFS gateway):
+    /// private addresses allowed, the same VM-wide slots.
+    pub fn for_operator(&self) -> Result<Downloader, FetchError> {
+        let mut operator = Downloader::new(true, 1)?;
+        operator.slots = self.slots.clone();
+        Ok(operator)
+    }
+
     /// The address as a download takes it, or why not.
     pub fn check(url: &str) -> Result<reqwest::Url, DownloadError> {
         let trimmed = url.trim();

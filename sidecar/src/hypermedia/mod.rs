@@ -13,6 +13,32 @@ mod views;
 pub use client::{http_error_message, HmClient, Param, QueryInput};
 pub use read::{Format, Hypermedia};
 
+/// The CID of `ipfs://<cid>` (or of a gateway's `…/ipfs/<cid>`), as the
+/// reference reads it: up to the first `/`, `?` or `#`, at least 32
+/// letters and digits.
+pub fn ipfs_cid(address: &str) -> Result<String, HmError> {
+    let trimmed = address.trim();
+    if trimmed.is_empty() {
+        return Err(HmError::InvalidAddress(
+            "An IPFS CID or ipfs:// URL is required".into(),
+        ));
+    }
+    let rest = match trimmed.strip_prefix("ipfs://") {
+        Some(rest) => rest,
+        None => match trimmed.find("/ipfs/") {
+            Some(at) => &trimmed[at + "/ipfs/".len()..],
+            None => trimmed,
+        },
+    };
+    let cid = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if cid.len() < 32 || !cid.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(HmError::InvalidAddress(format!(
+            "Not a valid IPFS CID: {trimmed}"
+        )));
+    }
+    Ok(cid.to_owned())
+}
+
 /// Why a hypermedia read failed. The message is what the model reads.
 #[derive(Debug, thiserror::Error)]
 pub enum HmError {

@@ -53,13 +53,21 @@ impl Format {
 #[derive(Clone)]
 pub struct Hypermedia {
     pub(super) client: HmClient,
+    /// The IPFS gateway's base URL.
+    ipfs: String,
 }
 
 impl Hypermedia {
     pub fn new(config: &HypermediaConfig) -> Result<Hypermedia, HmError> {
         Ok(Hypermedia {
             client: HmClient::new(config)?,
+            ipfs: config.ipfs_server(),
         })
+    }
+
+    /// Where the gateway serves `cid`.
+    pub fn ipfs_url(&self, cid: &str) -> String {
+        format!("{}/ipfs/{cid}", self.ipfs)
     }
 
     /// Reads `address` (an `hm://` id).

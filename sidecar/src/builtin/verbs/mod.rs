@@ -223,6 +223,8 @@ pub struct Verbs {
     /// The hypermedia server, for `read hm://…` (absent: such reads answer
     /// `address_unavailable`).
     pub(crate) hypermedia: Option<crate::hypermedia::Hypermedia>,
+    /// Downloads from the operator's IPFS gateway, for `read ipfs://…`.
+    pub(crate) ipfs: Option<crate::builtin::download::Downloader>,
     /// Staging, for `write ~/memory/…` with `{fromAttachment}`.
     pub(crate) uploads: crate::space::uploads::Uploads,
     pub(crate) fetcher: Fetcher,
@@ -265,6 +267,7 @@ impl Verbs {
             downloader,
             mcp: None,
             hypermedia: None,
+            ipfs: None,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),
             expanded: Arc::default(),
@@ -278,8 +281,13 @@ impl Verbs {
     }
 
     /// Gives `read` the hypermedia server.
-    pub fn with_hypermedia(mut self, hypermedia: crate::hypermedia::Hypermedia) -> Verbs {
+    pub fn with_hypermedia(
+        mut self,
+        hypermedia: crate::hypermedia::Hypermedia,
+        ipfs: crate::builtin::download::Downloader,
+    ) -> Verbs {
         self.hypermedia = Some(hypermedia);
+        self.ipfs = Some(ipfs);
         self
     }
 

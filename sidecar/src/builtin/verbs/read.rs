@@ -114,10 +114,7 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
         };
     }
     if address.starts_with("ipfs://") {
-        return failure(
-            "address_unavailable",
-            "ipfs:// addresses are not read by this sidecar yet",
-        );
+        return ipfs(verbs, scope, address, input["options"]["path"].as_str()).await;
     }
     if address.starts_with("https://") {
         if !registry::granted(scope.grants(), "web_fetch") {
@@ -140,6 +137,79 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             "{address:?} is not an address this agent can read; see the read verb's description"
         ),
     )
+}
+
+/// `read ipfs://<cid>`: the gateway's file saved into the agent's memory
+/// (at `options.path`, else `ipfs/<cid>` with an extension from its type),
+/// as the reference does; its text comes back when it is UTF-8 without NUL.
+async fn ipfs(verbs: &Verbs, scope: &VerbScope, address: &str, path: Option<&str>) -> VerbResult {
+    let (Some(hypermedia), Some(gateway)) = (&verbs.hypermedia, &verbs.ipfs) else {
+        return failure(
+            "address_unavailable",
+            "ipfs:// needs a hypermedia server, which this sidecar has none of",
+        );
+    };
+    let cid = match crate::hypermedia::ipfs_cid(address) {
+        Ok(cid) => cid,
+        Err(e) => return failure(e.code(), e),
+    };
+    let path = path
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| format!("ipfs/{cid}"), str::to_owned);
+    let saved = match gateway
+        .into_memory(
+            &verbs.uploads,
+            &scope.agent_id,
+            &hypermedia.ipfs_url(&cid),
+            Some(&path),
+        )
+        .await
+    {
+        Ok(saved) => saved,
+        Err(e) => return failure(e.code(), e),
+    };
+    let entry = saved.entry;
+    let mime = saved
+        .content_type
+        .as_deref()
+        .and_then(|t| t.split(';').next())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .or_else(|| crate::space::memory::mime_type(&entry.path).map(str::to_owned));
+    let mut out = json!({"path": entry.path, "cid": cid, "size": entry.size, "mimeType": mime});
+    let text = if entry.size <= STORED_RESULT_BYTES as u64 {
+        verbs
+            .memory
+            .read(&scope.agent_id, &entry.path, STORED_RESULT_BYTES as u64)
+            .await
+            .ok()
+            .and_then(|file| String::from_utf8(file.data).ok())
+            .filter(|text| !text.contains('\0'))
+    } else {
+        None
+    };
+    match text {
+        Some(text) => {
+            out["summary"] = json!(format!(
+                "Fetched ipfs://{cid} to {} ({} bytes).",
+                entry.path, entry.size
+            ));
+            out["content"] = json!(text);
+        }
+        None => {
+            let kind = mime
+                .as_deref()
+                .map(|m| format!(", {m}"))
+                .unwrap_or_default();
+            out["summary"] = json!(format!(
+                "Fetched ipfs://{cid} to {} ({} bytes{kind}); binary content not shown.",
+                entry.path, entry.size
+            ));
+        }
+    }
+    success(out)
 }
 
 /// `read attachment:<id>`: one of this session's attachments. An image up
