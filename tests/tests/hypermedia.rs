@@ -443,6 +443,43 @@ async fn ipfs_files_are_saved_into_memory_from_the_gateway() {
 }
 
 #[tokio::test]
+async fn a_system_prompt_of_blocks_embeds_documents_for_the_model_and_for_get_session() {
+    let server = HmServer::start().await;
+    let embedded = "hm://z6MkDoc/rules";
+    server.resource(
+        embedded,
+        document(
+            embedded,
+            "House rules",
+            json!([paragraph("r1", "Answer in French.", json!([]))]),
+        ),
+    );
+    let w = world_reading(&server).await;
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": {
+            "name": "Reader", "modelProvider": "main", "model": "scripted-model",
+            "systemPrompt": [paragraph("p1", "Follow these:", json!([])), embed("e1", embedded)]}}))
+        .await;
+    ok(&created);
+    let agent = created.text("agentId");
+    let session = w.act(json!({"_": "CreateSession", "agentId": agent})).await;
+    ok(&session);
+    let session = session.text("sessionId");
+    let expected = "Follow these:\n\n<!-- embed: hm://z6MkDoc/rules; title: House rules -->\n\
+                    Answer in French.\n<!-- /embed: hm://z6MkDoc/rules -->";
+    w.provider.push(text("D'accord."));
+    ok(&w.message(&session, "hello").await);
+    let body = w.last_body();
+    let system = builtin::Sent::new(Flavor::Anthropic, &body).system();
+    assert!(system.starts_with(expected), "{system}");
+    let got = w
+        .act(json!({"_": "GetSession", "sessionId": session}))
+        .await;
+    ok(&got);
+    assert_eq!(got.text("systemPromptMarkdown"), expected);
+}
+
+#[tokio::test]
 async fn nothing_listening_is_hm_unreachable() {
     let w = world_sections(
         Flavor::Anthropic,

@@ -357,7 +357,12 @@ impl Host {
             .await
             .map_err(|e| RpcError::internal(e.to_string()))?;
         let index = self.verbs.space_index(&scope).await;
-        let mut system_prompt = prompt::system_prompt(&resolved.definition.system_prompt, &index);
+        let instructions = prompt::instructions(
+            &resolved.definition.system_prompt,
+            self.verbs.hypermedia.as_ref(),
+        )
+        .await;
+        let mut system_prompt = prompt::system_prompt(&instructions, &index);
         if let Some(instructions) = self.delegated(turn.session_id).await?["instructions"].as_str()
         {
             system_prompt.push_str("\n\n<instructions>\n");

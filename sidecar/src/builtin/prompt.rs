@@ -2,7 +2,9 @@
 //! text, or Seed's block tree flattened to its text), the runtime prompt
 //! every builtin agent shares, and the `<space>` index.
 
-use agentos_protocol::seed::{Ipld, SystemPrompt};
+#[cfg(test)]
+use agentos_protocol::seed::Ipld;
+use agentos_protocol::seed::{ipld_to_json, JsonForm, SystemPrompt};
 
 /// What every builtin agent is told about its world.
 pub const RUNTIME_PROMPT: &str = "\
@@ -22,21 +24,33 @@ directly.
 is too long.
 Be concise. Do not repeat a tool call whose result you already have.";
 
-/// Blocks nested deeper than this are not read.
-const MAX_BLOCK_DEPTH: usize = 32;
-
-/// The system prompt of one turn.
-pub fn system_prompt(instructions: &SystemPrompt, space_index: &str) -> String {
-    let mut prompt = match instructions {
+/// The agent's instructions as the model reads them: its text, trimmed, or
+/// its blocks as the reference's resolved prompt markdown (mentions,
+/// embeds and query blocks looked up on the hypermedia server when there
+/// is one; id comments and empty frontmatter stripped).
+pub async fn instructions(
+    system_prompt: &SystemPrompt,
+    hypermedia: Option<&crate::hypermedia::Hypermedia>,
+) -> String {
+    match system_prompt {
         SystemPrompt::Text(text) => text.trim().to_owned(),
         SystemPrompt::Blocks(blocks) => {
-            let mut lines = Vec::new();
-            for block in blocks {
-                block_text(block, 0, &mut lines);
+            let blocks: Vec<serde_json::Value> = blocks
+                .iter()
+                .map(|block| ipld_to_json(block, JsonForm::Plain).unwrap_or_default())
+                .collect();
+            match hypermedia {
+                Some(hypermedia) => hypermedia.prompt_markdown(&blocks).await,
+                None => crate::triggers::prompt::to_resolved_markdown(&blocks),
             }
-            lines.join("\n")
         }
-    };
+    }
+}
+
+/// The system prompt of one turn: the instructions, the runtime's words,
+/// the space's index.
+pub fn system_prompt(instructions: &str, space_index: &str) -> String {
+    let mut prompt = instructions.to_owned();
     if !prompt.is_empty() {
         prompt.push_str("\n\n");
     }
@@ -48,33 +62,6 @@ pub fn system_prompt(instructions: &SystemPrompt, space_index: &str) -> String {
     prompt
 }
 
-/// Collects the `text` of a block and its children, in order.
-fn block_text(block: &Ipld, depth: usize, lines: &mut Vec<String>) {
-    if depth > MAX_BLOCK_DEPTH {
-        return;
-    }
-    let Ipld::Map(map) = block else {
-        return;
-    };
-    if let Some(Ipld::String(text)) = map.get("text") {
-        if !text.trim().is_empty() {
-            lines.push(text.trim().to_owned());
-        }
-    }
-    if let Some(Ipld::Map(inner)) = map.get("block") {
-        if let Some(Ipld::String(text)) = inner.get("text") {
-            if !text.trim().is_empty() {
-                lines.push(text.trim().to_owned());
-            }
-        }
-    }
-    if let Some(Ipld::List(children)) = map.get("children") {
-        for child in children {
-            block_text(child, depth + 1, lines);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,36 +69,57 @@ mod tests {
 
     #[test]
     fn instructions_runtime_and_index_in_that_order() {
-        let prompt = system_prompt(&SystemPrompt::Text("Be brief.".into()), "<space>x</space>");
+        let prompt = system_prompt("Be brief.", "<space>x</space>");
         let a = prompt.find("Be brief.").unwrap();
         let b = prompt.find("durable session").unwrap();
         let c = prompt.find("<space>").unwrap();
         assert!(a < b && b < c);
     }
 
-    #[test]
-    fn blocks_are_flattened_to_their_text() {
-        let leaf = |t: &str| {
-            Ipld::Map(BTreeMap::from([(
-                "block".to_owned(),
-                Ipld::Map(BTreeMap::from([(
-                    "text".to_owned(),
-                    Ipld::String(t.into()),
-                )])),
-            )]))
+    #[tokio::test]
+    async fn blocks_read_as_the_references_prompt_markdown() {
+        let block = |id: &str, text: &str| {
+            Ipld::Map(BTreeMap::from([
+                ("type".to_owned(), Ipld::String("Paragraph".into())),
+                ("id".to_owned(), Ipld::String(id.into())),
+                ("text".to_owned(), Ipld::String(text.into())),
+            ]))
         };
-        let mut parent = BTreeMap::from([(
-            "block".to_owned(),
+        let node = |block: Ipld, children: Vec<Ipld>| {
+            Ipld::Map(BTreeMap::from([
+                ("block".to_owned(), block),
+                ("children".to_owned(), Ipld::List(children)),
+            ]))
+        };
+        let mut list = BTreeMap::from([
+            ("type".to_owned(), Ipld::String("Paragraph".into())),
+            ("id".to_owned(), Ipld::String("l".into())),
+            ("text".to_owned(), Ipld::String(String::new())),
+        ]);
+        list.insert(
+            "attributes".into(),
             Ipld::Map(BTreeMap::from([(
-                "text".to_owned(),
-                Ipld::String("Rules".into()),
+                "childrenType".to_owned(),
+                Ipld::String("Unordered".into()),
             )])),
-        )]);
-        parent.insert(
-            "children".into(),
-            Ipld::List(vec![leaf("one"), leaf("two")]),
         );
-        let prompt = system_prompt(&SystemPrompt::Blocks(vec![Ipld::Map(parent)]), "");
-        assert!(prompt.starts_with("Rules\none\ntwo\n\n"));
+        let blocks = SystemPrompt::Blocks(vec![
+            node(block("r", "Rules"), vec![]),
+            node(
+                Ipld::Map(list),
+                vec![
+                    node(block("a", "one"), vec![]),
+                    node(block("b", "two"), vec![]),
+                ],
+            ),
+        ]);
+        assert_eq!(
+            instructions(&blocks, None).await,
+            "Rules\n\n\n  - one\n  - two"
+        );
+        assert_eq!(
+            instructions(&SystemPrompt::Text("  Be brief. ".into()), None).await,
+            "Be brief."
+        );
     }
 }

@@ -151,6 +151,12 @@ impl Hypermedia {
         Ok(Value::Object(result))
     }
 
+    /// `promptBlocksToResolvedMarkdown`: prompt blocks as the model reads
+    /// them, resolved, without empty frontmatter or id comments.
+    pub async fn prompt_markdown(&self, blocks: &[Value]) -> String {
+        prompt::strip(&self.resolved(blocks).await)
+    }
+
     /// `contentToResolvedMarkdown`: the lookups first, then the rendering.
     /// Embedded resources are fetched level by level, as deep as they are
     /// inlined; every level's mentions and queries are looked up too.

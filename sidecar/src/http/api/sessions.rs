@@ -471,7 +471,13 @@ impl SignedApi {
                 let system_prompt_markdown =
                     match render::definition(&access.agent.definition)?.system_prompt {
                         SystemPrompt::Text(text) => text,
-                        SystemPrompt::Blocks(_) => String::new(),
+                        blocks => {
+                            let hypermedia = self
+                                .builtin
+                                .as_ref()
+                                .and_then(|b| b.verbs.hypermedia.as_ref());
+                            crate::builtin::prompt::instructions(&blocks, hypermedia).await
+                        }
                     };
                 let trigger_context = self
                     .triggers

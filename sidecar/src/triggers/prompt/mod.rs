@@ -228,6 +228,12 @@ pub fn to_resolved_markdown(blocks: &[Value]) -> String {
     render(blocks, Mode::Resolved).markdown
 }
 
+/// The service's `stripPromptMarkdownArtifacts`: no empty frontmatter, no
+/// id comments, trimmed.
+pub fn strip(markdown: &str) -> String {
+    strip_artifacts(markdown)
+}
+
 /// A resolved inline embed: the label the server gave it, and whether it
 /// names an account (shown as `@label`).
 #[derive(Clone, Debug, PartialEq, Eq)]
