@@ -152,6 +152,7 @@ fn builtin_services(
     turns: &Turns,
     triggers: &Triggers,
     mcp: &crate::mcp::Mcp,
+    hypermedia: crate::hypermedia::Hypermedia,
 ) -> Result<crate::builtin::Services, VmError> {
     use crate::builtin::{fetch::Fetcher, host, verbs::Verbs};
     let fetcher = Fetcher::new().map_err(|e| VmError::Builtin(e.to_string()))?;
@@ -171,11 +172,7 @@ fn builtin_services(
         triggers.clone(),
     )
     .with_mcp(mcp.clone())
-    .with_hypermedia(
-        crate::hypermedia::Hypermedia::new(&config.hypermedia)
-            .map_err(|e| VmError::Builtin(e.to_string()))?,
-        ipfs,
-    );
+    .with_hypermedia(hypermedia, ipfs);
     verbs.attach(sessions.clone(), turns.clone());
     let endpoint = |key: &str, default: &str| {
         config
@@ -312,12 +309,15 @@ impl Vm {
             secret_box(&config)?,
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
+        let hypermedia = crate::hypermedia::Hypermedia::new(&config.hypermedia)
+            .map_err(|e| VmError::Builtin(e.to_string()))?;
         let triggers = Triggers::new(
             db.clone(),
             control.clone(),
             sessions.clone(),
             runs.clone(),
             &config.limits.control,
+            hypermedia.clone(),
         );
         let mcp = crate::mcp::Mcp::new(
             db.clone(),
@@ -327,7 +327,7 @@ impl Vm {
         )
         .map_err(|e| VmError::Builtin(e.to_string()))?;
         let builtin = builtin_services(
-            &config, &control, &db, &space, &sessions, &turns, &triggers, &mcp,
+            &config, &control, &db, &space, &sessions, &turns, &triggers, &mcp, hypermedia,
         )?;
         // Scripts run as their agent's verbs; children start through the
         // delegation, which also brings their results back.

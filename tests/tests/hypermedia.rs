@@ -480,6 +480,48 @@ async fn a_system_prompt_of_blocks_embeds_documents_for_the_model_and_for_get_se
 }
 
 #[tokio::test]
+async fn a_trigger_prompt_embeds_documents_in_the_first_words() {
+    let server = HmServer::start().await;
+    let embedded = "hm://z6MkDoc/brief";
+    server.resource(
+        embedded,
+        document(
+            embedded,
+            "Brief",
+            json!([paragraph("b1", "Three bullet points.", json!([]))]),
+        ),
+    );
+    let w = world_reading(&server).await;
+    let made = w
+        .act(
+            json!({"_": "CreateAgentTrigger", "agentId": w.agent_id, "trigger": {
+            "name": "Digest",
+            "source": {"type": "schedule",
+                       "schedule": {"kind": "interval", "every": 1, "unit": "minutes"}},
+            "prompt": [paragraph("p1", "Summarize, as asked here:", json!([])),
+                       embed("e1", embedded)]}}),
+        )
+        .await;
+    ok(&made);
+    let trigger = json_of(&made.body)["trigger"].clone();
+    let created = trigger["createdAt"].as_i64().expect("createdAt");
+    w.provider.push(text("Done."));
+    let fired =
+        w.sc.ok("triggers/tick", json!({"at": created + 61_000}))
+            .await;
+    assert_eq!(fired["fired"], 1, "{fired}");
+    w.provider_called(1).await;
+    let words = w.provider.requests()[0].body.to_string();
+    assert!(
+        words.contains(
+            "Summarize, as asked here:\\n\\n<!-- embed: hm://z6MkDoc/brief; title: Brief -->\\n\
+             Three bullet points.\\n<!-- /embed: hm://z6MkDoc/brief -->\\n\\n<trigger_context>"
+        ),
+        "{words}"
+    );
+}
+
+#[tokio::test]
 async fn nothing_listening_is_hm_unreachable() {
     let w = world_sections(
         Flavor::Anthropic,

@@ -289,7 +289,12 @@ impl Triggers {
                 .claim_failed(&firing, row, "Session title is too large")
                 .await;
         }
-        let text = first_words(row, &firing, &activity.value);
+        let prompt = self
+            .inner
+            .hypermedia
+            .prompt_markdown(&prompt::from_stored(&row.prompt))
+            .await;
+        let text = first_words(&prompt, row, &firing, &activity.value);
         // As the reference: a message too large still opens the session and
         // counts as the trigger's firing; the firing records why no turn ran.
         let too_large = text.len() > MAX_MESSAGE_BYTES;
@@ -529,10 +534,10 @@ fn matches_run(source: &Value, run: &Run) -> bool {
     true
 }
 
-/// A new thread's first words: the prompt, then the trigger's context and
-/// instructions, as the reference writes them.
-fn first_words(row: &TriggerRow, firing: &NewFiring, activity: &Value) -> String {
-    let prompt = prompt::to_resolved_markdown(&prompt::from_stored(&row.prompt));
+/// A new thread's first words: the prompt (resolved on the hypermedia
+/// server), then the trigger's context and instructions, as the reference
+/// writes them.
+fn first_words(prompt: &str, row: &TriggerRow, firing: &NewFiring, activity: &Value) -> String {
     let fields = [
         ("triggerId", json!(row.trigger_id)),
         ("firingId", json!(firing.firing_id)),
@@ -549,7 +554,7 @@ fn first_words(row: &TriggerRow, firing: &NewFiring, activity: &Value) -> String
         pretty(activity, ACTIVITY_ORDER, 1)
     ));
     let text = [
-        prompt.as_str(),
+        prompt,
         "",
         "<trigger_context>",
         context.as_str(),

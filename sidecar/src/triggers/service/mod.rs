@@ -115,6 +115,8 @@ struct Inner {
     opened: broadcast::Sender<SessionOpened>,
     /// One look at the schedules at a time.
     ticking: Mutex<()>,
+    /// Where a prompt's embeds and mentions are looked up.
+    hypermedia: crate::hypermedia::Hypermedia,
 }
 
 fn now_ms() -> i64 {
@@ -188,6 +190,7 @@ impl Triggers {
         sessions: Sessions,
         runs: Runs,
         limits: &ControlLimits,
+        hypermedia: crate::hypermedia::Hypermedia,
     ) -> Triggers {
         let (opened, _) = broadcast::channel(256);
         Triggers {
@@ -200,6 +203,7 @@ impl Triggers {
                 max_firings: limits.max_firings_per_trigger,
                 opened,
                 ticking: Mutex::new(()),
+                hypermedia,
             }),
         }
     }
