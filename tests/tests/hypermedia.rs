@@ -522,6 +522,46 @@ async fn a_trigger_prompt_embeds_documents_in_the_first_words() {
 }
 
 #[tokio::test]
+async fn a_message_of_blocks_is_read_by_the_model_resolved_and_kept_as_sent() {
+    let server = HmServer::start().await;
+    let embedded = "hm://z6MkDoc/spec";
+    server.resource(
+        embedded,
+        document(
+            embedded,
+            "Spec",
+            json!([paragraph("s1", "It must be fast.", json!([]))]),
+        ),
+    );
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let rich = json!([
+        paragraph("m1", "Review this:", json!([])),
+        embed("m2", embedded)
+    ]);
+    w.provider.push(text("Reviewed."));
+    let sent = w
+        .act(json!({"_": "MessageSession", "sessionId": session,
+                    "content": [{"type": "text", "text": "Review this: spec", "blocks": rich}]}))
+        .await;
+    ok(&sent);
+    w.provider_called(1).await;
+    let words = w.provider.requests()[0].body.to_string();
+    assert!(
+        words.contains(
+            "Review this:\\n\\n<!-- embed: hm://z6MkDoc/spec; title: Spec -->\\nIt must be fast."
+        ),
+        "{words}"
+    );
+    let events = w.events(&session).await;
+    let user = events
+        .iter()
+        .find(|e| e["role"] == "user")
+        .expect("the user's message");
+    assert_eq!(user["blocks"], rich, "{user}");
+}
+
+#[tokio::test]
 async fn nothing_listening_is_hm_unreachable() {
     let w = world_sections(
         Flavor::Anthropic,

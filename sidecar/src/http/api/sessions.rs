@@ -48,6 +48,21 @@ struct MessageParts {
     attachments: Vec<String>,
 }
 
+/// The reference's `resolveMessageText`: a text part with rich blocks is
+/// read by the model as the blocks' resolved markdown, unless that is empty.
+async fn resolve_rich(block: &mut Value, hypermedia: &crate::hypermedia::Hypermedia) {
+    let Some(rich) = block["_meta"]["seed"]["blocks"]
+        .as_array()
+        .filter(|b| !b.is_empty())
+    else {
+        return;
+    };
+    let resolved = hypermedia.prompt_markdown(rich).await;
+    if !resolved.is_empty() {
+        block["text"] = Value::String(resolved);
+    }
+}
+
 fn bad(message: &str) -> ApiError {
     ApiError::bad_request(ApiCode::BadRequest, message)
 }
@@ -556,6 +571,18 @@ impl SignedApi {
                     attached.push(self.space.attachments.info(&session_id, id).await?);
                 }
                 let mut blocks = parts.blocks;
+                // What the model reads of rich blocks is their resolved
+                // markdown (embeds and mentions looked up); the event keeps
+                // the blocks as sent.
+                if let Some(hypermedia) = self
+                    .builtin
+                    .as_ref()
+                    .and_then(|b| b.verbs.hypermedia.as_ref())
+                {
+                    for block in &mut blocks {
+                        resolve_rich(block, hypermedia).await;
+                    }
+                }
                 if let Some(first) = blocks.first_mut() {
                     with_context(first, &parts.context, &attached, builtin);
                 }
