@@ -17,7 +17,6 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
 /// How a key misbehaves.
@@ -56,29 +55,13 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 
 impl HmServer {
     pub async fn start() -> HmServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the scripted hypermedia server");
-        let addr = listener.local_addr().expect("its address");
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let state = shared.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(serve(&state, request).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (addr, _) = crate::loopback::serve("the scripted hypermedia server", move |request| {
+            let state = shared.clone();
+            async move { Ok::<_, Infallible>(serve(&state, request).await) }
+        })
+        .await;
         HmServer {
             base_url: format!("http://{addr}"),
             state,

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod crash;
 pub mod hm_server;
 pub mod http;
+pub mod loopback;
 pub mod mcp_server;
 pub mod oauth_server;
 pub mod provider_server;

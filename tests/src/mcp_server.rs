@@ -23,7 +23,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
 /// One request the server received: method, path and lower-case headers.
@@ -115,29 +114,13 @@ fn reply(status: u16, content_type: &str, body: String) -> Response<Full<Bytes>>
 
 impl McpServer {
     pub async fn start() -> McpServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the MCP server");
-        let addr = listener.local_addr().expect("its address");
         let state: Arc<Mutex<State>> = Arc::default();
         let shared = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let state = shared.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let state = state.clone();
-                        async move { serve(&state, request).await }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (addr, task) = crate::loopback::serve("the MCP server", move |request| {
+            let state = shared.clone();
+            async move { serve(&state, request).await }
+        })
+        .await;
         McpServer { addr, state, task }
     }
 

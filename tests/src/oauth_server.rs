@@ -15,7 +15,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -77,32 +76,16 @@ fn b64url(bytes: &[u8]) -> String {
 
 impl OAuthServer {
     pub async fn start() -> OAuthServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the scripted issuer");
-        let addr = listener.local_addr().expect("its address");
         let state = Arc::new(Mutex::new(State {
             expires_in: 3600,
             ..State::default()
         }));
         let shared = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let state = shared.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(serve(&state, request).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (addr, _) = crate::loopback::serve("the scripted issuer", move |request| {
+            let state = shared.clone();
+            async move { Ok::<_, Infallible>(serve(&state, request).await) }
+        })
+        .await;
         OAuthServer {
             base_url: format!("http://{addr}"),
             state,

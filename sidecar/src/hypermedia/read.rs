@@ -21,7 +21,9 @@ use super::client::{HmClient, Param, QueryInput};
 use super::frontmatter::frontmatter;
 use super::HmError;
 use crate::config::hypermedia::HypermediaConfig;
-use crate::triggers::prompt::{self, Embedded, Lookups, Reference};
+use crate::triggers::prompt::{
+    self, fallback_doc_label, fallback_uid, Embedded, Lookups, Reference,
+};
 
 /// The longest id a read takes (UTF-8 bytes).
 const MAX_ID_BYTES: usize = 2048;
@@ -541,25 +543,6 @@ fn blocks(content: &Value) -> &[Value] {
     content.as_array().map_or(&[], Vec::as_slice)
 }
 
-/// `fallbackUid`: an account id shortened to 12 characters.
-fn fallback_uid(uid: &str) -> String {
-    let units: Vec<u16> = uid.encode_utf16().collect();
-    if units.len() > 12 {
-        format!("{}...", String::from_utf16_lossy(&units[..12]))
-    } else {
-        uid.to_owned()
-    }
-}
-
-/// `fallbackDocLabel`: the path, or the shortened account id.
-fn fallback_doc_label(id: &HmId) -> String {
-    if id.path.is_empty() {
-        fallback_uid(&id.uid)
-    } else {
-        id.path.join("/")
-    }
-}
-
 /// `ensureToolResultSize`: past 256 KiB, the text up to there and a
 /// notice. (The reference cuts at 262,144 UTF-16 units, which can leave
 /// more than 256 KiB; this cuts at that many bytes, on a character
@@ -601,6 +584,5 @@ mod tests {
         let cut = bounded(long);
         assert!(cut.ends_with("\n[truncated]"));
         assert_eq!(cut.chars().count(), MAX_MARKDOWN_BYTES / 2 + 12);
-        assert_eq!(fallback_uid("z6MkAliceVeryLongUid"), "z6MkAliceVer...");
     }
 }

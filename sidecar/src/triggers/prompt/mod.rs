@@ -264,7 +264,9 @@ pub struct Embedded {
     pub content: Vec<Value>,
 }
 
-pub use render::{query_request, select_embedded, MAX_EMBED_DEPTH};
+pub use render::{
+    fallback_doc_label, fallback_uid, query_request, select_embedded, MAX_EMBED_DEPTH,
+};
 
 /// The reference's `contentToResolvedMarkdown` with what `lookups` knows:
 /// top-level blocks a blank line apart, id comments kept.
@@ -279,86 +281,77 @@ pub fn resolved_content(blocks: &[Value], lookups: &Lookups) -> String {
     .document(blocks)
 }
 
-/// The Embed annotations' links in `blocks`, children included, in order.
-pub fn embed_links(blocks: &[Value]) -> Vec<String> {
-    fn walk(nodes: &[Value], depth: usize, out: &mut Vec<String>) {
-        if depth > MAX_NESTING {
-            return;
-        }
-        for node in nodes {
-            if let Some(annotations) = node
-                .get("block")
-                .and_then(|b| b.get("annotations"))
-                .and_then(Value::as_array)
-            {
-                for annotation in annotations {
-                    if annotation.get("type").and_then(Value::as_str) == Some("Embed") {
-                        if let Some(link) = annotation.get("link").and_then(Value::as_str) {
-                            if !link.is_empty() && !out.iter().any(|l| l == link) {
-                                out.push(link.to_owned());
-                            }
-                        }
-                    }
-                }
-            }
-            if let Some(children) = node.get("children").and_then(Value::as_array) {
-                walk(children, depth + 1, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(blocks, 0, &mut out);
-    out
-}
-
-/// The Embed blocks' links in `blocks`, children included, in order.
-pub fn embed_block_links(blocks: &[Value]) -> Vec<String> {
-    fn walk(nodes: &[Value], depth: usize, out: &mut Vec<String>) {
-        if depth > MAX_NESTING {
-            return;
-        }
-        for node in nodes {
-            let block = &node["block"];
-            if block["type"].as_str() == Some("Embed") {
-                if let Some(link) = block["link"].as_str() {
-                    if !link.is_empty() && !out.iter().any(|l| l == link) {
-                        out.push(link.to_owned());
-                    }
-                }
-            }
-            if let Some(children) = node.get("children").and_then(Value::as_array) {
-                walk(children, depth + 1, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(blocks, 0, &mut out);
-    out
-}
-
-/// The Query blocks' requests in `blocks`, children included.
-pub fn query_requests(blocks: &[Value]) -> Vec<Value> {
-    fn walk(nodes: &[Value], depth: usize, out: &mut Vec<Value>) {
+/// Calls `visit` with every block of `blocks`, children included, in
+/// order, as deep as the renderers go.
+fn each_block(blocks: &[Value], visit: &mut impl FnMut(&Map<String, Value>)) {
+    fn walk(nodes: &[Value], depth: usize, visit: &mut impl FnMut(&Map<String, Value>)) {
         if depth > MAX_NESTING {
             return;
         }
         for node in nodes {
             if let Some(block) = node.get("block").and_then(Value::as_object) {
-                if block.get("type").and_then(Value::as_str) == Some("Query") {
-                    if let Some(request) = query_request(block) {
-                        if !out.contains(&request) {
-                            out.push(request);
-                        }
-                    }
-                }
+                visit(block);
             }
             if let Some(children) = node.get("children").and_then(Value::as_array) {
-                walk(children, depth + 1, out);
+                walk(children, depth + 1, visit);
             }
         }
     }
+    walk(blocks, 0, visit);
+}
+
+/// Appends `item` unless it is there already.
+fn push_new<T: PartialEq>(out: &mut Vec<T>, item: T) {
+    if !out.contains(&item) {
+        out.push(item);
+    }
+}
+
+/// The Embed annotations' links in `blocks`, children included, in order.
+pub fn embed_links(blocks: &[Value]) -> Vec<String> {
     let mut out = Vec::new();
-    walk(blocks, 0, &mut out);
+    each_block(blocks, &mut |block| {
+        for annotation in block
+            .get("annotations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if annotation.get("type").and_then(Value::as_str) == Some("Embed") {
+                match annotation.get("link").and_then(Value::as_str) {
+                    Some(link) if !link.is_empty() => push_new(&mut out, link.to_owned()),
+                    _ => {}
+                }
+            }
+        }
+    });
+    out
+}
+
+/// The Embed blocks' links in `blocks`, children included, in order.
+pub fn embed_block_links(blocks: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    each_block(blocks, &mut |block| {
+        if block.get("type").and_then(Value::as_str) == Some("Embed") {
+            match block.get("link").and_then(Value::as_str) {
+                Some(link) if !link.is_empty() => push_new(&mut out, link.to_owned()),
+                _ => {}
+            }
+        }
+    });
+    out
+}
+
+/// The Query blocks' requests in `blocks`, children included.
+pub fn query_requests(blocks: &[Value]) -> Vec<Value> {
+    let mut out = Vec::new();
+    each_block(blocks, &mut |block| {
+        if block.get("type").and_then(Value::as_str) == Some("Query") {
+            if let Some(request) = query_request(block) {
+                push_new(&mut out, request);
+            }
+        }
+    });
     out
 }
 

@@ -727,50 +727,26 @@ fn resolved_query(block: &Map<String, Value>, lookups: &Lookups, ind: &str) -> S
 /// The reference's `fallbackLabel`: a hypermedia link's path, or its account
 /// id shortened to 12 characters, or the link itself.
 pub(super) fn fallback_label(link: &str) -> String {
-    let Some((uid, path)) = unpack_hm_id(link) else {
-        return link.to_owned();
-    };
-    if !path.is_empty() {
-        return path.join("/");
+    match agentos_protocol::seed::hm_id::HmId::unpack(link) {
+        Some(id) => fallback_doc_label(&id),
+        None => link.to_owned(),
     }
+}
+
+/// `fallbackDocLabel`: the id's path, or its account id shortened.
+pub fn fallback_doc_label(id: &agentos_protocol::seed::hm_id::HmId) -> String {
+    if id.path.is_empty() {
+        fallback_uid(&id.uid)
+    } else {
+        id.path.join("/")
+    }
+}
+
+/// `fallbackUid`: an account id cut to 12 UTF-16 units and `...`.
+pub fn fallback_uid(uid: &str) -> String {
     let units: Vec<u16> = uid.encode_utf16().collect();
     match units.get(..12) {
         Some(head) if units.len() > 12 => format!("{}...", String::from_utf16_lossy(head)),
         _ => uid.to_owned(),
     }
-}
-
-/// The account id and path of `hm://UID/PATH` or `http(s)://HOST/hm/UID/PATH`
-/// (the reference's `unpackHmId`, as far as labels need it).
-pub(super) fn unpack_hm_id(link: &str) -> Option<(&str, Vec<&str>)> {
-    const STATIC_PATHS: [&str; 5] = ["download", "connect", "register", "profile", "contact"];
-    let mut parts = link.split("://");
-    let scheme = parts.next().unwrap_or_default();
-    let rest = parts.next().filter(|rest| !rest.is_empty())?;
-    let path = rest
-        .split('#')
-        .next()
-        .unwrap_or_default()
-        .split('?')
-        .next()
-        .unwrap_or_default();
-    let segments: Vec<&str> = path.split('/').collect();
-    let (uid, path) = match scheme {
-        "https" | "http" => {
-            if segments.get(1) != Some(&"hm") {
-                return None;
-            }
-            let uid = segments.get(2).copied().unwrap_or_default();
-            if STATIC_PATHS.contains(&uid) {
-                return None;
-            }
-            (uid, segments.get(3..).unwrap_or_default())
-        }
-        "hm" => (
-            segments.first().copied().unwrap_or_default(),
-            segments.get(1..).unwrap_or_default(),
-        ),
-        _ => return None,
-    };
-    Some((uid, path.to_vec()))
 }
