@@ -1,4 +1,5 @@
-//! Agent triggers: what wakes an agent without a message. `validate.rs`
+//! Agent triggers: what wakes an agent without a message. `activity.rs`
+//! is the hypermedia activity matcher, `validate.rs`
 //! checks and normalizes a trigger's parts as clients send them,
 //! `prompt/` turns prompts into blocks and back into markdown,
 //! `schedule.rs` says when a schedule is due, `store.rs` holds all their
@@ -7,6 +8,7 @@
 //! each firing claimed once in the transaction that starts its work, and
 //! `view.rs` what an agent reads of its triggers (`~/triggers/`).
 
+pub mod activity;
 pub mod error;
 pub mod prompt;
 pub mod schedule;
