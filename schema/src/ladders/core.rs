@@ -629,4 +629,21 @@ pub const MIGRATIONS: &[Migration] = &[
                 PRIMARY KEY (account_id, name)
             ) STRICT, WITHOUT ROWID"],
     },
+    // 11: where the activity monitor is in each account's hypermedia feed,
+    // per server (another server starts cold): the keys of the events last
+    // seen, newest first, at most a page of them, and how the last poll
+    // went.
+    Migration {
+        version: 11,
+        statements: &["CREATE TABLE agentos_core_activity_watermarks (
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                server_url TEXT NOT NULL CHECK (length(server_url) BETWEEN 1 AND 2048),
+                seen_keys_json TEXT NOT NULL
+                    CHECK (json_valid(seen_keys_json) AND json_type(seen_keys_json) = 'array'),
+                last_poll_at_ms INTEGER,
+                last_success_at_ms INTEGER,
+                last_error TEXT,
+                PRIMARY KEY (account_id, server_url)
+            ) STRICT, WITHOUT ROWID"],
+    },
 ];

@@ -11,7 +11,7 @@ mod read;
 mod views;
 
 pub use client::{http_error_message, HmClient, Param, QueryInput};
-pub use read::{Format, Hypermedia};
+pub use read::{ActivityPace, Format, Hypermedia};
 
 /// The CID of `ipfs://<cid>` (or of a gateway's `…/ipfs/<cid>`), as the
 /// reference reads it: up to the first `/`, `?` or `#`, at least 32

@@ -57,6 +57,16 @@ pub struct Hypermedia {
     pub(super) client: HmClient,
     /// The IPFS gateway's base URL.
     ipfs: String,
+    /// How the activity monitor reads feeds.
+    pub(super) activity: ActivityPace,
+}
+
+/// `hypermedia.activity*`: how often and how far the monitor reads.
+#[derive(Clone, Copy, Debug)]
+pub struct ActivityPace {
+    pub poll_interval: std::time::Duration,
+    pub page_size: u64,
+    pub max_pages: u64,
 }
 
 impl Hypermedia {
@@ -64,6 +74,11 @@ impl Hypermedia {
         Ok(Hypermedia {
             client: HmClient::new(config)?,
             ipfs: config.ipfs_server(),
+            activity: ActivityPace {
+                poll_interval: std::time::Duration::from_millis(config.activity_poll_interval_ms),
+                page_size: config.activity_page_size,
+                max_pages: config.activity_max_pages,
+            },
         })
     }
 

@@ -264,6 +264,54 @@ impl Hypermedia {
     }
 }
 
+impl Hypermedia {
+    /// How the activity monitor reads feeds.
+    pub fn activity_pace(&self) -> super::read::ActivityPace {
+        self.activity
+    }
+
+    /// The server feeds are read from: a watermark's other half.
+    pub fn server(&self) -> &str {
+        self.client.server()
+    }
+
+    /// One page of the feed as `account` sees it, in the order the server
+    /// observed the events (newest first), within 20 s: the events and the
+    /// next page's token (none at the end).
+    pub async fn feed_page(
+        &self,
+        account: &str,
+        page_token: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), HmError> {
+        let mut fields = vec![("pageSize", Param::Text(self.activity.page_size.to_string()))];
+        if let Some(token) = page_token {
+            fields.push(("pageToken", Param::Text(token.to_owned())));
+        }
+        fields.push(("currentAccount", Param::Text(account.to_owned())));
+        fields.push(("order", Param::Text("observed".into())));
+        let input = QueryInput::Fields(fields);
+        let request = self.client.query("ListEvents", &input);
+        let answer = tokio::time::timeout(FEED_REQUEST_DEADLINE, request)
+            .await
+            .map_err(|_| HmError::Timeout {
+                key: "ListEvents".into(),
+                after_ms: FEED_REQUEST_DEADLINE.as_millis() as u64,
+            })??;
+        let events = match answer.get("events") {
+            Some(Value::Array(events)) => events.clone(),
+            _ => Vec::new(),
+        };
+        let token = answer["nextPageToken"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned);
+        Ok((events, token))
+    }
+}
+
+/// One feed request of the activity monitor, at most.
+const FEED_REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// A document info's update time: its text, or `{seconds}` as an ISO
 /// time.
 fn update_time(time: &Value) -> Option<String> {

@@ -171,7 +171,10 @@ pub fn summary(event: &Value) -> String {
                 "Mention of {} from {source}",
                 target.as_deref().unwrap_or("unknown target")
             ),
-            None => format!("Mention of {}", target.as_deref().unwrap_or("unknown target")),
+            None => format!(
+                "Mention of {}",
+                target.as_deref().unwrap_or("unknown target")
+            ),
         };
     }
     let kind = text(event, "type").filter(|k| !k.is_empty());
@@ -269,7 +272,10 @@ fn document_comment(source: &Value, event: &Value) -> bool {
     let author = text(source, "author").filter(|a| !a.is_empty());
     if text(event, "type").as_deref() == Some("comment") {
         if let Some(author) = &author {
-            let scope = event.get("author").filter(|a| a.is_object()).unwrap_or(event);
+            let scope = event
+                .get("author")
+                .filter(|a| a.is_object())
+                .unwrap_or(event);
             if !contains(scope, author, 0) {
                 return false;
             }
@@ -355,14 +361,16 @@ fn prefix_ok(event: &Value, prefix: Option<&str>) -> bool {
     let Some(prefix) = prefix else {
         return true;
     };
-    let candidates = ["source", "target", "commentId"].iter().filter_map(|field| {
-        let id = event.get(*field)?.get("id")?;
-        match id {
-            Value::Object(_) => text(id, "id"),
-            Value::String(s) => Some(s.clone()),
-            _ => None,
-        }
-    });
+    let candidates = ["source", "target", "commentId"]
+        .iter()
+        .filter_map(|field| {
+            let id = event.get(*field)?.get("id")?;
+            match id {
+                Value::Object(_) => text(id, "id"),
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            }
+        });
     candidates.into_iter().any(|c| c.starts_with(prefix)) || contains(event, prefix, 0)
 }
 
@@ -527,7 +535,10 @@ mod tests {
         assert_eq!(firing_key(&twin).as_deref(), Some("blob-bafycomment"));
         let typed = json!({"newMention": {"sourceBlob": {"cid": "bafyx"}, "target": "hm://z6MkAlice",
                                           "mentionType": "embed"}});
-        assert_eq!(event_key(&typed).as_deref(), Some("mention-bafyx-embed-hm://z6MkAlice"));
+        assert_eq!(
+            event_key(&typed).as_deref(),
+            Some("mention-bafyx-embed-hm://z6MkAlice")
+        );
         assert_eq!(firing_key(&typed), event_key(&typed));
         assert_eq!(
             event_key(&json!({"id": 7, "type": "doc-update"})).as_deref(),
@@ -547,12 +558,24 @@ mod tests {
     #[test]
     fn document_comments_match_the_document_and_its_children() {
         let source = json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec/"});
-        assert!(matches_source(&source, &comment_event("z6MkBob", "hm://z6MkDoc/spec?v=1", &[])));
-        assert!(matches_source(&source, &comment_event("z6MkBob", "hm://z6MkDoc/spec/part", &[])));
-        assert!(!matches_source(&source, &comment_event("z6MkBob", "hm://z6MkDoc/specs", &[])));
+        assert!(matches_source(
+            &source,
+            &comment_event("z6MkBob", "hm://z6MkDoc/spec?v=1", &[])
+        ));
+        assert!(matches_source(
+            &source,
+            &comment_event("z6MkBob", "hm://z6MkDoc/spec/part", &[])
+        ));
+        assert!(!matches_source(
+            &source,
+            &comment_event("z6MkBob", "hm://z6MkDoc/specs", &[])
+        ));
         let by = json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec",
                         "author": "z6MkCarol"});
-        assert!(!matches_source(&by, &comment_event("z6MkBob", "hm://z6MkDoc/spec", &[])));
+        assert!(!matches_source(
+            &by,
+            &comment_event("z6MkBob", "hm://z6MkDoc/spec", &[])
+        ));
         let raw = json!({"newBlob": {"cid": "c", "blobType": "Comment", "author": "z6MkBob",
                                      "resource": "https://hyper.media/hm/z6MkDoc/spec"}});
         assert!(matches_source(&source, &raw));
@@ -592,7 +615,10 @@ mod tests {
         let elsewhere = json!({"type": "doc-update", "docId": {"id": "hm://z6MkOther/post"}});
         assert!(!matches_source(&source, &elsewhere));
         let comment = comment_event("z6MkBob", "hm://z6MkSite/blog", &[]);
-        assert!(!matches_source(&source, &comment), "a comment is not a change");
+        assert!(
+            !matches_source(&source, &comment),
+            "a comment is not a change"
+        );
         let any = json!({"type": "site-update", "resourcePrefix": "hm://z6MkSite"});
         assert!(matches_source(&any, &comment));
         let criteria = json!({"eventType": "doc-update", "resource": "hm://z6MkSite/blog/post/"});

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 pub(crate) const TRIGGERS: &str = "agentos_core_triggers";
 pub(crate) const FIRINGS: &str = "agentos_core_trigger_firings";
+const WATERMARKS: &str = "agentos_core_activity_watermarks";
 
 const COLUMNS: &str = "trigger_id, account_id, agent_id, name, enabled, source_json, prompt_json, \
      continuation_json, created_at_ms, updated_at_ms, last_checked_at_ms, last_fired_at_ms, \
@@ -360,6 +361,111 @@ impl TriggerStore {
             )
             .await?;
         Row::all(rows, TRIGGERS, WIDTH, decode)
+    }
+
+    /// Enabled triggers of every hypermedia source type (anything but a
+    /// schedule or a finished run) of one account or of every one, oldest
+    /// first.
+    pub async fn enabled_activity(
+        &self,
+        account_id: Option<&str>,
+    ) -> Result<Vec<TriggerRow>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM {TRIGGERS} WHERE enabled = 1 \
+                       AND source_type NOT IN ('schedule', 'run-completed') \
+                       AND (?1 IS NULL OR account_id = ?1) \
+                     ORDER BY created_at_ms, trigger_id"
+                ),
+                vec![account_id.map(str::to_owned).into()],
+            )
+            .await?;
+        Row::all(rows, TRIGGERS, WIDTH, decode)
+    }
+
+    /// The keys of the events last seen in `account_id`'s feed on
+    /// `server`, newest first; `None` before its first poll.
+    pub async fn watermark(
+        &self,
+        account_id: &str,
+        server: &str,
+    ) -> Result<Option<Vec<String>>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT seen_keys_json FROM {WATERMARKS} \
+                     WHERE account_id = ?1 AND server_url = ?2"
+                ),
+                vec![account_id.into(), server.into()],
+            )
+            .await?;
+        let Some(mut row) = Row::optional(rows, WATERMARKS, 1)? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_str::<Vec<String>>(&row.text(0)?).ok())
+    }
+
+    /// A poll that went through: the keys seen, and when.
+    pub async fn set_watermark(
+        &self,
+        account_id: &str,
+        server: &str,
+        seen: &[String],
+        polled_at: i64,
+        now: i64,
+    ) -> Result<(), DbError> {
+        self.db
+            .transaction(vec![Statement::new(
+                format!(
+                    "INSERT INTO {WATERMARKS} (account_id, server_url, seen_keys_json, \
+                       last_poll_at_ms, last_success_at_ms, last_error) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, NULL) \
+                     ON CONFLICT (account_id, server_url) DO UPDATE SET \
+                       seen_keys_json = excluded.seen_keys_json, \
+                       last_poll_at_ms = excluded.last_poll_at_ms, \
+                       last_success_at_ms = excluded.last_success_at_ms, last_error = NULL"
+                ),
+                vec![
+                    account_id.into(),
+                    server.into(),
+                    json_text(&serde_json::json!(seen)),
+                    polled_at.into(),
+                    now.into(),
+                ],
+            )])
+            .await
+            .map(drop)
+    }
+
+    /// A poll that failed: why, and when; the keys seen stay (a first
+    /// poll that fails leaves none, so the next one is not a cold start).
+    pub async fn watermark_error(
+        &self,
+        account_id: &str,
+        server: &str,
+        polled_at: i64,
+        error: &str,
+    ) -> Result<(), DbError> {
+        self.db
+            .transaction(vec![Statement::new(
+                format!(
+                    "INSERT INTO {WATERMARKS} (account_id, server_url, seen_keys_json, \
+                       last_poll_at_ms, last_error) VALUES (?1, ?2, '[]', ?3, ?4) \
+                     ON CONFLICT (account_id, server_url) DO UPDATE SET \
+                       last_poll_at_ms = excluded.last_poll_at_ms, last_error = excluded.last_error"
+                ),
+                vec![
+                    account_id.into(),
+                    server.into(),
+                    polled_at.into(),
+                    error.into(),
+                ],
+            )])
+            .await
+            .map(drop)
     }
 
     /// Writes the parts a patch names; `updated_at_ms` moves (never back)

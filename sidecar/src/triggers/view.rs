@@ -2,8 +2,7 @@
 //! (name, id, status, source type, when it fires, last firing and error)
 //! and `read ~/triggers/<name>` shows one (by name, else by id) with its
 //! prompt as markdown and its five latest firings, in the reference's
-//! shapes. Hypermedia sources are listed with a note that they do not fire
-//! yet on this server: they are kept, not refused, and carry no error.
+//! shapes.
 
 use serde_json::{json, Map, Value};
 
@@ -14,16 +13,6 @@ use super::{TriggerError, Triggers};
 
 /// Firings `read ~/triggers/<name>` shows.
 const RECENT_FIRINGS: u64 = 5;
-
-/// Why a source does not fire here, if it does not.
-pub fn dormant(source: &Value) -> Option<&'static str> {
-    match source["type"].as_str() {
-        Some("document-comment" | "user-mention" | "site-update") => Some(
-            "hypermedia activity does not fire yet: this server does not read hypermedia; the trigger is kept as written",
-        ),
-        _ => None,
-    }
-}
 
 /// One line saying when a trigger fires.
 pub fn when(source: &Value) -> String {
@@ -99,16 +88,13 @@ fn entry(row: &TriggerRow) -> Value {
     Value::Object(out)
 }
 
-/// The last firing and error, and why it does not fire, when there are.
+/// The last firing and error, when there are.
 fn last(row: &TriggerRow, out: &mut Map<String, Value>) {
     if let Some(at) = row.last_fired_at_ms {
         out.insert("lastFiredAt".into(), json!(at));
     }
     if let Some(e) = &row.last_error {
         out.insert("lastError".into(), json!(e));
-    }
-    if let Some(note) = dormant(&row.source) {
-        out.insert("note".into(), json!(note));
     }
 }
 
@@ -226,7 +212,5 @@ mod tests {
         );
         let mention = json!({"type": "user-mention", "mentionedAccounts": ["z1", "z2"]});
         assert_eq!(when(&mention), "mentions of z1, z2");
-        assert!(dormant(&mention).is_some());
-        assert!(dormant(&done).is_none());
     }
 }

@@ -254,7 +254,11 @@ impl Triggers {
     /// Claims and carries out one firing of `row` on `activity`. What it
     /// writes is stamped with the sidecar's clock (a look as of another
     /// instant only decides what is due).
-    async fn fire(&self, row: &TriggerRow, activity: Activity) -> Result<Fired, TriggerError> {
+    pub(super) async fn fire(
+        &self,
+        row: &TriggerRow,
+        activity: Activity,
+    ) -> Result<Fired, TriggerError> {
         let now = now_ms();
         let firing = NewFiring {
             firing_id: uuid::Uuid::new_v4().to_string(),
@@ -542,7 +546,13 @@ fn first_words(prompt: &str, row: &TriggerRow, firing: &NewFiring, activity: &Va
         ("triggerId", json!(row.trigger_id)),
         ("firingId", json!(firing.firing_id)),
         // The reference's activity-event key: none for schedules and runs.
-        ("activityKey", Value::Null),
+        (
+            "activityKey",
+            match activity["type"].as_str() {
+                Some("schedule" | "run-completed") => Value::Null,
+                _ => json!(super::super::activity::event_key(activity)),
+            },
+        ),
         ("activitySummary", json!(activity_summary(activity))),
     ];
     let mut context = String::from("{\n");

@@ -19,6 +19,11 @@
 //! every terminal run the runs service publishes, and at start (and after
 //! missing publications) the runs that ended since each trigger last looked.
 //!
+//! Hypermedia activity is polled by [`Triggers::poll_activity`]
+//! (`monitor.rs`): each account with enabled hypermedia triggers has its
+//! feed read from where the last poll saw it, and each new event fires the
+//! triggers it matches, under its firing key.
+//!
 //! This file keeps triggers and reads them back; `fire.rs` fires them.
 
 use std::sync::Arc;
@@ -115,6 +120,8 @@ struct Inner {
     opened: broadcast::Sender<SessionOpened>,
     /// One look at the schedules at a time.
     ticking: Mutex<()>,
+    /// One activity poll at a time.
+    polling: Mutex<()>,
     /// Where a prompt's embeds and mentions are looked up.
     hypermedia: crate::hypermedia::Hypermedia,
 }
@@ -154,8 +161,7 @@ pub fn activity_summary(activity: &Value) -> String {
                 status.unwrap_or("finished")
             )
         }
-        Some(other) => format!("{other} activity"),
-        None => "Activity".to_owned(),
+        _ => super::activity::summary(activity),
     }
 }
 
@@ -203,6 +209,7 @@ impl Triggers {
                 max_firings: limits.max_firings_per_trigger,
                 opened,
                 ticking: Mutex::new(()),
+                polling: Mutex::new(()),
                 hypermedia,
             }),
         }
@@ -234,6 +241,22 @@ impl Triggers {
                 }
                 if let Err(e) = monitor.tick_at(now_ms()).await {
                     tracing::warn!(error = %e, "the schedule monitor's look failed");
+                }
+            }
+        });
+        let activity = self.clone();
+        tokio::spawn(async move {
+            let every = activity.inner.hypermedia.activity_pace().poll_interval;
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if activity.inner.runs.is_stopping() {
+                    return;
+                }
+                let report = activity.poll_activity().await;
+                if report.fired > 0 || report.errors > 0 {
+                    tracing::info!(?report, "activity poll");
                 }
             }
         });
@@ -492,3 +515,4 @@ fn summary_json(f: &FiringRow) -> Value {
 }
 
 mod fire;
+mod monitor;

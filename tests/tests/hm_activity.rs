@@ -1,0 +1,210 @@
+//! Hypermedia activity triggers end to end: the monitor polls a scripted
+//! Seed server's feed (`ListEvents`, as the account sees it, in observed
+//! order) and fires the account's `document-comment` and `user-mention`
+//! triggers on the events they match: a new thread whose first words hold
+//! the prompt and the `<trigger_context>` with the event. An event seen
+//! again, a mention seen both as a comment and as its citation, and a
+//! restart or a SIGKILL fire nothing twice; a first poll fires nothing
+//! from before the triggers.
+
+#[path = "common/builtin.rs"]
+mod builtin;
+#[path = "signed_ws/client.rs"]
+#[allow(dead_code)]
+mod client;
+mod common;
+
+use agentos_tests::hm_server::HmServer;
+use agentos_tests::provider_server::{Flavor, Reply};
+use builtin::{json_of, ok, world_sections, World};
+use common::eventually;
+use serde_json::{json, Value};
+
+fn config(server: &HmServer) -> Value {
+    json!({"hypermedia": {"serverUrl": server.url(), "activityPollIntervalMs": 100,
+                          "readTimeoutMs": 2000}})
+}
+
+fn feed_query(account: &str) -> String {
+    format!("pageSize=50&currentAccount={account}&order=observed")
+}
+
+/// A resolved comment event on `hm://z6MkDoc/spec` mentioning `mentions`.
+fn comment(cid: &str, at_ms: i64, mentions: &[String]) -> Value {
+    let annotations: Vec<Value> = mentions
+        .iter()
+        .map(|m| json!({"type": "Embed", "starts": [0], "ends": [1], "link": m}))
+        .collect();
+    json!({"id": cid, "type": "comment", "feedEventId": format!("blob-{cid}"),
+           "eventAtMs": at_ms,
+           "author": {"id": {"id": "hm://z6MkBob", "uid": "z6MkBob", "path": []},
+                      "metadata": {"name": "Bob"}},
+           "comment": {"id": format!("z6MkBob/z{cid}"), "author": "z6MkBob",
+                       "targetAccount": "z6MkDoc", "targetPath": "/spec",
+                       "content": [{"block": {"type": "Paragraph", "id": "c1",
+                                              "text": "\u{fffc} please look",
+                                              "annotations": annotations},
+                                    "children": []}]},
+           "commentId": {"id": format!("hm://z6MkBob/z{cid}")},
+           "target": {"id": {"id": "hm://z6MkDoc/spec", "uid": "z6MkDoc", "path": ["spec"]},
+                      "metadata": {"name": "Spec"}}})
+}
+
+/// The citation a mention in comment `cid` also shows up as.
+fn citation(cid: &str, at_ms: i64, account: &str) -> Value {
+    json!({"id": format!("{cid}-m"), "type": "citation", "citationType": "c",
+           "feedEventId": format!("mention-{cid}--hm://{account}/:profile"),
+           "eventAtMs": at_ms,
+           "source": {"id": {"id": format!("hm://z6MkBob/z{cid}")}},
+           "target": {"id": {"id": format!("hm://{account}/:profile"), "uid": account,
+                             "path": [":profile"]}}})
+}
+
+fn feed(events: &[Value]) -> Value {
+    json!({"events": events, "nextPageToken": ""})
+}
+
+async fn trigger(w: &World, name: &str, source: Value) -> Value {
+    let made = w
+        .act(
+            json!({"_": "CreateAgentTrigger", "agentId": w.agent_id, "trigger": {
+            "name": name, "source": source, "prompt": format!("{name}: answer it")}}),
+        )
+        .await;
+    ok(&made);
+    json_of(&made.body)["trigger"].clone()
+}
+
+async fn firings(w: &World) -> Vec<Value> {
+    w.sc.stored(
+        "SELECT trigger_id, activity_key, session_id, status FROM agentos_core_trigger_firings \
+         ORDER BY created_at_ms, activity_key",
+    )
+    .await
+}
+
+async fn watermark(w: &World) -> Vec<Value> {
+    w.sc.stored(
+        "SELECT account_id, seen_keys_json, last_error FROM agentos_core_activity_watermarks",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn comments_and_mentions_fire_their_triggers_once_across_restarts() {
+    let server = HmServer::start().await;
+    let w = world_sections(Flavor::Anthropic, config(&server)).await;
+    w.provider
+        .set_default(Reply::Text(vec!["On it.".to_owned()]));
+    let me = w.owner.account.to_string();
+    let query = feed_query(&me);
+    // Before the triggers: an old comment, already in the feed.
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[comment("bafyold", 1_000, &[])]),
+    );
+    let on_spec = trigger(
+        &w,
+        "Spec comments",
+        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
+    )
+    .await;
+    let mentions = trigger(
+        &w,
+        "Mentions",
+        json!({"type": "user-mention", "mentionedAccounts": [me]}),
+    )
+    .await;
+    // The first poll sees the feed and fires nothing from before.
+    eventually("the first poll", || async {
+        !watermark(&w).await.is_empty()
+    })
+    .await;
+    assert!(firings(&w).await.is_empty());
+    let seen = &watermark(&w).await[0];
+    assert_eq!(seen["seen_keys_json"], r#"["blob-bafyold"]"#);
+
+    // A new comment mentioning the owner, and then its citation twin.
+    let now = on_spec["createdAt"].as_i64().unwrap_or_default() + 1_000;
+    let new = comment("bafynew", now, &[format!("hm://{me}")]);
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[new.clone(), comment("bafyold", 1_000, &[])]),
+    );
+    eventually("both triggers fired", || async {
+        firings(&w).await.len() == 2
+    })
+    .await;
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[
+            citation("bafynew", now + 1, &me),
+            new.clone(),
+            comment("bafyold", 1_000, &[]),
+        ]),
+    );
+    eventually("the citation seen", || async {
+        watermark(&w).await[0]["seen_keys_json"]
+            .as_str()
+            .is_some_and(|keys| keys.starts_with(r#"["mention-bafynew"#))
+    })
+    .await;
+    let rows = firings(&w).await;
+    assert_eq!(rows.len(), 2, "one firing per trigger: {rows:?}");
+    for row in &rows {
+        assert_eq!(row["activity_key"], "blob-bafynew");
+    }
+    let ids: Vec<&Value> = rows.iter().map(|r| &r["trigger_id"]).collect();
+    assert!(ids.contains(&&on_spec["id"]) && ids.contains(&&mentions["id"]));
+
+    // The thread's first words: the prompt, then the event as context.
+    w.provider_called(2).await;
+    let words: Vec<String> = w
+        .provider
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(
+        words.iter().any(|w| w.contains("Spec comments: answer it")
+            && w.contains("<trigger_context>")
+            && w.contains("bafynew")
+            && w.contains("blob-bafynew")),
+        "{words:?}"
+    );
+    let session = rows[0]["session_id"]
+        .as_str()
+        .expect("a session")
+        .to_owned();
+    let got = w.get_session(&session).await;
+    let started = &json_of(&got.body)["session"]["startedByTrigger"];
+    assert_eq!(started["activityKey"], "blob-bafynew");
+    assert_eq!(started["activitySummary"], "comment on Spec");
+
+    // A restart (and a SIGKILL) reads the feed from where it was: nothing
+    // fires again; a later comment does.
+    let w = w.restart().await;
+    let w = w.crash().await;
+    eventually("a poll after the restarts", || async {
+        watermark(&w).await[0]["last_error"].is_null()
+    })
+    .await;
+    let later = comment("bafylater", now + 10, &[]);
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[later, citation("bafynew", now + 1, &me), new]),
+    );
+    eventually("the later comment fired", || async {
+        firings(&w).await.len() == 3
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let rows = firings(&w).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows[2]["activity_key"], "blob-bafylater");
+    assert_eq!(rows[2]["trigger_id"], on_spec["id"]);
+}
