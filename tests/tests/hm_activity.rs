@@ -208,3 +208,61 @@ async fn comments_and_mentions_fire_their_triggers_once_across_restarts() {
     assert_eq!(rows[2]["activity_key"], "blob-bafylater");
     assert_eq!(rows[2]["trigger_id"], on_spec["id"]);
 }
+
+#[tokio::test]
+async fn a_script_waiting_for_activity_hears_the_matching_event() {
+    let server = HmServer::start().await;
+    let w = world_sections(Flavor::OpenAi, config(&server)).await;
+    let me = w.owner.account.to_string();
+    let query = feed_query(&me);
+    server.answer("ListEvents", &query, feed(&[]));
+    // The account's feed is polled while it has a hypermedia trigger.
+    trigger(
+        &w,
+        "Elsewhere",
+        json!({"type": "document-comment", "resource": "hm://z6MkOther/doc"}),
+    )
+    .await;
+    let waits = "export default async function (input, ctx) {\n\
+                 const e = await ctx.waitForEvent({eventType: 'comment'}, {label: 'a comment'});\n\
+                 return {source: e.source, signal: e.signal, id: e.payload.id};\n\
+                 }";
+    let session = w.session().await;
+    w.provider.push(Reply::ToolCalls(vec![(
+        "w1".to_owned(),
+        "delegate".to_owned(),
+        json!({"script": waits, "title": "comment gate"}),
+    )]));
+    w.provider.push(Reply::Text(vec!["heard".to_owned()]));
+    ok(&w.message(&session, "wait for a comment").await);
+    let listed = w.sc.ok("runs/list", json!({ "sessionId": session })).await;
+    let parent = listed["runs"][0]["id"].as_str().expect("run").to_owned();
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    let child = loop {
+        let tree = w.sc.ok("runs/list", json!({ "rootRunId": parent })).await;
+        if let Some(run) = tree["runs"].as_array().and_then(|r| r.get(1)) {
+            if run["status"] == "waiting" {
+                break run["id"].as_str().unwrap_or_default().to_owned();
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no waiting child");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    eventually("the first poll", || async {
+        !watermark(&w).await.is_empty()
+    })
+    .await;
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[comment("bafyheard", agentos_tests::seed::now_ms(), &[])]),
+    );
+    builtin::until_status(&w, &child, "succeeded").await;
+    let done = w.sc.ok("runs/get", json!({"runId": child})).await;
+    assert_eq!(
+        done["run"]["output"],
+        json!({"source": "activity", "signal": "activity", "id": "bafyheard"})
+    );
+    // The trigger on another document did not fire.
+    assert!(firings(&w).await.is_empty());
+}

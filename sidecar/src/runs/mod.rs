@@ -52,6 +52,8 @@ pub const BACKGROUND_MAX_ATTEMPTS: u32 = 3;
 /// hold (the payload goes into the run's journal).
 pub const MAX_SIGNAL_BYTES: usize = 256;
 pub const MAX_SIGNAL_PAYLOAD_BYTES: usize = 64 * 1024;
+/// The signal a hypermedia activity delivery carries.
+pub const ACTIVITY_SIGNAL: &str = "activity";
 pub const DEFAULT_LIST: u64 = 50;
 
 /// How the queue behaves.
@@ -709,6 +711,34 @@ impl Runs {
             .await?;
         if delivered {
             self.delivered(run_id).await?;
+        }
+        Ok(delivered)
+    }
+
+    /// Hypermedia activity: each run of `account_id` waiting for activity
+    /// whose criteria `matches` takes the event (signal `activity`, source
+    /// `activity`), as the reference delivers it; answers how many did.
+    pub async fn deliver_activity(
+        &self,
+        account_id: &str,
+        event: &Value,
+        matches: impl Fn(&Value) -> bool,
+    ) -> Result<u64, RunError> {
+        check_signal(ACTIVITY_SIGNAL, event)?;
+        let mut delivered = 0;
+        for (run_id, criteria) in self.inner.store.activity_waits(account_id).await? {
+            if !matches(&criteria) {
+                continue;
+            }
+            let took = self
+                .inner
+                .store
+                .signal_from(&run_id, ACTIVITY_SIGNAL, event, Some("activity"), unix_ms())
+                .await?;
+            if took {
+                self.delivered(&run_id).await?;
+                delivered += 1;
+            }
         }
         Ok(delivered)
     }

@@ -226,6 +226,30 @@ impl RunStore {
         ]
     }
 
+    /// The waits of `account_id`'s runs for hypermedia activity (no
+    /// signal, some criteria), the oldest first: their runs and criteria.
+    pub async fn activity_waits(&self, account_id: &str) -> Result<Vec<(String, Value)>, DbError> {
+        let rows = self
+            .db
+            .query(
+                &format!(
+                    "SELECT w.run_id, w.match_json FROM agentos_core_run_event_waits w \
+                     JOIN {RUNS} r ON r.run_id = w.run_id \
+                     WHERE r.account_id = ?1 AND r.status = 'waiting' \
+                       AND json_extract(r.wait_json, '$.reason') = 'event' \
+                       AND w.signal IS NULL AND w.match_json IS NOT NULL \
+                     ORDER BY w.created_at_ms, w.wait_id"
+                ),
+                vec![account_id.into()],
+            )
+            .await?;
+        agentos_schema::row::Row::all(rows, RUNS, 2, |mut row| {
+            let run_id = row.text(0)?;
+            let criteria = row.opt_json(1)?.unwrap_or_default();
+            Ok((run_id, criteria))
+        })
+    }
+
     /// The runs of `account_id` waiting for an event that `signal` matches
     /// as a trigger's wake would deliver it (see
     /// [`RunStore::signal_statements`]), the oldest wait first.

@@ -5,7 +5,8 @@
 //! before is taken oldest first: the account's triggers it matches fire
 //! under its firing key (a key that fired before is skipped, so an event
 //! seen twice, or a mention seen as a comment and as a citation, fires
-//! once). Where the feed was last seen is kept per account and server in
+//! once). Runs waiting for activity whose criteria the event matches take
+//! it first. Where the feed was last seen is kept per account and server in
 //! the database and moves after every event taken, so a restart neither
 //! fires again nor skips. On a first poll only events no older than the
 //! account's oldest hypermedia trigger fire. Each request has 20 s, each
@@ -163,6 +164,18 @@ impl Triggers {
         report: &mut PollReport,
     ) -> Result<(), TriggerError> {
         report.events += 1;
+        // Runs waiting for activity hear of it first (every time it is
+        // seen, as the reference delivers it).
+        let waits = self
+            .inner
+            .runs
+            .deliver_activity(account, event, |criteria| {
+                activity::matches_criteria(criteria, event)
+            })
+            .await;
+        if let Err(e) = waits {
+            tracing::warn!(account = %account, error = %e, "activity could not reach a waiting run");
+        }
         let Some(key) = activity::firing_key(event) else {
             return Ok(());
         };
