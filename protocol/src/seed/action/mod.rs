@@ -122,6 +122,23 @@ pub enum Action {
     DeleteSecret {
         name: String,
     },
+    // --- Signing identities (hypermedia account keys) ---------------------
+    ListSigningIdentities {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_id: Option<String>,
+    },
+    ImportSigningIdentity {
+        /// The 32-byte Ed25519 seed, checked by the service (any other
+        /// value is refused with the reference's words).
+        seed: Option<Ipld>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_request_id: Option<String>,
+    },
+    DeleteSigningIdentity {
+        name: String,
+    },
     SetModelProvider {
         name: String,
         provider: ModelProviderConfig,
@@ -408,6 +425,9 @@ impl Action {
             Action::SetSecret { .. } => "SetSecret",
             Action::ListSecrets => "ListSecrets",
             Action::DeleteSecret { .. } => "DeleteSecret",
+            Action::ListSigningIdentities { .. } => "ListSigningIdentities",
+            Action::ImportSigningIdentity { .. } => "ImportSigningIdentity",
+            Action::DeleteSigningIdentity { .. } => "DeleteSigningIdentity",
             Action::SetModelProvider { .. } => "SetModelProvider",
             Action::ListModelProviders { .. } => "ListModelProviders",
             Action::DeleteModelProvider { .. } => "DeleteModelProvider",
@@ -552,6 +572,17 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         },
         "ListSecrets" => Action::ListSecrets,
         "DeleteSecret" => Action::DeleteSecret {
+            name: f.req("name")?,
+        },
+        "ListSigningIdentities" => Action::ListSigningIdentities {
+            agent_id: f.opt("agentId")?,
+        },
+        "ImportSigningIdentity" => Action::ImportSigningIdentity {
+            seed: f.opt_any("seed")?,
+            label: f.opt("label")?,
+            client_request_id: f.opt("clientRequestId")?,
+        },
+        "DeleteSigningIdentity" => Action::DeleteSigningIdentity {
             name: f.req("name")?,
         },
         "SetModelProvider" => Action::SetModelProvider {

@@ -18,7 +18,7 @@ pub use self::mcp::{McpToolInfo, RedactedMcpServer};
 pub use self::runs::{RunErrorInfo, RunInfo, RunJournalEntryInfo, RunWaitInfo};
 pub use self::shapes::{
     AgentCollaboratorInfo, AgentInfo, AgentInviteInfo, ProviderModelInfo, RedactedModelProvider,
-    RedactedSecret, SessionEvent, SessionInfo, SignerInfo,
+    RedactedSecret, SessionEvent, SessionInfo, SignerInfo, SigningIdentity,
 };
 pub use self::space::{AgentMemoryEntry, AgentMemoryFile, AgentToolInfo, SessionAttachmentInfo};
 use super::action::SessionListCursor;
@@ -198,6 +198,18 @@ responses! {
     }
     /// `DeleteSecret`.
     DeleteSecretResponse => "DeleteSecretResponse" {
+        name: String,
+    }
+    /// `ListSigningIdentities`: newest first.
+    ListSigningIdentitiesResponse => "ListSigningIdentitiesResponse" {
+        identities: Vec<SigningIdentity>,
+    }
+    /// `ImportSigningIdentity`.
+    ImportSigningIdentityResponse => "ImportSigningIdentityResponse" {
+        identity: SigningIdentity,
+    }
+    /// `DeleteSigningIdentity`.
+    DeleteSigningIdentityResponse => "DeleteSigningIdentityResponse" {
         name: String,
     }
     /// `StartProviderOAuth`: where the user signs in, and until when.

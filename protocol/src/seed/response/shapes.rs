@@ -142,6 +142,29 @@ pub struct RedactedSecret {
     pub updated_at: i64,
 }
 
+/// A hypermedia account key the server holds for an account (never the
+/// key itself): its secret's name, the account it signs as, and what the
+/// account says of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SigningIdentity {
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// `ipfs://<cid>` of its profile icon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<bool>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
 /// A model a provider offers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

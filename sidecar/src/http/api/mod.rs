@@ -13,6 +13,7 @@
 
 mod agents;
 mod attachments;
+mod identities;
 mod invoke;
 mod mcp;
 mod notify;
@@ -192,6 +193,9 @@ impl SignedApi {
             | Action::ListModelProviders { .. }
             | Action::DeleteModelProvider { .. }
             | Action::ListProviderModels { .. } => self.vault(caller, action).await,
+            Action::ListSigningIdentities { .. }
+            | Action::ImportSigningIdentity { .. }
+            | Action::DeleteSigningIdentity { .. } => self.identity_action(caller, action).await,
             Action::ListMcpServers
             | Action::SetMcpServer { .. }
             | Action::DeleteMcpServer { .. }
@@ -241,6 +245,17 @@ impl SignedApi {
 
     /// The idempotency key of an action with a client id: the account, the
     /// action, the id, and a hash of the identifying fields (never `ts`).
+    /// The hypermedia server identities are kept for.
+    fn hypermedia_server(&self) -> String {
+        self.builtin
+            .as_ref()
+            .and_then(|b| b.verbs.hypermedia.as_ref())
+            .map_or_else(
+                || crate::config::hypermedia::DEFAULT_SERVER_URL.to_owned(),
+                |h| h.server().to_owned(),
+            )
+    }
+
     fn idempotency_key(
         caller: &Caller,
         action: &str,

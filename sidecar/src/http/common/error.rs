@@ -52,6 +52,11 @@ impl ApiError {
         ApiError::new(404, ApiCode::NotFound, message)
     }
 
+    /// A 409 with these words (`conflict`, as the control plane's).
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::passed_on(409, "conflict", message)
+    }
+
     /// The DAG-CBOR body.
     pub fn body(&self) -> Vec<u8> {
         encode_response(&ErrorResponse {
