@@ -132,3 +132,60 @@ async fn an_imported_key_is_listed_never_shown_and_deleted() {
     let listed = w.act(json!({"_": "ListSigningIdentities"})).await;
     assert_eq!(json_of(&listed.body)["identities"], json!([]));
 }
+
+#[tokio::test]
+async fn an_agent_that_signs_gets_its_mention_trigger_and_sees_its_identity() {
+    let w = world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": "http://127.0.0.1:9"}}),
+    )
+    .await;
+    let account = Principal::of_key(&SigningKey::from_bytes(&SEED)).to_string();
+    let name = format!("hm-account-{}", &account[..16]);
+    ok(&w
+        .act(json!({"_": "ImportSigningIdentity", "seed": bytes(SEED), "label": "Scribe"}))
+        .await);
+    // The world's own agent signs as nobody: no trigger.
+    let none = w
+        .act(json!({"_": "ListAgentTriggers", "agentId": w.agent_id}))
+        .await;
+    ok(&none);
+    assert_eq!(json_of(&none.body)["triggers"], json!([]));
+    let mut definition = builtin::definition(None);
+    definition["name"] = json!("Herald");
+    definition["signingKeys"] = json!([name]);
+    let created = w
+        .act(json!({"_": "CreateAgent", "definition": definition}))
+        .await;
+    ok(&created);
+    let agent = created.text("agentId");
+    let listed = w
+        .act(json!({"_": "ListAgentTriggers", "agentId": agent}))
+        .await;
+    ok(&listed);
+    let triggers = json_of(&listed.body)["triggers"].clone();
+    assert_eq!(triggers.as_array().map(Vec::len), Some(1), "{triggers}");
+    assert_eq!(triggers[0]["name"], "Mentions of Herald");
+    assert_eq!(triggers[0]["enabled"], true);
+    assert_eq!(
+        triggers[0]["source"],
+        json!({"type": "user-mention", "mentionedAccounts": [account]})
+    );
+    assert_eq!(
+        triggers[0]["prompt"][0]["block"]["text"],
+        "Respond to the mention, performing the action requested."
+    );
+    // Its turns are told which identity it may sign as.
+    let session = w.act(json!({"_": "CreateSession", "agentId": agent})).await;
+    ok(&session);
+    w.provider.push(builtin::text("Noted."));
+    ok(&w.message(&session.text("sessionId"), "who are you?").await);
+    let body = w.last_body();
+    let system = builtin::Sent::new(Flavor::Anthropic, &body).system();
+    assert!(
+        system.contains(&format!(
+            "<available_signing_identities>\n[\n  {{\n    \"name\": \"Scribe\",\n    \"publicKey\": \"{account}\"\n  }}\n]\n</available_signing_identities>"
+        )),
+        "{system}"
+    );
+}

@@ -264,6 +264,37 @@ impl Host {
             .unwrap_or(Value::Null))
     }
 
+    /// The signing identities the agent's definition names that its
+    /// owner holds, as `(name, public key)`; none read when it names none.
+    async fn signing_identities(
+        &self,
+        resolved: &Resolved,
+    ) -> Result<Vec<(String, String)>, RpcError> {
+        let definition = &resolved.definition;
+        let named = definition
+            .signing_keys
+            .clone()
+            .or_else(|| definition.signing_key.clone().map(|key| vec![key]))
+            .unwrap_or_default();
+        if named.is_empty() {
+            return Ok(Vec::new());
+        }
+        let secrets = self
+            .control
+            .list_secrets(&resolved.agent.account_id)
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        Ok(named
+            .iter()
+            .filter_map(|name| secrets.iter().find(|secret| secret.name == *name))
+            .filter_map(crate::control::identities::identity)
+            .map(|identity| {
+                let key = identity.account_id.unwrap_or_else(|| identity.name.clone());
+                (identity.label.unwrap_or(identity.name), key)
+            })
+            .collect())
+    }
+
     /// The verbs' scope of a session's turn: its run and call, and the
     /// grants narrowed to what a delegated child was given.
     pub async fn verb_scope(
@@ -363,6 +394,9 @@ impl Host {
         )
         .await;
         let mut system_prompt = prompt::system_prompt(&instructions, &index);
+        system_prompt.push_str(&prompt::signing_identities(
+            &self.signing_identities(&resolved).await?,
+        ));
         if let Some(instructions) = self.delegated(turn.session_id).await?["instructions"].as_str()
         {
             system_prompt.push_str("\n\n<instructions>\n");

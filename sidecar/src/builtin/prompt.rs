@@ -47,6 +47,27 @@ pub async fn instructions(
     }
 }
 
+/// What the model is told of the signing identities its agent may use:
+/// each one's name (its label, else its secret's name) and public key (the
+/// account it signs as), then how to publish, in the reference's words.
+/// Empty when the agent has none.
+pub fn signing_identities(identities: &[(String, String)]) -> String {
+    if identities.is_empty() {
+        return String::new();
+    }
+    let listed: Vec<serde_json::Value> = identities
+        .iter()
+        .map(|(name, key)| serde_json::json!({"name": name, "publicKey": key}))
+        .collect();
+    let json = serde_json::to_string_pretty(&listed).unwrap_or_default();
+    format!(
+        "\n\n<available_signing_identities>\n{json}\n</available_signing_identities>\n{SIGNING_GUIDE}"
+    )
+}
+
+/// The reference's words after the identities.
+const SIGNING_GUIDE: &str = "When signing or creating Seed content, use the publicKey value as the signing identity ID. Users may refer to these identities by profile name.\n\nTo publish a hypermedia document: write {address: \"hm://<account>/<path>\", content: \"<markdown body>\", options: {name: \"Document Name\", signer: {publicKey: \"...\"}}}. The name option sets the document name (stored as metadata.name) — a markdown # heading is body content only. Pass dryRun: true at the top level of the write call to validate a publish without publishing. Do not create a document at a nested path unless its parent path already exists as a published document (create \"/team\" before \"/team/notes\"; top-level paths are always allowed). To move a document, write the existing hm:// address with options {action: \"move\", toPath: \"/new-path\"} (\"/\" moves it to the account home).";
+
 /// The system prompt of one turn: the instructions, the runtime's words,
 /// the space's index.
 pub fn system_prompt(instructions: &str, space_index: &str) -> String {
@@ -74,6 +95,15 @@ mod tests {
         let b = prompt.find("durable session").unwrap();
         let c = prompt.find("<space>").unwrap();
         assert!(a < b && b < c);
+    }
+
+    #[test]
+    fn signing_identities_are_listed_for_the_model() {
+        assert_eq!(signing_identities(&[]), "");
+        let block = signing_identities(&[("Scribe".into(), "z6MkKey".into())]);
+        assert!(block.starts_with(
+            "\n\n<available_signing_identities>\n[\n  {\n    \"name\": \"Scribe\",\n    \"publicKey\": \"z6MkKey\"\n  }\n]\n</available_signing_identities>\nWhen signing"
+        ), "{block}");
     }
 
     #[tokio::test]

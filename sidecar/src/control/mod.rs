@@ -22,6 +22,7 @@ mod agents;
 pub mod authz;
 mod error;
 mod idempotency;
+pub mod identities;
 pub mod secrets;
 pub mod store;
 mod types;

@@ -29,6 +29,48 @@ impl SignedApi {
     /// The builtin agent needs `modelProvider` and `model`, as the
     /// reference requires them; a registry adapter runs its own model and
     /// needs neither.
+    /// The reference's default trigger of a new agent that signs as a
+    /// hypermedia account (its `signingKey`, else its first `signingKeys`,
+    /// naming one of the owner's identities): "Mentions of <name>", a
+    /// user-mention trigger on that account. Best effort, as there: a
+    /// trigger that cannot be made leaves the agent as it is.
+    async fn mention_trigger(&self, owner: &str, agent_id: &str, definition: &AgentDefinition) {
+        let Some(key) = definition
+            .signing_key
+            .clone()
+            .or_else(|| definition.signing_keys.as_ref()?.first().cloned())
+        else {
+            return;
+        };
+        let account = match self.control.list_secrets(owner).await {
+            Ok(secrets) => secrets
+                .iter()
+                .filter(|secret| secret.name == key)
+                .find_map(crate::control::identities::identity)
+                .and_then(|identity| identity.account_id),
+            Err(e) => {
+                tracing::warn!(agent = %agent_id, error = %e, "the mention trigger's identity could not be read");
+                return;
+            }
+        };
+        let Some(account) = account else { return };
+        let trigger = serde_json::json!({
+            "name": format!("Mentions of {}", definition.name),
+            "enabled": true,
+            "source": {"type": "user-mention", "mentionedAccounts": [account]},
+            "prompt": "Respond to the mention, performing the action requested.",
+        });
+        match self.triggers.create(owner, agent_id, &trigger).await {
+            Ok(row) => {
+                self.announce_trigger(&row.agent_id, reason::TRIGGER_CREATED)
+                    .await;
+            }
+            Err(e) => {
+                tracing::warn!(agent = %agent_id, error = %e, "the default mention trigger was not made");
+            }
+        }
+    }
+
     pub(super) fn new_agent(&self, definition: &AgentDefinition) -> Result<NewAgent, ApiError> {
         let adapter = definition
             .adapter
@@ -160,6 +202,7 @@ impl SignedApi {
                     }
                 };
                 if let Some(agent_id) = created {
+                    self.mention_trigger(account, &agent_id, &definition).await;
                     self.announce_agent(&agent_id, reason::AGENT_CREATED, &[])
                         .await;
                 }

@@ -75,7 +75,7 @@ impl SignedApi {
     }
 
     /// The agent's accounts, and its subscribers among them, hear why.
-    async fn announce_trigger(&self, agent_id: &str, why: &str) {
+    pub(super) async fn announce_trigger(&self, agent_id: &str, why: &str) {
         let accounts = self.audience_of(agent_id).await;
         self.sockets
             .account_changed(&accounts, why, Some(agent_id), None);
