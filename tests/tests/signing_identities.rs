@@ -20,8 +20,9 @@ use serde_json::json;
 
 const SEED: [u8; 32] = [7; 32];
 
-#[tokio::test]
-async fn an_imported_key_is_listed_never_shown_and_deleted() {
+/// A world whose hypermedia server is not there (nothing here publishes),
+/// and the account `SEED` signs as, with its identity's secret name.
+async fn world() -> (builtin::World, String, String) {
     let w = world_sections(
         Flavor::Anthropic,
         json!({"hypermedia": {"serverUrl": "http://127.0.0.1:9"}}),
@@ -29,6 +30,12 @@ async fn an_imported_key_is_listed_never_shown_and_deleted() {
     .await;
     let account = Principal::of_key(&SigningKey::from_bytes(&SEED)).to_string();
     let name = format!("hm-account-{}", &account[..16]);
+    (w, account, name)
+}
+
+#[tokio::test]
+async fn an_imported_key_is_listed_never_shown_and_deleted() {
+    let (w, account, name) = world().await;
     let imported = w
         .act(
             json!({"_": "ImportSigningIdentity", "seed": bytes(SEED), "label": " Scribe ",
@@ -135,13 +142,7 @@ async fn an_imported_key_is_listed_never_shown_and_deleted() {
 
 #[tokio::test]
 async fn an_agent_that_signs_gets_its_mention_trigger_and_sees_its_identity() {
-    let w = world_sections(
-        Flavor::Anthropic,
-        json!({"hypermedia": {"serverUrl": "http://127.0.0.1:9"}}),
-    )
-    .await;
-    let account = Principal::of_key(&SigningKey::from_bytes(&SEED)).to_string();
-    let name = format!("hm-account-{}", &account[..16]);
+    let (w, account, name) = world().await;
     ok(&w
         .act(json!({"_": "ImportSigningIdentity", "seed": bytes(SEED), "label": "Scribe"}))
         .await);

@@ -349,18 +349,8 @@ impl TriggerStore {
         source_type: &str,
         account_id: Option<&str>,
     ) -> Result<Vec<TriggerRow>, DbError> {
-        let rows = self
-            .db
-            .query(
-                &format!(
-                    "SELECT {COLUMNS} FROM {TRIGGERS} WHERE source_type = ?1 AND enabled = 1 \
-                       AND (?2 IS NULL OR account_id = ?2) \
-                     ORDER BY created_at_ms, trigger_id"
-                ),
-                vec![source_type.into(), account_id.map(str::to_owned).into()],
-            )
-            .await?;
-        Row::all(rows, TRIGGERS, WIDTH, decode)
+        self.enabled_where("source_type = ?2", Some(source_type), account_id)
+            .await
     }
 
     /// Enabled triggers of every hypermedia source type (anything but a
@@ -370,16 +360,34 @@ impl TriggerStore {
         &self,
         account_id: Option<&str>,
     ) -> Result<Vec<TriggerRow>, DbError> {
+        self.enabled_where(
+            "source_type NOT IN ('schedule', 'run-completed') AND ?2 IS NULL",
+            None,
+            account_id,
+        )
+        .await
+    }
+
+    /// Enabled triggers whose source type passes `filter` (with `?2` bound
+    /// to `source_type`), of one account (`?1`) or of every one.
+    async fn enabled_where(
+        &self,
+        filter: &str,
+        source_type: Option<&str>,
+        account_id: Option<&str>,
+    ) -> Result<Vec<TriggerRow>, DbError> {
         let rows = self
             .db
             .query(
                 &format!(
-                    "SELECT {COLUMNS} FROM {TRIGGERS} WHERE enabled = 1 \
-                       AND source_type NOT IN ('schedule', 'run-completed') \
+                    "SELECT {COLUMNS} FROM {TRIGGERS} WHERE enabled = 1 AND {filter} \
                        AND (?1 IS NULL OR account_id = ?1) \
                      ORDER BY created_at_ms, trigger_id"
                 ),
-                vec![account_id.map(str::to_owned).into()],
+                vec![
+                    account_id.map(str::to_owned).into(),
+                    source_type.map(str::to_owned).into(),
+                ],
             )
             .await?;
         Row::all(rows, TRIGGERS, WIDTH, decode)
