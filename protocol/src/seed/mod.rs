@@ -11,6 +11,7 @@
 //! a response struct → [`encode_response`].
 
 pub mod action;
+pub mod blobs;
 pub mod capability;
 pub mod cbor;
 pub mod code;
