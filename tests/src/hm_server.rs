@@ -42,6 +42,9 @@ struct State {
     /// Files the gateway serves at `/ipfs/<cid>`: type and bytes.
     files: HashMap<String, (String, Vec<u8>)>,
     seen: Vec<String>,
+    /// Slow answers being waited out now, and the most at once.
+    slow_now: usize,
+    slow_most: usize,
 }
 
 pub struct HmServer {
@@ -115,6 +118,11 @@ impl HmServer {
 
     pub fn heal(&self, key: &str) {
         lock(&self.state).faults.remove(key);
+    }
+
+    /// The most slow answers that were being waited out at once.
+    pub fn most_slow_at_once(&self) -> usize {
+        lock(&self.state).slow_most
     }
 
     /// Every request so far, as `<Key>?<query>`.
@@ -209,7 +217,15 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
         Some(Fault::Oversized(n)) => {
             return reply(200, format!("{{\"json\":\"{}\"}}", "x".repeat(n)))
         }
-        Some(Fault::Slow(wait)) => tokio::time::sleep(wait).await,
+        Some(Fault::Slow(wait)) => {
+            {
+                let mut state = lock(state);
+                state.slow_now += 1;
+                state.slow_most = state.slow_most.max(state.slow_now);
+            }
+            tokio::time::sleep(wait).await;
+            lock(state).slow_now -= 1;
+        }
         None => {}
     }
     let state = lock(state);

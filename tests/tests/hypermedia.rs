@@ -562,6 +562,60 @@ async fn a_message_of_blocks_is_read_by_the_model_resolved_and_kept_as_sent() {
 }
 
 #[tokio::test]
+async fn reads_share_a_bound_on_requests_in_flight_and_on_what_embeds_keep() {
+    let server = HmServer::start().await;
+    seed_document(&server);
+    // Two embedded documents of 3 MiB each (an attribute the markdown does
+    // not show): a read keeps one of them.
+    let big = |name: &str| {
+        let id = format!("hm://z6MkDoc/{name}");
+        let mut node = paragraph("big", &format!("payload of {name}"), json!([]));
+        node["block"]["attributes"] = json!({"pad": "x".repeat(3 << 20)});
+        server.resource(&id, document(&id, name, json!([node])));
+        id
+    };
+    let (one, two) = (big("one"), big("two"));
+    let top = "hm://z6MkDoc/heavy";
+    server.resource(
+        top,
+        document(top, "Heavy", json!([embed("e1", &one), embed("e2", &two)])),
+    );
+    let w = world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": server.url(), "readTimeoutMs": 20000,
+                              "maxResponseBytes": 8 << 20}}),
+    )
+    .await;
+    let session = w.session().await;
+    let output = read(&w, &session, json!({"address": top})).await;
+    let markdown = output["markdown"].as_str().unwrap_or_default();
+    let inlined = [&one, &two]
+        .iter()
+        .filter(|id| markdown.contains(&format!("<!-- embed: {id}; title:")))
+        .count();
+    let shown_as_links = [&one, &two]
+        .iter()
+        .filter(|id| markdown.contains(&format!("> [Embed: {id}]({id})")))
+        .count();
+    assert_eq!(
+        (inlined, shown_as_links),
+        (1, 1),
+        "{}",
+        &output.to_string().chars().take(400).collect::<String>()
+    );
+
+    // Forty reads at once against a slow server: never more than sixteen
+    // requests in flight, and every read answers.
+    server.fault("Resource", Fault::Slow(Duration::from_millis(200)));
+    let reads = (0..40).map(|_| read(&w, &session, json!({"address": DOC})));
+    for output in futures_util::future::join_all(reads).await {
+        assert_eq!(output["title"], "Employees");
+    }
+    let most = server.most_slow_at_once();
+    assert!((2..=16).contains(&most), "{most} requests at once");
+}
+
+#[tokio::test]
 async fn nothing_listening_is_hm_unreachable() {
     let w = world_sections(
         Flavor::Anthropic,

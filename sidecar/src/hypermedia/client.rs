@@ -5,8 +5,8 @@
 //! browser's `URLSearchParams` does). The answer is superjson, decoded to
 //! plain JSON. A non-2xx answer reads as the reference words it (`HTTP 500
 //! from Resource: Internal Server Error: <error>`). Every request has the
-//! configured deadline and a bound on the answer's bytes; nothing is
-//! retried.
+//! configured deadline and a bound on the answer's bytes, at most
+//! [`MAX_IN_FLIGHT`] run at once in the VM, and nothing is retried.
 
 use std::time::Duration;
 
@@ -86,7 +86,14 @@ pub struct HmClient {
     http: reqwest::Client,
     deadline: Duration,
     max_bytes: usize,
+    /// Requests in flight in the whole VM: what their answers hold at once
+    /// is at most this many times `max_bytes`.
+    in_flight: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Requests to the hypermedia server in flight at once, in the whole VM;
+/// more wait for a turn within their own deadline.
+pub const MAX_IN_FLIGHT: usize = 16;
 
 impl HmClient {
     pub fn new(config: &HypermediaConfig) -> Result<HmClient, HmError> {
@@ -104,6 +111,7 @@ impl HmClient {
             http,
             deadline,
             max_bytes: usize::try_from(config.max_response_bytes).unwrap_or(usize::MAX),
+            in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         })
     }
 
@@ -115,7 +123,13 @@ impl HmClient {
     /// `GET {server}/api/<key>?…`, its answer decoded.
     pub async fn query(&self, key: &str, input: &QueryInput) -> Result<Value, HmError> {
         let url = format!("{}/api/{key}{}", self.base, input.query_string());
-        let answer = tokio::time::timeout(self.deadline, self.fetch(key, &url))
+        let fetch = async {
+            // The semaphore is never closed; a turn is waited for within
+            // the deadline.
+            let _turn = self.in_flight.acquire().await.ok();
+            self.fetch(key, &url).await
+        };
+        let answer = tokio::time::timeout(self.deadline, fetch)
             .await
             .map_err(|_| HmError::Timeout {
                 key: key.to_owned(),

@@ -31,6 +31,9 @@ const MAX_ID_BYTES: usize = 2048;
 const MAX_MARKDOWN_BYTES: usize = 256 * 1024;
 /// Inline mentions and query blocks looked up per read, at most.
 const MAX_LOOKUPS: usize = 64;
+/// The embedded resources' content one read keeps, at most (bytes of
+/// JSON).
+const MAX_EMBEDDED_BYTES: usize = 4 * 1024 * 1024;
 /// Lookups in flight at once.
 const LOOKUPS_AT_ONCE: usize = 8;
 /// Path segments that open a document's comment view.
@@ -181,6 +184,7 @@ impl Hypermedia {
         let mut lookups = Lookups::default();
         let mut rendered: Vec<Value> = content.to_vec();
         let mut level: Vec<Value> = content.to_vec();
+        let mut kept = 0usize;
         for _ in 0..prompt::MAX_EMBED_DEPTH {
             let links: Vec<String> = prompt::embed_block_links(&level)
                 .into_iter()
@@ -198,6 +202,17 @@ impl Hypermedia {
             level = Vec::new();
             for (link, embedded) in fetched {
                 let Some(embedded) = embedded else { continue };
+                // What a read keeps of embedded resources is bounded: past
+                // the bound an embed shows its link, as a failed one does.
+                let size = embedded
+                    .content
+                    .iter()
+                    .map(|node| node.to_string().len())
+                    .sum::<usize>();
+                if kept + size > MAX_EMBEDDED_BYTES {
+                    continue;
+                }
+                kept += size;
                 if let Some(id) = HmId::unpack(&link) {
                     level.extend(prompt::select_embedded(&embedded.content, &id));
                 }
