@@ -22,10 +22,12 @@ pub mod hm_id;
 pub mod ipld_json;
 pub mod model;
 mod principal;
+pub mod publishable;
 pub mod response;
 pub mod superjson;
 pub mod text;
 pub mod tool;
+pub mod unixfs;
 pub mod vocab;
 pub mod ws;
 

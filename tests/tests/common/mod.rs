@@ -103,7 +103,13 @@ pub fn peers() -> PathBuf {
 /// skipped with a note naming `what`, outside CI; under CI (`CI` set, as
 /// `.ci/run` runs) it fails, so a broken install cannot pass unseen.
 pub fn node_peers_present(what: &str) -> bool {
-    let codec = peers().join("node_modules/@ipld/dag-cbor");
+    node_package_present(what, "node_modules/@ipld/dag-cbor")
+}
+
+/// Whether node and the Node peer at `package` (a path under the peers
+/// folder) are there, as [`node_peers_present`] asks it.
+pub fn node_package_present(what: &str, package: &str) -> bool {
+    let codec = peers().join(package);
     let why = if !codec.exists() {
         format!("{} is missing; run scripts/install-peers", codec.display())
     } else if std::process::Command::new("node")
@@ -126,11 +132,18 @@ pub fn node_peers_present(what: &str) -> bool {
 /// libraries, from the Node peers) with `input` on its standard input, and
 /// answers its standard output, trimmed.
 pub fn seed_sign(command: &str, input: &Value) -> String {
+    node_script("seed-sign.mjs", &[command], input)
+}
+
+/// Runs `protocol/tests/node/<script> <args>` with `input` on its standard
+/// input, and answers its standard output, trimmed.
+pub fn node_script(script: &str, args: &[&str], input: &Value) -> String {
     use std::io::Write;
-    let script = workspace_root().join("protocol/tests/node/seed-sign.mjs");
+    let command = script;
+    let script = workspace_root().join("protocol/tests/node").join(script);
     let mut child = std::process::Command::new("node")
         .arg(script)
-        .arg(command)
+        .args(args)
         .env("AGENTOS_PEERS", peers())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -147,7 +160,7 @@ pub fn seed_sign(command: &str, input: &Value) -> String {
         .expect("node reads its input");
     assert!(
         output.status.success(),
-        "seed-sign {command} failed: {}",
+        "{command} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout)
