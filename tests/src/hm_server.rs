@@ -7,6 +7,13 @@
 //! larger than the client takes, or one that comes too late. As an IPFS
 //! gateway it serves files at `/ipfs/<cid>`. Every request is recorded as
 //! `<Key>?<query>` (`ipfs/<cid>` for the gateway's).
+//!
+//! `POST /api/PublishBlobs` takes a DAG-CBOR `{blobs: [{cid?, data}]}` as
+//! Seed's server does, and checks what a Seed node would: a named blob's
+//! hash is its name's, and a signed blob (one with `signer` and `sig`)
+//! verifies, re-encoded with `sig` zeroed, under its signer's key. A
+//! request with one bad blob is refused whole (400 `{error}`); a good one
+//! is kept, in order, for the test to read ([`HmServer::published`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -18,6 +25,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Value};
+use sha2::Digest as _;
 
 /// How a key misbehaves.
 #[derive(Clone, Debug)]
@@ -42,9 +50,23 @@ struct State {
     /// Files the gateway serves at `/ipfs/<cid>`: type and bytes.
     files: HashMap<String, (String, Vec<u8>)>,
     seen: Vec<String>,
+    /// Publish requests taken, each its blobs in order.
+    published: Vec<Vec<Published>>,
     /// Slow answers being waited out now, and the most at once.
     slow_now: usize,
     slow_most: usize,
+}
+
+/// A blob a publish request carried, checked.
+#[derive(Clone, Debug)]
+pub struct Published {
+    /// The name the request gave it, if any.
+    pub named: Option<String>,
+    /// Its CID: dag-cbor when it decodes as DAG-CBOR, else raw.
+    pub cid: String,
+    pub data: Vec<u8>,
+    /// The blob as DAG-JSON, when it is DAG-CBOR.
+    pub value: Option<Value>,
 }
 
 pub struct HmServer {
@@ -123,6 +145,11 @@ impl HmServer {
     /// The most slow answers that were being waited out at once.
     pub fn most_slow_at_once(&self) -> usize {
         lock(&self.state).slow_most
+    }
+
+    /// The publish requests taken so far, each its blobs in order.
+    pub fn published(&self) -> Vec<Vec<Published>> {
+        lock(&self.state).published.clone()
     }
 
     /// Every request so far, as `<Key>?<query>`.
@@ -228,6 +255,24 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
         }
         None => {}
     }
+    if key == "PublishBlobs" {
+        use http_body_util::BodyExt;
+        let body = match request.into_body().collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(e) => return reply(400, json!({"error": e.to_string()}).to_string()),
+        };
+        return match check_publish(&body) {
+            Ok(blobs) => {
+                let cids: Vec<String> = blobs
+                    .iter()
+                    .map(|b| b.named.clone().unwrap_or_else(|| b.cid.clone()))
+                    .collect();
+                lock(state).published.push(blobs);
+                reply(200, json!({"json": {"cids": cids}}).to_string())
+            }
+            Err(error) => reply(400, json!({"error": error}).to_string()),
+        };
+    }
     let state = lock(state);
     if let Some(answer) = state.answers.get(&(key.clone(), query.clone())) {
         return reply(200, superjson(answer.clone()));
@@ -264,4 +309,86 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
         }
     };
     reply(200, superjson(answer))
+}
+
+/// Largest publish request taken.
+const MAX_PUBLISH_BYTES: usize = 64 << 20;
+
+/// The blobs of a `PublishBlobs` body, each checked as a Seed node checks
+/// it.
+fn check_publish(body: &[u8]) -> Result<Vec<Published>, String> {
+    use agentos_protocol::seed::{cbor, ipld_to_json, Ipld, JsonForm};
+    let input: Ipld = cbor::from_slice(body, MAX_PUBLISH_BYTES).map_err(|e| e.to_string())?;
+    let Some(Ipld::List(entries)) = (match &input {
+        Ipld::Map(fields) if fields.len() == 1 => fields.get("blobs"),
+        _ => None,
+    }) else {
+        return Err("input must be {blobs: [...]}".into());
+    };
+    let mut out = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let Ipld::Map(fields) = entry else {
+            return Err(format!("blob {i} is not a map"));
+        };
+        if fields.keys().any(|k| k != "cid" && k != "data") {
+            return Err(format!("blob {i} has a key other than cid and data"));
+        }
+        let Some(Ipld::Bytes(data)) = fields.get("data") else {
+            return Err(format!("blob {i} has no data bytes"));
+        };
+        let named = match fields.get("cid") {
+            None => None,
+            Some(Ipld::String(cid)) => Some(cid.clone()),
+            Some(_) => return Err(format!("blob {i}'s cid is not a string")),
+        };
+        let digest = sha2::Sha256::digest(data);
+        if let Some(named) = &named {
+            let cid: ipld_core::cid::Cid = named
+                .parse()
+                .map_err(|e| format!("blob {i}'s cid {named}: {e}"))?;
+            if cid.hash().code() != 0x12 || cid.hash().digest() != digest.as_slice() {
+                return Err(format!("blob {i}'s cid {named} is not its hash"));
+            }
+        }
+        let decoded: Option<Ipld> = cbor::from_slice(data, MAX_PUBLISH_BYTES).ok();
+        let codec = if decoded.is_some() { 0x71 } else { 0x55 };
+        if let Some(Ipld::Map(blob)) = &decoded {
+            if blob.contains_key("sig") || blob.contains_key("signer") {
+                verify_blob(blob).map_err(|e| format!("blob {i}: {e}"))?;
+            }
+        }
+        let hash = ipld_core::cid::multihash::Multihash::<64>::wrap(0x12, &digest)
+            .map_err(|e| e.to_string())?;
+        out.push(Published {
+            named,
+            cid: ipld_core::cid::Cid::new_v1(codec, hash).to_string(),
+            data: data.clone(),
+            value: decoded
+                .as_ref()
+                .and_then(|v| ipld_to_json(v, JsonForm::DagJson).ok()),
+        });
+    }
+    Ok(out)
+}
+
+/// A signed blob's signature, over its encoding with `sig` zeroed.
+fn verify_blob(
+    blob: &std::collections::BTreeMap<String, agentos_protocol::seed::Ipld>,
+) -> Result<(), String> {
+    use agentos_protocol::seed::{cbor, Ipld, Principal, VerifyingKey};
+    let (Some(Ipld::Bytes(signer)), Some(Ipld::Bytes(sig))) = (blob.get("signer"), blob.get("sig"))
+    else {
+        return Err("signer and sig must be bytes".into());
+    };
+    let signer = Principal::from_bytes(signer).map_err(|e| e.to_string())?;
+    let sig: [u8; 64] = sig
+        .as_slice()
+        .try_into()
+        .map_err(|_| "sig is not 64 bytes".to_owned())?;
+    let mut zeroed = blob.clone();
+    zeroed.insert("sig".into(), Ipld::Bytes(vec![0; 64]));
+    let bytes = cbor::to_canonical(&Ipld::Map(zeroed)).map_err(|e| e.to_string())?;
+    let key = VerifyingKey::from_bytes(&signer.public_key()).map_err(|e| e.to_string())?;
+    key.verify_strict(&bytes, &ed25519_dalek::Signature::from_bytes(&sig))
+        .map_err(|_| "invalid signature".to_owned())
 }

@@ -236,7 +236,7 @@ async fn bad_requests_get_typed_errors_and_the_server_stays_up() {
     for (action, code) in [
         (json!({"_": "NoSuchAction"}), "unsupported_action"),
         (
-            json!({"_": "UploadAgentMemoryFileToIpfs", "agentId": "x"}),
+            json!({"_": "PrepareDocumentChange", "account": "x"}),
             "unsupported_action",
         ),
         (json!({"_": "GetAgent"}), "bad_request"),

@@ -13,10 +13,11 @@ mod client;
 mod common;
 
 use agentos_protocol::seed::{Principal, SigningKey};
+use agentos_tests::hm_server::{Fault, HmServer, Published};
 use agentos_tests::provider_server::Flavor;
 use agentos_tests::seed::{bytes, call};
 use builtin::{json_of, ok, world_sections};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const SEED: [u8; 32] = [7; 32];
 
@@ -189,4 +190,271 @@ async fn an_agent_that_signs_gets_its_mention_trigger_and_sees_its_identity() {
         )),
         "{system}"
     );
+}
+
+/// A world publishing to `server`.
+async fn publishing_world(server: &HmServer) -> builtin::World {
+    world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": server.url(), "readTimeoutMs": 2000}}),
+    )
+    .await
+}
+
+fn field<'a>(blob: &'a Published, key: &str) -> &'a Value {
+    &blob.value.as_ref().expect("a DAG-CBOR blob")[key]
+}
+
+/// The principal a blob's `signer` bytes (DAG-JSON) name.
+fn signer_of(blob: &Published) -> String {
+    use base64::Engine as _;
+    let encoded = field(blob, "signer")["/"]["bytes"]
+        .as_str()
+        .expect("signer bytes");
+    let raw = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(encoded)
+        .expect("base64");
+    Principal::from_bytes(&raw)
+        .expect("a principal")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_created_identity_is_published_as_seeds_account_before_it_is_kept() {
+    let server = HmServer::start().await;
+    let w = publishing_world(&server).await;
+
+    // The server fails: a 502 in the reference's words, and nothing kept,
+    // not even the request id.
+    server.fault(
+        "PublishBlobs",
+        Fault::Status(500, "blockstore unavailable".into()),
+    );
+    let create = json!({"_": "CreateSigningIdentity", "clientRequestId": "create-1"});
+    let failed = w.act(create.clone()).await;
+    assert_eq!(failed.status, 502, "{:?}", failed.body);
+    assert_eq!(
+        json_of(&failed.body)["message"],
+        format!(
+            "Failed to publish agent account to {}: HTTP 500 from PublishBlobs: \
+             Internal Server Error: blockstore unavailable",
+            server.url()
+        )
+    );
+    let listed = w.act(json!({"_": "ListSigningIdentities"})).await;
+    assert_eq!(json_of(&listed.body)["identities"], json!([]));
+    let secrets = w.act(json!({"_": "ListSecrets"})).await;
+    let names = json_of(&secrets.body)["secrets"].to_string();
+    assert!(!names.contains("hm-account-"), "{names}");
+    assert!(server.published().is_empty());
+
+    // It heals: the same request now publishes the account in one request
+    // of four blobs, Seed's order, each verified by the server.
+    server.heal("PublishBlobs");
+    let created = w.act(create.clone()).await;
+    ok(&created);
+    let identity = json_of(&created.body)["identity"].clone();
+    let account = identity["accountId"]
+        .as_str()
+        .expect("accountId")
+        .to_owned();
+    assert_eq!(identity["name"], format!("hm-account-{}", &account[..16]));
+    assert_eq!(
+        identity["label"],
+        format!("Agent account {}", &account[..10])
+    );
+    assert_eq!(identity["serverUrl"], server.url());
+    assert!(identity.get("generatedBy").is_none() && identity.get("icon").is_none());
+    let published = server.published();
+    assert_eq!(published.len(), 1);
+    let blobs = &published[0];
+    assert_eq!(blobs.len(), 4);
+    let types: Vec<&Value> = blobs.iter().map(|b| field(b, "type")).collect();
+    assert_eq!(types, ["Profile", "Change", "Change", "Ref"]);
+    assert!(blobs.iter().all(|b| signer_of(b) == account));
+    assert!(blobs[..3]
+        .iter()
+        .all(|b| b.named.as_deref() == Some(b.cid.as_str())));
+    assert_eq!(blobs[3].named, None);
+    assert_eq!(field(&blobs[0], "name"), &identity["label"]);
+    assert_eq!(field(&blobs[1], "ts"), 0);
+    let ops = &field(&blobs[2], "body")["ops"];
+    assert_eq!(ops[0]["attrs"][0]["value"], identity["label"]);
+    assert_eq!(ops[1]["block"]["text"], "This is an agentic account.");
+    assert_eq!(field(&blobs[2], "genesis")["/"], blobs[1].cid.as_str());
+    assert_eq!(field(&blobs[3], "heads")[0]["/"], blobs[2].cid.as_str());
+    assert_eq!(field(&blobs[3], "genesisBlob")["/"], blobs[1].cid.as_str());
+
+    // Replayed, not published again; listed; no key anywhere.
+    let replay = w.act(create).await;
+    ok(&replay);
+    assert_eq!(json_of(&replay.body)["identity"], identity);
+    assert_eq!(server.published().len(), 1);
+    let listed = w.act(json!({"_": "ListSigningIdentities"})).await;
+    assert_eq!(
+        json_of(&listed.body)["identities"],
+        json!([identity.clone()])
+    );
+
+    // A label is the account's name.
+    let named = w
+        .act(json!({"_": "CreateSigningIdentity", "label": "  Herald "}))
+        .await;
+    ok(&named);
+    assert_eq!(json_of(&named.body)["identity"]["label"], "Herald");
+    assert_eq!(field(&server.published()[1][0], "name"), "Herald");
+    let blank = w
+        .act(json!({"_": "CreateSigningIdentity", "label": "  "}))
+        .await;
+    assert_eq!(blank.status, 400);
+    assert_eq!(
+        json_of(&blank.body)["message"],
+        "Signing identity label is required"
+    );
+}
+
+#[tokio::test]
+async fn an_update_publishes_its_icon_then_its_profile() {
+    let server = HmServer::start().await;
+    let w = publishing_world(&server).await;
+    let account = Principal::of_key(&SigningKey::from_bytes(&SEED)).to_string();
+    let name = format!("hm-account-{}", &account[..16]);
+    ok(&w
+        .act(json!({"_": "ImportSigningIdentity", "seed": bytes(SEED)}))
+        .await);
+    assert!(server.published().is_empty(), "an import publishes nothing");
+
+    // An icon of more than one chunk: its blocks, then the profile naming
+    // its root.
+    let icon: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let updated = w
+        .act(
+            json!({"_": "UpdateSigningIdentity", "name": name, "label": "Scribe",
+                    "icon": {"data": bytes(&icon), "mimeType": "image/png"}}),
+        )
+        .await;
+    ok(&updated);
+    let identity = json_of(&updated.body)["identity"].clone();
+    let root = agentos_protocol::seed::unixfs::file_blocks(&icon)
+        .root
+        .to_string();
+    assert_eq!(identity["icon"], format!("ipfs://{root}"));
+    assert_eq!(identity["label"], "Scribe");
+    assert_eq!(identity["accountId"], account.as_str());
+    let published = server.published();
+    assert_eq!(published.len(), 2);
+    assert_eq!(published[0].len(), 3, "two leaves and their node");
+    let leaves: Vec<u8> = published[0][..2]
+        .iter()
+        .flat_map(|b| b.data.clone())
+        .collect();
+    assert_eq!(leaves, icon);
+    let profile = &published[1][0];
+    assert_eq!(field(profile, "name"), "Scribe");
+    assert_eq!(field(profile, "avatar"), format!("ipfs://{root}").as_str());
+    assert_eq!(signer_of(profile), account);
+
+    // A later update keeps the icon; the profile fails: a 502, the
+    // identity as it was.
+    server.fault("PublishBlobs", Fault::Status(503, "later".into()));
+    let failed = w
+        .act(json!({"_": "UpdateSigningIdentity", "name": name, "label": "Scribe II"}))
+        .await;
+    assert_eq!(failed.status, 502);
+    assert!(json_of(&failed.body)["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("Failed to publish agent account profile to ")));
+    let listed = w.act(json!({"_": "ListSigningIdentities"})).await;
+    assert_eq!(json_of(&listed.body)["identities"][0]["label"], "Scribe");
+    server.heal("PublishBlobs");
+    let renamed = w
+        .act(json!({"_": "UpdateSigningIdentity", "name": name, "label": "Scribe II"}))
+        .await;
+    ok(&renamed);
+    assert_eq!(
+        json_of(&renamed.body)["identity"]["icon"],
+        format!("ipfs://{root}")
+    );
+    assert_eq!(
+        field(&server.published()[2][0], "avatar"),
+        format!("ipfs://{root}").as_str()
+    );
+
+    // The reference's words for what is not there or not given.
+    let missing = w
+        .act(json!({"_": "UpdateSigningIdentity", "name": "hm-account-nobody", "label": "x"}))
+        .await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(
+        json_of(&missing.body)["message"],
+        "Signing identity not found"
+    );
+    let unlabelled = w
+        .act(json!({"_": "UpdateSigningIdentity", "name": name}))
+        .await;
+    assert_eq!(unlabelled.status, 400);
+    assert_eq!(
+        json_of(&unlabelled.body)["message"],
+        "Signing identity label is required"
+    );
+    let secrets = w.act(json!({"_": "ListSecrets"})).await;
+    assert!(!format!("{:?}", secrets.body).contains("[7, 7, 7"));
+}
+
+#[tokio::test]
+async fn a_memory_file_is_uploaded_to_ipfs_as_seeds_blocks() {
+    let server = HmServer::start().await;
+    let w = publishing_world(&server).await;
+    ok(&w
+        .act(json!({"_": "WriteAgentMemoryFile", "agentId": w.agent_id,
+                    "path": "notes/plan.md", "content": "# Plan\n\nship it\n"}))
+        .await);
+    let uploaded = w
+        .act(
+            json!({"_": "UploadAgentMemoryFileToIpfs", "agentId": w.agent_id,
+                    "path": "notes/plan.md"}),
+        )
+        .await;
+    ok(&uploaded);
+    let answer = json_of(&uploaded.body);
+    let cid = agentos_protocol::seed::unixfs::file_blocks(b"# Plan\n\nship it\n")
+        .root
+        .to_string();
+    assert_eq!(
+        answer,
+        json!({"_": "UploadAgentMemoryFileToIpfsResponse", "agentId": w.agent_id,
+               "path": "notes/plan.md", "cid": cid, "url": format!("ipfs://{cid}"),
+               "size": 16, "mimeType": "text/markdown"})
+    );
+    let published = server.published();
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0][0].data, b"# Plan\n\nship it\n");
+    assert_eq!(published[0][0].cid, cid);
+
+    // A stranger cannot; a missing file is not found; the server failing
+    // is a 502.
+    let stranger = agentos_tests::seed::Signer::new();
+    let refused = call(
+        &w.target,
+        &stranger,
+        json!({"_": "UploadAgentMemoryFileToIpfs", "agentId": w.agent_id, "path": "notes/plan.md"}),
+    )
+    .await;
+    assert_eq!(refused.status, 404);
+    let missing = w
+        .act(
+            json!({"_": "UploadAgentMemoryFileToIpfs", "agentId": w.agent_id,
+                    "path": "notes/nothing.md"}),
+        )
+        .await;
+    assert_eq!(missing.status, 404);
+    server.fault("PublishBlobs", Fault::NotJson);
+    let broken = w
+        .act(
+            json!({"_": "UploadAgentMemoryFileToIpfs", "agentId": w.agent_id,
+                    "path": "notes/plan.md"}),
+        )
+        .await;
+    assert_eq!(broken.status, 502);
+    assert_eq!(server.published().len(), 1);
 }

@@ -39,6 +39,7 @@ api_codes! {
     InvalidArgument => "invalid_argument",
     NotFound => "not_found",
     ProviderNeedsLogin => "provider_needs_login",
+    PublishFailed => "publish_failed",
     ProviderRejected => "provider_rejected",
     ProviderUnreachable => "provider_unreachable",
     Replayed => "replayed",

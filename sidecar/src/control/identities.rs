@@ -4,7 +4,7 @@
 //! itself only ever leaves the vault to sign.
 
 use agentos_protocol::seed::response::SigningIdentity;
-use agentos_protocol::seed::{cbor, Ipld};
+use agentos_protocol::seed::{cbor, Ipld, SigningKey};
 
 use super::RedactedSecret;
 
@@ -44,4 +44,36 @@ pub fn identity(secret: &RedactedSecret) -> Option<SigningIdentity> {
         created_at: secret.created_at_ms,
         updated_at: secret.updated_at_ms,
     })
+}
+
+/// Why a signing identity's key cannot sign.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    Control(#[from] super::ControlError),
+    /// The secret is gone.
+    #[error("Signing identity secret not found")]
+    Missing,
+    /// The secret holds something other than a 32-byte seed (a
+    /// `SetSecret` can make such an identity).
+    #[error("Signing identity secret is not a 32-byte key seed")]
+    NotASeed,
+}
+
+/// The key of the identity `name` of `account`, unsealed to sign; it never
+/// leaves the process.
+pub async fn signing_key(
+    control: &super::Control,
+    account: &str,
+    name: &str,
+) -> Result<SigningKey, KeyError> {
+    let plaintext = control
+        .secret_plaintext(account, name)
+        .await?
+        .ok_or(KeyError::Missing)?;
+    let seed: &[u8; 32] = plaintext
+        .as_bytes()
+        .try_into()
+        .map_err(|_| KeyError::NotASeed)?;
+    Ok(SigningKey::from_bytes(seed))
 }

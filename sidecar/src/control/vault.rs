@@ -129,6 +129,21 @@ impl Control {
         }
     }
 
+    /// Replaces a secret's metadata (checked as `set_secret` checks it),
+    /// its sealed value untouched; `None` when there is no such secret.
+    pub async fn update_secret_metadata(
+        &self,
+        account: &str,
+        name: &str,
+        metadata: Vec<u8>,
+    ) -> Result<Option<RedactedSecret>, ControlError> {
+        validate::bytes("metadata", &metadata, 0, validate::MAX_DOCUMENT_BYTES)?;
+        Ok(self
+            .store()
+            .set_secret_metadata(account, name, metadata)
+            .await?)
+    }
+
     pub async fn list_secrets(&self, account: &str) -> Result<Vec<RedactedSecret>, ControlError> {
         Ok(self.store().list_secrets(account).await?)
     }

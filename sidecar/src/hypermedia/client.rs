@@ -6,10 +6,12 @@
 //! plain JSON. A non-2xx answer reads as the reference words it (`HTTP 500
 //! from Resource: Internal Server Error: <error>`). Every request has the
 //! configured deadline and a bound on the answer's bytes, at most
-//! [`MAX_IN_FLIGHT`] run at once in the VM, and nothing is retried.
+//! [`MAX_IN_FLIGHT`] run at once in the VM, and nothing is retried. The one
+//! action, `PublishBlobs`, is a `POST` of its DAG-CBOR input.
 
 use std::time::Duration;
 
+use agentos_protocol::seed::blobs::{self, PublishEntry};
 use agentos_protocol::seed::superjson;
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -127,7 +129,7 @@ impl HmClient {
             // The semaphore is never closed; a turn is waited for within
             // the deadline.
             let _turn = self.in_flight.acquire().await.ok();
-            self.fetch(key, &url).await
+            self.fetch(key, self.http.get(&url)).await
         };
         let answer = tokio::time::timeout(self.deadline, fetch)
             .await
@@ -145,7 +147,50 @@ impl HmClient {
         })
     }
 
-    async fn fetch(&self, key: &str, url: &str) -> Result<Vec<u8>, HmError> {
+    /// `POST {server}/api/PublishBlobs` with `entries` as its DAG-CBOR
+    /// body; answers the CIDs the server stored. Sent once: a write is
+    /// never retried.
+    pub async fn publish(&self, entries: &[PublishEntry]) -> Result<Vec<String>, HmError> {
+        const KEY: &str = "PublishBlobs";
+        let body = blobs::publish_body(entries).map_err(|e| HmError::Malformed {
+            key: KEY.to_owned(),
+            message: e.to_string(),
+        })?;
+        let url = format!("{}/api/{KEY}", self.base);
+        let fetch = async {
+            let _turn = self.in_flight.acquire().await.ok();
+            let request = self
+                .http
+                .post(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/cbor")
+                .body(body);
+            self.fetch(KEY, request).await
+        };
+        let answer = tokio::time::timeout(self.deadline, fetch)
+            .await
+            .map_err(|_| HmError::Timeout {
+                key: KEY.to_owned(),
+                after_ms: self.deadline.as_millis() as u64,
+            })??;
+        let malformed = |message: String| HmError::Malformed {
+            key: KEY.to_owned(),
+            message,
+        };
+        let json: Value = serde_json::from_slice(&answer)
+            .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?;
+        let value = superjson::decode(json).map_err(|e| malformed(e.to_string()))?;
+        value
+            .get("cids")
+            .and_then(Value::as_array)
+            .and_then(|cids| {
+                cids.iter()
+                    .map(|c| c.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| malformed("expected {cids: string[]}".into()))
+    }
+
+    async fn fetch(&self, key: &str, request: reqwest::RequestBuilder) -> Result<Vec<u8>, HmError> {
         let unreachable = |e: reqwest::Error| {
             if e.is_timeout() {
                 HmError::Timeout {
@@ -159,9 +204,7 @@ impl HmClient {
                 }
             }
         };
-        let response = self
-            .http
-            .get(url)
+        let response = request
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await

@@ -3,10 +3,12 @@
 //! HTTP API Seed's own client uses (`client.rs`), and see them as the
 //! reference shows them (`read.rs`: the resource, its markdown with
 //! mentions, embeds and query blocks resolved, or its attributes;
-//! `views.rs`: profiles, directories and the activity feed).
+//! `views.rs`: profiles, directories and the activity feed), and publish
+//! signed blobs to it (`publish.rs`).
 
 mod client;
 mod frontmatter;
+pub mod publish;
 mod read;
 mod views;
 

@@ -139,6 +139,25 @@ pub enum Action {
     DeleteSigningIdentity {
         name: String,
     },
+    CreateSigningIdentity {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        client_request_id: Option<String>,
+    },
+    UpdateSigningIdentity {
+        name: String,
+        /// Required by the service, with the reference's words when absent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// `{data: bytes, mimeType?, fileName?}`, checked by the service.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        icon: Option<Ipld>,
+    },
+    UploadAgentMemoryFileToIpfs {
+        agent_id: String,
+        path: String,
+    },
     SetModelProvider {
         name: String,
         provider: ModelProviderConfig,
@@ -428,6 +447,9 @@ impl Action {
             Action::ListSigningIdentities { .. } => "ListSigningIdentities",
             Action::ImportSigningIdentity { .. } => "ImportSigningIdentity",
             Action::DeleteSigningIdentity { .. } => "DeleteSigningIdentity",
+            Action::CreateSigningIdentity { .. } => "CreateSigningIdentity",
+            Action::UpdateSigningIdentity { .. } => "UpdateSigningIdentity",
+            Action::UploadAgentMemoryFileToIpfs { .. } => "UploadAgentMemoryFileToIpfs",
             Action::SetModelProvider { .. } => "SetModelProvider",
             Action::ListModelProviders { .. } => "ListModelProviders",
             Action::DeleteModelProvider { .. } => "DeleteModelProvider",
@@ -584,6 +606,19 @@ fn decode_named(name: String, mut f: Fields) -> Result<Action, SeedError> {
         },
         "DeleteSigningIdentity" => Action::DeleteSigningIdentity {
             name: f.req("name")?,
+        },
+        "CreateSigningIdentity" => Action::CreateSigningIdentity {
+            label: f.opt("label")?,
+            client_request_id: f.opt("clientRequestId")?,
+        },
+        "UpdateSigningIdentity" => Action::UpdateSigningIdentity {
+            name: f.req("name")?,
+            label: f.opt("label")?,
+            icon: f.opt_any("icon")?,
+        },
+        "UploadAgentMemoryFileToIpfs" => Action::UploadAgentMemoryFileToIpfs {
+            agent_id: f.req("agentId")?,
+            path: f.req("path")?,
         },
         "SetModelProvider" => Action::SetModelProvider {
             name: f.req("name")?,

@@ -212,6 +212,24 @@ responses! {
     DeleteSigningIdentityResponse => "DeleteSigningIdentityResponse" {
         name: String,
     }
+    /// `CreateSigningIdentity`: the new account, published.
+    CreateSigningIdentityResponse => "CreateSigningIdentityResponse" {
+        identity: SigningIdentity,
+    }
+    /// `UpdateSigningIdentity`: its profile republished.
+    UpdateSigningIdentityResponse => "UpdateSigningIdentityResponse" {
+        identity: SigningIdentity,
+    }
+    /// `UploadAgentMemoryFileToIpfs`: the file's root CID and address.
+    UploadAgentMemoryFileToIpfsResponse => "UploadAgentMemoryFileToIpfsResponse" {
+        agent_id: String,
+        path: String,
+        cid: String,
+        url: String,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    }
     /// `StartProviderOAuth`: where the user signs in, and until when.
     StartProviderOAuthResponse => "StartProviderOAuthResponse" {
         login_id: String,

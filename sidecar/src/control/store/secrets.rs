@@ -177,6 +177,42 @@ impl ControlStore {
         Ok(rows.first().map(|r| r.changes) == Some(1))
     }
 
+    /// Replaces a secret's metadata, its value untouched; `None` when
+    /// there is no such secret.
+    pub async fn set_secret_metadata(
+        &self,
+        account: &str,
+        name: &str,
+        metadata: Vec<u8>,
+    ) -> Result<Option<RedactedSecret>, DbError> {
+        let mut results = self
+            .db
+            .transaction(vec![
+                Statement::new(
+                    "UPDATE agentos_core_secrets SET metadata = ?3, \
+                       updated_at_ms = max(updated_at_ms, ?4) \
+                     WHERE account_id = ?1 AND name = ?2",
+                    vec![
+                        account.into(),
+                        name.into(),
+                        SqlValue::Blob(metadata),
+                        now_ms().into(),
+                    ],
+                ),
+                Statement::new(
+                    format!(
+                        "SELECT {REDACTED_COLUMNS} FROM agentos_core_secrets \
+                         WHERE account_id = ?1 AND name = ?2"
+                    ),
+                    vec![account.into(), name.into()],
+                ),
+            ])
+            .await?;
+        Row::optional(nth(&mut results, 1, SECRETS)?, SECRETS, REDACTED_WIDTH)?
+            .map(decode_redacted)
+            .transpose()
+    }
+
     /// Every secret of every account (what a key rotation re-seals).
     pub async fn all_secrets(&self) -> Result<Vec<StoredSecret>, DbError> {
         let rows = self

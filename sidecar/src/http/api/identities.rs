@@ -4,22 +4,26 @@
 //! `kind: 'hm-account-key'` (and the account, a label, the server). The
 //! key itself is sealed like every secret and never answered.
 //! `ListSigningIdentities` (an agent's reader sees the identities granted
-//! to it; its owner all), `ImportSigningIdentity` (publishes nothing; one
-//! key once) and `DeleteSigningIdentity` (the agents naming it are left
-//! as they are). Creating one and updating its profile publish blobs to the
-//! hypermedia server and are not offered yet.
+//! to it; its owner all), `CreateSigningIdentity` (a fresh key whose
+//! account is published, profile, genesis, home and ref, in one
+//! `PublishBlobs` before anything is stored: a failed publish is a 502 and
+//! keeps nothing), `ImportSigningIdentity` (publishes nothing; one key
+//! once), `UpdateSigningIdentity` (its icon as IPFS blocks, then its
+//! profile, republished) and `DeleteSigningIdentity` (the agents naming it
+//! are left as they are).
 
 use std::collections::BTreeMap;
 
 use agentos_protocol::seed::response::{
-    DeleteSigningIdentityResponse, ImportSigningIdentityResponse, ListSigningIdentitiesResponse,
-    SigningIdentity,
+    CreateSigningIdentityResponse, DeleteSigningIdentityResponse, ImportSigningIdentityResponse,
+    ListSigningIdentitiesResponse, SigningIdentity, UpdateSigningIdentityResponse,
 };
 use agentos_protocol::seed::{cbor, encode_response, Action, ApiCode, Ipld, Principal, SigningKey};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
-use crate::control::identities::{identity, identity_name, IDENTITY_KIND};
+use crate::control::identities::{identity, identity_name, signing_key, KeyError, IDENTITY_KIND};
 use crate::control::{authz, AccessRole, SecretPlaintext};
+use crate::hypermedia::Hypermedia;
 
 /// Labels and names, at most (UTF-8 bytes).
 const MAX_LABEL_BYTES: usize = 256;
@@ -147,6 +151,52 @@ impl SignedApi {
                     }
                 }
             }
+            Action::CreateSigningIdentity {
+                label: raw_label,
+                client_request_id,
+            } => {
+                let fields = Ipld::Map(BTreeMap::from([(
+                    "label".to_owned(),
+                    raw_label.clone().map_or(Ipld::Null, Ipld::String),
+                )]));
+                let label = label(raw_label)?;
+                let run = || self.create_identity(account, label);
+                match client_request_id {
+                    None => run().await,
+                    Some(id) => {
+                        let key =
+                            Self::idempotency_key(caller, "CreateSigningIdentity", &id, fields)?;
+                        Ok(self.control.idempotent(key, run).await?.into_response())
+                    }
+                }
+            }
+            Action::UpdateSigningIdentity {
+                name,
+                label: raw_label,
+                icon,
+            } => {
+                let name = key_name(&name)?;
+                let label = label(Some(raw_label.unwrap_or_default()))?.unwrap_or_default();
+                let icon = match icon {
+                    None | Some(Ipld::Null) => None,
+                    Some(Ipld::Map(fields)) => match fields.get("data") {
+                        Some(Ipld::Bytes(data)) => Some(data.clone()),
+                        _ => {
+                            return Err(ApiError::bad_request(
+                                ApiCode::BadRequest,
+                                "Icon data must be bytes",
+                            ))
+                        }
+                    },
+                    Some(_) => {
+                        return Err(ApiError::bad_request(
+                            ApiCode::BadRequest,
+                            "Icon must be an object with data bytes",
+                        ))
+                    }
+                };
+                self.update_identity(account, name, label, icon).await
+            }
             Action::DeleteSigningIdentity { name } => {
                 let name = key_name(&name)?;
                 let found = self
@@ -168,6 +218,144 @@ impl SignedApi {
                 "not a signing identity action",
             )),
         }
+    }
+
+    /// The VM's hypermedia server, which identities publish to.
+    pub(super) fn hypermedia(&self) -> Result<&Hypermedia, ApiError> {
+        self.builtin
+            .as_ref()
+            .and_then(|b| b.verbs.hypermedia.as_ref())
+            .ok_or_else(|| {
+                ApiError::new(
+                    502,
+                    ApiCode::PublishFailed,
+                    "no hypermedia server is configured",
+                )
+            })
+    }
+
+    async fn create_identity(
+        &self,
+        account: &str,
+        label: Option<String>,
+    ) -> Result<Vec<u8>, ApiError> {
+        let hypermedia = self.hypermedia()?;
+        let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, seed.as_mut());
+        let key = SigningKey::from_bytes(&seed);
+        let account_id = Principal::of_key(&key).to_string();
+        let name = identity_name(&account_id);
+        let display: String = label.unwrap_or_else(|| {
+            let head: String = account_id.chars().take(10).collect();
+            format!("Agent account {head}")
+        });
+        hypermedia
+            .publish_account(&key, &display)
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    502,
+                    ApiCode::PublishFailed,
+                    format!(
+                        "Failed to publish agent account to {}: {e}",
+                        hypermedia.server()
+                    ),
+                )
+            })?;
+        drop(key);
+        let metadata = BTreeMap::from([
+            ("kind".to_owned(), Ipld::String(IDENTITY_KIND.into())),
+            ("accountId".to_owned(), Ipld::String(account_id)),
+            ("label".to_owned(), Ipld::String(display)),
+            (
+                "serverUrl".to_owned(),
+                Ipld::String(hypermedia.server().to_owned()),
+            ),
+            ("generatedBy".to_owned(), Ipld::String("agentos".into())),
+        ]);
+        let stored = self
+            .control
+            .set_secret(
+                account,
+                &name,
+                SecretPlaintext::new(seed.to_vec()),
+                Some(cbor::to_canonical(&Ipld::Map(metadata))?),
+            )
+            .await?;
+        let identity = read_back(&stored)?;
+        Ok(encode_response(&CreateSigningIdentityResponse { identity }))
+    }
+
+    async fn update_identity(
+        &self,
+        account: &str,
+        name: &str,
+        label: String,
+        icon: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, ApiError> {
+        let not_found = || ApiError::not_found("Signing identity not found");
+        let secret = self
+            .control
+            .list_secrets(account)
+            .await?
+            .into_iter()
+            .find(|secret| secret.name == name && identity(secret).is_some())
+            .ok_or_else(not_found)?;
+        let key = signing_key(&self.control, account, name)
+            .await
+            .map_err(|e| match e {
+                KeyError::Control(e) => ApiError::from(e),
+                KeyError::Missing => not_found(),
+                KeyError::NotASeed => ApiError::new(500, ApiCode::CorruptRow, e.to_string()),
+            })?;
+        let hypermedia = self.hypermedia()?;
+        let server = hypermedia.server().to_owned();
+        let failed = |what: &str, e: crate::hypermedia::HmError| {
+            ApiError::new(
+                502,
+                ApiCode::PublishFailed,
+                format!("Failed to publish agent account {what} to {server}: {e}"),
+            )
+        };
+        let mut metadata = match secret
+            .metadata
+            .as_deref()
+            .map(|m| cbor::from_slice::<Ipld>(m, 1 << 20))
+        {
+            Some(Ok(Ipld::Map(map))) => map,
+            _ => return Err(not_found()),
+        };
+        let mut icon_url = match metadata.get("icon") {
+            Some(Ipld::String(url)) => Some(url.clone()),
+            _ => None,
+        };
+        if let Some(icon) = icon {
+            let root = hypermedia
+                .publish_file(&icon)
+                .await
+                .map_err(|e| failed("icon", e))?;
+            icon_url = Some(format!("ipfs://{root}"));
+        }
+        hypermedia
+            .publish_profile(&key, &label, icon_url.as_deref())
+            .await
+            .map_err(|e| failed("profile", e))?;
+        let account_id = Principal::of_key(&key).to_string();
+        drop(key);
+        metadata.insert("accountId".into(), Ipld::String(account_id));
+        metadata.insert("label".into(), Ipld::String(label));
+        metadata.insert("serverUrl".into(), Ipld::String(server));
+        if let Some(url) = icon_url {
+            metadata.insert("icon".into(), Ipld::String(url));
+        }
+        let stored = self
+            .control
+            .update_secret_metadata(account, name, cbor::to_canonical(&Ipld::Map(metadata))?)
+            .await?
+            .ok_or_else(not_found)?;
+        let mut identity = read_back(&stored)?;
+        identity.dev = None;
+        Ok(encode_response(&UpdateSigningIdentityResponse { identity }))
     }
 
     async fn import_identity(
@@ -212,13 +400,18 @@ impl SignedApi {
                 Some(cbor::to_canonical(&Ipld::Map(metadata))?),
             )
             .await?;
-        let identity = identity(&stored).ok_or_else(|| {
-            ApiError::new(
-                500,
-                ApiCode::CorruptRow,
-                "a stored identity did not read back",
-            )
-        })?;
+        let identity = read_back(&stored)?;
         Ok(encode_response(&ImportSigningIdentityResponse { identity }))
     }
+}
+
+/// A just-stored secret as the identity it was stored as.
+fn read_back(stored: &crate::control::RedactedSecret) -> Result<SigningIdentity, ApiError> {
+    identity(stored).ok_or_else(|| {
+        ApiError::new(
+            500,
+            ApiCode::CorruptRow,
+            "a stored identity did not read back",
+        )
+    })
 }

@@ -195,7 +195,9 @@ impl SignedApi {
             | Action::ListProviderModels { .. } => self.vault(caller, action).await,
             Action::ListSigningIdentities { .. }
             | Action::ImportSigningIdentity { .. }
-            | Action::DeleteSigningIdentity { .. } => self.identity_action(caller, action).await,
+            | Action::DeleteSigningIdentity { .. }
+            | Action::CreateSigningIdentity { .. }
+            | Action::UpdateSigningIdentity { .. } => self.identity_action(caller, action).await,
             Action::ListMcpServers
             | Action::SetMcpServer { .. }
             | Action::DeleteMcpServer { .. }
@@ -238,7 +240,8 @@ impl SignedApi {
             | Action::ListAgentMemory { .. }
             | Action::ReadAgentMemoryFile { .. }
             | Action::WriteAgentMemoryFile { .. }
-            | Action::DeleteAgentMemoryFile { .. } => self.space_action(caller, action).await,
+            | Action::DeleteAgentMemoryFile { .. }
+            | Action::UploadAgentMemoryFileToIpfs { .. } => self.space_action(caller, action).await,
             other => self.agents(caller, other).await,
         }
     }

@@ -2,7 +2,9 @@
 //! documents, then the tools of the MCP servers it may use, with each
 //! server's state),
 //! `SaveAgentTool`, `DeleteAgentTool`, `ListAgentMemory`,
-//! `ReadAgentMemoryFile`, `WriteAgentMemoryFile`, `DeleteAgentMemoryFile`.
+//! `ReadAgentMemoryFile`, `WriteAgentMemoryFile`, `DeleteAgentMemoryFile`,
+//! and `UploadAgentMemoryFileToIpfs` (the file as IPFS blocks, published to
+//! the hypermedia server).
 //!
 //! Reading needs read access to the agent, changing needs write access; an
 //! agent the caller cannot read is `not_found`, like one that does not
@@ -13,13 +15,16 @@
 use agentos_protocol::seed::response::{
     DeleteAgentMemoryFileResponse, DeleteAgentToolResponse, ListAgentMemoryResponse,
     ListAgentToolsResponse, ReadAgentMemoryFileResponse, SaveAgentToolResponse,
-    WriteAgentMemoryFileResponse,
+    UploadAgentMemoryFileToIpfsResponse, WriteAgentMemoryFileResponse,
 };
 use agentos_protocol::seed::{Action, ApiCode};
 
 use super::{ok, render, ApiError, Caller, SignedApi};
 use crate::control::authz;
 use crate::space::{memory, reason, LambdaInput};
+
+/// The largest memory file published to IPFS in one request.
+pub const MAX_IPFS_UPLOAD_BYTES: u64 = 64 << 20;
 
 impl SignedApi {
     pub(super) async fn space_action(
@@ -140,6 +145,29 @@ impl SignedApi {
                 ok(&WriteAgentMemoryFileResponse {
                     agent_id,
                     entry: render::memory_entry(&entry),
+                })
+            }
+            Action::UploadAgentMemoryFileToIpfs { agent_id, path } => {
+                authz::require_write(control, account, &agent_id).await?;
+                let file = space
+                    .memory
+                    .read(&agent_id, &path, MAX_IPFS_UPLOAD_BYTES)
+                    .await?;
+                let hypermedia = self.hypermedia()?;
+                let cid = hypermedia.publish_file(&file.data).await.map_err(|e| {
+                    ApiError::new(
+                        502,
+                        ApiCode::PublishFailed,
+                        format!("Failed to publish {} to IPFS: {e}", file.path),
+                    )
+                })?;
+                ok(&UploadAgentMemoryFileToIpfsResponse {
+                    agent_id,
+                    mime_type: memory::mime_type(&file.path).map(str::to_owned),
+                    path: file.path,
+                    url: format!("ipfs://{cid}"),
+                    cid,
+                    size: file.size,
                 })
             }
             Action::DeleteAgentMemoryFile { agent_id, path } => {
