@@ -14,6 +14,12 @@
 //! verifies, re-encoded with `sig` zeroed, under its signer's key. A
 //! request with one bad blob is refused whole (400 `{error}`); a good one
 //! is kept, in order, for the test to read ([`HmServer::published`]).
+//!
+//! What is published becomes readable, as on a Seed node: a version `Ref`
+//! makes its document (its changes applied: attributes, replaced, moved
+//! and deleted blocks) the `Resource` at its space and path, and its
+//! changes the answer of `ListChanges`; a `Comment` is the answer of
+//! `Comment` for its record id.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -52,6 +58,12 @@ struct State {
     seen: Vec<String>,
     /// Publish requests taken, each its blobs in order.
     published: Vec<Vec<Published>>,
+    /// Every DAG-CBOR blob published, as DAG-JSON, by CID.
+    blobs: HashMap<String, Value>,
+    /// `ListChanges` answers of published documents, by bare id.
+    changes: HashMap<String, Value>,
+    /// Published comments, by record id.
+    comments: HashMap<String, Value>,
     /// Slow answers being waited out now, and the most at once.
     slow_now: usize,
     slow_most: usize,
@@ -267,7 +279,20 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
                     .iter()
                     .map(|b| b.named.clone().unwrap_or_else(|| b.cid.clone()))
                     .collect();
-                lock(state).published.push(blobs);
+                let mut state = lock(state);
+                for blob in &blobs {
+                    if let Some(value) = &blob.value {
+                        state.blobs.insert(blob.cid.clone(), value.clone());
+                    }
+                }
+                for blob in &blobs {
+                    match blob.value.as_ref().map(|v| &v["type"]) {
+                        Some(kind) if kind == "Ref" => apply_ref(&mut state, blob),
+                        Some(kind) if kind == "Comment" => apply_comment(&mut state, blob),
+                        _ => {}
+                    }
+                }
+                state.published.push(blobs);
                 reply(200, json!({"json": {"cids": cids}}).to_string())
             }
             Err(error) => reply(400, json!({"error": error}).to_string()),
@@ -301,6 +326,27 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Response<Ful
                 .unwrap_or_else(|| json!({"type": "account-not-found", "uid": uid}))
         }
         "Query" => Value::Null,
+        "ListChanges" => {
+            let id = query_param(&query, "targetId").unwrap_or_default();
+            let bare = id.split(['?', '#']).next().unwrap_or_default();
+            state
+                .changes
+                .get(bare)
+                .cloned()
+                .unwrap_or_else(|| json!({"changes": [], "latestVersion": ""}))
+        }
+        "Comment" => {
+            let id = query_param(&query, "__value").unwrap_or_default();
+            match state.comments.get(&id) {
+                Some(comment) => comment.clone(),
+                None => {
+                    return reply(
+                        500,
+                        json!({"error": format!("comment {id} not found")}).to_string(),
+                    )
+                }
+            }
+        }
         _ => {
             return reply(
                 404,
@@ -391,4 +437,233 @@ fn verify_blob(
     let key = VerifyingKey::from_bytes(&signer.public_key()).map_err(|e| e.to_string())?;
     key.verify_strict(&bytes, &ed25519_dalek::Signature::from_bytes(&sig))
         .map_err(|_| "invalid signature".to_owned())
+}
+
+/// The text of a DAG-JSON link (`{"/": cid}`).
+fn link(value: &Value) -> Option<String> {
+    value["/"].as_str().map(str::to_owned)
+}
+
+/// The principal of DAG-JSON bytes (`{"/": {"bytes": …}}`).
+fn principal_of(value: &Value) -> Option<String> {
+    use base64::Engine as _;
+    let encoded = value["/"]["bytes"].as_str()?;
+    let raw = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(encoded)
+        .ok()?;
+    agentos_protocol::seed::Principal::from_bytes(&raw)
+        .ok()
+        .map(|p| p.to_string())
+}
+
+/// A block as a change's `ReplaceBlock` carries it (attributes inlined),
+/// as a document's content holds it.
+fn stored_block(block: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    let mut attributes = serde_json::Map::new();
+    for (key, value) in block.as_object().into_iter().flatten() {
+        match key.as_str() {
+            "type" | "id" | "text" | "annotations" | "link" | "revision" => {
+                out.insert(key.clone(), value.clone());
+            }
+            "children" => {}
+            _ => {
+                attributes.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    out.insert("attributes".into(), Value::Object(attributes));
+    Value::Object(out)
+}
+
+/// A version ref: its document rebuilt from its changes.
+fn apply_ref(state: &mut State, blob: &Published) {
+    let Some(value) = &blob.value else { return };
+    let heads: Vec<String> = value["heads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(link)
+        .collect();
+    if heads.is_empty() {
+        return;
+    }
+    let Some(signer) = principal_of(&value["signer"]) else {
+        return;
+    };
+    let space = principal_of(&value["space"]).unwrap_or_else(|| signer.clone());
+    let path = value["path"].as_str().unwrap_or("").to_owned();
+    // Every change under the heads, deepest last.
+    let mut seen: Vec<String> = Vec::new();
+    let mut stack = heads.clone();
+    while let Some(cid) = stack.pop() {
+        if seen.contains(&cid) {
+            continue;
+        }
+        let Some(change) = state.blobs.get(&cid) else {
+            continue;
+        };
+        for dep in change["deps"].as_array().into_iter().flatten() {
+            if let Some(dep) = link(dep) {
+                stack.push(dep);
+            }
+        }
+        seen.push(cid);
+    }
+    let order = |cid: &String| {
+        let change = &state.blobs[cid];
+        (
+            change["depth"].as_u64().unwrap_or(0),
+            change["ts"].as_u64().unwrap_or(0),
+        )
+    };
+    seen.sort_by_key(order);
+    let mut metadata = serde_json::Map::new();
+    let mut blocks: HashMap<String, Value> = HashMap::new();
+    let mut children: HashMap<String, Vec<String>> = HashMap::new();
+    let mut listed = Vec::new();
+    for cid in &seen {
+        let change = &state.blobs[cid];
+        let deps: Vec<String> = change["deps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(link)
+            .collect();
+        let mut entry = json!({"id": cid, "author": principal_of(&change["signer"]),
+                               "createTime": "2026-01-01T00:00:00Z"});
+        if !deps.is_empty() {
+            entry["deps"] = json!(deps);
+        }
+        listed.push(entry);
+        for op in change["body"]["ops"].as_array().into_iter().flatten() {
+            match op["type"].as_str() {
+                Some("SetAttributes") => {
+                    for attr in op["attrs"].as_array().into_iter().flatten() {
+                        if let Some(key) = attr["key"][0].as_str() {
+                            metadata.insert(key.to_owned(), attr["value"].clone());
+                        }
+                    }
+                }
+                Some("ReplaceBlock") => {
+                    if let Some(id) = op["block"]["id"].as_str() {
+                        blocks.insert(id.to_owned(), stored_block(&op["block"]));
+                    }
+                }
+                Some("MoveBlocks") => {
+                    let parent = op["parent"].as_str().unwrap_or("").to_owned();
+                    for id in op["blocks"].as_array().into_iter().flatten() {
+                        let Some(id) = id.as_str() else { continue };
+                        for list in children.values_mut() {
+                            list.retain(|c| c != id);
+                        }
+                        children
+                            .entry(parent.clone())
+                            .or_default()
+                            .push(id.to_owned());
+                    }
+                }
+                Some("DeleteBlocks") => {
+                    for id in op["blocks"].as_array().into_iter().flatten() {
+                        let Some(id) = id.as_str() else { continue };
+                        blocks.remove(id);
+                        for list in children.values_mut() {
+                            list.retain(|c| c != id);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    fn tree(
+        parent: &str,
+        blocks: &HashMap<String, Value>,
+        children: &HashMap<String, Vec<String>>,
+    ) -> Vec<Value> {
+        children
+            .get(parent)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| {
+                let block = blocks.get(id)?;
+                Some(json!({"block": block, "children": tree(id, blocks, children)}))
+            })
+            .collect()
+    }
+    let version = heads.join(".");
+    let genesis = link(&value["genesisBlob"]).unwrap_or_default();
+    let generation = value["generation"].as_u64().unwrap_or(0).to_string();
+    let id = format!("hm://{space}{path}");
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let resource = json!({
+        "type": "document",
+        "document": {
+            "content": tree("", &blocks, &children), "version": version, "account": space,
+            "authors": [signer], "path": path,
+            "createTime": "2026-01-01T00:00:00Z", "updateTime": "2026-01-02T00:00:00Z",
+            "metadata": metadata, "genesis": genesis,
+            "generationInfo": {"genesis": genesis, "generation": generation},
+            "visibility": "PUBLIC"
+        },
+        "id": {"id": id, "uid": space, "path": segments, "version": null, "blockRef": null,
+               "blockRange": null, "hostname": null, "scheme": "hm", "latest": true}
+    });
+    state.resources.insert(id.clone(), resource);
+    state
+        .changes
+        .insert(id, json!({"changes": listed, "latestVersion": version}));
+}
+
+/// A publishable block as a document's content holds it.
+fn block_node(block: &Value) -> Value {
+    let children: Vec<Value> = block["children"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(block_node)
+        .collect();
+    json!({"block": stored_block(block), "children": children})
+}
+
+/// A new comment: readable by its record id.
+fn apply_comment(state: &mut State, blob: &Published) {
+    let Some(value) = &blob.value else { return };
+    let Some(author) = principal_of(&value["signer"]) else {
+        return;
+    };
+    let tsid = match value["id"].as_str() {
+        Some(id) => id.to_owned(),
+        None => agentos_protocol::seed::blobs::record_tsid(
+            value["ts"].as_u64().unwrap_or(0),
+            &blob.data,
+        ),
+    };
+    let id = format!("{author}/{tsid}");
+    let target_version: Vec<String> = value["version"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(link)
+        .collect();
+    let content: Vec<Value> = value["body"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(block_node)
+        .collect();
+    let mut comment = json!({
+        "id": id, "version": blob.cid, "author": author,
+        "targetAccount": principal_of(&value["space"]),
+        "targetPath": value["path"], "targetVersion": target_version.join("."),
+        "content": content, "createTime": "2026-01-01T00:00:00Z",
+        "updateTime": "2026-01-01T00:00:00Z", "visibility": "PUBLIC"
+    });
+    if let Some(parent) = link(&value["replyParent"]) {
+        comment["replyParentVersion"] = json!(parent);
+    }
+    if let Some(root) = link(&value["threadRoot"]) {
+        comment["threadRootVersion"] = json!(root);
+    }
+    state.comments.insert(id, comment);
 }

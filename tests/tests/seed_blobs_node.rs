@@ -321,6 +321,7 @@ fn comments(seq: &mut Sequence) -> Vec<Case> {
                 version: &version,
                 reply_parent,
                 thread_root,
+                visibility: None,
                 ts_ms: ts,
             },
         )

@@ -94,6 +94,18 @@ pub fn profile(
     signed(fields, key)
 }
 
+/// A `Profile` alias: the signer's profile is `alias`'s.
+pub fn profile_alias(key: &SigningKey, alias: &Principal, ts_ms: u64) -> Result<Blob, SeedError> {
+    signed(
+        BTreeMap::from([
+            ("type".to_owned(), text("Profile")),
+            ("ts".to_owned(), Ipld::Integer(ts_ms.into())),
+            ("alias".to_owned(), Ipld::Bytes(alias.as_bytes().to_vec())),
+        ]),
+        key,
+    )
+}
+
 /// Where a content change sits in its document's history.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lineage {
@@ -252,6 +264,8 @@ pub struct CommentSpec<'a> {
     pub version: &'a [Cid],
     pub reply_parent: Option<Cid>,
     pub thread_root: Option<Cid>,
+    /// `Private` for a comment on a private document.
+    pub visibility: Option<&'a str>,
     pub ts_ms: u64,
 }
 
@@ -279,6 +293,9 @@ pub fn comment(key: &SigningKey, spec: &CommentSpec<'_>) -> Result<Blob, SeedErr
     }
     if let Some(root) = spec.thread_root {
         fields.insert("threadRoot".into(), Ipld::Link(root));
+    }
+    if let Some(visibility) = spec.visibility.filter(|v| !v.is_empty()) {
+        fields.insert("visibility".into(), text(visibility));
     }
     signed(fields, key)
 }
@@ -407,6 +424,11 @@ mod tests {
         assert_eq!(
             profile.cid.to_string(),
             "bafyreigtnhgzgax2s3re3jvqwak42vv637pu5g5h5qb4vs52aab3g4ijbm"
+        );
+        let b = Principal::of_key(&SigningKey::from_bytes(&[0x07; 32]));
+        assert_eq!(
+            profile_alias(&key, &b, TS).unwrap().cid.to_string(),
+            "bafyreifyzd44ue37qu5uqngjo4y5p4vrn7h4ryix7mg43jfpi5f7a33sim"
         );
     }
 
@@ -540,6 +562,7 @@ mod tests {
                 version: &[version],
                 reply_parent: None,
                 thread_root: None,
+                visibility: None,
                 ts_ms: TS,
             },
         )

@@ -12,6 +12,7 @@
 
 pub mod action;
 pub mod blobs;
+pub mod block_diff;
 pub mod capability;
 pub mod cbor;
 pub mod code;
@@ -20,6 +21,7 @@ mod error;
 pub mod event;
 pub mod hm_id;
 pub mod ipld_json;
+pub mod markdown;
 pub mod model;
 mod principal;
 pub mod publishable;

@@ -4,13 +4,15 @@
 //! reference shows them (`read.rs`: the resource, its markdown with
 //! mentions, embeds and query blocks resolved, or its attributes;
 //! `views.rs`: profiles, directories and the activity feed), and publish
-//! signed blobs to it (`publish.rs`).
+//! signed blobs to it (`publish.rs`: accounts, profiles, files;
+//! `write.rs`: the write commands of documents and comments).
 
 mod client;
 mod frontmatter;
 pub mod publish;
 mod read;
 mod views;
+pub mod write;
 
 pub use client::{http_error_message, HmClient, Param, QueryInput};
 pub use read::{ActivityPace, Format, Hypermedia};

@@ -171,6 +171,16 @@ impl Hypermedia {
         Ok(Value::Object(result))
     }
 
+    /// The resource at the packed id `packed`, checked as a read checks
+    /// it.
+    pub(super) async fn resource(&self, packed: &str) -> Result<Value, HmError> {
+        let resource = self
+            .client
+            .query("Resource", &QueryInput::Id(packed.to_owned()))
+            .await?;
+        valid_resource(resource)
+    }
+
     /// `promptBlocksToResolvedMarkdown`: prompt blocks as the model reads
     /// them, resolved, without empty frontmatter or id comments.
     pub async fn prompt_markdown(&self, blocks: &[Value]) -> String {

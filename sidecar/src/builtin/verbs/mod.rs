@@ -14,6 +14,7 @@ mod call;
 mod delegate;
 mod mcp;
 pub use crate::space::registry::granted;
+mod publish;
 mod read;
 mod session;
 pub mod specs;
@@ -50,6 +51,9 @@ pub struct VerbScope {
     pub actor: Actor,
     /// The definition's `tools`: the grant set.
     pub grants: Option<Vec<String>>,
+    /// The signing identities the definition names (`signingKeys`, or its
+    /// one `signingKey`): who an `hm://` write may sign as.
+    pub signing_keys: Vec<String>,
     /// The definition's `mcpServers`: whose tools `call` may reach.
     pub mcp_servers: Vec<String>,
     /// Single MCP tools (`mcp:<server>/<tool>`) a narrowed scope may still
@@ -78,6 +82,12 @@ impl VerbScope {
             session_id: session_id.to_owned(),
             actor,
             grants: resolved.definition.tools.clone(),
+            signing_keys: resolved
+                .definition
+                .signing_keys
+                .clone()
+                .or_else(|| resolved.definition.signing_key.clone().map(|k| vec![k]))
+                .unwrap_or_default(),
             mcp_servers: resolved.definition.mcp_servers.clone().unwrap_or_default(),
             mcp_tools: Vec::new(),
             run_id: None,

@@ -92,7 +92,11 @@ fn base() -> Vec<ToolSpec> {
                           agent's triggers) or `~/triggers/<name>` (one, with its latest firings), `attachment:<id>` \
                           (a file attached to this conversation; images are shown to you when the model supports it), `~/self`, \
                           `thread:` (this account's threads; options.query filters by title), \
-                          `thread:<id>` (its latest events), `https://…` (a web page, when granted)."
+                          `thread:<id>` (its latest events), `https://…` (a web page, when granted), \
+                          `hm://<account>/<path>` (a Seed hypermedia document or comment, as markdown \
+                          or with format json; `:profile`, `:directory`, `:attributes` views), \
+                          `activity:` (the hypermedia activity feed), `ipfs://<cid>` (a file, saved \
+                          into memory)."
                 .into(),
             parameters: json!({
                 "type": "object",
@@ -113,7 +117,11 @@ fn base() -> Vec<ToolSpec> {
                           saves one of this conversation's attachments there, by default at \
                           `attachments/<name>`), or `~/tools/<name>` with \
                           `content` a JSON tool document {description, input, output?, source, \
-                          runtime?}. dryRun reports what would happen."
+                          runtime?}; or publish: `hm://<account>/<path>` with markdown `content` \
+                          and options {name, signer?: {publicKey}} creates a document (options.action: \
+                          update, comment with replyTo, or a raw command), `ipfs://` with \
+                          options.fromPath (a memory file) or options.fromAttachment uploads a file. \
+                          dryRun reports what would happen (for hm://, validates without publishing)."
                 .into(),
             parameters: json!({
                 "type": "object",

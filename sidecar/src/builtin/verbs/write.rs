@@ -1,8 +1,8 @@
 //! `write{address, content?, options?, dryRun?}`: memory files (never
 //! gated; `{fromUrl}` saves a file from an address, `{fromAttachment}`
-//! copies one of the session's attachments in)
-//! and authored tool documents. An option nobody knows is refused, as in
-//! the reference.
+//! copies one of the session's attachments in), authored tool documents,
+//! and publishing to `hm://` and `ipfs://` (`publish.rs`). An option
+//! nobody knows is refused, as in the reference.
 
 use agentos_protocol::agent_ext::VerbResult;
 use serde_json::{json, Value};
@@ -229,14 +229,26 @@ pub(super) async fn run(verbs: &Verbs, scope: &VerbScope, input: &Value) -> Verb
             Err(e) => failure(e.code(), e),
         };
     }
-    if address.starts_with("hm://") || address.starts_with("ipfs://") {
-        return failure(
-            "address_unavailable",
-            "hm:// and ipfs:// addresses need a Seed node, which this sidecar does not have",
-        );
+    if input
+        .get("dryRun")
+        .is_some_and(|d| !d.is_null() && !d.is_boolean())
+    {
+        return failure("invalid_argument", "write dryRun must be a boolean");
+    }
+    if address.starts_with("hm://") {
+        return super::publish::hypermedia(verbs, scope, address, input, dry_run).await;
+    }
+    if address.starts_with("ipfs:") {
+        if dry_run {
+            return failure(
+                "invalid_argument",
+                "dryRun applies only to hm:// writes — it validates a publish without publishing",
+            );
+        }
+        return super::publish::ipfs(verbs, scope, input).await;
     }
     failure(
         "invalid_address",
-        format!("{address:?} cannot be written; memory (~/memory/…) and tools (~/tools/…) can"),
+        format!("Unrecognized write address: {address}. Supported: ~/memory/…, ~/tools/…, ipfs://, hm://<account>/<path>."),
     )
 }
