@@ -33,9 +33,13 @@ fn peers() -> PathBuf {
 /// Whether node and the client are there; prints why not, and fails under
 /// CI so a broken install cannot pass unseen.
 fn node_package_present() -> bool {
-    let package = peers().join("seed-client/node_modules/@seed-hypermedia/client/dist/markdown-to-blocks.mjs");
+    let package = peers()
+        .join("seed-client/node_modules/@seed-hypermedia/client/dist/markdown-to-blocks.mjs");
     let why = if !package.exists() {
-        format!("{} is missing; run scripts/install-peers", package.display())
+        format!(
+            "{} is missing; run scripts/install-peers",
+            package.display()
+        )
     } else if Command::new("node").arg("--version").output().is_err() {
         "node is not on PATH".to_owned()
     } else {
@@ -233,29 +237,132 @@ impl Rng {
 }
 
 const INDENTS: &[&str] = &["", "", "", "  ", "    ", " ", "\t", "      "];
-const MARKERS: &[&str] = &["", "", "", "- ", "* ", "+ ", "1. ", "2) ", "> ", "-", "10. "];
+const MARKERS: &[&str] = &[
+    "", "", "", "- ", "* ", "+ ", "1. ", "2) ", "> ", "-", "10. ",
+];
 const STARTS: &[&str] = &[
-    "", "", "", "", "# ", "## ", "### ", "###### ", "```", "```js ", "$$", "|", "| a | b |",
-    "|---|---|", "<!-- id:blk1 -->", "<!-- id:blk2 type:Embed -->", "<!-- end:blk1 -->",
-    "![", "#", "````",
+    "",
+    "",
+    "",
+    "",
+    "# ",
+    "## ",
+    "### ",
+    "###### ",
+    "```",
+    "```js ",
+    "$$",
+    "|",
+    "| a | b |",
+    "|---|---|",
+    "<!-- id:blk1 -->",
+    "<!-- id:blk2 type:Embed -->",
+    "<!-- end:blk1 -->",
+    "![",
+    "#",
+    "````",
 ];
 const PIECES: &[&str] = &[
-    "word", "word", "text", " ", " ", " ", "**", "_", "*", "~~", "`", "``", "[", "](", ")", "]",
-    "(", "<u>", "</u>", "<mark>", "</mark>", "<br>", "<https://x.io/a>", "<hm://z6Mk/a>", "😀",
-    "é", "日本", "\\", "![", "<span style=\"color:red\">", "</span>", "<", ">", "|", "\\|",
-    "<!-- col:c1 -->", "<!-- id:cell -->", " <!-- id:tail1 -->", " <!-- id:t2 type:Button -->",
-    " <!-- id:t3 attrs:{\"a\":1} -->", "hm://z6Mk", "https://e.com/x_(y)", "$$", "```", "\r",
-    "- ", "1. ", "#", "!", "<!--", "-->", "𝕏", "\t",
+    "word",
+    "word",
+    "text",
+    " ",
+    " ",
+    " ",
+    "**",
+    "_",
+    "*",
+    "~~",
+    "`",
+    "``",
+    "[",
+    "](",
+    ")",
+    "]",
+    "(",
+    "<u>",
+    "</u>",
+    "<mark>",
+    "</mark>",
+    "<br>",
+    "<https://x.io/a>",
+    "<hm://z6Mk/a>",
+    "😀",
+    "é",
+    "日本",
+    "\\",
+    "![",
+    "<span style=\"color:red\">",
+    "</span>",
+    "<",
+    ">",
+    "|",
+    "\\|",
+    "<!-- col:c1 -->",
+    "<!-- id:cell -->",
+    " <!-- id:tail1 -->",
+    " <!-- id:t2 type:Button -->",
+    " <!-- id:t3 attrs:{\"a\":1} -->",
+    "hm://z6Mk",
+    "https://e.com/x_(y)",
+    "$$",
+    "```",
+    "\r",
+    "- ",
+    "1. ",
+    "#",
+    "!",
+    "<!--",
+    "-->",
+    "𝕏",
+    "\t",
 ];
 const YAML_LINES: &[&str] = &[
-    "name: Doc", "title: Title", "summary: 3.50", "showOutline: yes", "showActivity: 0",
-    "displayPublishTime: 2024-01-15", "icon: null", "cover: ~", "a: [1, 2", "b: {c: d}",
-    "- item", "  nested: 1", "key: 'q'", "k: \"dq\"", "anch: &a x", "ali: *a", "dup: 1",
-    "dup: 2", "hex: 0x10", "exp: 1e5", "tab:\tx", "  - seq", "text: |", "  block", "...",
-    "k2: !!str 5", "k3: !!float 1", "k4: !!int 0o7", "'5': five", "layout: [a, [b, c]]",
-    "theme: {headerLayout: Center}", "# comment", "", "plain scalar", "k5: a: b",
-    "k6: -.inf", "k7: +12", "k8: 1_000", "k9: .5", "k10: 1.", "null: x", "true: y",
-    "1: one", "1.0: again", "childrenType: 12",
+    "name: Doc",
+    "title: Title",
+    "summary: 3.50",
+    "showOutline: yes",
+    "showActivity: 0",
+    "displayPublishTime: 2024-01-15",
+    "icon: null",
+    "cover: ~",
+    "a: [1, 2",
+    "b: {c: d}",
+    "- item",
+    "  nested: 1",
+    "key: 'q'",
+    "k: \"dq\"",
+    "anch: &a x",
+    "ali: *a",
+    "dup: 1",
+    "dup: 2",
+    "hex: 0x10",
+    "exp: 1e5",
+    "tab:\tx",
+    "  - seq",
+    "text: |",
+    "  block",
+    "...",
+    "k2: !!str 5",
+    "k3: !!float 1",
+    "k4: !!int 0o7",
+    "'5': five",
+    "layout: [a, [b, c]]",
+    "theme: {headerLayout: Center}",
+    "# comment",
+    "",
+    "plain scalar",
+    "k5: a: b",
+    "k6: -.inf",
+    "k7: +12",
+    "k8: 1_000",
+    "k9: .5",
+    "k10: 1.",
+    "null: x",
+    "true: y",
+    "1: one",
+    "1.0: again",
+    "childrenType: 12",
 ];
 
 fn generated_document(rng: &mut Rng) -> String {
@@ -308,7 +415,11 @@ fn generated_documents_match_seed_client() {
         let parsed = parse_markdown(markdown, &mut js_ids());
         let tree = Value::Array(parsed.tree.iter().map(|n| n.to_json()).collect());
         let metadata: Map<String, Value> = parsed.metadata.iter().cloned().collect();
-        let keys: Vec<Value> = parsed.metadata.iter().map(|(k, _)| Value::String(k.clone())).collect();
+        let keys: Vec<Value> = parsed
+            .metadata
+            .iter()
+            .map(|(k, _)| Value::String(k.clone()))
+            .collect();
         if js["tree"] != tree
             || js["metadata"] != Value::Object(metadata.clone())
             || js["metadataKeys"] != Value::Array(keys)
@@ -325,6 +436,11 @@ fn generated_documents_match_seed_client() {
         failures.is_empty(),
         "{} of {count} generated documents differ from the client:\n{}",
         failures.len(),
-        failures.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

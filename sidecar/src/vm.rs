@@ -172,7 +172,11 @@ fn builtin_services(
         triggers.clone(),
     )
     .with_mcp(mcp.clone())
-    .with_hypermedia(hypermedia, ipfs);
+    .with_hypermedia(
+        hypermedia,
+        ipfs,
+        crate::hypermedia::drafts::DraftStore::new(db.clone()),
+    );
     verbs.attach(sessions.clone(), turns.clone());
     let endpoint = |key: &str, default: &str| {
         config

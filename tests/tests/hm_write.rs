@@ -587,3 +587,125 @@ async fn the_other_commands_publish_what_seed_publishes() {
     assert_eq!(unknown["type"], "hypermedia_write_error");
     assert_eq!(unknown["message"], "Unsupported write command: site.launch");
 }
+
+#[tokio::test]
+async fn drafts_stay_here_until_published() {
+    let server = HmServer::start().await;
+    let (w, session, account) = signing_world(&server).await;
+    let count = server.published().len();
+    let address = format!("hm://{account}/essay");
+    let draft = |action: &str, input: Value, content: Option<&str>| {
+        let mut call = json!({"address": address, "options": {"action": action, "input": input}});
+        if let Some(content) = content {
+            call["content"] = json!(content);
+        }
+        call
+    };
+    let created = write(
+        &w,
+        &session,
+        draft(
+            "draft.create",
+            json!({}),
+            Some("---\nname: Essay\nsummary: On drafts\n---\n# Start\n\nFirst words."),
+        ),
+    )
+    .await
+    .expect("drafted");
+    assert_eq!(created["command"], "draft.create");
+    assert!(created.get("signer").is_none(), "a draft is not signed");
+    assert_eq!(created["name"], "Essay");
+    assert_eq!(created["metadata"]["summary"], "On drafts");
+    let id = created["draftId"].as_str().unwrap_or_default().to_owned();
+    let nameless = write(
+        &w,
+        &session,
+        draft("draft.create", json!({}), Some("no name")),
+    )
+    .await
+    .expect_err("no name");
+    assert!(nameless.ends_with(
+        "draft.create requires a name — pass name (or metadata: {name}, or frontmatter name)"
+    ));
+
+    let updated = write(
+        &w,
+        &session,
+        draft(
+            "draft.update",
+            json!({"draftId": id, "name": "Essay II"}),
+            None,
+        ),
+    )
+    .await
+    .expect("renamed");
+    assert_eq!(updated["name"], "Essay II");
+    let got = write(
+        &w,
+        &session,
+        draft("draft.get", json!({"draftId": id}), None),
+    )
+    .await
+    .expect("got");
+    assert_eq!(got["status"], "idle");
+    assert_eq!(got["path"], "/essay");
+    let markdown = got["markdown"].as_str().unwrap_or_default();
+    assert!(markdown.contains("First words."), "{markdown}");
+    let listed = write(&w, &session, draft("draft.list", json!({}), None))
+        .await
+        .expect("listed");
+    assert_eq!(listed["drafts"][0]["id"], id.as_str());
+    assert_eq!(listed["drafts"][0]["name"], "Essay II");
+    assert_eq!(server.published().len(), count, "nothing published yet");
+
+    // Published: a document at the draft's path, and the draft says so.
+    let published = write(
+        &w,
+        &session,
+        draft("draft.publish", json!({"draftId": id}), None),
+    )
+    .await
+    .expect("published");
+    assert_eq!(published["command"], "draft.publish");
+    assert_eq!(published["draftId"], id.as_str());
+    assert_eq!(published["id"], address.as_str());
+    let doc = read(&w, &session, &address).await;
+    assert_eq!(doc["title"], "Essay II");
+    assert!(doc["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("First words."));
+    let got = write(
+        &w,
+        &session,
+        draft("draft.get", json!({"draftId": id}), None),
+    )
+    .await
+    .expect("got");
+    assert_eq!(got["status"], "published");
+
+    // Deleted: gone.
+    let deleted = write(
+        &w,
+        &session,
+        draft("draft.delete", json!({"draftId": id}), None),
+    )
+    .await
+    .expect("deleted");
+    assert_eq!(deleted["status"], "deleted");
+    let gone = write(
+        &w,
+        &session,
+        draft("draft.get", json!({"draftId": id}), None),
+    )
+    .await
+    .expect_err("gone");
+    assert_eq!(gone, "not_found: Draft not found");
+    let unknown = write(&w, &session, draft("draft.frobnicate", json!({}), None))
+        .await
+        .expect("answered");
+    assert_eq!(
+        unknown["message"],
+        "Unsupported draft command: draft.frobnicate"
+    );
+}

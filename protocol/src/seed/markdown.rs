@@ -343,7 +343,10 @@ fn is_line_terminator(c: u16) -> bool {
 
 fn trim(s: &[u16]) -> &[u16] {
     let start = s.iter().position(|&c| !is_space(c)).unwrap_or(s.len());
-    let end = s.iter().rposition(|&c| !is_space(c)).map_or(start, |e| e + 1);
+    let end = s
+        .iter()
+        .rposition(|&c| !is_space(c))
+        .map_or(start, |e| e + 1);
     &s[start..end.max(start)]
 }
 
@@ -353,7 +356,11 @@ fn starts_with(s: &[u16], prefix: &str) -> bool {
 
 fn starts_with_at(s: &[u16], i: usize, prefix: &str) -> bool {
     let p = prefix.as_bytes();
-    s.len() >= i + p.len() && s[i..i + p.len()].iter().zip(p).all(|(&a, &b)| a == u16::from(b))
+    s.len() >= i + p.len()
+        && s[i..i + p.len()]
+            .iter()
+            .zip(p)
+            .all(|(&a, &b)| a == u16::from(b))
 }
 
 fn index_of(s: &[u16], unit: u8, from: usize) -> Option<usize> {
@@ -552,8 +559,9 @@ fn replace_br(s: &[u16]) -> Vec<u16> {
 }
 
 fn run_len(s: &[u16], i: usize, unit: u8) -> usize {
-    s.get(i..)
-        .map_or(0, |r| r.iter().take_while(|&&c| c == u16::from(unit)).count())
+    s.get(i..).map_or(0, |r| {
+        r.iter().take_while(|&&c| c == u16::from(unit)).count()
+    })
 }
 
 /// The start of the next run of exactly `n` backticks from `from`.
@@ -953,7 +961,9 @@ fn inline_tag(raw: &[u16], i: &mut usize, st: &mut InlineState) -> bool {
 /// touch or overlap, and orders them (`mergeAdjacentAnnotations`).
 fn merge_adjacent(annotations: Vec<Ann>) -> Vec<Ann> {
     type Key = (&'static str, String, String);
-    let mut groups: Vec<(Key, Ann, Vec<(usize, usize)>)> = Vec::new();
+    /// A kind, its first annotation and its ranges.
+    type Group = (Key, Ann, Vec<(usize, usize)>);
+    let mut groups: Vec<Group> = Vec::new();
     let mut index: std::collections::HashMap<Key, usize> = std::collections::HashMap::new();
     for a in annotations {
         let key: Key = (
@@ -1738,7 +1748,7 @@ impl<'a> BlockParser<'a> {
             let (_, comment) = strip_block_comment(trim(&rest[2..]));
             let mut body: Vec<&[u16]> = Vec::new();
             let mut j = start + 1;
-            while j < self.lines.len() && !(trim(self.raw(j)) == units("$$").as_slice()) {
+            while j < self.lines.len() && trim(self.raw(j)) != units("$$").as_slice() {
                 body.push(strip_indent(self.raw(j), info.content_col));
                 j += 1;
             }
@@ -1789,8 +1799,11 @@ impl<'a> BlockParser<'a> {
                         full.append(&mut url);
                         url = full;
                     }
-                    let mut node =
-                        self.text_block("Image", &visible[link.label.0..link.label.1], comment.as_ref());
+                    let mut node = self.text_block(
+                        "Image",
+                        &visible[link.label.0..link.label.1],
+                        comment.as_ref(),
+                    );
                     node.block.link = Some(string(&url));
                     return Parsed1 {
                         node,
@@ -1806,7 +1819,10 @@ impl<'a> BlockParser<'a> {
             while j < self.lines.len() {
                 let l = self.lines[j];
                 let r = self.rest(j);
-                if l.blank || l.marker_len > 0 || l.indent != info.content_col || starts_special_block(r)
+                if l.blank
+                    || l.marker_len > 0
+                    || l.indent != info.content_col
+                    || starts_special_block(r)
                 {
                     break;
                 }
@@ -1880,10 +1896,9 @@ impl<'a> BlockParser<'a> {
             let rest = self.rest(i);
             if let Some(end_id) = match_end_comment(rest) {
                 if info.marker_len == 0 {
-                    let found = stack.iter().rposition(|f| {
-                        f.node
-                            .is_some_and(|n| self.arena[n].block.id == end_id)
-                    });
+                    let found = stack
+                        .iter()
+                        .rposition(|f| f.node.is_some_and(|n| self.arena[n].block.id == end_id));
                     if let Some(idx) = found.filter(|&idx| idx > 0) {
                         stack.truncate(idx);
                     }
@@ -2015,7 +2030,10 @@ impl<'a> BlockParser<'a> {
         {
             block.children_type = Some("Group".into());
         }
-        let children = children_ids.into_iter().map(|c| self.take_node(c)).collect();
+        let children = children_ids
+            .into_iter()
+            .map(|c| self.take_node(c))
+            .collect();
         BlockNode { block, children }
     }
 }
@@ -2417,8 +2435,8 @@ fn yaml_events(src: &str) -> Result<Vec<Event>, ()> {
             match parser.next_token() {
                 Ok((Event::StreamEnd, _)) => return Ok(events),
                 Ok((Event::Scalar(value, style, anchor, tag), mark)) => {
-                    let value = empty_block_scalar_at_end(&text, mark.index(), &style)
-                        .unwrap_or(value);
+                    let value =
+                        empty_block_scalar_at_end(&text, mark.index(), &style).unwrap_or(value);
                     events.push(Event::Scalar(value, style, anchor, tag));
                 }
                 Ok((event, _)) => events.push(event),
@@ -2469,7 +2487,11 @@ fn empty_block_scalar_at_end(src: &str, at: usize, style: &TScalarStyle) -> Opti
         .any(|c| c == '+');
     Some(if keep {
         let breaks = body.matches('\n').count();
-        "\n".repeat(if breaks == 0 && !body.is_empty() { 1 } else { breaks })
+        "\n".repeat(if breaks == 0 && !body.is_empty() {
+            1
+        } else {
+            breaks
+        })
     } else {
         String::new()
     })
@@ -2504,13 +2526,77 @@ fn more_than_one_document(src: &str) -> bool {
     false
 }
 
+/// Tabs the `yaml` package refuses as indentation where yaml-rust2 takes
+/// them: a line starting with a tab, or with spaces then a tab before a
+/// block mapping key or sequence entry (comment and blank lines aside).
+/// An approximation of its rule, which depends on the node the line is in.
+fn tab_indentation(src: &str) -> bool {
+    src.split('\n').any(|line| {
+        let content = line.trim_start_matches([' ', '\t']);
+        let lead = &line[..line.len() - content.len()];
+        if !lead.contains('\t') || content.trim().is_empty() || content.starts_with('#') {
+            return false;
+        }
+        if line.starts_with('\t') {
+            return true;
+        }
+        let entry = |rest: &str| rest.is_empty() || rest.starts_with([' ', '\t', '\r']);
+        content.strip_prefix('-').is_some_and(entry)
+            || content.strip_prefix('?').is_some_and(entry)
+            || content
+                .find(':')
+                .is_some_and(|colon| entry(&content[colon + 1..]))
+    })
+}
+
+/// A character the text does not hold, to stand in for lone carriage
+/// returns.
+fn unused_char(src: &str) -> Option<char> {
+    ('\u{e000}'..='\u{f8ff}').find(|&c| !src.contains(c))
+}
+
 /// The `yaml` package's `parse(src)`, as a JavaScript value; `Err` where it
 /// throws.
+///
+/// A carriage return not followed by a line feed is no line break to the
+/// `yaml` package but text (in scalars and comments alike), where
+/// yaml-rust2 breaks the line: such returns are read as a private-use
+/// character and put back in the values.
 fn yaml_to_js(src: &str) -> Result<Js, ()> {
-    if more_than_one_document(src) {
+    if more_than_one_document(src) || tab_indentation(src) {
         return Err(());
     }
-    let events = yaml_events(src)?;
+    let lone_cr = src
+        .char_indices()
+        .any(|(k, c)| c == '\r' && !src[k + 1..].starts_with('\n'));
+    let stand_in = if lone_cr { unused_char(src) } else { None };
+    let replaced;
+    let src = match stand_in {
+        Some(x) => {
+            let mut out = String::with_capacity(src.len());
+            let mut chars = src.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c == '\r' && chars.peek() != Some(&'\n') {
+                    out.push(x);
+                } else {
+                    out.push(c);
+                }
+            }
+            replaced = out;
+            replaced.as_str()
+        }
+        None => src,
+    };
+    let mut events = yaml_events(src)?;
+    if let Some(x) = stand_in {
+        for event in &mut events {
+            if let Event::Scalar(value, ..) = event {
+                if value.contains(x) {
+                    *value = value.replace(x, "\r");
+                }
+            }
+        }
+    }
     let mut c = Composer {
         nodes: Vec::new(),
         anchored: Vec::new(),
@@ -2590,7 +2676,7 @@ fn yaml_to_js(src: &str) -> Result<Js, ()> {
         c: &c,
         data: std::collections::HashMap::new(),
     };
-    conv.to_js(root, 0)
+    conv.convert(root, 0)
 }
 
 impl Composer {
@@ -2638,7 +2724,7 @@ struct ToJs<'c> {
 }
 
 impl ToJs<'_> {
-    fn to_js(&mut self, n: usize, depth: usize) -> Result<Js, ()> {
+    fn convert(&mut self, n: usize, depth: usize) -> Result<Js, ()> {
         if depth > MAX_YAML_DEPTH {
             return Err(());
         }
@@ -2680,16 +2766,16 @@ impl ToJs<'_> {
             YNode::Seq(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for &item in items {
-                    out.push(self.to_js(item, depth + 1)?);
+                    out.push(self.convert(item, depth + 1)?);
                 }
                 Js::Arr(out)
             }
             YNode::Map(pairs) => {
                 let mut out: Vec<(String, Js)> = Vec::new();
                 for &(k, v) in pairs {
-                    let key = self.to_js(k, depth + 1)?;
+                    let key = self.convert(k, depth + 1)?;
                     let key = self.string_key(k, &key);
-                    let value = self.to_js(v, depth + 1)?;
+                    let value = self.convert(v, depth + 1)?;
                     match out.iter_mut().find(|(existing, _)| *existing == key) {
                         Some(slot) => slot.1 = value,
                         None => out.push((key, value)),
@@ -2712,7 +2798,11 @@ impl ToJs<'_> {
                 .data
                 .get(target)
                 .map_or(0, |d| d.count.saturating_mul(d.alias_count)),
-            YNode::Seq(items) => items.iter().map(|&i| self.alias_count(i)).max().unwrap_or(0),
+            YNode::Seq(items) => items
+                .iter()
+                .map(|&i| self.alias_count(i))
+                .max()
+                .unwrap_or(0),
             YNode::Map(pairs) => pairs
                 .iter()
                 .map(|&(k, v)| self.alias_count(k).max(self.alias_count(v)))
@@ -2860,7 +2950,8 @@ fn resolve_timestamp(s: &str) -> Option<f64> {
                 p += 1;
                 // `[012]?[0-9]`
                 let start = p;
-                if matches!(b.get(p), Some(b'0'..=b'2')) && b.get(p + 1).is_some_and(u8::is_ascii_digit)
+                if matches!(b.get(p), Some(b'0'..=b'2'))
+                    && b.get(p + 1).is_some_and(u8::is_ascii_digit)
                 {
                     p += 2;
                 } else if b.get(p).is_some_and(u8::is_ascii_digit) {
@@ -2900,7 +2991,11 @@ fn resolve_timestamp(s: &str) -> Option<f64> {
 /// months past 11 carry into the year).
 #[allow(clippy::too_many_arguments)]
 fn date_utc(year: f64, month: f64, day: f64, h: f64, min: f64, s: f64, ms: f64) -> f64 {
-    let year = if (0.0..=99.0).contains(&year) { 1900.0 + year } else { year };
+    let year = if (0.0..=99.0).contains(&year) {
+        1900.0 + year
+    } else {
+        year
+    };
     let ym = year + (month / 12.0).floor();
     let mn = month.rem_euclid(12.0);
     let days = days_from_civil(ym as i64, mn as i64 + 1, 1) as f64 + day - 1.0;
@@ -2969,7 +3064,9 @@ fn iso_string(t: f64) -> Option<String> {
     } else {
         format!("+{y:06}")
     };
-    Some(format!("{year}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{ms:03}Z"))
+    Some(format!(
+        "{year}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{ms:03}Z"
+    ))
 }
 
 /// `String(date)`, as a runtime in UTC prints it.
@@ -3069,7 +3166,8 @@ fn resolve_float(s: &str) -> Option<Scalar> {
         // Without a dot only the exponent form is a float.
         None => exponent.is_some() && all_digits(mantissa, 10),
     };
-    let exponent_ok = exponent.is_none_or(|e| all_digits(e.strip_prefix(['-', '+']).unwrap_or(e), 10));
+    let exponent_ok =
+        exponent.is_none_or(|e| all_digits(e.strip_prefix(['-', '+']).unwrap_or(e), 10));
     if !(mantissa_ok && exponent_ok) {
         return None;
     }
@@ -3143,9 +3241,15 @@ mod tests {
         let b = &p.tree[0].block;
         assert_eq!(b.text, "😀 b \u{fffc}");
         assert_eq!(b.annotations[0].kind, "Bold");
-        assert_eq!((b.annotations[0].starts[0], b.annotations[0].ends[0]), (3, 4));
+        assert_eq!(
+            (b.annotations[0].starts[0], b.annotations[0].ends[0]),
+            (3, 4)
+        );
         assert_eq!(b.annotations[1].kind, "Embed");
-        assert_eq!((b.annotations[1].starts[0], b.annotations[1].ends[0]), (5, 6));
+        assert_eq!(
+            (b.annotations[1].starts[0], b.annotations[1].ends[0]),
+            (5, 6)
+        );
     }
 
     #[test]
@@ -3158,14 +3262,26 @@ mod tests {
         let table = &p.tree[1];
         assert_eq!(table.block.kind, "Table");
         assert_eq!(table.block.id, "tbl");
-        let kinds: Vec<_> = table.children.iter().map(|c| c.block.kind.as_str()).collect();
-        assert_eq!(kinds, ["TableColumn", "TableColumn", "TableRow", "TableRow"]);
+        let kinds: Vec<_> = table
+            .children
+            .iter()
+            .map(|c| c.block.kind.as_str())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["TableColumn", "TableColumn", "TableRow", "TableRow"]
+        );
         assert_eq!(table.children[0].block.id, "c1");
         assert_eq!(table.children[3].block.id, "row1");
         assert_eq!(table.children[3].children[0].block.text, "1");
         assert_eq!(
             table.children[3].children[0].block.attributes,
-            Some(json!({"columnId": "c1"}).as_object().cloned().unwrap_or_default())
+            Some(
+                json!({"columnId": "c1"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            )
         );
     }
 
@@ -3228,9 +3344,29 @@ mod tests {
     #[test]
     fn no_panics_on_odd_input() {
         for md in [
-            "", "\n", "---", "---\n", "[", "![", "`", "<", "<!--", "<!-- id:", "| ", "|\\",
-            "* ** *** **** _ __", "[[[](", "# ", "```", "$$", "\u{feff}---\n---\n", "😀\\",
-            "<span style=\"color:red\">x", "- \n  - \n    - x", "<!-- end:x -->", "\r\n\r\n",
+            "",
+            "\n",
+            "---",
+            "---\n",
+            "[",
+            "![",
+            "`",
+            "<",
+            "<!--",
+            "<!-- id:",
+            "| ",
+            "|\\",
+            "* ** *** **** _ __",
+            "[[[](",
+            "# ",
+            "```",
+            "$$",
+            "\u{feff}---\n---\n",
+            "😀\\",
+            "<span style=\"color:red\">x",
+            "- \n  - \n    - x",
+            "<!-- end:x -->",
+            "\r\n\r\n",
         ] {
             let p = parse(md);
             let _ = to_hm_block_nodes(&p.tree);

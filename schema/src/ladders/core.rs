@@ -646,4 +646,35 @@ pub const MIGRATIONS: &[Migration] = &[
                 PRIMARY KEY (account_id, server_url)
             ) STRICT, WITHOUT ROWID"],
     },
+    // 12: hypermedia drafts, kept here until an agent publishes them: per
+    // owner account and agent, the content as block-node JSON, the
+    // metadata as `[key, value]` pairs in the order they were set, where
+    // the draft will go, and what publishing it last made.
+    Migration {
+        version: 12,
+        statements: &[
+            "CREATE TABLE agentos_core_hm_drafts (
+                draft_id TEXT PRIMARY KEY CHECK (length(draft_id) BETWEEN 1 AND 64),
+                account_id TEXT NOT NULL CHECK (length(account_id) BETWEEN 1 AND 256),
+                agent_id TEXT NOT NULL CHECK (length(agent_id) BETWEEN 1 AND 64),
+                title TEXT NOT NULL,
+                content_json TEXT NOT NULL
+                    CHECK (json_valid(content_json) AND json_type(content_json) = 'array'),
+                metadata_json TEXT NOT NULL
+                    CHECK (json_valid(metadata_json) AND json_type(metadata_json) = 'array'),
+                edit_target TEXT,
+                location_target TEXT,
+                path_name TEXT,
+                visibility TEXT,
+                status TEXT NOT NULL CHECK (status IN ('idle', 'published')),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                published_at_ms INTEGER,
+                published_id TEXT,
+                published_version TEXT
+            ) STRICT",
+            "CREATE INDEX agentos_core_hm_drafts_by_agent
+                ON agentos_core_hm_drafts (account_id, agent_id, updated_at_ms DESC)",
+        ],
+    },
 ];

@@ -5,9 +5,11 @@
 //! mentions, embeds and query blocks resolved, or its attributes;
 //! `views.rs`: profiles, directories and the activity feed), and publish
 //! signed blobs to it (`publish.rs`: accounts, profiles, files;
-//! `write.rs`: the write commands of documents and comments).
+//! `write.rs`: the write commands of documents, comments and drafts,
+//! whose rows `drafts.rs` keeps).
 
 mod client;
+pub mod drafts;
 mod frontmatter;
 pub mod publish;
 mod read;

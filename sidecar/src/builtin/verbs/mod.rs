@@ -233,6 +233,8 @@ pub struct Verbs {
     /// The hypermedia server, for `read hm://…` (absent: such reads answer
     /// `address_unavailable`).
     pub(crate) hypermedia: Option<crate::hypermedia::Hypermedia>,
+    /// Hypermedia drafts, for `write hm://… {action: 'draft.*'}`.
+    pub(crate) drafts: Option<crate::hypermedia::drafts::DraftStore>,
     /// Downloads from the operator's IPFS gateway, for `read ipfs://…`.
     pub(crate) ipfs: Option<crate::builtin::download::Downloader>,
     /// Staging, for `write ~/memory/…` with `{fromAttachment}`.
@@ -278,6 +280,7 @@ impl Verbs {
             mcp: None,
             hypermedia: None,
             ipfs: None,
+            drafts: None,
             sessions: Arc::new(OnceLock::new()),
             delegation: Arc::new(OnceLock::new()),
             expanded: Arc::default(),
@@ -290,14 +293,17 @@ impl Verbs {
         self
     }
 
-    /// Gives `read` the hypermedia server.
+    /// Gives `read` and `write` the hypermedia server, and `write` its
+    /// drafts.
     pub fn with_hypermedia(
         mut self,
         hypermedia: crate::hypermedia::Hypermedia,
         ipfs: crate::builtin::download::Downloader,
+        drafts: crate::hypermedia::drafts::DraftStore,
     ) -> Verbs {
         self.hypermedia = Some(hypermedia);
         self.ipfs = Some(ipfs);
+        self.drafts = Some(drafts);
         self
     }
 

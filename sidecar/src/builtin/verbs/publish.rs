@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::{failure, success, VerbScope, Verbs};
 use crate::control::identities::{identity, signing_key, KeyError};
-use crate::hypermedia::write::Signer;
+use crate::hypermedia::write::{DraftScope, Signer};
 
 /// Grants that allow publishing.
 const PUBLISH_GRANTS: [&str; 5] = [
@@ -380,6 +380,32 @@ pub(super) async fn hypermedia(
     };
     if options.get("signer").is_some_and(|s| !s.is_object()) {
         return failure("invalid_argument", "Write signer must be an object");
+    }
+    if command.starts_with("draft.") {
+        let Some(store) = verbs.drafts.as_ref() else {
+            return failure("address_unavailable", "drafts are not kept here");
+        };
+        let drafts = DraftScope {
+            store,
+            account_id: &scope.account_id,
+            agent_id: &scope.agent_id,
+        };
+        // Only publishing a draft signs.
+        let signer = if command == "draft.publish" {
+            match resolve_signer(verbs, scope, options.get("signer")).await {
+                Ok((signer, _)) => Some(signer),
+                Err(refused) => return refused,
+            }
+        } else {
+            None
+        };
+        return match hypermedia
+            .draft(&drafts, signer.as_ref(), &command, &command_input, dry_run)
+            .await
+        {
+            Ok(result) => success(result),
+            Err(e) => failure(e.code(), e),
+        };
     }
     let (signer, secret) = match resolve_signer(verbs, scope, options.get("signer")).await {
         Ok(resolved) => resolved,

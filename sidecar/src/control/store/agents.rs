@@ -237,8 +237,8 @@ impl ControlStore {
             .await
     }
 
-    /// Deletes the agent, its collaborators, its session links and its
-    /// tool documents in one transaction; answers the ids of its sessions
+    /// Deletes the agent, its collaborators, its session links, its tool
+    /// documents and its hypermedia drafts in one transaction; answers the ids of its sessions
     /// that still exist, or `None` when there was no such agent.
     pub async fn delete_agent(&self, agent_id: &str) -> Result<Option<Vec<String>>, DbError> {
         let id = SqlValue::from(agent_id);
@@ -264,6 +264,7 @@ impl ControlStore {
             )
             .expect_changes(1),
             super::tool_documents::delete_agent_tools_statement(agent_id),
+            crate::hypermedia::drafts::delete_agent_drafts_statement(agent_id),
         ];
         let Some(mut results) = guarded(&self.db, statements, 3).await? else {
             return Ok(None);
