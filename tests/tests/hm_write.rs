@@ -709,3 +709,95 @@ async fn drafts_stay_here_until_published() {
         "Unsupported draft command: draft.frobnicate"
     );
 }
+
+#[tokio::test]
+async fn a_memory_file_is_published_with_its_images() {
+    let server = HmServer::start().await;
+    let (w, session, account) = signing_world(&server).await;
+    let put = |path: &str, content: &str| {
+        json!({"_": "WriteAgentMemoryFile", "agentId": w.agent_id, "path": path,
+               "content": content})
+    };
+    ok(&w.act(put("notes/pics/cat.png", "not really a png")).await);
+    ok(&w.act(put("logo.svg", "<svg/>")).await);
+    ok(&w
+        .act(put(
+            "notes/weekly-update.md",
+            "---\nicon: logo.svg\nsummary: Weekly\n---\n# Week\n\n![a cat](pics/cat.png)\n\nDone.\n",
+        ))
+        .await);
+    let address = format!("hm://{account}");
+    let dry = write(
+        &w,
+        &session,
+        json!({"address": address, "options": {"fromPath": "~/memory/notes/weekly-update.md"},
+               "dryRun": true}),
+    )
+    .await
+    .expect("validated");
+    let target = format!("hm://{account}/weekly-update");
+    assert_eq!(
+        dry["summary"],
+        format!("Validated notes/weekly-update.md for publishing to {target} with 1 image.")
+    );
+    let count = server.published().len();
+    let published = write(
+        &w,
+        &session,
+        json!({"address": address, "options": {"fromPath": "notes/weekly-update.md"}}),
+    )
+    .await
+    .expect("published");
+    assert_eq!(
+        published["summary"],
+        format!("Published notes/weekly-update.md as {target} with 1 image.")
+    );
+    assert_eq!(published["imagesUploaded"], 1);
+    assert_eq!(
+        published["url"],
+        format!("{}/hm/{account}/weekly-update", server.url())
+    );
+    let all = server.published();
+    assert_eq!(all.len(), count + 1, "one publish");
+    let blobs = all.last().expect("a publish");
+    let cat = agentos_protocol::seed::unixfs::file_blocks(b"not really a png")
+        .root
+        .to_string();
+    let logo = agentos_protocol::seed::unixfs::file_blocks(b"<svg/>")
+        .root
+        .to_string();
+    assert!(blobs.iter().any(|b| b.cid == cat) && blobs.iter().any(|b| b.cid == logo));
+    let doc = read(&w, &session, &target).await;
+    let markdown = doc["markdown"].as_str().unwrap_or_default();
+    assert!(markdown.contains(&format!("/ipfs/{cat})")), "{markdown}");
+    assert_eq!(doc["metadata"]["icon"], format!("ipfs://{logo}"));
+    assert_eq!(doc["title"], "Weekly update");
+
+    // Again: the document is there, so it is updated in place.
+    let again = write(
+        &w,
+        &session,
+        json!({"address": address, "options": {"fromPath": "notes/weekly-update.md"}}),
+    )
+    .await
+    .expect("updated");
+    assert_eq!(again["command"], "document.update");
+    assert!(again["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("Updated notes/weekly-update.md at "));
+
+    // A link to nothing.
+    ok(&w.act(put("bad.md", "![x](missing.png)")).await);
+    let missing = write(
+        &w,
+        &session,
+        json!({"address": address, "options": {"fromPath": "bad.md"}}),
+    )
+    .await
+    .expect_err("missing file");
+    assert!(
+        missing.ends_with("Linked file not found in memory: missing.png"),
+        "{missing}"
+    );
+}

@@ -20,6 +20,17 @@
 //! duplicate keys, anchors and the alias budget are resolved here by that
 //! package's rules. Invalid frontmatter means no metadata and the whole
 //! input read as markdown.
+//!
+//! Known differences, all in input nobody writes on purpose: a
+//! `<span style="constructor:…">` (the JavaScript looks the property up on
+//! a plain object and makes an annotation with no type; here it is text);
+//! in frontmatter, `!!binary`, `!!set`, `!!omap` and `!!pairs` tags (read
+//! as plain values), a `%YAML`/`%TAG` directive, an explicit `? key`
+//! followed by a sequence, tabs in whitespace-only lines and some
+//! tab-before-content indentation (the package's rules there follow its
+//! syntax tree; `tab_indentation` approximates them), and some lone
+//! carriage returns (taken as text, as the package takes them, except
+//! after an indicator such as `:`).
 
 use serde_json::{Map, Value};
 use yaml_rust2::parser::{Event, Parser, Tag};
@@ -68,6 +79,14 @@ pub struct BlockNode {
 pub struct Parsed {
     pub tree: Vec<BlockNode>,
     pub metadata: Vec<(String, Value)>,
+}
+
+impl Parsed {
+    /// The metadata as one JSON object (its keys then in `serde_json`'s
+    /// order, not the frontmatter's).
+    pub fn metadata_json(&self) -> Value {
+        Value::Object(self.metadata.iter().cloned().collect())
+    }
 }
 
 impl Annotation {
@@ -1201,10 +1220,16 @@ fn match_cell_id(s: &[u16]) -> Option<((usize, usize), String)> {
     None
 }
 
-/// COL_ID_RE `<!--\s*col:(id)(?:\s+attrs:(\{.*?\}))?\s*-->` anywhere: the
-/// match range, the column id and the attrs text.
-#[allow(clippy::type_complexity)]
-fn match_col_id(s: &[u16]) -> Option<((usize, usize), String, Option<(usize, usize)>)> {
+/// A column comment in a header cell: where it is, the column id and the
+/// range of its attrs.
+struct ColMatch {
+    range: (usize, usize),
+    id: String,
+    attrs: Option<(usize, usize)>,
+}
+
+/// COL_ID_RE `<!--\s*col:(id)(?:\s+attrs:(\{.*?\}))?\s*-->` anywhere.
+fn match_col_id(s: &[u16]) -> Option<ColMatch> {
     for p in 0..s.len() {
         if !starts_with_at(s, p, "<!--") {
             continue;
@@ -1225,7 +1250,11 @@ fn match_col_id(s: &[u16]) -> Option<((usize, usize), String, Option<(usize, usi
                     if at(s, k) == b'}' {
                         let r = skip_spaces(s, k + 1);
                         if starts_with_at(s, r, "-->") {
-                            return Some(((p, r + 3), id(), Some((brace, k + 1))));
+                            return Some(ColMatch {
+                                range: (p, r + 3),
+                                id: id(),
+                                attrs: Some((brace, k + 1)),
+                            });
                         }
                     }
                     k += 1;
@@ -1233,7 +1262,11 @@ fn match_col_id(s: &[u16]) -> Option<((usize, usize), String, Option<(usize, usi
             }
             let r = skip_spaces(s, id_end);
             if starts_with_at(s, r, "-->") {
-                return Some(((p, r + 3), id(), None));
+                return Some(ColMatch {
+                    range: (p, r + 3),
+                    id: id(),
+                    attrs: None,
+                });
             }
         }
     }
@@ -1411,10 +1444,10 @@ fn split_table_row(line: &[u16]) -> Row {
             }
             let mut col_id = None;
             let mut col_attrs = None;
-            if let Some(((a, b), id, attrs)) = match_col_id(&cell) {
-                col_id = Some(id);
-                col_attrs = attrs.and_then(|(x, y)| parse_attrs(&cell[x..y]));
-                cell.drain(a..b);
+            if let Some(m) = match_col_id(&cell) {
+                col_id = Some(m.id);
+                col_attrs = m.attrs.and_then(|(x, y)| parse_attrs(&cell[x..y]));
+                cell.drain(m.range.0..m.range.1);
             }
             Cell {
                 text: trim(&cell).to_vec(),
@@ -1467,7 +1500,7 @@ impl Frame {
     }
 }
 
-struct Parsed1 {
+struct BlockAt {
     node: BlockNode,
     next: usize,
     standalone: bool,
@@ -1690,7 +1723,7 @@ impl<'a> BlockParser<'a> {
         (out, j)
     }
 
-    fn parse_block_at(&mut self, start: usize) -> Parsed1 {
+    fn parse_block_at(&mut self, start: usize) -> BlockAt {
         let info = self.lines[start];
         let rest = self.rest(start);
         if let Some(caps) = match_standalone_comment(rest) {
@@ -1700,7 +1733,7 @@ impl<'a> BlockParser<'a> {
                 if f.indent >= info.indent && starts_with(self.rest(j), "|") && f.marker_len == 0 {
                     let (lines, next) = self.table_lines_from(start + 1);
                     let node = self.table_node(&lines, Some(&comment));
-                    return Parsed1 {
+                    return BlockAt {
                         node,
                         next,
                         standalone: false,
@@ -1709,7 +1742,7 @@ impl<'a> BlockParser<'a> {
             }
             let kind = comment.kind.clone().unwrap_or_else(|| "Paragraph".into());
             let block = self.base_block(&kind, Some(&comment));
-            return Parsed1 {
+            return BlockAt {
                 node: leaf(block),
                 next: start + 1,
                 standalone: true,
@@ -1738,7 +1771,7 @@ impl<'a> BlockParser<'a> {
             if !language.is_empty() {
                 block.language = Some(language);
             }
-            return Parsed1 {
+            return BlockAt {
                 node: leaf(block),
                 next: j + 1,
                 standalone: false,
@@ -1754,7 +1787,7 @@ impl<'a> BlockParser<'a> {
             }
             let mut block = self.base_block("Math", comment.as_ref());
             block.text = string(&body.join(&u16::from(b'\n')));
-            return Parsed1 {
+            return BlockAt {
                 node: leaf(block),
                 next: j + 1,
                 standalone: false,
@@ -1766,7 +1799,7 @@ impl<'a> BlockParser<'a> {
                 Some(c) => self.typed_node(text, c),
                 None => self.text_block("Heading", text, comment.as_ref()),
             };
-            return Parsed1 {
+            return BlockAt {
                 node,
                 next: start + 1,
                 standalone: false,
@@ -1775,7 +1808,7 @@ impl<'a> BlockParser<'a> {
         if starts_with(rest, "|") {
             let (lines, next) = self.table_lines_from(start);
             let node = self.table_node(&lines, None);
-            return Parsed1 {
+            return BlockAt {
                 node,
                 next,
                 standalone: false,
@@ -1784,7 +1817,7 @@ impl<'a> BlockParser<'a> {
         let (visible, comment) = strip_block_comment(rest);
         if let Some(c) = comment.as_ref().filter(|c| c.kind.is_some()) {
             let node = self.typed_node(visible, c);
-            return Parsed1 {
+            return BlockAt {
                 node,
                 next: start + 1,
                 standalone: false,
@@ -1805,7 +1838,7 @@ impl<'a> BlockParser<'a> {
                         comment.as_ref(),
                     );
                     node.block.link = Some(string(&url));
-                    return Parsed1 {
+                    return BlockAt {
                         node,
                         next: start + 1,
                         standalone: false,
@@ -1836,7 +1869,7 @@ impl<'a> BlockParser<'a> {
             }
         }
         let node = self.text_block("Paragraph", &text, comment.as_ref());
-        Parsed1 {
+        BlockAt {
             node,
             next: j,
             standalone: false,

@@ -7,7 +7,8 @@
 //
 // Each answer is {tree, metadata, metadataKeys, hmNodes, ops}: parseMarkdown's
 // tree and metadata (and the metadata's keys in order),
-// markdownBlockNodesToHMBlockNodes(tree) and flattenToOperations(tree). A parse that throws answers {error: message}.
+// markdownBlockNodesToHMBlockNodes(tree) and flattenToOperations(tree). A
+// parse that throws answers {error: message}.
 //
 // Block ids the markdown does not give come from Math.random, which is
 // replaced here by a deterministic sequence, restarted before each

@@ -250,6 +250,18 @@ pub(super) async fn hypermedia(
     };
     let empty = Map::new();
     let options = input["options"].as_object().unwrap_or(&empty);
+    if let Some(from) = options
+        .get("fromPath")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+    {
+        if let Some(refused) =
+            unknown_options("hm:// (fromPath)", options, &["fromPath", "signer"], false)
+        {
+            return refused;
+        }
+        return memory_document(verbs, scope, &account, &path, from, options, dry_run).await;
+    }
     let action = options
         .get("action")
         .and_then(Value::as_str)
@@ -425,6 +437,203 @@ pub(super) async fn hypermedia(
         }
     }
     success(result)
+}
+
+/// `collapseMemoryPath`: `.` and `..` resolved; `None` when it leaves
+/// memory or names nothing.
+fn collapse(path: &str) -> Option<String> {
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in path.split(['/', '\\']) {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop()?;
+            }
+            other => segments.push(other),
+        }
+    }
+    (!segments.is_empty()).then(|| segments.join("/"))
+}
+
+/// The bytes of a file a published markdown file links: relative to the
+/// file's directory, then to memory's root.
+async fn linked_file(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    base_dir: &str,
+    link: &str,
+) -> Result<Vec<u8>, VerbResult> {
+    let mut candidates: Vec<String> = Vec::new();
+    if link.starts_with('/') || base_dir.is_empty() {
+        candidates.extend(collapse(link));
+    } else {
+        candidates.extend(collapse(&format!("{base_dir}/{link}")));
+        candidates.extend(collapse(link));
+    }
+    candidates.dedup();
+    for candidate in candidates {
+        if let Ok(file) = verbs
+            .memory
+            .read(&scope.agent_id, &candidate, MAX_IPFS_BYTES)
+            .await
+        {
+            return Ok(file.data);
+        }
+    }
+    Err(failure(
+        "invalid_argument",
+        format!("Linked file not found in memory: {link}"),
+    ))
+}
+
+/// Rewrites the `file://` links of block nodes to `ipfs://` of the files'
+/// blocks, which join `files`; answers how many blocks linked a file.
+async fn rewrite_file_links(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    base_dir: &str,
+    nodes: &mut [Value],
+    files: &mut Vec<agentos_protocol::seed::blobs::PublishEntry>,
+) -> Result<usize, VerbResult> {
+    let mut count = 0;
+    let mut stack: Vec<&mut Value> = nodes.iter_mut().collect();
+    while let Some(node) = stack.pop() {
+        if let Some(link) = node["block"]["link"]
+            .as_str()
+            .and_then(|l| l.strip_prefix("file://"))
+            .map(str::to_owned)
+        {
+            count += 1;
+            let bytes = linked_file(verbs, scope, base_dir, &link).await?;
+            node["block"]["link"] = json!(format!("ipfs://{}", add_file(&bytes, files)));
+        }
+        if let Some(children) = node.get_mut("children").and_then(Value::as_array_mut) {
+            stack.extend(children.iter_mut());
+        }
+    }
+    Ok(count)
+}
+
+/// `bytes` as IPFS blocks added to `files` (each block once); answers the
+/// root CID.
+fn add_file(bytes: &[u8], files: &mut Vec<agentos_protocol::seed::blobs::PublishEntry>) -> String {
+    let file = agentos_protocol::seed::unixfs::file_blocks(bytes);
+    for block in file.blocks {
+        let cid = block.cid.to_string();
+        if !files.iter().any(|f| f.cid.as_deref() == Some(cid.as_str())) {
+            files.push(agentos_protocol::seed::blobs::PublishEntry {
+                cid: Some(cid),
+                data: block.data,
+            });
+        }
+    }
+    file.root.to_string()
+}
+
+/// `write hm://… {fromPath}`: a markdown file of memory published as a
+/// document, its linked files and frontmatter media as IPFS blocks in the
+/// same publish.
+async fn memory_document(
+    verbs: &Verbs,
+    scope: &VerbScope,
+    account: &str,
+    path: &str,
+    from: &str,
+    options: &Map<String, Value>,
+    dry_run: bool,
+) -> VerbResult {
+    use crate::hypermedia::write::{MemoryDocument, MAX_WRITE_CONTENT_BYTES};
+    let Some(hypermedia) = verbs.hypermedia.as_ref() else {
+        return failure("address_unavailable", "no hypermedia server is configured");
+    };
+    if options.get("signer").is_some_and(|s| !s.is_object()) {
+        return failure("invalid_argument", "Signer must be an object");
+    }
+    let from = from.strip_prefix("~/memory/").unwrap_or(from);
+    let file = match verbs
+        .memory
+        .read(&scope.agent_id, from, MAX_WRITE_CONTENT_BYTES as u64)
+        .await
+    {
+        Ok(file) => file,
+        Err(crate::space::SpaceError::TooLarge { .. }) => {
+            return failure(
+                "invalid_argument",
+                format!("Memory file {from} is too large to publish"),
+            )
+        }
+        Err(e) => return failure(e.code(), e),
+    };
+    let Ok(text) = String::from_utf8(file.data) else {
+        return failure(
+            "invalid_argument",
+            format!(
+                "Memory file {} is not UTF-8 text; only markdown files can be published",
+                file.path
+            ),
+        );
+    };
+    let parsed = agentos_protocol::seed::markdown::parse_markdown(
+        &text,
+        &mut crate::hypermedia::publish::block_id,
+    );
+    let mut nodes = agentos_protocol::seed::markdown::to_hm_block_nodes(&parsed.tree);
+    let mut metadata = parsed.metadata;
+    let base_dir = file
+        .path
+        .rsplit_once('/')
+        .map_or("", |(dir, _)| dir)
+        .to_owned();
+    let mut files = Vec::new();
+    let images = match rewrite_file_links(verbs, scope, &base_dir, &mut nodes, &mut files).await {
+        Ok(images) => images,
+        Err(refused) => return refused,
+    };
+    for (key, value) in metadata.iter_mut() {
+        if !matches!(key.as_str(), "icon" | "cover" | "seedExperimentalLogo") {
+            continue;
+        }
+        let Some(text) = value.as_str().filter(|t| !t.is_empty()) else {
+            continue;
+        };
+        let has_scheme = text.split_once(':').is_some_and(|(scheme, _)| {
+            scheme
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+        });
+        if has_scheme && !text.starts_with("file://") {
+            continue;
+        }
+        let link = text.trim_start_matches("file://").to_owned();
+        let bytes = match linked_file(verbs, scope, &base_dir, &link).await {
+            Ok(bytes) => bytes,
+            Err(refused) => return refused,
+        };
+        *value = json!(format!("ipfs://{}", add_file(&bytes, &mut files)));
+    }
+    let (signer, _) = match resolve_signer(verbs, scope, options.get("signer")).await {
+        Ok(resolved) => resolved,
+        Err(refused) => return refused,
+    };
+    let document = MemoryDocument {
+        path: file.path,
+        nodes,
+        metadata,
+        files,
+        images,
+    };
+    let target_path = (path != "/").then_some(path);
+    match hypermedia
+        .publish_memory_document(&signer, account, target_path, document, dry_run)
+        .await
+    {
+        Ok(result) => success(result),
+        Err(e) => failure(e.code(), e),
+    }
 }
 
 /// `write ipfs://` with `{fromPath}` (a memory file) or
