@@ -163,6 +163,10 @@ fn annotations_json(annotations: &[Annotation]) -> Value {
 
 /// The characters of a generated block id, as the client draws them:
 /// `ID_CHARS[floor(Math.random() * 64)]`, eight times.
+/// Cells a table is padded to at most (columns × rows); a larger grid
+/// keeps only the cells its rows write.
+pub const MAX_DENSE_TABLE_CELLS: usize = 21_845;
+
 pub const BLOCK_ID_CHARS: &[u8; 64] =
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
 
@@ -1671,8 +1675,13 @@ impl<'a> BlockParser<'a> {
             })
             .collect();
         let has_header_row = header_cells.iter().any(|c| !c.text.is_empty());
+        // A grid Seed would pad to more cells than any sane table has is
+        // given only the cells its rows write (the markdown is the same):
+        // a few hundred KiB of `|` could otherwise ask for billions.
+        let rows = body.len() + usize::from(has_header_row);
+        let dense = col_count.saturating_mul(rows) <= MAX_DENSE_TABLE_CELLS;
         if let Some(header) = header.as_ref().filter(|_| has_header_row) {
-            let cells = self.row_cells(&column_ids, &header.cells);
+            let cells = self.row_cells(&column_ids, &header.cells, dense);
             let id = match &header.id {
                 Some(id) => id.clone(),
                 None => self.gen_id(),
@@ -1687,7 +1696,7 @@ impl<'a> BlockParser<'a> {
             });
         }
         for row in &body {
-            let cells = self.row_cells(&column_ids, &row.cells);
+            let cells = self.row_cells(&column_ids, &row.cells, dense);
             let id = match &row.id {
                 Some(id) => id.clone(),
                 None => self.gen_id(),
@@ -1703,8 +1712,15 @@ impl<'a> BlockParser<'a> {
         }
     }
 
-    fn row_cells(&mut self, column_ids: &[String], cells: &[Cell]) -> Vec<BlockNode> {
-        column_ids
+    /// A row's cells: one per column when `dense`, else only those it
+    /// writes.
+    fn row_cells(&mut self, column_ids: &[String], cells: &[Cell], dense: bool) -> Vec<BlockNode> {
+        let columns = if dense {
+            column_ids
+        } else {
+            &column_ids[..cells.len().min(column_ids.len())]
+        };
+        columns
             .iter()
             .enumerate()
             .map(|(idx, column_id)| {
@@ -3222,6 +3238,25 @@ mod tests {
 
     fn parse(md: &str) -> Parsed {
         parse_markdown(md, &mut counter_ids())
+    }
+
+    #[test]
+    fn a_hostile_table_is_not_padded_into_billions_of_cells() {
+        // 60,000 columns in the header, 60,000 one-cell rows: padded, that
+        // would be 3.6 billion cells.
+        let mut md = format!("{}\n", "|a".repeat(60_000));
+        md.push_str(&"|-".repeat(2));
+        md.push('\n');
+        md.push_str(&"|x\n".repeat(60_000));
+        let p = parse(&md);
+        let table = &p.tree[0];
+        let rows = table.children.iter().filter(|c| c.block.kind == "TableRow");
+        let cells: usize = rows.map(|r| r.children.len()).sum();
+        assert_eq!(cells, 60_000 + 60_000, "the header's cells and one per row");
+        // A small table is padded as Seed pads it.
+        let p = parse("| a | b |\n|---|---|\n| x |\n");
+        let row = &p.tree[0].children.last().expect("a row");
+        assert_eq!(row.children.len(), 2);
     }
 
     #[test]
