@@ -53,7 +53,7 @@ async fn a_callable_answers_its_contract_first_then_is_offered_directly() {
     w.provider.push(tool_calls(&[(
         "c1",
         "call",
-        json!({"tool": "search", "input": {"query": "oat"}}),
+        json!({"tool": "memory_search", "input": {"query": "oat"}}),
     )]));
     w.provider.push(text("got the contract"));
     ok(&w.message(&session, "find the milk").await);
@@ -68,19 +68,22 @@ async fn a_callable_answers_its_contract_first_then_is_offered_directly() {
     assert!(
         !Sent::new(w.flavor, &requests[1].body)
             .tools()
-            .contains(&"search".to_owned()),
+            .contains(&"memory_search".to_owned()),
         "promotion waits for the next turn"
     );
 
     // The next turn offers `search` by name, and calling it runs it.
-    w.provider
-        .push(tool_calls(&[("c2", "search", json!({"query": "oat"}))]));
+    w.provider.push(tool_calls(&[(
+        "c2",
+        "memory_search",
+        json!({"query": "oat"}),
+    )]));
     w.provider.push(text("found it"));
     ok(&w.message(&session, "now search").await);
     let requests = w.provider.requests();
     assert_eq!(
         Sent::new(w.flavor, &requests[2].body).tools(),
-        [&builtin::VERBS[..], &["search"]].concat()
+        [&builtin::VERBS[..], &["memory_search"]].concat()
     );
     let events = w.events(&session).await;
     let hits = &result_of(&events, "c2")["output"]["hits"];
@@ -91,7 +94,7 @@ async fn a_callable_answers_its_contract_first_then_is_offered_directly() {
     w.provider.push(tool_calls(&[(
         "c3",
         "call",
-        json!({"tool": "search", "input": {"query": "eggs"}}),
+        json!({"tool": "memory_search", "input": {"query": "eggs"}}),
     )]));
     w.provider.push(text("eggs too"));
     ok(&w.message(&session, "and eggs?").await);

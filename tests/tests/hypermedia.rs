@@ -629,3 +629,87 @@ async fn nothing_listening_is_hm_unreachable() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn call_search_asks_the_servers_search_as_the_reference_does() {
+    let server = HmServer::start().await;
+    let w = world_reading(&server).await;
+    let session = w.session().await;
+    let account = w.owner.id();
+    let query = format!(
+        "query=team+notes&includeBody=false&contextSize=48&perspectiveAccountUid={account}&searchType=2&pageSize=20"
+    );
+    server.answer(
+        "Search",
+        &query,
+        json!({"entities": [
+            {"id": {"id": "hm://z6MkDoc/employees", "uid": "z6MkDoc", "path": ["employees"],
+                    "version": "bafyV1", "blockRef": null, "blockRange": null, "hostname": null,
+                    "scheme": "hm", "latest": false},
+             "title": "Employees", "icon": "", "parentNames": ["Team", "People"],
+             "versionTime": "2026-01-02T00:00:00Z", "searchQuery": "team notes", "type": "document"},
+            {"id": {"id": "hm://z6MkBob", "uid": "z6MkBob", "path": [], "version": null,
+                    "blockRef": null, "blockRange": null, "hostname": null, "scheme": "hm",
+                    "latest": true},
+             "title": "", "icon": "", "parentNames": [], "searchQuery": "team notes",
+             "type": "contact"}
+        ], "searchQuery": "team notes", "nextPageToken": ""}),
+    );
+    let answer = w
+        .invoke(
+            &session,
+            "call",
+            json!({"tool": "search", "input": {"query": "  team notes "}}),
+        )
+        .await;
+    ok(&answer);
+    // The first call in a thread answers the contract; the second runs.
+    let answer = w
+        .invoke(
+            &session,
+            "call",
+            json!({"tool": "search", "input": {"query": "  team notes "}}),
+        )
+        .await;
+    ok(&answer);
+    let output = json_of(answer.field("output"));
+    assert_eq!(output["summary"], "Found 2 results for \"team notes\".");
+    assert_eq!(output["searchType"], "hybrid");
+    assert_eq!(
+        output["results"][0],
+        json!({"title": "Employees", "url": "hm://z6MkDoc/employees?v=bafyV1",
+               "type": "document", "parentNames": ["Team", "People"],
+               "versionTime": "2026-01-02T00:00:00Z"})
+    );
+    assert_eq!(output["results"][1]["title"], "hm://z6MkBob");
+    assert_eq!(
+        output["markdown"],
+        "Search results for \"team notes\" (2 results, search type: hybrid, include body: no)\n\n\
+         1. [Employees](hm://z6MkDoc/employees?v=bafyV1)\n   - Type: document\n   - Parents: Team / People\n   \
+         - Updated: 2026-01-02T00:00:00Z\n   - URL: hm://z6MkDoc/employees?v=bafyV1\n\n\
+         2. [hm://z6MkBob](hm://z6MkBob)\n   - Type: contact\n   - URL: hm://z6MkBob\n"
+    );
+    assert!(server.seen().contains(&format!("Search?{query}")));
+    // Nothing found, in the reference's words (a short query asks for 30).
+    server.answer(
+        "Search",
+        &format!(
+            "query=zz&includeBody=true&contextSize=48&perspectiveAccountUid={account}&searchType=0&pageSize=30"
+        ),
+        json!({"entities": [], "searchQuery": "zz", "nextPageToken": ""}),
+    );
+    let none = w
+        .invoke(
+            &session,
+            "call",
+            json!({"tool": "search", "input": {"query": "zz", "searchType": "keyword",
+                                              "includeBody": true}}),
+        )
+        .await;
+    ok(&none);
+    let output = json_of(none.field("output"));
+    assert_eq!(
+        output["markdown"],
+        "No results found for \"zz\" (search type: keyword, include body: yes)."
+    );
+}

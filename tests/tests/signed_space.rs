@@ -122,7 +122,7 @@ async fn tools_are_listed_with_their_grants_and_lambdas_are_authored() {
     assert_eq!(listed.text("agentId"), agent_id);
     let tools = list(listed.field("tools"));
     let names: Vec<String> = tools.iter().map(|t| text(t, "name")).collect();
-    assert_eq!(names, ["search", "web_fetch"]);
+    assert_eq!(names, ["memory_search", "search", "web_fetch"]);
     let search = by_name(tools, "search");
     assert_eq!(text(search, "kind"), "builtin");
     assert!(text(search, "cid").starts_with("bafyrei"));
@@ -205,7 +205,10 @@ async fn tools_are_listed_with_their_grants_and_lambdas_are_authored() {
         .iter()
         .map(|t| text(t, "name"))
         .collect();
-    assert_eq!(names, ["search", "web_fetch", "token_count"]);
+    assert_eq!(
+        names,
+        ["memory_search", "search", "web_fetch", "token_count"]
+    );
     let source = text(
         by_name(list(listed.field("tools")), "token_count"),
         "source",
@@ -500,7 +503,12 @@ async fn readers_read_writers_write_and_strangers_find_nothing() {
         widened.body
     );
     // The same grants spelled differently are no change.
-    let same = call(&t, &writer, regrant(Some(json!(["search"])))).await;
+    let same = call(
+        &t,
+        &writer,
+        regrant(Some(json!(["search", "memory_search"]))),
+    )
+    .await;
     assert_eq!(same.status, 200, "{:?}", same.body);
     let mut moved = definition(None);
     moved["adapter"] = json!("echo");

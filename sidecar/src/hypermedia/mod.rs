@@ -51,6 +51,9 @@ pub enum HmError {
     /// The address is not one this read takes.
     #[error("{0}")]
     InvalidAddress(String),
+    /// Input the request cannot be made of.
+    #[error("{0}")]
+    InvalidInput(String),
     #[error("Network error fetching {key}: {message}")]
     Unreachable { key: String, message: String },
     #[error("Network error fetching {key}: no answer within {after_ms} ms")]
@@ -74,6 +77,7 @@ impl HmError {
     pub fn code(&self) -> &'static str {
         match self {
             HmError::InvalidAddress(_) => "invalid_address",
+            HmError::InvalidInput(_) => "invalid_argument",
             HmError::Unreachable { .. } => "hm_unreachable",
             HmError::Timeout { .. } => "hm_timeout",
             HmError::Status { .. } => "hm_status",

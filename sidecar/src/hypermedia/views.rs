@@ -206,6 +206,129 @@ impl Hypermedia {
         }))
     }
 
+    /// `call search`: the server's `Search`, as the reference's callable
+    /// asks it (from `perspective`, the agent's owner) and shows it.
+    pub async fn search(&self, input: &Value, perspective: &str) -> Result<Value, HmError> {
+        let query = input["query"].as_str().map(str::trim).unwrap_or("");
+        if query.is_empty() {
+            return Err(HmError::InvalidInput("Search query is required".into()));
+        }
+        let search_type = match input["searchType"].as_str() {
+            Some(kind @ ("keyword" | "semantic" | "hybrid")) => kind,
+            _ => "hybrid",
+        };
+        let code = match search_type {
+            "keyword" => 0,
+            "semantic" => 1,
+            _ => 2,
+        };
+        let include_body = input["includeBody"].as_bool().unwrap_or(false);
+        let bounded = |value: &Value, fallback: i64, min: i64, max: i64| -> i64 {
+            value
+                .as_f64()
+                .filter(|f| f.is_finite())
+                .map_or(fallback, |f| (f.floor() as i64).clamp(min, max))
+        };
+        let page_size = bounded(
+            &input["pageSize"],
+            if query.chars().count() < 3 { 30 } else { 20 },
+            1,
+            50,
+        );
+        let context_size = bounded(&input["contextSize"], 48, 0, 512);
+        let account = match input["accountUid"].as_str() {
+            Some(uid) => Param::Text(uid.to_owned()),
+            None => Param::Absent,
+        };
+        let answer = self
+            .client
+            .query(
+                "Search",
+                &QueryInput::Fields(vec![
+                    ("query", Param::Text(query.to_owned())),
+                    ("accountUid", account),
+                    ("includeBody", Param::Text(include_body.to_string())),
+                    ("contextSize", Param::Text(context_size.to_string())),
+                    ("perspectiveAccountUid", Param::Text(perspective.to_owned())),
+                    ("searchType", Param::Text(code.to_string())),
+                    ("pageSize", Param::Text(page_size.to_string())),
+                ]),
+            )
+            .await?;
+        let entities = answer["entities"].as_array().map_or(&[][..], Vec::as_slice);
+        let results: Vec<Value> = entities
+            .iter()
+            .take(page_size as usize)
+            .map(|entity| {
+                let url = packed_json_id(&entity["id"]).unwrap_or_default();
+                let title = entity["title"]
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .map_or_else(|| url.clone(), str::to_owned);
+                let mut result = json!({
+                    "title": title, "url": url,
+                    "type": entity["type"].as_str().unwrap_or(""),
+                    "parentNames": entity["parentNames"].as_array().cloned().unwrap_or_default(),
+                });
+                if let Some(time) = entity["versionTime"].as_str() {
+                    result["versionTime"] = json!(time);
+                }
+                result
+            })
+            .collect();
+        let yes_no = if include_body { "yes" } else { "no" };
+        let plural = if results.len() == 1 { "" } else { "s" };
+        let markdown = if results.is_empty() {
+            format!(
+                "No results found for \"{query}\" (search type: {search_type}, include body: {yes_no})."
+            )
+        } else {
+            let mut lines = vec![
+                format!(
+                    "Search results for \"{query}\" ({} result{plural}, search type: {search_type}, include body: {yes_no})",
+                    results.len()
+                ),
+                String::new(),
+            ];
+            for (i, result) in results.iter().enumerate() {
+                let url = result["url"].as_str().unwrap_or("");
+                lines.push(format!(
+                    "{}. [{}]({url})",
+                    i + 1,
+                    result["title"].as_str().unwrap_or("")
+                ));
+                lines.push(format!(
+                    "   - Type: {}",
+                    result["type"].as_str().unwrap_or("")
+                ));
+                let parents: Vec<String> = result["parentNames"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned))
+                    .collect();
+                if !parents.is_empty() {
+                    lines.push(format!("   - Parents: {}", parents.join(" / ")));
+                }
+                if let Some(time) = result["versionTime"].as_str() {
+                    lines.push(format!("   - Updated: {time}"));
+                }
+                lines.push(format!("   - URL: {url}"));
+                lines.push(String::new());
+            }
+            lines.join("\n")
+        };
+        let summary = if results.is_empty() {
+            format!("No results found for \"{query}\".")
+        } else {
+            format!("Found {} result{plural} for \"{query}\".", results.len())
+        };
+        Ok(json!({
+            "summary": summary, "markdown": markdown, "query": query,
+            "searchType": search_type, "includeBody": include_body, "results": results,
+        }))
+    }
+
     /// `read activity:`: one page of the activity feed, as the account
     /// sees it. `options` may name `pageSize` (1 to 50), `pageToken`,
     /// `trustedOnly`, `authors`, `eventTypes` and `resource`.
@@ -325,4 +448,35 @@ fn update_time(time: &Value) -> Option<String> {
     };
     let when = chrono::DateTime::from_timestamp(seconds, 0)?;
     Some(when.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+}
+
+/// `packHmId` of an id as the server sends it (`{uid, path, version,
+/// blockRef, latest, …}`).
+fn packed_json_id(id: &Value) -> Option<String> {
+    let uid = id["uid"].as_str().filter(|u| !u.is_empty())?;
+    let path: Vec<String> = id["path"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_owned))
+        .collect();
+    let text = |key: &str| {
+        id[key]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let version = text("version");
+    HmId {
+        id: pack_base_id(uid, &path),
+        uid: uid.to_owned(),
+        path,
+        latest: id["latest"].as_bool().unwrap_or(version.is_none()),
+        version,
+        block_ref: text("blockRef"),
+        block_range: None,
+        hostname: None,
+        scheme: "hm".into(),
+    }
+    .pack()
 }

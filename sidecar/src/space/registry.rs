@@ -2,9 +2,10 @@
 //! run for an agent through `call`, as tool documents, and which of them an
 //! agent's grants offer.
 //!
-//! Two builtins exist: `search` (the agent's memory and its account's
-//! session titles; granted unless the definition says otherwise) and
-//! `web_fetch` (one https page; only when granted). Their executors live
+//! Three builtins exist: `search` (the hypermedia server's `Search`, as
+//! the reference's callable), `memory_search` (the agent's memory and its
+//! account's session titles; both granted unless the definition says
+//! otherwise) and `web_fetch` (one https page; only when granted). Their executors live
 //! with the verbs; this file is only their contracts, which is what the
 //! model reads and what each agent's `~/tools` stores (see `tools.rs`: a
 //! builtin's stored row is rewritten when its CID here changes).
@@ -33,14 +34,15 @@ pub const VERBS: [&str; 8] = [
 ];
 
 pub const SEARCH: &str = "search";
+pub const MEMORY_SEARCH: &str = "memory_search";
 pub const WEB_FETCH: &str = "web_fetch";
 
 /// What an agent whose definition names no `tools` is granted.
-pub const DEFAULT_GRANTS: [&str; 1] = [SEARCH];
+pub const DEFAULT_GRANTS: [&str; 2] = [SEARCH, MEMORY_SEARCH];
 
-/// Largest `limit` of one `search`.
+/// Largest `limit` of one `memory_search`.
 pub const SEARCH_MAX_LIMIT: u64 = 50;
-/// Results of a `search` without a `limit`.
+/// Results of a `memory_search` without a `limit`.
 pub const SEARCH_DEFAULT_LIMIT: u64 = 10;
 /// Most bytes `web_fetch` reads of one page.
 pub const WEB_FETCH_MAX_BYTES: u64 = 200 * 1024;
@@ -53,9 +55,9 @@ struct Builtin {
     input: fn() -> Value,
 }
 
-const BUILTINS: [Builtin; 2] = [
+const BUILTINS: [Builtin; 3] = [
     Builtin {
-        name: SEARCH,
+        name: MEMORY_SEARCH,
         summary: "Find text in your memory files and the titles of your conversations.",
         description: "Searches, case-insensitively, for a piece of text in three places: \
 the paths of your memory files (`~/memory/...`), the text of those files, and the titles \
@@ -67,6 +69,13 @@ omitted).\n\n\
 Output: the matches. A memory match names the file's path and, when the text matched \
 inside the file, a short excerpt around it; a conversation match names the session and \
 its title. Read a matched file with `read ~/memory/<path>` to see all of it.",
+        input: memory_search_input,
+    },
+    Builtin {
+        name: SEARCH,
+        summary: "Search Seed hypermedia documents, contacts and comments.",
+        description: "Search Seed hypermedia content: document titles, contacts, and \
+optionally document bodies and comments. Returns ranked results with hm:// URLs you can read.",
         input: search_input,
     },
     Builtin {
@@ -84,7 +93,30 @@ status): the result then says why, and retrying the same URL at once rarely help
     },
 ];
 
+/// The reference's `search` contract.
 fn search_input() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "query": {"type": "string", "minLength": 1,
+                      "description": "The search query. Supports phrases and wildcards."},
+            "accountUid": {"type": "string",
+                           "description": "Optional account UID to scope search to a single account."},
+            "includeBody": {"type": "boolean",
+                            "description": "Set true to search document bodies and comments in addition to titles and contacts."},
+            "contextSize": {"type": "integer", "minimum": 0, "maximum": 512,
+                            "description": "Optional match context size in runes. Defaults to 48."},
+            "searchType": {"type": "string", "enum": ["keyword", "semantic", "hybrid"],
+                           "description": "Search ranking mode. Defaults to hybrid."},
+            "pageSize": {"type": "integer", "minimum": 1,
+                         "description": "Maximum number of results to return."}
+        },
+        "required": ["query"]
+    })
+}
+
+fn memory_search_input() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -178,7 +210,7 @@ mod tests {
     fn builtins_are_documents_with_sound_contracts() {
         let documents = builtins();
         let names: Vec<&str> = documents.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, [SEARCH, WEB_FETCH]);
+        assert_eq!(names, [MEMORY_SEARCH, SEARCH, WEB_FETCH]);
         for document in &documents {
             assert_eq!(document.kind, ToolKind::Builtin);
             assert_eq!(document.binding.as_deref(), Some(document.name.as_str()));
@@ -188,7 +220,7 @@ mod tests {
             assert!(!is_verb(&document.name));
             assert!(document.cid().unwrap().starts_with("bafyrei"));
         }
-        assert_eq!(builtin(WEB_FETCH).as_ref(), documents.get(1));
+        assert_eq!(builtin(WEB_FETCH).as_ref(), documents.get(2));
         assert_eq!(builtin("read"), None);
     }
 

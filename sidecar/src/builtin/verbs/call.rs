@@ -125,7 +125,8 @@ pub(super) async fn run(
         );
     }
     match (record.document.kind, record.document.name.as_str()) {
-        (ToolKind::Builtin, "search") => search(verbs, scope, &input).await,
+        (ToolKind::Builtin, "search") => hypermedia_search(verbs, scope, &input).await,
+        (ToolKind::Builtin, "memory_search") => search(verbs, scope, &input).await,
         (ToolKind::Builtin, "web_fetch") => {
             let url = input["url"].as_str().unwrap_or_default();
             if !url.starts_with("https://") {
@@ -160,6 +161,18 @@ pub(super) async fn run(
 
 /// Case-insensitive search of memory file names and text and of the
 /// account's thread titles, bounded in files and bytes read.
+/// `search`: the hypermedia server's `Search`, as the reference runs it.
+async fn hypermedia_search(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
+    let Some(hypermedia) = verbs.hypermedia.as_ref() else {
+        return failure("address_unavailable", "no hypermedia server is configured");
+    };
+    match hypermedia.search(input, &scope.account_id).await {
+        Ok(result) => success(result),
+        Err(e) => failure(e.code(), e),
+    }
+}
+
+/// `memory_search`: text in the agent's memory and its threads' titles.
 async fn search(verbs: &Verbs, scope: &VerbScope, input: &Value) -> VerbResult {
     let query = input["query"].as_str().unwrap_or_default().to_lowercase();
     if query.is_empty() {

@@ -84,14 +84,23 @@ async fn listing_materialises_builtins_once_and_grants_follow_the_definition() {
         let db: SharedDatabase = counting.clone();
         let tools = ToolDocuments::new(db, 200).expect("tools");
         let listed = tools.list(OWNER, AGENT, None).await.expect("list");
-        assert_eq!(names(&listed), ["search", "web_fetch"], "{}", test.name);
+        assert_eq!(
+            names(&listed),
+            ["memory_search", "search", "web_fetch"],
+            "{}",
+            test.name
+        );
         assert_eq!(counting.take().transactions, 1, "{}", test.name);
-        assert!(listed[0].granted && !listed[1].granted);
+        assert!(listed[0].granted && listed[1].granted && !listed[2].granted);
         assert_eq!(listed[0].cid, registry::builtins()[0].cid().expect("cid"));
-        assert_eq!(listed[0].document.binding.as_deref(), Some("search"));
+        assert_eq!(listed[0].document.binding.as_deref(), Some("memory_search"));
 
         // Unchanged builtins are not written again: one read, no transaction.
-        let grants = vec!["search".to_owned(), "web_fetch".to_owned()];
+        let grants = vec![
+            "memory_search".to_owned(),
+            "search".to_owned(),
+            "web_fetch".to_owned(),
+        ];
         let again = tools.list(OWNER, AGENT, Some(&grants)).await.expect("list");
         let counts = counting.take();
         assert_eq!(
@@ -121,7 +130,7 @@ async fn a_changed_builtin_rewrites_its_row_and_a_retired_one_goes() {
     let new = ToolDocuments::with_builtins(counting.clone(), 200, shipped.clone()).expect("tools");
     let listed = new.list(OWNER, AGENT, None).await.expect("list");
     assert_eq!(counting.take().transactions, 1);
-    assert_eq!(names(&listed), ["search"]);
+    assert_eq!(names(&listed), ["memory_search"]);
     assert_eq!(listed[0].document, shipped[0]);
     assert_ne!(listed[0].cid, first[0].cid);
     assert_eq!(listed[0].created_at_ms, first[0].created_at_ms);
@@ -197,7 +206,13 @@ async fn lambdas_are_saved_edited_renamed_and_deleted() {
     let listed = tools.list(OWNER, AGENT, None).await.expect("list");
     assert_eq!(
         names(&listed),
-        ["search", "web_fetch", "other_count", "token_count"]
+        [
+            "memory_search",
+            "search",
+            "web_fetch",
+            "other_count",
+            "token_count"
+        ]
     );
 
     assert!(tools
@@ -224,7 +239,7 @@ async fn lambdas_are_saved_edited_renamed_and_deleted() {
         .await
         .expect("get")
         .is_none());
-    assert_eq!(tools.delete_agent(AGENT).await.expect("delete agent"), 3);
+    assert_eq!(tools.delete_agent(AGENT).await.expect("delete agent"), 4);
 }
 
 #[tokio::test]
@@ -324,7 +339,7 @@ async fn bad_lambdas_are_refused_naming_why() {
         assert_eq!(error.code(), "invalid_argument", "{error}");
         assert!(error.to_string().contains(expected), "{expected}: {error}");
     }
-    assert!(tools.list(OWNER, AGENT, None).await.expect("list").len() == 2);
+    assert!(tools.list(OWNER, AGENT, None).await.expect("list").len() == 3);
 }
 
 #[tokio::test]
