@@ -801,3 +801,40 @@ async fn a_memory_file_is_published_with_its_images() {
         "{missing}"
     );
 }
+
+#[tokio::test]
+async fn the_model_publishes_in_a_turn_and_a_broken_server_does_not_end_it() {
+    let server = HmServer::start().await;
+    let (w, session, account) = signing_world(&server).await;
+    let address = format!("hm://{account}/from-model");
+    server.fault("PublishBlobs", Fault::NotJson);
+    w.provider.push(builtin::tool_calls(&[(
+        "w1",
+        "write",
+        json!({"address": address, "content": "Hello from a turn.", "options": {"name": "From model"}}),
+    )]));
+    w.provider
+        .push(builtin::text("The server failed; I will retry later."));
+    ok(&w.message(&session, "publish a note").await);
+    let body = w.last_body();
+    let results = builtin::Sent::new(w.flavor, &body).tool_results();
+    let (_, sent) = results
+        .iter()
+        .find(|(id, _)| id == "w1")
+        .expect("the write's result went to the model");
+    assert!(
+        sent.contains("hm_malformed") && sent.contains("PublishBlobs"),
+        "{sent}"
+    );
+    // Healed, the next turn publishes.
+    server.heal("PublishBlobs");
+    w.provider.push(builtin::tool_calls(&[(
+        "w2",
+        "write",
+        json!({"address": address, "content": "Hello from a turn.", "options": {"name": "From model"}}),
+    )]));
+    w.provider.push(builtin::text("Published."));
+    ok(&w.message(&session, "try again").await);
+    let doc = read(&w, &session, &address).await;
+    assert_eq!(doc["title"], "From model");
+}
