@@ -117,6 +117,20 @@ pub struct TurnContext {
     /// the agent's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_retries: Option<u32>,
+    /// The signed account that sent this turn's prompt: its words reach
+    /// the model after a `<message_sender>` block naming it
+    /// ([`sender_prefixed`]), as every signed message of the transcript
+    /// does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_sender: Option<String>,
+}
+
+/// A signed user's words as the model reads them: after a
+/// `<message_sender>` block holding the sender's account id as JSON (so
+/// words that imitate the framing cannot forge it).
+pub fn sender_prefixed(account_id: &str, text: &str) -> String {
+    let sender = serde_json::json!({ "accountId": account_id });
+    format!("<message_sender>\n{sender}\n</message_sender>\n\n{text}")
 }
 
 /// The provider a turn calls: its Seed `type`, the endpoint the sidecar

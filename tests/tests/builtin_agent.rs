@@ -47,7 +47,13 @@ async fn a_text_turn_streams_the_reply_and_sends_the_agent_to_the_provider() {
     assert!(system.contains("<space>"), "{system}");
     assert_eq!(Sent::new(Flavor::OpenAi, &body).tools(), VERBS);
     assert_eq!(body["messages"].as_array().map(Vec::len), Some(2));
-    assert_eq!(body["messages"][1]["content"], "hi");
+    assert_eq!(
+        body["messages"][1]["content"],
+        format!(
+            "<message_sender>\n{{\"accountId\":\"{}\"}}\n</message_sender>\n\nhi",
+            w.owner.id()
+        )
+    );
     // A second turn carries the first one back from the log.
     w.provider.push(Reply::Text(vec!["again".into()]));
     ok(&w.message(&session, "more").await);

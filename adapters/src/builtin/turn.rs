@@ -157,6 +157,13 @@ pub(super) async fn run(
     // delegated work answered: no new user message.
     let resume = matches!(&source, Source::Sidecar(ctx) if ctx.resume);
     if !resume {
+        let text = match &source {
+            Source::Sidecar(ctx) => match &ctx.prompt_sender {
+                Some(sender) => agent_ext::sender_prefixed(sender, &text),
+                None => text,
+            },
+            Source::Local => text,
+        };
         messages.push(Message::User { text });
     }
     // Every tool call id this conversation already holds.

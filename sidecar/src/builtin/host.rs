@@ -397,6 +397,7 @@ impl Host {
         system_prompt.push_str(&prompt::signing_identities(
             &self.signing_identities(&resolved).await?,
         ));
+        system_prompt.push_str(&self.conversation_members(&resolved).await?);
         if let Some(instructions) = self.delegated(turn.session_id).await?["instructions"].as_str()
         {
             system_prompt.push_str("\n\n<instructions>\n");
@@ -404,6 +405,10 @@ impl Host {
             system_prompt.push_str("\n</instructions>");
         }
         let (transcript, basis) = transcript.for_agent();
+        let prompt_sender = match turn.input_floor.filter(|_| !turn.resume) {
+            Some(at) => self.prompt_sender(turn.session_id, at).await,
+            None => None,
+        };
         Ok(TurnContext {
             agent_id: resolved.agent.agent_id.clone(),
             system_prompt,
@@ -420,7 +425,79 @@ impl Host {
             max_tokens: MAX_TOKENS,
             resume: turn.resume,
             provider_retries: Some(self.endpoints.provider_retries),
+            prompt_sender,
         })
+    }
+
+    /// The reference's `<conversation_members>` block, for an agent with
+    /// accepted collaborators (none: nothing, and no lookups): its owner
+    /// and them, oldest first, with their display names when the
+    /// hypermedia server knows them.
+    async fn conversation_members(&self, resolved: &Resolved) -> Result<String, RpcError> {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Member {
+            account_id: String,
+            role: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            display_name: Option<String>,
+        }
+        let mut collaborators: Vec<_> = self
+            .control
+            .list_collaborators(&resolved.agent.agent_id)
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))?
+            .into_iter()
+            .filter(|c| c.status == crate::control::CollaboratorStatus::Accepted)
+            .collect();
+        if collaborators.is_empty() {
+            return Ok(String::new());
+        }
+        collaborators.sort_by_key(|c| c.created_at_ms);
+        let mut members = vec![Member {
+            account_id: resolved.agent.account_id.clone(),
+            role: "owner",
+            display_name: None,
+        }];
+        members.extend(collaborators.into_iter().map(|c| Member {
+            account_id: c.account_id,
+            role: c.role.as_str(),
+            display_name: None,
+        }));
+        if let Some(hypermedia) = self.verbs.hypermedia.as_ref() {
+            let names = futures_util::future::join_all(
+                members
+                    .iter()
+                    .map(|m| hypermedia.display_name(&m.account_id)),
+            )
+            .await;
+            for (member, name) in members.iter_mut().zip(names) {
+                member.display_name = name;
+            }
+        }
+        let listed = serde_json::to_string_pretty(&members)
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        Ok(format!(
+            "{}\n<conversation_members>\n{listed}\n</conversation_members>",
+            prompt::CONVERSATION_MEMBERS
+        ))
+    }
+
+    /// The signed account whose words open the running prompt (the event
+    /// at its input floor), if a signed account sent them.
+    async fn prompt_sender(&self, session_id: &str, at: u64) -> Option<String> {
+        let events = self
+            .store
+            .events_between(session_id, at.saturating_sub(1), at, 1)
+            .await
+            .ok()?;
+        match events.into_iter().find(|e| e.sequence == at)?.actor {
+            Actor::User {
+                account: Some(account),
+                ..
+            } => Some(account),
+            _ => None,
+        }
     }
 
     async fn provider_key(&self, session_id: &str) -> Result<ProviderKey, RpcError> {

@@ -26,8 +26,8 @@
 //! providers refuse a conversation that does not start with the user.
 
 use agentos_protocol::agent_ext::{
-    block_text, cut_with_notice, output_text, HeldTranscript, TranscriptBasis, TranscriptItem,
-    ERROR_UPDATE, MODEL_RESULT_BYTES, SIGNATURE_META,
+    block_text, cut_with_notice, output_text, sender_prefixed, HeldTranscript, TranscriptBasis,
+    TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES, SIGNATURE_META,
 };
 use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use serde_json::Value;
@@ -259,6 +259,9 @@ pub(super) struct Builder {
     /// Users' verbs that finished while agent calls were open: they follow
     /// those calls' results, which must come right after the calls.
     deferred: Vec<String>,
+    /// The last signed user message pushed: its place among the items and
+    /// its sender, so the chunks of one message name their sender once.
+    last_signed: Option<(usize, String)>,
     /// Bytes held beyond the events' own text: the users' verbs framed as
     /// messages, and the calls' inputs as parsed values (larger than their
     /// text). Everything else was cut from an event's text, so the events'
@@ -292,7 +295,28 @@ impl Builder {
                     return;
                 }
                 if let Some(text) = block_text(&update["content"]) {
+                    let sender = match &event.actor {
+                        Actor::User {
+                            account: Some(account),
+                            ..
+                        } => Some(account.clone()),
+                        _ => None,
+                    };
+                    self.close_open();
+                    let continues = matches!(
+                        (&self.last_signed, &sender),
+                        (Some((at, by)), Some(account))
+                            if by == account && *at + 1 == self.items.len()
+                    );
+                    let text = match &sender {
+                        Some(account) if !continues => {
+                            self.extra += account.len() + 64;
+                            sender_prefixed(account, &text)
+                        }
+                        _ => text,
+                    };
                     self.user(text);
+                    self.last_signed = sender.map(|account| (self.items.len() - 1, account));
                 }
             }
             "agent_message_chunk" => {

@@ -62,7 +62,16 @@ pub struct Hypermedia {
     ipfs: String,
     /// How the activity monitor reads feeds.
     pub(super) activity: ActivityPace,
+    /// Accounts' display names as last looked up, until when.
+    names: std::sync::Arc<std::sync::Mutex<NameCache>>,
 }
+
+/// Display names by account: a name for five minutes, a failed lookup for
+/// thirty seconds; at most [`MAX_CACHED_NAMES`] kept.
+type NameCache = std::collections::HashMap<String, (Option<String>, std::time::Instant)>;
+
+/// Accounts whose display names are kept at once.
+const MAX_CACHED_NAMES: usize = 4096;
 
 /// `hypermedia.activity*`: how often and how far the monitor reads.
 #[derive(Clone, Copy, Debug)]
@@ -75,6 +84,7 @@ pub struct ActivityPace {
 impl Hypermedia {
     pub fn new(config: &HypermediaConfig) -> Result<Hypermedia, HmError> {
         Ok(Hypermedia {
+            names: Default::default(),
             client: HmClient::new(config)?,
             ipfs: config.ipfs_server(),
             activity: ActivityPace {
@@ -335,6 +345,43 @@ impl Hypermedia {
             label,
             account: false,
         })
+    }
+
+    /// An account's display name for a conversation's members, as the
+    /// reference looks it up: within a second, trimmed and cut to 200
+    /// characters, kept five minutes (thirty seconds after a failure).
+    pub async fn display_name(&self, uid: &str) -> Option<String> {
+        use std::time::{Duration, Instant};
+        let now = Instant::now();
+        let cached = {
+            let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+            names.get(uid).filter(|(_, until)| *until > now).cloned()
+        };
+        if let Some((name, _)) = cached {
+            return name;
+        }
+        let input = QueryInput::Id(uid.to_owned());
+        let lookup = self.client.query("Account", &input);
+        let (name, keep) = match tokio::time::timeout(Duration::from_secs(1), lookup).await {
+            Ok(Ok(account)) => {
+                let name = (account["type"] == "account")
+                    .then(|| account["metadata"]["name"].as_str())
+                    .flatten()
+                    .map(|n| n.trim().chars().take(200).collect::<String>())
+                    .filter(|n| !n.is_empty());
+                (name, Duration::from_secs(300))
+            }
+            _ => (None, Duration::from_secs(30)),
+        };
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        if names.len() >= MAX_CACHED_NAMES {
+            names.retain(|_, (_, until)| *until > now);
+            if names.len() >= MAX_CACHED_NAMES {
+                names.clear();
+            }
+        }
+        names.insert(uid.to_owned(), (name.clone(), now + keep));
+        name
     }
 
     /// An account's display name: `Some(None)` for an account without one,

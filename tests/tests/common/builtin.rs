@@ -588,8 +588,22 @@ impl<'a> Sent<'a> {
         out
     }
 
-    /// The texts of the user's messages (tool results excluded).
+    /// The words of the user's messages (tool results excluded), without
+    /// the `<message_sender>` block a signed message opens with.
     pub fn user_texts(&self) -> Vec<String> {
+        self.raw_user_texts()
+            .into_iter()
+            .map(|text| match text.strip_prefix("<message_sender>\n") {
+                Some(rest) => rest
+                    .split_once("\n</message_sender>\n\n")
+                    .map_or(text.clone(), |(_, words)| words.to_owned()),
+                None => text,
+            })
+            .collect()
+    }
+
+    /// The texts of the user's messages (tool results excluded), as sent.
+    pub fn raw_user_texts(&self) -> Vec<String> {
         let b = self.body;
         let mut out = Vec::new();
         match self.flavor {
