@@ -410,6 +410,28 @@ async fn options_files_and_a_failing_server() {
         failed,
         "hm_status: HTTP 500 from PublishBlobs: Internal Server Error: disk full"
     );
+    // Too slow, and an answer too large: typed too.
+    server.fault(
+        "PublishBlobs",
+        Fault::Slow(std::time::Duration::from_millis(3500)),
+    );
+    let slow = write(
+        &w,
+        &session,
+        json!({"address": address, "content": "x", "options": {"name": "Opts"}}),
+    )
+    .await
+    .expect_err("too slow");
+    assert!(slow.starts_with("hm_timeout: "), "{slow}");
+    server.fault("PublishBlobs", Fault::Oversized(9 << 20));
+    let large = write(
+        &w,
+        &session,
+        json!({"address": address, "content": "x", "options": {"name": "Opts"}}),
+    )
+    .await
+    .expect_err("too large");
+    assert!(large.starts_with("hm_too_large: "), "{large}");
     server.heal("PublishBlobs");
     write(
         &w,
