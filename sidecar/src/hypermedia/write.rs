@@ -617,6 +617,16 @@ impl Hypermedia {
         Ok(self.client.publish(entries).await?)
     }
 
+    /// Signs `spec` as a `Ref` and publishes it alone.
+    async fn publish_ref(
+        &self,
+        signer: &Signer,
+        spec: &RefSpec<'_>,
+    ) -> Result<Vec<String>, WriteError> {
+        let reference = blobs::reference(&signer.key, spec).map_err(encoding)?;
+        self.publish_entries(&[PublishEntry::bare(reference)]).await
+    }
+
     /// `document.create`; `extra` blobs (a document's files) go in the same
     /// publish.
     async fn document_create(
@@ -1129,21 +1139,19 @@ impl Hypermedia {
         }
         let space = principal(&id.uid)?;
         let capability = self.capability(&id.uid, &signer.public_key).await?;
-        let reference = blobs::reference(
-            &signer.key,
-            &RefSpec {
-                space: Some(&space),
-                path: &entity_path(&id),
-                genesis: cid(document["genesis"].as_str().unwrap_or(""))?,
-                generation: generation(document, 0),
-                capability,
-                target: RefTarget::Tombstone,
-                ts_ms: now_ms(),
-            },
-        )
-        .map_err(encoding)?;
         let cids = self
-            .publish_entries(&[PublishEntry::bare(reference)])
+            .publish_ref(
+                signer,
+                &RefSpec {
+                    space: Some(&space),
+                    path: &entity_path(&id),
+                    genesis: cid(document["genesis"].as_str().unwrap_or(""))?,
+                    generation: generation(document, 0),
+                    capability,
+                    target: RefTarget::Tombstone,
+                    ts_ms: now_ms(),
+                },
+            )
             .await?;
         Ok(fields(vec![("id", json!(packed)), ("cids", json!(cids))]))
     }
@@ -1171,25 +1179,23 @@ impl Hypermedia {
         }
         let space = principal(&id.uid)?;
         let capability = self.capability(&id.uid, &signer.public_key).await?;
-        let reference = blobs::reference(
-            &signer.key,
-            &RefSpec {
-                space: Some(&space),
-                path: &entity_path(&id),
-                genesis: cid(document["genesis"].as_str().unwrap_or(""))?,
-                generation: generation(document, 1),
-                capability,
-                target: RefTarget::Redirect {
-                    path: entity_path(&target),
-                    space: Some(principal(&target.uid)?),
-                    republish: input.get("republish") == Some(&json!(true)),
-                },
-                ts_ms: now_ms(),
-            },
-        )
-        .map_err(encoding)?;
         let cids = self
-            .publish_entries(&[PublishEntry::bare(reference)])
+            .publish_ref(
+                signer,
+                &RefSpec {
+                    space: Some(&space),
+                    path: &entity_path(&id),
+                    genesis: cid(document["genesis"].as_str().unwrap_or(""))?,
+                    generation: generation(document, 1),
+                    capability,
+                    target: RefTarget::Redirect {
+                        path: entity_path(&target),
+                        space: Some(principal(&target.uid)?),
+                        republish: input.get("republish") == Some(&json!(true)),
+                    },
+                    ts_ms: now_ms(),
+                },
+            )
             .await?;
         Ok(fields(vec![
             ("id", json!(packed)),
@@ -1225,23 +1231,21 @@ impl Hypermedia {
             return Ok(fields(vec![("id", json!(packed)), ("dryRun", json!(true))]));
         }
         let space = principal(&dest.uid)?;
-        let reference = blobs::reference(
-            &signer.key,
-            &RefSpec {
-                space: Some(&space),
-                path: &entity_path(&dest),
-                genesis: cid(info["genesis"].as_str().unwrap_or(""))?,
-                generation: generation(document, 0),
-                capability: None,
-                target: RefTarget::Version(version_cids(
-                    document["version"].as_str().unwrap_or(""),
-                )?),
-                ts_ms: now_ms(),
-            },
-        )
-        .map_err(encoding)?;
         let cids = self
-            .publish_entries(&[PublishEntry::bare(reference)])
+            .publish_ref(
+                signer,
+                &RefSpec {
+                    space: Some(&space),
+                    path: &entity_path(&dest),
+                    genesis: cid(info["genesis"].as_str().unwrap_or(""))?,
+                    generation: generation(document, 0),
+                    capability: None,
+                    target: RefTarget::Version(version_cids(
+                        document["version"].as_str().unwrap_or(""),
+                    )?),
+                    ts_ms: now_ms(),
+                },
+            )
             .await?;
         Ok(fields(vec![("id", json!(packed)), ("cids", json!(cids))]))
     }

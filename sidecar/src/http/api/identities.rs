@@ -273,17 +273,28 @@ impl SignedApi {
             ),
             ("generatedBy".to_owned(), Ipld::String("agentos".into())),
         ]);
+        let identity = self.keep_identity(account, &name, &seed, metadata).await?;
+        Ok(encode_response(&CreateSigningIdentityResponse { identity }))
+    }
+
+    /// Seals `seed` as the identity `name` of `account` with `metadata`.
+    async fn keep_identity(
+        &self,
+        account: &str,
+        name: &str,
+        seed: &[u8; 32],
+        metadata: BTreeMap<String, Ipld>,
+    ) -> Result<SigningIdentity, ApiError> {
         let stored = self
             .control
             .set_secret(
                 account,
-                &name,
+                name,
                 SecretPlaintext::new(seed.to_vec()),
                 Some(cbor::to_canonical(&Ipld::Map(metadata))?),
             )
             .await?;
-        let identity = read_back(&stored)?;
-        Ok(encode_response(&CreateSigningIdentityResponse { identity }))
+        read_back(&stored)
     }
 
     async fn update_identity(
@@ -391,16 +402,7 @@ impl SignedApi {
         if let Some(label) = &label {
             metadata.insert("label".to_owned(), Ipld::String(label.clone()));
         }
-        let stored = self
-            .control
-            .set_secret(
-                account,
-                &name,
-                SecretPlaintext::new(seed.to_vec()),
-                Some(cbor::to_canonical(&Ipld::Map(metadata))?),
-            )
-            .await?;
-        let identity = read_back(&stored)?;
+        let identity = self.keep_identity(account, &name, &seed, metadata).await?;
         Ok(encode_response(&ImportSigningIdentityResponse { identity }))
     }
 }
