@@ -30,7 +30,17 @@
 //! tab-before-content indentation (the package's rules there follow its
 //! syntax tree; `tab_indentation` approximates them), and some lone
 //! carriage returns (taken as text, as the package takes them, except
-//! after an indicator such as `:`).
+//! after an indicator such as `:`). Frontmatter whose values, aliases
+//! copied out, nest deeper than 500 or number more than a million is
+//! invalid here (the package shares an aliased value where this port
+//! copies it; such YAML would otherwise cost unbounded memory or stack).
+//!
+//! Hostile input costs about linear time, and memory and stack bounded by
+//! its size: every look-ahead the JavaScript repeats is answered from
+//! tables built once per text (see the inline section), and the tree is
+//! built and walked without recursion. The tree is at most about 2,000
+//! levels deep for 256 KiB of markdown (nesting needs indentation, about
+//! a tab per six levels); only dropping it recurses that deep.
 
 use serde_json::{Map, Value};
 use yaml_rust2::parser::{Event, Parser, Tag};
@@ -147,13 +157,60 @@ impl Block {
 impl BlockNode {
     /// The node as the client's `BlockNode` JSON, `{block, children}`.
     pub fn to_json(&self) -> Value {
-        let mut out = Map::new();
-        out.insert("block".into(), self.block.to_json());
-        out.insert(
-            "children".into(),
-            Value::Array(self.children.iter().map(BlockNode::to_json).collect()),
-        );
-        Value::Object(out)
+        let open = |node: &BlockNode| {
+            let mut out = Map::new();
+            out.insert("block".into(), node.block.to_json());
+            if node.children.is_empty() {
+                out.insert("children".into(), Value::Array(Vec::new()));
+                Err(out)
+            } else {
+                Ok(out)
+            }
+        };
+        let mut values = map_tree(std::slice::from_ref(self), open, |mut out, children| {
+            out.insert("children".into(), Value::Array(children));
+            out
+        });
+        values.pop().unwrap_or(Value::Null)
+    }
+}
+
+/// Each node of a tree as a JSON object, the children's objects put in
+/// their parent's by `close`; without recursion, so no depth of nesting
+/// runs out of stack. `open` makes a node's object: `Ok` when it has
+/// children (to come), `Err` when it is done.
+fn map_tree(
+    tree: &[BlockNode],
+    open: impl Fn(&BlockNode) -> Result<Map<String, Value>, Map<String, Value>>,
+    close: impl Fn(Map<String, Value>, Vec<Value>) -> Map<String, Value>,
+) -> Vec<Value> {
+    // Per level: the nodes left, the objects made, the parent's object.
+    type Level<'t> = (
+        std::slice::Iter<'t, BlockNode>,
+        Vec<Value>,
+        Option<Map<String, Value>>,
+    );
+    let mut levels: Vec<Level> = vec![(tree.iter(), Vec::new(), None)];
+    loop {
+        let Some((nodes, made, _)) = levels.last_mut() else {
+            return Vec::new();
+        };
+        if let Some(node) = nodes.next() {
+            match open(node) {
+                Ok(parent) => levels.push((node.children.iter(), Vec::new(), Some(parent))),
+                Err(done) => made.push(Value::Object(done)),
+            }
+            continue;
+        }
+        let Some((_, made, parent)) = levels.pop() else {
+            return Vec::new();
+        };
+        match (parent, levels.last_mut()) {
+            (Some(parent), Some((_, siblings, _))) => {
+                siblings.push(Value::Object(close(parent, made)))
+            }
+            _ => return made,
+        }
     }
 }
 
@@ -216,36 +273,36 @@ pub fn parse_frontmatter(markdown: &str) -> (String, Vec<(String, Value)>) {
 /// with `childrenType` and `language` moved into `attributes` and
 /// `children` left out when there are none.
 pub fn to_hm_block_nodes(tree: &[BlockNode]) -> Vec<Value> {
-    tree.iter()
-        .map(|node| {
-            let block = &node.block;
-            let mut attributes = block.attributes.clone().unwrap_or_default();
-            if let Some(v) = &block.children_type {
-                attributes.insert("childrenType".into(), Value::String(v.clone()));
-            }
-            if let Some(v) = &block.language {
-                attributes.insert("language".into(), Value::String(v.clone()));
-            }
-            let mut hm = Map::new();
-            hm.insert("type".into(), Value::String(block.kind.clone()));
-            hm.insert("id".into(), Value::String(block.id.clone()));
-            hm.insert("text".into(), Value::String(block.text.clone()));
-            hm.insert("annotations".into(), annotations_json(&block.annotations));
-            hm.insert("attributes".into(), Value::Object(attributes));
-            if let Some(link) = &block.link {
-                hm.insert("link".into(), Value::String(link.clone()));
-            }
-            let mut out = Map::new();
-            out.insert("block".into(), Value::Object(hm));
-            if !node.children.is_empty() {
-                out.insert(
-                    "children".into(),
-                    Value::Array(to_hm_block_nodes(&node.children)),
-                );
-            }
-            Value::Object(out)
-        })
-        .collect()
+    let open = |node: &BlockNode| {
+        let block = &node.block;
+        let mut attributes = block.attributes.clone().unwrap_or_default();
+        if let Some(v) = &block.children_type {
+            attributes.insert("childrenType".into(), Value::String(v.clone()));
+        }
+        if let Some(v) = &block.language {
+            attributes.insert("language".into(), Value::String(v.clone()));
+        }
+        let mut hm = Map::new();
+        hm.insert("type".into(), Value::String(block.kind.clone()));
+        hm.insert("id".into(), Value::String(block.id.clone()));
+        hm.insert("text".into(), Value::String(block.text.clone()));
+        hm.insert("annotations".into(), annotations_json(&block.annotations));
+        hm.insert("attributes".into(), Value::Object(attributes));
+        if let Some(link) = &block.link {
+            hm.insert("link".into(), Value::String(link.clone()));
+        }
+        let mut out = Map::new();
+        out.insert("block".into(), Value::Object(hm));
+        if node.children.is_empty() {
+            Err(out)
+        } else {
+            Ok(out)
+        }
+    };
+    map_tree(tree, open, |mut out, children| {
+        out.insert("children".into(), Value::Array(children));
+        out
+    })
 }
 
 /// The tree as document operations (`flattenToOperations`): per level, a
@@ -256,10 +313,7 @@ pub fn to_hm_block_nodes(tree: &[BlockNode]) -> Vec<Value> {
 /// for the document root). JSON values; [`super::json_to_ipld`] with
 /// `JsonForm::Plain` makes them IPLD.
 pub fn flatten_to_operations(tree: &[BlockNode], parent_id: &str) -> Vec<Value> {
-    let mut ops = Vec::new();
-    let mut block_ids = Vec::new();
-    for node in tree {
-        let b = &node.block;
+    let replace = |b: &Block| {
         let mut block = b.attributes.clone().unwrap_or_default();
         block.insert("type".into(), Value::String(b.kind.clone()));
         block.insert("id".into(), Value::String(b.id.clone()));
@@ -274,14 +328,26 @@ pub fn flatten_to_operations(tree: &[BlockNode], parent_id: &str) -> Vec<Value> 
         if let Some(v) = &b.link {
             block.insert("link".into(), Value::String(v.clone()));
         }
-        ops.push(operation("ReplaceBlock", "block", Value::Object(block)));
-        block_ids.push(Value::String(b.id.clone()));
-        if !node.children.is_empty() {
-            ops.extend(flatten_to_operations(&node.children, &b.id));
+        operation("ReplaceBlock", "block", Value::Object(block))
+    };
+    let mut ops = Vec::new();
+    // Per level (without recursion): the nodes left, their ids so far, the
+    // parent's id.
+    let mut levels = vec![(tree.iter(), Vec::new(), parent_id)];
+    while let Some((nodes, block_ids, _)) = levels.last_mut() {
+        if let Some(node) = nodes.next() {
+            ops.push(replace(&node.block));
+            block_ids.push(Value::String(node.block.id.clone()));
+            if !node.children.is_empty() {
+                levels.push((node.children.iter(), Vec::new(), &node.block.id));
+            }
+            continue;
         }
-    }
-    if !block_ids.is_empty() {
-        ops.push(move_blocks(block_ids, Value::String(parent_id.to_owned())));
+        if let Some((_, block_ids, parent)) = levels.pop() {
+            if !block_ids.is_empty() {
+                ops.push(move_blocks(block_ids, Value::String(parent.to_owned())));
+            }
+        }
     }
     ops
 }
@@ -292,25 +358,28 @@ pub fn flatten_to_operations(tree: &[BlockNode], parent_id: &str) -> Vec<Value> 
 /// operations after it, then one `MoveBlocks` under the parent (`""` at the
 /// root). Lenient: a node without `block` or `id` gives `null` there.
 pub fn hm_block_nodes_to_operations(nodes: &[Value]) -> Vec<Value> {
-    hm_nodes_ops(nodes, Value::String(String::new()))
-}
-
-fn hm_nodes_ops(nodes: &[Value], parent: Value) -> Vec<Value> {
     let mut ops = Vec::new();
-    let mut block_ids = Vec::new();
-    for node in nodes {
-        let block = node.get("block").cloned().unwrap_or(Value::Null);
-        let id = block.get("id").cloned().unwrap_or(Value::Null);
-        ops.push(operation("ReplaceBlock", "block", block));
-        block_ids.push(id.clone());
-        if let Some(children) = node.get("children").and_then(Value::as_array) {
-            if !children.is_empty() {
-                ops.extend(hm_nodes_ops(children, id));
+    // Per level (without recursion): the nodes left, their ids so far, the
+    // parent's id.
+    let mut levels = vec![(nodes.iter(), Vec::new(), Value::String(String::new()))];
+    while let Some((nodes, block_ids, _)) = levels.last_mut() {
+        if let Some(node) = nodes.next() {
+            let block = node.get("block").cloned().unwrap_or(Value::Null);
+            let id = block.get("id").cloned().unwrap_or(Value::Null);
+            ops.push(operation("ReplaceBlock", "block", block));
+            block_ids.push(id.clone());
+            if let Some(children) = node.get("children").and_then(Value::as_array) {
+                if !children.is_empty() {
+                    levels.push((children.iter(), Vec::new(), id));
+                }
+            }
+            continue;
+        }
+        if let Some((_, block_ids, parent)) = levels.pop() {
+            if !block_ids.is_empty() {
+                ops.push(move_blocks(block_ids, parent));
             }
         }
-    }
-    if !block_ids.is_empty() {
-        ops.push(move_blocks(block_ids, parent));
     }
     ops
 }
@@ -434,6 +503,18 @@ fn scheme_colon(s: &[u16]) -> Option<usize> {
 }
 
 // ─── Inline formatting ──────────────────────────────────────────────────────
+//
+// `parseInlineFormatting` reads its text once, but looks ahead from many
+// places (the `]` matching a `[`, the `)` ending a URL, the backtick run
+// closing a code span, the next `>` or `"`), each time as far as the text
+// goes; it parses a link label by calling itself on the label, and every
+// enclosing call merges the label's annotations again. On hostile text
+// (256 KiB of `[`, say) that is quadratic. Here every look-ahead is
+// answered from tables built once per text ([`Scan`]), a label is a frame
+// over the same text (positions stay those of the whole text; a frame's
+// end hides what lies past it), and all frames write one text and one list
+// of annotations, merged once at the end into the order the nested merges
+// would leave ([`Ties`]).
 
 #[derive(Clone, Debug)]
 struct Ann {
@@ -441,14 +522,6 @@ struct Ann {
     start: usize,
     end: usize,
     link: Option<String>,
-    attributes: Option<Map<String, Value>>,
-}
-
-#[derive(Clone)]
-struct Span {
-    kind: &'static str,
-    start: usize,
-    family: u8,
     attributes: Option<Map<String, Value>>,
 }
 
@@ -480,79 +553,6 @@ const SPAN_STYLES: [(&str, &str); 4] = [
     ("font-size", "TextSize"),
     ("font-family", "TextFamily"),
 ];
-
-fn is_span_type(kind: &str) -> bool {
-    SPAN_STYLES.iter().any(|(_, t)| *t == kind)
-}
-
-struct InlineState {
-    text: Vec<u16>,
-    annotations: Vec<Ann>,
-    stack: Vec<Span>,
-}
-
-impl InlineState {
-    fn close(&mut self, span: &Span) {
-        if self.text.len() > span.start {
-            self.annotations.push(Ann {
-                kind: span.kind,
-                start: span.start,
-                end: self.text.len(),
-                link: None,
-                attributes: span.attributes.clone(),
-            });
-        }
-    }
-
-    /// Closes the span at `idx`, closing and reopening the spans above it.
-    fn close_at(&mut self, idx: usize) {
-        let above = self.stack.split_off(idx + 1);
-        for s in above.iter().rev() {
-            self.close(s);
-        }
-        if let Some(s) = self.stack.pop() {
-            self.close(&s);
-        }
-        let start = self.text.len();
-        for s in above {
-            self.stack.push(Span { start, ..s });
-        }
-    }
-
-    fn toggle(&mut self, kind: &'static str, family: u8) {
-        match self
-            .stack
-            .iter()
-            .rposition(|s| s.kind == kind && s.family == family)
-        {
-            Some(idx) => self.close_at(idx),
-            None => self.stack.push(Span {
-                kind,
-                start: self.text.len(),
-                family,
-                attributes: None,
-            }),
-        }
-    }
-
-    fn close_type(&mut self, pred: impl Fn(&Span) -> bool) {
-        if let Some(idx) = self.stack.iter().rposition(pred) {
-            self.close_at(idx);
-        }
-    }
-
-    fn append(&mut self, parsed: Inline) {
-        let offset = self.text.len();
-        self.text.extend_from_slice(&parsed.text);
-        for a in parsed.annotations {
-            self.annotations.push(Ann {
-                start: a.start + offset,
-                end: a.end + offset,
-                ..a
-            });
-        }
-    }
-}
 
 /// `<br\s*\/?>` at `i`: its length.
 fn match_br(s: &[u16], i: usize) -> Option<usize> {
@@ -587,21 +587,323 @@ fn run_len(s: &[u16], i: usize, unit: u8) -> usize {
     })
 }
 
-/// The start of the next run of exactly `n` backticks from `from`.
-fn find_backtick_run(s: &[u16], from: usize, n: usize) -> Option<usize> {
-    let mut i = from;
-    while i < s.len() {
-        if at(s, i) == b'`' {
-            let k = run_len(s, i, b'`');
-            if k == n {
-                return Some(i);
+/// No position, in the scanning tables.
+const NO: u32 = u32::MAX;
+
+/// A position as the tables hold it (texts stay far below 4 Gi units).
+fn pos32(x: usize) -> u32 {
+    u32::try_from(x).unwrap_or(NO)
+}
+
+fn opt(x: u32) -> Option<usize> {
+    (x != NO).then_some(x as usize)
+}
+
+/// The positions of one unit in a text, ascending.
+struct Occurrences(Vec<u32>);
+
+impl Occurrences {
+    fn new(s: &[u16], unit: u8) -> Occurrences {
+        Occurrences(
+            (0..s.len())
+                .filter(|&k| s[k] == u16::from(unit))
+                .map(pos32)
+                .collect(),
+        )
+    }
+
+    /// The first at or after `from`, if it is before `to`.
+    fn first(&self, from: usize, to: usize) -> Option<usize> {
+        let k = self.0.partition_point(|&p| (p as usize) < from);
+        self.0.get(k).map(|&p| p as usize).filter(|&p| p < to)
+    }
+}
+
+/// The maximal backtick runs of a text, by length.
+struct Backticks {
+    by_len: std::collections::HashMap<usize, Vec<u32>>,
+}
+
+impl Backticks {
+    fn new(s: &[u16]) -> Backticks {
+        let mut by_len: std::collections::HashMap<usize, Vec<u32>> =
+            std::collections::HashMap::new();
+        let mut i = 0;
+        while i < s.len() {
+            if at(s, i) == b'`' {
+                let n = run_len(s, i, b'`');
+                by_len.entry(n).or_default().push(pos32(i));
+                i += n;
+            } else {
+                i += 1;
             }
-            i += k;
-        } else {
-            i += 1;
+        }
+        Backticks { by_len }
+    }
+
+    /// `findBacktickRun(s, from, n)` where `from` ends a run: the first run
+    /// of exactly `n` backticks starting in `from..to`. (A frame's text
+    /// ends before a `]`, so its runs are runs of the whole text.)
+    fn closer(&self, n: usize, from: usize, to: usize) -> Option<usize> {
+        let starts = self.by_len.get(&n)?;
+        let k = starts.partition_point(|&p| (p as usize) < from);
+        starts.get(k).map(|&p| p as usize).filter(|&p| p < to)
+    }
+}
+
+/// `readLink`'s walks over a whole text, from every position at once.
+///
+/// From a `[` the label walk steps one unit, two after a `\`, and from a
+/// backtick run past the run closing it (past itself when none does);
+/// every position has one next step, so the walks form a tree, and the
+/// `]` matching a `[` is where the bracket count along its path first
+/// comes back to zero. Over the whole text that is [`Walk::close`]. In a
+/// frame ending at `b` the walk differs only where the whole text's walk
+/// jumps from a backtick run before `b` to a closer after it (the frame
+/// sees no closer there and steps past the run): a `[` whose path crosses
+/// `b` otherwise has no match in the frame, found by a jump-pointer search
+/// for the path's last position before `b`; only past such a jump is the
+/// frame's walk followed step by step, remembering each `[`'s match.
+struct Walk {
+    /// The label walk's next position from each position (`n` is past
+    /// the end).
+    next: Vec<u32>,
+    /// A jump pointer (skew binary) further along each position's path.
+    jump: Vec<u32>,
+    /// For each position, where the walk from it first closes one more
+    /// bracket than it opens (`NO`: never); `close[p + 1]` matches the `[`
+    /// at `p`.
+    close: Vec<u32>,
+    /// The same for the URL's walk (`(`, `)`, a `\` skipping a unit):
+    /// the `)` ending a URL that starts at each position.
+    paren: Vec<u32>,
+    /// The first `[`, `]`, `\` or backtick at or after each position.
+    special: Vec<u32>,
+    /// Matches found in frames: (the `]` or `NO`, the frame's end; 0 when
+    /// none is known). A frame's end is that of no other frame.
+    memo: Vec<(u32, u32)>,
+}
+
+impl Walk {
+    fn new(s: &[u16], ticks: &Backticks) -> Walk {
+        let n = s.len();
+        let end = pos32(n);
+        let mut next = vec![end; n + 1];
+        // Steps from each position to the end.
+        let mut depth = vec![0u32; n + 1];
+        let mut jump = vec![end; n + 1];
+        let mut close = vec![NO; n + 1];
+        let mut paren = vec![NO; n + 1];
+        let mut special = vec![end; n + 1];
+        // The end of the backtick run holding `x`, while `x` is in one.
+        let mut run_end = n;
+        for x in (0..n).rev() {
+            let c = at(s, x);
+            if c == b'`' && at(s, x + 1) != b'`' {
+                run_end = x + 1;
+            }
+            let nx = match c {
+                b'\\' => (x + 2).min(n),
+                b'`' => {
+                    let len = run_end - x;
+                    ticks.closer(len, run_end, n).map_or(run_end, |c| c + len)
+                }
+                _ => x + 1,
+            };
+            next[x] = pos32(nx);
+            depth[x] = depth[nx] + 1;
+            let j = jump[nx] as usize;
+            jump[x] = if depth[nx] - depth[j] == depth[j] - depth[jump[j] as usize] {
+                jump[j]
+            } else {
+                pos32(nx)
+            };
+            close[x] = match c {
+                b']' => pos32(x),
+                b'[' => opt(close[x + 1]).map_or(NO, |m| close[m + 1]),
+                _ => close[nx],
+            };
+            paren[x] = match c {
+                b')' => pos32(x),
+                b'(' => opt(paren[x + 1]).map_or(NO, |m| paren[m + 1]),
+                b'\\' => paren[(x + 2).min(n)],
+                _ => paren[x + 1],
+            };
+            special[x] = if matches!(c, b'[' | b']' | b'\\' | b'`') {
+                pos32(x)
+            } else {
+                special[x + 1]
+            };
+        }
+        Walk {
+            next,
+            jump,
+            close,
+            paren,
+            special,
+            memo: vec![(NO, 0); n],
         }
     }
-    None
+
+    /// The last position before `b` on the whole text's walk from `x`
+    /// (`x < b`).
+    fn last_before(&self, mut x: usize, b: usize) -> usize {
+        loop {
+            let next = self.next[x] as usize;
+            if next >= b {
+                return x;
+            }
+            let jump = self.jump[x] as usize;
+            x = if jump < b { jump } else { next };
+        }
+    }
+
+    /// The match of the `[` at `p` in a frame ending at `b`, when known
+    /// without following the frame's walk.
+    fn known(&self, s: &[u16], p: usize, b: usize) -> Option<Option<usize>> {
+        let (m, bound) = self.memo[p];
+        if bound as usize == b {
+            return Some(opt(m));
+        }
+        // Found in an enclosing frame, before this one ends: the walk
+        // there never looked past it, so it is this frame's walk too.
+        if bound != 0 && m != NO && (m as usize) < b {
+            return Some(Some(m as usize));
+        }
+        if let Some(m) = opt(self.close[p + 1]).filter(|&m| m < b) {
+            return Some(Some(m));
+        }
+        // The whole text's own walk (no jump leaves it).
+        if b >= s.len() {
+            return Some(None);
+        }
+        let y = self.last_before(p, b);
+        let jumps_out = at(s, y) == b'`' && self.next[y] as usize > b;
+        (!jumps_out).then_some(None)
+    }
+
+    /// `readLink`'s `]` for the `[` at `p` in a frame ending at `b`.
+    fn bracket_close(&mut self, s: &[u16], ticks: &Backticks, p: usize, b: usize) -> Option<usize> {
+        if let Some(known) = self.known(s, p, b) {
+            return known;
+        }
+        // Follow the frame's walk; `open` holds the `[`s not matched yet.
+        let mut open = vec![p];
+        let mut q = p + 1;
+        loop {
+            q = self.special[q.min(s.len())] as usize;
+            if q >= b {
+                break;
+            }
+            match at(s, q) {
+                b']' => {
+                    let Some(o) = open.pop() else { break };
+                    self.memo[o] = (pos32(q), pos32(b));
+                    if open.is_empty() {
+                        return Some(q);
+                    }
+                    q += 1;
+                }
+                b'[' => match self.known(s, q, b) {
+                    Some(Some(m)) => q = m + 1,
+                    Some(None) => break,
+                    None => {
+                        open.push(q);
+                        q += 1;
+                    }
+                },
+                b'\\' => q += 2,
+                _ => {
+                    let n = run_len(s, q, b'`');
+                    q = ticks.closer(n, q + n, b).map_or(q + n, |c| c + n);
+                }
+            }
+        }
+        for o in open {
+            self.memo[o] = (NO, pos32(b));
+        }
+        None
+    }
+}
+
+/// The look-ahead tables of one text, each built when first needed.
+struct Scan<'a> {
+    s: &'a [u16],
+    greater: Option<Occurrences>,
+    quote: Option<Occurrences>,
+    ticks: Option<Backticks>,
+    walk: Option<Walk>,
+}
+
+impl<'a> Scan<'a> {
+    fn new(s: &'a [u16]) -> Scan<'a> {
+        Scan {
+            s,
+            greater: None,
+            quote: None,
+            ticks: None,
+            walk: None,
+        }
+    }
+
+    /// `indexOf('>', from)` in a frame ending at `to`.
+    fn greater(&mut self, from: usize, to: usize) -> Option<usize> {
+        let s = self.s;
+        self.greater
+            .get_or_insert_with(|| Occurrences::new(s, b'>'))
+            .first(from, to)
+    }
+
+    /// `indexOf('"', from)` in a frame ending at `to`.
+    fn quote(&mut self, from: usize, to: usize) -> Option<usize> {
+        let s = self.s;
+        self.quote
+            .get_or_insert_with(|| Occurrences::new(s, b'"'))
+            .first(from, to)
+    }
+
+    /// `findBacktickRun(s, from, n)` in a frame ending at `to`.
+    fn backtick_run(&mut self, n: usize, from: usize, to: usize) -> Option<usize> {
+        let s = self.s;
+        self.ticks
+            .get_or_insert_with(|| Backticks::new(s))
+            .closer(n, from, to)
+    }
+
+    /// `readLink(s, open)` in a frame ending at `to`: `[label](url)` or
+    /// `[label](<url>)` with the `[` at `open`.
+    fn read_link(&mut self, open: usize, to: usize) -> Option<LinkAt> {
+        let s = self.s;
+        if self.walk.is_none() {
+            let ticks = self.ticks.get_or_insert_with(|| Backticks::new(s));
+            self.walk = Some(Walk::new(s, ticks));
+        }
+        let (walk, ticks) = (self.walk.as_mut()?, self.ticks.as_ref()?);
+        let close = walk.bracket_close(s, ticks, open, to)?;
+        let t = &s[..to];
+        if at(t, close + 1) != b'(' {
+            return None;
+        }
+        let label = (open + 1, close);
+        let j = close + 2;
+        if at(t, j) == b'<' {
+            let gt = self.greater(j + 1, to)?;
+            if at(t, gt + 1) != b')' {
+                return None;
+            }
+            return Some(LinkAt {
+                label,
+                url: (j + 1, gt),
+                end: gt + 2,
+            });
+        }
+        let paren = opt(self.walk.as_ref()?.paren[j]).filter(|&p| p < to)?;
+        Some(LinkAt {
+            label,
+            url: (close + 2, paren),
+            end: paren + 1,
+        })
+    }
 }
 
 struct LinkAt {
@@ -610,82 +912,18 @@ struct LinkAt {
     end: usize,
 }
 
-/// `[label](url)` or `[label](<url>)` with the `[` at `open`.
+/// `readLink(s, open)` over all of `s`.
 fn read_link(s: &[u16], open: usize) -> Option<LinkAt> {
-    let mut depth: i64 = 0;
-    let mut i = open;
-    let mut close = None;
-    while i < s.len() {
-        match at(s, i) {
-            b'\\' => {
-                i += 2;
-                continue;
-            }
-            b'`' => {
-                let n = run_len(s, i, b'`');
-                i = match find_backtick_run(s, i + n, n) {
-                    Some(closer) => closer + n,
-                    None => i + n,
-                };
-                continue;
-            }
-            b'[' => depth += 1,
-            b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    close = Some(i);
-                    break;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    let close = close?;
-    if at(s, close + 1) != b'(' {
-        return None;
-    }
-    let label = (open + 1, close);
-    let mut j = close + 2;
-    if at(s, j) == b'<' {
-        let gt = index_of(s, b'>', j + 1)?;
-        if at(s, gt + 1) != b')' {
-            return None;
-        }
-        return Some(LinkAt {
-            label,
-            url: (j + 1, gt),
-            end: gt + 2,
-        });
-    }
-    let mut parens = 0usize;
-    while j < s.len() {
-        match at(s, j) {
-            b'\\' => {
-                j += 2;
-                continue;
-            }
-            b'(' => parens += 1,
-            b')' => {
-                if parens == 0 {
-                    return Some(LinkAt {
-                        label,
-                        url: (close + 2, j),
-                        end: j + 1,
-                    });
-                }
-                parens -= 1;
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    None
+    Scan::new(s).read_link(open, s.len())
 }
 
-/// `<span style="prop:value">` at `i`: the annotation type, the value and
-/// the tag's length.
-fn match_span(s: &[u16], i: usize) -> Option<(&'static str, Vec<u16>, usize)> {
+/// `<span style="prop:value">` at `i` (`s` ends where the frame does):
+/// the annotation type, the value's range and the tag's length.
+fn match_span(
+    s: &[u16],
+    i: usize,
+    scan: &mut Scan,
+) -> Option<(&'static str, (usize, usize), usize)> {
     let open = "<span style=\"";
     if !starts_with_at(s, i, open) {
         return None;
@@ -698,14 +936,14 @@ fn match_span(s: &[u16], i: usize) -> Option<(&'static str, Vec<u16>, usize)> {
     if p == p0 || at(s, p) != b':' {
         return None;
     }
-    let prop = string(&s[p0..p]);
     let v0 = p + 1;
-    let quote = index_of(s, b'"', v0)?;
+    let quote = scan.quote(v0, s.len())?;
     if at(s, quote + 1) != b'>' {
         return None;
     }
+    let prop = string(&s[p0..p]);
     let kind = SPAN_STYLES.iter().find(|(k, _)| *k == prop)?.1;
-    Some((kind, s[v0..quote].to_vec(), quote + 2 - i))
+    Some((kind, (v0, quote), quote + 2 - i))
 }
 
 fn decode_html_attr(s: &[u16]) -> String {
@@ -726,6 +964,188 @@ fn is_autolink(inner: &[u16]) -> bool {
     }
 }
 
+/// One annotation as the scan makes it, in the order the JavaScript
+/// pushes annotations (the first piece of each, see [`Spans`]): its merge
+/// key, range and frame. An open span's `end` moves as the text grows.
+struct Item {
+    key: u32,
+    start: u32,
+    end: u32,
+    frame: u32,
+}
+
+/// What an annotation carries besides its range.
+type Proto = (&'static str, Option<String>, Option<Map<String, Value>>);
+
+/// The annotations' merge keys (type, link, attributes), each with what
+/// its annotations carry; the first six are those with only a type.
+struct Keys {
+    index: std::collections::HashMap<(&'static str, String, String), u32>,
+    protos: Vec<Proto>,
+}
+
+const BOLD: u32 = 0;
+const ITALIC: u32 = 1;
+const STRIKE: u32 = 2;
+const UNDERLINE: u32 = 3;
+const RANGE: u32 = 4;
+const CODE: u32 = 5;
+
+impl Keys {
+    fn new() -> Keys {
+        let plain = ["Bold", "Italic", "Strike", "Underline", "Range", "Code"];
+        Keys {
+            index: std::collections::HashMap::new(),
+            protos: plain.iter().map(|&kind| (kind, None, None)).collect(),
+        }
+    }
+
+    /// The key of a link or of a styled span.
+    fn id(
+        &mut self,
+        kind: &'static str,
+        link: Option<String>,
+        attributes: Option<Map<String, Value>>,
+    ) -> u32 {
+        let key = (
+            kind,
+            link.clone().unwrap_or_default(),
+            attributes
+                .as_ref()
+                .map(|m| serde_json::to_string(m).unwrap_or_default())
+                .unwrap_or_default(),
+        );
+        if let Some(&k) = self.index.get(&key) {
+            return k;
+        }
+        let k = pos32(self.protos.len());
+        self.index.insert(key, k);
+        self.protos.push((kind, link, attributes));
+        k
+    }
+}
+
+/// The kinds of open span `toggle` and `closeType` look for: bold and
+/// italic by `*` and by `_`, strike, underline, mark, styled spans.
+const SPAN_KINDS: usize = 8;
+const STYLED: usize = 7;
+
+struct OpenSpan {
+    key: u32,
+    start: u32,
+    /// Its annotation once the first piece is emitted, else `NO`.
+    item: u32,
+}
+
+/// One frame's open spans (`stack` in `parseInlineFormatting`).
+///
+/// Closing a span below others closes and reopens those above it: the
+/// JavaScript emits a piece of each (when not empty) and merging joins the
+/// pieces again. Here a span stays one annotation from where it opened to
+/// where it finally closes, emitted where its first piece would be, which
+/// is all the final order depends on; so a close costs only the spans
+/// above it that emit their first piece then.
+#[derive(Default)]
+struct Spans {
+    /// Every span opened, in order (the stack's order); `None` once closed.
+    list: Vec<Option<OpenSpan>>,
+    /// The open spans of each kind, in order.
+    by_kind: [Vec<u32>; SPAN_KINDS],
+    /// Spans with no piece emitted yet, opened before the text last grew
+    /// (a close above would emit their first piece), in order.
+    older: Vec<u32>,
+    /// Spans with no piece emitted yet, opened at the text's current
+    /// length `fresh_len` (a close above emits nothing of them), in order.
+    fresh: Vec<u32>,
+    fresh_len: usize,
+}
+
+impl Spans {
+    fn sync(&mut self, len: usize) {
+        if len != self.fresh_len {
+            for k in std::mem::take(&mut self.fresh) {
+                if self.list[k as usize]
+                    .as_ref()
+                    .is_some_and(|span| span.item == NO)
+                {
+                    self.older.push(k);
+                }
+            }
+            self.fresh_len = len;
+        }
+    }
+
+    fn open(&mut self, key: u32, kind: usize, len: usize) {
+        self.sync(len);
+        let k = pos32(self.list.len());
+        self.list.push(Some(OpenSpan {
+            key,
+            start: pos32(len),
+            item: NO,
+        }));
+        self.by_kind[kind].push(k);
+        self.fresh.push(k);
+    }
+
+    fn emit(span: &mut OpenSpan, out: &mut Vec<Item>, len: usize, frame: u32) {
+        span.item = pos32(out.len());
+        out.push(Item {
+            key: span.key,
+            start: span.start,
+            end: pos32(len),
+            frame,
+        });
+    }
+
+    /// Closes the last open span of `kind`; whether there was one.
+    fn close(&mut self, kind: usize, out: &mut Vec<Item>, len: usize, frame: u32) -> bool {
+        let Some(&k) = self.by_kind[kind].last() else {
+            return false;
+        };
+        self.sync(len);
+        // Those above it that emit their first piece now, topmost first.
+        while let Some(&above) = self.older.last() {
+            if above <= k {
+                break;
+            }
+            self.older.pop();
+            if let Some(span) = self.list[above as usize].as_mut() {
+                if span.item == NO {
+                    Self::emit(span, out, len, frame);
+                }
+            }
+        }
+        if self.older.last() == Some(&k) {
+            self.older.pop();
+        }
+        self.by_kind[kind].pop();
+        if let Some(span) = self.list[k as usize].take() {
+            Self::finish(span, out, len, frame);
+        }
+        true
+    }
+
+    /// A span's close: its annotation ends here, or is emitted now when
+    /// this is its first piece (none when it is empty).
+    fn finish(mut span: OpenSpan, out: &mut Vec<Item>, len: usize, frame: u32) {
+        match opt(span.item) {
+            Some(item) => out[item].end = pos32(len),
+            None if len > span.start as usize => Self::emit(&mut span, out, len, frame),
+            None => {}
+        }
+    }
+
+    /// Closes every span still open, topmost first.
+    fn close_all(&mut self, out: &mut Vec<Item>, len: usize, frame: u32) {
+        self.sync(len);
+        for slot in self.list.iter_mut().rev() {
+            if let Some(span) = slot.take() {
+                Self::finish(span, out, len, frame);
+            }
+        }
+    }
+}
+
 /// What to do with a link label's text once it is parsed: an image's alt
 /// text is appended as it is, a link's gets a `Link` annotation over it.
 struct LabelUse {
@@ -735,13 +1155,26 @@ struct LabelUse {
     url: Option<String>,
 }
 
-/// One text being parsed: the whole input, or a link label inside it.
+/// One text being parsed: the whole input, or a link label inside it
+/// (positions are the input's; the frame ends at `to`).
 struct InlineFrame {
-    from: usize,
+    id: u32,
     to: usize,
     i: usize,
-    st: InlineState,
+    spans: Spans,
     then: Option<LabelUse>,
+    /// The text's length when the frame began.
+    text_start: usize,
+}
+
+struct InlineParse<'a> {
+    raw: &'a [u16],
+    scan: Scan<'a>,
+    text: Vec<u16>,
+    keys: Keys,
+    items: Vec<Item>,
+    /// Each frame's parent (the whole input, frame 0, is its own).
+    frame_parent: Vec<u32>,
 }
 
 /// Inline markdown into text and annotations (`parseInlineFormatting`).
@@ -749,291 +1182,484 @@ struct InlineFrame {
 /// The JavaScript parses a link label by calling itself; here a label is a
 /// frame on an explicit stack, so nesting depth costs heap, not stack.
 fn parse_inline(raw: &[u16]) -> Inline {
-    let new_state = || InlineState {
+    // Text with nothing the scan acts on is its own text.
+    if !raw.iter().any(|&c| b"\\`*_~<![".contains(&at(&[c], 0))) {
+        return Inline {
+            text: raw.to_vec(),
+            annotations: Vec::new(),
+        };
+    }
+    let mut p = InlineParse {
+        raw,
+        scan: Scan::new(raw),
         text: Vec::new(),
-        annotations: Vec::new(),
-        stack: Vec::new(),
+        keys: Keys::new(),
+        items: Vec::new(),
+        frame_parent: vec![0],
     };
     let mut frames = vec![InlineFrame {
-        from: 0,
+        id: 0,
         to: raw.len(),
         i: 0,
-        st: new_state(),
+        spans: Spans::default(),
         then: None,
+        text_start: 0,
     }];
-    loop {
-        let Some(top) = frames.last_mut() else {
-            return Inline {
-                text: Vec::new(),
-                annotations: Vec::new(),
-            };
-        };
-        let text = &raw[top.from..top.to];
-        if let Some(((a, b), then)) = inline_until_label(text, &mut top.i, &mut top.st) {
-            let from = top.from;
+    while let Some(top) = frames.last_mut() {
+        if let Some(((a, b), then)) = p.until_label(top) {
+            let id = pos32(p.frame_parent.len());
+            p.frame_parent.push(top.id);
             frames.push(InlineFrame {
-                from: from + a,
-                to: from + b,
-                i: 0,
-                st: new_state(),
+                id,
+                to: b,
+                i: a,
+                spans: Spans::default(),
                 then: Some(then),
+                text_start: p.text.len(),
             });
             continue;
         }
-        let Some(done) = frames.pop() else { continue };
-        let mut st = done.st;
-        while let Some(s) = st.stack.pop() {
-            st.close(&s);
-        }
-        let parsed = Inline {
-            text: st.text,
-            annotations: merge_adjacent(st.annotations),
-        };
+        let Some(mut done) = frames.pop() else { break };
+        done.spans.close_all(&mut p.items, p.text.len(), done.id);
         let (Some(parent), Some(then)) = (frames.last_mut(), done.then) else {
-            return parsed;
+            break;
         };
-        let start = parent.st.text.len();
-        parent.st.append(parsed);
         if let Some(url) = then.url {
-            if parent.st.text.len() > start {
-                parent.st.annotations.push(Ann {
-                    kind: "Link",
-                    start,
-                    end: parent.st.text.len(),
-                    link: Some(url),
-                    attributes: None,
+            if p.text.len() > done.text_start {
+                let key = p.keys.id("Link", Some(url), None);
+                p.items.push(Item {
+                    key,
+                    start: pos32(done.text_start),
+                    end: pos32(p.text.len()),
+                    frame: parent.id,
                 });
             }
         }
         parent.i = then.end;
     }
+    let annotations = p.merged();
+    Inline {
+        text: p.text,
+        annotations,
+    }
 }
 
-/// Runs `parseInlineFormatting`'s loop over `raw` from `*i` until the end
-/// (`None`) or a link or image whose label must be parsed first: then the
-/// label's range and what to do with it.
-fn inline_until_label(
-    raw: &[u16],
-    i: &mut usize,
-    st: &mut InlineState,
-) -> Option<((usize, usize), LabelUse)> {
-    let n = raw.len();
-    while *i < n {
-        let ch = at(raw, *i);
-        if ch == b'\\' && *i + 1 < n {
-            st.text.push(raw[*i + 1]);
-            *i += 2;
-            continue;
+impl InlineParse<'_> {
+    fn toggle(&mut self, f: &mut InlineFrame, key: u32, kind: usize) {
+        let len = self.text.len();
+        if !f.spans.close(kind, &mut self.items, len, f.id) {
+            f.spans.open(key, kind, len);
         }
-        if ch == b'`' {
-            let run = run_len(raw, *i, b'`');
-            if let Some(closer) = find_backtick_run(raw, *i + run, run) {
-                let mut inner = &raw[*i + run..closer];
-                if inner.len() >= 2
-                    && at(inner, 0) == b' '
-                    && at(inner, inner.len() - 1) == b' '
-                    && !trim(inner).is_empty()
-                {
-                    inner = &inner[1..inner.len() - 1];
-                }
-                let inner = replace_br(inner);
-                let start = st.text.len();
-                st.text.extend_from_slice(&inner);
-                if !inner.is_empty() {
-                    st.annotations.push(Ann {
-                        kind: "Code",
-                        start,
-                        end: st.text.len(),
-                        link: None,
-                        attributes: None,
-                    });
-                }
-                *i = closer + run;
+    }
+
+    /// Runs `parseInlineFormatting`'s loop over the frame from `f.i` until
+    /// its end (`None`) or a link or image whose label must be parsed
+    /// first: then the label's range and what to do with it.
+    fn until_label(&mut self, f: &mut InlineFrame) -> Option<((usize, usize), LabelUse)> {
+        let whole = self.raw;
+        let raw = &whole[..f.to];
+        let n = raw.len();
+        while f.i < n {
+            let i = f.i;
+            let ch = at(raw, i);
+            if ch == b'\\' && i + 1 < n {
+                self.text.push(raw[i + 1]);
+                f.i += 2;
                 continue;
             }
-            st.text.extend_from_slice(&raw[*i..*i + run]);
-            *i += run;
-            continue;
-        }
-        if ch == b'*' || ch == b'_' {
-            let mut run = run_len(raw, *i, ch);
-            *i += run;
-            while run > 0 {
-                if run >= 2 {
-                    st.toggle("Bold", ch);
-                    run -= 2;
-                } else {
-                    st.toggle("Italic", ch);
-                    run -= 1;
+            if ch == b'`' {
+                let run = run_len(raw, i, b'`');
+                if let Some(closer) = self.scan.backtick_run(run, i + run, n) {
+                    let mut inner = &raw[i + run..closer];
+                    if inner.len() >= 2
+                        && at(inner, 0) == b' '
+                        && at(inner, inner.len() - 1) == b' '
+                        && !trim(inner).is_empty()
+                    {
+                        inner = &inner[1..inner.len() - 1];
+                    }
+                    let inner = replace_br(inner);
+                    let start = self.text.len();
+                    self.text.extend_from_slice(&inner);
+                    if !inner.is_empty() {
+                        self.items.push(Item {
+                            key: CODE,
+                            start: pos32(start),
+                            end: pos32(self.text.len()),
+                            frame: f.id,
+                        });
+                    }
+                    f.i = closer + run;
+                    continue;
+                }
+                self.text.extend_from_slice(&raw[i..i + run]);
+                f.i += run;
+                continue;
+            }
+            if ch == b'*' || ch == b'_' {
+                let mut run = run_len(raw, i, ch);
+                f.i += run;
+                let star = usize::from(ch == b'_') * 2;
+                while run > 0 {
+                    if run >= 2 {
+                        self.toggle(f, BOLD, star);
+                        run -= 2;
+                    } else {
+                        self.toggle(f, ITALIC, star + 1);
+                        run -= 1;
+                    }
+                }
+                continue;
+            }
+            if ch == b'~' && at(raw, i + 1) == b'~' {
+                self.toggle(f, STRIKE, 4);
+                f.i += 2;
+                continue;
+            }
+            if ch == b'<' && self.inline_tag(raw, f) {
+                continue;
+            }
+            if ch == b'!' && at(raw, i + 1) == b'[' {
+                if let Some(link) = self.scan.read_link(i + 1, n) {
+                    return Some((
+                        link.label,
+                        LabelUse {
+                            end: link.end,
+                            url: None,
+                        },
+                    ));
                 }
             }
-            continue;
-        }
-        if ch == b'~' && at(raw, *i + 1) == b'~' {
-            st.toggle("Strike", b'~');
-            *i += 2;
-            continue;
-        }
-        if ch == b'<' && inline_tag(raw, i, st) {
-            continue;
-        }
-        if ch == b'!' && at(raw, *i + 1) == b'[' {
-            if let Some(link) = read_link(raw, *i + 1) {
-                return Some((
-                    link.label,
-                    LabelUse {
-                        end: link.end,
-                        url: None,
-                    },
-                ));
+            if ch == b'[' {
+                if let Some(link) = self.scan.read_link(i, n) {
+                    return Some((
+                        link.label,
+                        LabelUse {
+                            end: link.end,
+                            url: Some(string(&raw[link.url.0..link.url.1])),
+                        },
+                    ));
+                }
             }
+            self.text.push(raw[i]);
+            f.i += 1;
         }
-        if ch == b'[' {
-            if let Some(link) = read_link(raw, *i) {
-                return Some((
-                    link.label,
-                    LabelUse {
-                        end: link.end,
-                        url: Some(string(&raw[link.url.0..link.url.1])),
-                    },
-                ));
-            }
-        }
-        st.text.push(raw[*i]);
-        *i += 1;
-    }
-    None
-}
-
-/// What starts with `<` at `*i`: a line break, `<u>`/`<mark>` and their
-/// closers, a styled `<span>` or its closer, or an autolink. Whether it
-/// was one (and `*i` moved past it).
-fn inline_tag(raw: &[u16], i: &mut usize, st: &mut InlineState) -> bool {
-    if let Some(len) = match_br(raw, *i) {
-        st.text.push(u16::from(b'\n'));
-        *i += len;
-        return true;
-    }
-    let closing = at(raw, *i + 1) == b'/';
-    let name_at = *i + 1 + usize::from(closing);
-    let tag = if starts_with_at(raw, name_at, "u>") {
-        Some(("Underline", 2))
-    } else if starts_with_at(raw, name_at, "mark>") {
-        Some(("Range", 5))
-    } else {
         None
-    };
-    if let Some((kind, len)) = tag {
-        if closing {
-            st.close_type(|s| s.kind == kind);
-        } else {
-            st.stack.push(Span {
-                kind,
-                start: st.text.len(),
-                family: b'h',
-                attributes: None,
-            });
-        }
-        *i = name_at + len;
-        return true;
     }
-    if let Some((kind, value, len)) = match_span(raw, *i) {
-        let mut attributes = Map::new();
-        attributes.insert("value".into(), Value::String(decode_html_attr(&value)));
-        st.stack.push(Span {
-            kind,
-            start: st.text.len(),
-            family: b'h',
-            attributes: Some(attributes),
-        });
-        *i += len;
-        return true;
-    }
-    if starts_with_at(raw, *i, "</span>") {
-        st.close_type(|s| is_span_type(s.kind));
-        *i += 7;
-        return true;
-    }
-    if let Some(end) = index_of(raw, b'>', *i + 1) {
-        let inner = &raw[*i + 1..end];
-        if is_autolink(inner) {
-            let start = st.text.len();
-            let link = Some(string(inner));
-            let kind = if starts_with(inner, "hm://") {
-                st.text.push(0xfffc);
-                "Embed"
-            } else {
-                st.text.extend_from_slice(inner);
-                "Link"
-            };
-            st.annotations.push(Ann {
-                kind,
-                start,
-                end: st.text.len(),
-                link,
-                attributes: None,
-            });
-            *i = end + 1;
+
+    /// What starts with `<` at `f.i` (`raw` ends with the frame): a line
+    /// break, `<u>`/`<mark>` and their closers, a styled `<span>` or its
+    /// closer, or an autolink. Whether it was one (and `f.i` moved past
+    /// it).
+    fn inline_tag(&mut self, raw: &[u16], f: &mut InlineFrame) -> bool {
+        let i = f.i;
+        let len = self.text.len();
+        if let Some(n) = match_br(raw, i) {
+            self.text.push(u16::from(b'\n'));
+            f.i += n;
             return true;
         }
+        let closing = at(raw, i + 1) == b'/';
+        let name_at = i + 1 + usize::from(closing);
+        let tag = if starts_with_at(raw, name_at, "u>") {
+            Some((UNDERLINE, 5, 2))
+        } else if starts_with_at(raw, name_at, "mark>") {
+            Some((RANGE, 6, 5))
+        } else {
+            None
+        };
+        if let Some((key, kind, n)) = tag {
+            if closing {
+                f.spans.close(kind, &mut self.items, len, f.id);
+            } else {
+                f.spans.open(key, kind, len);
+            }
+            f.i = name_at + n;
+            return true;
+        }
+        if let Some((kind, (v0, v1), n)) = match_span(raw, i, &mut self.scan) {
+            let mut attributes = Map::new();
+            attributes.insert(
+                "value".into(),
+                Value::String(decode_html_attr(&raw[v0..v1])),
+            );
+            let key = self.keys.id(kind, None, Some(attributes));
+            f.spans.open(key, STYLED, len);
+            f.i += n;
+            return true;
+        }
+        if starts_with_at(raw, i, "</span>") {
+            f.spans.close(STYLED, &mut self.items, len, f.id);
+            f.i += 7;
+            return true;
+        }
+        if let Some(end) = self.scan.greater(i + 1, raw.len()) {
+            let inner = &raw[i + 1..end];
+            if is_autolink(inner) {
+                let link = string(inner);
+                let kind = if starts_with(inner, "hm://") {
+                    self.text.push(0xfffc);
+                    "Embed"
+                } else {
+                    self.text.extend_from_slice(inner);
+                    "Link"
+                };
+                let key = self.keys.id(kind, Some(link), None);
+                self.items.push(Item {
+                    key,
+                    start: pos32(len),
+                    end: pos32(self.text.len()),
+                    frame: f.id,
+                });
+                f.i = end + 1;
+                return true;
+            }
+        }
+        false
     }
-    false
+
+    /// The annotations as the JavaScript returns them: each key's ranges
+    /// merged where they touch or overlap (`mergeAdjacentAnnotations`),
+    /// ordered by start, then end (longest first), then type, then as the
+    /// nested merges leave them ([`Ties`]).
+    fn merged(&self) -> Vec<Ann> {
+        let mut by_key: Vec<Vec<u32>> = vec![Vec::new(); self.keys.protos.len()];
+        for (t, item) in self.items.iter().enumerate() {
+            if item.end > item.start {
+                by_key[item.key as usize].push(pos32(t));
+            }
+        }
+        let mut out: Vec<(u32, u32, u32)> = Vec::new();
+        for (key, times) in by_key.iter().enumerate() {
+            let mut ranges: Vec<(u32, u32)> = times
+                .iter()
+                .map(|&t| {
+                    let item = &self.items[t as usize];
+                    (item.start, item.end)
+                })
+                .collect();
+            ranges.sort_unstable();
+            let mut merged: Vec<(u32, u32)> = Vec::new();
+            for (s, e) in ranges {
+                match merged.last_mut() {
+                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                    _ => merged.push((s, e)),
+                }
+            }
+            out.extend(merged.into_iter().map(|(s, e)| (pos32(key), s, e)));
+        }
+        let protos = &self.keys.protos;
+        let mut ties = Ties::new(&self.items, &by_key, &self.frame_parent);
+        out.sort_by(|a, b| {
+            a.1.cmp(&b.1)
+                .then(b.2.cmp(&a.2))
+                .then_with(|| locale_compare(protos[a.0 as usize].0, protos[b.0 as usize].0))
+                .then_with(|| ties.order(a.0, b.0))
+        });
+        out.into_iter()
+            .map(|(key, start, end)| {
+                let (kind, link, attributes) = &protos[key as usize];
+                Ann {
+                    kind,
+                    start: start as usize,
+                    end: end as usize,
+                    link: link.clone(),
+                    attributes: attributes.clone(),
+                }
+            })
+            .collect()
+    }
 }
 
-/// Merges annotations of one kind (type, link, attributes) whose ranges
-/// touch or overlap, and orders them (`mergeAdjacentAnnotations`).
-fn merge_adjacent(annotations: Vec<Ann>) -> Vec<Ann> {
-    type Key = (&'static str, String, String);
-    /// A kind, its first annotation and its ranges.
-    type Group = (Key, Ann, Vec<(usize, usize)>);
-    let mut groups: Vec<Group> = Vec::new();
-    let mut index: std::collections::HashMap<Key, usize> = std::collections::HashMap::new();
-    for a in annotations {
-        let key: Key = (
-            a.kind,
-            a.link.clone().unwrap_or_default(),
-            a.attributes
-                .as_ref()
-                .map(|m| serde_json::to_string(m).unwrap_or_default())
-                .unwrap_or_default(),
-        );
-        let g = match index.get(&key) {
-            Some(&g) => g,
-            None => {
-                index.insert(key.clone(), groups.len());
-                groups.push((key, a.clone(), Vec::new()));
-                groups.len() - 1
+/// The frames of one text as a tree, for lowest common ancestors.
+struct FrameTree {
+    depth: Vec<u32>,
+    /// `up[j][f]`: the ancestor of `f` 2^j levels up (the root its own).
+    up: Vec<Vec<u32>>,
+}
+
+impl FrameTree {
+    fn new(parent: &[u32]) -> FrameTree {
+        let mut depth = vec![0u32; parent.len()];
+        for f in 1..parent.len() {
+            depth[f] = depth[parent[f] as usize] + 1;
+        }
+        let mut up = vec![parent.to_vec()];
+        while 1usize << up.len() < parent.len() {
+            let last = &up[up.len() - 1];
+            let next = last.iter().map(|&a| last[a as usize]).collect();
+            up.push(next);
+        }
+        FrameTree { depth, up }
+    }
+
+    fn lca(&self, mut a: u32, mut b: u32) -> u32 {
+        if self.depth[a as usize] < self.depth[b as usize] {
+            std::mem::swap(&mut a, &mut b);
+        }
+        let diff = self.depth[a as usize] - self.depth[b as usize];
+        for (j, level) in self.up.iter().enumerate() {
+            if diff >> j & 1 == 1 {
+                a = level[a as usize];
             }
+        }
+        if a == b {
+            return a;
+        }
+        for level in self.up.iter().rev() {
+            if level[a as usize] != level[b as usize] {
+                a = level[a as usize];
+                b = level[b as usize];
+            }
+        }
+        self.up[0][a as usize]
+    }
+}
+
+/// The order `mergeAdjacentAnnotations`' stable sort leaves two
+/// annotations of one type on one range in: their keys' order of first
+/// appearance in the list the outermost call merges.
+///
+/// That list holds the frame's own annotations in the order pushed, and
+/// each label's merged annotations, sorted, where the label ended. Keys
+/// first met in different entries keep the entries' order, which is the
+/// order of their first annotations as pushed anywhere. Keys first met in
+/// one label come in that label's sorted order: by their first range in
+/// it (start, then end, longest first), then by their order of first
+/// appearance there, and so on down. So two keys compare by their first
+/// ranges within each frame on the way down to the frame where their first
+/// annotations part, then by which was pushed first. The annotations of a
+/// key within a frame are a prefix of its annotations in push order (the
+/// frame runs in one stretch and holds the first), so its first range per
+/// depth on that path is a short step function.
+struct Ties<'a> {
+    items: &'a [Item],
+    by_key: &'a [Vec<u32>],
+    tree: Option<FrameTree>,
+    /// Per key: (from depth, first range's start and end), depth ascending.
+    steps: std::collections::HashMap<u32, Vec<(u32, u32, u32)>>,
+    memo: std::collections::HashMap<(u32, u32), std::cmp::Ordering>,
+}
+
+impl<'a> Ties<'a> {
+    fn new(items: &'a [Item], by_key: &'a [Vec<u32>], frame_parent: &[u32]) -> Ties<'a> {
+        Ties {
+            items,
+            by_key,
+            tree: (frame_parent.len() > 1).then(|| FrameTree::new(frame_parent)),
+            steps: std::collections::HashMap::new(),
+            memo: std::collections::HashMap::new(),
+        }
+    }
+
+    fn order(&mut self, a: u32, b: u32) -> std::cmp::Ordering {
+        let first = |k: u32| self.by_key[k as usize].first().copied().unwrap_or(NO);
+        let (ja, jb) = (first(a), first(b));
+        if a == b || self.tree.is_none() {
+            return ja.cmp(&jb);
+        }
+        if let Some(&o) = self.memo.get(&(a, b)) {
+            return o;
+        }
+        let (o, walked) = self.compare(a, b).unwrap_or((ja.cmp(&jb), 0));
+        // Worth keeping when it walked far (a pair can tie on many ranges).
+        if walked > 8 {
+            self.memo.insert((a, b), o);
+            self.memo.insert((b, a), o.reverse());
+        }
+        o
+    }
+
+    /// The order, and how many steps it took to find.
+    fn compare(&mut self, a: u32, b: u32) -> Option<(std::cmp::Ordering, usize)> {
+        let (items, by_key) = (self.items, self.by_key);
+        let ja = *by_key[a as usize].first()?;
+        let jb = *by_key[b as usize].first()?;
+        let parted = {
+            let tree = self.tree.as_ref()?;
+            let lca = tree.lca(items[ja as usize].frame, items[jb as usize].frame);
+            tree.depth[lca as usize]
         };
-        if a.end > a.start {
-            groups[g].2.push((a.start, a.end));
+        if parted > 0 {
+            self.fill_steps(a);
+            self.fill_steps(b);
+            let (sa, sb) = (self.steps.get(&a)?, self.steps.get(&b)?);
+            let (mut ia, mut ib) = (0, 0);
+            loop {
+                let (va, vb) = (sa.get(ia)?, sb.get(ib)?);
+                let o = va.1.cmp(&vb.1).then(vb.2.cmp(&va.2));
+                if o.is_ne() {
+                    return Some((o, ia + ib));
+                }
+                let (na, nb) = (sa.get(ia + 1).map(|s| s.0), sb.get(ib + 1).map(|s| s.0));
+                let Some(next) = na.into_iter().chain(nb).min() else {
+                    break;
+                };
+                if next > parted {
+                    break;
+                }
+                ia += usize::from(na == Some(next));
+                ib += usize::from(nb == Some(next));
+            }
+            return Some((ja.cmp(&jb), ia + ib));
         }
+        Some((ja.cmp(&jb), 0))
     }
-    let mut out = Vec::new();
-    for (_, proto, mut ranges) in groups {
-        ranges.sort();
-        let mut merged: Vec<(usize, usize)> = Vec::new();
-        for (s, e) in ranges {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
+
+    /// The first range of key `k` in each frame on the path to the frame of
+    /// its first annotation, as steps by depth.
+    fn fill_steps(&mut self, k: u32) {
+        if self.steps.contains_key(&k) {
+            return;
+        }
+        let (items, by_key) = (self.items, self.by_key);
+        let (Some(tree), Some(times)) = (self.tree.as_ref(), by_key.get(k as usize)) else {
+            return;
+        };
+        let Some(&j0) = times.first() else { return };
+        let home = items[j0 as usize].frame;
+        // Annotation `i` is in the frames of the path down to depth `d[i]`.
+        let d: Vec<u32> = times
+            .iter()
+            .map(|&t| tree.depth[tree.lca(items[t as usize].frame, home) as usize])
+            .collect();
+        let mut union: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
+        let mut firsts = Vec::with_capacity(times.len());
+        for &t in times {
+            let item = &items[t as usize];
+            insert_range(&mut union, item.start, item.end);
+            firsts.push(union.first_key_value().map_or((0, 0), |(&s, &e)| (s, e)));
+        }
+        let mut steps: Vec<(u32, u32, u32)> = Vec::new();
+        for i in (0..times.len()).rev() {
+            let from = d.get(i + 1).copied().unwrap_or(0) + 1;
+            if from > d[i] {
+                continue;
+            }
+            let (s, e) = firsts[i];
+            if steps.last().map(|x| (x.1, x.2)) != Some((s, e)) {
+                steps.push((from, s, e));
             }
         }
-        for (s, e) in merged {
-            out.push(Ann {
-                start: s,
-                end: e,
-                ..proto.clone()
-            });
+        self.steps.insert(k, steps);
+    }
+}
+
+/// Adds `[s, e]` to disjoint ranges that merge where they touch.
+fn insert_range(union: &mut std::collections::BTreeMap<u32, u32>, s: u32, e: u32) {
+    let (mut s, mut e) = (s, e);
+    if let Some((&ps, &pe)) = union.range(..=s).next_back() {
+        if pe >= s {
+            s = ps;
+            e = e.max(pe);
+            union.remove(&ps);
         }
     }
-    out.sort_by(|a, b| {
-        a.start
-            .cmp(&b.start)
-            .then(b.end.cmp(&a.end))
-            .then_with(|| locale_compare(a.kind, b.kind))
-    });
-    out
+    while let Some((&qs, &qe)) = union.range(s..=e).next() {
+        e = e.max(qe);
+        union.remove(&qs);
+    }
+    union.insert(s, e);
 }
 
 /// `localeCompare` for the annotation type names (ASCII words): letters
@@ -1060,33 +1686,63 @@ struct CommentCaps {
     attrs: Option<(usize, usize)>,
 }
 
-/// `\s*-->\s*$` from `q`.
-fn arrow_to_end(s: &[u16], q: usize) -> bool {
-    let r = skip_spaces(s, q);
-    starts_with_at(s, r, "-->") && s[r + 3..].iter().all(|&c| is_space(c))
+/// How `s` ends, when it ends as every comment regex that runs to the end
+/// needs it: `-->` then white space. Answers `\s*-->\s*$` from any
+/// position at once (a scan per position made a line of many comment
+/// openers quadratic).
+struct ArrowEnd {
+    /// Where the final `-->` starts.
+    arrow: usize,
+    /// The last non-space before it.
+    before: Option<usize>,
+    /// The last line terminator at or before `before`.
+    terminator: Option<usize>,
+}
+
+impl ArrowEnd {
+    fn of(s: &[u16]) -> Option<ArrowEnd> {
+        let end = s.iter().rposition(|&c| !is_space(c))? + 1;
+        if end < 3 || !starts_with_at(s, end - 3, "-->") {
+            return None;
+        }
+        let arrow = end - 3;
+        let before = s[..arrow].iter().rposition(|&c| !is_space(c));
+        let terminator = before.and_then(|b| s[..=b].iter().rposition(|&c| is_line_terminator(c)));
+        Some(ArrowEnd {
+            arrow,
+            before,
+            terminator,
+        })
+    }
+
+    /// `\s*-->\s*$` from `q`: only white space between `q` and the final
+    /// arrow (no other `-->` has only white space after it).
+    fn from(&self, q: usize) -> bool {
+        q <= self.arrow && self.before.is_none_or(|b| q > b)
+    }
 }
 
 /// After the id (and type): `(?:\s+attrs:(\{.*\}))?\s*-->\s*$` from `q`,
 /// with the attrs group when it takes part.
-fn attrs_then_end(s: &[u16], q: usize) -> Option<Option<(usize, usize)>> {
+fn attrs_then_end(s: &[u16], q: usize, end: &ArrowEnd) -> Option<Option<(usize, usize)>> {
     let w = skip_spaces(s, q);
     if w > q && starts_with_at(s, w, "attrs:{") {
         let brace = w + 6;
-        let limit = (brace + 1..s.len())
-            .find(|&k| is_line_terminator(s[k]))
-            .unwrap_or(s.len());
-        for k in (brace + 1..limit).rev() {
-            if at(s, k) == b'}' && arrow_to_end(s, k + 1) {
+        // `.*` takes the last `}` that has `\s*-->\s*$` after it and no
+        // line terminator before it: that `}` can only be the last
+        // non-space before the arrow.
+        if let Some(k) = end.before {
+            if k > brace && at(s, k) == b'}' && end.terminator.is_none_or(|t| t <= brace) {
                 return Some(Some((brace, k + 1)));
             }
         }
     }
-    arrow_to_end(s, q).then_some(None)
+    end.from(q).then_some(None)
 }
 
 /// COMMENT_BODY followed by `\s*$`, starting exactly at `p`, explored in the
 /// order a backtracking regex explores it.
-fn comment_body_to_end(s: &[u16], p: usize) -> Option<CommentCaps> {
+fn comment_body_to_end(s: &[u16], p: usize, end: &ArrowEnd) -> Option<CommentCaps> {
     if !starts_with_at(s, p, "<!--") {
         return None;
     }
@@ -1102,7 +1758,7 @@ fn comment_body_to_end(s: &[u16], p: usize) -> Option<CommentCaps> {
             let t0 = w + 5;
             let t_max = id_run_end(s, t0);
             for t_end in (t0 + 1..=t_max).rev() {
-                if let Some(attrs) = attrs_then_end(s, t_end) {
+                if let Some(attrs) = attrs_then_end(s, t_end, end) {
                     return Some(CommentCaps {
                         id: (id0, id_end),
                         kind: Some((t0, t_end)),
@@ -1111,7 +1767,7 @@ fn comment_body_to_end(s: &[u16], p: usize) -> Option<CommentCaps> {
                 }
             }
         }
-        if let Some(attrs) = attrs_then_end(s, id_end) {
+        if let Some(attrs) = attrs_then_end(s, id_end, end) {
             return Some(CommentCaps {
                 id: (id0, id_end),
                 kind: None,
@@ -1122,25 +1778,16 @@ fn comment_body_to_end(s: &[u16], p: usize) -> Option<CommentCaps> {
     None
 }
 
-/// Whether `s` ends with `-->` and white space (every comment regex that
-/// runs to the end needs it).
-fn ends_with_arrow(s: &[u16]) -> bool {
-    let t = trim(s);
-    t.len() >= 3 && starts_with_at(t, t.len() - 3, "-->")
-}
-
 /// TRAILING_COMMENT_RE: ` ?<!--…-->\s*$` anywhere; the match's index.
 fn match_trailing_comment(s: &[u16]) -> Option<(usize, CommentCaps)> {
-    if !ends_with_arrow(s) {
-        return None;
-    }
+    let end = ArrowEnd::of(s)?;
     for p in 0..s.len() {
         if at(s, p) == b' ' {
-            if let Some(c) = comment_body_to_end(s, p + 1) {
+            if let Some(c) = comment_body_to_end(s, p + 1, &end) {
                 return Some((p, c));
             }
         } else if at(s, p) == b'<' {
-            if let Some(c) = comment_body_to_end(s, p) {
+            if let Some(c) = comment_body_to_end(s, p, &end) {
                 return Some((p, c));
             }
         }
@@ -1150,17 +1797,13 @@ fn match_trailing_comment(s: &[u16]) -> Option<(usize, CommentCaps)> {
 
 /// STANDALONE_COMMENT_RE: the whole line is the comment.
 fn match_standalone_comment(s: &[u16]) -> Option<CommentCaps> {
-    if !ends_with_arrow(s) {
-        return None;
-    }
-    comment_body_to_end(s, skip_spaces(s, 0))
+    let end = ArrowEnd::of(s)?;
+    comment_body_to_end(s, skip_spaces(s, 0), &end)
 }
 
 /// END_RE: `^\s*<!--\s*end:(id)\s*-->\s*$`.
 fn match_end_comment(s: &[u16]) -> Option<String> {
-    if !ends_with_arrow(s) {
-        return None;
-    }
+    let end = ArrowEnd::of(s)?;
     let p = skip_spaces(s, 0);
     if !starts_with_at(s, p, "<!--") {
         return None;
@@ -1173,7 +1816,7 @@ fn match_end_comment(s: &[u16]) -> Option<String> {
     let id_max = id_run_end(s, id0);
     (id0 + 1..=id_max)
         .rev()
-        .find(|&e| arrow_to_end(s, e))
+        .find(|&e| end.from(e))
         .map(|e| string(&s[id0..e]))
 }
 
@@ -1234,6 +1877,10 @@ struct ColMatch {
 
 /// COL_ID_RE `<!--\s*col:(id)(?:\s+attrs:(\{.*?\}))?\s*-->` anywhere.
 fn match_col_id(s: &[u16]) -> Option<ColMatch> {
+    // For each position, the first `}` at or after it with `\s*-->` next,
+    // and the first line terminator: found once, when an attrs group is
+    // first tried (a scan per comment made a cell of many quadratic).
+    let mut closers: Option<(Vec<u32>, Vec<u32>)> = None;
     for p in 0..s.len() {
         if !starts_with_at(s, p, "<!--") {
             continue;
@@ -1249,19 +1896,16 @@ fn match_col_id(s: &[u16]) -> Option<ColMatch> {
             let w = skip_spaces(s, id_end);
             if w > id_end && starts_with_at(s, w, "attrs:{") {
                 let brace = w + 6;
-                let mut k = brace + 1;
-                while k < s.len() && !is_line_terminator(s[k]) {
-                    if at(s, k) == b'}' {
-                        let r = skip_spaces(s, k + 1);
-                        if starts_with_at(s, r, "-->") {
-                            return Some(ColMatch {
-                                range: (p, r + 3),
-                                id: id(),
-                                attrs: Some((brace, k + 1)),
-                            });
-                        }
-                    }
-                    k += 1;
+                let (close, terminator) = closers.get_or_insert_with(|| col_attrs_closers(s));
+                if let Some(k) =
+                    opt(close[brace + 1]).filter(|&k| k < terminator[brace + 1] as usize)
+                {
+                    let r = skip_spaces(s, k + 1);
+                    return Some(ColMatch {
+                        range: (p, r + 3),
+                        id: id(),
+                        attrs: Some((brace, k + 1)),
+                    });
                 }
             }
             let r = skip_spaces(s, id_end);
@@ -1275,6 +1919,33 @@ fn match_col_id(s: &[u16]) -> Option<ColMatch> {
         }
     }
     None
+}
+
+/// For each position of `s` (and its end): the first `}` at or after it
+/// followed by `\s*-->` (`NO`: none), and the first line terminator at or
+/// after it (`s.len()`: none).
+fn col_attrs_closers(s: &[u16]) -> (Vec<u32>, Vec<u32>) {
+    let n = s.len();
+    let mut close = vec![NO; n + 1];
+    let mut terminator = vec![pos32(n); n + 1];
+    // The first non-space after the position being looked at.
+    let mut non_space = n;
+    for k in (0..n).rev() {
+        close[k] = if at(s, k) == b'}' && starts_with_at(s, non_space, "-->") {
+            pos32(k)
+        } else {
+            close[k + 1]
+        };
+        terminator[k] = if is_line_terminator(s[k]) {
+            pos32(k)
+        } else {
+            terminator[k + 1]
+        };
+        if !is_space(s[k]) {
+            non_space = k;
+        }
+    }
+    (close, terminator)
 }
 
 // ─── Lines ──────────────────────────────────────────────────────────────────
@@ -1481,6 +2152,9 @@ fn is_separator_row(cells: &[Cell]) -> bool {
 
 struct ArenaNode {
     block: Block,
+    /// Children the block came with (a table's columns and rows), before
+    /// those added since; they change no more, so they stay as they are.
+    done: Vec<BlockNode>,
     children: Vec<usize>,
 }
 
@@ -1661,19 +2335,16 @@ impl<'a> BlockParser<'a> {
             };
             column_ids.push(id);
         }
-        let mut children: Vec<BlockNode> = column_ids
-            .iter()
-            .enumerate()
-            .map(|(idx, id)| {
-                let mut block = Block::new("TableColumn", id.clone());
-                if let Some(attrs) = header_cells.get(idx).and_then(|c| c.col_attrs.as_ref()) {
-                    if !attrs.is_empty() {
-                        block.attributes = Some(attrs.clone());
-                    }
+        let mut children: Vec<BlockNode> = Vec::with_capacity(col_count + body.len() + 1);
+        children.extend(column_ids.iter().enumerate().map(|(idx, id)| {
+            let mut block = Block::new("TableColumn", id.clone());
+            if let Some(attrs) = header_cells.get(idx).and_then(|c| c.col_attrs.as_ref()) {
+                if !attrs.is_empty() {
+                    block.attributes = Some(attrs.clone());
                 }
-                leaf(block)
-            })
-            .collect();
+            }
+            leaf(block)
+        }));
         let has_header_row = header_cells.iter().any(|c| !c.text.is_empty());
         // A grid Seed would pad to more cells than any sane table has is
         // given only the cells its rows write (the markdown is the same):
@@ -1893,10 +2564,10 @@ impl<'a> BlockParser<'a> {
     }
 
     fn add(&mut self, node: BlockNode) -> usize {
-        let children = node.children.into_iter().map(|c| self.add(c)).collect();
         self.arena.push(ArenaNode {
             block: node.block,
-            children,
+            done: node.children,
+            children: Vec::new(),
         });
         self.arena.len() - 1
     }
@@ -1910,7 +2581,7 @@ impl<'a> BlockParser<'a> {
 
     fn list_len(&self, node: Option<usize>) -> usize {
         match node {
-            Some(n) => self.arena[n].children.len(),
+            Some(n) => self.arena[n].done.len() + self.arena[n].children.len(),
             None => self.root.len(),
         }
     }
@@ -1972,6 +2643,7 @@ impl<'a> BlockParser<'a> {
                         block.children_type = children_type;
                         self.arena.push(ArenaNode {
                             block,
+                            done: Vec::new(),
                             children: moved,
                         });
                         let container = self.arena.len() - 1;
@@ -1991,6 +2663,7 @@ impl<'a> BlockParser<'a> {
                         let b = &self.arena[p].block;
                         b.kind == "Paragraph"
                             && !b.text.is_empty()
+                            && self.arena[p].done.is_empty()
                             && self.arena[p].children.is_empty()
                             && b.children_type.as_deref().is_none_or(str::is_empty)
                     });
@@ -2000,6 +2673,7 @@ impl<'a> BlockParser<'a> {
                             let id = self.gen_id();
                             self.arena.push(ArenaNode {
                                 block: Block::new("Paragraph", id),
+                                done: Vec::new(),
                                 children: Vec::new(),
                             });
                             let t = self.arena.len() - 1;
@@ -2063,27 +2737,49 @@ impl<'a> BlockParser<'a> {
     }
 
     /// The finished tree, with `childrenType: Group` on every block with
-    /// children and no type (tables and rows excepted).
+    /// children and no type (tables and rows excepted). Without recursion:
+    /// the tree is as deep as the markdown's nesting.
     fn into_tree(mut self) -> Vec<BlockNode> {
-        let root = std::mem::take(&mut self.root);
-        root.into_iter().map(|n| self.take_node(n)).collect()
-    }
-
-    fn take_node(&mut self, n: usize) -> BlockNode {
-        let children_ids = std::mem::take(&mut self.arena[n].children);
-        let mut block = std::mem::replace(&mut self.arena[n].block, Block::new("", String::new()));
-        if !children_ids.is_empty()
-            && block.children_type.as_deref().is_none_or(str::is_empty)
-            && block.kind != "Table"
-            && block.kind != "TableRow"
-        {
-            block.children_type = Some("Group".into());
+        // Each open node: its block, its children so far, and the arena
+        // children still to take (reversed).
+        type Open = (Block, Vec<BlockNode>, Vec<usize>);
+        let mut root: Vec<BlockNode> = Vec::with_capacity(self.root.len());
+        let mut open: Vec<Open> = Vec::new();
+        let mut todo: Vec<usize> = std::mem::take(&mut self.root);
+        todo.reverse();
+        loop {
+            let next = match open.last_mut() {
+                Some((_, _, pending)) => pending.pop(),
+                None => todo.pop(),
+            };
+            if let Some(n) = next {
+                let mut pending = std::mem::take(&mut self.arena[n].children);
+                let done = std::mem::take(&mut self.arena[n].done);
+                let mut block =
+                    std::mem::replace(&mut self.arena[n].block, Block::new("", String::new()));
+                // (Blocks made with children are tables, rows and their
+                // cells, which the rule leaves as they are.)
+                if !(done.is_empty() && pending.is_empty())
+                    && block.children_type.as_deref().is_none_or(str::is_empty)
+                    && block.kind != "Table"
+                    && block.kind != "TableRow"
+                {
+                    block.children_type = Some("Group".into());
+                }
+                pending.reverse();
+                open.push((block, done, pending));
+                continue;
+            }
+            let Some((block, children, _)) = open.pop() else {
+                break;
+            };
+            let node = BlockNode { block, children };
+            match open.last_mut() {
+                Some((_, siblings, _)) => siblings.push(node),
+                None => root.push(node),
+            }
         }
-        let children = children_ids
-            .into_iter()
-            .map(|c| self.take_node(c))
-            .collect();
-        BlockNode { block, children }
+        root
     }
 }
 
@@ -2357,7 +3053,7 @@ fn metadata_from(entries: Vec<(String, Js)>) -> Vec<(String, Value)> {
         .iter()
         .find(|(k, _)| k == "title")
         .map(|(_, v)| v.clone());
-    let mut own: Vec<(String, Option<Js>)> = Vec::new();
+    let mut own = OwnProperties::default();
     // `metadata.__proto__ = object` sets the prototype: its properties are
     // then what reads of absent keys see.
     let mut proto: Vec<(String, Js)> = Vec::new();
@@ -2373,11 +3069,11 @@ fn metadata_from(entries: Vec<(String, Js)>) -> Vec<(String, Value)> {
             }
             continue;
         }
-        set_own(&mut own, key, Some(value));
+        own.set(key, Some(value));
     }
-    let get = |own: &Vec<(String, Option<Js>)>, key: &str| -> Option<Js> {
-        match own.iter().find(|(k, _)| k == key) {
-            Some((_, v)) => v.clone(),
+    let get = |own: &OwnProperties, key: &str| -> Option<Js> {
+        match own.get(key) {
+            Some(v) => v.clone(),
             None => proto
                 .iter()
                 .rev()
@@ -2387,7 +3083,7 @@ fn metadata_from(entries: Vec<(String, Js)>) -> Vec<(String, Value)> {
     };
     if get(&own, "name").is_none() {
         if let Some(title) = title.filter(|t| !matches!(t, Js::Null)) {
-            set_own(&mut own, "name".into(), Some(coerce_string(&title)));
+            own.set("name".into(), Some(coerce_string(&title)));
         }
     }
     for key in METADATA_STRING_KEYS {
@@ -2397,18 +3093,18 @@ fn metadata_from(entries: Vec<(String, Js)>) -> Vec<(String, Value)> {
                     Js::Null => None,
                     v => Some(coerce_string(&v)),
                 };
-                set_own(&mut own, key.into(), coerced);
+                own.set(key.into(), coerced);
             }
         }
     }
     for key in METADATA_BOOLEAN_KEYS {
         if let Some(v) = get(&own, key) {
             if !matches!(v, Js::Bool(_)) {
-                set_own(&mut own, key.into(), Some(Js::Bool(v.truthy())));
+                own.set(key.into(), Some(Js::Bool(v.truthy())));
             }
         }
     }
-    js_key_order(own)
+    js_key_order(own.entries)
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v.to_json())))
         .collect()
@@ -2425,10 +3121,27 @@ fn coerce_string(v: &Js) -> Js {
     }
 }
 
-fn set_own(own: &mut Vec<(String, Option<Js>)>, key: String, value: Option<Js>) {
-    match own.iter_mut().find(|(k, _)| *k == key) {
-        Some(slot) => slot.1 = value,
-        None => own.push((key, value)),
+/// An object's own properties in the order set (`None`: set to
+/// `undefined`).
+#[derive(Default)]
+struct OwnProperties {
+    entries: Vec<(String, Option<Js>)>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl OwnProperties {
+    fn get(&self, key: &str) -> Option<&Option<Js>> {
+        self.index.get(key).map(|&k| &self.entries[k].1)
+    }
+
+    fn set(&mut self, key: String, value: Option<Js>) {
+        match self.index.get(&key) {
+            Some(&k) => self.entries[k].1 = value,
+            None => {
+                self.index.insert(key.clone(), self.entries.len());
+                self.entries.push((key, value));
+            }
+        }
     }
 }
 
@@ -2438,6 +3151,12 @@ fn set_own(own: &mut Vec<(String, Option<Js>)>, key: String, value: Option<Js>) 
 const MAX_ALIAS_COUNT: u64 = 100;
 /// How deep YAML collections nest before the frontmatter counts as invalid.
 const MAX_YAML_DEPTH: usize = 500;
+/// How many values (scalars and collections, each alias counted as the
+/// values it copies) the YAML may make before the frontmatter counts as
+/// invalid: the `yaml` package shares an aliased value where this port
+/// copies it, and aliases of collections holding no scalar escape the
+/// alias count, so a few hundred KiB could otherwise ask for billions.
+const MAX_YAML_VALUES: u64 = 1_000_000;
 
 #[derive(Clone, Debug)]
 enum Scalar {
@@ -2472,44 +3191,122 @@ const MAX_TAB_RETRIES: usize = 64;
 /// a plain scalar; such a tab (found where the scanner stops) is read as
 /// the space it stands for.
 fn yaml_events(src: &str) -> Result<Vec<Event>, ()> {
-    let mut chars: Option<Vec<char>> = None;
-    for _ in 0..=MAX_TAB_RETRIES {
-        let text: String = match &chars {
-            Some(c) => c.iter().collect(),
-            None => src.to_owned(),
-        };
-        let mut parser = Parser::new_from_str(&text);
-        let mut events = Vec::new();
-        let error = loop {
-            match parser.next_token() {
-                Ok((Event::StreamEnd, _)) => return Ok(events),
-                Ok((Event::Scalar(value, style, anchor, tag), mark)) => {
-                    let value =
-                        empty_block_scalar_at_end(&text, mark.index(), &style).unwrap_or(value);
-                    events.push(Event::Scalar(value, style, anchor, tag));
-                }
-                Ok((event, _)) => events.push(event),
-                Err(e) => break e,
-            }
-        };
-        if error.info() != "':' must be followed by a valid YAML whitespace" {
-            return Err(());
-        }
-        let c = chars.get_or_insert_with(|| src.chars().collect());
-        let mut j = error.marker().index().min(c.len());
+    let mut error = match events_of(src)? {
+        Ok(events) => return Ok(events),
+        Err(e) => e,
+    };
+    let mut chars: Vec<char> = src.chars().collect();
+    if !is_tab_error(&error) {
+        return Err(());
+    }
+    if let Some(events) = tab_runs_patched(&chars) {
+        return events;
+    }
+    for _ in 0..MAX_TAB_RETRIES {
+        let mut j = error.marker().index().min(chars.len());
         let mut patched = false;
-        while j > 0 && matches!(c[j - 1], ' ' | '\t') {
-            if c[j - 1] == '\t' {
-                c[j - 1] = ' ';
+        while j > 0 && matches!(chars[j - 1], ' ' | '\t') {
+            if chars[j - 1] == '\t' {
+                chars[j - 1] = ' ';
                 patched = true;
             }
             j -= 1;
         }
-        if !patched || j == 0 || c[j - 1] != ':' {
+        if !patched || j == 0 || chars[j - 1] != ':' {
+            return Err(());
+        }
+        let text: String = chars.iter().collect();
+        error = match events_of(&text)? {
+            Ok(events) => return Ok(events),
+            Err(e) => e,
+        };
+        if !is_tab_error(&error) {
             return Err(());
         }
     }
     Err(())
+}
+
+fn is_tab_error(error: &yaml_rust2::ScanError) -> bool {
+    error.info() == "':' must be followed by a valid YAML whitespace"
+}
+
+/// The tab runs yaml-rust2 stops at, all made spaces at once: those after
+/// a `:` that is a mapping's value indicator, tabs only, then `-`, `_` or
+/// an ASCII letter or digit. Each stop made a read of the whole YAML, up to
+/// [`MAX_TAB_RETRIES`] of them; the events are the same when a read with
+/// every such run made spaces finds each of their `:`s a value indicator
+/// (the text before each run is then read as before, so the retries stop
+/// at each run in turn). `None` when that does not hold.
+fn tab_runs_patched(chars: &[char]) -> Option<Result<Vec<Event>, ()>> {
+    let is_alpha = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let mut patched = chars.to_vec();
+    let mut colons = Vec::new();
+    for k in 0..chars.len() {
+        if chars[k] == ':' && chars.get(k + 1) == Some(&'\t') {
+            let mut e = k + 1;
+            while chars.get(e) == Some(&'\t') {
+                e += 1;
+            }
+            if chars.get(e).is_some_and(|&c| is_alpha(c)) {
+                colons.push(k);
+                patched[k + 1..e].fill(' ');
+            }
+        }
+    }
+    let text: String = patched.iter().collect();
+    let mut scanner = yaml_rust2::scanner::Scanner::new(text.chars());
+    let values: std::collections::HashSet<usize> = scanner
+        .by_ref()
+        .filter(|token| matches!(token.1, yaml_rust2::scanner::TokenType::Value))
+        .map(|token| token.0.index())
+        .collect();
+    if scanner.get_error().is_some() || !colons.iter().all(|k| values.contains(k)) {
+        return None;
+    }
+    if colons.len() > MAX_TAB_RETRIES {
+        return Some(Err(()));
+    }
+    match events_of(&text) {
+        Ok(Ok(events)) => Some(Ok(events)),
+        Ok(Err(_)) => None,
+        Err(()) => Some(Err(())),
+    }
+}
+
+/// One read of the YAML by yaml-rust2: its events, or where it stopped;
+/// `Err` when collections nest past [`MAX_YAML_DEPTH`] (the composer
+/// refuses those, and yaml-rust2 slows with nesting, so reading on is
+/// waste).
+fn events_of(text: &str) -> Result<Result<Vec<Event>, yaml_rust2::ScanError>, ()> {
+    let mut parser = Parser::new_from_str(text);
+    let mut events = Vec::new();
+    let mut open = 0usize;
+    let mut offsets = CharOffsets::default();
+    loop {
+        match parser.next_token() {
+            Ok((Event::StreamEnd, _)) => return Ok(Ok(events)),
+            Ok((Event::Scalar(value, style, anchor, tag), mark)) => {
+                let value = empty_block_scalar_at_end(text, &mut offsets, mark.index(), &style)
+                    .unwrap_or(value);
+                events.push(Event::Scalar(value, style, anchor, tag));
+            }
+            Ok((event, _)) => {
+                match event {
+                    Event::SequenceStart(..) | Event::MappingStart(..) => {
+                        open += 1;
+                        if open > MAX_YAML_DEPTH {
+                            return Err(());
+                        }
+                    }
+                    Event::SequenceEnd | Event::MappingEnd => open = open.saturating_sub(1),
+                    _ => {}
+                }
+                events.push(event);
+            }
+            Err(e) => return Ok(Err(e)),
+        }
+    }
 }
 
 /// A block scalar with no content that runs to the end of the YAML:
@@ -2517,11 +3314,17 @@ fn yaml_events(src: &str) -> Result<Vec<Event>, ()> {
 /// `yaml` package reads `""`, or with `+` (keep) the line breaks after
 /// the header (one at least when anything follows it). `at` is the scalar's mark (a character index), which
 /// for such a scalar is its `|` or `>` indicator.
-fn empty_block_scalar_at_end(src: &str, at: usize, style: &TScalarStyle) -> Option<String> {
+fn empty_block_scalar_at_end(
+    src: &str,
+    offsets: &mut CharOffsets,
+    at: usize,
+    style: &TScalarStyle,
+) -> Option<String> {
     if !matches!(style, TScalarStyle::Literal | TScalarStyle::Folded) {
         return None;
     }
-    let (offset, indicator) = src.char_indices().nth(at)?;
+    let offset = offsets.byte_offset(src, at)?;
+    let indicator = src[offset..].chars().next()?;
     if indicator != '|' && indicator != '>' {
         return None;
     }
@@ -2544,6 +3347,26 @@ fn empty_block_scalar_at_end(src: &str, at: usize, style: &TScalarStyle) -> Opti
     } else {
         String::new()
     })
+}
+
+/// Byte offsets of character indices in one text, found walking on from the
+/// last one asked for (marks come in order, so all of them cost one walk).
+#[derive(Default)]
+struct CharOffsets {
+    chars: usize,
+    bytes: usize,
+}
+
+impl CharOffsets {
+    fn byte_offset(&mut self, src: &str, at: usize) -> Option<usize> {
+        if at < self.chars {
+            *self = CharOffsets::default();
+        }
+        let (k, _) = src[self.bytes..].char_indices().nth(at - self.chars)?;
+        self.bytes += k;
+        self.chars = at;
+        Some(self.bytes)
+    }
 }
 
 /// Whether the `yaml` package finds more than one document in `src`: it
@@ -2601,7 +3424,13 @@ fn tab_indentation(src: &str) -> bool {
 /// A character the text does not hold, to stand in for lone carriage
 /// returns.
 fn unused_char(src: &str) -> Option<char> {
-    ('\u{e000}'..='\u{f8ff}').find(|&c| !src.contains(c))
+    let mut used = vec![false; 0x1900];
+    for c in src.chars() {
+        if let Some(k) = (c as usize).checked_sub(0xe000).filter(|&k| k < used.len()) {
+            used[k] = true;
+        }
+    }
+    ('\u{e000}'..='\u{f8ff}').find(|&c| !used[c as usize - 0xe000])
 }
 
 /// The `yaml` package's `parse(src)`, as a JavaScript value; `Err` where it
@@ -2651,9 +3480,9 @@ fn yaml_to_js(src: &str) -> Result<Js, ()> {
         anchored: Vec::new(),
         anchors: std::collections::HashMap::new(),
     };
-    // Open collections: the node and, for a map, the key waiting for its
-    // value.
-    let mut open: Vec<(usize, Option<usize>)> = Vec::new();
+    // Open collections: the node, for a map the key waiting for its value,
+    // and the scalar keys it has (`uniqueKeys` compares them with `===`).
+    let mut open: Vec<(usize, Option<usize>, ScalarKeys)> = Vec::new();
     let mut root = None;
     let mut documents = 0;
     for event in events {
@@ -2682,29 +3511,32 @@ fn yaml_to_js(src: &str) -> Result<Js, ()> {
                     YNode::Map(Vec::new())
                 };
                 let n = c.push(node, anchor);
-                open.push((n, None));
+                open.push((n, None, ScalarKeys::default()));
                 if open.len() > MAX_YAML_DEPTH {
                     return Err(());
                 }
                 continue;
             }
             Event::SequenceEnd | Event::MappingEnd => match open.pop() {
-                Some((n, _)) => n,
+                Some((n, ..)) => n,
                 None => return Err(()),
             },
         };
         match open.last_mut() {
             None => root = Some(node),
-            Some((parent, pending)) => {
+            Some((parent, pending, keys)) => {
                 let parent = *parent;
                 match pending.take() {
                     Some(key) => {
                         if let YNode::Map(pairs) = &mut c.nodes[parent] {
                             pairs.push((key, node));
                         }
+                        if let YNode::Scalar(k) = &c.nodes[key] {
+                            keys.insert(k);
+                        }
                     }
                     None if matches!(c.nodes[parent], YNode::Map(_)) => {
-                        if c.has_key(parent, node) {
+                        if matches!(&c.nodes[node], YNode::Scalar(k) if keys.has(k)) {
                             return Err(()); // "Map keys must be unique"
                         }
                         *pending = Some(node);
@@ -2724,8 +3556,9 @@ fn yaml_to_js(src: &str) -> Result<Js, ()> {
     let mut conv = ToJs {
         c: &c,
         data: std::collections::HashMap::new(),
+        made: 0,
     };
-    conv.convert(root, 0)
+    conv.convert(root, 0).map(|(value, ..)| value)
 }
 
 impl Composer {
@@ -2738,61 +3571,106 @@ impl Composer {
         }
         n
     }
+}
 
-    /// Whether map `map` already has `key` (`uniqueKeys`: scalar values
-    /// compared with `===`).
-    fn has_key(&self, map: usize, key: usize) -> bool {
-        let YNode::Map(pairs) = &self.nodes[map] else {
-            return false;
-        };
-        let YNode::Scalar(k) = &self.nodes[key] else {
-            return false;
-        };
-        pairs.iter().any(|&(other, _)| match &self.nodes[other] {
-            YNode::Scalar(o) => match (k, o) {
-                (Scalar::Null, Scalar::Null) => true,
-                (Scalar::Bool(a), Scalar::Bool(b)) => a == b,
-                (Scalar::Num(a), Scalar::Num(b)) => a == b,
-                (Scalar::Str(a), Scalar::Str(b)) => a == b,
-                _ => false,
-            },
-            _ => false,
-        })
+/// The scalar keys of one map, as `===` tells them apart (`NaN` equals
+/// nothing, `-0` equals `0`).
+#[derive(Default)]
+struct ScalarKeys {
+    seen: std::collections::HashSet<ScalarKey>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+enum ScalarKey {
+    Null,
+    Bool(bool),
+    Num(u64),
+    Str(String),
+}
+
+impl ScalarKeys {
+    fn key(k: &Scalar) -> Option<ScalarKey> {
+        match k {
+            Scalar::Null => Some(ScalarKey::Null),
+            Scalar::Bool(b) => Some(ScalarKey::Bool(*b)),
+            Scalar::Num(x) if x.is_nan() => None,
+            Scalar::Num(x) => Some(ScalarKey::Num(if *x == 0.0 { 0 } else { x.to_bits() })),
+            Scalar::Str(s) => Some(ScalarKey::Str(s.clone())),
+            Scalar::Date(_) => None,
+        }
+    }
+
+    fn insert(&mut self, k: &Scalar) {
+        if let Some(key) = Self::key(k) {
+            self.seen.insert(key);
+        }
+    }
+
+    fn has(&self, k: &Scalar) -> bool {
+        Self::key(k).is_some_and(|key| self.seen.contains(&key))
     }
 }
 
 struct AnchorData {
     count: u64,
     alias_count: u64,
+    /// Whether `alias_count` was worked out (the package works it out
+    /// again while it is 0, always to 0 again: a value with no scalar
+    /// anywhere under it stays so).
+    counted: bool,
     res: Option<Js>,
+    /// The values `res` holds, and how deep they nest.
+    size: u64,
+    height: usize,
 }
 
 struct ToJs<'c> {
     c: &'c Composer,
     data: std::collections::HashMap<usize, AnchorData>,
+    /// Values made so far (see [`MAX_YAML_VALUES`]).
+    made: u64,
 }
 
+/// A value made, with how many values it holds (itself included) and how
+/// deep they nest (a scalar is 1).
+type Made = (Js, u64, usize);
+
 impl ToJs<'_> {
-    fn convert(&mut self, n: usize, depth: usize) -> Result<Js, ()> {
+    /// The node's value; `Err` where the package throws, and where values
+    /// nest deeper than [`MAX_YAML_DEPTH`] (counting through aliases) or
+    /// outnumber [`MAX_YAML_VALUES`].
+    fn convert(&mut self, n: usize, depth: usize) -> Result<Made, ()> {
         if depth > MAX_YAML_DEPTH {
             return Err(());
         }
         if let YNode::Alias(target) = self.c.nodes[n] {
-            let alias_count = if self.data.get(&target).is_some_and(|d| d.alias_count == 0) {
+            let alias_count = if self.data.get(&target).is_some_and(|d| !d.counted) {
                 Some(self.alias_count(target))
             } else {
                 None
             };
             let data = self.data.get_mut(&target).ok_or(())?;
-            let res = data.res.clone().ok_or(())?;
+            if data.res.is_none() {
+                return Err(());
+            }
             data.count += 1;
             if let Some(a) = alias_count {
                 data.alias_count = a;
+                data.counted = true;
             }
             if data.count.saturating_mul(data.alias_count) > MAX_ALIAS_COUNT {
                 return Err(()); // "Excessive alias count …"
             }
-            return Ok(res);
+            self.made = self.made.saturating_add(data.size);
+            if self.made > MAX_YAML_VALUES {
+                return Err(());
+            }
+            let res = data.res.clone().ok_or(())?;
+            return Ok((res, data.size, data.height));
+        }
+        self.made += 1;
+        if self.made > MAX_YAML_VALUES {
+            return Err(());
         }
         if self.c.anchored[n] {
             self.data.insert(
@@ -2800,10 +3678,15 @@ impl ToJs<'_> {
                 AnchorData {
                     count: 1,
                     alias_count: 0,
+                    counted: false,
                     res: None,
+                    size: 0,
+                    height: 0,
                 },
             );
         }
+        let mut size = 1u64;
+        let mut below = 0usize;
         let value = match &self.c.nodes[n] {
             YNode::Scalar(s) => match s {
                 Scalar::Null => Js::Null,
@@ -2815,29 +3698,45 @@ impl ToJs<'_> {
             YNode::Seq(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for &item in items {
-                    out.push(self.convert(item, depth + 1)?);
+                    let (value, n, h) = self.convert(item, depth + 1)?;
+                    size += n;
+                    below = below.max(h);
+                    out.push(value);
                 }
                 Js::Arr(out)
             }
             YNode::Map(pairs) => {
                 let mut out: Vec<(String, Js)> = Vec::new();
+                let mut index: std::collections::HashMap<String, usize> =
+                    std::collections::HashMap::new();
                 for &(k, v) in pairs {
-                    let key = self.convert(k, depth + 1)?;
+                    let (key, nk, hk) = self.convert(k, depth + 1)?;
                     let key = self.string_key(k, &key);
-                    let value = self.convert(v, depth + 1)?;
-                    match out.iter_mut().find(|(existing, _)| *existing == key) {
-                        Some(slot) => slot.1 = value,
-                        None => out.push((key, value)),
+                    let (value, nv, hv) = self.convert(v, depth + 1)?;
+                    size += nk + nv;
+                    below = below.max(hk).max(hv);
+                    match index.get(&key) {
+                        Some(&slot) => out[slot].1 = value,
+                        None => {
+                            index.insert(key.clone(), out.len());
+                            out.push((key, value));
+                        }
                     }
                 }
                 Js::Obj(js_key_order(out))
             }
             YNode::Alias(_) => return Err(()),
         };
+        let height = below + 1;
+        if height > MAX_YAML_DEPTH + 1 {
+            return Err(());
+        }
         if let Some(d) = self.data.get_mut(&n) {
             d.res = Some(value.clone());
+            d.size = size;
+            d.height = height;
         }
-        Ok(value)
+        Ok((value, size, height))
     }
 
     /// `getAliasCount`.
@@ -3440,5 +4339,294 @@ mod tests {
             let _ = to_hm_block_nodes(&p.tree);
             let _ = flatten_to_operations(&p.tree, "");
         }
+    }
+
+    // Hostile shapes: each made the JavaScript's way quadratic (or worse);
+    // these pin what they parse to (at sizes a debug build runs quickly;
+    // `examples/markdown_hostile.rs` times them at 256 KiB).
+
+    type Spanned = (String, usize, usize, Option<String>);
+
+    /// The only block's text, and its annotations as (type, start, end,
+    /// link).
+    fn inline(md: &str) -> (String, Vec<Spanned>) {
+        let p = parse(md);
+        assert_eq!(
+            p.tree.len(),
+            1,
+            "one block for {:?}",
+            &md[..md.len().min(40)]
+        );
+        let b = &p.tree[0].block;
+        let annotations = b
+            .annotations
+            .iter()
+            .map(|a| (a.kind.clone(), a.starts[0], a.ends[0], a.link.clone()))
+            .collect();
+        (b.text.clone(), annotations)
+    }
+
+    fn ann(kind: &str, start: usize, end: usize, link: Option<&str>) -> Spanned {
+        (kind.into(), start, end, link.map(str::to_owned))
+    }
+
+    #[test]
+    fn unclosed_openers_stay_text() {
+        for unit in [
+            "[",
+            "![",
+            "[a](",
+            "[a](<",
+            "[a](b",
+            "(",
+            "<",
+            "<a:",
+            "<aaaa",
+            "<br",
+            "<!-- id:",
+            "<span style=\"color:",
+        ] {
+            let md = unit.repeat(20_000 / unit.len());
+            let (text, annotations) = inline(&md);
+            assert!(text == md && annotations.is_empty(), "{unit:?}");
+        }
+        // Escaped brackets after a `[`: the walk skips each.
+        let (text, annotations) = inline(&"[\\".repeat(10_000));
+        assert!(text == format!("{}\\", "[".repeat(10_000)) && annotations.is_empty());
+        // Backtick runs of every length, none closed, after a `[`.
+        let md: String = std::iter::once("[".to_owned())
+            .chain((1..150).map(|k| format!("{}a", "`".repeat(k))))
+            .collect();
+        assert_eq!(inline(&md), (md.clone(), vec![]));
+    }
+
+    #[test]
+    fn deeply_nested_links_merge_as_the_javascript_merges_them() {
+        let n = 3000;
+        let md = format!("{}a{}", "[".repeat(n), "](u)".repeat(n));
+        assert_eq!(
+            inline(&md),
+            ("a".into(), vec![ann("Link", 0, 1, Some("u"))])
+        );
+        // A link per level, all over the same text: the innermost first.
+        let n = 500;
+        let urls: String = (0..n).map(|k| format!("]({k})")).collect();
+        let (text, annotations) = inline(&format!("{}a{urls}", "[".repeat(n)));
+        assert_eq!(text, "a");
+        let expected: Vec<_> = (0..n)
+            .map(|k| ann("Link", 0, 1, Some(&k.to_string())))
+            .collect();
+        assert_eq!(annotations, expected);
+        // Images nest the same way, with no annotation of their own.
+        let md = format!("{}a{}", "![".repeat(n), "](u)".repeat(n));
+        assert_eq!(inline(&md), ("a".into(), vec![]));
+    }
+
+    #[test]
+    fn a_label_orders_what_ties_as_its_own_merge_left_it() {
+        let colors = |value: &str| -> Map<String, Value> {
+            json!({"value": value})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let order = |md: &str| -> Vec<(String, usize, usize, Option<String>)> {
+            let p = parse(md);
+            p.tree[0]
+                .block
+                .annotations
+                .iter()
+                .filter(|a| a.kind == "TextColor")
+                .map(|a| {
+                    let value = a
+                        .attributes
+                        .as_ref()
+                        .and_then(|m| m["value"].as_str())
+                        .unwrap_or("");
+                    (value.to_owned(), a.starts[0], a.ends[0], None)
+                })
+                .collect()
+        };
+        let spans = r#"<span style="color:a">x<span style="color:b">y</span></span> <span style="color:a"><span style="color:b">z</span></span>"#;
+        let tie = |first: &str, second: &str| {
+            vec![
+                ("a".to_owned(), 0, 2, None),
+                ("b".to_owned(), 1, 2, None),
+                (first.to_owned(), 3, 4, None),
+                (second.to_owned(), 3, 4, None),
+            ]
+        };
+        // Unlabelled: b's annotation was pushed first.
+        assert_eq!(order(spans), tie("b", "a"));
+        // In a label, the label's merge sorted a (from 0) before b.
+        assert_eq!(order(&format!("[{spans}](u)")), tie("a", "b"));
+        assert!(colors("a").contains_key("value"));
+        // A span split by a close under it is pushed there, first.
+        let md = r#"<mark><span style="color:b">y</mark><span style="color:a">w</span></span> <span style="color:a"><span style="color:b">z</span></span>"#;
+        assert_eq!(
+            order(md),
+            vec![
+                ("b".to_owned(), 0, 2, None),
+                ("a".to_owned(), 1, 2, None),
+                ("b".to_owned(), 3, 4, None),
+                ("a".to_owned(), 3, 4, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_label_ends_its_code_spans_where_it_ends() {
+        // The label `[](`)`[`[`]()` holds a backtick whose closer lies past
+        // the label, so there it closes nothing (checked against Seed's
+        // client).
+        assert_eq!(
+            inline("[[](`)`[`[`]()]()`"),
+            (
+                "[``".into(),
+                vec![ann("Link", 0, 2, Some("")), ann("Code", 0, 1, None)]
+            )
+        );
+    }
+
+    #[test]
+    fn closing_under_many_spans_does_not_multiply_annotations() {
+        // Each `</u>` closes and reopens every `<mark>` above it.
+        let k = 5000;
+        let md = format!(
+            "{}{}{}y",
+            "<u>".repeat(k),
+            "<mark>".repeat(k),
+            "x</u>".repeat(k)
+        );
+        assert_eq!(
+            inline(&md),
+            (
+                format!("{}y", "x".repeat(k)),
+                vec![ann("Range", 0, k + 1, None), ann("Underline", 0, k, None)]
+            )
+        );
+        let md = format!("{}{}", "<mark>".repeat(k), "</u>*a".repeat(k));
+        let (text, annotations) = inline(&md);
+        assert_eq!(text, "a".repeat(k));
+        assert_eq!(annotations.len(), k / 2 + 1, "italics, and the marks");
+    }
+
+    #[test]
+    fn many_comment_openers_on_a_line() {
+        let k = 5000;
+        // The first opener's attrs run to the last `}`: not JSON.
+        let md = format!("x{}}} -->", " <!-- id:a attrs:{".repeat(k));
+        let p = parse(&md);
+        assert_eq!(
+            (p.tree[0].block.id.as_str(), p.tree[0].block.text.as_str()),
+            ("a", "x")
+        );
+        assert_eq!(p.tree[0].block.attributes, None);
+        // Only the last opener is a comment to the end of the line.
+        let md = format!("x{} -->", " <!-- id:a".repeat(k));
+        let p = parse(&md);
+        assert_eq!(p.tree[0].block.id, "a");
+        assert_eq!(
+            p.tree[0].block.text,
+            format!("x{}", " <!-- id:a".repeat(k - 1))
+        );
+        // In a table cell.
+        let cell = "<!-- col:a attrs:{".repeat(k);
+        let p = parse(&format!("| {cell} |\n|---|\n| x |"));
+        assert_eq!(p.tree[0].children[1].children[0].block.text, cell);
+        let p = parse(&format!("| {cell}}} --> |\n|---|\n| x |"));
+        assert_eq!(p.tree[0].children[0].block.id, "a");
+        assert_eq!(p.tree[0].children[0].block.attributes, None);
+    }
+
+    #[test]
+    fn hostile_frontmatter() {
+        let keys = |md: &str| parse(md).metadata.len();
+        let many: String = (0..5000).map(|k| format!("k{k}: {k}\n")).collect();
+        assert_eq!(keys(&format!("---\n{many}---\nbody")), 5000);
+        assert_eq!(
+            keys(&format!("---\n{many}k7: again\n---\nbody")),
+            0,
+            "a duplicate key"
+        );
+        let blocks: String = (0..3000).map(|k| format!("k{k}: |\n  x\n")).collect();
+        let p = parse(&format!("---\n{blocks}---\nbody"));
+        assert_eq!(p.metadata.len(), 3000);
+        assert_eq!(p.metadata[0].1, json!("x\n"));
+        // Tabs after a `:` read as spaces, in one read or one at a time.
+        let tabs: String = (0..60).map(|k| format!("t{k}:\tv{k}\n")).collect();
+        let p = parse(&format!("---\n{tabs}q: \"x:\ty\"\n---\nbody"));
+        assert_eq!(p.metadata.len(), 61);
+        assert_eq!(p.metadata[59].1, json!("v59"));
+        assert_eq!(p.metadata[60].1, json!("x:\ty"));
+        let tabs: String = (0..65).map(|k| format!("t{k}:\tv\n")).collect();
+        assert_eq!(keys(&format!("---\n{tabs}---\nbody")), 0, "more than 64");
+        // Aliases of collections with no scalar escape the alias count;
+        // copied out they would make millions of values.
+        let n = 2000;
+        let md = format!(
+            "---\na: &a [{}]\nb: [{}]\n---\nbody",
+            "[],".repeat(n),
+            "*a,".repeat(n)
+        );
+        assert_eq!(keys(&md), 0);
+        let md = format!(
+            "---\na: &a [{}]\nb: [{}]\n---\nbody",
+            "[],".repeat(50),
+            "*a,".repeat(50)
+        );
+        assert_eq!(keys(&md), 2);
+        // Nesting deeper than 500 through aliases.
+        let mut md = String::from("---\na0: &a0 x\n");
+        for k in 1..=3 {
+            md.push_str(&format!(
+                "a{k}: &a{k} {}*a{}{}\n",
+                "[".repeat(200),
+                k - 1,
+                "]".repeat(200)
+            ));
+        }
+        assert_eq!(keys(&format!("{md}---\nbody")), 0);
+        md.truncate(md.rfind("a3:").unwrap_or(0));
+        assert_eq!(keys(&format!("{md}---\nbody")), 3);
+    }
+
+    #[test]
+    fn deep_nesting_needs_no_deep_stack() {
+        // The deepest nesting 256 KiB makes: six heading levels per tab.
+        let mut md = String::new();
+        let mut k = 0;
+        while md.len() < 256 * 1024 {
+            for level in 1..=6 {
+                md.push_str(&"\t".repeat(k));
+                md.push_str(&"#".repeat(level));
+                md.push_str(" h\n");
+            }
+            k += 1;
+        }
+        let run = move || {
+            let p = parse(&md);
+            let mut depth = 0;
+            let mut nodes: Vec<(&BlockNode, usize)> = p.tree.iter().map(|n| (n, 1)).collect();
+            while let Some((n, d)) = nodes.pop() {
+                depth = depth.max(d);
+                nodes.extend(n.children.iter().map(|c| (c, d + 1)));
+            }
+            let hm = to_hm_block_nodes(&p.tree);
+            let ops = flatten_to_operations(&p.tree, "");
+            let json: Vec<Value> = p.tree.iter().map(BlockNode::to_json).collect();
+            // Only dropping the trees recurses (with little per level).
+            (depth, hm.len(), ops.len(), json.len())
+        };
+        let done = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(run)
+            .map(|t| t.join());
+        let Ok(Ok((depth, hm, ops, json))) = done else {
+            panic!("the deep tree did not convert");
+        };
+        assert!(depth > 1500, "{depth}");
+        assert_eq!((hm, json), (1, 1));
+        assert!(ops > depth);
     }
 }
