@@ -213,14 +213,11 @@ impl Hypermedia {
         if query.is_empty() {
             return Err(HmError::InvalidInput("Search query is required".into()));
         }
-        let search_type = match input["searchType"].as_str() {
-            Some(kind @ ("keyword" | "semantic" | "hybrid")) => kind,
-            _ => "hybrid",
-        };
-        let code = match search_type {
-            "keyword" => 0,
-            "semantic" => 1,
-            _ => 2,
+        // Anything but the two named kinds is the reference's default, hybrid.
+        let (search_type, code) = match input["searchType"].as_str() {
+            Some("keyword") => ("keyword", 0),
+            Some("semantic") => ("semantic", 1),
+            _ => ("hybrid", 2),
         };
         let include_body = input["includeBody"].as_bool().unwrap_or(false);
         let bounded = |value: &Value, fallback: i64, min: i64, max: i64| -> i64 {
