@@ -2,8 +2,10 @@
 //! account key is kept as a sealed vault secret named after its account,
 //! listed (newest first; an agent's reader sees only those granted to
 //! the agent) and deleted, with the reference's words for a seed that is
-//! not 32 bytes, a key imported twice and a name that is no identity. No
-//! answer ever holds the key.
+//! not 32 bytes, a key imported twice and a name that is no identity.
+//! Created and updated identities publish Seed's account blobs. A key
+//! that signs in a turn is in no answer, event, provider request, log
+//! line or file the sidecar keeps, in any encoding.
 
 #[path = "common/builtin.rs"]
 mod builtin;
@@ -457,4 +459,141 @@ async fn a_memory_file_is_uploaded_to_ipfs_as_seeds_blocks() {
         .await;
     assert_eq!(broken.status, 502);
     assert_eq!(server.published().len(), 1);
+}
+
+/// Every form a 32-byte key could be written in.
+fn key_forms(seed: &[u8; 32]) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let engines = [
+        base64::engine::general_purpose::STANDARD,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    let mut forms = vec![
+        seed.to_vec(),
+        hex::encode(seed).into_bytes(),
+        hex::encode_upper(seed).into_bytes(),
+        format!("{:?}", &seed[..8])
+            .trim_end_matches(']')
+            .as_bytes()
+            .to_vec(),
+        serde_json::to_string(&seed[..8])
+            .expect("json")
+            .trim_end_matches(']')
+            .as_bytes()
+            .to_vec(),
+    ];
+    // Base64, wherever the key starts in a longer encoding: for each of
+    // the three alignments, 27 of its bytes that fill whole groups.
+    for engine in engines {
+        for start in 0..3 {
+            forms.push(engine.encode(&seed[start..start + 27]).into_bytes());
+        }
+    }
+    forms
+}
+
+/// Every file under `dir`, read whole.
+fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path, bytes));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_key_that_signs_in_a_turn_is_in_no_answer_event_request_or_file() {
+    let seed: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(37) ^ 0x5c);
+    let server = HmServer::start().await;
+    let w = publishing_world(&server).await;
+    let imported = w
+        .act(json!({"_": "ImportSigningIdentity", "seed": bytes(seed), "label": "Quill"}))
+        .await;
+    ok(&imported);
+    let identity = json_of(&imported.body)["identity"].clone();
+    let account = identity["accountId"].as_str().expect("account").to_owned();
+    let mut definition = builtin::definition(None);
+    definition["signingKeys"] = json!([identity["name"]]);
+    ok(&w
+        .act(json!({"_": "UpdateAgent", "agentId": w.agent_id, "definition": definition}))
+        .await);
+    let session = w
+        .act(json!({"_": "CreateSession", "agentId": w.agent_id}))
+        .await;
+    ok(&session);
+    let session = session.text("sessionId");
+
+    // The model publishes as the identity, in a turn.
+    let address = format!("hm://{account}/quill-notes");
+    w.provider.push(builtin::tool_calls(&[(
+        "w1",
+        "write",
+        json!({"address": address, "content": "Signed in a turn.", "options": {"name": "Quill notes"}}),
+    )]));
+    w.provider.push(builtin::text("Published."));
+    ok(&w.message(&session, "publish a note").await);
+    let published = server.published();
+    assert!(
+        published
+            .iter()
+            .flatten()
+            .any(|blob| signer_of(blob) == account && field(blob, "type") == "Change"),
+        "the turn published a change signed by the key"
+    );
+
+    // Nowhere the key could leak to: answers, events, what the model
+    // was sent, the sidecar's log and every file it keeps.
+    let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
+    for action in [
+        json!({"_": "ListSigningIdentities"}),
+        json!({"_": "ListSecrets"}),
+        json!({"_": "GetSession", "sessionId": session}),
+    ] {
+        let answer = w.act(action.clone()).await;
+        ok(&answer);
+        seen.push((
+            action["_"].to_string(),
+            serde_json::to_vec(&json_of(&answer.body)).expect("json"),
+        ));
+    }
+    seen.push((
+        "imported".into(),
+        serde_json::to_vec(&json_of(&imported.body)).expect("json"),
+    ));
+    for record in w.event_records(&session).await {
+        seen.push(("event".into(), serde_json::to_vec(&record).expect("json")));
+    }
+    for request in w.provider.requests() {
+        seen.push((
+            "provider request".into(),
+            serde_json::to_vec(&request.body).expect("json"),
+        ));
+    }
+    for (path, bytes) in files_under(w.sc.dir.path()) {
+        seen.push((path.display().to_string(), bytes));
+    }
+    assert!(seen
+        .iter()
+        .any(|(what, _)| what.ends_with("sidecar.stderr")));
+    assert!(seen.iter().any(|(what, _)| what.ends_with("vm.sqlite")));
+    for form in key_forms(&seed) {
+        for (what, bytes) in &seen {
+            assert!(
+                !bytes.windows(form.len()).any(|w| w == form.as_slice()),
+                "the key, as {:?}, is in {what}",
+                String::from_utf8_lossy(&form)
+            );
+        }
+    }
 }
