@@ -566,7 +566,10 @@ async fn a_subscription_turn_speaks_to_the_codex_backend() {
     assert!(body["instructions"].as_str().unwrap().contains("Be brief."));
     assert_eq!(
         body["input"][0],
-        json!({"role": "user", "content": [{"type": "input_text", "text": "Who are you?"}]})
+        json!({"role": "user", "content": [{"type": "input_text", "text": format!(
+            "<message_sender>\n{{\"accountId\":\"{}\"}}\n</message_sender>\n\nWho are you?",
+            owner.id()
+        )}]})
     );
     let tools: Vec<&str> = body["tools"]
         .as_array()
