@@ -49,6 +49,40 @@ fn opt(value: &Option<String>) -> SqlValue {
     value.as_deref().map_or(SqlValue::Null, SqlValue::from)
 }
 
+/// Whose a draft is and which: the agent's owner, the agent, the draft.
+#[derive(Clone, Copy)]
+pub struct DraftKey<'a> {
+    pub account_id: &'a str,
+    pub agent_id: &'a str,
+    pub draft_id: &'a str,
+}
+
+/// What a draft says: its title, its blocks and its metadata.
+#[derive(Clone, Copy)]
+pub struct DraftText<'a> {
+    pub title: &'a str,
+    pub content: &'a [Value],
+    pub metadata: &'a [(String, Value)],
+}
+
+/// `?1`…`?11` of a draft's INSERT and UPDATE: the key, the text, the
+/// placement and the time.
+fn row_params(key: DraftKey, text: DraftText, placement: &Placement, now: i64) -> Vec<SqlValue> {
+    vec![
+        key.draft_id.into(),
+        key.account_id.into(),
+        key.agent_id.into(),
+        text.title.into(),
+        Value::Array(text.content.to_vec()).to_string().into(),
+        pairs_text(text.metadata).into(),
+        opt(&placement.edit_target),
+        opt(&placement.location_target),
+        opt(&placement.path_name),
+        opt(&placement.visibility),
+        now.into(),
+    ]
+}
+
 fn pairs_text(metadata: &[(String, Value)]) -> String {
     let list: Vec<Value> = metadata
         .iter()
@@ -96,18 +130,15 @@ impl DraftStore {
     }
 
     /// Keeps a new draft; `false` when the agent has as many as it may.
-    #[allow(clippy::too_many_arguments)]
     pub async fn create(
         &self,
-        account_id: &str,
-        agent_id: &str,
-        draft_id: &str,
-        title: &str,
-        content: &[Value],
-        metadata: &[(String, Value)],
+        key: DraftKey<'_>,
+        text: DraftText<'_>,
         placement: &Placement,
         now: i64,
     ) -> Result<bool, DbError> {
+        let mut params = row_params(key, text, placement, now);
+        params.push((MAX_DRAFTS_PER_AGENT as i64).into());
         let rows = self
             .db
             .transaction(vec![Statement::new(
@@ -119,20 +150,7 @@ impl DraftStore {
                      WHERE (SELECT COUNT(*) FROM {DRAFTS} \
                             WHERE account_id = ?2 AND agent_id = ?3) < ?12"
                 ),
-                vec![
-                    draft_id.into(),
-                    account_id.into(),
-                    agent_id.into(),
-                    title.into(),
-                    Value::Array(content.to_vec()).to_string().into(),
-                    pairs_text(metadata).into(),
-                    opt(&placement.edit_target),
-                    opt(&placement.location_target),
-                    opt(&placement.path_name),
-                    opt(&placement.visibility),
-                    now.into(),
-                    (MAX_DRAFTS_PER_AGENT as i64).into(),
-                ],
+                params,
             )])
             .await?;
         Ok(rows.first().map(|r| r.changes) == Some(1))
@@ -159,18 +177,14 @@ impl DraftStore {
 
     /// Replaces a draft's title, content and metadata; its placement only
     /// where `placement` gives one.
-    #[allow(clippy::too_many_arguments)]
     pub async fn update(
         &self,
-        account_id: &str,
-        agent_id: &str,
-        draft_id: &str,
-        title: &str,
-        content: &[Value],
-        metadata: &[(String, Value)],
+        key: DraftKey<'_>,
+        text: DraftText<'_>,
         placement: &Placement,
         now: i64,
     ) -> Result<bool, DbError> {
+        let params = row_params(key, text, placement, now);
         let rows = self
             .db
             .transaction(vec![Statement::new(
@@ -183,19 +197,7 @@ impl DraftStore {
                        updated_at_ms = max(updated_at_ms, ?11) \
                      WHERE draft_id = ?1 AND account_id = ?2 AND agent_id = ?3"
                 ),
-                vec![
-                    draft_id.into(),
-                    account_id.into(),
-                    agent_id.into(),
-                    title.into(),
-                    Value::Array(content.to_vec()).to_string().into(),
-                    pairs_text(metadata).into(),
-                    opt(&placement.edit_target),
-                    opt(&placement.location_target),
-                    opt(&placement.path_name),
-                    opt(&placement.visibility),
-                    now.into(),
-                ],
+                params,
             )])
             .await?;
         Ok(rows.first().map(|r| r.changes) == Some(1))

@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use ipld_core::cid::Cid;
 use serde_json::{json, Map, Value};
 
-use super::drafts::{Draft, DraftStore, Placement};
+use super::drafts::{Draft, DraftKey, DraftStore, DraftText, Placement};
 use super::{HmError, Hypermedia, QueryInput};
 
 /// Content of one write, at most (UTF-8 bytes).
@@ -1737,12 +1737,16 @@ impl Hypermedia {
                 let kept = scope
                     .store
                     .create(
-                        account,
-                        agent,
-                        &id,
-                        &name,
-                        &parsed.blocks,
-                        &metadata,
+                        DraftKey {
+                            account_id: account,
+                            agent_id: agent,
+                            draft_id: &id,
+                        },
+                        DraftText {
+                            title: &name,
+                            content: &parsed.blocks,
+                            metadata: &metadata,
+                        },
                         &placement(input),
                         now_i64(),
                     )
@@ -1793,12 +1797,16 @@ impl Hypermedia {
                 scope
                     .store
                     .update(
-                        account,
-                        agent,
-                        &id,
-                        &name,
-                        &blocks,
-                        &metadata,
+                        DraftKey {
+                            account_id: account,
+                            agent_id: agent,
+                            draft_id: &id,
+                        },
+                        DraftText {
+                            title: &name,
+                            content: &blocks,
+                            metadata: &metadata,
+                        },
                         &placement(input),
                         now_i64(),
                     )
