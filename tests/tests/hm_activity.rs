@@ -5,7 +5,7 @@
 //! the prompt and the `<trigger_context>` with the event. An event seen
 //! again, a mention seen both as a comment and as its citation, and a
 //! restart or a SIGKILL fire nothing twice; a first poll fires nothing
-//! from before the triggers.
+//! from before the triggers, even when the one before it failed.
 
 #[path = "common/builtin.rs"]
 mod builtin;
@@ -14,7 +14,7 @@ mod builtin;
 mod client;
 mod common;
 
-use agentos_tests::hm_server::HmServer;
+use agentos_tests::hm_server::{Fault, HmServer};
 use agentos_tests::provider_server::{Flavor, Reply};
 use builtin::{json_of, ok, world_sections, World};
 use common::eventually;
@@ -265,4 +265,51 @@ async fn a_script_waiting_for_activity_hears_the_matching_event() {
     );
     // The trigger on another document did not fire.
     assert!(firings(&w).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_first_poll_leaves_the_next_one_cold() {
+    let server = HmServer::start().await;
+    let w = world_sections(Flavor::Anthropic, config(&server)).await;
+    w.provider
+        .set_default(Reply::Text(vec!["On it.".to_owned()]));
+    let me = w.owner.account.to_string();
+    server.fault("ListEvents", Fault::Status(500, "feed down".into()));
+    trigger(
+        &w,
+        "Spec comments",
+        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
+    )
+    .await;
+    eventually("a failed first poll", || async {
+        watermark(&w).await.first().is_some_and(|row| {
+            row["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("feed down"))
+        })
+    })
+    .await;
+    // The feed comes back holding comments from before the trigger: the
+    // poll that now goes through is the first, and fires none of them.
+    server.heal("ListEvents");
+    server.answer(
+        "ListEvents",
+        &feed_query(&me),
+        feed(&[
+            comment("bafyolder", 2_000, &[]),
+            comment("bafyold", 1_000, &[]),
+        ]),
+    );
+    eventually("a poll that went through", || async {
+        watermark(&w).await[0]["last_error"].is_null()
+    })
+    .await;
+    assert_eq!(
+        watermark(&w).await[0]["seen_keys_json"],
+        r#"["blob-bafyolder","blob-bafyold"]"#
+    );
+    // A poll later still, so anything fired would be on record.
+    let polls = server.seen().len();
+    eventually("another poll", || async { server.seen().len() > polls + 1 }).await;
+    assert!(firings(&w).await.is_empty(), "{:?}", firings(&w).await);
 }

@@ -97,6 +97,27 @@ pub struct HmClient {
 /// more wait for a turn within their own deadline.
 pub const MAX_IN_FLIGHT: usize = 16;
 
+/// A 2xx answer's plain value. One that is not a superjson envelope is
+/// malformed (Seed's client fails its schema there too); an `{error}` body
+/// keeps the server's words.
+fn decode_answer(key: &str, answer: &[u8]) -> Result<Value, HmError> {
+    let malformed = |message: String| HmError::Malformed {
+        key: key.to_owned(),
+        message,
+    };
+    let json: Value = serde_json::from_slice(answer)
+        .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?;
+    let said = json
+        .get("error")
+        .filter(|_| json.get("json").is_none())
+        .and_then(Value::as_str)
+        .map(|error| error.chars().take(512).collect::<String>());
+    superjson::decode(json).map_err(|e| match said {
+        Some(error) => malformed(format!("the server answered an error: {error}")),
+        None => malformed(e.to_string()),
+    })
+}
+
 impl HmClient {
     pub fn new(config: &HypermediaConfig) -> Result<HmClient, HmError> {
         let deadline = Duration::from_millis(config.read_timeout_ms);
@@ -137,14 +158,7 @@ impl HmClient {
                 key: key.to_owned(),
                 after_ms: self.deadline.as_millis() as u64,
             })??;
-        let json: Value = serde_json::from_slice(&answer).map_err(|e| HmError::Malformed {
-            key: key.to_owned(),
-            message: format!("the answer is not JSON: {e}"),
-        })?;
-        superjson::decode(json).map_err(|e| HmError::Malformed {
-            key: key.to_owned(),
-            message: e.to_string(),
-        })
+        decode_answer(key, &answer)
     }
 
     /// `POST {server}/api/PublishBlobs` with `entries` as its DAG-CBOR
@@ -176,10 +190,7 @@ impl HmClient {
             key: KEY.to_owned(),
             message,
         };
-        let json: Value = serde_json::from_slice(&answer)
-            .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?;
-        let value = superjson::decode(json).map_err(|e| malformed(e.to_string()))?;
-        value
+        decode_answer(KEY, &answer)?
             .get("cids")
             .and_then(Value::as_array)
             .and_then(|cids| {
@@ -290,6 +301,26 @@ pub fn http_error_message(key: &str, status: u16, reason: &str, body: &str) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_body_in_a_2xx_answer_keeps_the_servers_words() {
+        let said = decode_answer("Resource", br#"{"error":"no such document"}"#);
+        match said {
+            Err(HmError::Malformed { key, message }) => {
+                assert_eq!(key, "Resource");
+                assert_eq!(message, "the server answered an error: no such document");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decode_answer("Resource", br#"{"value":1}"#),
+            Err(HmError::Malformed { message, .. }) if message == "the answer is not a superjson object"
+        ));
+        assert_eq!(
+            decode_answer("Resource", br#"{"json":{"a":1}}"#).ok(),
+            Some(serde_json::json!({"a": 1}))
+        );
+    }
 
     #[test]
     fn query_strings_are_built_as_seeds_client_builds_them() {

@@ -394,7 +394,8 @@ impl TriggerStore {
     }
 
     /// The keys of the events last seen in `account_id`'s feed on
-    /// `server`, newest first; `None` before its first poll.
+    /// `server`, newest first; `None` before its first poll that went
+    /// through.
     pub async fn watermark(
         &self,
         account_id: &str,
@@ -405,7 +406,8 @@ impl TriggerStore {
             .query(
                 &format!(
                     "SELECT seen_keys_json FROM {WATERMARKS} \
-                     WHERE account_id = ?1 AND server_url = ?2"
+                     WHERE account_id = ?1 AND server_url = ?2 \
+                       AND last_success_at_ms IS NOT NULL"
                 ),
                 vec![account_id.into(), server.into()],
             )
@@ -448,8 +450,11 @@ impl TriggerStore {
             .map(drop)
     }
 
-    /// A poll that failed: why, and when; the keys seen stay (a first
-    /// poll that fails leaves none, so the next one is not a cold start).
+    /// A poll that failed: why, and when; the keys seen stay. A first poll
+    /// that fails leaves a row with no success, which [`Self::watermark`]
+    /// does not count as a position: the next poll is still a cold start.
+    /// (The reference records an empty position there, so its next poll
+    /// fires everything on up to `activityMaxPages` pages, however old.)
     pub async fn watermark_error(
         &self,
         account_id: &str,

@@ -373,27 +373,24 @@ pub(super) async fn run(
             },
             _ = ping.tick() => vec![Message::Ping(Default::default())],
         };
-        for message in messages {
-            // A send to a client that does not read waits; a close request
-            // (its queue overflowing, shutdown) cuts the wait short. The
-            // frame is then either wholly in the connection's buffer or
-            // not sent at all.
-            tokio::select! {
-                biased;
-                _ = closing.changed() => continue 'run,
-                fed = sink.feed(message) => if fed.is_err() {
-                    sent_ok = false;
-                    break 'run;
-                },
-            }
-        }
-        tokio::select! {
+        // A send to a client that does not read waits; a close request
+        // (its queue overflowing, shutdown) cuts the wait short. Each frame
+        // is then either wholly in the connection's buffer or not sent at
+        // all. One wait covers the whole batch: a wait per frame cost a
+        // fresh close watch for every frame.
+        let sent = tokio::select! {
             biased;
             _ = closing.changed() => continue 'run,
-            flushed = sink.flush() => if flushed.is_err() {
-                sent_ok = false;
-                break 'run;
-            },
+            sent = async {
+                for message in messages {
+                    sink.feed(message).await?;
+                }
+                sink.flush().await
+            } => sent,
+        };
+        if sent.is_err() {
+            sent_ok = false;
+            break 'run;
         }
     }
     // Nothing queued is sent once the socket closes.
