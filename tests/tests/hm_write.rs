@@ -5,7 +5,9 @@
 //! state with only what changed, a version conflict answered; comments
 //! and replies; `hm://` links checked first; `dryRun` publishing nothing;
 //! the publish grant and the signer rules in the reference's words; files
-//! to IPFS; a failing server as a typed error.
+//! to IPFS; a failing server as a typed error, its write sent once; a
+//! delegate writing into another account's space under the capability the
+//! server lists, and the lone fork, redirect and alias.
 
 #[path = "common/builtin.rs"]
 mod builtin;
@@ -859,4 +861,174 @@ async fn the_model_publishes_in_a_turn_and_a_broken_server_does_not_end_it() {
     ok(&w.message(&session, "try again").await);
     let doc = read(&w, &session, &address).await;
     assert_eq!(doc["title"], "From model");
+}
+
+#[tokio::test]
+async fn a_delegate_writes_into_another_space_under_its_capability() {
+    let server = HmServer::start().await;
+    let (w, session, scribe) = signing_world(&server).await;
+    // A second identity, the space's owner; the agent may sign as both.
+    let created = w
+        .act(json!({"_": "CreateSigningIdentity", "label": "Owner"}))
+        .await;
+    ok(&created);
+    let owner = json_of(&created.body)["identity"]["accountId"]
+        .as_str()
+        .expect("account")
+        .to_owned();
+    let listed = w.act(json!({"_": "ListSigningIdentities"})).await;
+    let names: Vec<Value> = json_of(&listed.body)["identities"]
+        .as_array()
+        .expect("identities")
+        .iter()
+        .map(|identity| identity["name"].clone())
+        .collect();
+    assert_eq!(names.len(), 2);
+    let mut definition = builtin::definition(None);
+    definition["signingKeys"] = json!(names);
+    ok(&w
+        .act(json!({"_": "UpdateAgent", "agentId": w.agent_id, "definition": definition}))
+        .await);
+    let (as_owner, as_scribe) = (
+        json!({"profileName": "Owner"}),
+        json!({"profileName": "Scribe"}),
+    );
+    let shared = format!("hm://{owner}/shared");
+    let unchosen = write(
+        &w,
+        &session,
+        json!({"address": shared, "content": "x", "options": {"name": "Shared"}}),
+    )
+    .await
+    .expect_err("two signers and no choice");
+    assert!(
+        unchosen.ends_with(
+            "Multiple signing identities are enabled; choose a signer by profileName or publicKey"
+        ),
+        "{unchosen}"
+    );
+
+    // The owner makes the scribe a writer of its space; the server lists
+    // that capability for the space.
+    let granted = write(
+        &w,
+        &session,
+        json!({"address": format!("hm://{owner}"), "options": {"action": "capability.create",
+               "signer": as_owner, "input": {"delegate": scribe, "role": "writer"}}}),
+    )
+    .await
+    .expect("granted");
+    let capability = granted["cids"][0].as_str().expect("a cid").to_owned();
+    server.answer(
+        "ListCapabilities",
+        &format!("targetId=hm%3A%2F%2F{owner}"),
+        json!({"capabilities": [{"id": capability, "accountUid": owner, "delegate": scribe,
+                                 "role": "WRITER"}]}),
+    );
+
+    // The scribe's document in the owner's space: its ref names the space
+    // and carries the capability.
+    write(
+        &w,
+        &session,
+        json!({"address": shared, "content": "Written by a delegate.",
+               "options": {"name": "Shared", "signer": as_scribe}}),
+    )
+    .await
+    .expect("created in the owner's space");
+    let publish = server.published().last().expect("a publish").clone();
+    let reference = publish
+        .iter()
+        .filter_map(|blob| blob.value.clone())
+        .find(|blob| blob["type"] == "Ref")
+        .expect("a ref");
+    assert_eq!(reference["path"], "/shared");
+    assert_eq!(reference["capability"], json!({"/": capability}));
+    assert!(reference["space"].is_object(), "{reference}");
+    let doc = read(&w, &session, &shared).await;
+    assert!(doc["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("Written by a delegate."));
+
+    // Forked into the scribe's own space: a version ref, no capability.
+    let copy = format!("hm://{scribe}/copy");
+    write(
+        &w,
+        &session,
+        json!({"address": shared, "options": {"action": "document.fork", "signer": as_scribe,
+               "input": {"source": shared, "destination": copy}}}),
+    )
+    .await
+    .expect("forked");
+    let fork = server.published().last().expect("a publish")[0]
+        .value
+        .clone()
+        .expect("cbor");
+    assert_eq!(fork["type"], "Ref");
+    assert_eq!(fork["path"], "/copy");
+    assert!(fork.get("capability").is_none());
+    assert!(fork["heads"].as_array().is_some_and(|h| !h.is_empty()));
+    let copied = read(&w, &session, &copy).await;
+    assert!(copied["markdown"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("Written by a delegate."));
+
+    // Redirected by its owner, alone.
+    let elsewhere = format!("hm://{owner}/elsewhere");
+    let redirected = write(
+        &w,
+        &session,
+        json!({"address": shared, "options": {"action": "document.redirect",
+               "signer": as_owner, "input": {"id": shared, "to": elsewhere}}}),
+    )
+    .await
+    .expect("redirected");
+    assert_eq!(redirected["target"], elsewhere.as_str());
+    let redirect = server.published().last().expect("a publish")[0]
+        .value
+        .clone()
+        .expect("cbor");
+    assert_eq!(redirect["path"], "/shared");
+    assert_eq!(redirect["redirect"]["path"], "/elsewhere");
+    assert!(redirect.get("capability").is_none());
+
+    // The scribe's profile made an alias of the owner's.
+    let aliased = write(
+        &w,
+        &session,
+        json!({"address": format!("hm://{scribe}"), "options": {"action": "profile.alias",
+               "signer": as_scribe, "input": {"alias": owner}}}),
+    )
+    .await
+    .expect("aliased");
+    assert_eq!(aliased["alias"], owner.as_str());
+    let profile = server.published().last().expect("a publish")[0]
+        .value
+        .clone()
+        .expect("cbor");
+    assert_eq!(profile["type"], "Profile");
+    assert!(profile["alias"].is_object(), "{profile}");
+
+    // A write the server fails is sent once, never again.
+    let publishes = |server: &HmServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|seen| seen.starts_with("PublishBlobs"))
+            .count()
+    };
+    let before = publishes(&server);
+    server.fault("PublishBlobs", Fault::Status(500, "disk full".into()));
+    let failed = write(
+        &w,
+        &session,
+        json!({"address": format!("hm://{scribe}/late"), "content": "late",
+               "options": {"name": "Late", "signer": as_scribe}}),
+    )
+    .await
+    .expect_err("the server failed");
+    assert!(failed.contains("disk full"), "{failed}");
+    assert_eq!(publishes(&server), before + 1);
 }
