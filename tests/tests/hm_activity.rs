@@ -274,13 +274,23 @@ async fn a_failed_first_poll_leaves_the_next_one_cold() {
     w.provider
         .set_default(Reply::Text(vec!["On it.".to_owned()]));
     let me = w.owner.account.to_string();
-    server.fault("ListEvents", Fault::Status(500, "feed down".into()));
+    // A page with no events is as failed as a server error.
+    server.answer("ListEvents", &feed_query(&me), json!({"nextPageToken": ""}));
     trigger(
         &w,
         "Spec comments",
         json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
     )
     .await;
+    eventually("a malformed first page", || async {
+        watermark(&w).await.first().is_some_and(|row| {
+            row["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("expected {events: [...]}"))
+        })
+    })
+    .await;
+    server.fault("ListEvents", Fault::Status(500, "feed down".into()));
     eventually("a failed first poll", || async {
         watermark(&w).await.first().is_some_and(|row| {
             row["last_error"]
@@ -312,4 +322,104 @@ async fn a_failed_first_poll_leaves_the_next_one_cold() {
     let polls = server.seen().len();
     eventually("another poll", || async { server.seen().len() > polls + 1 }).await;
     assert!(firings(&w).await.is_empty(), "{:?}", firings(&w).await);
+}
+
+#[tokio::test]
+async fn the_feed_is_read_page_by_page_up_to_a_seen_event_or_the_page_bound() {
+    let server = HmServer::start().await;
+    let w = world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": server.url(), "activityPollIntervalMs": 100,
+                              "activityPageSize": 2, "activityMaxPages": 3,
+                              "readTimeoutMs": 2000}}),
+    )
+    .await;
+    w.provider
+        .set_default(Reply::Text(vec!["On it.".to_owned()]));
+    let me = w.owner.account.to_string();
+    let page = |token: Option<&str>| match token {
+        Some(token) => format!("pageSize=2&pageToken={token}&currentAccount={me}&order=observed"),
+        None => format!("pageSize=2&currentAccount={me}&order=observed"),
+    };
+    let paged = |events: &[Value], next: &str| json!({"events": events, "nextPageToken": next});
+    let old = |k: u32| comment(&format!("bafyold{k}"), 1_000 + i64::from(k), &[]);
+    // Later pages are answered before the first, so that no poll meets a
+    // page not yet there.
+    server.answer("ListEvents", &page(Some("a2")), paged(&[old(0)], ""));
+    server.answer("ListEvents", &page(None), paged(&[old(2), old(1)], "a2"));
+    trigger(
+        &w,
+        "Spec comments",
+        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
+    )
+    .await;
+    eventually("the first poll", || async {
+        !watermark(&w).await.is_empty()
+    })
+    .await;
+    // A page of keys is kept, newest first; nothing old fired.
+    assert_eq!(
+        watermark(&w).await[0]["seen_keys_json"],
+        r#"["blob-bafyold2","blob-bafyold1"]"#
+    );
+    assert!(firings(&w).await.is_empty());
+
+    // Three new comments over two pages; the second holds a seen event,
+    // so the third page is never asked for.
+    let at = 10_000_000_000_000;
+    let new = |k: u32| comment(&format!("bafynew{k}"), at + i64::from(k), &[]);
+    server.answer(
+        "ListEvents",
+        &page(Some("b3")),
+        paged(&[old(1), old(0)], "b4"),
+    );
+    server.answer(
+        "ListEvents",
+        &page(Some("b2")),
+        paged(&[new(1), old(2)], "b3"),
+    );
+    server.answer("ListEvents", &page(None), paged(&[new(3), new(2)], "b2"));
+    eventually("three firings", || async { firings(&w).await.len() == 3 }).await;
+    let seen = server.seen();
+    assert!(seen.iter().any(|s| s.contains("pageToken=b2")));
+    assert!(!seen.iter().any(|s| s.contains("pageToken=b3")), "{seen:?}");
+
+    // Six more than three pages hold: the three pages are read, their six
+    // events fire, and the fourth page is never asked for.
+    let flood = |k: u32| comment(&format!("bafyflood{k}"), at + 100 + i64::from(k), &[]);
+    server.answer(
+        "ListEvents",
+        &page(Some("c4")),
+        paged(&[new(3), new(2)], "c5"),
+    );
+    server.answer(
+        "ListEvents",
+        &page(Some("c3")),
+        paged(&[flood(2), flood(1)], "c4"),
+    );
+    server.answer(
+        "ListEvents",
+        &page(Some("c2")),
+        paged(&[flood(4), flood(3)], "c3"),
+    );
+    server.answer(
+        "ListEvents",
+        &page(None),
+        paged(&[flood(6), flood(5)], "c2"),
+    );
+    eventually("nine firings", || async { firings(&w).await.len() == 9 }).await;
+    let polls = server.seen().len();
+    eventually("another poll", || async { server.seen().len() > polls + 3 }).await;
+    let seen = server.seen();
+    assert!(seen.iter().any(|s| s.contains("pageToken=c3")));
+    assert!(!seen.iter().any(|s| s.contains("pageToken=c4")), "{seen:?}");
+    let keys: Vec<String> = firings(&w)
+        .await
+        .iter()
+        .filter_map(|row| row["activity_key"].as_str().map(str::to_owned))
+        .collect();
+    for k in 1..=6 {
+        assert!(keys.contains(&format!("blob-bafyflood{k}")), "{keys:?}");
+    }
+    assert!(!keys.iter().any(|k| k.contains("bafyold")), "{keys:?}");
 }

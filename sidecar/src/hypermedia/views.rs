@@ -417,10 +417,14 @@ impl Hypermedia {
                 key: "ListEvents".into(),
                 after_ms: FEED_REQUEST_DEADLINE.as_millis() as u64,
             })??;
-        let events = match answer.get("events") {
-            Some(Value::Array(events)) => events.clone(),
-            _ => Vec::new(),
+        // As strict as Seed's client: a page is `{events: [...]}`.
+        let Some(Value::Array(events)) = answer.get("events") else {
+            return Err(HmError::Malformed {
+                key: "ListEvents".into(),
+                message: "expected {events: [...]}".into(),
+            });
         };
+        let events = events.clone();
         let token = answer["nextPageToken"]
             .as_str()
             .filter(|t| !t.is_empty())
