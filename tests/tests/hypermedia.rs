@@ -769,4 +769,21 @@ async fn a_shared_conversation_names_its_members_and_every_signed_message_its_se
             carl.id()
         )
     );
+
+    // The names are kept: another turn names both without asking again.
+    w.provider.push(builtin::text("Both of you, then."));
+    ok(&w.message(&session, "and now?").await);
+    let sent_again = w.last_body();
+    assert!(builtin::Sent::new(Flavor::Anthropic, &sent_again)
+        .system()
+        .contains(&members));
+    let lookups = |uid: &str| {
+        server
+            .seen()
+            .iter()
+            .filter(|seen| seen.starts_with("Account?") && seen.contains(uid))
+            .count()
+    };
+    assert_eq!(lookups(&carl.id()), 1, "{:?}", server.seen());
+    assert_eq!(lookups(&owner), 1, "{:?}", server.seen());
 }
