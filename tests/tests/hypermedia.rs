@@ -443,6 +443,29 @@ async fn ipfs_files_are_saved_into_memory_from_the_gateway() {
 }
 
 #[tokio::test]
+async fn an_ipfs_file_past_the_memory_bound_is_refused_and_nothing_kept() {
+    let server = HmServer::start().await;
+    let cid = "bafkreibigaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    server.file(cid, "text/plain", &[b'x'; 64]);
+    let w = world_sections(
+        Flavor::Anthropic,
+        json!({"hypermedia": {"serverUrl": server.url(), "readTimeoutMs": 1500},
+               "limits": {"control": {"maxMemoryUploadBytes": 16}}}),
+    )
+    .await;
+    let session = w.session().await;
+    let error = read_error(&w, &session, &format!("ipfs://{cid}")).await;
+    assert!(error.starts_with("download_too_large"), "{error}");
+    let kept = read_error(&w, &session, &format!("~/memory/ipfs/{cid}.txt")).await;
+    assert!(!kept.is_empty(), "nothing was kept");
+    // A file within the bound still comes in.
+    let small = "bafkreismallaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    server.file(small, "text/plain", b"tiny");
+    let file = read(&w, &session, json!({"address": format!("ipfs://{small}")})).await;
+    assert_eq!(file["content"], "tiny");
+}
+
+#[tokio::test]
 async fn a_system_prompt_of_blocks_embeds_documents_for_the_model_and_for_get_session() {
     let server = HmServer::start().await;
     let embedded = "hm://z6MkDoc/rules";
