@@ -1,6 +1,7 @@
 //! Hypermedia activity triggers end to end: the monitor polls a scripted
 //! Seed server's feed (`ListEvents`, as the account sees it, in observed
-//! order) and fires the account's `document-comment` and `user-mention`
+//! order, page by page up to a seen event or `activityMaxPages`) and fires
+//! the account's `document-comment`, `user-mention` and `site-update`
 //! triggers on the events they match: a new thread whose first words hold
 //! the prompt and the `<trigger_context>` with the event. An event seen
 //! again, a mention seen both as a comment and as its citation, and a
@@ -422,4 +423,82 @@ async fn the_feed_is_read_page_by_page_up_to_a_seen_event_or_the_page_bound() {
         assert!(keys.contains(&format!("blob-bafyflood{k}")), "{keys:?}");
     }
     assert!(!keys.iter().any(|k| k.contains("bafyold")), "{keys:?}");
+}
+
+#[tokio::test]
+async fn site_updates_fire_by_prefix_and_a_mention_seen_first_as_a_citation_fires_once() {
+    let server = HmServer::start().await;
+    let w = world_sections(Flavor::Anthropic, config(&server)).await;
+    w.provider
+        .set_default(Reply::Text(vec!["On it.".to_owned()]));
+    let me = w.owner.account.to_string();
+    let query = feed_query(&me);
+    server.answer("ListEvents", &query, feed(&[]));
+    let site = trigger(
+        &w,
+        "Site changes",
+        json!({"type": "site-update", "resourcePrefix": "hm://z6MkSite",
+               "eventTypes": ["change"]}),
+    )
+    .await;
+    let mentions = trigger(
+        &w,
+        "Mentions",
+        json!({"type": "user-mention", "mentionedAccounts": [me]}),
+    )
+    .await;
+    eventually("the first poll", || async {
+        !watermark(&w).await.is_empty()
+    })
+    .await;
+    let at = site["createdAt"].as_i64().unwrap_or_default() + 1_000;
+    let update = |cid: &str, doc: &str| {
+        json!({"id": cid, "type": "doc-update", "feedEventId": format!("blob-{cid}"),
+               "eventAtMs": at, "docId": {"id": doc},
+               "author": {"id": {"id": "hm://z6MkBob", "uid": "z6MkBob", "path": []}}})
+    };
+    // A change under the prefix fires; one elsewhere does not; a mention
+    // seen first as its citation fires the mention trigger once.
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[
+            citation("bafycite", at + 2, &me),
+            update("bafyother", "hm://z6MkOther/post"),
+            update("bafypost", "hm://z6MkSite/blog/post"),
+        ]),
+    );
+    eventually("two firings", || async { firings(&w).await.len() == 2 }).await;
+    // Its comment, seen later, is the same mention: nothing more fires.
+    let mention = comment("bafycite", at + 1, &[format!("hm://{me}")]);
+    server.answer(
+        "ListEvents",
+        &query,
+        feed(&[
+            mention,
+            citation("bafycite", at + 2, &me),
+            update("bafyother", "hm://z6MkOther/post"),
+            update("bafypost", "hm://z6MkSite/blog/post"),
+        ]),
+    );
+    eventually("the comment seen", || async {
+        watermark(&w).await[0]["seen_keys_json"]
+            .as_str()
+            .is_some_and(|keys| keys.starts_with(r#"["blob-bafycite""#))
+    })
+    .await;
+    let rows = firings(&w).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let fired: Vec<(&Value, &Value)> = rows
+        .iter()
+        .map(|row| (&row["trigger_id"], &row["activity_key"]))
+        .collect();
+    assert!(
+        fired.contains(&(&site["id"], &json!("blob-bafypost"))),
+        "{fired:?}"
+    );
+    assert!(
+        fired.contains(&(&mentions["id"], &json!("blob-bafycite"))),
+        "{fired:?}"
+    );
 }
