@@ -218,12 +218,12 @@ fn annotations_json(annotations: &[Annotation]) -> Value {
     Value::Array(annotations.iter().map(Annotation::to_json).collect())
 }
 
-/// The characters of a generated block id, as the client draws them:
-/// `ID_CHARS[floor(Math.random() * 64)]`, eight times.
 /// Cells a table is padded to at most (columns × rows); a larger grid
 /// keeps only the cells its rows write.
 pub const MAX_DENSE_TABLE_CELLS: usize = 21_845;
 
+/// The characters of a generated block id, as the client draws them:
+/// `ID_CHARS[floor(Math.random() * 64)]`, eight times.
 pub const BLOCK_ID_CHARS: &[u8; 64] =
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
 
