@@ -54,6 +54,14 @@ async fn write(w: &World, session: &str, input: Value) -> Result<Value, String> 
     }
 }
 
+/// The first blob of the last publish, as DAG-JSON.
+fn last_blob(server: &HmServer) -> Value {
+    server.published().last().expect("a publish")[0]
+        .value
+        .clone()
+        .expect("cbor")
+}
+
 async fn read(w: &World, session: &str, address: &str) -> Value {
     let answer = w.invoke(session, "read", json!({"address": address})).await;
     ok(&answer);
@@ -261,10 +269,7 @@ async fn comments_and_replies_are_published_as_seeds_comments() {
     .await
     .expect("replied");
     assert_eq!(reply["replyCommentId"], comment_id.as_str());
-    let value = server.published().last().expect("a publish")[0]
-        .value
-        .clone()
-        .expect("cbor");
+    let value = last_blob(&server);
     assert_eq!(value["replyParent"]["/"], blob.cid.as_str());
     assert_eq!(value["threadRoot"]["/"], blob.cid.as_str());
     let (uid, tsid) = comment_id.split_once('/').expect("a record id");
@@ -448,12 +453,6 @@ async fn options_files_and_a_failing_server() {
 async fn the_other_commands_publish_what_seed_publishes() {
     let server = HmServer::start().await;
     let (w, session, account) = signing_world(&server).await;
-    let last = |server: &HmServer| {
-        server.published().last().expect("a publish")[0]
-            .value
-            .clone()
-            .expect("cbor")
-    };
     let old = format!("hm://{account}/old");
     write(
         &w,
@@ -475,7 +474,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     assert_eq!(moved["destination"], new.as_str());
     assert_eq!(moved["ref"]["command"], "document.fork");
     assert_eq!(moved["redirect"]["target"], new.as_str());
-    let redirect = last(&server);
+    let redirect = last_blob(&server);
     assert_eq!(redirect["type"], "Ref");
     assert_eq!(redirect["path"], "/old");
     assert_eq!(redirect["redirect"]["path"], "/new");
@@ -493,7 +492,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     )
     .await
     .expect("deleted");
-    let tombstone = last(&server);
+    let tombstone = last_blob(&server);
     assert_eq!(tombstone["heads"], json!([]));
     assert_eq!(tombstone["path"], "/new");
     assert!(tombstone.get("redirect").is_none());
@@ -509,7 +508,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     .await
     .expect("profile");
     assert_eq!(profile["profile"]["name"], "Scribe Prime");
-    let blob = last(&server);
+    let blob = last_blob(&server);
     assert_eq!(blob["type"], "Profile");
     assert_eq!(blob["description"], "Writes things.");
     let listed = w.act(json!({"_": "ListSigningIdentities"})).await;
@@ -531,7 +530,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     .expect("contact");
     let contact_id = contact["contactId"].as_str().unwrap_or_default().to_owned();
     assert!(contact_id.starts_with(&format!("{account}/z")));
-    assert_eq!(last(&server)["name"], "Friend");
+    assert_eq!(last_blob(&server)["name"], "Friend");
     write(
         &w,
         &session,
@@ -540,7 +539,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     )
     .await
     .expect("contact deleted");
-    let tomb = last(&server);
+    let tomb = last_blob(&server);
     assert!(tomb.get("subject").is_none() && tomb["id"].is_string());
     let capability = write(
         &w,
@@ -551,7 +550,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     .await
     .expect("capability");
     assert_eq!(capability["role"], "WRITER");
-    let cap = last(&server);
+    let cap = last_blob(&server);
     assert_eq!(cap["type"], "Capability");
     assert_eq!(cap["path"], "/team");
     let bad_role = write(
@@ -585,7 +584,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     )
     .await
     .expect("edited");
-    let edit = last(&server);
+    let edit = last_blob(&server);
     assert_eq!(edit["id"], tsid.as_str());
     assert_eq!(edit["body"][0]["text"], "second");
     write(
@@ -596,7 +595,7 @@ async fn the_other_commands_publish_what_seed_publishes() {
     )
     .await
     .expect("deleted");
-    let gone = last(&server);
+    let gone = last_blob(&server);
     assert_eq!(gone["id"], tsid.as_str());
     assert_eq!(gone["body"], json!([]));
 
@@ -961,10 +960,7 @@ async fn a_delegate_writes_into_another_space_under_its_capability() {
     )
     .await
     .expect("forked");
-    let fork = server.published().last().expect("a publish")[0]
-        .value
-        .clone()
-        .expect("cbor");
+    let fork = last_blob(&server);
     assert_eq!(fork["type"], "Ref");
     assert_eq!(fork["path"], "/copy");
     assert!(fork.get("capability").is_none());
@@ -986,10 +982,7 @@ async fn a_delegate_writes_into_another_space_under_its_capability() {
     .await
     .expect("redirected");
     assert_eq!(redirected["target"], elsewhere.as_str());
-    let redirect = server.published().last().expect("a publish")[0]
-        .value
-        .clone()
-        .expect("cbor");
+    let redirect = last_blob(&server);
     assert_eq!(redirect["path"], "/shared");
     assert_eq!(redirect["redirect"]["path"], "/elsewhere");
     assert!(redirect.get("capability").is_none());
@@ -1004,10 +997,7 @@ async fn a_delegate_writes_into_another_space_under_its_capability() {
     .await
     .expect("aliased");
     assert_eq!(aliased["alias"], owner.as_str());
-    let profile = server.published().last().expect("a publish")[0]
-        .value
-        .clone()
-        .expect("cbor");
+    let profile = last_blob(&server);
     assert_eq!(profile["type"], "Profile");
     assert!(profile["alias"].is_object(), "{profile}");
 
