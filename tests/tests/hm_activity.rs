@@ -502,3 +502,58 @@ async fn site_updates_fire_by_prefix_and_a_mention_seen_first_as_a_citation_fire
         "{fired:?}"
     );
 }
+
+#[tokio::test]
+async fn a_sigkill_in_the_middle_of_a_poll_neither_loses_nor_repeats_a_firing() {
+    let server = HmServer::start().await;
+    let w = world_sections(Flavor::Anthropic, config(&server)).await;
+    w.provider
+        .set_default(Reply::Text(vec!["On it.".to_owned()]));
+    let me = w.owner.account.to_string();
+    let query = feed_query(&me);
+    server.answer("ListEvents", &query, feed(&[]));
+    let on_spec = trigger(
+        &w,
+        "Spec comments",
+        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
+    )
+    .await;
+    eventually("the first poll", || async {
+        !watermark(&w).await.is_empty()
+    })
+    .await;
+    // Forty new comments in one page, newest first; the sidecar is killed
+    // as soon as the first has fired, wherever the others are.
+    const COMMENTS: i64 = 40;
+    let at = on_spec["createdAt"].as_i64().unwrap_or_default() + 1_000;
+    let events: Vec<Value> = (0..COMMENTS)
+        .rev()
+        .map(|k| comment(&format!("bafyk{k}"), at + k, &[]))
+        .collect();
+    server.answer("ListEvents", &query, feed(&events));
+    eventually("the firings begin", || async {
+        !firings(&w).await.is_empty()
+    })
+    .await;
+    let w = w.crash().await;
+    eventually("every comment fired", || async {
+        firings(&w).await.len() >= COMMENTS as usize
+    })
+    .await;
+    let polls = server.seen().len();
+    eventually("more polls", || async { server.seen().len() > polls + 2 }).await;
+    let rows = firings(&w).await;
+    assert_eq!(rows.len(), COMMENTS as usize, "{rows:?}");
+    let keys: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|row| row["activity_key"].as_str())
+        .collect();
+    assert_eq!(keys.len(), COMMENTS as usize, "no comment fired twice");
+    eventually("every firing has its thread", || async {
+        firings(&w)
+            .await
+            .iter()
+            .all(|row| row["session_id"].is_string())
+    })
+    .await;
+}
