@@ -91,13 +91,38 @@ async fn watermark(w: &World) -> Vec<Value> {
     .await
 }
 
-#[tokio::test]
-async fn comments_and_mentions_fire_their_triggers_once_across_restarts() {
-    let server = HmServer::start().await;
-    let w = world_sections(Flavor::Anthropic, config(&server)).await;
+/// A world polling `server`, whose model answers every turn; and its
+/// owner's account.
+async fn answering_world(server: &HmServer) -> (World, String) {
+    let w = world_sections(Flavor::Anthropic, config(server)).await;
     w.provider
         .set_default(Reply::Text(vec!["On it.".to_owned()]));
     let me = w.owner.account.to_string();
+    (w, me)
+}
+
+/// Waits for the account's first poll that went through.
+async fn first_poll(w: &World) {
+    eventually("the first poll", || async {
+        !watermark(w).await.is_empty()
+    })
+    .await;
+}
+
+/// A `document-comment` trigger on `hm://z6MkDoc/spec`.
+async fn spec_comments(w: &World) -> Value {
+    trigger(
+        w,
+        "Spec comments",
+        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn comments_and_mentions_fire_their_triggers_once_across_restarts() {
+    let server = HmServer::start().await;
+    let (w, me) = answering_world(&server).await;
     let query = feed_query(&me);
     // Before the triggers: an old comment, already in the feed.
     server.answer(
@@ -105,12 +130,7 @@ async fn comments_and_mentions_fire_their_triggers_once_across_restarts() {
         &query,
         feed(&[comment("bafyold", 1_000, &[])]),
     );
-    let on_spec = trigger(
-        &w,
-        "Spec comments",
-        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
-    )
-    .await;
+    let on_spec = spec_comments(&w).await;
     let mentions = trigger(
         &w,
         "Mentions",
@@ -118,10 +138,7 @@ async fn comments_and_mentions_fire_their_triggers_once_across_restarts() {
     )
     .await;
     // The first poll sees the feed and fires nothing from before.
-    eventually("the first poll", || async {
-        !watermark(&w).await.is_empty()
-    })
-    .await;
+    first_poll(&w).await;
     assert!(firings(&w).await.is_empty());
     let seen = &watermark(&w).await[0];
     assert_eq!(seen["seen_keys_json"], r#"["blob-bafyold"]"#);
@@ -249,10 +266,7 @@ async fn a_script_waiting_for_activity_hears_the_matching_event() {
         assert!(tokio::time::Instant::now() < deadline, "no waiting child");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
-    eventually("the first poll", || async {
-        !watermark(&w).await.is_empty()
-    })
-    .await;
+    first_poll(&w).await;
     server.answer(
         "ListEvents",
         &query,
@@ -271,18 +285,10 @@ async fn a_script_waiting_for_activity_hears_the_matching_event() {
 #[tokio::test]
 async fn a_failed_first_poll_leaves_the_next_one_cold() {
     let server = HmServer::start().await;
-    let w = world_sections(Flavor::Anthropic, config(&server)).await;
-    w.provider
-        .set_default(Reply::Text(vec!["On it.".to_owned()]));
-    let me = w.owner.account.to_string();
+    let (w, me) = answering_world(&server).await;
     // A page with no events is as failed as a server error.
     server.answer("ListEvents", &feed_query(&me), json!({"nextPageToken": ""}));
-    trigger(
-        &w,
-        "Spec comments",
-        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
-    )
-    .await;
+    spec_comments(&w).await;
     eventually("a malformed first page", || async {
         watermark(&w).await.first().is_some_and(|row| {
             row["last_error"]
@@ -348,16 +354,8 @@ async fn the_feed_is_read_page_by_page_up_to_a_seen_event_or_the_page_bound() {
     // page not yet there.
     server.answer("ListEvents", &page(Some("a2")), paged(&[old(0)], ""));
     server.answer("ListEvents", &page(None), paged(&[old(2), old(1)], "a2"));
-    trigger(
-        &w,
-        "Spec comments",
-        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
-    )
-    .await;
-    eventually("the first poll", || async {
-        !watermark(&w).await.is_empty()
-    })
-    .await;
+    spec_comments(&w).await;
+    first_poll(&w).await;
     // A page of keys is kept, newest first; nothing old fired.
     assert_eq!(
         watermark(&w).await[0]["seen_keys_json"],
@@ -428,10 +426,7 @@ async fn the_feed_is_read_page_by_page_up_to_a_seen_event_or_the_page_bound() {
 #[tokio::test]
 async fn site_updates_fire_by_prefix_and_a_mention_seen_first_as_a_citation_fires_once() {
     let server = HmServer::start().await;
-    let w = world_sections(Flavor::Anthropic, config(&server)).await;
-    w.provider
-        .set_default(Reply::Text(vec!["On it.".to_owned()]));
-    let me = w.owner.account.to_string();
+    let (w, me) = answering_world(&server).await;
     let query = feed_query(&me);
     server.answer("ListEvents", &query, feed(&[]));
     let site = trigger(
@@ -447,10 +442,7 @@ async fn site_updates_fire_by_prefix_and_a_mention_seen_first_as_a_citation_fire
         json!({"type": "user-mention", "mentionedAccounts": [me]}),
     )
     .await;
-    eventually("the first poll", || async {
-        !watermark(&w).await.is_empty()
-    })
-    .await;
+    first_poll(&w).await;
     let at = site["createdAt"].as_i64().unwrap_or_default() + 1_000;
     let update = |cid: &str, doc: &str| {
         json!({"id": cid, "type": "doc-update", "feedEventId": format!("blob-{cid}"),
@@ -506,22 +498,11 @@ async fn site_updates_fire_by_prefix_and_a_mention_seen_first_as_a_citation_fire
 #[tokio::test]
 async fn a_sigkill_in_the_middle_of_a_poll_neither_loses_nor_repeats_a_firing() {
     let server = HmServer::start().await;
-    let w = world_sections(Flavor::Anthropic, config(&server)).await;
-    w.provider
-        .set_default(Reply::Text(vec!["On it.".to_owned()]));
-    let me = w.owner.account.to_string();
+    let (w, me) = answering_world(&server).await;
     let query = feed_query(&me);
     server.answer("ListEvents", &query, feed(&[]));
-    let on_spec = trigger(
-        &w,
-        "Spec comments",
-        json!({"type": "document-comment", "resource": "hm://z6MkDoc/spec"}),
-    )
-    .await;
-    eventually("the first poll", || async {
-        !watermark(&w).await.is_empty()
-    })
-    .await;
+    let on_spec = spec_comments(&w).await;
+    first_poll(&w).await;
     // Forty new comments in one page, newest first; the sidecar is killed
     // as soon as the first has fired, wherever the others are.
     const COMMENTS: i64 = 40;
