@@ -15,6 +15,7 @@ pub mod agent_ext;
 pub mod ars;
 mod error_code;
 pub mod host;
+pub mod json_text;
 pub mod mcp;
 pub mod runs;
 pub mod seed;

@@ -277,8 +277,8 @@ impl SessionUpdate {
 /// Recognises a well-formed `session/update` notification without building
 /// values; `None` for any other line (which then takes [`decode_line`]).
 pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
-    // Two passes over the text: the envelope with its params (capturing the
-    // update's bytes), then the update's head. Any other shape fails the
+    // Two passes over the text: the envelope with its params (checking and
+    // capturing the update's bytes), then the update's head, off its members. Any other shape fails the
     // first pass quickly and is left to `decode_line`.
     #[derive(Deserialize)]
     struct Line<'a> {
@@ -294,13 +294,6 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
         session_id: String,
         #[serde(borrow)]
         update: &'a RawValue,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Head {
-        session_update: String,
-        #[serde(default)]
-        message_id: Option<String>,
     }
     let text = line;
     // Skipped values are not depth-checked by serde_json; refuse what the
@@ -320,13 +313,53 @@ pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
         return None;
     }
     let params = line.params?;
-    let head: Head = serde_json::from_str(params.update.get()).ok()?;
+    let update = params.update.get();
+    // The update was checked whole by the first pass: its head is read off
+    // its members, unless it needs the exact decoder (escapes, a duplicate
+    // or a value that is not a plain string).
+    let head = match fast_head(update) {
+        Some(head) => head,
+        None => serde_json::from_str(update).ok()?,
+    };
     Some(SessionUpdate {
         session_id: params.session_id,
         kind: head.session_update,
         message_id: head.message_id,
-        update_json: params.update.get().to_owned(),
+        update_json: update.to_owned(),
     })
+}
+
+/// An update's `sessionUpdate` and `messageId`, read off its members when
+/// both are plain strings (or `messageId` is absent or null) and neither is
+/// given twice; `None` leaves the update to the exact decoder.
+fn fast_head(update: &str) -> Option<Head> {
+    use crate::json_text::{object_members, plain_string};
+    let (mut kind, mut message_id) = (None, None);
+    for (key, value) in object_members(update)? {
+        match key {
+            "sessionUpdate" if kind.is_none() => kind = Some(plain_string(value)?),
+            "messageId" if message_id.is_none() => {
+                message_id = Some(match value {
+                    "null" => None,
+                    text => Some(plain_string(text)?),
+                });
+            }
+            "sessionUpdate" | "messageId" => return None,
+            _ => {}
+        }
+    }
+    Some(Head {
+        session_update: kind?.to_owned(),
+        message_id: message_id.flatten().map(str::to_owned),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    session_update: String,
+    #[serde(default)]
+    message_id: Option<String>,
 }
 
 /// Whether `text` holds a `\uD800`–`\uDFFF` escape.
@@ -545,6 +578,39 @@ mod tests {
             update.update_json,
             r#"{"content":{},"messageId":"m","sessionUpdate":"plan"}"#
         );
+    }
+
+    /// The head read off the members is the exact decoder's, or is left
+    /// to it.
+    #[test]
+    fn the_fast_head_agrees_with_the_exact_decoder() {
+        for update in [
+            r#"{"sessionUpdate":"plan"}"#,
+            r#" { "sessionUpdate" : "plan" , "messageId" : "m1" } "#,
+            r#"{"messageId":null,"sessionUpdate":"plan"}"#,
+            r#"{"content":{"sessionUpdate":"x","messageId":"y"},"sessionUpdate":"plan"}"#,
+            r#"{"sessionUpdate":"plan","sessionUpdate":"again"}"#,
+            r#"{"sessionUpdate":"plan","messageId":"a","messageId":"b"}"#,
+            r#"{"sessionUpdate":"plan"}"#,
+            r#"{"sessionUpdate":"plan"}"#,
+            r#"{"sessionUpdate":"plan","messageId":7}"#,
+            r#"{"sessionUpdate":null}"#,
+            r#"{"messageId":"m"}"#,
+            r#"{"sessionUpdate":"a"b"}"#,
+        ] {
+            let exact = serde_json::from_str::<Head>(update)
+                .ok()
+                .map(|h| (h.session_update, h.message_id));
+            let fast = fast_head(update).map(|h| (h.session_update, h.message_id));
+            if let Some(fast) = fast {
+                assert_eq!(Some(fast), exact, "{update}");
+            }
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{update}}}}}"#
+            );
+            let decoded = decode_session_update(line.as_bytes()).map(|u| (u.kind, u.message_id));
+            assert_eq!(decoded, exact, "{update}");
+        }
     }
 
     #[test]

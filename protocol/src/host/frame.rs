@@ -119,12 +119,49 @@ pub fn encode_frame(payload: &[u8]) -> Result<Vec<u8>, FrameError> {
 /// A frame whose payload `write` appends to `out`, the length patched in
 /// afterwards so the payload is never copied.
 fn frame_with(write: impl FnOnce(&mut Vec<u8>)) -> Result<Vec<u8>, FrameError> {
-    let mut frame = vec![0; 4];
-    write(&mut frame);
-    let prefix = length_prefix(frame.len() - 4)?;
-    frame[..4].copy_from_slice(&prefix);
+    let mut frame = Vec::new();
+    append_frame_with(&mut frame, write)?;
     Ok(frame)
 }
+
+/// [`frame_with`] at the end of `out`, which may already hold frames; on
+/// error `out` is left as it was.
+fn append_frame_with(
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>),
+) -> Result<(), FrameError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    write(out);
+    match length_prefix(out.len() - start - 4) {
+        Ok(prefix) => {
+            out[start..start + 4].copy_from_slice(&prefix);
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
+}
+
+/// The bytes [`append_event_notification_frame`] adds, exactly.
+pub fn event_notification_frame_len(subscription_id: &str, public_event: &str) -> usize {
+    EVENT_FRAME_HEAD.len()
+        + crate::session::json_str_len(subscription_id)
+        + EVENT_FRAME_MIDDLE.len()
+        + public_event.len()
+        + EVENT_FRAME_TAIL.len()
+        + 4
+}
+
+const EVENT_FRAME_HEAD: &str = concat!(
+    "{\"jsonrpc\":\"2.0\",\"method\":\"",
+    "sessions/event",
+    "\",\"params\":{\"subscriptionId\":"
+);
+const EVENT_FRAME_MIDDLE: &str = ",\"event\":";
+const EVENT_FRAME_TAIL: &str = "}}";
 
 /// The whole frame of a `sessions/event` notification, spliced from the
 /// event's already rendered public JSON (see `StoredEvent::public_json`).
@@ -132,17 +169,24 @@ pub fn event_notification_frame(
     subscription_id: &str,
     public_event: &str,
 ) -> Result<Vec<u8>, FrameError> {
-    frame_with(|out| {
-        out.reserve(public_event.len() + subscription_id.len() + 100);
-        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
-        out.extend_from_slice(super::methods::EVENT.as_bytes());
-        out.extend_from_slice(b"\",\"params\":{\"subscriptionId\":");
-        let mut id = String::with_capacity(subscription_id.len() + 2);
-        crate::session::push_json_str(&mut id, subscription_id);
-        out.extend_from_slice(id.as_bytes());
-        out.extend_from_slice(b",\"event\":");
+    let mut out = Vec::with_capacity(event_notification_frame_len(subscription_id, public_event));
+    append_event_notification_frame(&mut out, subscription_id, public_event)?;
+    Ok(out)
+}
+
+/// [`event_notification_frame`] written at the end of `out`, so a run of
+/// events becomes one buffer without a copy per frame.
+pub fn append_event_notification_frame(
+    out: &mut Vec<u8>,
+    subscription_id: &str,
+    public_event: &str,
+) -> Result<(), FrameError> {
+    append_frame_with(out, |out| {
+        out.extend_from_slice(EVENT_FRAME_HEAD.as_bytes());
+        crate::session::push_json_str_bytes(out, subscription_id);
+        out.extend_from_slice(EVENT_FRAME_MIDDLE.as_bytes());
         out.extend_from_slice(public_event.as_bytes());
-        out.extend_from_slice(b"}}");
+        out.extend_from_slice(EVENT_FRAME_TAIL.as_bytes());
     })
 }
 
@@ -219,5 +263,38 @@ mod tests {
                 limit: u64::from(u32::MAX),
             })
         );
+    }
+
+    #[test]
+    fn event_frames_appended_in_place_are_the_frames_made_one_by_one() {
+        let events = [r#"{"sequence":1}"#, r#"{"sequence":2,"text":"é"}"#];
+        for id in ["sub-1", "needs \"escaping\"\n"] {
+            let mut joined = b"kept".to_vec();
+            for event in events {
+                let before = joined.len();
+                append_event_notification_frame(&mut joined, id, event).unwrap();
+                assert_eq!(
+                    joined.len() - before,
+                    event_notification_frame_len(id, event)
+                );
+            }
+            let mut expected = b"kept".to_vec();
+            for event in events {
+                expected.extend(event_notification_frame(id, event).unwrap());
+            }
+            assert_eq!(joined, expected);
+            let mut decoder = FrameDecoder::new(1 << 20);
+            decoder.push(&joined[4..]);
+            for event in events {
+                let payload = decoder.next_frame().unwrap().unwrap();
+                let frame: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+                assert_eq!(frame["method"], super::super::methods::EVENT);
+                assert_eq!(frame["params"]["subscriptionId"], id);
+                assert_eq!(
+                    frame["params"]["event"],
+                    serde_json::from_str::<serde_json::Value>(event).unwrap()
+                );
+            }
+        }
     }
 }

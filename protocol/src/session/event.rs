@@ -2,8 +2,6 @@
 //! who caused it (`Actor`), and its one rendering to JSON, written straight
 //! from the stored text.
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 // Public events
@@ -23,7 +21,7 @@ pub struct StoredEvent {
     pub payload_json: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
     SessionUpdate,
     PermissionRequest,
@@ -141,37 +139,36 @@ pub fn push_rfc3339_ms(out: &mut String, ms: i64) {
     out.push_str(std::str::from_utf8(&buf).unwrap_or("1970-01-01T00:00:00.000Z"));
 }
 
-/// The top-level members of a JSON object, borrowed from its text in
-/// order. `None` when the text is not an object or a key needs unescaping.
-fn object_members(text: &str) -> Option<Vec<(&str, &RawValue)>> {
-    struct Members<'a>(Vec<(&'a str, &'a RawValue)>);
-    impl<'de> Deserialize<'de> for Members<'de> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Members<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Self::Value, A::Error> {
-                    let mut out = Vec::new();
-                    while let Some((k, v)) = map.next_entry::<&'de str, &'de RawValue>()? {
-                        out.push((k, v));
-                    }
-                    Ok(Members(out))
-                }
-            }
-            d.deserialize_map(V)
-        }
+/// Whether `s` goes into JSON as it is, between quotes.
+fn needs_no_escape(s: &str) -> bool {
+    !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
+}
+
+/// The length of `s` as a JSON string, quotes included: what
+/// [`push_json_str`] adds.
+pub(crate) fn json_str_len(s: &str) -> usize {
+    if needs_no_escape(s) {
+        return s.len() + 2;
     }
-    serde_json::from_str::<Members<'_>>(text).ok().map(|m| m.0)
+    serde_json::to_string(s).map_or(2, |quoted| quoted.len())
+}
+
+/// [`push_json_str`] onto bytes.
+pub(crate) fn push_json_str_bytes(out: &mut Vec<u8>, s: &str) {
+    if needs_no_escape(s) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
+    match serde_json::to_string(s) {
+        Ok(quoted) => out.extend_from_slice(quoted.as_bytes()),
+        Err(_) => out.extend_from_slice(b"\"\""),
+    }
 }
 
 pub(crate) fn push_json_str(out: &mut String, s: &str) {
-    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+    if needs_no_escape(s) {
         out.push('"');
         out.push_str(s);
         out.push('"');
@@ -207,7 +204,9 @@ impl StoredEvent {
         push_rfc3339_ms(&mut out, self.timestamp_ms);
         out.push_str("\",\"actor\":");
         self.actor.push_json(&mut out);
-        let members = object_members(&self.payload_json);
+        // Stored text is valid JSON (the table CHECKs it): its members are
+        // found without checking the grammar again.
+        let members = crate::json_text::object_members(&self.payload_json);
         // Not an object (or an escaped key): the slow, exact path.
         let parsed = match members {
             Some(_) => None,
@@ -224,7 +223,7 @@ impl StoredEvent {
                         members
                             .iter()
                             .find(|(k, _)| *k == "sessionUpdate")
-                            .map_or("\"unknown\"", |(_, v)| v.get()),
+                            .map_or("\"unknown\"", |(_, v)| *v),
                     ),
                     (None, parsed) => out.push_str(
                         &parsed
@@ -284,7 +283,7 @@ impl StoredEvent {
                     out.push(',');
                     push_json_str(&mut out, key);
                     out.push(':');
-                    out.push_str(value.get());
+                    out.push_str(value);
                 }
             }
             None => {

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use agentos_base::budget::{ByteBudget, Held};
 use agentos_protocol::host::{
-    codes, event_notification_frame, methods, notification_frame, response_frame, ErrorObject,
-    FrameDecoder, FrameError, Inbound,
+    append_event_notification_frame, codes, event_notification_frame, event_notification_frame_len,
+    methods, notification_frame, response_frame, ErrorObject, FrameDecoder, FrameError, Inbound,
 };
 use agentos_protocol::ErrorCode;
 use serde_json::{json, value::RawValue, Value};
@@ -273,22 +273,43 @@ impl Sink for ConnectionSink {
     /// whole bound: then one entry each, so only a single frame may ever
     /// pass it.
     fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
-        let mut joined: Vec<u8> = Vec::new();
+        // Sized first, so the frames are written once, into one buffer
+        // that never grows (a commit's frames run to megabytes). Live
+        // updates are rendered while sizing; stored events are spliced.
+        let mut total = 0usize;
+        let mut live = Vec::new();
         for item in &items {
-            let frame = item_frame(subscription_id, item).map_err(|_| SinkRefusal::Overflow)?;
-            if joined.len() + frame.len() > self.outbox.queue.limit() {
+            total += match item {
+                Item::Durable(_, public, _) => {
+                    event_notification_frame_len(subscription_id, public)
+                }
+                Item::Ephemeral { .. } => {
+                    let frame =
+                        item_frame(subscription_id, item).map_err(|_| SinkRefusal::Overflow)?;
+                    let len = frame.len();
+                    live.push(frame);
+                    len
+                }
+            };
+            if total > self.outbox.queue.limit() {
                 return items
                     .iter()
                     .try_for_each(|item| self.deliver(subscription_id, item));
             }
-            if joined.is_empty() {
-                joined = frame;
-            } else {
-                joined.extend_from_slice(&frame);
-            }
         }
-        if joined.is_empty() {
+        if total == 0 {
             return Ok(());
+        }
+        let mut joined: Vec<u8> = Vec::with_capacity(total);
+        let mut live = live.into_iter();
+        for item in &items {
+            match item {
+                Item::Durable(_, public, _) => {
+                    append_event_notification_frame(&mut joined, subscription_id, public)
+                        .map_err(|_| SinkRefusal::Overflow)?;
+                }
+                Item::Ephemeral { .. } => joined.extend(live.next().unwrap_or_default()),
+            }
         }
         self.outbox.item(Ok(joined))
     }

@@ -114,7 +114,7 @@ pub struct HistoryPage {
 
 /// What an event row's INSERT text depends on: the closed-vocabulary
 /// values written as SQL literals and which optional texts are bound.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct RowShape {
     kind: EventKind,
     outcome_status: Option<&'static str>,
@@ -162,6 +162,46 @@ fn insert_events(
     events: impl Iterator<Item = NewEvent>,
     rows: usize,
 ) -> Statement {
+    let mut params = Vec::with_capacity(2 + rows * 3);
+    params.push(SqlValue::from(session_id));
+    params.push(SqlValue::Integer(now));
+    for event in events {
+        let bytes = event.bytes() as i64;
+        *sequence += 1;
+        params.push(SqlValue::Integer(*sequence as i64));
+        params.extend(event.correlation_id.map(SqlValue::Text));
+        // Payloads move into the parameters: no copy of the event bodies.
+        params.push(SqlValue::Text(event.payload_json));
+        params.push(SqlValue::Integer(bytes));
+        params.extend(event.terminal_reason.map(SqlValue::Text));
+        if let Actor::User { account, signer } = event.actor {
+            params.extend(account.map(SqlValue::Text));
+            params.extend(signer.map(SqlValue::Text));
+        }
+    }
+    Statement::new(insert_sql(shape, rows), params).expect_changes(rows as u64)
+}
+
+/// The text of [`insert_events`]'s statement, rendered once per shape and
+/// size and kept for the life of the process: the shapes are the few the
+/// closed vocabulary allows and the sizes the powers of two up to
+/// `INSERT_CHUNK`, so the texts kept are bounded (a few hundred KiB for
+/// the handful of shapes a session writes).
+fn insert_sql(shape: RowShape, rows: usize) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Texts = Mutex<HashMap<(RowShape, usize), &'static str>>;
+    static TEXTS: OnceLock<Texts> = OnceLock::new();
+    let texts = TEXTS.get_or_init(Texts::default);
+    let mut texts = texts
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    texts
+        .entry((shape, rows))
+        .or_insert_with(|| Box::leak(render_insert_sql(shape, rows).into_boxed_str()))
+}
+
+fn render_insert_sql(shape: RowShape, rows: usize) -> String {
     use std::fmt::Write;
     fn optional(sql: &mut String, bound: bool, next: &mut usize) {
         if bound {
@@ -177,26 +217,16 @@ fn insert_events(
          acp_protocol_version, event_kind, correlation_id, payload_json, payload_bytes, \
          outcome_status, terminal_reason, actor_kind, actor_account, actor_signer) VALUES ",
     );
-    let mut params = Vec::with_capacity(2 + rows * 3);
-    params.push(SqlValue::from(session_id));
-    params.push(SqlValue::Integer(now));
     let mut next = 3;
-    for (i, event) in events.enumerate() {
-        let bytes = event.bytes() as i64;
-        *sequence += 1;
+    for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
         let _ = write!(sql, "(?1,?{next},?2,1,'{}'", shape.kind.as_str());
         next += 1;
-        params.push(SqlValue::Integer(*sequence as i64));
         optional(&mut sql, shape.correlation_id, &mut next);
-        params.extend(event.correlation_id.map(SqlValue::Text));
         let _ = write!(sql, ",?{next},?{}", next + 1);
         next += 2;
-        // Payloads move into the parameters: no copy of the event bodies.
-        params.push(SqlValue::Text(event.payload_json));
-        params.push(SqlValue::Integer(bytes));
         match shape.outcome_status {
             Some(status) => {
                 let _ = write!(sql, ",'{status}'");
@@ -204,17 +234,12 @@ fn insert_events(
             None => sql.push_str(",NULL"),
         }
         optional(&mut sql, shape.terminal_reason, &mut next);
-        params.extend(event.terminal_reason.map(SqlValue::Text));
         let _ = write!(sql, ",'{}'", shape.actor_kind);
         optional(&mut sql, shape.actor_account, &mut next);
         optional(&mut sql, shape.actor_signer, &mut next);
-        if let Actor::User { account, signer } = event.actor {
-            params.extend(account.map(SqlValue::Text));
-            params.extend(signer.map(SqlValue::Text));
-        }
         sql.push(')');
     }
-    Statement::new(sql, params).expect_changes(rows as u64)
+    sql
 }
 
 impl SessionStore {
@@ -566,5 +591,38 @@ mod tests {
         );
         assert!(inserts[2].sql.contains("'user',?"), "{}", inserts[2].sql);
         assert!(!inserts[0].sql.contains("'user'"));
+        // Every statement binds exactly the parameters its text numbers.
+        for insert in &inserts {
+            let highest = insert
+                .sql
+                .split('?')
+                .skip(1)
+                .filter_map(|rest| {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse::<usize>().ok()
+                })
+                .max();
+            assert_eq!(highest, Some(insert.params.len()), "{}", insert.sql);
+        }
+    }
+
+    /// A shape's text is rendered once and kept; another shape or size
+    /// has its own.
+    #[test]
+    fn insert_texts_are_rendered_once_per_shape_and_size() {
+        let agent = RowShape::of(&update(Actor::Agent, 0));
+        let user = RowShape::of(&update(
+            Actor::User {
+                account: Some("a".into()),
+                signer: Some("s".into()),
+            },
+            0,
+        ));
+        let first = insert_sql(agent, 8);
+        assert!(std::ptr::eq(first, insert_sql(agent, 8)));
+        assert_eq!(first, render_insert_sql(agent, 8));
+        assert_ne!(insert_sql(agent, 4), first);
+        assert_ne!(insert_sql(user, 8), first);
+        assert_eq!(insert_sql(user, 1).matches('?').count(), 7);
     }
 }
