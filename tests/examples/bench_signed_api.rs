@@ -1,8 +1,8 @@
 //! Signed API benchmark (release): verified `GetAgent` actions/s with 16
 //! concurrent keep-alive clients beside raw Ed25519 verifications/s on one
 //! core, and their ratio (the goal is ≥ 0.5); p50/p99 latency; WebSocket
-//! fan-out of one session's events to 1,000 subscribers; the sidecar's idle
-//! and loaded RSS. Envelopes are signed before the clock starts, each with
+//! fan-out of one session's events to 1,000 subscribers, twice (new
+//! sockets, then the same sockets warm); the sidecar's idle and loaded RSS. Envelopes are signed before the clock starts, each with
 //! its own timestamp, so the replay cache admits every one.
 //!
 //! Run with `scripts/bench-signed-api`; `scripts/bench-signed-api fanout`
