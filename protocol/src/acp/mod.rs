@@ -591,12 +591,13 @@ mod tests {
             r#"{"content":{"sessionUpdate":"x","messageId":"y"},"sessionUpdate":"plan"}"#,
             r#"{"sessionUpdate":"plan","sessionUpdate":"again"}"#,
             r#"{"sessionUpdate":"plan","messageId":"a","messageId":"b"}"#,
-            r#"{"sessionUpdate":"plan"}"#,
-            r#"{"sessionUpdate":"plan"}"#,
+            r#"{"sessionUpdate":"pl\u0061n"}"#,
+            r#"{"session\u0055pdate":"plan"}"#,
             r#"{"sessionUpdate":"plan","messageId":7}"#,
             r#"{"sessionUpdate":null}"#,
             r#"{"messageId":"m"}"#,
-            r#"{"sessionUpdate":"a"b"}"#,
+            r#"{"sessionUpdate":"a\"b"}"#,
+            r#"{"sessionUpdate":"plan","messageId":"m\nn"}"#,
         ] {
             let exact = serde_json::from_str::<Head>(update)
                 .ok()

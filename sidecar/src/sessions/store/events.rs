@@ -183,10 +183,12 @@ fn insert_events(
 }
 
 /// The text of [`insert_events`]'s statement, rendered once per shape and
-/// size and kept for the life of the process: the shapes are the few the
-/// closed vocabulary allows and the sizes the powers of two up to
-/// `INSERT_CHUNK`, so the texts kept are bounded (a few hundred KiB for
-/// the handful of shapes a session writes).
+/// size and kept for the life of the process. A shape is an event kind,
+/// its actor's kind, an outcome from a closed list and which optional texts
+/// are bound (a few dozen that the CHECKs accept), and the sizes are the ten
+/// powers of two up to `INSERT_CHUNK`; one shape's ten texts come to about
+/// 80 KiB, so the texts kept are bounded (a few MiB if every shape were
+/// written, a few hundred KiB for the handful a sidecar writes).
 fn insert_sql(shape: RowShape, rows: usize) -> &'static str {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
