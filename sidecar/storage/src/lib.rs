@@ -1,7 +1,8 @@
 //! The storage floor: the two database backends behind the one `Database`
 //! handle, the reference actor-SQLite server, the descriptor and bounds they
 //! are opened with, and the function that resolves a descriptor into that
-//! handle exactly once. Nothing here knows a domain table. `testing` (test
+//! handle exactly once, and `watch`, the wrapper that counts writes to the
+//! tables a service keeps in memory. Nothing here knows a domain table. `testing` (test
 //! scaffolding) is compiled only for tests or with the `testing` feature.
 
 pub mod actor_uds;
@@ -14,6 +15,7 @@ pub mod sqlite_file;
 pub mod sqlite_read;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod watch;
 
 use std::sync::Arc;
 

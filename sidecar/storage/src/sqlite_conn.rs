@@ -26,6 +26,7 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     let conn =
         Connection::open(path).map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    stable_plans(&conn)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(sql_error(0))?;
     // WAL with synchronous=NORMAL: a commit survives a process crash (the WAL
@@ -46,6 +47,20 @@ pub fn open_connection(path: &Path) -> Result<Connection, DbError> {
     agentos_base::private::restrict_database_files(path)
         .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     Ok(conn)
+}
+
+/// Turns on SQLite's query planner stability guarantee. Without it, a
+/// statement whose plan may look at a bound value (a `LIMIT ?n`, a range
+/// that statistics could sharpen) is marked expired each time that value is
+/// bound again, and every run of it parses and plans the SQL anew: the
+/// statement cache then saves nothing for it. Every `LIMIT` here is bound,
+/// and no table has statistics for the planner to use, so the guarantee
+/// costs no plan and saves a prepare on each such query.
+pub(crate) fn stable_plans(conn: &Connection) -> Result<(), DbError> {
+    use rusqlite::config::DbConfig;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map(drop)
+        .map_err(sql_error(0))
 }
 
 /// How long a thread serving a queue (the writer, a reader thread) keeps
@@ -243,5 +258,41 @@ pub fn sql_error(index: u32) -> impl Fn(rusqlite::Error) -> DbError {
             statement_index: index,
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    /// Runs `SELECT … LIMIT ?1` with two limits on `conn` and answers how
+    /// many times SQLite prepared it again.
+    fn reprepares(conn: &Connection) -> i32 {
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS t (x INTEGER); INSERT INTO t VALUES (1), (2), (3);",
+        )
+        .expect("a table");
+        let sql = "SELECT x FROM t ORDER BY x LIMIT ?1";
+        for limit in [1, 2] {
+            let rows =
+                run_statement(conn, 0, sql, &[SqlValue::Integer(limit)], u64::MAX).expect("read");
+            assert_eq!(rows.rows.len(), limit as usize);
+        }
+        conn.prepare_cached(sql)
+            .expect("cached")
+            .get_status(StatementStatus::RePrepare)
+    }
+
+    #[test]
+    fn a_bound_limit_does_not_prepare_its_statement_again() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let plain = Connection::open(dir.path().join("plain.db")).expect("opens");
+        assert!(
+            reprepares(&plain) > 0,
+            "without the guarantee SQLite prepares it again when the limit changes"
+        );
+        let ours = open_connection(&dir.path().join("ours.db")).expect("opens");
+        assert_eq!(reprepares(&ours), 0);
     }
 }

@@ -25,7 +25,7 @@ use agentos_schema::{blob_range_of, blob_range_query, DbError, Rows, SqlValue};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::sqlite_conn::{control, run_statement, sql_error, Awake, STATEMENT_CACHE};
+use super::sqlite_conn::{control, run_statement, sql_error, stable_plans, Awake, STATEMENT_CACHE};
 
 /// Read connections of each kind (pooled, and on reader threads): two, the
 /// cores these machines have.
@@ -422,6 +422,7 @@ fn open_reader(path: &Path) -> Result<Connection, DbError> {
     )
     .map_err(|e| DbError::Connect(format!("{}: {e}", path.display())))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    stable_plans(&conn)?;
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(sql_error(0))?;
     conn.pragma_update(None, "query_only", "ON")

@@ -17,7 +17,8 @@ use super::{host_turn_expecting, ms, Error, Turns, World, CONNECTIONS};
 
 /// Deltas of every reply in these phases.
 const DELTAS: usize = 50;
-/// Sessions at once, and each one's sequential turns.
+/// Sessions at once, and each one's sequential turns. A profile of one
+/// level runs it alone with `AGENTOS_BENCH_AT=8` (a comma-separated list).
 const CONCURRENCY: [usize; 3] = [1, 8, 32];
 const TURNS_PER_SESSION: usize = 20;
 /// Rounds at each level, each on sessions of its own; the goal is read on
@@ -88,7 +89,7 @@ pub async fn cpu_per_turn(world: &World) -> Result<(), Error> {
         "(4) CPU per builtin turn (sidecar + agents), {DELTAS}-delta replies, \
          {TURNS_PER_SESSION} sequential turns in each session"
     );
-    for n in CONCURRENCY {
+    for n in levels() {
         let mut rounds = Vec::with_capacity(ROUNDS);
         let mut failed = false;
         for round in 1..=ROUNDS {
@@ -107,6 +108,21 @@ pub async fn cpu_per_turn(world: &World) -> Result<(), Error> {
     }
     world.provider.set_default(super::short_reply());
     Ok(())
+}
+
+/// The levels to run: `AGENTOS_BENCH_AT` when it names any, else all.
+fn levels() -> Vec<usize> {
+    let chosen: Vec<usize> = std::env::var("AGENTOS_BENCH_AT")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .collect();
+    if chosen.is_empty() {
+        CONCURRENCY.to_vec()
+    } else {
+        chosen
+    }
 }
 
 /// One round at `n` sessions at once, on sessions of its own: CPU per turn,
