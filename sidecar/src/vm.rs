@@ -275,6 +275,11 @@ impl Vm {
         let started = Instant::now();
         let db = agentos_storage::open(&config.database, &config.limits.sqlite).await?;
         migrate_all(&*db).await?;
+        // Every store shares this handle, so every write to a table the
+        // control plane keeps in memory is counted.
+        let watched = agentos_storage::watch::Watched::new(db, crate::control::WATCHED)?;
+        let versions = watched.versions();
+        let db: SharedDatabase = Arc::new(watched);
         let vfs = Vfs::open(
             db.clone(),
             config
@@ -307,10 +312,11 @@ impl Vm {
             );
         }
         let turns = Turns::new(runs.clone(), sessions.clone());
-        let control = Control::new(
+        let control = Control::keeping(
             db.clone(),
             config.limits.control.clone(),
             secret_box(&config)?,
+            versions.clone(),
         );
         let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
         let hypermedia = crate::hypermedia::Hypermedia::new(&config.hypermedia)

@@ -125,7 +125,11 @@ impl Control {
     }
 
     pub async fn get_agent(&self, agent_id: &str) -> Result<Option<AgentRecord>, ControlError> {
-        Ok(self.store().get_agent(agent_id).await?)
+        let read = || async { Ok(self.store().get_agent(agent_id).await?) };
+        match &self.inner.kept {
+            Some(kept) => kept.agents.get_or_read(&agent_id.to_owned(), read).await,
+            None => read().await,
+        }
     }
 
     /// The agent and the role `account` has on it (see `authz::access`).
@@ -296,7 +300,15 @@ impl Control {
         &self,
         agent_id: &str,
     ) -> Result<Vec<CollaboratorRecord>, ControlError> {
-        Ok(self.store().list_collaborators(agent_id).await?)
+        let read = || async { Ok(self.store().list_collaborators(agent_id).await?) };
+        match &self.inner.kept {
+            Some(kept) => {
+                kept.collaborators
+                    .get_or_read(&agent_id.to_owned(), read)
+                    .await
+            }
+            None => read().await,
+        }
     }
 
     /// The account's pending invitations.
@@ -400,7 +412,11 @@ impl Control {
         &self,
         session_id: &str,
     ) -> Result<Option<SessionLink>, ControlError> {
-        Ok(self.store().session_agent(session_id).await?)
+        let read = || async { Ok(self.store().session_agent(session_id).await?) };
+        match &self.inner.kept {
+            Some(kept) => kept.links.get_or_read(&session_id.to_owned(), read).await,
+            None => read().await,
+        }
     }
 
     /// How many live sessions the agent has.

@@ -23,6 +23,7 @@ pub mod authz;
 mod error;
 mod idempotency;
 pub mod identities;
+mod kept;
 pub mod secrets;
 pub mod store;
 mod types;
@@ -36,6 +37,7 @@ use agentos_schema::SharedDatabase;
 
 pub use error::ControlError;
 pub use idempotency::InFlightGuard;
+pub use kept::WATCHED;
 pub use secrets::{SecretBox, SecretKey, SecretPlaintext};
 pub use store::ControlStore;
 pub use types::*;
@@ -57,6 +59,9 @@ struct Inner {
     secret_box: tokio::sync::RwLock<SecretBox>,
     inflight: InFlight,
     warned: NearLimit,
+    /// Hot reads kept in memory, when the handle counts writes to their
+    /// tables (`Control::keeping`).
+    kept: Option<kept::Kept>,
 }
 
 impl std::fmt::Debug for Control {
@@ -102,6 +107,27 @@ fn limit(setting: &'static str, limit: u64) -> ControlError {
 
 impl Control {
     pub fn new(db: SharedDatabase, limits: ControlLimits, secret_box: SecretBox) -> Control {
+        Self::build(db, limits, secret_box, None)
+    }
+
+    /// The service over a handle that counts writes to [`WATCHED`]
+    /// (`versions` are its counts): session links, agents, providers and
+    /// collaborators are then kept in memory between writes.
+    pub fn keeping(
+        db: SharedDatabase,
+        limits: ControlLimits,
+        secret_box: SecretBox,
+        versions: Arc<agentos_storage::watch::TableVersions>,
+    ) -> Control {
+        Self::build(db, limits, secret_box, Some(kept::Kept::new(versions)))
+    }
+
+    fn build(
+        db: SharedDatabase,
+        limits: ControlLimits,
+        secret_box: SecretBox,
+        kept: Option<kept::Kept>,
+    ) -> Control {
         Control {
             inner: Arc::new(Inner {
                 store: ControlStore::new(db),
@@ -109,6 +135,7 @@ impl Control {
                 secret_box: tokio::sync::RwLock::new(secret_box),
                 inflight: InFlight::default(),
                 warned: NearLimit::default(),
+                kept,
             }),
         }
     }

@@ -70,7 +70,14 @@ impl Control {
         account: &str,
         name: &str,
     ) -> Result<Option<ProviderRecord>, ControlError> {
-        Ok(self.store().get_provider(account, name).await?)
+        let read = || async { Ok(self.store().get_provider(account, name).await?) };
+        match &self.inner.kept {
+            Some(kept) => {
+                let key = (account.to_owned(), name.to_owned());
+                kept.providers.get_or_read(&key, read).await
+            }
+            None => read().await,
+        }
     }
 
     /// Deletes the provider and the secrets it referred to that no other

@@ -20,8 +20,10 @@
 //! in a task of its own: a caller that stops waiting for it cannot leave
 //! the write to commit after the last count.
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agentos_schema::{Database, DatabaseKind, DbError, Rows, SharedDatabase, SqlValue, Statement};
 use async_trait::async_trait;
@@ -272,6 +274,100 @@ impl Database for Watched {
     }
 }
 
+/// Values read from watched tables, each kept with the stamp of those
+/// tables taken before it was read, and answered again while the stamp is
+/// unchanged. Bounded in bytes (as `weigh` counts a value, plus its key and
+/// a fixed overhead): a value that would pass the bound first drops every
+/// entry a write has made stale, then, if that is not enough, all of them.
+pub struct Memo<K, V> {
+    versions: Arc<TableVersions>,
+    tables: &'static [&'static str],
+    weigh: fn(&K, &V) -> usize,
+    max_bytes: usize,
+    kept: Mutex<Kept<K, V>>,
+}
+
+struct Kept<K, V> {
+    entries: HashMap<K, (u64, V, usize)>,
+    bytes: usize,
+}
+
+/// What one entry costs beyond what `weigh` counts: the map's slot, the
+/// stamp and the allocations' headers.
+const ENTRY_OVERHEAD: usize = 64;
+
+impl<K: Hash + Eq + Clone, V: Clone> Memo<K, V> {
+    pub fn new(
+        versions: Arc<TableVersions>,
+        tables: &'static [&'static str],
+        max_bytes: usize,
+        weigh: fn(&K, &V) -> usize,
+    ) -> Memo<K, V> {
+        Memo {
+            versions,
+            tables,
+            weigh,
+            max_bytes,
+            kept: Mutex::new(Kept {
+                entries: HashMap::new(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept<K, V>> {
+        // The map stays consistent whatever panicked while holding it.
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The value kept for `key` if nothing it was read from was written
+    /// since; otherwise `read`'s, kept for next time.
+    pub async fn get_or_read<E, F, Fut>(&self, key: &K, read: F) -> Result<V, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<V, E>>,
+    {
+        // Taken before the read: a write that lands during it moves the
+        // stamp, and what the read saw is not answered again.
+        let stamp = self.versions.stamp(self.tables);
+        if let Some((kept_at, value, _)) = self.kept().entries.get(key) {
+            if *kept_at == stamp {
+                return Ok(value.clone());
+            }
+        }
+        let value = read().await?;
+        self.keep(key.clone(), stamp, value.clone());
+        Ok(value)
+    }
+
+    fn keep(&self, key: K, stamp: u64, value: V) {
+        let cost = (self.weigh)(&key, &value).saturating_add(ENTRY_OVERHEAD);
+        if cost > self.max_bytes {
+            return;
+        }
+        let current = self.versions.stamp(self.tables);
+        let mut kept = self.kept();
+        if let Some((_, _, old)) = kept.entries.remove(&key) {
+            kept.bytes -= old;
+        }
+        if kept.bytes + cost > self.max_bytes {
+            kept.entries.retain(|_, (at, _, _)| *at == current);
+            kept.bytes = kept.entries.values().map(|(_, _, cost)| cost).sum();
+        }
+        if kept.bytes + cost > self.max_bytes {
+            kept.entries.clear();
+            kept.bytes = 0;
+        }
+        kept.bytes += cost;
+        kept.entries.insert(key, (stamp, value, cost));
+    }
+
+    /// Bytes kept now, as the bound counts them.
+    pub fn bytes(&self) -> usize {
+        self.kept().bytes
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,6 +517,86 @@ mod tests {
             assert!(waited < 1000, "the write was never counted after it ended");
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
+    }
+
+    fn versions(tables: &[&'static str]) -> Arc<TableVersions> {
+        Arc::new(TableVersions {
+            tables: tables.to_vec(),
+            counts: tables.iter().map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn weigh(key: &String, value: &String) -> usize {
+        key.len() + value.len()
+    }
+
+    /// Reads through `memo`, counting the reads that really ran.
+    async fn read(memo: &Memo<String, String>, key: &str, value: &str, reads: &mut u32) -> String {
+        memo.get_or_read(&key.to_owned(), || async {
+            *reads += 1;
+            Ok::<_, ()>(value.to_owned())
+        })
+        .await
+        .expect("read")
+    }
+
+    #[tokio::test]
+    async fn a_kept_value_is_answered_until_its_tables_are_written() {
+        let versions = versions(&["a", "b", "c"]);
+        let memo = Memo::new(versions.clone(), &["a", "b"], 1 << 20, weigh);
+        let mut reads = 0;
+        assert_eq!(read(&memo, "k", "one", &mut reads).await, "one");
+        assert_eq!(read(&memo, "k", "two", &mut reads).await, "one");
+        assert_eq!(reads, 1, "answered from memory");
+
+        versions.bump(0b100);
+        assert_eq!(read(&memo, "k", "two", &mut reads).await, "one");
+        assert_eq!(reads, 1, "a table it was not read from");
+
+        versions.bump(0b010);
+        assert_eq!(read(&memo, "k", "two", &mut reads).await, "two");
+        assert_eq!(reads, 2, "read again after its table was written");
+
+        // A failed read keeps nothing.
+        let failed = memo
+            .get_or_read(&"e".to_owned(), || async { Err::<String, _>("down") })
+            .await;
+        assert_eq!(failed, Err("down"));
+        assert_eq!(read(&memo, "e", "up", &mut reads).await, "up");
+    }
+
+    #[tokio::test]
+    async fn what_is_kept_stays_within_its_bytes() {
+        let versions = versions(&["a"]);
+        let entry = ENTRY_OVERHEAD + 2 + 100;
+        let memo = Memo::new(versions.clone(), &["a"], entry * 4, weigh);
+        let mut reads = 0;
+        let value = "v".repeat(100);
+        for i in 0..4 {
+            read(&memo, &format!("k{i}"), &value, &mut reads).await;
+        }
+        assert_eq!(memo.bytes(), entry * 4);
+        // Full: a fifth entry drops the stale ones first (none are), then all.
+        read(&memo, "k4", &value, &mut reads).await;
+        assert_eq!(memo.bytes(), entry);
+        for i in 0..3 {
+            read(&memo, &format!("k{i}"), &value, &mut reads).await;
+        }
+        // Stale after a write: those go first, and the fresh one stays.
+        versions.bump(1);
+        read(&memo, "k4", &value, &mut reads).await;
+        assert_eq!(memo.bytes(), entry * 4, "re-read under the new stamp");
+        let before = reads;
+        read(&memo, "k5", &value, &mut reads).await;
+        assert!(memo.bytes() <= entry * 4);
+        read(&memo, "k4", &value, &mut reads).await;
+        assert_eq!(reads, before + 1, "the fresh entry outlived the stale ones");
+        // A value larger than the whole bound is answered, never kept.
+        let huge = "h".repeat(entry * 4);
+        read(&memo, "big", &huge, &mut reads).await;
+        read(&memo, "big", &huge, &mut reads).await;
+        assert_eq!(reads, before + 3);
+        assert!(memo.bytes() <= entry * 4);
     }
 
     #[test]
