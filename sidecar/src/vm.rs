@@ -318,7 +318,7 @@ impl Vm {
             secret_box(&config)?,
             versions.clone(),
         );
-        let space = Space::new(db.clone(), &vfs, &config.limits.control)?;
+        let space = Space::new(db.clone(), &vfs, &config.limits.control)?.keeping(versions.clone());
         let hypermedia = crate::hypermedia::Hypermedia::new(&config.hypermedia)
             .map_err(|e| VmError::Builtin(e.to_string()))?;
         let triggers = Triggers::new(

@@ -30,8 +30,10 @@ use super::prompt;
 use super::resolved::unservable;
 use super::transcript;
 use super::verbs::{VerbScope, Verbs};
+use crate::control::store::{AGENTS, PROVIDERS, SECRET_REFS};
 use crate::control::{Control, ControlError};
 use crate::sessions::{AgentHost, SessionStore, TurnScope};
+use agentos_storage::watch::Memo;
 
 pub use super::resolved::{Resolved, UNSERVABLE};
 
@@ -110,7 +112,14 @@ pub struct Host {
     titler: Provider,
     /// Subscription credentials (a provider signed in with ChatGPT).
     oauth: Arc<super::oauth::OAuth>,
+    /// Agents resolved (their definitions and providers decoded), kept
+    /// while the tables they came from are unwritten.
+    resolved: Option<Memo<String, Arc<Resolved>>>,
 }
+
+/// What the resolved agents kept in memory may cost (decoded documents
+/// take about three times their stored bytes).
+const KEPT_RESOLVED_BYTES: usize = 8 << 20;
 
 impl Host {
     pub fn new(
@@ -120,7 +129,18 @@ impl Host {
         endpoints: ProviderEndpoints,
         oauth: Arc<super::oauth::OAuth>,
     ) -> Result<Host, ProviderError> {
+        let resolved = control.versions().map(|versions| {
+            Memo::new(
+                versions,
+                &[AGENTS, PROVIDERS, SECRET_REFS],
+                KEPT_RESOLVED_BYTES,
+                |agent_id: &String, resolved: &Arc<Resolved>| {
+                    agent_id.len() + resolved.agent.definition.len().saturating_mul(3) + 1024
+                },
+            )
+        });
         Ok(Host {
+            resolved,
             control,
             store,
             conversations: Conversations::default(),
@@ -230,7 +250,7 @@ impl Host {
     }
 
     /// The session's agent, its definition and its provider.
-    pub async fn resolve(&self, session_id: &str) -> Result<Resolved, RpcError> {
+    pub async fn resolve(&self, session_id: &str) -> Result<Arc<Resolved>, RpcError> {
         let storage = |e: crate::control::ControlError| {
             RpcError::internal(format!("control-plane storage: {}", e.code()))
         };
@@ -306,19 +326,27 @@ impl Host {
         tool_call_id: Option<&str>,
     ) -> Result<VerbScope, RpcError> {
         let delegated = self.delegated(session_id).await?;
-        let tools: Option<Vec<String>> = delegated["tools"].as_array().map(|items| {
-            items
-                .iter()
-                .filter_map(|t| t.as_str().map(str::to_owned))
-                .collect()
-        });
-        Ok(VerbScope::new(resolved, session_id, actor)
-            .for_run(run_id, tool_call_id)
-            .restricted(tools.as_deref()))
+        Ok(scope_of(
+            resolved,
+            session_id,
+            actor,
+            run_id,
+            tool_call_id,
+            &delegated,
+        ))
     }
 
-    /// An agent's definition and provider, read for one turn or call.
-    pub async fn resolve_agent(&self, agent_id: &str) -> Result<Resolved, RpcError> {
+    /// An agent's definition and provider, read for one turn or call (or
+    /// kept from the last read while nothing it came from was written).
+    pub async fn resolve_agent(&self, agent_id: &str) -> Result<Arc<Resolved>, RpcError> {
+        let read = || async { self.read_agent(agent_id).await.map(Arc::new) };
+        match &self.resolved {
+            Some(kept) => kept.get_or_read(&agent_id.to_owned(), read).await,
+            None => read().await,
+        }
+    }
+
+    async fn read_agent(&self, agent_id: &str) -> Result<Resolved, RpcError> {
         let storage = |e: crate::control::ControlError| {
             RpcError::internal(format!("control-plane storage: {}", e.code()))
         };
@@ -378,9 +406,16 @@ impl Host {
         )
         .await
         .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
-        let scope = self
-            .verb_scope(&resolved, turn.session_id, Actor::Agent, turn.run_id, None)
-            .await?;
+        // Read once for the scope and for the instructions below.
+        let delegated = self.delegated(turn.session_id).await?;
+        let scope = scope_of(
+            &resolved,
+            turn.session_id,
+            Actor::Agent,
+            turn.run_id,
+            None,
+            &delegated,
+        );
         let promoted = promoted(&transcript.items);
         let tools = self
             .verbs
@@ -398,8 +433,7 @@ impl Host {
             &self.signing_identities(&resolved).await?,
         ));
         system_prompt.push_str(&self.conversation_members(&resolved).await?);
-        if let Some(instructions) = self.delegated(turn.session_id).await?["instructions"].as_str()
-        {
+        if let Some(instructions) = delegated["instructions"].as_str() {
             system_prompt.push_str("\n\n<instructions>\n");
             system_prompt.push_str(instructions);
             system_prompt.push_str("\n</instructions>");
@@ -619,6 +653,27 @@ const MAX_PROMOTED: usize = 32;
 /// The callables this thread has expanded: every tool the agent read as
 /// `~/tools/<name>` or named in `call`, the most recent first, at most
 /// [`MAX_PROMOTED`]. The verb layer intersects them with the grants.
+/// The verbs' scope of a session's turn, given what a delegated child was
+/// given (`delegated`, from the session's metadata).
+fn scope_of(
+    resolved: &Resolved,
+    session_id: &str,
+    actor: Actor,
+    run_id: Option<&str>,
+    tool_call_id: Option<&str>,
+    delegated: &Value,
+) -> VerbScope {
+    let tools: Option<Vec<String>> = delegated["tools"].as_array().map(|items| {
+        items
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect()
+    });
+    VerbScope::new(resolved, session_id, actor)
+        .for_run(run_id, tool_call_id)
+        .restricted(tools.as_deref())
+}
+
 pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for item in items {

@@ -32,6 +32,7 @@ const PROVIDER_BYTES: usize = 2 << 20;
 const COLLABORATOR_BYTES: usize = 2 << 20;
 
 pub(super) struct Kept {
+    pub versions: Arc<TableVersions>,
     pub links: Memo<String, Option<SessionLink>>,
     pub agents: Memo<String, Option<AgentRecord>>,
     pub providers: Memo<(String, String), Option<ProviderRecord>>,
@@ -41,6 +42,7 @@ pub(super) struct Kept {
 impl Kept {
     pub fn new(versions: Arc<TableVersions>) -> Kept {
         Kept {
+            versions: versions.clone(),
             links: Memo::new(versions.clone(), &[SESSION_LINKS], LINK_BYTES, |k, v| {
                 k.len() + v.as_ref().map_or(0, link_bytes)
             }),

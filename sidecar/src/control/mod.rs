@@ -140,6 +140,12 @@ impl Control {
         }
     }
 
+    /// The write counts of [`WATCHED`] tables, when the handle keeps them
+    /// (for other services that keep what they read from those tables).
+    pub fn versions(&self) -> Option<Arc<agentos_storage::watch::TableVersions>> {
+        self.inner.kept.as_ref().map(|kept| kept.versions.clone())
+    }
+
     pub fn limits(&self) -> &ControlLimits {
         &self.inner.limits
     }

@@ -61,4 +61,14 @@ impl Space {
             uploads: uploads::Uploads::new(vfs, attachments, AgentMemory::new(vfs), limits),
         })
     }
+
+    /// The Space keeping agents' tool documents in memory while the VM's
+    /// handle counts no write to their table (`versions`).
+    pub fn keeping(
+        mut self,
+        versions: std::sync::Arc<agentos_storage::watch::TableVersions>,
+    ) -> Space {
+        self.tools = self.tools.keeping(versions);
+        self
+    }
 }

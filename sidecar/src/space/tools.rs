@@ -22,12 +22,15 @@ use agentos_protocol::seed::{
     AgentToolInput, Ipld, JsonForm,
 };
 use agentos_schema::SharedDatabase;
+use agentos_storage::watch::{Memo, TableVersions};
 use serde_json::Value;
 
 use super::registry;
 use super::schema::shape_check;
 use super::SpaceError;
-use crate::control::store::{ControlStore, Guarded, StoredTool, StoredToolKind, ToolRow};
+use crate::control::store::{
+    ControlStore, Guarded, StoredTool, StoredToolKind, ToolRow, TOOL_DOCUMENTS,
+};
 
 /// The setting that bounds an agent's authored tools.
 pub const MAX_TOOLS_SETTING: &str = "limits.control.maxToolsPerAgent";
@@ -195,7 +198,21 @@ pub struct ToolDocuments {
     store: ControlStore,
     max_tools_per_agent: u64,
     builtins: Arc<Vec<Builtin>>,
+    /// Each agent's documents, decoded and checked, kept while the table is
+    /// unwritten (`ToolDocuments::keeping`).
+    kept: Option<Arc<Memo<(String, String), Arc<Checked>>>>,
 }
+
+/// An agent's tool documents as read and checked, before its grants.
+struct Checked {
+    records: Vec<ToolRecord>,
+    /// Their stored bytes, for the bound on what is kept.
+    stored_bytes: usize,
+}
+
+/// What the documents of all agents kept in memory may cost: decoded
+/// documents take about three times their stored bytes.
+const KEPT_TOOL_BYTES: usize = 8 << 20;
 
 impl std::fmt::Debug for ToolDocuments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,11 +252,26 @@ impl ToolDocuments {
             store: ControlStore::new(db),
             max_tools_per_agent,
             builtins: Arc::new(builtins),
+            kept: None,
         })
     }
 
     fn is_builtin(&self, name: &str) -> bool {
         registry::is_builtin(name) || self.builtins.iter().any(|b| b.document.name == name)
+    }
+
+    /// The service keeping each agent's documents in memory while the
+    /// VM's handle counts no write to their table (`versions`).
+    pub fn keeping(mut self, versions: Arc<TableVersions>) -> ToolDocuments {
+        self.kept = Some(Arc::new(Memo::new(
+            versions,
+            &[TOOL_DOCUMENTS],
+            KEPT_TOOL_BYTES,
+            |(account, agent), checked| {
+                account.len() + agent.len() + checked.stored_bytes.saturating_mul(3)
+            },
+        )));
+        self
     }
 
     /// Every tool of the agent, builtins first, then lambdas, each by name;
@@ -250,9 +282,32 @@ impl ToolDocuments {
         agent_id: &str,
         grants: Option<&[String]>,
     ) -> Result<Vec<ToolRecord>, SpaceError> {
-        let rows = self.store.list_tool_documents(account, agent_id).await?;
-        let rows = self.materialise(account, agent_id, rows).await?;
-        rows.iter().map(|row| record(row, grants)).collect()
+        let read = || async {
+            let rows = self.store.list_tool_documents(account, agent_id).await?;
+            let rows = self.materialise(account, agent_id, rows).await?;
+            Ok::<_, SpaceError>(Arc::new(Checked {
+                stored_bytes: rows.iter().map(|row| row.document.len()).sum(),
+                records: rows
+                    .iter()
+                    .map(|row| record(row, None))
+                    .collect::<Result<_, _>>()?,
+            }))
+        };
+        let checked = match &self.kept {
+            Some(kept) => {
+                let key = (account.to_owned(), agent_id.to_owned());
+                kept.get_or_read(&key, read).await?
+            }
+            None => read().await?,
+        };
+        Ok(checked
+            .records
+            .iter()
+            .map(|kept| ToolRecord {
+                granted: granted(&kept.document, grants),
+                ..kept.clone()
+            })
+            .collect())
     }
 
     /// Brings the builtin rows in `rows` up to the registry, writing only
@@ -613,20 +668,24 @@ fn record(row: &StoredTool, grants: Option<&[String]>) -> Result<ToolRecord, Spa
         return Err(corrupt(row, "the document's name or kind is not its row's"));
     }
     let time = |ms: i64| u64::try_from(ms).map_err(|_| corrupt(row, "a negative time"));
-    let granted = match document.kind {
-        ToolKind::Lambda => true,
-        ToolKind::Builtin => registry::granted(grants, &document.name),
-        // Never stored: MCP tools are the servers' (see `mcp`).
-        ToolKind::Mcp => false,
-    };
     Ok(ToolRecord {
         cid: row.cid.clone(),
         enabled: row.enabled,
-        granted,
+        granted: granted(&document, grants),
         created_at_ms: time(row.created_at_ms)?,
         updated_at_ms: time(row.updated_at_ms)?,
         document,
     })
+}
+
+/// Whether `grants` (the definition's `tools`) offer the document.
+fn granted(document: &ToolDocument, grants: Option<&[String]>) -> bool {
+    match document.kind {
+        ToolKind::Lambda => true,
+        ToolKind::Builtin => registry::granted(grants, &document.name),
+        // Never stored: MCP tools are the servers' (see `mcp`).
+        ToolKind::Mcp => false,
+    }
 }
 
 #[cfg(test)]
