@@ -19,7 +19,8 @@
 //! Directory lookups go through a bounded cache keyed by `(parent ino, name)`.
 //! An entry's inode, kind and symlink target never change for the life of the
 //! inode, so only removing or renaming a name invalidates it; a lookup that
-//! raced with such a change never fills the cache (generation check). Inode
+//! raced with such a change never fills the cache (generation check). Names
+//! found missing are kept as missing until the next commit. Inode
 //! rows and the parts of chunks that small reads touch are cached too, and
 //! every commit drops them all. The caches sit behind read-write locks, so
 //! reads that hit them do not take turns. Reads go to the
@@ -366,8 +367,27 @@ impl Vfs {
         let frees = tx.frees_blocks;
         let (inodes, _) = tx.usage_delta;
         let limits = &self.inner.limits;
-        let committed = tx.commit(self.db()).await;
-        self.forget_inodes();
+        // The write runs to its end in a task of its own, which then drops
+        // the cached inode rows and missing names: a caller that stops
+        // waiting (and so lets go of the namespace lock) cannot leave a
+        // reader holding what the write changed once it lands.
+        let vfs = self.clone();
+        let write = tokio::spawn(async move {
+            let committed = tx.commit(vfs.db()).await;
+            vfs.forget_inodes();
+            vfs.forget_absent();
+            committed
+        });
+        let committed = match write.await {
+            Ok(committed) => committed,
+            Err(e) => {
+                self.forget_inodes();
+                self.forget_absent();
+                return Err(FsError::Db(agentos_schema::DbError::CommitOutcomeUnknown(
+                    e.to_string(),
+                )));
+            }
+        };
         let usage = match committed {
             Ok(usage) => usage,
             Err(TxError::Db(e)) => return Err(FsError::Db(e)),

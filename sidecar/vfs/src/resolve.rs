@@ -3,9 +3,12 @@
 //! after `MAX_SYMLINK_FOLLOWS`), and the bounded `(parent ino, name)` cache
 //! that saves a lookup statement per component. Cache entries only go stale
 //! when a name is removed or renamed, which calls `forget`; a lookup that
-//! raced with such a change never fills the cache (generation check).
+//! raced with such a change never fills the cache (generation check). Names
+//! found missing are kept too, until the next commit of any mutation (every
+//! one passes through `Vfs::commit`, which drops them all once its write has
+//! ended, whether or not its caller still waits).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::path::{components, join};
 use super::store::{self, Entry, Kind, ROOT_INO};
@@ -55,6 +58,9 @@ pub(super) struct LookupCache {
     map: HashMap<i64, HashMap<String, Entry>>,
     /// Names held, across every parent.
     len: usize,
+    /// Names found missing since the last commit, by parent.
+    absent: HashMap<i64, HashSet<String>>,
+    absent_len: usize,
     generation: u64,
 }
 
@@ -95,6 +101,33 @@ impl LookupCache {
     fn clear(&mut self) {
         self.map.clear();
         self.len = 0;
+        self.clear_absent();
+    }
+
+    fn is_absent(&self, parent: i64, name: &str) -> bool {
+        self.absent
+            .get(&parent)
+            .is_some_and(|names| names.contains(name))
+    }
+
+    /// Holds that `name` is missing, first emptying that set when full.
+    fn insert_absent(&mut self, parent: i64, name: &str) {
+        if self.absent_len >= LOOKUP_CACHE_ENTRIES {
+            self.clear_absent();
+        }
+        if self
+            .absent
+            .entry(parent)
+            .or_default()
+            .insert(name.to_owned())
+        {
+            self.absent_len += 1;
+        }
+    }
+
+    fn clear_absent(&mut self) {
+        self.absent.clear();
+        self.absent_len = 0;
     }
 }
 
@@ -105,13 +138,17 @@ impl Vfs {
             if let Some(entry) = cache.get(parent, name) {
                 return Ok(Some(entry.clone()));
             }
+            if cache.is_absent(parent, name) {
+                return Ok(None);
+            }
             cache.generation
         };
         let found = store::lookup(self.db(), parent, name).await?;
-        if let Some(entry) = &found {
-            let mut cache = self.lock_cache();
-            if cache.generation == generation {
-                cache.insert(parent, name, entry.clone());
+        let mut cache = self.lock_cache();
+        if cache.generation == generation {
+            match &found {
+                Some(entry) => cache.insert(parent, name, entry.clone()),
+                None => cache.insert_absent(parent, name),
             }
         }
         Ok(found)
@@ -139,6 +176,13 @@ impl Vfs {
         for (parent, name) in names {
             cache.remove(*parent, name);
         }
+    }
+
+    /// Drops every name held as missing (after any commit).
+    pub(super) fn forget_absent(&self) {
+        let mut cache = self.lock_cache();
+        cache.generation += 1;
+        cache.clear_absent();
     }
 
     pub(super) fn forget_all(&self) {
@@ -271,7 +315,13 @@ impl Vfs {
 
     /// Records a name this process just committed.
     pub(super) fn remember(&self, parent: i64, name: &str, entry: Entry) {
-        self.lock_cache().insert(parent, name, entry);
+        let mut cache = self.lock_cache();
+        if let Some(names) = cache.absent.get_mut(&parent) {
+            if names.remove(name) {
+                cache.absent_len -= 1;
+            }
+        }
+        cache.insert(parent, name, entry);
     }
 
     pub(super) fn is_cached(&self, parent: i64, name: &str) -> bool {

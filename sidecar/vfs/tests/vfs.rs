@@ -881,3 +881,67 @@ async fn small_reads() {
         );
     }
 }
+
+/// A name looked up and found missing is kept as missing only until the next
+/// commit: every way of creating a name is seen by the next lookup, as is a
+/// name created while lookups of it run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_found_missing_is_seen_once_created() {
+    for (name, db, _dir) in backends().await {
+        let vfs = open(&db, FsLimits::default(), VfsPolicy::default()).await;
+        vfs.write_file("/existing", b"x").await.expect("write");
+        vfs.mkdir("/d", 0o755).await.expect("mkdir");
+        let missing = |path: &'static str| {
+            let vfs = vfs.clone();
+            async move {
+                assert!(!vfs.exists(path).await.expect("exists"), "{name}: {path}");
+                assert_eq!(code(vfs.stat(path).await), "ENOENT", "{name}: {path}");
+            }
+        };
+        missing("/w").await;
+        vfs.write_file("/w", b"1").await.expect("write");
+        assert_eq!(vfs.read_all("/w").await.expect("read"), b"1", "{name}");
+
+        missing("/m").await;
+        vfs.mkdir("/m", 0o755).await.expect("mkdir");
+        assert!(vfs.stat("/m").await.is_ok(), "{name}: mkdir");
+
+        missing("/p/q").await;
+        vfs.mkdir_p("/p/q", 0o755).await.expect("mkdir -p");
+        assert!(vfs.stat("/p/q").await.is_ok(), "{name}: mkdir -p");
+
+        missing("/s").await;
+        vfs.symlink("/existing", "/s").await.expect("symlink");
+        assert!(vfs.stat("/s").await.is_ok(), "{name}: symlink");
+
+        missing("/l").await;
+        vfs.link("/existing", "/l").await.expect("link");
+        assert!(vfs.stat("/l").await.is_ok(), "{name}: link");
+
+        missing("/d/r").await;
+        vfs.rename("/w", "/d/r").await.expect("rename");
+        assert!(vfs.stat("/d/r").await.is_ok(), "{name}: rename target");
+        assert_eq!(
+            code(vfs.stat("/w").await),
+            "ENOENT",
+            "{name}: rename source"
+        );
+
+        // Lookups racing the create of the name they look up.
+        for round in 0..20 {
+            let path = format!("/race{round}");
+            let looking = {
+                let (vfs, path) = (vfs.clone(), path.clone());
+                tokio::spawn(async move {
+                    for _ in 0..5 {
+                        let _ = vfs.exists(&path).await;
+                        tokio::task::yield_now().await;
+                    }
+                })
+            };
+            vfs.write_file(&path, b"r").await.expect("write");
+            looking.await.expect("lookups");
+            assert!(vfs.exists(&path).await.expect("exists"), "{name}: {path}");
+        }
+    }
+}
