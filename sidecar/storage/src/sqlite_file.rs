@@ -265,7 +265,7 @@ fn execute(
             }
             Job::Transaction { statements, reply } => {
                 // Group commit: transactions already waiting share one
-                // commit, each inside its own savepoint.
+                // commit.
                 let mut group: Vec<TransactionJob> = vec![(statements, reply)];
                 while group.len() < GROUP_COMMIT_MAX {
                     match jobs.try_recv() {
@@ -307,9 +307,14 @@ fn execute(
 /// Answers to the members of a group, in their order.
 type GroupAnswers = Vec<(TransactionReply, Result<Vec<Rows>, DbError>)>;
 
-/// Runs several transactions under one `BEGIN IMMEDIATE … COMMIT`, each in a
-/// savepoint: a failing one rolls back to its savepoint alone. The answers
-/// are returned, for the caller to send once the shared commit is done.
+/// Runs several transactions under one `BEGIN IMMEDIATE … COMMIT`, one
+/// after another. When every member succeeds they commit together; when one
+/// fails, the whole group is rolled back and each member is run again alone,
+/// in order, in a transaction of its own, so each answer is what running the
+/// members one by one would have given (a failure costs the group a second
+/// run; a savepoint per member would cost every group a copy of each page it
+/// first touches). The answers are returned, for the caller to send once the
+/// commit is done.
 fn run_group(
     conn: &mut Connection,
     group: Vec<TransactionJob>,
@@ -322,51 +327,43 @@ fn run_group(
             .map(|(_, reply)| (reply, Err(error.clone())))
             .collect();
     }
-    let mut done: GroupAnswers = Vec::with_capacity(group.len());
-    let mut rest = group.into_iter();
-    for (statements, reply) in rest.by_ref() {
-        if let Err(e) = control(conn, "SAVEPOINT agentos_group_member") {
-            done.push((reply, Err(sql_error(0)(e))));
-            continue;
+    let mut results = Vec::with_capacity(group.len());
+    for (statements, _) in &group {
+        match run_statements(conn, statements, max_result_bytes) {
+            Ok(rows) => results.push(rows),
+            Err(_) => break,
         }
-        let outcome = run_statements(conn, &statements, max_result_bytes);
-        if outcome.is_err() {
-            let _ = conn
-                .execute_batch("ROLLBACK TO agentos_group_member; RELEASE agentos_group_member");
-        } else if let Err(e) = control(conn, "RELEASE agentos_group_member") {
-            done.push((reply, Err(sql_error(statements.len() as u32)(e))));
-            continue;
-        }
-        let lost = conn.is_autocommit();
-        done.push((reply, outcome));
-        if lost {
-            // Some errors (I/O, full disk) end the whole transaction: nothing
-            // of the group was committed. Fail it, and run the rest alone.
-            let error = DbError::Sql {
-                code: -1,
-                statement_index: 0,
-                message: "the group transaction was rolled back by SQLite".into(),
-            };
-            let mut answers: GroupAnswers = done
-                .into_iter()
-                .map(|(reply, outcome)| (reply, outcome.and(Err(error.clone()))))
-                .collect();
-            for (statements, reply) in rest {
-                answers.push((reply, run_transaction(conn, &statements, max_result_bytes)));
+    }
+    if results.len() == group.len() {
+        match control(conn, "COMMIT") {
+            Ok(()) => {
+                return group
+                    .into_iter()
+                    .zip(results)
+                    .map(|((_, reply), rows)| (reply, Ok(rows)))
+                    .collect()
             }
-            return answers;
+            Err(e) => {
+                rollback(conn);
+                let error = sql_error(0)(e);
+                return group
+                    .into_iter()
+                    .map(|(_, reply)| (reply, Err(error.clone())))
+                    .collect();
+            }
         }
     }
-    match control(conn, "COMMIT") {
-        Ok(()) => done,
-        Err(e) => {
-            rollback(conn);
-            let error = sql_error(0)(e);
-            done.into_iter()
-                .map(|(reply, outcome)| (reply, outcome.and(Err(error.clone()))))
-                .collect()
-        }
-    }
+    // A member failed (or SQLite ended the transaction on an error of its
+    // own): nothing of the group stays; each runs again alone.
+    rollback(conn);
+    drop(results);
+    group
+        .into_iter()
+        .map(|(statements, reply)| {
+            let outcome = run_transaction(conn, &statements, max_result_bytes);
+            (reply, outcome)
+        })
+        .collect()
 }
 
 /// Runs `statements` in one `BEGIN IMMEDIATE` transaction on `conn`. Shared
@@ -481,5 +478,42 @@ mod tests {
             .expect("rows");
         assert_eq!(ids, [1, 4], "only the members that succeeded committed");
         assert!(conn.is_autocommit(), "the group transaction is closed");
+    }
+
+    #[test]
+    fn after_a_failure_each_member_sees_the_members_before_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut conn = open_connection(&dir.path().join("g.sqlite")).expect("open");
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER) STRICT")
+            .expect("table");
+        let (a, a_rx) = member(vec![Statement::new(
+            "INSERT INTO t (id, n) VALUES (1, 0)",
+            vec![],
+        )]);
+        let (b, b_rx) = member(vec![
+            Statement::new("UPDATE t SET n = n + 1 WHERE id = 1", vec![]).expect_changes(1),
+            Statement::new("DELETE FROM t WHERE id = 99", vec![]).expect_changes(1),
+        ]);
+        // Written by a member after the failed one: it sees the first.
+        let (c, c_rx) = member(vec![Statement::new(
+            "UPDATE t SET n = n + 10 WHERE id = 1 RETURNING n",
+            vec![],
+        )
+        .expect_changes(1)]);
+        for (reply, outcome) in run_group(&mut conn, vec![a, b, c], u64::MAX) {
+            let _ = reply.send(outcome);
+        }
+        assert!(a_rx.blocking_recv().expect("a").is_ok());
+        assert!(b_rx.blocking_recv().expect("b").is_err());
+        let c = c_rx.blocking_recv().expect("c").expect("c committed");
+        assert_eq!(
+            c[0].rows,
+            vec![vec![SqlValue::Integer(10)]],
+            "b left nothing"
+        );
+        let n: i64 = conn
+            .query_row("SELECT n FROM t WHERE id = 1", [], |r| r.get(0))
+            .expect("row");
+        assert_eq!(n, 10);
     }
 }
