@@ -287,6 +287,50 @@ async fn read_stream(
     }
 }
 
+/// The members of a chunk that are read, each as its text in the event
+/// (`null` reads as absent, as it does on values).
+#[derive(serde::Deserialize)]
+struct RawChunk<'a> {
+    #[serde(borrow, default)]
+    error: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    usage: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<RawChoice<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawChoice<'a> {
+    #[serde(borrow, default)]
+    index: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    delta: Option<RawDelta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawDelta<'a> {
+    #[serde(borrow, default)]
+    reasoning_content: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    reasoning: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    content: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    refusal: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A member's text when it is a non-empty string (anything else is no text,
+/// as on values).
+fn text_of(raw: &serde_json::value::RawValue) -> Option<String> {
+    serde_json::from_str::<String>(raw.get())
+        .ok()
+        .filter(|text| !text.is_empty())
+}
+
 /// A tool call being assembled from its fragments.
 #[derive(Default)]
 struct PartialCall {
@@ -314,7 +358,80 @@ impl StreamState {
         if data.trim() == "[DONE]" {
             return Ok(true);
         }
+        // Most chunks carry one text delta: their members are read in place,
+        // each decoded only when it is used. A chunk that shape does not
+        // take (a duplicate member, a `choices` that is no list of objects)
+        // is read whole, as before.
+        if let Ok(chunk) = serde_json::from_str::<RawChunk<'_>>(data) {
+            return self.on_raw(&chunk, on_event).map(|()| false);
+        }
         let chunk = parse_event(data)?;
+        self.on_chunk(&chunk, on_event).map(|()| false)
+    }
+
+    /// A chunk read in place: the same steps as [`StreamState::on_chunk`].
+    fn on_raw(
+        &mut self,
+        chunk: &RawChunk<'_>,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<(), ProviderError> {
+        if chunk.error.is_some() || chunk.usage.is_some() {
+            // Once a stream at most: the whole chunk's rules, on values.
+            let mut whole = serde_json::Map::new();
+            for (key, raw) in [("error", chunk.error), ("usage", chunk.usage)] {
+                if let Some(raw) = raw {
+                    whole.insert(key.to_owned(), parse_event(raw.get())?);
+                }
+            }
+            self.on_chunk(&Value::Object(whole), on_event)?;
+        }
+        let Some(choices) = &chunk.choices else {
+            return Ok(());
+        };
+        let index = |choice: &RawChoice<'_>| {
+            choice
+                .index
+                .map_or(0, |raw| raw.get().parse::<u64>().unwrap_or(0))
+        };
+        let Some(choice) = choices.iter().find(|choice| index(choice) == 0) else {
+            return Ok(());
+        };
+        if let Some(delta) = &choice.delta {
+            for raw in [delta.reasoning_content, delta.reasoning]
+                .into_iter()
+                .flatten()
+            {
+                if let Some(text) = text_of(raw) {
+                    on_event(StreamEvent::ReasoningDelta(text));
+                }
+            }
+            if let Some(text) = delta.content.and_then(text_of) {
+                on_event(StreamEvent::TextDelta(text));
+            }
+            if let Some(text) = delta.refusal.and_then(text_of) {
+                self.refused = true;
+                on_event(StreamEvent::TextDelta(text));
+            }
+            if let Some(raw) = delta.tool_calls {
+                self.on_tool_calls(&parse_event(raw.get())?);
+            }
+        }
+        if let Some(reason) = choice
+            .finish_reason
+            .and_then(|raw| serde_json::from_str::<std::borrow::Cow<'_, str>>(raw.get()).ok())
+        {
+            self.finish_reason = Some(reason.into_owned());
+            self.emit_calls(on_event)?;
+        }
+        Ok(())
+    }
+
+    /// A chunk read whole.
+    fn on_chunk(
+        &mut self,
+        chunk: &Value,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<(), ProviderError> {
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
             let message = error
                 .get("message")
@@ -339,7 +456,7 @@ impl StreamState {
             c.iter()
                 .find(|choice| choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
         }) else {
-            return Ok(false);
+            return Ok(());
         };
         if let Some(delta) = choice.get("delta") {
             self.on_delta(delta, on_event)?;
@@ -348,7 +465,7 @@ impl StreamState {
             self.finish_reason = Some(reason.to_owned());
             self.emit_calls(on_event)?;
         }
-        Ok(false)
+        Ok(())
     }
 
     fn on_delta(
@@ -374,8 +491,16 @@ impl StreamState {
                 on_event(StreamEvent::TextDelta(text.to_owned()));
             }
         }
-        let Some(fragments) = delta.get("tool_calls").and_then(Value::as_array) else {
-            return Ok(());
+        if let Some(calls) = delta.get("tool_calls") {
+            self.on_tool_calls(calls);
+        }
+        Ok(())
+    }
+
+    /// A delta's `tool_calls` fragments, added to the calls being built.
+    fn on_tool_calls(&mut self, calls: &Value) {
+        let Some(fragments) = calls.as_array() else {
+            return;
         };
         for fragment in fragments {
             let index = match fragment.get("index").and_then(Value::as_u64) {
@@ -411,7 +536,6 @@ impl StreamState {
                 }
             }
         }
-        Ok(())
     }
 
     fn emit_calls(
@@ -643,5 +767,95 @@ mod tests {
             }
         );
         assert!(parse_models(&json!({"models": []})).is_err());
+    }
+
+    /// What a state made of `datas` emitted and holds at the end, read on
+    /// the in-place path (`on_data`) or whole (`on_chunk`).
+    fn outcome(datas: &[&str], in_place: bool) -> String {
+        let mut state = StreamState::default();
+        let mut seen = Vec::new();
+        let mut sink = |e: StreamEvent| seen.push(e);
+        let mut results = Vec::new();
+        for data in datas {
+            let result = if in_place {
+                state.on_data(data, &mut sink).map(drop)
+            } else {
+                parse_event(data).and_then(|chunk| state.on_chunk(&chunk, &mut sink))
+            };
+            results.push(format!("{result:?}"));
+        }
+        // Ids made up for calls that came without one are random.
+        for event in &mut seen {
+            if let StreamEvent::ToolCall(call) = event {
+                if call.id.len() == 37 && call.id.starts_with("call_") {
+                    call.id = "call_*".into();
+                }
+            }
+        }
+        let calls: Vec<_> = state
+            .calls
+            .iter()
+            .map(|(i, c)| format!("{i}:{}:{}:{}", c.id, c.name, c.arguments))
+            .collect();
+        format!(
+            "{results:?} {seen:?} {:?} {} {:?} {calls:?}",
+            state.finish_reason, state.refused, state.usage
+        )
+    }
+
+    #[test]
+    fn a_chunk_read_in_place_is_read_as_the_whole_value_is() {
+        let cases: &[&[&str]] = &[
+            &[
+                r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"w1 "},"finish_reason":null}]}"#,
+            ],
+            &[r#"{"choices":[{"index":0,"delta":{"content":"a\"b\u00e9\n"}}]}"#],
+            &[r#"{"choices":[{"index":0,"delta":{"content":""}}]}"#],
+            &[
+                r#"{"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"think","reasoning":"more"}}]}"#,
+            ],
+            &[r#"{"choices":[{"index":0,"delta":{"content":5}}]}"#],
+            &[r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#],
+            &[
+                r#"{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"mine"}}]}"#,
+            ],
+            &[r#"{"choices":[{"delta":{"content":"no index"}}]}"#],
+            &[r#"{"choices":[{"index":"0","delta":{"content":"text index"}}]}"#],
+            &[r#"{"choices":[{"index":0.0,"delta":{"content":"float index"}}]}"#],
+            &[r#"{"choices":[{"index":-1,"delta":{"content":"negative"}}]}"#],
+            &[r#"{"choices":[{"index":null,"delta":{"content":"null index"}}]}"#],
+            &[r#"{"choices":[{"index":0,"delta":null}]}"#],
+            &[r#"{"choices":[{"index":0,"delta":"text"}]}"#],
+            &[r#"{"choices":"none"}"#],
+            &[r#"{"choices":[1]}"#],
+            &[r#"{"choices":null}"#],
+            &[r#"{"choices":[]}"#],
+            &[r#"{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}"#],
+            &[r#"{"choices":[{"index":0,"delta":{"content":"a"}}],"choices":[]}"#],
+            &[r#"{"error":null,"choices":[{"index":0,"delta":{"content":"ok"}}]}"#],
+            &[r#"{"error":{"message":"overloaded","code":529}}"#],
+            &[r#"{"error":"plain"}"#],
+            &[r#"{"usage":{"prompt_tokens":7,"completion_tokens":3},"choices":[]}"#],
+            &[
+                r#"{"usage":null,"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+            ],
+            &[r#"{"usage":"odd"}"#],
+            &[
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"re","arguments":"{\"a\""}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"ad","arguments":":1}"}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            ],
+            &[r#"{"choices":[{"index":0,"delta":{"tool_calls":{"not":"a list"}}}]}"#],
+            &[
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"x","arguments":{"k":1}}}]},"finish_reason":"stop"}]}"#,
+            ],
+            &[r#"{"choices":[{"index":0,"finish_reason":5}]}"#],
+            &[r#"{"choices":[{"index":0,"delta":{"content":"x"}}]} trailing"#],
+            &[r#"not json"#],
+            &[r#"  {"choices":[{"index":0,"delta":{"content":"spaced"}}]}  "#],
+        ];
+        for datas in cases {
+            assert_eq!(outcome(datas, true), outcome(datas, false), "{datas:?}");
+        }
     }
 }
