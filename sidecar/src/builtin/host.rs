@@ -438,10 +438,12 @@ impl Host {
             system_prompt.push_str(instructions);
             system_prompt.push_str("\n</instructions>");
         }
+        let floor_actor = transcript.floor_actor.clone();
         let (transcript, basis) = transcript.for_agent();
-        let prompt_sender = match turn.input_floor.filter(|_| !turn.resume) {
-            Some(at) => self.prompt_sender(turn.session_id, at).await,
-            None => None,
+        let prompt_sender = match (turn.input_floor.filter(|_| !turn.resume), floor_actor) {
+            (Some(_), Some(actor)) => signed_sender(actor),
+            (Some(at), None) => self.prompt_sender(turn.session_id, at).await,
+            (None, _) => None,
         };
         Ok(TurnContext {
             agent_id: resolved.agent.agent_id.clone(),
@@ -525,13 +527,7 @@ impl Host {
             .events_between(session_id, at.saturating_sub(1), at, 1)
             .await
             .ok()?;
-        match events.into_iter().find(|e| e.sequence == at)?.actor {
-            Actor::User {
-                account: Some(account),
-                ..
-            } => Some(account),
-            _ => None,
-        }
+        signed_sender(events.into_iter().find(|e| e.sequence == at)?.actor)
     }
 
     async fn provider_key(&self, session_id: &str) -> Result<ProviderKey, RpcError> {
@@ -653,6 +649,17 @@ const MAX_PROMOTED: usize = 32;
 /// The callables this thread has expanded: every tool the agent read as
 /// `~/tools/<name>` or named in `call`, the most recent first, at most
 /// [`MAX_PROMOTED`]. The verb layer intersects them with the grants.
+/// The signed account of an event's actor, if a signed account sent it.
+fn signed_sender(actor: Actor) -> Option<String> {
+    match actor {
+        Actor::User {
+            account: Some(account),
+            ..
+        } => Some(account),
+        _ => None,
+    }
+}
+
 /// The verbs' scope of a session's turn, given what a delegated child was
 /// given (`delegated`, from the session's metadata).
 fn scope_of(

@@ -99,6 +99,13 @@ pub async fn rebuild(
         builder.absorb(event, floor);
     }
     let items = builder.finish();
+    // Who sent the words at the floor, when this read reached them.
+    let floor_actor = floor.at.and_then(|at| {
+        events[split..]
+            .iter()
+            .find(|event| event.sequence == at)
+            .map(|event| event.actor.clone())
+    });
     let stable = conversation.stable();
     let keep = held
         .filter(|held| held.id == conversation.id && held.items <= stable)
@@ -112,6 +119,7 @@ pub async fn rebuild(
     Ok(Transcript {
         items,
         basis: Some(basis),
+        floor_actor,
     })
 }
 
@@ -121,11 +129,18 @@ pub async fn rebuild(
 pub struct Transcript {
     pub items: Vec<TranscriptItem>,
     pub basis: Option<TranscriptBasis>,
+    /// The actor of the event at the floor, when it was among the events
+    /// read (otherwise the caller reads it, if it needs it).
+    pub floor_actor: Option<Actor>,
 }
 
 impl Transcript {
     fn whole(items: Vec<TranscriptItem>) -> Transcript {
-        Transcript { items, basis: None }
+        Transcript {
+            items,
+            basis: None,
+            floor_actor: None,
+        }
     }
 
     /// What the agent is sent: the items after those it keeps.
