@@ -200,8 +200,11 @@ pub struct ToolDocuments {
     builtins: Arc<Vec<Builtin>>,
     /// Each agent's documents, decoded and checked, kept while the table is
     /// unwritten (`ToolDocuments::keeping`).
-    kept: Option<Arc<Memo<(String, String), Arc<Checked>>>>,
+    kept: Option<Arc<KeptTools>>,
 }
+
+/// Each agent's checked documents, by account and agent.
+type KeptTools = Memo<(String, String), Arc<Checked>>;
 
 /// An agent's tool documents as read and checked, before its grants.
 struct Checked {

@@ -526,6 +526,7 @@ mod tests {
         })
     }
 
+    #[allow(clippy::ptr_arg)] // the memo's keys and values are `String`s
     fn weigh(key: &String, value: &String) -> usize {
         key.len() + value.len()
     }

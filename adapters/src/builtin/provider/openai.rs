@@ -446,8 +446,8 @@ impl StreamState {
         }
         if chunk.get("usage").is_some_and(Value::is_object) {
             self.usage = Some(Usage {
-                input_tokens: u64_at(&chunk, "/usage/prompt_tokens"),
-                output_tokens: u64_at(&chunk, "/usage/completion_tokens"),
+                input_tokens: u64_at(chunk, "/usage/prompt_tokens"),
+                output_tokens: u64_at(chunk, "/usage/completion_tokens"),
             });
         }
         let choices = chunk.get("choices").and_then(Value::as_array);
