@@ -646,9 +646,6 @@ impl Host {
 /// Promoted callables a turn considers, at most (each costs a lookup).
 const MAX_PROMOTED: usize = 32;
 
-/// The callables this thread has expanded: every tool the agent read as
-/// `~/tools/<name>` or named in `call`, the most recent first, at most
-/// [`MAX_PROMOTED`]. The verb layer intersects them with the grants.
 /// The signed account of an event's actor, if a signed account sent it.
 fn signed_sender(actor: Actor) -> Option<String> {
     match actor {
@@ -681,6 +678,9 @@ fn scope_of(
         .restricted(tools.as_deref())
 }
 
+/// The callables this thread has expanded: every tool the agent read as
+/// `~/tools/<name>` or named in `call`, the most recent first, at most
+/// [`MAX_PROMOTED`]. The verb layer intersects them with the grants.
 pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for item in items {

@@ -14,6 +14,14 @@ use super::path::{components, join};
 use super::store::{self, Entry, Kind, ROOT_INO};
 use super::{FsError, Vfs, LOOKUP_CACHE_ENTRIES, MAX_SYMLINK_FOLLOWS};
 
+/// Bytes the names held as missing may take (each counted with
+/// [`ABSENT_ENTRY_OVERHEAD`]): anyone who may look a path up can make a
+/// name missing for free, so these are bounded in bytes, apart from the
+/// names that exist.
+const ABSENT_BYTES: usize = 4 << 20;
+/// What one missing name costs beyond its bytes: its set slot and string.
+const ABSENT_ENTRY_OVERHEAD: usize = 64;
+
 /// A path resolved to its parent chain and final entry.
 pub(super) struct Walk {
     /// Directories from the root (`(ROOT_INO, "")`) to the parent of `name`.
@@ -58,9 +66,10 @@ pub(super) struct LookupCache {
     map: HashMap<i64, HashMap<String, Entry>>,
     /// Names held, across every parent.
     len: usize,
-    /// Names found missing since the last commit, by parent.
+    /// Names found missing since the last commit, by parent, and their
+    /// bytes against [`ABSENT_BYTES`].
     absent: HashMap<i64, HashSet<String>>,
-    absent_len: usize,
+    absent_bytes: usize,
     generation: u64,
 }
 
@@ -110,24 +119,39 @@ impl LookupCache {
             .is_some_and(|names| names.contains(name))
     }
 
-    /// Holds that `name` is missing, first emptying that set when full.
+    /// Holds that `name` is missing, first emptying that set when the name
+    /// would take it past its bytes.
     fn insert_absent(&mut self, parent: i64, name: &str) {
-        if self.absent_len >= LOOKUP_CACHE_ENTRIES {
+        let cost = name.len() + ABSENT_ENTRY_OVERHEAD;
+        if self.is_absent(parent, name) {
+            return;
+        }
+        if self.absent_bytes + cost > ABSENT_BYTES {
             self.clear_absent();
         }
-        if self
-            .absent
+        self.absent
             .entry(parent)
             .or_default()
-            .insert(name.to_owned())
-        {
-            self.absent_len += 1;
+            .insert(name.to_owned());
+        self.absent_bytes += cost;
+    }
+
+    /// Drops `name` from the missing names (it was just created).
+    fn remove_absent(&mut self, parent: i64, name: &str) {
+        let Some(names) = self.absent.get_mut(&parent) else {
+            return;
+        };
+        if names.remove(name) {
+            self.absent_bytes -= name.len() + ABSENT_ENTRY_OVERHEAD;
+        }
+        if names.is_empty() {
+            self.absent.remove(&parent);
         }
     }
 
     fn clear_absent(&mut self) {
         self.absent.clear();
-        self.absent_len = 0;
+        self.absent_bytes = 0;
     }
 }
 
@@ -316,11 +340,7 @@ impl Vfs {
     /// Records a name this process just committed.
     pub(super) fn remember(&self, parent: i64, name: &str, entry: Entry) {
         let mut cache = self.lock_cache();
-        if let Some(names) = cache.absent.get_mut(&parent) {
-            if names.remove(name) {
-                cache.absent_len -= 1;
-            }
-        }
+        cache.remove_absent(parent, name);
         cache.insert(parent, name, entry);
     }
 
@@ -363,6 +383,32 @@ mod tests {
         // A parent left without names is dropped with its last one.
         assert!(!cache.map.contains_key(&2));
         assert_eq!(cache.len, 1);
+    }
+
+    #[test]
+    fn missing_names_stay_within_their_bytes() {
+        let mut cache = LookupCache::default();
+        let name = "n".repeat(255);
+        let cost = name.len() + ABSENT_ENTRY_OVERHEAD;
+        let fit = ABSENT_BYTES / cost;
+        for n in 0..fit {
+            cache.insert_absent(n as i64, &name);
+        }
+        assert_eq!(cache.absent_bytes, fit * cost);
+        // Held again: not counted twice.
+        cache.insert_absent(0, &name);
+        assert_eq!(cache.absent_bytes, fit * cost);
+        assert!(cache.is_absent(0, &name));
+        // One more than fits starts the set again.
+        cache.insert_absent(-1, &name);
+        assert_eq!(cache.absent_bytes, cost);
+        assert!(cache.is_absent(-1, &name) && !cache.is_absent(0, &name));
+        // A created name leaves the set, and its bytes with it.
+        cache.remove_absent(-1, &name);
+        assert_eq!(cache.absent_bytes, 0);
+        assert!(cache.absent.is_empty());
+        cache.remove_absent(-1, &name);
+        assert_eq!(cache.absent_bytes, 0);
     }
 
     #[test]
