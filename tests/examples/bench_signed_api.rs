@@ -114,6 +114,8 @@ async fn subscriber(
             };
             (frame_kind(text)?, created_at(text))
         };
+        // Frames that came in one read arrived together.
+        let arrived = ws.read_at_ms;
         match kind {
             FrameKind::Subscribed if !subscribed => {
                 subscribed = true;
@@ -121,7 +123,7 @@ async fn subscriber(
             }
             FrameKind::Append => {
                 let created = created_at.ok_or("an append without createdAt")?;
-                delays.push((created, (now_ms() - created) as f64));
+                delays.push((created, (arrived - created) as f64));
                 if delays.len() as u64 >= want {
                     bursts.push(std::mem::take(&mut delays));
                     if bursts.len() == BURSTS {
@@ -148,28 +150,30 @@ enum FrameKind {
 }
 
 /// A Seed event frame's `_`, which the server writes first.
-fn frame_kind(text: &str) -> Result<FrameKind, Error> {
+fn frame_kind(text: &[u8]) -> Result<FrameKind, Error> {
     let rest = text
-        .strip_prefix(r#"{"_":""#)
-        .ok_or_else(|| format!("not a Seed event: {text}"))?;
-    let kind = rest.split('"').next().unwrap_or_default();
+        .strip_prefix(br#"{"_":""#)
+        .ok_or_else(|| format!("not a Seed event: {}", String::from_utf8_lossy(text)))?;
+    let kind = rest.split(|b| *b == b'"').next().unwrap_or_default();
     Ok(match kind {
-        "subscribed" => FrameKind::Subscribed,
-        "append" => FrameKind::Append,
-        "error" => FrameKind::Error,
+        b"subscribed" => FrameKind::Subscribed,
+        b"append" => FrameKind::Append,
+        b"error" => FrameKind::Error,
         _ => FrameKind::Other,
     })
 }
 
 /// The `createdAt` of a frame: a key is the only place the text can hold
 /// those bytes unescaped.
-fn created_at(text: &str) -> Option<i64> {
-    let at = text.find(r#""createdAt":"#)? + r#""createdAt":"#.len();
-    let digits = &text[at..];
+fn created_at(text: &[u8]) -> Option<i64> {
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(br#""createdAt":"#));
+    let digits = &text[KEY.find(text)? + KEY.needle().len()..];
     let end = digits
-        .find(|c: char| !c.is_ascii_digit() && c != '-')
+        .iter()
+        .position(|c| !c.is_ascii_digit() && *c != b'-')
         .unwrap_or(digits.len());
-    digits[..end].parse().ok()
+    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
 }
 
 /// A client WebSocket reduced to what the fan-out needs: the upgrade, one
@@ -181,6 +185,9 @@ struct LeanSocket {
     end: usize,
     /// The last text frame, as `start..end` of `buf`.
     text: (usize, usize),
+    /// When the last read returned, in Unix ms: every frame it brought
+    /// arrived then, so the clock is read once per read, not per frame.
+    read_at_ms: i64,
 }
 
 impl LeanSocket {
@@ -222,6 +229,7 @@ impl LeanSocket {
             start: head,
             end,
             text: (0, 0),
+            read_at_ms: now_ms(),
         })
     }
 
@@ -252,15 +260,15 @@ impl LeanSocket {
         self.send(0x2, payload).await
     }
 
-    /// The next text frame (pings answered, binary frames skipped); `None`
-    /// once the server closes.
-    async fn next_text(&mut self) -> Result<Option<&str>, Error> {
+    /// The next text frame's bytes, unchecked (pings answered, binary
+    /// frames skipped); `None` once the server closes.
+    async fn next_text(&mut self) -> Result<Option<&[u8]>, Error> {
         loop {
             let (opcode, payload) = self.next_frame().await?;
             match opcode {
                 0x1 => {
                     self.text = payload;
-                    return Ok(Some(self.last_text()));
+                    return Ok(Some(&self.buf[payload.0..payload.1]));
                 }
                 0x8 => return Ok(None),
                 0x9 => {
@@ -338,6 +346,7 @@ impl LeanSocket {
             return Err("the server closed the connection".into());
         }
         self.end += n;
+        self.read_at_ms = now_ms();
         Ok(())
     }
 }

@@ -339,6 +339,49 @@ async fn silent_sockets_are_closed_and_answering_ones_are_pinged() {
 }
 
 #[tokio::test]
+async fn the_upgrade_is_checked_pings_are_answered_and_broken_frames_close() {
+    let (_sc, _t, addr) = start_with(Backend::SqliteFile, json!({})).await;
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let upgrade = "Upgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n";
+    let version = "Sec-WebSocket-Version: 13\r\n";
+    // Each header a WebSocket upgrade needs, missing or wrong, is refused
+    // as a general server refuses it.
+    for (method, headers, status) in [
+        ("POST", format!("{upgrade}{version}{key}"), 405),
+        ("GET", format!("Connection: Upgrade\r\n{version}{key}"), 400),
+        ("GET", format!("Upgrade: websocket\r\n{version}{key}"), 400),
+        (
+            "GET",
+            format!("{upgrade}Sec-WebSocket-Version: 12\r\n{key}"),
+            400,
+        ),
+        ("GET", format!("{upgrade}{version}"), 400),
+    ] {
+        assert_eq!(
+            client::upgrade_status(&addr, method, &headers).await,
+            status,
+            "{method} {headers}"
+        );
+    }
+    // The handshake's answer is checked in `Deaf::open`.
+    let _deaf = Deaf::open(&addr).await;
+
+    // A ping is answered with its own payload, and the socket goes on.
+    let mut ws = Ws::open(&addr).await;
+    assert_eq!(ws.ping(b"are you there").await, b"are you there");
+    let owner = Signer::new();
+    ws.subscribed(&owner, &format!("account/{}", owner.id()), None)
+        .await;
+    assert_eq!(ws.ping(b"").await, b"");
+
+    // A client frame that is not masked breaks the protocol: 1002.
+    let mut raw = Deaf::open(&addr).await;
+    raw.write_raw(&[0x82, 0x03, 1, 2, 3]).await;
+    let (code, _, _) = raw.closed().await;
+    assert_eq!(code, 1002);
+}
+
+#[tokio::test]
 async fn an_oversize_client_frame_closes_the_socket() {
     let (_sc, _t, addr) = start_with(Backend::SqliteFile, json!({"maxFrameBytes": 1024})).await;
     let mut ws = Ws::open(&addr).await;

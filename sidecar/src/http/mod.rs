@@ -22,9 +22,7 @@ pub mod ws;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -77,11 +75,8 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .with_state(state)
 }
 
-async fn websocket(
-    State(state): State<Arc<HttpState>>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    ws::get(state.ws.clone(), upgrade).await
+async fn websocket(State(state): State<Arc<HttpState>>, request: Request) -> Response {
+    ws::get(state.ws.clone(), request).await
 }
 
 async fn not_found() -> impl IntoResponse {

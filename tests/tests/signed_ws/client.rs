@@ -147,6 +147,24 @@ impl Ws {
         }
     }
 
+    /// Sends a ping with `payload` and reads until a pong comes back
+    /// (events are dropped); the pong's payload.
+    pub async fn ping(&mut self, payload: &[u8]) -> Vec<u8> {
+        self.send(Message::Ping(payload.to_vec().into())).await;
+        loop {
+            let message = tokio::time::timeout(PATIENCE, self.inner.next())
+                .await
+                .expect("no pong in time")
+                .expect("the socket ended")
+                .expect("read a frame");
+            match message {
+                Message::Pong(payload) => return payload.to_vec(),
+                Message::Close(frame) => panic!("closed: {frame:?}"),
+                _ => {}
+            }
+        }
+    }
+
     /// Reads frames until `n` pings came.
     pub async fn pinged(&mut self, n: usize) {
         while self.pings < n {
@@ -224,9 +242,19 @@ impl Deaf {
             stream.read_exact(&mut byte).await.expect("the answer");
             head.push(byte[0]);
         }
-        let head = String::from_utf8_lossy(&head);
-        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 101"), "{head}");
+        // RFC 6455's own example key and answer.
+        assert!(
+            head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n"),
+            "{head}"
+        );
         Deaf { stream }
+    }
+
+    /// Writes raw bytes to the connection.
+    pub async fn write_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write");
     }
 
     /// One server frame: its opcode and payload.
@@ -275,4 +303,25 @@ impl Deaf {
             .await
             .expect("no close in time")
     }
+}
+
+/// Sends one raw HTTP/1.1 request head to `/agents/ws` and returns the
+/// answer's status code.
+pub async fn upgrade_status(addr: &str, method: &str, headers: &str) -> u16 {
+    let mut stream = tcp(addr, None).await;
+    let request = format!(
+        "{method} /agents/ws HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: 0\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("request");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.expect("the answer");
+        head.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    line.split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {line}"))
 }

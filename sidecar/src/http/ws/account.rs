@@ -26,8 +26,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use agentos_protocol::seed::ws::{ChangeValue, RunWsEvent, WsEvent};
-use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
+use tungstenite::Utf8Bytes;
 
 use super::changes::{audience, reason};
 use super::feed::{self, FeedMsg, FeedReceiver, FEED_MESSAGES};

@@ -30,8 +30,8 @@ use std::sync::{Arc, Weak};
 
 use agentos_protocol::seed::response::AgentInfo;
 use agentos_protocol::seed::ws::{AccountChange, ChangeValue, WsEvent};
-use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
+use tungstenite::Utf8Bytes;
 
 use super::error::WsError;
 use super::feed::FeedMsg;

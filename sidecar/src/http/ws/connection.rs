@@ -3,8 +3,9 @@
 //! writer (`writer.rs`), reads client frames one at a time and answers
 //! each in order (`frames.rs`).
 //!
-//! Any frame, a pong included, counts as a sign of life; a socket that sends
-//! nothing for `http.ws.idleTimeoutMs` is closed. Closing sends a close
+//! Any frame, a pong included, counts as a sign of life; a ping is
+//! answered with a pong through the outbox, after what is queued before
+//! it. A socket that sends nothing for `http.ws.idleTimeoutMs` is closed. Closing sends a close
 //! frame (through the writer, after what was queued before the decision)
 //! and then waits, at most the idle timeout again, for the client's close
 //! reply before the connection is dropped.
@@ -14,16 +15,20 @@ use std::time::Duration;
 
 use agentos_base::clock::unix_ms;
 use agentos_protocol::seed::ws::WsEvent;
-use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
+use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
+use tokio_tungstenite::WebSocketStream;
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::Message;
 
 use super::error::WsError;
-use super::outbox::{Close, Outbox, CLOSE_IDLE, CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_TOO_BIG};
+use super::outbox::{Close, Out, Outbox, CLOSE_IDLE, CLOSE_NORMAL, CLOSE_PROTOCOL, CLOSE_TOO_BIG};
 use super::socket::{Index, Socket};
 use super::sockets::Permit;
 use super::state::WsState;
-use super::{frames, writer};
+use super::wire::{ReadOnly, Wire};
+use super::{frames, writer, READ_BUFFER_BYTES};
 use crate::sessions::Sink;
 
 /// How long a closing socket waits for its close frame to go out and for
@@ -34,18 +39,29 @@ fn close_wait(state: &WsState) -> Duration {
 }
 
 /// Runs one upgraded socket until it closes.
-pub(super) async fn run(ws: WebSocket, state: Arc<WsState>, permit: Permit) {
+pub(super) async fn run(upgraded: hyper::upgrade::Upgraded, state: Arc<WsState>, permit: Permit) {
     let sockets = state.sockets.clone();
     let limits = sockets.limits.clone();
+    let (read, write) = tokio::io::split(TokioIo::new(upgraded));
+    let max_frame = usize::try_from(limits.max_frame_bytes).unwrap_or(usize::MAX);
+    // The outbox holds the bytes that wait and the writer writes from the
+    // rendered frames, so tungstenite only reads: a small read buffer,
+    // and no write buffer of its own.
+    let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .max_frame_size(Some(max_frame))
+        .max_message_size(Some(max_frame));
+    let mut stream =
+        WebSocketStream::from_raw_socket(ReadOnly(read), Role::Server, Some(config)).await;
     let (outbox, queue) = Outbox::new(limits.max_queued_bytes_per_socket, &sockets.budget);
     let index: Arc<dyn Index> = sockets.clone();
     let socket = Arc::new(Socket::new(permit.id, outbox, Arc::downgrade(&index)));
     sockets.register(socket.clone());
-    let (sink, mut stream) = ws.split();
     let idle = Duration::from_millis(limits.idle_timeout_ms);
     let wait = close_wait(&state);
     let mut writer = tokio::spawn(writer::run(
-        sink,
+        Wire::new(write),
         queue,
         Duration::from_millis(limits.ping_interval_ms),
         wait,
@@ -111,12 +127,10 @@ pub(super) async fn run(ws: WebSocket, state: Arc<WsState>, permit: Permit) {
 }
 
 /// The close a read error calls for.
-fn read_error_close(e: &axum::Error) -> Close {
-    let tungstenite =
-        std::error::Error::source(e).and_then(|source| source.downcast_ref::<tungstenite::Error>());
-    match tungstenite {
-        Some(tungstenite::Error::Capacity(_)) => CLOSE_TOO_BIG,
-        Some(tungstenite::Error::Protocol(_)) | Some(tungstenite::Error::Utf8(_)) => CLOSE_PROTOCOL,
+fn read_error_close(e: &tungstenite::Error) -> Close {
+    match e {
+        tungstenite::Error::Capacity(_) => CLOSE_TOO_BIG,
+        tungstenite::Error::Protocol(_) | tungstenite::Error::Utf8(_) => CLOSE_PROTOCOL,
         _ => CLOSE_NORMAL,
     }
 }
@@ -132,9 +146,13 @@ async fn receive(state: &WsState, socket: &Arc<Socket>, message: Message) {
                 return;
             }
         },
-        // Signs of life only; tungstenite answers pings itself, and a
-        // close is answered by the stream ending.
-        Message::Ping(_) | Message::Pong(_) | Message::Close(_) => return,
+        // Answered in order with what the socket already queued.
+        Message::Ping(payload) => {
+            let _ = socket.outbox.push(Out::Pong(payload));
+            return;
+        }
+        // Signs of life only; a close is answered by the stream ending.
+        Message::Pong(_) | Message::Close(_) | Message::Frame(_) => return,
     };
     if let Err(e) = frames::handle(state, socket, &bytes).await {
         socket.outbox.frame(e.frame());

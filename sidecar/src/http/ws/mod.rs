@@ -7,7 +7,9 @@
 //!
 //! 1. `error.rs` the error frames, `outbox.rs` each socket's byte-bounded
 //!    queue (the doors' shared outbox) and its close reasons, `feed.rs` the
-//!    bounded queue in front of the account-wide feed;
+//!    bounded queue in front of the account-wide feed, `wire.rs` the
+//!    server's framing, written with vectored writes, and the read half
+//!    tungstenite decodes client frames from;
 //! 2. `writer.rs` renders and sends, pings and closes; `socket.rs` one
 //!    socket (its account, its keys, its outbox, as a session hub sink);
 //! 3. `runs.rs` a run tree's subscription; `sockets.rs` the registry of
@@ -19,7 +21,9 @@
 //! 6. `state.rs` what a socket is served with;
 //! 7. `frames.rs` verifies a client frame and subscribes;
 //! 8. `connection.rs` runs one socket (the reading loop, idle timeout),
-//!    and this file upgrades the request.
+//!    and this file upgrades the request (the RFC 6455 handshake, checked
+//!    as a general server does, answered by hand so the connection's
+//!    write half is the writer's own).
 //!
 //! Beside `http::common` (the error shape, the renderers, the envelope
 //! check) nothing here imports the rest of the signed door: the API's
@@ -37,13 +41,14 @@ mod runs;
 mod socket;
 mod sockets;
 mod state;
+mod wire;
 mod writer;
 
 use std::sync::Arc;
 
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::WebSocketUpgrade;
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 
 pub use changes::{audience, reason};
@@ -54,19 +59,90 @@ pub use state::WsState;
 /// The read buffer of one socket: client frames are small signed
 /// envelopes.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
-/// What a socket's writer gathers before one write: a burst's frames go
-/// out a few dozen per system call, not a few.
-const WRITE_BUFFER_BYTES: usize = 32 * 1024;
 
-/// Upgrades a request to a socket, or refuses it with 503 when
-/// `http.ws.maxSockets` are open or the server is shutting down.
-pub async fn get(
-    state: Arc<WsState>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    let upgrade = match upgrade {
-        Ok(upgrade) => upgrade,
-        Err(rejection) => return rejection.into_response(),
+/// Why an upgrade request is refused, as the status and text a general
+/// WebSocket server answers with.
+fn refusal(request: &Request) -> Option<(StatusCode, &'static str)> {
+    let headers = request.headers();
+    if request.version() > Version::HTTP_11 {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "a WebSocket upgrade needs HTTP/1.1",
+        ));
+    }
+    if request.method() != Method::GET {
+        return Some((
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Request method must be `GET`",
+        ));
+    }
+    if !has_token(headers, header::CONNECTION, "upgrade") {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "Connection header did not include 'upgrade'",
+        ));
+    }
+    if !is(headers, header::UPGRADE, "websocket") {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "`Upgrade` header did not include 'websocket'",
+        ));
+    }
+    if !is(headers, header::SEC_WEBSOCKET_VERSION, "13") {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "`Sec-WebSocket-Version` header did not include '13'",
+        ));
+    }
+    if !headers.contains_key(header::SEC_WEBSOCKET_KEY) {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "`Sec-WebSocket-Key` header missing",
+        ));
+    }
+    None
+}
+
+/// Whether the header's value is `value`, in any case.
+fn is(headers: &HeaderMap, name: HeaderName, value: &str) -> bool {
+    headers
+        .get(name)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(value.as_bytes()))
+}
+
+/// Whether the header's comma-separated list holds `token`, in any case.
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// Upgrades a request to a socket, or refuses it: 4xx for a request that
+/// is not a WebSocket upgrade, 503 when `http.ws.maxSockets` are open or
+/// the server is shutting down.
+pub async fn get(state: Arc<WsState>, mut request: Request) -> Response {
+    if let Some(refused) = refusal(&request) {
+        return refused.into_response();
+    }
+    let Some(on_upgrade) = request
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>()
+    else {
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            "WebSocket request couldn't be upgraded since no upgrade state was present",
+        )
+            .into_response();
+    };
+    let accept = request
+        .headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .map(|key| tungstenite::handshake::derive_accept_key(key.as_bytes()))
+        .and_then(|accept| header::HeaderValue::from_str(&accept).ok());
+    let Some(accept) = accept else {
+        return StatusCode::BAD_REQUEST.into_response();
     };
     let sockets = state.sockets.clone();
     let Some(permit) = sockets.try_open() else {
@@ -77,14 +153,23 @@ pub async fn get(
             .into_response();
     };
     sockets.relay_session_states();
-    let max_frame = usize::try_from(sockets.limits.max_frame_bytes).unwrap_or(usize::MAX);
-    // The outbox holds the bytes that wait, so the socket's own buffers
-    // stay small; tungstenite's defaults (128 KiB each way) would cost a
-    // quarter of a megabyte per socket.
-    upgrade
-        .read_buffer_size(READ_BUFFER_BYTES)
-        .write_buffer_size(WRITE_BUFFER_BYTES)
-        .max_frame_size(max_frame)
-        .max_message_size(max_frame)
-        .on_upgrade(move |ws| connection::run(ws, state, permit))
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => connection::run(upgraded, state, permit).await,
+            Err(e) => tracing::debug!(error = %e, "a WebSocket upgrade did not complete"),
+        }
+    });
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("upgrade"),
+    );
+    headers.insert(
+        header::UPGRADE,
+        header::HeaderValue::from_static("websocket"),
+    );
+    headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    response
 }

@@ -23,8 +23,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::Utf8Bytes;
 use tokio::sync::watch;
+use tungstenite::Utf8Bytes;
 
 use crate::control::SessionLink;
 use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Refused};
@@ -99,6 +99,8 @@ pub(super) enum Out {
         sub_id: Arc<str>,
         frame: Option<String>,
     },
+    /// The answer to a client's ping, with its payload.
+    Pong(bytes::Bytes),
 }
 
 /// Bytes charged for an entry that is not a rendered frame.
@@ -114,6 +116,7 @@ impl Out {
             Out::Items { items, .. } => items.iter().map(item_estimate).sum(),
             Out::State(_) => 4 * ENTRY_OVERHEAD,
             Out::End { frame, .. } => ENTRY_OVERHEAD + frame.as_ref().map_or(0, String::len),
+            Out::Pong(payload) => ENTRY_OVERHEAD + payload.len(),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! Session items are rendered here, not where they are published, so a
 //! session's writer and the hub never wait on JSON; a durable event's frame
 //! is rendered by the first socket that sends it and shared by the others
-//! (`FrameCache`), and what a burst queued goes out in one write. Each session
+//! (`FrameCache`), and what a burst queued goes out in one vectored write
+//! from those shared frames (`wire.rs`). Each session
 //! subscription keeps its live-message state here too: agent text chunks
 //! become `appendPartial` with one `partialId` per assistant message, and
 //! the first durable event after them (the assistant message itself, in a
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::outbox::{Close, Out, Queue, CLOSE_NORMAL};
+use super::wire::{Wire, OP_PING, OP_PONG};
 use crate::control::SessionLink;
 use crate::http::common::render;
 use crate::sessions::{Item, SessionInfo};
@@ -30,10 +32,10 @@ use agentos_protocol::seed::event::session_event;
 use agentos_protocol::seed::vocab::SessionStatus;
 use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
 use agentos_protocol::seed::Ipld;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
-use futures_util::stream::SplitSink;
-use futures_util::SinkExt;
+use bytes::Bytes;
 use serde_json::Value;
+use tokio::io::AsyncWrite;
+use tungstenite::Utf8Bytes;
 
 /// A durable event's `append` frame, rendered once and shared by every
 /// socket subscribed to its session (a clone is a reference count), with
@@ -319,6 +321,8 @@ impl Render {
                 }
                 out.extend(frame.map(Utf8Bytes::from));
             }
+            // A control frame: the writer adds it to the batch itself.
+            Out::Pong(_) => {}
         }
         out
     }
@@ -331,16 +335,28 @@ impl Render {
     }
 }
 
-type WsSink = SplitSink<WebSocket, Message>;
+/// Frames written together at most: one `writev` of a header and a
+/// payload each.
+const MAX_BATCH_FRAMES: usize = 512;
+/// Queued bytes (as the outbox counts them) taken into one batch at most.
+const MAX_BATCH_BYTES: usize = 128 * 1024;
 
-/// Frames written together at most: what a burst queued goes out in one
-/// write rather than one write each.
-const MAX_BATCH_FRAMES: usize = 256;
+/// Adds what one entry becomes to the batch.
+fn take<W: AsyncWrite + Unpin>(entry: Out, render: &mut Render, wire: &mut Wire<W>) {
+    match entry {
+        Out::Pong(payload) => wire.control(OP_PONG, payload),
+        entry => {
+            for text in render.frames(entry) {
+                wire.text(text);
+            }
+        }
+    }
+}
 
 /// Runs until the socket closes; returns once the close frame is sent (or
 /// could not be, within `close_wait`).
-pub(super) async fn run(
-    mut sink: WsSink,
+pub(super) async fn run<W: AsyncWrite + Unpin>(
+    mut wire: Wire<W>,
     mut queue: Queue,
     ping_every: Duration,
     close_wait: Duration,
@@ -354,39 +370,33 @@ pub(super) async fn run(
         if closing.borrow_and_update().is_some() {
             break;
         }
-        let messages: Vec<Message> = tokio::select! {
+        tokio::select! {
             biased;
             _ = closing.changed() => continue,
             entry = queue.recv() => match entry {
                 Some((entry, n)) => {
                     queue.release(n);
-                    let mut frames = render.frames(entry);
+                    take(entry, &mut render, &mut wire);
                     // What else is queued goes out in the same write.
-                    while frames.len() < MAX_BATCH_FRAMES {
+                    let mut taken = n;
+                    while wire.pending() < MAX_BATCH_FRAMES && taken < MAX_BATCH_BYTES {
                         let Ok((entry, n)) = queue.try_recv() else { break };
                         queue.release(n);
-                        frames.extend(render.frames(entry));
+                        taken += n;
+                        take(entry, &mut render, &mut wire);
                     }
-                    frames.into_iter().map(Message::Text).collect()
                 }
                 None => break,
             },
-            _ = ping.tick() => vec![Message::Ping(Default::default())],
-        };
+            _ = ping.tick() => wire.control(OP_PING, Bytes::new()),
+        }
         // A send to a client that does not read waits; a close request
-        // (its queue overflowing, shutdown) cuts the wait short. Each frame
-        // is then either wholly in the connection's buffer or not sent at
-        // all. One wait covers the whole batch: a wait per frame cost a
-        // fresh close watch for every frame.
+        // (its queue overflowing, shutdown) cuts the wait short, and the
+        // close then finishes only the frame the cut write was in.
         let sent = tokio::select! {
             biased;
             _ = closing.changed() => continue 'run,
-            sent = async {
-                for message in messages {
-                    sink.feed(message).await?;
-                }
-                sink.flush().await
-            } => sent,
+            sent = wire.send() => sent,
         };
         if sent.is_err() {
             sent_ok = false;
@@ -402,13 +412,8 @@ pub(super) async fn run(
         queue.close_with(CLOSE_NORMAL);
         return;
     }
-    let close = closing.borrow().clone().unwrap_or(CLOSE_NORMAL);
-    let Close { code, reason } = close;
-    let frame = CloseFrame {
-        code,
-        reason: reason.into(),
-    };
-    let _ = tokio::time::timeout(close_wait, sink.send(Message::Close(Some(frame)))).await;
+    let Close { code, reason } = closing.borrow().clone().unwrap_or(CLOSE_NORMAL);
+    let _ = tokio::time::timeout(close_wait, wire.close(code, reason)).await;
 }
 
 #[cfg(test)]
