@@ -382,6 +382,31 @@ async fn the_upgrade_is_checked_pings_are_answered_and_broken_frames_close() {
 }
 
 #[tokio::test]
+async fn a_client_that_pings_and_never_reads_is_closed_as_fallen_behind() {
+    let (_sc, _t, addr) = start_with(
+        Backend::SqliteFile,
+        json!({"maxQueuedBytesPerSocket": 16384}),
+    )
+    .await;
+    // Each pong waits in the socket's queue like any frame: a client that
+    // only pings, with a small window and never reading, fills it.
+    let mut raw = Deaf::open_with(&addr, Some(4096)).await;
+    let ping = client::masked(0x9, &[7u8; 125]);
+    for _ in 0..20 {
+        raw.write_raw(&ping.repeat(1000)).await;
+    }
+    let (code, reason, _) = raw.closed().await;
+    assert_eq!(code, 1008);
+    assert!(
+        reason.contains("http.ws.maxQueuedBytesPerSocket"),
+        "{reason}"
+    );
+    // The server is up and answers another socket's ping.
+    let mut ws = Ws::open(&addr).await;
+    assert_eq!(ws.ping(b"still here").await, b"still here");
+}
+
+#[tokio::test]
 async fn an_oversize_client_frame_closes_the_socket() {
     let (_sc, _t, addr) = start_with(Backend::SqliteFile, json!({"maxFrameBytes": 1024})).await;
     let mut ws = Ws::open(&addr).await;

@@ -229,7 +229,12 @@ pub struct Deaf {
 
 impl Deaf {
     pub async fn open(addr: &str) -> Deaf {
-        let mut stream = tcp(addr, None).await;
+        Self::open_with(addr, None).await
+    }
+
+    /// Opens with a receive buffer of `recv_buffer` bytes, when given.
+    pub async fn open_with(addr: &str, recv_buffer: Option<u32>) -> Deaf {
+        let mut stream = tcp(addr, recv_buffer).await;
         let request = format!(
             "GET /agents/ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\n\
              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
@@ -250,6 +255,11 @@ impl Deaf {
             "{head}"
         );
         Deaf { stream }
+    }
+
+    /// Writes one masked client frame.
+    pub async fn send_masked(&mut self, opcode: u8, payload: &[u8]) {
+        self.write_raw(&masked(opcode, payload)).await;
     }
 
     /// Writes raw bytes to the connection.
@@ -324,4 +334,14 @@ pub async fn upgrade_status(addr: &str, method: &str, headers: &str) -> u16 {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("a status line: {line}"))
+}
+
+/// A client frame: FIN, `opcode`, masked `payload` (at most 125 bytes).
+pub fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() <= 125);
+    let mask = [0x37, 0xfa, 0x21, 0x3d];
+    let mut frame = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
 }
