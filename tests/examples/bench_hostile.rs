@@ -81,6 +81,9 @@ async fn idle_flood() -> Result<(), Error> {
 }
 
 /// 500 silent sockets and a reader, while 2,000 16 KB updates go out.
+/// The `UpdateAgent`s of the WebSocket flood.
+const UPDATES: u64 = 2000;
+
 async fn ws_flood(old: bool) -> Result<(), Error> {
     let ws = if old {
         json!({"maxSockets": 1024})
@@ -132,11 +135,18 @@ async fn ws_flood(old: bool) -> Result<(), Error> {
         .await?;
     let agent_key = keys[1].clone();
     let reading = tokio::spawn(async move {
+        // Until every change came, or none for 20 s (the server's pings,
+        // every 20 s by default, do not count: with them the wait could
+        // never end).
         let mut changes = 0u64;
-        while let Ok(Some(Ok(message))) =
-            tokio::time::timeout(Duration::from_secs(20), reader.next()).await
-        {
+        let mut heard = Instant::now();
+        while changes < UPDATES {
+            let left = Duration::from_secs(20).saturating_sub(heard.elapsed());
+            let Ok(Some(Ok(message))) = tokio::time::timeout(left, reader.next()).await else {
+                break;
+            };
             if let Message::Text(text) = message {
+                heard = Instant::now();
                 let event: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
                 if event["_"] == "change" && event["key"] == json!(agent_key) {
                     changes += 1;
@@ -148,7 +158,7 @@ async fn ws_flood(old: bool) -> Result<(), Error> {
     let before = peak_mib(pid);
     let padding = "x".repeat(16 * 1024);
     let started = Instant::now();
-    for n in 0..2000 {
+    for n in 0..UPDATES {
         call(
             &target,
             &owner,
