@@ -257,11 +257,6 @@ impl Deaf {
         Deaf { stream }
     }
 
-    /// Writes one masked client frame.
-    pub async fn send_masked(&mut self, opcode: u8, payload: &[u8]) {
-        self.write_raw(&masked(opcode, payload)).await;
-    }
-
     /// Writes raw bytes to the connection.
     pub async fn write_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("write");
