@@ -407,6 +407,23 @@ async fn a_client_that_pings_and_never_reads_is_closed_as_fallen_behind() {
 }
 
 #[tokio::test]
+async fn a_close_the_client_starts_is_answered_at_once() {
+    // Neither a ping nor the idle timeout could end the socket within the
+    // client's patience: only the answer to its close can.
+    let (_sc, _t, addr) = start_with(
+        Backend::SqliteFile,
+        json!({"pingIntervalMs": 600_000, "idleTimeoutMs": 1_200_000}),
+    )
+    .await;
+    let mut ws = Ws::open(&addr).await;
+    ws.send(Message::Close(None)).await;
+    let (code, _, _) = ws.closed().await;
+    assert_eq!(code, 1000);
+    // The server then ends the connection.
+    assert!(ws.ended().await);
+}
+
+#[tokio::test]
 async fn an_oversize_client_frame_closes_the_socket() {
     let (_sc, _t, addr) = start_with(Backend::SqliteFile, json!({"maxFrameBytes": 1024})).await;
     let mut ws = Ws::open(&addr).await;

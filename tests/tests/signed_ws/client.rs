@@ -165,6 +165,18 @@ impl Ws {
         }
     }
 
+    /// Whether the stream ends (after a close handshake) within the
+    /// client's patience.
+    pub async fn ended(&mut self) -> bool {
+        loop {
+            match tokio::time::timeout(PATIENCE, self.inner.next()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
+
     /// Reads frames until `n` pings came.
     pub async fn pinged(&mut self, n: usize) {
         while self.pings < n {

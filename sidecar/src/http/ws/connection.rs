@@ -8,7 +8,9 @@
 //! it. A socket that sends nothing for `http.ws.idleTimeoutMs` is closed. Closing sends a close
 //! frame (through the writer, after what was queued before the decision)
 //! and then waits, at most the idle timeout again, for the client's close
-//! reply before the connection is dropped.
+//! reply before the connection is dropped. A close the client starts is
+//! answered the same way, and the connection is dropped once the answer
+//! is out.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,6 +108,13 @@ pub(super) async fn run(upgraded: hyper::upgrade::Upgraded, state: Arc<WsState>,
                     reading = false;
                     socket.outbox.close(read_error_close(&e));
                 }
+                // The client's close, or its reply to ours: nothing follows
+                // it. Ours goes out after what was queued (tungstenite's own
+                // reply goes nowhere), then the connection is dropped.
+                Some(Ok(Message::Close(_))) => {
+                    reading = false;
+                    socket.outbox.close(CLOSE_NORMAL);
+                }
                 Some(Ok(message)) => {
                     heard = Instant::now();
                     if close_by.is_none() {
@@ -151,7 +160,7 @@ async fn receive(state: &WsState, socket: &Arc<Socket>, message: Message) {
             let _ = socket.outbox.push(Out::Pong(payload));
             return;
         }
-        // Signs of life only; a close is answered by the stream ending.
+        // Signs of life only (a close is handled by the reading loop).
         Message::Pong(_) | Message::Close(_) | Message::Frame(_) => return,
     };
     if let Err(e) = frames::handle(state, socket, &bytes).await {

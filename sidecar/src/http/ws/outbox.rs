@@ -15,10 +15,6 @@
 //! sockets is one shared buffer; each socket is charged its full length,
 //! so the budget counts at least what is really held.
 //!
-//! An entry stays counted until the writer has written it, not only
-//! until it is taken off the queue: what a socket holds in the write under
-//! way is inside both bounds.
-//!
 //! When the sockets' queues together pass the process-wide budget, the
 //! sockets furthest behind are closed (1008, naming it) until the total is
 //! back under seven eighths of it; a socket that reads keeps a short queue
