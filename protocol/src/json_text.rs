@@ -1,7 +1,7 @@
 //! Reading the top-level members out of JSON object text that is already
-//! known to be valid (checked by a strict parser on the way in, or by the
-//! table's `json_valid` CHECK), without building values or checking the
-//! grammar again: one forward pass that jumps over strings with a
+//! known to be valid (checked by a strict parser on the way in, or
+//! rendered by serde), without building values or checking the grammar
+//! again: one forward pass that jumps over strings with a
 //! vectorised search. Anything it does not expect (a key with an escape,
 //! text that is not an object) answers `None`, and the caller takes its
 //! exact, slower path; it never reads out of bounds on any input.

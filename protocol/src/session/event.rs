@@ -204,8 +204,9 @@ impl StoredEvent {
         push_rfc3339_ms(&mut out, self.timestamp_ms);
         out.push_str("\",\"actor\":");
         self.actor.push_json(&mut out);
-        // Stored text is valid JSON (the table CHECKs it): its members are
-        // found without checking the grammar again.
+        // Stored text is valid JSON (checked, or rendered by serde, before
+        // it was appended): its members are found without checking the
+        // grammar again.
         let members = crate::json_text::object_members(&self.payload_json);
         // Not an object (or an escaped key): the slow, exact path.
         let parsed = match members {

@@ -166,6 +166,13 @@ fn insert_events(
     params.push(SqlValue::from(session_id));
     params.push(SqlValue::Integer(now));
     for event in events {
+        // The table does not check payloads (core migration 13): every one
+        // was checked or rendered by serde before it came here.
+        debug_assert!(
+            serde_json::from_str::<serde::de::IgnoredAny>(&event.payload_json).is_ok(),
+            "an event payload that is not JSON: {}",
+            event.payload_json
+        );
         let bytes = event.bytes() as i64;
         *sequence += 1;
         params.push(SqlValue::Integer(*sequence as i64));
