@@ -124,7 +124,16 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
         // correlation id, a response without its outcome, a system actor
         // with an account, a wrong byte count, a repeated sequence.
         let refused = [
-            event("c", 1, "note", None, "{}", None, None, ("agent", None, None)),
+            event(
+                "c",
+                1,
+                "note",
+                None,
+                "{}",
+                None,
+                None,
+                ("agent", None, None),
+            ),
             event(
                 "c",
                 1,
