@@ -8,6 +8,7 @@
 //! the client side writes. It does no I/O.
 
 mod params;
+mod update_line;
 
 use std::borrow::Cow;
 
@@ -277,6 +278,12 @@ impl SessionUpdate {
 /// Recognises a well-formed `session/update` notification without building
 /// values; `None` for any other line (which then takes [`decode_line`]).
 pub fn decode_session_update(line: &[u8]) -> Option<SessionUpdate> {
+    // The common shape in one pass; anything else takes the exact path.
+    update_line::decode(line).or_else(|| decode_session_update_exactly(line))
+}
+
+/// [`decode_session_update`] through serde: every shape serde accepts.
+fn decode_session_update_exactly(line: &[u8]) -> Option<SessionUpdate> {
     // Two passes over the text: the envelope with its params (checking and
     // capturing the update's bytes), then the update's head, off its members. Any other shape fails the
     // first pass quickly and is left to `decode_line`.
