@@ -122,65 +122,43 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
 
         // The other rules hold: a kind outside the list, an update with a
         // correlation id, a response without its outcome, a system actor
-        // with an account, a wrong byte count, a repeated sequence.
-        let refused = [
-            event(
-                "c",
-                1,
-                "note",
-                None,
-                "{}",
-                None,
-                None,
-                ("agent", None, None),
-            ),
-            event(
-                "c",
-                1,
-                "session_update",
-                Some("x"),
-                "{}",
-                None,
-                None,
-                ("agent", None, None),
-            ),
-            event(
-                "c",
-                1,
-                "permission_response",
-                Some("x"),
-                "{}",
-                None,
-                None,
-                ("agent", None, None),
-            ),
-            event(
-                "c",
-                1,
-                "session_update",
-                None,
-                "{}",
-                None,
-                None,
-                ("system", Some("z6Mkacct"), None),
-            ),
-            Statement::new(
-                "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, \
-                 acp_protocol_version, event_kind, payload_json, payload_bytes, actor_kind) \
-                 VALUES ('c', 1, 1, 1, 'session_update', '{}', 3, 'agent')",
-                vec![],
-            ),
-            event(
-                "a",
-                3,
-                "session_update",
-                None,
-                "{}",
-                None,
-                None,
-                ("agent", None, None),
-            ),
+        // with an account, a repeated sequence, a wrong byte count.
+        type Rule = (
+            &'static str,
+            i64,
+            &'static str,
+            Option<&'static str>,
+            (&'static str, Option<&'static str>),
+        );
+        let rules: [Rule; 5] = [
+            ("c", 1, "note", None, ("agent", None)),
+            ("c", 1, "session_update", Some("x"), ("agent", None)),
+            ("c", 1, "permission_response", Some("x"), ("agent", None)),
+            ("c", 1, "session_update", None, ("system", Some("z6Mkacct"))),
+            ("a", 3, "session_update", None, ("agent", None)),
         ];
+        let mut refused: Vec<Statement> = rules
+            .into_iter()
+            .map(|(session, sequence, kind, correlation, (actor, account))| {
+                let actor = (actor, account, None);
+                event(
+                    session,
+                    sequence,
+                    kind,
+                    correlation,
+                    "{}",
+                    None,
+                    None,
+                    actor,
+                )
+            })
+            .collect();
+        refused.push(Statement::new(
+            "INSERT INTO agentos_core_events (session_id, sequence, occurred_at_ms, \
+             acp_protocol_version, event_kind, payload_json, payload_bytes, actor_kind) \
+             VALUES ('c', 1, 1, 1, 'session_update', '{}', 3, 'agent')",
+            vec![],
+        ));
         for (i, statement) in refused.into_iter().enumerate() {
             let sql = format!("{i}: {:?}", statement.params);
             let Err(err) = db.transaction(vec![statement]).await else {

@@ -86,30 +86,35 @@ impl<'a> Scan<'a> {
     /// A key with an escape is not its own text: `None`.
     fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.eat(b'{')?;
+        self.items(b'}', |scan| {
+            let key = scan.plain_string()?;
+            scan.eat(b':')?;
+            scan.ws();
+            member(scan, key)
+        })
+    }
+
+    /// The items of an object or array whose opening bracket was just
+    /// passed, up to and past `close`; each is read by `item`, positioned
+    /// at its first byte.
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.enter()?;
         self.ws();
-        if self.peek()? == b'}' {
-            self.at += 1;
-            self.depth -= 1;
-            return Some(());
-        }
-        loop {
-            self.ws();
-            let key = self.plain_string()?;
-            self.eat(b':')?;
-            self.ws();
-            member(self, key)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    self.depth -= 1;
-                    return Some(());
+        if self.peek()? != close {
+            loop {
+                self.ws();
+                item(self)?;
+                self.ws();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b if b == close => break,
+                    _ => return None,
                 }
-                _ => return None,
             }
         }
+        self.at += 1;
+        self.depth -= 1;
+        Some(())
     }
 
     fn enter(&mut self) -> Option<()> {
@@ -187,27 +192,7 @@ impl<'a> Scan<'a> {
             b'{' => self.object(|scan, _| scan.value()),
             b'[' => {
                 self.at += 1;
-                self.enter()?;
-                self.ws();
-                if self.peek()? == b']' {
-                    self.at += 1;
-                    self.depth -= 1;
-                    return Some(());
-                }
-                loop {
-                    self.ws();
-                    self.value()?;
-                    self.ws();
-                    match self.peek()? {
-                        b',' => self.at += 1,
-                        b']' => {
-                            self.at += 1;
-                            self.depth -= 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
+                self.items(b']', |scan| scan.value())
             }
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
