@@ -84,6 +84,16 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
                 ("system", None, None),
             ),
             event(
+                "a",
+                4,
+                "permission_response",
+                Some("req-2"),
+                r#"{"outcome":{"outcome":"selected","optionId":"allow"}}"#,
+                Some("accepted"),
+                None,
+                ("user", Some("z6Mkacct"), None),
+            ),
+            event(
                 "b",
                 1,
                 "session_update",
@@ -97,7 +107,7 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
         .await
         .expect("events at 12");
         let before = db.query(ALL_ROWS, vec![]).await.expect("rows at 12");
-        assert_eq!(before.rows.len(), 4, "{}", backend.name);
+        assert_eq!(before.rows.len(), 5, "{}", backend.name);
 
         let outcome = migrate(db.as_ref(), Owner::Core, &core[..13])
             .await
@@ -119,10 +129,18 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
         };
         assert!(!sql.contains("json_valid"), "{sql}");
         assert!(sql.trim_end().ends_with("STRICT"), "{sql}");
+        let left = db
+            .query(
+                "SELECT count(*) FROM sqlite_master WHERE name LIKE 'agentos_core_events_%'",
+                vec![],
+            )
+            .await
+            .expect("tables");
+        assert_eq!(left.scalar_i64(), Some(0), "{}", backend.name);
 
         // The other rules hold: a kind outside the list, an update with a
-        // correlation id, a response without its outcome, a system actor
-        // with an account, a repeated sequence, a wrong byte count.
+        // correlation id, a request without one, a system actor with an
+        // account, a repeated sequence, a wrong byte count.
         type Rule = (
             &'static str,
             i64,
@@ -133,7 +151,7 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
         let rules: [Rule; 5] = [
             ("c", 1, "note", None, ("agent", None)),
             ("c", 1, "session_update", Some("x"), ("agent", None)),
-            ("c", 1, "permission_response", Some("x"), ("agent", None)),
+            ("c", 1, "permission_request", None, ("agent", None)),
             ("c", 1, "session_update", None, ("system", Some("z6Mkacct"))),
             ("a", 3, "session_update", None, ("agent", None)),
         ];
@@ -168,6 +186,19 @@ async fn a_version_12_event_log_migrates_to_13_and_keeps_its_rows() {
         }
         let unchanged = db.query(ALL_ROWS, vec![]).await.expect("rows");
         assert_eq!(unchanged.rows, before.rows, "{}", backend.name);
+        // What the table no longer checks: the store checks it first.
+        db.transaction(vec![event(
+            "c",
+            1,
+            "session_update",
+            None,
+            "not json",
+            None,
+            None,
+            ("agent", None, None),
+        )])
+        .await
+        .expect("the table takes text the store has checked");
 
         // The whole ladder runs on, and again changes nothing.
         migrate(db.as_ref(), Owner::Core, core)

@@ -683,10 +683,8 @@ pub const MIGRATIONS: &[Migration] = &[
     // of a 512-row insert). Every payload is valid JSON before it reaches
     // the table (an agent's update passes the decoder's grammar check, the
     // others are rendered by serde) and the store checks it again in debug
-    // builds. Same columns and rules, rows copied as they are; a response
-    // must now name its outcome (a NULL one passed the old CHECK, which
-    // SQLite counts as met when it evaluates to NULL; the store never
-    // wrote one).
+    // builds. Same columns, the other rules as they were, rows copied as
+    // they are.
     Migration {
         version: 13,
         statements: &[
@@ -726,7 +724,7 @@ pub const MIGRATIONS: &[Migration] = &[
                        OR (correlation_id IS NOT NULL AND outcome_status IS NULL
                            AND terminal_reason IS NULL)),
                 CHECK (event_kind <> 'permission_response'
-                       OR (correlation_id IS NOT NULL AND outcome_status IS NOT NULL
+                       OR (correlation_id IS NOT NULL
                            AND ((outcome_status = 'accepted' AND terminal_reason IS NULL)
                                 OR (outcome_status = 'not_pending'
                                     AND terminal_reason IS NOT NULL)))),
