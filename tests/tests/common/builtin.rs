@@ -112,7 +112,21 @@ pub async fn world_on(flavor: Flavor, backend: Backend) -> World {
 
 /// [`world_on`] with `limits` merged into the sidecar's config.
 pub async fn world_with(flavor: Flavor, backend: Backend, limits: Value) -> World {
-    world_of(flavor, backend, limits, false, json!({}), json!({})).await
+    world_of(flavor, backend, limits, false, json!({}), json!({}), vec![]).await
+}
+
+/// [`world`] with `env` set for the sidecar's process.
+pub async fn world_with_env(flavor: Flavor, env: Vec<(String, String)>) -> World {
+    world_of(
+        flavor,
+        Backend::SqliteFile,
+        json!({}),
+        false,
+        json!({}),
+        json!({}),
+        env,
+    )
+    .await
 }
 
 /// A world whose config also holds `sections` at its top level.
@@ -124,6 +138,7 @@ pub async fn world_sections(flavor: Flavor, sections: Value) -> World {
         false,
         json!({}),
         sections,
+        vec![],
     )
     .await
 }
@@ -137,6 +152,7 @@ pub async fn world_configured(flavor: Flavor, builtin: Value) -> World {
         false,
         builtin,
         json!({}),
+        vec![],
     )
     .await
 }
@@ -151,6 +167,7 @@ pub async fn world_titled(flavor: Flavor) -> World {
         true,
         json!({}),
         json!({}),
+        vec![],
     )
     .await
 }
@@ -162,12 +179,14 @@ async fn world_of(
     titles: bool,
     builtin: Value,
     sections: Value,
+    env: Vec<(String, String)>,
 ) -> World {
     let provider = ScriptedProvider::start(flavor).await;
     let sc = Sidecar::start_with(
         backend,
         Options {
             limits: limits.clone(),
+            env,
             ..options(&provider, titles, &builtin, &sections)
         },
     )
