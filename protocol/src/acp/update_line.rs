@@ -17,9 +17,6 @@ use super::{methods, SessionUpdate, MAX_JSON_DEPTH};
 /// The update a `session/update` notification in the common shape carries;
 /// `None` leaves the line to the exact decoder.
 pub(super) fn decode(line: &[u8]) -> Option<SessionUpdate> {
-    // Strings are checked for what serde checks (quotes, escapes, control
-    // characters); their bytes for UTF-8 here, once, for the whole line.
-    let text = std::str::from_utf8(line).ok()?;
     let mut scan = Scan {
         bytes: line,
         at: 0,
@@ -33,6 +30,11 @@ pub(super) fn decode(line: &[u8]) -> Option<SessionUpdate> {
     envelope.method?;
     let params = envelope.params?;
     let head = params.head?;
+    // Strings were checked for what serde checks (quotes, escapes, control
+    // characters); their bytes are checked for UTF-8 here, once for the
+    // whole line, and only for a line that is an update (a long response
+    // or request leaves at its `id` or method, unread).
+    let text = std::str::from_utf8(line).ok()?;
     Some(SessionUpdate {
         session_id: params.session_id?.to_owned(),
         kind: head.kind?.to_owned(),
@@ -252,7 +254,8 @@ impl<'a> Scan<'a> {
         if escaped {
             return None;
         }
-        // The whole line is UTF-8 and a quote is never inside a character.
+        // A quote byte is never inside a UTF-8 character: the slice is the
+        // string's own bytes, checked here as a key or value read as text.
         std::str::from_utf8(&self.bytes[start..self.at - 1]).ok()
     }
 
