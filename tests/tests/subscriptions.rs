@@ -173,6 +173,53 @@ async fn updates_carry_after_sequence_and_unsubscribe_stops(backend: Backend) {
     }
 }
 
+/// A live update reaches a subscriber after every stored event before it,
+/// whether the route publishes it itself (nothing left to publish) or
+/// behind commits still being published: stored updates and live chunks
+/// alternate, so both happen within one turn.
+async fn live_updates_follow_the_events_before_them(backend: Backend) {
+    const ROUNDS: u64 = 300;
+    let sc = Sidecar::start(backend).await;
+    sc.open("s1", "echo").await;
+    let (client, mut notes) = sc.connect().await;
+    client
+        .call("sessions/subscribe", json!({"sessionId": "s1"}))
+        .await
+        .expect("subscribe");
+    sc.prompt("s1", &format!("interleave {ROUNDS}"))
+        .await
+        .expect("prompt");
+    let mut last_stored = 0;
+    let mut live = Vec::new();
+    let mut tool_updates = 0;
+    // The user's chunk, then per round the tool update and the message
+    // chunk the next round's update flushes; the last round's chunk is
+    // stored at the end of the turn.
+    while tool_updates < ROUNDS || live.len() < ROUNDS as usize || last_stored < 2 * ROUNDS + 1 {
+        let (m, p) = next_note(&mut notes, |m, _| {
+            m == "sessions/event" || m == "sessions/update"
+        })
+        .await;
+        if m == "sessions/event" {
+            let sequence = p["event"]["sequence"].as_u64().expect("sequence");
+            assert_eq!(sequence, last_stored + 1, "stored events in order");
+            last_stored = sequence;
+            if p["event"]["type"] == "tool_call_update" {
+                tool_updates += 1;
+            }
+        } else {
+            assert_eq!(
+                p["afterSequence"].as_u64(),
+                Some(last_stored),
+                "a live update comes after the events before it, and before the next: {p}"
+            );
+            live.push(p["update"]["content"]["text"].clone());
+        }
+    }
+    let expected: Vec<Value> = (0..ROUNDS).map(|i| json!(format!("c{i}"))).collect();
+    assert_eq!(live, expected, "every live chunk once, in order");
+}
+
 #[tokio::test]
 async fn keep_awake_is_held_around_a_prompt() {
     let mut sc = Sidecar::start(Backend::SqliteFile).await;
@@ -194,4 +241,5 @@ both_backends!(
     replay_then_live,
     subscribe_mid_flood_has_no_gap_and_no_duplicate,
     updates_carry_after_sequence_and_unsubscribe_stops,
+    live_updates_follow_the_events_before_them,
 );

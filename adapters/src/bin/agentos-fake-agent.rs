@@ -552,6 +552,29 @@ impl Agent {
             }
             "oversize" => self.oversize(session_id, count()),
             "flood" => self.flood(session_id, count(), true),
+            "interleave" => {
+                // A stored update, then a live chunk of a message of its
+                // own, `count` times: live updates between commits.
+                for i in 0..count() {
+                    self.send_update(
+                        session_id,
+                        json!({
+                            "sessionUpdate": "tool_call_update",
+                            "toolCallId": "interleave",
+                            "status": "in_progress",
+                            "content": [{"type": "content", "content": {"type": "text", "text": format!("t{i}")}}],
+                        }),
+                    );
+                    self.send_update(
+                        session_id,
+                        json!({
+                            "sessionUpdate": "agent_message_chunk",
+                            "messageId": format!("m{i}"),
+                            "content": {"type": "text", "text": format!("c{i}")},
+                        }),
+                    );
+                }
+            }
             "flood_chunks" => self.flood(session_id, count(), false),
             "sleep" => {
                 thread::sleep(Duration::from_millis(count()));

@@ -346,6 +346,17 @@ impl Hub {
 
     /// Publishes a live, ephemeral update after `after_sequence`.
     pub fn publish_ephemeral(&self, session_id: &str, after_sequence: u64, update: Value) {
+        self.publish_ephemeral_with(session_id, after_sequence, || update);
+    }
+
+    /// [`Hub::publish_ephemeral`] of the update `update` makes, made only
+    /// when anyone listens.
+    pub fn publish_ephemeral_with(
+        &self,
+        session_id: &str,
+        after_sequence: u64,
+        update: impl FnOnce() -> Value,
+    ) {
         let mut state = lock(&self.state);
         let Some(channel) = state.sessions.get_mut(session_id) else {
             return;
@@ -357,7 +368,7 @@ impl Hub {
         let item = Item::Ephemeral {
             session_id: Arc::from(session_id),
             after_sequence,
-            update: Arc::new(update),
+            update: Arc::new(update()),
         };
         if let Some(tap) = tap {
             tap.see(session_id, &item);

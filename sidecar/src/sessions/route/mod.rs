@@ -208,6 +208,8 @@ pub(crate) struct Route {
     /// on to the publishing task): building the next batch overlaps with
     /// committing this one, and rendering and delivering overlaps with both.
     committer: mpsc::UnboundedSender<Work>,
+    /// What the committing and publishing tasks have still to finish.
+    pipeline: commit::Pipeline,
     /// Commits handed off and not yet confirmed, oldest first. `counters`
     /// already includes them.
     in_flight: VecDeque<InFlight>,
@@ -453,7 +455,9 @@ impl Route {
     async fn idle_event(&mut self, event: AdapterEvent) -> Result<(), SessionError> {
         match event {
             AdapterEvent::SessionUpdate(update) => match self.classify(update) {
-                Some(Incoming::Chunk(update) | Incoming::Live(update)) => self.publish_live(update),
+                Some(Incoming::Chunk(update) | Incoming::Live(update)) => {
+                    self.publish_live(&update)
+                }
                 Some(Incoming::Durable(payload_json) | Incoming::Failure(payload_json)) => {
                     let event = NewEvent::raw_update(Actor::Agent, payload_json);
                     self.commit(vec![event], vec![]).await?;

@@ -17,7 +17,7 @@ use agentos_protocol::acp::{self, methods};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::commit::{commit_loop, publish_loop, MAX_BATCH_EVENTS};
+use super::commit::{commit_loop, publish_loop, Pipeline, MAX_BATCH_EVENTS};
 use super::{adapter_error, Route, RouteHandle};
 use crate::sessions::store::{HistoryCounters, SessionRow};
 use crate::sessions::{SessionError, Shared};
@@ -150,13 +150,15 @@ impl Route {
             .set_published(&row.session_id, row.latest_sequence);
         let (tx, rx) = mpsc::channel(64);
         let (publisher, publications) = mpsc::unbounded_channel();
+        let (pipeline, finished) = Pipeline::new();
         tokio::spawn(publish_loop(
             shared.hub.clone(),
             row.session_id.clone(),
             publications,
+            finished.clone(),
         ));
         let (committer, work) = mpsc::unbounded_channel();
-        tokio::spawn(commit_loop(shared.store.clone(), work, publisher));
+        tokio::spawn(commit_loop(shared.store.clone(), work, publisher, finished));
         let stderr_rate = super::TokenBucket::new(shared.limits.max_stderr_bytes_per_second);
         let route = Route {
             shared,
@@ -174,6 +176,7 @@ impl Route {
             generation,
             exited: false,
             committer,
+            pipeline,
             in_flight: VecDeque::new(),
             turn_run: None,
             adopted: None,

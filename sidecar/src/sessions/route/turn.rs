@@ -360,7 +360,7 @@ impl Route {
                                 turn.message.push(json!({"sessionUpdate": "agent_message_chunk", "content": content}));
                             }
                         }
-                        self.publish_live(update.clone());
+                        self.publish_live(&update);
                         turn.buffer.push(update);
                         let limit = self.shared.limits.max_completed_message_bytes;
                         let used = turn.buffer.bytes() as u64;
@@ -376,7 +376,7 @@ impl Route {
                         self.shared
                             .warn_session(&self.session_id, MESSAGE_SETTING, used, limit);
                     } else if let Incoming::Live(update) = incoming {
-                        self.publish_live(update);
+                        self.publish_live(&update);
                     } else if let Incoming::Durable(payload_json)
                     | Incoming::Failure(payload_json) = incoming
                     {
