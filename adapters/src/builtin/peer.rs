@@ -8,9 +8,11 @@
 //! streamed delta. Otherwise it is queued for the writer task, which
 //! batches whatever is queued into one flush; the queue is bounded in lines
 //! and in bytes, and a sender writing itself waits for the output to drain,
-//! so an agent whose client stops reading waits instead of growing. Our requests to the client wait for
-//! their answer in `pending`; when the input ends every waiting request
-//! fails, so no turn hangs on a client that went away.
+//! so an agent whose client stops reading waits instead of growing.
+//!
+//! Our requests to the client wait for their answer in `pending`; when the
+//! input ends every waiting request fails, so no turn hangs on a client that
+//! went away.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
