@@ -18,6 +18,9 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// How long the HTTP door's runtime waits, at exit, for its last tasks.
+const HTTP_RUNTIME_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Parser)]
 #[command(name = "agentos-sidecar", version, about)]
 struct Cli {
@@ -222,11 +225,14 @@ fn main() -> ExitCode {
     };
     // Its threads are named for the sidecar, apart from the SQLite and reader
     // threads and from any other tokio program's, in `top` and in profiles.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("agentos-async")
-        .build()
-    {
+    // Serving, it has one worker: the sessions and every other service run
+    // there, and the HTTP door on a runtime of its own (ARCHITECTURE.md,
+    // "Threads").
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if matches!(command, Command::Serve { .. }) {
+        builder.worker_threads(1);
+    }
+    let runtime = match builder.enable_all().thread_name("agentos-async").build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
@@ -237,9 +243,27 @@ fn main() -> ExitCode {
         // Served above, on its own runtime.
         Command::Agent(_) => Ok(()),
         Command::Serve { config } => match load_config(config.as_deref()) {
-            Ok(config) => runtime
-                .block_on(agentos_sidecar::serve::serve(config))
-                .map_err(|e| format!("{}: {e}", e.code())),
+            Ok(config) => {
+                // The HTTP door's runtime: a worker per core.
+                let http = match tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("agentos-http")
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        eprintln!("cannot start the HTTP runtime: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                let served = runtime
+                    .block_on(agentos_sidecar::serve::serve(config, http.handle().clone()))
+                    .map_err(|e| format!("{}: {e}", e.code()));
+                // Its requests were drained in `serve`; what is left (a
+                // WebSocket task closing) is not waited for long.
+                http.shutdown_timeout(HTTP_RUNTIME_LINGER);
+                served
+            }
             Err(message) => Err(format!("invalid_config: {message}")),
         },
         Command::ArsServe { db, socket } => runtime

@@ -104,8 +104,10 @@ impl Termination {
     }
 }
 
-/// Runs the sidecar until SIGINT or SIGTERM, then shuts it down.
-pub async fn serve(config: Config) -> Result<(), ServeError> {
+/// Runs the sidecar until SIGINT or SIGTERM, then shuts it down: its
+/// services on the runtime this is called on, the HTTP door on
+/// `http_runtime`.
+pub async fn serve(config: Config, http_runtime: tokio::runtime::Handle) -> Result<(), ServeError> {
     let socket = config
         .socket
         .clone()
@@ -125,11 +127,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let vm = Vm::open(config).await?;
     let server = HostServer::bind(&socket, vm.host_services(), host_limits)?;
     let http = match vm.config.http.listener()? {
-        Some(listen) => Some(HttpServer::bind(&listen).await?),
+        Some(listen) => Some(HttpServer::bind_on(&http_runtime, &listen).await?),
         None => None,
     };
     let http_address = http.as_ref().map(|h| h.address.clone());
-    let http = http.map(|h| h.serve(vm.http.clone(), vm.sockets.clone(), &vm.config.http));
+    let http = http.map(|h| {
+        h.serve(
+            &http_runtime,
+            vm.http.clone(),
+            vm.sockets.clone(),
+            &vm.config.http,
+        )
+    });
     let ready = serde_json::json!({
         "event": "ready",
         "socket": socket,

@@ -8,6 +8,59 @@ mod common;
 
 use common::*;
 
+/// The service keeps its routes on the runtime it was made on, whichever
+/// runtime asks for them (the HTTP door has a runtime of its own): a route
+/// started from a runtime that then ends still serves its session, with
+/// the same adapter process.
+#[test]
+fn routes_live_on_the_services_runtime_not_the_callers() {
+    let runtime = |threads: Option<usize>| {
+        let mut builder = match threads {
+            Some(n) => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(n);
+                b
+            }
+            None => tokio::runtime::Builder::new_current_thread(),
+        };
+        builder.enable_all().build().expect("runtime")
+    };
+    let own = runtime(Some(1));
+    let (backend, env) = own.block_on(async {
+        let backend = agentos_storage::testing::sqlite_file().await;
+        let env = env_with(backend.db.clone(), AcpLimits::default()).await;
+        (backend, env)
+    });
+    let caller = runtime(None);
+    caller.block_on(async {
+        env.sessions
+            .open(open("elsewhere", "loader"))
+            .await
+            .expect("open");
+        prompt(&env, "elsewhere", "echo first")
+            .await
+            .expect("first");
+    });
+    // Every task spawned on it ends with it.
+    drop(caller);
+    runtime(None).block_on(async {
+        let second = prompt(&env, "elsewhere", "echo second")
+            .await
+            .expect("second");
+        assert_eq!(second.stop_reason, "end_turn");
+    });
+    let log = prompt_log(&env);
+    assert_eq!(log.len(), 2);
+    assert_eq!(
+        log[0]["pid"], log[1]["pid"],
+        "the route and its adapter outlived the runtime that asked for them"
+    );
+    own.block_on(async {
+        env.sessions.shutdown().await;
+        backend.shutdown().await;
+    });
+}
+
 #[tokio::test]
 async fn resume_and_load_restore_natively_without_duplicating_history() {
     for backend in all_backends().await {

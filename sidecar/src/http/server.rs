@@ -94,13 +94,38 @@ impl HttpServer {
         }
     }
 
-    /// Serves `router` until [`Running::shutdown`]; `sockets` are the
+    /// Binds on `runtime`, whose workers will serve it: a listener is
+    /// driven by the runtime it was bound on.
+    pub async fn bind_on(
+        runtime: &tokio::runtime::Handle,
+        listen: &HttpListen,
+    ) -> Result<HttpServer, HttpError> {
+        let owned = listen.clone();
+        runtime
+            .spawn(async move { HttpServer::bind(&owned).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(HttpError::Bind {
+                    listen: listen.to_string(),
+                    message: format!("the HTTP runtime could not bind: {e}"),
+                })
+            })
+    }
+
+    /// Serves `router` on `runtime` (the one it was bound on) until
+    /// [`Running::shutdown`]; `sockets` are the
     /// router's WebSockets. At most `http.maxConnections` connections are
     /// open at once: past it a new one takes an idle one's place, or waits
     /// in the backlog while every one is inside a request. One that takes
     /// longer than `http.headerReadTimeoutMs` to send a request's headers
     /// (idle keep-alive time included) is closed.
-    pub fn serve(self, router: Router, sockets: Arc<Sockets>, config: &HttpConfig) -> Running {
+    pub fn serve(
+        self,
+        runtime: &tokio::runtime::Handle,
+        router: Router,
+        sockets: Arc<Sockets>,
+        config: &HttpConfig,
+    ) -> Running {
         let (stop, stopped) = watch::channel(false);
         let bounds = Bounds {
             conns: Conns::new(config.max_connections),
@@ -117,12 +142,12 @@ impl HttpServer {
                     }
                 });
                 (
-                    tokio::spawn(serve_on(listener, router, stopped, bounds)),
+                    runtime.spawn(serve_on(listener, router, stopped, bounds)),
                     None,
                 )
             }
             Bound::Unix(listener, path) => (
-                tokio::spawn(serve_on(listener, router, stopped, bounds)),
+                runtime.spawn(serve_on(listener, router, stopped, bounds)),
                 Some(path),
             ),
         };

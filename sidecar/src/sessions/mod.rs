@@ -500,7 +500,29 @@ impl Sessions {
         Box::pin(self.start_route(session_id)).await
     }
 
+    /// Starts the route on the service's runtime, where its tasks then
+    /// run. The start is a task of its own there: a caller that stops
+    /// waiting leaves it to finish and keep its route, so the session's
+    /// start gate is never let go while a start is under way.
     async fn start_route(&self, session_id: &str) -> Result<RouteHandle, SessionError> {
+        let Some(runtime) = self.shared.runtime.clone() else {
+            return self.start_route_here(session_id).await;
+        };
+        let sessions = self.clone();
+        let session_id = session_id.to_owned();
+        runtime
+            .spawn(async move { sessions.start_route_here(&session_id).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(if e.is_cancelled() {
+                    SessionError::ShuttingDown
+                } else {
+                    SessionError::RestoreFailed("starting the route failed unexpectedly".into())
+                })
+            })
+    }
+
+    async fn start_route_here(&self, session_id: &str) -> Result<RouteHandle, SessionError> {
         let gate = lock(&self.shared.starting)
             .entry(session_id.to_owned())
             .or_default()

@@ -64,6 +64,10 @@ pub(crate) struct Shared {
     /// `builtin_agent_unavailable`.
     pub(crate) builtin: OnceLock<BuiltinAgent>,
     pub(super) routes: Mutex<HashMap<String, RouteHandle>>,
+    /// The runtime the service was made on, where every route starts and
+    /// runs (with its adapter's tasks, and the builtin agent's) whichever
+    /// door asked for it: the HTTP door's runtime is another.
+    pub(super) runtime: Option<tokio::runtime::Handle>,
     /// One route start at a time per session.
     pub(super) starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub(super) generation: AtomicU64,
@@ -107,6 +111,7 @@ impl Shared {
             ),
             builtin: OnceLock::new(),
             routes: Mutex::new(HashMap::new()),
+            runtime: tokio::runtime::Handle::try_current().ok(),
             starting: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
             vm_prompt_count: AtomicU64::new(0),
