@@ -7,6 +7,7 @@
 mod control_common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 
 use control_common::*;
 
@@ -494,6 +495,58 @@ async fn a_locked_vault_refuses_secrets_and_keeps_what_is_stored() {
                 .await
                 .expect("open"),
             b"sealed before"
+        );
+        env.done().await;
+    }
+}
+
+/// On a handle that counts writes, a secret is kept as stored (sealed) and
+/// opened at each call: a second open reads nothing, and every write to the
+/// secrets is seen by the next open, the service's own (a replaced value)
+/// and one made on the handle directly (a ciphertext moved from another
+/// row, which then fails to open as it must).
+#[tokio::test]
+async fn kept_secrets_are_read_again_after_any_write() {
+    for env in envs().await {
+        let counting = agentos_storage::testing::CountingDatabase::new(env.db().clone());
+        let watched = Arc::new(
+            agentos_storage::watch::Watched::new(counting.clone(), WATCHED).expect("watched"),
+        );
+        let versions = watched.versions();
+        let db: SharedDatabase = watched;
+        let c = Control::keeping(
+            db.clone(),
+            ControlLimits::default(),
+            SecretBox::new(key(1)),
+            versions,
+        );
+        let account = principal(1);
+        c.set_secret(&account, "k", value(b"first"), None)
+            .await
+            .expect("set");
+        assert_eq!(plaintext(&c, &account, "k").await.expect("open"), b"first");
+        counting.take();
+        assert_eq!(plaintext(&c, &account, "k").await.expect("open"), b"first");
+        assert_eq!(counting.take().queries, 0, "{}: kept", env.name());
+
+        c.set_secret(&account, "k", value(b"second"), None)
+            .await
+            .expect("replace");
+        assert_eq!(
+            plaintext(&c, &account, "k").await.expect("open"),
+            b"second",
+            "{}",
+            env.name()
+        );
+
+        c.set_secret(&account, "other", value(b"third"), None)
+            .await
+            .expect("other");
+        copy_ciphertext(&db, &account, "other", "k").await;
+        assert!(
+            plaintext(&c, &account, "k").await.is_err(),
+            "{}: the moved ciphertext is read, and refused",
+            env.name()
         );
         env.done().await;
     }

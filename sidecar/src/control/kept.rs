@@ -1,5 +1,6 @@
 //! What the control plane's hot readers keep in memory: a session's link,
-//! an agent, a provider and an agent's collaborators, each read by every
+//! an agent, a provider, a provider's sealed key (as stored: sealed; it is
+//! opened at each call) and an agent's collaborators, each read by every
 //! turn of the builtin agent (and every signed request that checks access)
 //! and written only by control-plane actions. Each is answered from memory
 //! while the tables it was read from are unwritten (the VM's database
@@ -10,7 +11,9 @@ use std::sync::Arc;
 
 use agentos_storage::watch::{Memo, TableVersions};
 
-use super::store::{AGENTS, COLLABORATORS, PROVIDERS, SECRET_REFS, SESSION_LINKS};
+use super::store::{
+    StoredSecret, AGENTS, COLLABORATORS, PROVIDERS, SECRETS, SECRET_REFS, SESSION_LINKS,
+};
 use super::types::{AgentRecord, CollaboratorRecord, ProviderRecord, SessionLink};
 
 /// The tables the VM's handle watches for the control plane's readers
@@ -20,6 +23,7 @@ pub const WATCHED: &[&str] = &[
     AGENTS,
     PROVIDERS,
     SECRET_REFS,
+    SECRETS,
     COLLABORATORS,
     super::store::TOOL_DOCUMENTS,
 ];
@@ -30,6 +34,7 @@ const LINK_BYTES: usize = 4 << 20;
 const AGENT_BYTES: usize = 8 << 20;
 const PROVIDER_BYTES: usize = 2 << 20;
 const COLLABORATOR_BYTES: usize = 2 << 20;
+const SECRET_BYTES: usize = 1 << 20;
 
 pub(super) struct Kept {
     pub versions: Arc<TableVersions>,
@@ -37,6 +42,7 @@ pub(super) struct Kept {
     pub agents: Memo<String, Option<AgentRecord>>,
     pub providers: Memo<(String, String), Option<ProviderRecord>>,
     pub collaborators: Memo<String, Vec<CollaboratorRecord>>,
+    pub secrets: Memo<(String, String), Option<Arc<StoredSecret>>>,
 }
 
 impl Kept {
@@ -57,8 +63,14 @@ impl Kept {
                     account.len() + name.len() + v.as_ref().map_or(0, provider_bytes)
                 },
             ),
-            collaborators: Memo::new(versions, &[COLLABORATORS], COLLABORATOR_BYTES, |k, v| {
-                k.len() + v.iter().map(collaborator_bytes).sum::<usize>()
+            collaborators: Memo::new(
+                versions.clone(),
+                &[COLLABORATORS],
+                COLLABORATOR_BYTES,
+                |k, v| k.len() + v.iter().map(collaborator_bytes).sum::<usize>(),
+            ),
+            secrets: Memo::new(versions, &[SECRETS], SECRET_BYTES, |(account, name), v| {
+                account.len() + name.len() + v.as_deref().map_or(0, secret_bytes)
             }),
         }
     }
@@ -94,6 +106,16 @@ fn provider_bytes(provider: &ProviderRecord) -> usize {
         + provider.redacted.id.len()
         + provider.redacted.name.len()
         + provider.redacted.provider_type.len()
+}
+
+fn secret_bytes(secret: &StoredSecret) -> usize {
+    std::mem::size_of::<StoredSecret>()
+        + secret.secret_id.len()
+        + secret.account_id.len()
+        + secret.name.len()
+        + secret.key_id.len()
+        + secret.ciphertext.len()
+        + secret.metadata.as_ref().map_or(0, Vec::len)
 }
 
 fn collaborator_bytes(collaborator: &CollaboratorRecord) -> usize {

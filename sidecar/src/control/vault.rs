@@ -2,6 +2,8 @@
 //! redacted values only; a plaintext leaves this module only through
 //! `secret_plaintext`, for in-process use (a provider call).
 
+use std::sync::Arc;
+
 use super::error::ControlError;
 use super::secrets::{SecretPlaintext, MAX_SECRET_BYTES};
 use super::store::Guarded;
@@ -173,7 +175,17 @@ impl Control {
         let sealer = self.inner.secret_box.read().await;
         // Locked says more than "no such secret": say it first.
         sealer.key_id().ok_or(ControlError::VaultLocked)?;
-        let Some(stored) = self.store().get_secret(account, name).await? else {
+        let read = || async {
+            Ok::<_, ControlError>(self.store().get_secret(account, name).await?.map(Arc::new))
+        };
+        let stored = match &self.inner.kept {
+            Some(kept) => {
+                let key = (account.to_owned(), name.to_owned());
+                kept.secrets.get_or_read(&key, read).await?
+            }
+            None => read().await?,
+        };
+        let Some(stored) = stored else {
             return Ok(None);
         };
         sealer

@@ -203,6 +203,17 @@ impl Sessions {
         Ok(reconciliation)
     }
 
+    /// `NotFound` unless the session exists. A live route answers for its
+    /// session without a read: a deleted session's route is stopped before
+    /// its rows go, and a command that reaches a route as it ends starts a
+    /// new one, which reads the row.
+    async fn known(&self, session_id: &str) -> Result<(), SessionError> {
+        if self.route(session_id).is_some() {
+            return Ok(());
+        }
+        self.row(session_id).await.map(drop)
+    }
+
     async fn row(&self, session_id: &str) -> Result<SessionRow, SessionError> {
         self.shared
             .store
@@ -677,7 +688,7 @@ impl Sessions {
             TurnRun::Start(start) => start.input_hash.clone(),
             _ => input_hash(&content),
         };
-        self.row(session_id).await?;
+        self.known(session_id).await?;
         // A reply dropped unanswered: the turn may have started, so it is
         // not retried.
         let dropped = || {

@@ -121,7 +121,7 @@ impl Sessions {
         run: NewRun,
     ) -> Result<u64, SessionError> {
         self.check_content(&content)?;
-        self.row(session_id).await?;
+        self.known(session_id).await?;
         let events = route::user_events(&content, &actor);
         let dropped = || {
             Err(SessionError::Adapter {
@@ -155,7 +155,7 @@ impl Sessions {
             link,
         } = turn;
         let actor = Actor::System;
-        self.row(session_id).await?;
+        self.known(session_id).await?;
         let hash = input_hash(&content);
         let dropped = || {
             Err(SessionError::Adapter {

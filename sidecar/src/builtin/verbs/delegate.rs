@@ -64,9 +64,15 @@ pub(super) async fn delegate(verbs: &Verbs, scope: &VerbScope, input: &Value) ->
 }
 
 /// The output schema a typed child was asked for (its run's
-/// `input.output`), when the scope's run is one.
+/// `input.output`), when the scope's run is one. Only a delegated child's
+/// session (its link names the run it works for) can be; any other's run
+/// is not read.
 pub(super) async fn output_schema(verbs: &Verbs, scope: &VerbScope) -> Option<Value> {
     let run_id = scope.run_id.as_ref()?;
+    let link = verbs.control.session_agent(&scope.session_id).await;
+    if matches!(link, Ok(Some(ref link)) if link.run_id.is_none()) {
+        return None;
+    }
     let run = verbs.delegation.get()?.runs().get(run_id).await.ok()?;
     run.input.get("output").filter(|s| s.is_object()).cloned()
 }
