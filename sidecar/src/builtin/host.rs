@@ -278,10 +278,7 @@ impl Host {
             .metadata(session_id)
             .await
             .map_err(|e| RpcError::internal(format!("reading the session: {}", e.code())))?;
-        Ok(metadata
-            .flatten()
-            .map(|m| m["delegate"].clone())
-            .unwrap_or(Value::Null))
+        Ok(delegate_of(metadata.flatten()))
     }
 
     /// The signing identities the agent's definition names that its
@@ -397,17 +394,31 @@ impl Host {
             retry: turn.retry && !turn.resume,
             attempt_from: None,
         };
-        let transcript = transcript::rebuild(
+        let reading = |e: agentos_schema::DbError| {
+            RpcError::internal(format!("reading the session: {}", e.code()))
+        };
+        // Where the log starts and what a delegated child was given, in one
+        // read: the metadata serves the scope and the instructions below.
+        let (oldest, metadata) = match self
+            .store
+            .floor_and_metadata(turn.session_id)
+            .await
+            .map_err(reading)?
+        {
+            Some((oldest, metadata)) => (Some(oldest), metadata),
+            None => (None, None),
+        };
+        let transcript = transcript::rebuild_at(
             &self.store,
             &self.conversations,
             turn.session_id,
             floor,
             held,
+            oldest,
         )
         .await
         .map_err(|e| RpcError::internal(format!("reading the session's log: {}", e.code())))?;
-        // Read once for the scope and for the instructions below.
-        let delegated = self.delegated(turn.session_id).await?;
+        let delegated = delegate_of(metadata);
         let scope = scope_of(
             &resolved,
             turn.session_id,
@@ -659,6 +670,14 @@ fn signed_sender(actor: Actor) -> Option<String> {
 
 /// The verbs' scope of a session's turn, given what a delegated child was
 /// given (`delegated`, from the session's metadata).
+/// What a delegated child's session was given (`delegate` in its
+/// metadata), or null.
+fn delegate_of(metadata: Option<Value>) -> Value {
+    metadata
+        .map(|m| m["delegate"].clone())
+        .unwrap_or(Value::Null)
+}
+
 fn scope_of(
     resolved: &Resolved,
     session_id: &str,

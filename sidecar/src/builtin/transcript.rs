@@ -43,23 +43,39 @@ const PAGE: u64 = 512;
 /// The result given to a call the log holds no result for.
 pub const INTERRUPTED: &str = "the call was interrupted before it returned a result";
 
-/// The session's conversation for a turn at `floor`. What was kept from
-/// the session's last turn (`Conversations`) is reused when it still holds
-/// (nothing pruned since, its last event unchanged, nothing absorbed from
-/// the floor on), and only the events logged since are read; otherwise the newest events within
-/// [`TRANSCRIPT_BYTES`] are read and, when that is the whole log, kept.
+/// [`rebuild_at`], reading where the session's log starts itself.
+#[cfg(test)]
 pub async fn rebuild(
+    store: &SessionStore,
+    kept: &Conversations,
+    session_id: &str,
+    floor: Floor,
+    held: Option<&HeldTranscript>,
+) -> Result<Transcript, SessionError> {
+    let oldest = store.oldest_retained(session_id).await?;
+    rebuild_at(store, kept, session_id, floor, held, oldest).await
+}
+
+/// The session's conversation for a turn at `floor`, given its oldest
+/// retained event as the caller read it (`None`: there is no such
+/// session). What was kept from the session's last turn
+/// (`Conversations`) is reused when it still holds (nothing pruned since,
+/// its last event unchanged, nothing absorbed from the floor on), and only
+/// the events logged since are read; otherwise the newest events within
+/// [`TRANSCRIPT_BYTES`] are read and, when that is the whole log, kept.
+pub async fn rebuild_at(
     store: &SessionStore,
     kept: &Conversations,
     session_id: &str,
     mut floor: Floor,
     held: Option<&HeldTranscript>,
+    oldest: Option<u64>,
 ) -> Result<Transcript, SessionError> {
     if let (true, Some(at)) = (floor.retry, floor.at) {
         let before = store.output_before(session_id, at).await?;
         floor.attempt_from = Some(before.map_or(at, |last| at.max(last.saturating_add(1))));
     }
-    let Some(oldest) = store.oldest_retained(session_id).await? else {
+    let Some(oldest) = oldest else {
         return Ok(Transcript::whole(Vec::new()));
     };
     let reusable = kept.take(session_id).filter(|conversation| {

@@ -122,6 +122,25 @@ impl SessionStore {
         Row::optional(rows, SESSIONS, 1)
     }
 
+    /// A session's oldest retained event sequence and its metadata, in one
+    /// read (a builtin turn needs both), if there is such a session.
+    pub async fn floor_and_metadata(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(u64, Option<Value>)>, DbError> {
+        let rows = self
+            .db
+            .query(
+                "SELECT oldest_retained_sequence, metadata_json FROM agentos_core_sessions \
+                 WHERE session_id = ?1",
+                vec![session_id.into()],
+            )
+            .await?;
+        Row::optional(rows, SESSIONS, 2)?
+            .map(|mut row| Ok((row.uint(0)?, row.opt_json(1)?)))
+            .transpose()
+    }
+
     /// A session's oldest retained event sequence, if there is such a
     /// session.
     pub async fn oldest_retained(&self, session_id: &str) -> Result<Option<u64>, DbError> {
