@@ -668,8 +668,6 @@ fn signed_sender(actor: Actor) -> Option<String> {
     }
 }
 
-/// The verbs' scope of a session's turn, given what a delegated child was
-/// given (`delegated`, from the session's metadata).
 /// What a delegated child's session was given (`delegate` in its
 /// metadata), or null.
 fn delegate_of(metadata: Option<Value>) -> Value {
@@ -678,6 +676,8 @@ fn delegate_of(metadata: Option<Value>) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The verbs' scope of a session's turn, given what a delegated child was
+/// given (`delegated`, from the session's metadata).
 fn scope_of(
     resolved: &Resolved,
     session_id: &str,

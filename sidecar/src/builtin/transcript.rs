@@ -52,7 +52,10 @@ pub async fn rebuild(
     floor: Floor,
     held: Option<&HeldTranscript>,
 ) -> Result<Transcript, SessionError> {
-    let oldest = store.oldest_retained(session_id).await?;
+    let oldest = store
+        .floor_and_metadata(session_id)
+        .await?
+        .map(|(oldest, _)| oldest);
     rebuild_at(store, kept, session_id, floor, held, oldest).await
 }
 

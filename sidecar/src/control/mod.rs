@@ -111,8 +111,9 @@ impl Control {
     }
 
     /// The service over a handle that counts writes to [`WATCHED`]
-    /// (`versions` are its counts): session links, agents, providers and
-    /// collaborators are then kept in memory between writes.
+    /// (`versions` are its counts): session links, agents, providers,
+    /// collaborators and sealed secrets are then kept in memory between
+    /// writes.
     pub fn keeping(
         db: SharedDatabase,
         limits: ControlLimits,

@@ -141,18 +141,6 @@ impl SessionStore {
             .transpose()
     }
 
-    /// A session's oldest retained event sequence, if there is such a
-    /// session.
-    pub async fn oldest_retained(&self, session_id: &str) -> Result<Option<u64>, DbError> {
-        self.one_column(
-            "SELECT oldest_retained_sequence FROM agentos_core_sessions WHERE session_id = ?1",
-            session_id,
-        )
-        .await?
-        .map(|mut row| row.uint(0))
-        .transpose()
-    }
-
     /// A session's plan (the agent's `plan`), if it has one.
     pub async fn plan(&self, session_id: &str) -> Result<Option<Value>, DbError> {
         match self
