@@ -40,7 +40,7 @@ use tokio::sync::{broadcast, watch, Semaphore};
 use super::{dispatch, HostServices};
 use crate::config::HostLimits;
 use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Tally};
-use crate::sessions::{Item, MemoryCounters, Notice, Sink, SinkRefusal};
+use crate::sessions::{Batch, Item, MemoryCounters, Notice, Sink, SinkRefusal};
 
 /// Requests one connection may have running at once (prompts wait for their
 /// turn to end, so this is also the number of concurrent prompts a single
@@ -272,13 +272,14 @@ impl Sink for ConnectionSink {
     /// connection's writer), unless together they pass the connection's
     /// whole bound: then one entry each, so only a single frame may ever
     /// pass it.
-    fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+    fn deliver_all(&self, subscription_id: &Arc<str>, items: Batch) -> Result<(), SinkRefusal> {
+        let items = items.items();
         // Sized first, so the frames are written once, into one buffer
         // that never grows (a commit's frames run to megabytes). Live
         // updates are rendered while sizing; stored events are spliced.
         let mut total = 0usize;
         let mut live = Vec::new();
-        for item in &items {
+        for item in items {
             total += match item {
                 Item::Durable(_, public, _) => {
                     event_notification_frame_len(subscription_id, public)
@@ -302,7 +303,7 @@ impl Sink for ConnectionSink {
         }
         let mut joined: Vec<u8> = Vec::with_capacity(total);
         let mut live = live.into_iter();
-        for item in &items {
+        for item in items {
             match item {
                 Item::Durable(_, public, _) => {
                     append_event_notification_frame(&mut joined, subscription_id, public)
@@ -692,7 +693,7 @@ mod tests {
         let sub: Arc<str> = Arc::from("sub");
         let items: Vec<Item> = (1..=3).map(durable).collect();
         let (sink, mut frames) = connection_sink(1 << 20);
-        sink.deliver_all(&sub, items.clone()).unwrap();
+        sink.deliver_all(&sub, items.clone().into()).unwrap();
         let (entry, n) = frames.try_recv().unwrap();
         assert_eq!(n, entry.len());
         assert_eq!(sequences(&entry), [1, 2, 3]);
@@ -701,7 +702,10 @@ mod tests {
         // does not fit is refused as it would be alone.
         let one = item_frame(&sub, &items[0]).unwrap().len() as u64;
         let (sink, mut frames) = connection_sink(2 * one + 2);
-        assert_eq!(sink.deliver_all(&sub, items), Err(SinkRefusal::Overflow));
+        assert_eq!(
+            sink.deliver_all(&sub, items.into()),
+            Err(SinkRefusal::Overflow)
+        );
         let mut seen = Vec::new();
         while let Ok((entry, _)) = frames.try_recv() {
             seen.extend(sequences(&entry));

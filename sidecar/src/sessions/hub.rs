@@ -70,6 +70,32 @@ impl FrameCache {
     }
 }
 
+/// The items of one commit that a subscription takes: the commit's items,
+/// shared by every subscription of the session (a clone is a reference
+/// count, so a thousand subscriptions do not each copy the commit), from
+/// the first one this subscription has not been sent.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    items: Arc<[Item]>,
+    from: usize,
+}
+
+impl Batch {
+    /// The items, in order.
+    pub fn items(&self) -> &[Item] {
+        self.items.get(self.from..).unwrap_or_default()
+    }
+}
+
+impl From<Vec<Item>> for Batch {
+    fn from(items: Vec<Item>) -> Batch {
+        Batch {
+            items: items.into(),
+            from: 0,
+        }
+    }
+}
+
 /// Why a sink refused an item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SinkRefusal {
@@ -84,8 +110,9 @@ pub trait Sink: Send + Sync {
     /// Several items in order, as one commit published them. A sink whose
     /// consumer wakes per entry takes them as one; by default they are
     /// delivered one by one, and the first refusal ends the delivery.
-    fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+    fn deliver_all(&self, subscription_id: &Arc<str>, items: Batch) -> Result<(), SinkRefusal> {
         items
+            .items()
             .iter()
             .try_for_each(|item| self.deliver(subscription_id, item))
     }
@@ -126,7 +153,7 @@ fn wanted(item: &Item, last_sent: u64) -> bool {
 impl Subscription {
     /// Offers live items, in order, as one delivery; returns false when the
     /// subscription must go.
-    fn offer_all(&self, items: &[Item]) -> bool {
+    fn offer_all(&self, items: &Arc<[Item]>) -> bool {
         let mut state = lock(&self.state);
         match &mut *state {
             SubState::Replaying { buffer } => {
@@ -138,19 +165,39 @@ impl Subscription {
                 true
             }
             SubState::Live { last_sent } => {
+                // A commit's rows come in sequence order, so what this
+                // subscription was not sent yet is the commit from its
+                // first such row on, shared as it is.
+                let Some(from) = items.iter().position(|item| wanted(item, *last_sent)) else {
+                    return true;
+                };
                 let mut last = *last_sent;
-                let mut batch = Vec::with_capacity(items.len());
-                for item in items {
-                    if wanted(item, last) {
-                        if let Item::Durable(e, ..) = item {
-                            last = e.sequence;
-                        }
-                        batch.push(item.clone());
+                let mut suffix = true;
+                for item in &items[from..] {
+                    suffix &= wanted(item, last);
+                    if let Item::Durable(e, ..) = item {
+                        last = last.max(e.sequence);
                     }
                 }
-                if batch.is_empty() {
-                    return true;
-                }
+                let batch = if suffix {
+                    Batch {
+                        items: items.clone(),
+                        from,
+                    }
+                } else {
+                    // Rows out of order: only the wanted ones, copied.
+                    let mut last = *last_sent;
+                    let mut wanted_items = Vec::new();
+                    for item in &items[from..] {
+                        if wanted(item, last) {
+                            if let Item::Durable(e, ..) = item {
+                                last = e.sequence;
+                            }
+                            wanted_items.push(item.clone());
+                        }
+                    }
+                    Batch::from(wanted_items)
+                };
                 match self.sink.deliver_all(&self.id, batch) {
                     Ok(()) => {
                         *last_sent = last;
@@ -320,12 +367,12 @@ impl Hub {
         if channel.subscriptions.is_empty() && tap.is_none() {
             return;
         }
-        let items: Vec<Item> = events.into_iter().map(Item::durable).collect();
+        let items: Arc<[Item]> = events.into_iter().map(Item::durable).collect();
         if items.is_empty() {
             return;
         }
         if let Some(tap) = tap {
-            for item in &items {
+            for item in items.iter() {
                 tap.see(session_id, item);
             }
         }
@@ -335,9 +382,9 @@ impl Hub {
         let dropped: Vec<String> = channel
             .subscriptions
             .values()
-            .filter(|sub| match items.as_slice() {
+            .filter(|sub| match &*items {
                 [item] => !sub.offer(item),
-                all => !sub.offer_all(all),
+                _ => !sub.offer_all(&items),
             })
             .map(|sub| sub.id.to_string())
             .collect();
@@ -530,11 +577,13 @@ mod tests {
 
     use super::*;
 
-    /// A sink that records each delivery as the sequences it carried, and
-    /// refuses once `refuse_after` deliveries were made.
+    /// A sink that records each delivery as the sequences it carried (and
+    /// each commit's batch as handed over), and refuses once
+    /// `refuse_after` deliveries were made.
     #[derive(Default)]
     struct Recorder {
         deliveries: Mutex<Vec<Vec<u64>>>,
+        batches: Mutex<Vec<Batch>>,
         ended: Mutex<Vec<String>>,
         refuse_after: Option<usize>,
     }
@@ -562,8 +611,10 @@ mod tests {
             self.record(vec![sequence(item)])
         }
 
-        fn deliver_all(&self, _: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
-            self.record(items.iter().map(sequence).collect())
+        fn deliver_all(&self, _: &Arc<str>, items: Batch) -> Result<(), SinkRefusal> {
+            self.record(items.items().iter().map(sequence).collect())?;
+            lock(&self.batches).push(items);
+            Ok(())
         }
 
         fn ended(&self, _: &str, _: &str, reason: &str, _: u64) {
@@ -614,6 +665,32 @@ mod tests {
             vec![vec![2, 3, 4], vec![5], vec![6]]
         );
         assert!(lock(&sink.ended).is_empty());
+    }
+
+    #[test]
+    fn subscriptions_share_a_commit_each_from_its_first_row_not_sent() {
+        let first = Arc::new(Recorder::default());
+        let second = Arc::new(Recorder::default());
+        let hub = live(first.clone());
+        // The second replayed up to row 3 before going live.
+        let (sub, _) = hub
+            .register("second".into(), "s", 1, second.clone(), 8)
+            .expect("registered");
+        assert!(hub.go_live(&sub, 3));
+        hub.publish("s", events(2..=5));
+        assert_eq!(*lock(&first.deliveries), vec![vec![2, 3, 4, 5]]);
+        assert_eq!(*lock(&second.deliveries), vec![vec![4, 5]]);
+        // One commit, one copy of its items, whatever each was sent.
+        {
+            let (a, b) = (lock(&first.batches), lock(&second.batches));
+            assert!(Arc::ptr_eq(&a[0].items, &b[0].items));
+        }
+        // Rows out of order within a commit (never from a session's single
+        // writer, but never sent twice either): the unsent ones, in order.
+        let hub = live(first.clone());
+        hub.publish("s", events(2..=2));
+        hub.publish("s", vec![event(4), event(3), event(5)]);
+        assert_eq!(lock(&first.deliveries)[1..], [vec![2], vec![4, 5]]);
     }
 
     #[test]

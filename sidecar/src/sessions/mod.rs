@@ -35,7 +35,7 @@ use tokio::sync::{broadcast, oneshot};
 pub use agent_host::{AgentHost, TurnScope};
 pub use counters::{MemoryCounters, MemorySnapshot};
 pub use error::SessionError;
-pub use hub::{FrameCache, Hub, Item, Sink, SinkRefusal, Tap};
+pub use hub::{Batch, FrameCache, Hub, Item, Sink, SinkRefusal, Tap};
 pub use notice::{KeepAwake, Notice};
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 pub use turns::{RunTurn, StartRun, TurnProgress};

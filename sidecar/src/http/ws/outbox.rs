@@ -28,7 +28,7 @@ use tungstenite::Utf8Bytes;
 
 use crate::control::SessionLink;
 use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Refused};
-use crate::sessions::{Item, SessionInfo, SinkRefusal};
+use crate::sessions::{Batch, Item, SessionInfo, SinkRefusal};
 
 /// Why and how a socket closes (a WebSocket close code and its reason).
 pub use crate::doors::outbox::Close;
@@ -90,8 +90,9 @@ pub(super) enum Out {
     },
     /// An item for a session subscription, rendered when sent.
     Item { sub_id: Arc<str>, item: Item },
-    /// Items of one commit for a session subscription, in order.
-    Items { sub_id: Arc<str>, items: Vec<Item> },
+    /// Items of one commit for a session subscription, in order, shared
+    /// with the session's other subscriptions.
+    Items { sub_id: Arc<str>, items: Batch },
     /// A session's new state, for every subscription of it on the socket.
     State(Arc<SessionInfo>),
     /// A session subscription ended; `frame` follows its last item.
@@ -113,7 +114,7 @@ impl Out {
             Out::Frame(text) => text.len(),
             Out::Open { key, .. } => key.len() + ENTRY_OVERHEAD,
             Out::Item { item, .. } => item_estimate(item),
-            Out::Items { items, .. } => items.iter().map(item_estimate).sum(),
+            Out::Items { items, .. } => items.items().iter().map(item_estimate).sum(),
             Out::State(_) => 4 * ENTRY_OVERHEAD,
             Out::End { frame, .. } => ENTRY_OVERHEAD + frame.as_ref().map_or(0, String::len),
             Out::Pong(payload) => ENTRY_OVERHEAD + payload.len(),
@@ -168,11 +169,7 @@ impl Outbox {
     /// A commit's items for one subscription, as one entry: its writer
     /// wakes once for them. Items that together pass the socket's whole
     /// bound go one entry each, so only a single item may ever pass it.
-    pub(super) fn push_items(
-        &self,
-        sub_id: &Arc<str>,
-        items: Vec<Item>,
-    ) -> Result<(), SinkRefusal> {
+    pub(super) fn push_items(&self, sub_id: &Arc<str>, items: Batch) -> Result<(), SinkRefusal> {
         let entry = Out::Items {
             sub_id: sub_id.clone(),
             items,
@@ -183,10 +180,10 @@ impl Outbox {
         let Out::Items { items, .. } = entry else {
             return Ok(());
         };
-        items.into_iter().try_for_each(|item| {
+        items.items().iter().try_for_each(|item| {
             self.push(Out::Item {
                 sub_id: sub_id.clone(),
-                item,
+                item: item.clone(),
             })
         })
     }
@@ -290,16 +287,19 @@ mod tests {
         let items: Vec<Item> = (1..=3).map(|seq| durable(seq, "{}")).collect();
         let one: usize = items.iter().map(item_estimate).sum();
         let (outbox, mut rx) = Outbox::new(one as u64, &budget);
-        outbox.push_items(&sub, items.clone()).unwrap();
+        outbox.push_items(&sub, items.clone().into()).unwrap();
         let (entry, n) = rx.try_recv().unwrap();
-        assert!(matches!(entry, Out::Items { ref items, .. } if items.len() == 3));
+        assert!(matches!(entry, Out::Items { ref items, .. } if items.items().len() == 3));
         assert_eq!(n, one);
         assert!(rx.try_recv().is_err());
         outbox.taken(n);
         // Four rows pass the bound together: they go one entry each, so
         // the fourth overflows as it would have alone.
         let more: Vec<Item> = (4..=7).map(|seq| durable(seq, "{}")).collect();
-        assert_eq!(outbox.push_items(&sub, more), Err(SinkRefusal::Overflow));
+        assert_eq!(
+            outbox.push_items(&sub, more.into()),
+            Err(SinkRefusal::Overflow)
+        );
         assert_eq!(*outbox.closing().borrow(), Some(CLOSE_OVERFLOW));
         let mut singles = 0;
         while let Ok((entry, _)) = rx.try_recv() {

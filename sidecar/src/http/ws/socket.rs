@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::error::WsError;
 use super::outbox::{Out, Outbox};
-use crate::sessions::{Item, Sink, SinkRefusal};
+use crate::sessions::{Batch, Item, Sink, SinkRefusal};
 
 /// The registry a socket is indexed in, told when the session hub ends
 /// one of the socket's subscriptions.
@@ -191,7 +191,7 @@ impl Sink for Socket {
         })
     }
 
-    fn deliver_all(&self, subscription_id: &Arc<str>, items: Vec<Item>) -> Result<(), SinkRefusal> {
+    fn deliver_all(&self, subscription_id: &Arc<str>, items: Batch) -> Result<(), SinkRefusal> {
         self.outbox.push_items(subscription_id, items)
     }
 

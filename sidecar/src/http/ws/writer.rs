@@ -303,7 +303,7 @@ impl Render {
             }
             Out::Items { sub_id, items } => {
                 if let Some(view) = self.view(&sub_id) {
-                    for item in &items {
+                    for item in items.items() {
                         view.item(item, &mut out);
                     }
                 }
