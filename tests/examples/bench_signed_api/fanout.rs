@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::lean::{created_at, frame_kind, FrameKind, LeanSocket};
-use super::{now_ms, sign, text_field, BURSTS, FANOUT_EVENTS, SUBSCRIBERS};
+use super::{act, now_ms, sign, BURSTS, FANOUT_EVENTS, SUBSCRIBERS};
 use agentos_protocol::seed::SigningKey;
 use agentos_tests::bench::{ApiConnection, Error};
 
@@ -45,17 +45,13 @@ impl Publisher {
         pid: u32,
     ) -> Result<Publisher, Error> {
         let mut conn = ApiConnection::open(address).await?;
-        let (status, body) = conn
-            .post(sign(
-                key,
-                json!({"_": "CreateSession", "agentId": agent_id}),
-                now_ms(),
-            )?)
-            .await?;
-        if status != 200 {
-            return Err(format!("CreateSession answered {status}").into());
-        }
-        let session_id = text_field(&body, "sessionId")?;
+        let session_id = act(
+            &mut conn,
+            key,
+            json!({"_": "CreateSession", "agentId": agent_id}),
+            "sessionId",
+        )
+        .await?;
         let base = now_ms();
         let envelopes = (0..SUBSCRIBERS)
             .map(|i| {

@@ -74,6 +74,22 @@ fn text_field(body: &[u8], name: &str) -> Result<String, Error> {
     }
 }
 
+/// Signs `action` now, posts it on `conn`, and reads `field` of its
+/// answer, which must be a 200.
+async fn act(
+    conn: &mut ApiConnection,
+    key: &SigningKey,
+    action: Value,
+    field: &str,
+) -> Result<String, Error> {
+    let name = action["_"].as_str().unwrap_or("the action").to_owned();
+    let (status, body) = conn.post(sign(key, action, now_ms())?).await?;
+    if status != 200 {
+        return Err(format!("{name} answered {status}").into());
+    }
+    text_field(&body, field)
+}
+
 /// Raw `verify_strict` of one envelope's signing bytes, one thread.
 fn raw_verifications_per_second(key: &SigningKey, agent_id: &str) -> Result<f64, Error> {
     let envelope = Envelope::decode(
@@ -121,17 +137,13 @@ async fn run() -> Result<(), Error> {
     let mut setup = ApiConnection::open(&address).await?;
     let definition = json!({"name": "bench", "systemPrompt": "x", "modelProvider": "p",
                             "model": "m", "adapter": "echo"});
-    let (status, body) = setup
-        .post(sign(
-            &key,
-            json!({"_": "CreateAgent", "definition": definition}),
-            now_ms(),
-        )?)
-        .await?;
-    if status != 200 {
-        return Err(format!("CreateAgent answered {status}").into());
-    }
-    let agent_id = text_field(&body, "agentId")?;
+    let agent_id = act(
+        &mut setup,
+        &key,
+        json!({"_": "CreateAgent", "definition": definition}),
+        "agentId",
+    )
+    .await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_rss = rss_kib(pid, "VmRSS:").unwrap_or(0);
     let fanout_only = match std::env::args().nth(1).as_deref() {
