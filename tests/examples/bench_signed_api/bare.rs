@@ -33,7 +33,8 @@ const SESSION: &str = "4c9bfc85-8326-41d1-8e61-b889435f991d";
 pub(super) struct Bare {
     pub(super) address: String,
     pub(super) pid: u32,
-    child: tokio::process::Child,
+    /// Held so the server runs as long as this does (killed on drop).
+    _child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
 }
 
@@ -57,7 +58,7 @@ impl Bare {
         Ok(Bare {
             address,
             pid,
-            child,
+            _child: child,
             stdin,
         })
     }
@@ -69,20 +70,17 @@ impl Bare {
     }
 }
 
-impl Drop for Bare {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-/// One event's frame, as the sidecar renders a flooded tool call update.
+/// One event's whole frame (header and payload), as the sidecar renders a
+/// flooded tool call update.
 fn frame(seq: u64, i: u64) -> Bytes {
     let filler = "f".repeat(160);
-    format!(
+    let payload = format!(
         r#"{{"_":"append","key":"sessions/{SESSION}","event":{{"id":"{SESSION}:{seq}","sessionId":"{SESSION}","seq":{seq},"event":{{"actor":"agent","content":[{{"content":{{"text":"{i:08} {filler}","type":"text"}},"type":"content"}}],"status":"in_progress","toolCallId":"flood","type":"tool_call_update"}},"createdAt":{}}}}}"#,
         now_ms()
-    )
-    .into()
+    );
+    let mut frame = header(payload.len());
+    frame.extend_from_slice(payload.as_bytes());
+    frame.into()
 }
 
 /// An unmasked text frame's header for `len` payload bytes.
@@ -100,8 +98,9 @@ fn header(len: usize) -> Vec<u8> {
     head
 }
 
-/// Every frame published so far, with its header; the count is watched.
-type Published = Arc<Mutex<Vec<(Vec<u8>, Bytes)>>>;
+/// Every frame published so far, each shared by every socket (a clone is a
+/// reference count); their count is watched.
+type Published = Arc<Mutex<Vec<Bytes>>>;
 
 /// The server's process: the address on stdout, then a burst per stdin
 /// line, until stdin closes.
@@ -128,10 +127,10 @@ pub(super) fn serve() -> Result<(), Error> {
         while lines.next_line().await?.is_some() {
             for i in 0..=FANOUT_EVENTS {
                 seq += 1;
-                let payload = frame(seq, i);
+                let frame = frame(seq, i);
                 let count = {
                     let mut frames = published.lock().unwrap_or_else(PoisonError::into_inner);
-                    frames.push((header(payload.len()), payload));
+                    frames.push(frame);
                     frames.len()
                 };
                 count_tx.send_replace(count);
@@ -172,18 +171,7 @@ async fn socket(
         .await?;
     // The client's one masked frame: its header, mask and payload.
     let mut have = buf[head..end].to_vec();
-    loop {
-        if let [_, b1, rest @ ..] = have.as_slice() {
-            let (ext, len) = match b1 & 0x7f {
-                126 if rest.len() >= 2 => (2, usize::from(u16::from_be_bytes([rest[0], rest[1]]))),
-                127 => return Err("a subscribe frame too large".into()),
-                126 => (2, usize::MAX),
-                n => (0, usize::from(n)),
-            };
-            if len != usize::MAX && have.len() >= 2 + ext + 4 + len {
-                break;
-            }
-        }
+    while !whole_client_frame(&have)? {
         let n = stream.read(&mut buf).await?;
         if n == 0 {
             return Ok(());
@@ -197,7 +185,7 @@ async fn socket(
     let mut sent = *count.borrow_and_update();
     while count.changed().await.is_ok() {
         let upto = *count.borrow_and_update();
-        let batch: Vec<(Vec<u8>, Bytes)> =
+        let batch: Vec<Bytes> =
             published.lock().unwrap_or_else(PoisonError::into_inner)[sent..upto].to_vec();
         sent = upto;
         write_all(&mut stream, &batch).await?;
@@ -205,12 +193,27 @@ async fn socket(
     Ok(())
 }
 
-/// Writes a batch with vectored writes of at most 1,024 slices.
-async fn write_all(stream: &mut TcpStream, batch: &[(Vec<u8>, Bytes)]) -> Result<(), Error> {
-    let mut parts: Vec<&[u8]> = batch
-        .iter()
-        .flat_map(|(head, payload)| [head.as_slice(), payload.as_ref()])
-        .collect();
+/// Whether `bytes` begin with a whole masked client frame (of at most
+/// 64 KiB: the subscribe envelope).
+fn whole_client_frame(bytes: &[u8]) -> Result<bool, Error> {
+    let [_, b1, rest @ ..] = bytes else {
+        return Ok(false);
+    };
+    let (extended, len) = match b1 & 0x7f {
+        127 => return Err("a subscribe frame too large".into()),
+        126 => match rest {
+            [a, b, ..] => (2, usize::from(u16::from_be_bytes([*a, *b]))),
+            _ => return Ok(false),
+        },
+        n => (0, usize::from(n)),
+    };
+    Ok(bytes.len() >= 2 + extended + 4 + len)
+}
+
+/// Writes a batch of whole frames with vectored writes of at most 1,024
+/// slices.
+async fn write_all(stream: &mut TcpStream, batch: &[Bytes]) -> Result<(), Error> {
+    let mut parts: Vec<&[u8]> = batch.iter().map(Bytes::as_ref).collect();
     let mut at = 0;
     while at < parts.len() {
         let slices: Vec<IoSlice<'_>> = parts[at..(at + 1024).min(parts.len())]
