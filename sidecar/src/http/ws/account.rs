@@ -25,19 +25,19 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use agentos_protocol::seed::ws::{ChangeValue, RunWsEvent, WsEvent};
+use agentos_protocol::seed::ws::RunWsEvent;
 use tokio::sync::broadcast;
 use tungstenite::Utf8Bytes;
 
 use super::changes::{audience, reason};
 use super::feed::{self, FeedMsg, FeedReceiver, FEED_MESSAGES};
-use super::outbox::{Out, CLOSE_OVERFLOW};
+use super::outbox::{Announced, Out, CLOSE_OVERFLOW};
 use super::socket::Socket;
 use super::sockets::Sockets;
 use crate::control::{Control, SessionLink};
 use crate::http::common::render;
 use crate::runs::{RunEvent, Runs};
-use crate::sessions::{Item, SessionInfo, Tap};
+use crate::sessions::{Item, Tap};
 
 /// Sessions one socket sees through its account at once (each view is
 /// about 700 bytes of render state in its writer; a closed one opens again
@@ -325,7 +325,8 @@ impl Feed {
         }
     }
 
-    async fn state(&mut self, sockets: &Sockets, info: &Arc<SessionInfo>) {
+    async fn state(&mut self, sockets: &Sockets, state: &Arc<Announced>) {
+        let info = &state.info;
         let Some(link) = self.link(&info.session_id).await else {
             return;
         };
@@ -338,25 +339,16 @@ impl Feed {
                 continue;
             }
             self.view(&socket, &link, info.latest_sequence);
-            let _ = socket.outbox.push(Out::State(info.clone()));
+            let _ = socket.outbox.push(Out::State(state.clone()));
         }
         // The agent's page: the session's state under its own key, as the
-        // reference sends it there.
-        let mut frame: Option<Utf8Bytes> = None;
+        // reference sends it there, in the frame its own subscribers get.
         for socket in sockets.holders(&format!("agents/{}", link.agent_id)) {
             let allowed = socket.account().is_some_and(|a| accounts.contains(&a));
             if !allowed || socket.holds(&key) || self.has_view(socket.id, &info.session_id) {
                 continue;
             }
-            let frame = frame.get_or_insert_with(|| {
-                WsEvent::Change {
-                    key: key.clone(),
-                    value: Box::new(ChangeValue::Session(render::session(info, &link))),
-                }
-                .to_json()
-                .into()
-            });
-            socket.outbox.frame(frame.clone());
+            socket.outbox.frame(state.frame(&key, &link));
         }
     }
 

@@ -35,7 +35,7 @@ use tungstenite::Utf8Bytes;
 
 use super::error::WsError;
 use super::feed::FeedMsg;
-use super::outbox::Out;
+use super::outbox::{Announced, Out};
 use super::socket::{Hold, Socket};
 use super::sockets::Sockets;
 use crate::control::{authz, AccessRole, AgentRecord, CollaboratorRecord};
@@ -226,13 +226,13 @@ impl Sockets {
     /// through the account feed for its agent's and accounts' sockets.
     pub fn session_changed(&self, info: SessionInfo) {
         let key = format!("sessions/{}", info.session_id);
-        let info = Arc::new(info);
+        let state = Announced::new(info);
         for socket in self.holders(&key) {
             if socket.holds(&key) {
-                let _ = socket.outbox.push(Out::State(info.clone()));
+                let _ = socket.outbox.push(Out::State(state.clone()));
             }
         }
-        self.offer_feed(FeedMsg::State(info));
+        self.offer_feed(FeedMsg::State(state));
     }
 
     /// Starts relaying session states from the session service's notices,

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::sessions::{Item, SessionInfo};
+use super::outbox::Announced;
+use crate::sessions::Item;
 
 /// Messages waiting for the feed, at most.
 pub const FEED_MESSAGES: usize = 16_384;
@@ -24,7 +25,7 @@ pub(super) enum FeedMsg {
     /// A session's committed event or live update.
     Item { session_id: Arc<str>, item: Item },
     /// A session's new state.
-    State(Arc<SessionInfo>),
+    State(Arc<Announced>),
     /// The sidecar renamed a session: its accounts hear `session-updated`.
     Renamed(String),
 }

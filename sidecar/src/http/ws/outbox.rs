@@ -28,7 +28,9 @@ use tungstenite::Utf8Bytes;
 
 use crate::control::SessionLink;
 use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Refused};
-use crate::sessions::{Batch, Item, SessionInfo, SinkRefusal};
+use crate::http::common::render;
+use crate::sessions::{Batch, FrameCache, Item, SessionInfo, SinkRefusal};
+use agentos_protocol::seed::ws::{ChangeValue, WsEvent};
 
 /// Why and how a socket closes (a WebSocket close code and its reason).
 pub use crate::doors::outbox::Close;
@@ -94,7 +96,7 @@ pub(super) enum Out {
     /// with the session's other subscriptions.
     Items { sub_id: Arc<str>, items: Batch },
     /// A session's new state, for every subscription of it on the socket.
-    State(Arc<SessionInfo>),
+    State(Arc<Announced>),
     /// A session subscription ended; `frame` follows its last item.
     End {
         sub_id: Arc<str>,
@@ -102,6 +104,38 @@ pub(super) enum Out {
     },
     /// The answer to a client's ping, with its payload.
     Pong(bytes::Bytes),
+}
+
+/// A session's new state as every socket holding the session is handed
+/// it: the state, and its `change` frame, rendered by the first socket that
+/// sends it and shared by the others (a session's key and link are the
+/// same on every socket, so the frame is too).
+pub(super) struct Announced {
+    pub(super) info: SessionInfo,
+    frame: FrameCache,
+}
+
+impl Announced {
+    pub(super) fn new(info: SessionInfo) -> Arc<Announced> {
+        Arc::new(Announced {
+            info,
+            frame: FrameCache::default(),
+        })
+    }
+
+    /// The `change` frame under `key`, for the session `link` describes.
+    pub(super) fn frame(&self, key: &str, link: &SessionLink) -> Utf8Bytes {
+        let frame = self.frame.frame(key, || {
+            Utf8Bytes::from(
+                WsEvent::Change {
+                    key: key.to_owned(),
+                    value: Box::new(ChangeValue::Session(render::session(&self.info, link))),
+                }
+                .to_json(),
+            )
+        });
+        (*frame).clone()
+    }
 }
 
 /// Bytes charged for an entry that is not a rendered frame.

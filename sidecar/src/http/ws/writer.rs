@@ -6,7 +6,8 @@
 //! Session items are rendered here, not where they are published, so a
 //! session's writer and the hub never wait on JSON; a durable event's frame
 //! is rendered by the first socket that sends it and shared by the others
-//! (`FrameCache`), and what a burst queued goes out in one vectored write
+//! (`FrameCache`), as is a session's `change` frame (`Announced`), and
+//! what a burst queued goes out in one vectored write
 //! from those shared frames (`wire.rs`). Each session
 //! subscription keeps its live-message state here too: agent text chunks
 //! become `appendPartial` with one `partialId` per assistant message, and
@@ -23,14 +24,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::outbox::{Close, Out, Queue, CLOSE_NORMAL};
+use super::outbox::{Announced, Close, Out, Queue, CLOSE_NORMAL};
 use super::wire::{Wire, OP_PING, OP_PONG};
 use crate::control::SessionLink;
-use crate::http::common::render;
-use crate::sessions::{Item, SessionInfo};
+use crate::sessions::Item;
 use agentos_protocol::seed::event::session_event;
-use agentos_protocol::seed::vocab::SessionStatus;
-use agentos_protocol::seed::ws::{ChangeValue, PartialPatch, RunActivity, WsEvent};
+use agentos_protocol::seed::ws::{PartialPatch, RunActivity, WsEvent};
 use agentos_protocol::seed::Ipld;
 use bytes::Bytes;
 use serde_json::Value;
@@ -60,7 +59,7 @@ struct SessionView {
     /// latest, after a turn's start that has not gone out yet (at most two,
     /// so that a turn that ends before its events are out is still seen to
     /// start).
-    pending: VecDeque<Arc<SessionInfo>>,
+    pending: VecDeque<Arc<Announced>>,
     /// What the agent was last said to be doing (`activity`), with the
     /// tool call it runs when that is `tool`.
     activity: Option<RunActivity>,
@@ -113,27 +112,20 @@ impl SessionView {
         self.activity = Some(now);
     }
 
-    fn change(&mut self, info: &SessionInfo, out: &mut Vec<Utf8Bytes>) {
-        let value = render::session(info, &self.link);
-        if value.status != SessionStatus::Streaming {
+    fn change(&mut self, state: &Announced, out: &mut Vec<Utf8Bytes>) {
+        if !state.info.state.is_live() {
             // A turn that ended without its message leaves none open.
             self.done(out);
             self.activity = None;
         } else if self.activity.is_none() {
             self.activity(phase("starting"), None, out);
         }
-        out.push(
-            WsEvent::Change {
-                key: self.key.clone(),
-                value: Box::new(ChangeValue::Session(value)),
-            }
-            .to_json()
-            .into(),
-        );
+        out.push(state.frame(&self.key, &self.link));
     }
 
-    fn state(&mut self, info: Arc<SessionInfo>, out: &mut Vec<Utf8Bytes>) {
-        let keeps_start = |held: &SessionInfo| held.state.is_live() && !info.state.is_live();
+    fn state(&mut self, state: Arc<Announced>, out: &mut Vec<Utf8Bytes>) {
+        let keeps_start =
+            |held: &Announced| held.info.state.is_live() && !state.info.state.is_live();
         match self.pending.back() {
             Some(held) if keeps_start(held) && self.pending.len() == 1 => {}
             Some(_) => {
@@ -141,20 +133,20 @@ impl SessionView {
             }
             None => {}
         }
-        self.pending.push_back(info);
+        self.pending.push_back(state);
         self.flush(out);
     }
 
     /// Announces the pending states whose sequences have gone out.
     fn flush(&mut self, out: &mut Vec<Utf8Bytes>) {
-        while let Some(info) = self
+        while let Some(state) = self
             .pending
             .front()
-            .filter(|info| info.latest_sequence <= self.last_seq)
+            .filter(|state| state.info.latest_sequence <= self.last_seq)
             .cloned()
         {
             self.pending.pop_front();
-            self.change(&info, out);
+            self.change(&state, out);
         }
     }
 
@@ -308,10 +300,10 @@ impl Render {
                     }
                 }
             }
-            Out::State(info) => {
+            Out::State(state) => {
                 for (_, view) in &mut self.views {
-                    if view.link.session_id == info.session_id {
-                        view.state(info.clone(), &mut out);
+                    if view.link.session_id == state.info.session_id {
+                        view.state(state.clone(), &mut out);
                     }
                 }
             }
@@ -427,7 +419,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::sessions::SessionState;
+    use crate::sessions::{SessionInfo, SessionState};
 
     fn link() -> SessionLink {
         SessionLink {
@@ -463,8 +455,8 @@ mod tests {
         }
     }
 
-    fn info(seq: u64, state: SessionState) -> Arc<SessionInfo> {
-        Arc::new(SessionInfo {
+    fn info(seq: u64, state: SessionState) -> Arc<Announced> {
+        Announced::new(SessionInfo {
             session_id: "s".into(),
             agent: "echo".into(),
             cwd: "/".into(),
@@ -560,6 +552,24 @@ mod tests {
         });
         assert_eq!(end, vec![Utf8Bytes::from("bye")]);
         assert!(render.frames(item(chunk("late"))).is_empty());
+    }
+
+    #[test]
+    fn a_state_is_rendered_once_for_every_socket_it_goes_to() {
+        let (_, mut one) = opened();
+        let (_, mut other) = opened();
+        let state = info(1, SessionState::Idle);
+        let a = one.frames(Out::State(state.clone()));
+        let b = other.frames(Out::State(state));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a, b);
+        // One buffer, not two renderings of the same text.
+        assert_eq!(a[0].as_str().as_ptr(), b[0].as_str().as_ptr());
+        let change = &parse(a)[0];
+        assert_eq!(change["_"], "change");
+        assert_eq!(change["key"], "sessions/s");
+        assert_eq!(change["value"]["status"], "idle");
+        assert_eq!(change["value"]["agentId"], "a");
     }
 
     #[test]
