@@ -7,8 +7,16 @@
 //! The writer's connection carries a WAL hook (which replaces SQLite's own
 //! automatic checkpoint) that notes the log's size after each commit; after
 //! each job the writer wakes the thread if that many pages are not copied
-//! yet and no wake is pending. The log restarts only when the writer begins
-//! at a moment it is wholly copied and no reader holds it; past
+//! yet and no wake is pending.
+//!
+//! The log restarts (is written again from its start, over pages the file
+//! already has) only when the writer begins at a moment it is wholly copied
+//! and no reader holds it. A writer that commits while the thread copies
+//! would never see that moment, and its log would only grow, every page
+//! a new block of the file. So the thread copies again at once what was
+//! committed during its pass, while that is more than [`TAIL_PAGES`]; then
+//! the writer copies the rest itself after its next job (a few pages and
+//! the file's sync), and the transaction after that restarts the log. Past
 //! [`WRITER_FALLBACK_PAGES`] the hook checkpoints on the writer itself, as
 //! SQLite's own automatic checkpoint would, so the log is restarted as soon
 //! as the read snapshots (each short-lived) let it.
@@ -16,7 +24,7 @@
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
@@ -29,6 +37,14 @@ use super::sqlite_conn::open_connection;
 /// WAL pages not yet copied at which the thread checkpoints (SQLite's own
 /// default mark).
 const CHECKPOINT_PAGES: i64 = 1_000;
+
+/// Pages committed during the thread's pass that the writer copies itself,
+/// at most (more are copied by another pass of the thread).
+const TAIL_PAGES: i64 = 256;
+
+/// Passes the thread makes back to back, at most, to bring what the writer
+/// committed meanwhile under [`TAIL_PAGES`].
+const CATCH_UP_PASSES: u32 = 4;
 
 /// WAL pages past which the writer checkpoints itself (64 MiB of 4 KiB
 /// pages): a writer that never pauses may never begin at a moment the log is
@@ -80,7 +96,29 @@ struct State {
     committed: AtomicBool,
     /// [`pack`]ed: the log's generation and how far the thread copied it.
     copied: AtomicU64,
+    /// The log's size after the writer's last job.
+    pages: AtomicI64,
+    /// Set by the thread when what is left to copy is the writer's to copy.
+    tail: AtomicBool,
     closed: AtomicBool,
+}
+
+impl State {
+    /// Notes a checkpoint's result: `copied` frames of the log as it was
+    /// `before` it (unless the writer saw the log restart meanwhile, or the
+    /// checkpoint did not run: -1).
+    fn copied(&self, before: u64, copied: i64) {
+        if copied < 0 {
+            return;
+        }
+        let (generation, _) = unpack(before);
+        let _ = self.copied.compare_exchange(
+            before,
+            pack(generation, copied),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
 }
 
 /// The writer's handle on the checkpointer thread.
@@ -98,6 +136,8 @@ impl Checkpointer {
         let state = Arc::new(State {
             committed: AtomicBool::new(false),
             copied: AtomicU64::new(0),
+            pages: AtomicI64::new(0),
+            tail: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         });
         let shared = state.clone();
@@ -112,10 +152,22 @@ impl Checkpointer {
         })
     }
 
-    /// Called by the writer after each job: wakes the thread if the WAL has
-    /// reached [`CHECKPOINT_PAGES`] and no wake is pending.
-    pub fn after_job(&self) {
+    /// Called by the writer after each job, on its connection `conn`: copies
+    /// the last pages of the log when the thread left them to it; wakes the
+    /// thread if the WAL has reached [`CHECKPOINT_PAGES`] and no wake is
+    /// pending.
+    pub fn after_job(&self, conn: &Connection) {
+        if self.state.tail.swap(false, Ordering::SeqCst) {
+            let before = self.state.copied.load(Ordering::SeqCst);
+            match checkpoint(conn) {
+                Ok((_, copied)) => self.state.copied(before, copied),
+                Err(e) => {
+                    tracing::debug!(error = %e, "the writer's checkpoint of the log's tail failed")
+                }
+            }
+        }
         let pages = WAL_PAGES.with(Cell::get);
+        self.state.pages.store(pages, Ordering::SeqCst);
         // A restart whose first commit is larger than the old log was goes
         // unseen here: the thread is then woken that much later, once.
         if pages < SEEN_PAGES.with(|seen| seen.replace(pages)) {
@@ -156,30 +208,46 @@ impl Drop for Checkpointer {
     }
 }
 
+/// A `PASSIVE` checkpoint on `conn`: (frames in the log, frames copied);
+/// -1s when not in WAL mode.
+fn checkpoint(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
+    // (busy, frames in the log, frames copied)
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+    })
+}
+
 fn run(conn: Connection, state: &State) {
+    let mut passes = 0;
     while !state.closed.load(Ordering::SeqCst) {
-        if !state.committed.load(Ordering::SeqCst) {
+        if passes == 0 && !state.committed.load(Ordering::SeqCst) {
             // An unpark that came first makes this return at once.
             thread::park();
             continue;
         }
         state.committed.store(false, Ordering::SeqCst);
         let before = state.copied.load(Ordering::SeqCst);
-        // (busy, frames in the log, frames copied); -1s when not in WAL mode.
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            row.get::<_, i64>(2)
-        }) {
-            Ok(copied) => {
-                // Unless the writer saw the log restart meanwhile.
-                let (generation, _) = unpack(before);
-                let _ = state.copied.compare_exchange(
-                    before,
-                    pack(generation, copied),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
+        match checkpoint(&conn) {
+            Ok((log, copied)) => {
+                state.copied(before, copied);
+                // What the writer committed during the pass (or a reader
+                // kept from being copied).
+                let left = state.pages.load(Ordering::SeqCst).max(log) - copied;
+                passes += 1;
+                if copied < 0 || left <= 0 {
+                    passes = 0;
+                } else if left <= TAIL_PAGES {
+                    passes = 0;
+                    state.tail.store(true, Ordering::SeqCst);
+                } else if passes >= CATCH_UP_PASSES {
+                    // The writer outpaces the thread: its fallback will do.
+                    passes = 0;
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "a background WAL checkpoint failed"),
+            Err(e) => {
+                passes = 0;
+                tracing::warn!(error = %e, "a background WAL checkpoint failed");
+            }
         }
     }
     if let Err((_, e)) = conn.close() {

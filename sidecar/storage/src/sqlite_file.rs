@@ -260,7 +260,7 @@ fn execute(
                 answered.fetch_add(1, Ordering::SeqCst);
                 let _ = reply.send(result);
                 if let Some(checkpointer) = checkpointer {
-                    checkpointer.after_job();
+                    checkpointer.after_job(&conn);
                 }
             }
             Job::Transaction { statements, reply } => {
@@ -297,7 +297,7 @@ fn execute(
                     let _ = reply.send(outcome);
                 }
                 if let Some(checkpointer) = checkpointer {
-                    checkpointer.after_job();
+                    checkpointer.after_job(&conn);
                 }
             }
         }

@@ -820,6 +820,55 @@ async fn commits_are_checkpointed_in_the_background() {
     db.close().await;
 }
 
+/// A writer that never stops still has its log restarted: the thread
+/// copies what was committed during its pass, the writer the last few
+/// pages, and the log is written again from its start. So it stays near the
+/// thread's mark (1,000 pages) instead of growing to the writer's fallback
+/// (16,384), every page of it a new block of the file.
+#[tokio::test]
+async fn a_log_written_without_pause_still_restarts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("restart.sqlite");
+    let wal = dir.path().join("restart.sqlite-wal");
+    let db = agentos_storage::sqlite_file::SqliteFileDatabase::open(&path, &Default::default())
+        .expect("open");
+    db.query(
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT",
+        vec![],
+    )
+    .await
+    .expect("create");
+    // About four pages a commit, a commit each millisecond or so: 6,000
+    // pages, with no moment the log is idle.
+    const ROWS: i64 = 1_500;
+    let frame = 4096 + 24;
+    let mut largest = 0;
+    for id in 0..ROWS {
+        db.transaction(vec![Statement::new(
+            "INSERT INTO t (id, body) VALUES (?1, ?2)",
+            vec![id.into(), SqlValue::Blob(vec![id as u8; 12 * 1024])],
+        )])
+        .await
+        .expect("insert");
+        largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    assert!(
+        largest < 3_000 * frame,
+        "the log grew to {} pages without restarting",
+        largest / frame
+    );
+    let n = db
+        .read("SELECT count(*), sum(length(body)) FROM t", vec![])
+        .await
+        .expect("read");
+    assert_eq!(
+        n.rows[0],
+        vec![SqlValue::Integer(ROWS), SqlValue::Integer(ROWS * 12 * 1024)]
+    );
+    db.close().await;
+}
+
 /// The reader threads' queue is bounded: with both reader connections busy
 /// and its one slot taken, a further read is refused with `queue_full`, and
 /// the accepted ones still answer. (A single-threaded runtime, whose reads
