@@ -348,7 +348,7 @@ impl Feed {
             if !allowed || socket.holds(&key) || self.has_view(socket.id, &info.session_id) {
                 continue;
             }
-            socket.outbox.frame(state.frame(&key, &link));
+            let _ = socket.outbox.push(Out::Framed(state.frame(&key, &link)));
         }
     }
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tungstenite::Utf8Bytes;
 
+use super::wire::Framed;
 use crate::control::SessionLink;
 use crate::doors::outbox::{self, Overflow, Pool, PoolOverflow, Refused};
 use crate::http::common::render;
@@ -83,6 +84,8 @@ pub(super) enum Out {
     /// A frame already rendered (acknowledgements, errors, changes),
     /// shared by every socket it goes to.
     Frame(Utf8Bytes),
+    /// A frame framed once for every socket it goes to.
+    Framed(Framed),
     /// A session subscription starts; its items follow.
     Open {
         sub_id: Arc<str>,
@@ -124,10 +127,10 @@ impl Announced {
     }
 
     /// The `change` frame under `key`, for the session `link` describes.
-    pub(super) fn frame(&self, key: &str, link: &SessionLink) -> Utf8Bytes {
+    pub(super) fn frame(&self, key: &str, link: &SessionLink) -> Framed {
         let frame = self.frame.frame(key, || {
-            Utf8Bytes::from(
-                WsEvent::Change {
+            Framed::text(
+                &WsEvent::Change {
                     key: key.to_owned(),
                     value: Box::new(ChangeValue::Session(render::session(&self.info, link))),
                 }
@@ -146,6 +149,7 @@ impl Out {
     pub(super) fn estimate(&self) -> usize {
         match self {
             Out::Frame(text) => text.len(),
+            Out::Framed(frame) => frame.bytes().len(),
             Out::Open { key, .. } => key.len() + ENTRY_OVERHEAD,
             Out::Item { item, .. } => item_estimate(item),
             Out::Items { items, .. } => items.items().iter().map(item_estimate).sum(),

@@ -4,11 +4,13 @@
 //! tungstenite, which decodes and checks what the client sends.
 //!
 //! A durable event's frame is one shared buffer for every socket
-//! subscribed to its session. Writing it through a general WebSocket sink
-//! copied it into each socket's own buffer first; here each socket writes
-//! a batch as one `writev` of a small header and the shared payload per
-//! frame, so the only copy is the kernel's, and a socket holds no write
-//! buffer of its own between batches.
+//! subscribed to its session, header included ([`Framed`]), as is a
+//! session's new state. Writing it through a general WebSocket sink copied
+//! it into each socket's own buffer first; here each socket writes a batch
+//! as one `writev` of those shared frames (and, for a frame rendered for
+//! the socket alone, a small header and its payload), so the only copy is
+//! the kernel's, and a socket holds no write buffer of its own between
+//! batches.
 //!
 //! Server frames are never masked, fragmented or compressed (no extension
 //! is negotiated). Control frames (ping, pong, close) carry at most 125
@@ -48,6 +50,38 @@ fn header(opcode: u8, len: usize) -> ([u8; 10], u8) {
         10
     };
     (head, used)
+}
+
+/// A text frame with its header, in one buffer shared by every socket it
+/// goes to: no socket frames it again, and a write hands it to the kernel
+/// as one slice.
+#[derive(Clone, Debug)]
+pub(super) struct Framed(Bytes);
+
+impl Framed {
+    pub(super) fn text(payload: &str) -> Framed {
+        let (head, used) = header(OP_TEXT, payload.len());
+        let mut bytes = Vec::with_capacity(usize::from(used) + payload.len());
+        bytes.extend_from_slice(&head[..usize::from(used)]);
+        bytes.extend_from_slice(payload.as_bytes());
+        Framed(bytes.into())
+    }
+
+    /// The frame's text (its payload), as [`Framed::text`] was given it.
+    #[cfg(test)]
+    pub(super) fn payload(&self) -> &str {
+        let at = match self.0[1] & 0x7F {
+            126 => 4,
+            127 => 10,
+            _ => 2,
+        };
+        std::str::from_utf8(&self.0[at..]).unwrap_or_default()
+    }
+
+    /// The bytes on the wire.
+    pub(super) fn bytes(&self) -> &Bytes {
+        &self.0
+    }
 }
 
 /// One frame of a batch: its header and its payload.
@@ -116,6 +150,15 @@ impl<W: AsyncWrite + Unpin> Wire<W> {
     /// Adds a text frame to the batch.
     pub(super) fn text(&mut self, text: impl Into<Bytes>) {
         self.frames.push(Frame::new(OP_TEXT, text.into()));
+    }
+
+    /// Adds a frame already framed.
+    pub(super) fn framed(&mut self, frame: Framed) {
+        self.frames.push(Frame {
+            head: [0; 10],
+            head_len: 0,
+            payload: frame.0,
+        });
     }
 
     /// Adds a control frame; a payload beyond 125 bytes is cut to them.
@@ -291,6 +334,12 @@ mod tests {
         wire.text(big.clone());
         wire.control(OP_PONG, Bytes::from(vec![7u8; 200]));
         wire.text("x".repeat(300));
+        // Frames framed once, of each header length.
+        for len in [5, 300, 70_000] {
+            let framed = Framed::text(&"f".repeat(len));
+            assert_eq!(framed.payload().len(), len);
+            wire.framed(framed);
+        }
         wire.send().await.unwrap();
         assert_eq!(wire.pending(), 0);
         wire.close(1008, "fell behind").await.unwrap();
@@ -299,16 +348,19 @@ mod tests {
         let mut client = client;
         client.read_to_end(&mut bytes).await.unwrap();
         let frames = decode(&bytes);
-        assert_eq!(frames.len(), 6);
+        assert_eq!(frames.len(), 9);
         assert_eq!(frames[0], (OP_TEXT, b"hello".to_vec()));
         assert_eq!(frames[1], (OP_PING, vec![]));
         assert_eq!(frames[2], (OP_TEXT, big.into_bytes()));
         // A control payload is cut to 125 bytes.
         assert_eq!(frames[3], (OP_PONG, vec![7u8; 125]));
         assert_eq!(frames[4].1.len(), 300);
+        for (frame, len) in frames[5..8].iter().zip([5, 300, 70_000]) {
+            assert_eq!(frame, &(OP_TEXT, vec![b'f'; len]));
+        }
         let mut close = 1008u16.to_be_bytes().to_vec();
         close.extend_from_slice(b"fell behind");
-        assert_eq!(frames[5], (OP_CLOSE, close));
+        assert_eq!(frames[8], (OP_CLOSE, close));
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::outbox::{Announced, Close, Out, Queue, CLOSE_NORMAL};
-use super::wire::{Wire, OP_PING, OP_PONG};
+use super::wire::{Framed, Wire, OP_PING, OP_PONG};
 use crate::control::SessionLink;
 use crate::sessions::Item;
 use agentos_protocol::seed::event::session_event;
@@ -40,8 +40,15 @@ use tungstenite::Utf8Bytes;
 /// socket subscribed to its session (a clone is a reference count), with
 /// the tool call the event records, as `(name, id)`.
 struct AppendFrame {
-    text: Utf8Bytes,
+    wire: Framed,
     tool: Option<(String, String)>,
+}
+
+/// What an entry becomes on the wire: a frame rendered for this socket, or
+/// one framed once for every socket it goes to.
+pub(super) enum Piece {
+    Text(Utf8Bytes),
+    Framed(Framed),
 }
 
 /// One session subscription as its frames are rendered.
@@ -66,10 +73,10 @@ struct SessionView {
 }
 
 impl SessionView {
-    fn done(&mut self, out: &mut Vec<Utf8Bytes>) {
+    fn done(&mut self, out: &mut Vec<Piece>) {
         let had_text = std::mem::take(&mut self.partial_text);
         if let Some(partial_id) = self.partial.take().filter(|_| had_text) {
-            out.push(
+            out.push(Piece::Text(
                 WsEvent::AppendPartial {
                     key: self.key.clone(),
                     partial_id,
@@ -80,13 +87,13 @@ impl SessionView {
                 }
                 .to_json()
                 .into(),
-            );
+            ));
         }
     }
 
     /// A patch that says what the agent is doing now, when that changed;
     /// the text of `delta` rides along.
-    fn activity(&mut self, now: RunActivity, text_delta: Option<String>, out: &mut Vec<Utf8Bytes>) {
+    fn activity(&mut self, now: RunActivity, text_delta: Option<String>, out: &mut Vec<Piece>) {
         let changed = self.activity.as_ref() != Some(&now);
         if !changed && text_delta.is_none() {
             return;
@@ -96,7 +103,7 @@ impl SessionView {
             .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
             .clone();
         self.partial_text |= text_delta.is_some();
-        out.push(
+        out.push(Piece::Text(
             WsEvent::AppendPartial {
                 key: self.key.clone(),
                 partial_id,
@@ -108,11 +115,11 @@ impl SessionView {
             }
             .to_json()
             .into(),
-        );
+        ));
         self.activity = Some(now);
     }
 
-    fn change(&mut self, state: &Announced, out: &mut Vec<Utf8Bytes>) {
+    fn change(&mut self, state: &Announced, out: &mut Vec<Piece>) {
         if !state.info.state.is_live() {
             // A turn that ended without its message leaves none open.
             self.done(out);
@@ -120,10 +127,10 @@ impl SessionView {
         } else if self.activity.is_none() {
             self.activity(phase("starting"), None, out);
         }
-        out.push(state.frame(&self.key, &self.link));
+        out.push(Piece::Framed(state.frame(&self.key, &self.link)));
     }
 
-    fn state(&mut self, state: Arc<Announced>, out: &mut Vec<Utf8Bytes>) {
+    fn state(&mut self, state: Arc<Announced>, out: &mut Vec<Piece>) {
         let keeps_start =
             |held: &Announced| held.info.state.is_live() && !state.info.state.is_live();
         match self.pending.back() {
@@ -138,7 +145,7 @@ impl SessionView {
     }
 
     /// Announces the pending states whose sequences have gone out.
-    fn flush(&mut self, out: &mut Vec<Utf8Bytes>) {
+    fn flush(&mut self, out: &mut Vec<Piece>) {
         while let Some(state) = self
             .pending
             .front()
@@ -150,7 +157,7 @@ impl SessionView {
         }
     }
 
-    fn item(&mut self, item: &Item, out: &mut Vec<Utf8Bytes>) {
+    fn item(&mut self, item: &Item, out: &mut Vec<Piece>) {
         match item {
             Item::Durable(event, _, cache) => {
                 self.done(out);
@@ -160,16 +167,17 @@ impl SessionView {
                     let rendered = session_event(event);
                     let tool = tool_call(&rendered.event);
                     AppendFrame {
-                        text: WsEvent::Append {
-                            key: self.key.clone(),
-                            event: rendered,
-                        }
-                        .to_json()
-                        .into(),
+                        wire: Framed::text(
+                            &WsEvent::Append {
+                                key: self.key.clone(),
+                                event: rendered,
+                            }
+                            .to_json(),
+                        ),
                         tool,
                     }
                 });
-                out.push(frame.text.clone());
+                out.push(Piece::Framed(frame.wire.clone()));
                 if let Some((name, id)) = &frame.tool {
                     let mut now = phase("tool");
                     now.tool_name = Some(name.clone());
@@ -263,11 +271,11 @@ pub(super) struct Render {
 }
 
 impl Render {
-    /// The frames one entry becomes.
-    pub(super) fn frames(&mut self, entry: Out) -> Vec<Utf8Bytes> {
-        let mut out = Vec::new();
+    /// Adds to `out` the frames one entry becomes.
+    pub(super) fn frames(&mut self, entry: Out, out: &mut Vec<Piece>) {
         match entry {
-            Out::Frame(text) => return vec![text],
+            Out::Frame(text) => out.push(Piece::Text(text)),
+            Out::Framed(frame) => out.push(Piece::Framed(frame)),
             Out::Open {
                 sub_id,
                 key,
@@ -290,33 +298,32 @@ impl Render {
             }
             Out::Item { sub_id, item } => {
                 if let Some(view) = self.view(&sub_id) {
-                    view.item(&item, &mut out);
+                    view.item(&item, out);
                 }
             }
             Out::Items { sub_id, items } => {
                 if let Some(view) = self.view(&sub_id) {
                     for item in items.items() {
-                        view.item(item, &mut out);
+                        view.item(item, out);
                     }
                 }
             }
             Out::State(state) => {
                 for (_, view) in &mut self.views {
                     if view.link.session_id == state.info.session_id {
-                        view.state(state.clone(), &mut out);
+                        view.state(state.clone(), out);
                     }
                 }
             }
             Out::End { sub_id, frame } => {
                 if let Some(at) = self.views.iter().position(|(id, _)| *id == sub_id) {
-                    self.views.swap_remove(at).1.done(&mut out);
+                    self.views.swap_remove(at).1.done(out);
                 }
-                out.extend(frame.map(Utf8Bytes::from));
+                out.extend(frame.map(|f| Piece::Text(f.into())));
             }
             // A control frame: the writer adds it to the batch itself.
             Out::Pong(_) => {}
         }
-        out
     }
 
     fn view(&mut self, sub_id: &Arc<str>) -> Option<&mut SessionView> {
@@ -338,13 +345,23 @@ const MAX_BATCH_FRAMES: usize = 512;
 /// bounds, mostly frames shared with other sockets.
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
-/// Adds what one entry becomes to the batch.
-fn take<W: AsyncWrite + Unpin>(entry: Out, render: &mut Render, wire: &mut Wire<W>) {
+/// Adds what one entry becomes to the batch (through `pieces`, kept empty
+/// between calls).
+fn take<W: AsyncWrite + Unpin>(
+    entry: Out,
+    render: &mut Render,
+    wire: &mut Wire<W>,
+    pieces: &mut Vec<Piece>,
+) {
     match entry {
         Out::Pong(payload) => wire.control(OP_PONG, payload),
         entry => {
-            for text in render.frames(entry) {
-                wire.text(text);
+            render.frames(entry, pieces);
+            for piece in pieces.drain(..) {
+                match piece {
+                    Piece::Text(text) => wire.text(text),
+                    Piece::Framed(frame) => wire.framed(frame),
+                }
             }
         }
     }
@@ -360,6 +377,7 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(
 ) {
     let mut closing = queue.closing();
     let mut render = Render::default();
+    let mut pieces = Vec::new();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sent_ok = true;
@@ -373,14 +391,14 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(
             entry = queue.recv() => match entry {
                 Some((entry, n)) => {
                     queue.release(n);
-                    take(entry, &mut render, &mut wire);
+                    take(entry, &mut render, &mut wire, &mut pieces);
                     // What else is queued goes out in the same write.
                     let mut taken = n;
                     while wire.pending() < MAX_BATCH_FRAMES && taken < MAX_BATCH_BYTES {
                         let Ok((entry, n)) = queue.try_recv() else { break };
                         queue.release(n);
                         taken += n;
-                        take(entry, &mut render, &mut wire);
+                        take(entry, &mut render, &mut wire, &mut pieces);
                     }
                 }
                 None => break,
@@ -480,7 +498,7 @@ mod tests {
     fn opened() -> (Arc<str>, Render) {
         let sub: Arc<str> = Arc::from("sub");
         let mut render = Render::default();
-        render.frames(Out::Open {
+        render.all(Out::Open {
             sub_id: sub.clone(),
             key: "sessions/s".into(),
             link: link(),
@@ -489,10 +507,28 @@ mod tests {
         (sub, render)
     }
 
-    fn parse(frames: Vec<Utf8Bytes>) -> Vec<Value> {
+    impl Piece {
+        fn text(&self) -> &str {
+            match self {
+                Piece::Text(text) => text.as_str(),
+                Piece::Framed(frame) => frame.payload(),
+            }
+        }
+    }
+
+    impl Render {
+        /// The frames one entry becomes.
+        fn all(&mut self, entry: Out) -> Vec<Piece> {
+            let mut out = Vec::new();
+            self.frames(entry, &mut out);
+            out
+        }
+    }
+
+    fn parse(frames: Vec<Piece>) -> Vec<Value> {
         frames
             .iter()
-            .map(|f| serde_json::from_str(f).unwrap())
+            .map(|f| serde_json::from_str(f.text()).unwrap())
             .collect()
     }
 
@@ -502,7 +538,7 @@ mod tests {
         let mut render = Render::default();
         let key = "sessions/s".to_string();
         assert!(render
-            .frames(Out::Open {
+            .all(Out::Open {
                 sub_id: sub.clone(),
                 key,
                 link: link(),
@@ -513,8 +549,8 @@ mod tests {
             sub_id: sub.clone(),
             item,
         };
-        let a = parse(render.frames(item(chunk("Hel"))));
-        let b = parse(render.frames(item(chunk("lo"))));
+        let a = parse(render.all(item(chunk("Hel"))));
+        let b = parse(render.all(item(chunk("lo"))));
         assert_eq!(a[0]["_"], "appendPartial");
         assert_eq!(a[0]["patch"]["textDelta"], "Hel");
         assert_eq!(a[0]["patch"]["activity"]["phase"], "responding");
@@ -523,9 +559,9 @@ mod tests {
         assert!(b[0]["patch"].get("activity").is_none());
         // The state after the turn names row 2, not rendered yet: held.
         assert!(render
-            .frames(Out::State(info(2, SessionState::Idle)))
+            .all(Out::State(info(2, SessionState::Idle)))
             .is_empty());
-        let frames = parse(render.frames(item(durable(
+        let frames = parse(render.all(item(durable(
             2,
             json!({"sessionUpdate": "agent_message_chunk",
                    "content": {"type": "text", "text": "Hello"}}),
@@ -539,19 +575,20 @@ mod tests {
         assert_eq!(frames[2]["_"], "change");
         assert_eq!(frames[2]["value"]["status"], "idle");
         // The next message has a new id.
-        let c = parse(render.frames(item(chunk("again"))));
+        let c = parse(render.all(item(chunk("again"))));
         assert_ne!(c[0]["partialId"], a[0]["partialId"]);
         // A turn that ends without its message still closes the partial.
-        let frames = parse(render.frames(Out::State(info(2, SessionState::Idle))));
+        let frames = parse(render.all(Out::State(info(2, SessionState::Idle))));
         assert_eq!(frames[0]["patch"]["done"], true);
         assert_eq!(frames[1]["_"], "change");
         // Items of a subscription that ended are not rendered.
-        let end = render.frames(Out::End {
+        let end = render.all(Out::End {
             sub_id: sub.clone(),
             frame: Some("bye".into()),
         });
-        assert_eq!(end, vec![Utf8Bytes::from("bye")]);
-        assert!(render.frames(item(chunk("late"))).is_empty());
+        assert_eq!(end.len(), 1);
+        assert_eq!(end[0].text(), "bye");
+        assert!(render.all(item(chunk("late"))).is_empty());
     }
 
     #[test]
@@ -559,12 +596,12 @@ mod tests {
         let (_, mut one) = opened();
         let (_, mut other) = opened();
         let state = info(1, SessionState::Idle);
-        let a = one.frames(Out::State(state.clone()));
-        let b = other.frames(Out::State(state));
+        let a = one.all(Out::State(state.clone()));
+        let b = other.all(Out::State(state));
         assert_eq!(a.len(), 1);
-        assert_eq!(a, b);
+        assert_eq!(b.len(), 1);
         // One buffer, not two renderings of the same text.
-        assert_eq!(a[0].as_str().as_ptr(), b[0].as_str().as_ptr());
+        assert_eq!(a[0].text().as_ptr(), b[0].text().as_ptr());
         let change = &parse(a)[0];
         assert_eq!(change["_"], "change");
         assert_eq!(change["key"], "sessions/s");
@@ -581,12 +618,12 @@ mod tests {
         };
         // Both states name row 3, not out yet: held, in order, and a later
         // state replaces the end, never the start.
-        assert!(render.frames(Out::State(info(3, running()))).is_empty());
+        assert!(render.all(Out::State(info(3, running()))).is_empty());
         assert!(render
-            .frames(Out::State(info(3, SessionState::Idle)))
+            .all(Out::State(info(3, SessionState::Idle)))
             .is_empty());
         assert!(render
-            .frames(Out::State(info(3, SessionState::Idle)))
+            .all(Out::State(info(3, SessionState::Idle)))
             .is_empty());
         let row = |seq| Out::Item {
             sub_id: sub.clone(),
@@ -596,8 +633,8 @@ mod tests {
                                       "content": {"type": "text", "text": "hi"}}),
             ),
         };
-        assert_eq!(parse(render.frames(row(2))).len(), 1);
-        let frames = parse(render.frames(row(3)));
+        assert_eq!(parse(render.all(row(2))).len(), 1);
+        let frames = parse(render.all(row(3)));
         let states: Vec<&Value> = frames
             .iter()
             .filter(|f| f["_"] == "change")
@@ -605,10 +642,10 @@ mod tests {
             .collect();
         assert_eq!(states, [&json!("streaming"), &json!("idle")], "{frames:?}");
         // A live state replaces a live one: only the latest start is held.
-        assert!(render.frames(Out::State(info(5, running()))).is_empty());
-        assert!(render.frames(Out::State(info(5, running()))).is_empty());
-        render.frames(row(4));
-        let frames = parse(render.frames(row(5)));
+        assert!(render.all(Out::State(info(5, running()))).is_empty());
+        assert!(render.all(Out::State(info(5, running()))).is_empty());
+        render.all(row(4));
+        let frames = parse(render.all(row(5)));
         assert_eq!(
             frames.iter().filter(|f| f["_"] == "change").count(),
             1,
@@ -627,10 +664,10 @@ mod tests {
             prompt_id: Some("p".into()),
             started_at_ms: Some(1),
         };
-        let started = parse(render.frames(Out::State(info(1, running))));
+        let started = parse(render.all(Out::State(info(1, running))));
         assert_eq!(started[0]["patch"]["activity"]["phase"], "starting");
         assert_eq!(started[1]["_"], "change");
-        let thought = parse(render.frames(item(Item::Ephemeral {
+        let thought = parse(render.all(item(Item::Ephemeral {
             session_id: Arc::from("s"),
             after_sequence: 1,
             update: Arc::new(json!({"sessionUpdate": "agent_thought_chunk",
@@ -639,7 +676,7 @@ mod tests {
         assert_eq!(thought[0]["patch"]["activity"]["phase"], "thinking");
         assert!(thought[0]["patch"].get("textDelta").is_none());
         // The agent waiting out a busy provider says so, with its detail.
-        let waiting = parse(render.frames(item(Item::Ephemeral {
+        let waiting = parse(render.all(item(Item::Ephemeral {
             session_id: Arc::from("s"),
             after_sequence: 1,
             update: Arc::new(
@@ -652,7 +689,7 @@ mod tests {
             waiting[0]["patch"]["activity"]["detail"],
             "busy; again in 1 s"
         );
-        let tool = parse(render.frames(item(durable(
+        let tool = parse(render.all(item(durable(
             2,
             json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "read"}),
         ))));
