@@ -55,17 +55,23 @@ impl std::fmt::Debug for FrameCache {
 }
 
 impl FrameCache {
-    /// The frame for `key`: the cached one, else `render`'s (cached when
-    /// it is the first; a frame for another key, or of another type, is
-    /// rendered anew).
-    pub fn frame<T: Any + Send + Sync>(&self, key: &str, render: impl Fn() -> T) -> Arc<T> {
+    /// `read` of the frame for `key`: the cached one, else `render`'s
+    /// (cached when it is the first; a frame for another key, or of
+    /// another type, is rendered anew). The cached frame is lent, not
+    /// shared: reading it touches no reference count.
+    pub fn with<T: Any + Send + Sync, R>(
+        &self,
+        key: &str,
+        render: impl Fn() -> T,
+        read: impl FnOnce(&T) -> R,
+    ) -> R {
         let (cached_key, cached) = self.0.get_or_init(|| {
             let frame: Arc<dyn Any + Send + Sync> = Arc::new(render());
             (key.to_owned(), frame)
         });
-        match cached.clone().downcast::<T>() {
-            Ok(frame) if cached_key == key => frame,
-            _ => Arc::new(render()),
+        match cached.downcast_ref::<T>() {
+            Some(frame) if cached_key == key => read(frame),
+            _ => read(&render()),
         }
     }
 }
@@ -719,20 +725,21 @@ mod tests {
                 format!("frame of {key}")
             }
         };
-        let first = cache.frame("sessions/s", render("sessions/s"));
+        let at = |frame: &String| (frame.as_ptr(), frame.clone());
+        let (first, text) = cache.with("sessions/s", render("sessions/s"), at);
         for _ in 0..1_000 {
-            let again = cache.frame("sessions/s", render("sessions/s"));
-            // Shared, not copied.
-            assert!(Arc::ptr_eq(&first, &again));
+            let (again, _) = cache.with("sessions/s", render("sessions/s"), at);
+            // The one frame, not a copy.
+            assert_eq!(first, again);
         }
-        assert_eq!(*first, "frame of sessions/s");
+        assert_eq!(text, "frame of sessions/s");
         assert_eq!(renders.load(Ordering::SeqCst), 1);
-        let other = cache.frame("sessions/t", render("sessions/t"));
-        assert_eq!(*other, "frame of sessions/t");
+        let (_, other) = cache.with("sessions/t", render("sessions/t"), at);
+        assert_eq!(other, "frame of sessions/t");
         assert_eq!(renders.load(Ordering::SeqCst), 2);
         // Another door's frame type for the same key is its own.
-        let typed = cache.frame("sessions/s", || 7u32);
-        assert_eq!(*typed, 7);
+        let typed = cache.with("sessions/s", || 7u32, |n| *n);
+        assert_eq!(typed, 7);
         assert_eq!(renders.load(Ordering::SeqCst), 2);
     }
 }

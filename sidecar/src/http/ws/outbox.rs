@@ -128,7 +128,7 @@ impl Announced {
 
     /// The `change` frame under `key`, for the session `link` describes.
     pub(super) fn frame(&self, key: &str, link: &SessionLink) -> Framed {
-        let frame = self.frame.frame(key, || {
+        let render = || {
             Framed::text(
                 &WsEvent::Change {
                     key: key.to_owned(),
@@ -136,8 +136,8 @@ impl Announced {
                 }
                 .to_json(),
             )
-        });
-        (*frame).clone()
+        };
+        self.frame.with(key, render, Framed::clone)
     }
 }
 

@@ -163,7 +163,7 @@ impl SessionView {
                 self.done(out);
                 self.last_seq = event.sequence;
                 // Rendered once for every subscriber of this session.
-                let frame = cache.frame(&self.key, || {
+                let render = || {
                     let rendered = session_event(event);
                     let tool = tool_call(&rendered.event);
                     AppendFrame {
@@ -176,12 +176,15 @@ impl SessionView {
                         ),
                         tool,
                     }
+                };
+                let tool = cache.with(&self.key, render, |frame: &AppendFrame| {
+                    out.push(Piece::Framed(frame.wire.clone()));
+                    frame.tool.clone()
                 });
-                out.push(Piece::Framed(frame.wire.clone()));
-                if let Some((name, id)) = &frame.tool {
+                if let Some((name, id)) = tool {
                     let mut now = phase("tool");
-                    now.tool_name = Some(name.clone());
-                    now.tool_call_id = Some(id.clone());
+                    now.tool_name = Some(name);
+                    now.tool_call_id = Some(id);
                     self.activity(now, None, out);
                 }
                 self.flush(out);
