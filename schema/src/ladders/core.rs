@@ -742,4 +742,12 @@ pub const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE agentos_core_events_v13 RENAME TO agentos_core_events",
         ],
     },
+    // 14: no index of every prompt by its state. Its one reader, start-up's
+    // search for accepted prompts, is answered by the index of active
+    // prompts (`prompts_one_active`, the same rows); every turn wrote it
+    // twice, as its prompt was accepted and as it ended.
+    Migration {
+        version: 14,
+        statements: &["DROP INDEX agentos_core_prompts_by_state"],
+    },
 ];

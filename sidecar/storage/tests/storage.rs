@@ -302,6 +302,50 @@ async fn shipped_ladders_migrate_on_both_backends() {
     }
 }
 
+/// Start-up's search for accepted prompts reads the index of active
+/// prompts, the index by state being gone (core migration 14).
+#[tokio::test]
+async fn accepted_prompts_are_found_through_the_active_prompt_index() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = agentos_storage::sqlite_file::SqliteFileDatabase::open(
+        &dir.path().join("plan.sqlite"),
+        &Default::default(),
+    )
+    .expect("open");
+    agentos_schema::migrate_all(&db).await.expect("migrate_all");
+    let plan = db
+        .query(
+            "EXPLAIN QUERY PLAN SELECT session_id FROM agentos_core_prompts \
+             WHERE state = 'accepted'",
+            vec![],
+        )
+        .await
+        .expect("plan");
+    let details: Vec<String> = plan
+        .rows
+        .iter()
+        .filter_map(|row| match row.last() {
+            Some(SqlValue::Text(detail)) => Some(detail.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("COVERING INDEX agentos_core_prompts_one_active")),
+        "{details:?}"
+    );
+    let gone = db
+        .query(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'agentos_core_prompts_by_state'",
+            vec![],
+        )
+        .await
+        .expect("schema");
+    assert_eq!(gone.rows[0], vec![SqlValue::Integer(0)]);
+    db.close().await;
+}
+
 #[tokio::test]
 async fn counting_database_records_calls() {
     for b in all_backends().await {
