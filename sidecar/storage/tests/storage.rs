@@ -810,6 +810,44 @@ async fn idle_snapshots_are_let_go() {
     db.close().await;
 }
 
+/// A local file database with a table `t` of BLOB rows.
+async fn blob_table(path: &std::path::Path) -> agentos_storage::sqlite_file::SqliteFileDatabase {
+    let db = agentos_storage::sqlite_file::SqliteFileDatabase::open(path, &Default::default())
+        .expect("open");
+    db.query(
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT",
+        vec![],
+    )
+    .await
+    .expect("create");
+    db
+}
+
+/// Commits row `id` of `t`, `len` bytes.
+async fn insert_blob(db: &dyn agentos_schema::Database, id: i64, len: usize) {
+    db.transaction(vec![Statement::new(
+        "INSERT INTO t (id, body) VALUES (?1, ?2)",
+        vec![id.into(), SqlValue::Blob(vec![id as u8; len])],
+    )])
+    .await
+    .expect("insert");
+}
+
+/// `t` holds `rows` rows of `len` bytes.
+async fn assert_blobs(db: &dyn agentos_schema::Database, rows: i64, len: usize) {
+    let n = db
+        .read("SELECT count(*), sum(length(body)) FROM t", vec![])
+        .await
+        .expect("read");
+    assert_eq!(
+        n.rows[0],
+        vec![
+            SqlValue::Integer(rows),
+            SqlValue::Integer(rows * len as i64)
+        ]
+    );
+}
+
 /// Committed frames reach the database file without the writer copying
 /// them: the background checkpointer does it soon after the commits, long
 /// before the WAL would reach the writer's own (fallback) checkpoint; and
@@ -820,24 +858,12 @@ async fn idle_snapshots_are_let_go() {
 async fn commits_are_checkpointed_in_the_background() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("checkpoint.sqlite");
-    let db = agentos_storage::sqlite_file::SqliteFileDatabase::open(&path, &Default::default())
-        .expect("open");
-    db.query(
-        "CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT",
-        vec![],
-    )
-    .await
-    .expect("create");
+    let db = blob_table(&path).await;
     const MIB: usize = 1 << 20;
     let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     for round in 1..=2i64 {
         for id in (round - 1) * 8..round * 8 {
-            db.transaction(vec![Statement::new(
-                "INSERT INTO t (id, body) VALUES (?1, ?2)",
-                vec![id.into(), SqlValue::Blob(vec![id as u8; MIB])],
-            )])
-            .await
-            .expect("insert");
+            insert_blob(&db, id, MIB).await;
         }
         // All but what may wait below the thread's mark (1,000 pages of
         // 4 KiB).
@@ -853,14 +879,7 @@ async fn commits_are_checkpointed_in_the_background() {
             size()
         );
     }
-    let n = db
-        .read("SELECT count(*), sum(length(body)) FROM t", vec![])
-        .await
-        .expect("read");
-    assert_eq!(
-        n.rows[0],
-        vec![SqlValue::Integer(16), SqlValue::Integer(16 * MIB as i64)]
-    );
+    assert_blobs(&db, 16, MIB).await;
     db.close().await;
 }
 
@@ -874,26 +893,14 @@ async fn a_log_written_without_pause_still_restarts() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("restart.sqlite");
     let wal = dir.path().join("restart.sqlite-wal");
-    let db = agentos_storage::sqlite_file::SqliteFileDatabase::open(&path, &Default::default())
-        .expect("open");
-    db.query(
-        "CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT",
-        vec![],
-    )
-    .await
-    .expect("create");
+    let db = blob_table(&path).await;
     // About four pages a commit, a commit each millisecond or so: 6,000
     // pages, with no moment the log is idle.
     const ROWS: i64 = 1_500;
     let frame = 4096 + 24;
     let mut largest = 0;
     for id in 0..ROWS {
-        db.transaction(vec![Statement::new(
-            "INSERT INTO t (id, body) VALUES (?1, ?2)",
-            vec![id.into(), SqlValue::Blob(vec![id as u8; 12 * 1024])],
-        )])
-        .await
-        .expect("insert");
+        insert_blob(&db, id, 12 * 1024).await;
         largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
@@ -902,14 +909,7 @@ async fn a_log_written_without_pause_still_restarts() {
         "the log grew to {} pages without restarting",
         largest / frame
     );
-    let n = db
-        .read("SELECT count(*), sum(length(body)) FROM t", vec![])
-        .await
-        .expect("read");
-    assert_eq!(
-        n.rows[0],
-        vec![SqlValue::Integer(ROWS), SqlValue::Integer(ROWS * 12 * 1024)]
-    );
+    assert_blobs(&db, ROWS, 12 * 1024).await;
     db.close().await;
 }
 
