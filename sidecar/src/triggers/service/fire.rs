@@ -115,16 +115,7 @@ impl Triggers {
     }
 
     async fn catch_up_one(&self, row: &TriggerRow) -> Result<(), TriggerError> {
-        let looked = row
-            .last_checked_at_ms
-            .map(|at| at.saturating_sub(CATCH_UP_MARGIN_MS));
-        let mut since = (
-            looked
-                .unwrap_or(row.created_at_ms)
-                .max(row.created_at_ms)
-                .max(row.updated_at_ms),
-            String::new(),
-        );
+        let mut since = catch_up_from(row);
         loop {
             let page = self
                 .inner
@@ -621,9 +612,60 @@ fn pretty(value: &Value, order: &[&str], depth: usize) -> String {
     format!("{{\n{}\n{}}}", fields.join(",\n"), "  ".repeat(depth))
 }
 
+/// Where a catch-up starts, as the `(finished_at_ms, run_id)` after which
+/// runs are looked at: where the trigger last looked, less the margin; but
+/// never a run that ended before the trigger was made, last edited or
+/// enabled, nor one that ended in that same millisecond (which came first
+/// is not recorded, and a run that ended after it was seen live).
+fn catch_up_from(row: &TriggerRow) -> (i64, String) {
+    let looked = row
+        .last_checked_at_ms
+        .map(|at| at.saturating_sub(CATCH_UP_MARGIN_MS));
+    let edited = row.created_at_ms.max(row.updated_at_ms);
+    match looked {
+        Some(at) if at > edited => (at, String::new()),
+        // `run_id > ''` holds for every run of the next millisecond on.
+        _ => (edited.saturating_add(1), String::new()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_catch_up_starts_after_the_millisecond_the_trigger_was_edited() {
+        let row = |created: i64, updated: i64, checked: Option<i64>| TriggerRow {
+            trigger_id: "t".into(),
+            account_id: "a".into(),
+            agent_id: "g".into(),
+            name: "n".into(),
+            enabled: true,
+            source: serde_json::json!({"type": "run-completed"}),
+            prompt: String::new(),
+            continuation: None,
+            created_at_ms: created,
+            updated_at_ms: updated,
+            last_checked_at_ms: checked,
+            last_fired_at_ms: None,
+            last_error: None,
+        };
+        // Never looked: after the millisecond it was enabled, so a run that
+        // ended in that millisecond is not caught up on.
+        assert_eq!(catch_up_from(&row(100, 200, None)), (201, String::new()));
+        // Looked before it was enabled again: the same.
+        assert_eq!(
+            catch_up_from(&row(100, 1_000_000, Some(1_000_000 + CATCH_UP_MARGIN_MS))),
+            (1_000_001, String::new())
+        );
+        // Looked since: from there, less the margin, that millisecond
+        // included.
+        let checked = 10_000_000;
+        assert_eq!(
+            catch_up_from(&row(100, 200, Some(checked))),
+            (checked - CATCH_UP_MARGIN_MS, String::new())
+        );
+    }
 
     #[test]
     fn titles_from_words_are_the_first_line_collapsed_and_bounded() {
