@@ -135,7 +135,7 @@ pub(super) struct Wire<W> {
 
 /// Frames a batch keeps room for once written; a larger batch's list is
 /// given back, so an idle socket holds no more than this.
-const KEPT_FRAMES: usize = 64;
+pub(super) const KEPT_FRAMES: usize = 64;
 
 impl<W: AsyncWrite + Unpin> Wire<W> {
     pub(super) fn new(io: W) -> Wire<W> {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::outbox::{Announced, Close, Out, Queue, CLOSE_NORMAL};
-use super::wire::{Framed, Wire, OP_PING, OP_PONG};
+use super::wire::{Framed, Wire, KEPT_FRAMES, OP_PING, OP_PONG};
 use crate::control::SessionLink;
 use crate::sessions::Item;
 use agentos_protocol::seed::event::session_event;
@@ -349,7 +349,8 @@ const MAX_BATCH_FRAMES: usize = 512;
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 /// Adds what one entry becomes to the batch (through `pieces`, kept empty
-/// between calls).
+/// between calls, and given back when a large entry grew it, as the wire's
+/// own list is: an idle socket holds room for a few frames, no more).
 fn take<W: AsyncWrite + Unpin>(
     entry: Out,
     render: &mut Render,
@@ -365,6 +366,9 @@ fn take<W: AsyncWrite + Unpin>(
                     Piece::Text(text) => wire.text(text),
                     Piece::Framed(frame) => wire.framed(frame),
                 }
+            }
+            if pieces.capacity() > KEPT_FRAMES {
+                *pieces = Vec::new();
             }
         }
     }
@@ -592,6 +596,29 @@ mod tests {
         assert_eq!(end.len(), 1);
         assert_eq!(end[0].text(), "bye");
         assert!(render.all(item(chunk("late"))).is_empty());
+    }
+
+    #[test]
+    fn a_large_commit_leaves_no_room_held_once_it_is_taken() {
+        let (sub, mut render) = opened();
+        let items: Vec<Item> = (2..=300)
+            .map(|seq| durable(seq, json!({"sessionUpdate": "plan", "entries": []})))
+            .collect();
+        let (_client, server) = tokio::io::duplex(1 << 16);
+        let mut wire = Wire::new(server);
+        let mut pieces = Vec::new();
+        take(
+            Out::Items {
+                sub_id: sub,
+                items: items.into(),
+            },
+            &mut render,
+            &mut wire,
+            &mut pieces,
+        );
+        assert_eq!(wire.pending(), 299);
+        assert!(pieces.is_empty());
+        assert!(pieces.capacity() <= KEPT_FRAMES, "{}", pieces.capacity());
     }
 
     #[test]
