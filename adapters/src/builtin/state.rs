@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use agentos_protocol::agent_ext::TranscriptItem;
 use tokio::sync::watch;
 
+use super::held::Held;
 use super::local::LocalConfig;
 use super::peer::Peer;
 use super::provider::{Message, Provider, ProviderOptions};
@@ -69,8 +69,8 @@ pub(super) struct SessionState {
     /// (the sidecar's log is the conversation otherwise).
     pub(super) local_transcript: Vec<Message>,
     /// The part of the sidecar's transcript that its last context said
-    /// stays, under its id: the next context sends only what follows it.
-    pub(super) held: Option<(String, Vec<TranscriptItem>)>,
+    /// stays (`held.rs`): the next context sends only what follows it.
+    pub(super) held: Option<Held>,
 }
 
 pub(super) struct Agent {

@@ -3,7 +3,7 @@
 //! The turn asks its client for the context (`_agentos/context`; a client
 //! that does not know the method gets the local configuration instead),
 //! saying what it holds of the session's conversation from the last turn so
-//! that the client sends only what follows (`whole_context`), then calls
+//! that the client sends only what follows (`held.rs`), then calls
 //! the model until it stops asking for tools, at most `max_steps` times. Text and reasoning stream out as
 //! `agent_message_chunk` / `agent_thought_chunk` (one `messageId` per model
 //! call); every tool call is reported as `tool_call` then `tool_call_update`
@@ -24,12 +24,13 @@ use std::time::Duration;
 
 use agentos_protocol::acp::{methods, RpcError};
 use agentos_protocol::agent_ext::{
-    self, cut_with_notice, output_text, ContextParams, HeldTranscript, ProviderKey, TranscriptItem,
-    TurnContext, VerbResult, MODEL_RESULT_BYTES,
+    self, cut_with_notice, output_text, ContextParams, HeldTranscript, ProviderKey, TurnContext,
+    VerbResult, MODEL_RESULT_BYTES,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::held::Turn;
 use super::provider::{
     Endpoint, Message, ModelRequest, ProviderError, ProviderKind, StopKind, StreamEvent, ToolCall,
     ToolSpec, Usage,
@@ -78,23 +79,35 @@ pub(super) async fn run(
     let held = lock(&agent.sessions)
         .get(session)
         .and_then(|state| state.held.as_ref())
-        .map(|(id, items)| HeldTranscript {
-            id: id.clone(),
-            items: u32::try_from(items.len()).unwrap_or(u32::MAX),
+        .map(|held| {
+            let (id, items) = held.basis();
+            HeldTranscript {
+                id,
+                items: u32::try_from(items).unwrap_or(u32::MAX),
+            }
         });
     let params = ContextParams {
         session_id: session.to_owned(),
         held,
     };
-    let mut source = match agent
+    let mut conversation = None;
+    let source = match agent
         .peer
         .request(agent_ext::methods::CONTEXT, json!(params))
         .await
     {
         Ok(value) => match serde_json::from_value::<TurnContext>(value)
             .map_err(|e| format!("the client's turn context is malformed: {e}"))
-            .and_then(|context| whole_context(agent, session, context))
-        {
+            .and_then(|mut context| {
+                // What it held is let go either way; a session closed
+                // meanwhile holds nothing and is not brought back.
+                let held = lock(&agent.sessions)
+                    .get_mut(session)
+                    .and_then(|state| state.held.take());
+                let items = std::mem::take(&mut context.transcript);
+                conversation = Some(Turn::of(held, items, context.basis.as_ref())?);
+                Ok(context)
+            }) {
             Ok(context) => Source::Sidecar(Box::new(context)),
             Err(e) => {
                 let e = RpcError::internal(e);
@@ -120,25 +133,21 @@ pub(super) async fn run(
         // It knows the method: the sidecar, which could not give one.
         Err(e) => return Err(client_failed(agent, session, Client::Sidecar, e).await),
     };
-    let (system, tools, mut messages, max_tokens) = match &mut source {
-        Source::Sidecar(ctx) => {
-            let messages = transcript_messages(&ctx.transcript);
-            hold(agent, session, ctx);
-            (
-                ctx.system_prompt.clone(),
-                ctx.tools
-                    .iter()
-                    .map(|t| ToolSpec {
-                        name: t.name.clone(),
-                        description: t.description.clone(),
-                        parameters: t.parameters.clone(),
-                    })
-                    .collect::<Vec<_>>(),
-                messages,
-                ctx.max_tokens,
-            )
-        }
-        Source::Local => {
+    let (system, tools, mut conversation, max_tokens) = match (&source, conversation) {
+        (Source::Sidecar(ctx), Some(conversation)) => (
+            ctx.system_prompt.clone(),
+            ctx.tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect::<Vec<_>>(),
+            conversation,
+            ctx.max_tokens,
+        ),
+        _ => {
             let local = agent.options.local.as_ref().map(|l| l.system_prompt());
             let history = lock(&agent.sessions)
                 .get(session)
@@ -148,26 +157,67 @@ pub(super) async fn run(
             (
                 local.unwrap_or_default(),
                 super::local::tools(client_fs),
-                history,
+                Turn::plain(history),
                 16_384,
             )
         }
     };
+    let mut request = ModelRequest {
+        model: String::new(),
+        system,
+        messages: std::mem::take(&mut conversation.messages),
+        tools,
+        max_tokens,
+        cache_key: Some(session.to_owned()),
+        rendered: std::mem::take(&mut conversation.rendered),
+    };
+    let settled = conversation.settled;
+    let outcome = steps(agent, session, &source, text, &mut request, settled, cancel).await;
+    let ModelRequest {
+        messages, rendered, ..
+    } = request;
+    // A plain client's conversation goes on from a turn that ended well;
+    // the held part of the sidecar's is kept whatever the outcome.
+    if let Some(state) = lock(&agent.sessions).get_mut(session) {
+        match source {
+            Source::Local if outcome.is_ok() => state.local_transcript = messages,
+            Source::Local => {}
+            Source::Sidecar(_) => state.held = conversation.held(messages, rendered),
+        }
+    }
+    outcome
+}
+
+/// The model loop of a turn whose conversation is `request.messages`: the
+/// prompt goes last (unless the turn resumes), then each model call's
+/// answer and the results of the tools it called. The first `settled`
+/// messages stay as they are and are written once, for a family that takes
+/// them so (`Rendered`).
+async fn steps(
+    agent: &Agent,
+    session: &str,
+    source: &Source,
+    text: String,
+    request: &mut ModelRequest,
+    settled: usize,
+    cancel: &Cancel,
+) -> Result<Value, RpcError> {
     // A resumed turn continues from the log, which already ends where the
     // delegated work answered: no new user message.
-    let resume = matches!(&source, Source::Sidecar(ctx) if ctx.resume);
+    let resume = matches!(source, Source::Sidecar(ctx) if ctx.resume);
     if !resume {
-        let text = match &source {
+        let text = match source {
             Source::Sidecar(ctx) => match &ctx.prompt_sender {
                 Some(sender) => agent_ext::sender_prefixed(sender, &text),
                 None => text,
             },
             Source::Local => text,
         };
-        messages.push(Message::User { text });
+        request.messages.push(Message::User { text });
     }
     // Every tool call id this conversation already holds.
-    let mut used_ids: std::collections::HashSet<String> = messages
+    let mut used_ids: std::collections::HashSet<String> = request
+        .messages
         .iter()
         .flat_map(|m| match m {
             Message::Assistant { tool_calls, .. } => {
@@ -186,40 +236,36 @@ pub(super) async fn run(
             stop = "cancelled";
             break;
         }
-        let endpoint = match endpoint(agent, session, &source).await {
+        let endpoint = match endpoint(agent, session, source).await {
             Ok(endpoint) => endpoint,
             Err(e) => return Err(client_failed(agent, session, source.client(), e).await),
         };
-        let request = ModelRequest {
-            model: model(agent, &source),
-            system: system.clone(),
-            messages: messages.clone(),
-            tools: tools.clone(),
-            max_tokens,
-            cache_key: Some(session.to_owned()),
-        };
+        request.model = model(agent, source);
+        if endpoint.kind.writes_messages_alone() {
+            request.rendered.extend(&request.messages[..settled]);
+        }
         let started = std::time::Instant::now();
-        let step =
-            match call_with_retries(agent, session, &source, &endpoint, &request, cancel).await {
-                Step::Done(step) => step,
-                Step::Cancelled => {
-                    stop = "cancelled";
-                    break;
-                }
-                Step::Failed { error: e, .. } => {
-                    return Err(fail(
-                        agent,
-                        session,
-                        source.client(),
-                        e.code,
-                        e.is_retryable(),
-                        e.message,
-                    )
-                    .await);
-                }
-            };
+        let step = match call_with_retries(agent, session, source, &endpoint, request, cancel).await
+        {
+            Step::Done(step) => step,
+            Step::Cancelled => {
+                stop = "cancelled";
+                break;
+            }
+            Step::Failed { error: e, .. } => {
+                return Err(fail(
+                    agent,
+                    session,
+                    source.client(),
+                    e.code,
+                    e.is_retryable(),
+                    e.message,
+                )
+                .await);
+            }
+        };
         let mut step = step;
-        if let (Source::Sidecar(ctx), false) = (&source, step.text.is_empty()) {
+        if let (Source::Sidecar(ctx), false) = (source, step.text.is_empty()) {
             // Where the message came from, what it cost and how long it
             // took, closing it: an empty chunk of the same message whose
             // `_meta` the sidecar keeps with the stored message.
@@ -248,7 +294,7 @@ pub(super) async fn run(
         }
         usage.input_tokens = usage.input_tokens.saturating_add(step.usage.input_tokens);
         usage.output_tokens = usage.output_tokens.saturating_add(step.usage.output_tokens);
-        messages.push(Message::Assistant {
+        request.messages.push(Message::Assistant {
             text: step.text.clone(),
             tool_calls: step.calls.clone(),
             signature: step.signature.clone(),
@@ -277,18 +323,18 @@ pub(super) async fn run(
                 // Not raced with the cancel: a verb the client already ran
                 // must get its result logged (the sidecar refuses verbs once
                 // the turn is cancelled).
-                run_tool(agent, session, &source, call).await
+                run_tool(agent, session, source, call).await
             };
             ends |= result.ends_turn;
             parked |= result.parked;
-            messages.push(Message::ToolResult {
+            request.messages.push(Message::ToolResult {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 content: cut_with_notice(&output_text(&result.output), MODEL_RESULT_BYTES),
                 is_error: result.is_error,
                 images: result.images,
             });
-            keep_images_within_budget(&mut messages);
+            keep_images_within_budget(&mut request.messages);
         }
         if cancel.is_cancelled() {
             stop = "cancelled";
@@ -300,11 +346,6 @@ pub(super) async fn run(
         if ends || parked {
             stop = "end_turn";
             break;
-        }
-    }
-    if matches!(source, Source::Local) {
-        if let Some(state) = lock(&agent.sessions).get_mut(session) {
-            state.local_transcript = messages;
         }
     }
     Ok(json!({
@@ -762,117 +803,10 @@ fn prompt_text(blocks: &[Value]) -> String {
         .join("\n\n")
 }
 
-/// The turn's context with its whole conversation: what the client says
-/// this agent keeps of the one it holds, then what it sent. What it held
-/// is let go either way (`hold` keeps what stays of this one).
-fn whole_context(
-    agent: &Agent,
-    session: &str,
-    mut context: TurnContext,
-) -> Result<TurnContext, String> {
-    // A session closed meanwhile holds nothing and is not brought back.
-    let held = lock(&agent.sessions)
-        .get_mut(session)
-        .and_then(|state| state.held.take());
-    if let Some(basis) = &context.basis {
-        let keep = basis.keep as usize;
-        if keep > 0 {
-            let mut kept = match held {
-                Some((id, items)) if id == basis.id && items.len() >= keep => items,
-                _ => {
-                    return Err(format!(
-                        "the client's transcript follows {keep} items of {:?}, which this agent does not hold",
-                        basis.id
-                    ))
-                }
-            };
-            kept.truncate(keep);
-            kept.append(&mut context.transcript);
-            context.transcript = kept;
-        }
-    }
-    Ok(context)
-}
-
-/// Holds what the client said stays of the turn's conversation, once the
-/// turn has made its messages of it, for the next turn.
-fn hold(agent: &Agent, session: &str, context: &mut TurnContext) {
-    let Some(basis) = &context.basis else {
-        return;
-    };
-    let mut transcript = std::mem::take(&mut context.transcript);
-    transcript.truncate(basis.stable as usize);
-    if let Some(state) = lock(&agent.sessions).get_mut(session) {
-        state.held = Some((basis.id.clone(), transcript));
-    }
-}
-
-/// The rebuilt conversation as provider messages: an assistant's text and
-/// the tool calls that follow it form one message.
-fn transcript_messages(items: &[TranscriptItem]) -> Vec<Message> {
-    let mut out: Vec<Message> = Vec::new();
-    for item in items {
-        match item {
-            TranscriptItem::User { text } => match out.last_mut() {
-                Some(Message::User { text: last }) => {
-                    last.push_str("\n\n");
-                    last.push_str(text);
-                }
-                _ => out.push(Message::User { text: text.clone() }),
-            },
-            TranscriptItem::Assistant { text } => match out.last_mut() {
-                Some(Message::Assistant {
-                    text: last,
-                    tool_calls,
-                    ..
-                }) if tool_calls.is_empty() => last.push_str(text),
-                _ => out.push(Message::Assistant {
-                    text: text.clone(),
-                    tool_calls: Vec::new(),
-                    signature: None,
-                }),
-            },
-            TranscriptItem::ToolCall {
-                id,
-                name,
-                input,
-                signature,
-            } => {
-                let call = ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: input.clone(),
-                    signature: signature.clone(),
-                };
-                match out.last_mut() {
-                    Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call),
-                    _ => out.push(Message::Assistant {
-                        text: String::new(),
-                        tool_calls: vec![call],
-                        signature: None,
-                    }),
-                }
-            }
-            TranscriptItem::ToolResult {
-                id,
-                name,
-                output,
-                is_error,
-            } => out.push(Message::ToolResult {
-                call_id: id.clone(),
-                name: name.clone(),
-                content: output.clone(),
-                is_error: *is_error,
-                images: Vec::new(),
-            }),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentos_protocol::agent_ext::TranscriptItem;
 
     #[test]
     fn a_streamed_chunk_is_written_as_the_json_tree_would_be() {
@@ -940,7 +874,8 @@ mod tests {
             TranscriptItem::User { text: "a".into() },
             TranscriptItem::User { text: "b".into() },
         ];
-        let messages = transcript_messages(&items);
+        let mut messages = Vec::new();
+        super::super::held::fold(&mut messages, items);
         assert_eq!(messages.len(), 5);
         assert!(
             matches!(&messages[1], Message::Assistant { text, tool_calls, .. } if text == "let me look" && tool_calls.len() == 1)

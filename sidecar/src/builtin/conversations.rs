@@ -33,7 +33,7 @@ pub const CONVERSATIONS_BYTES: usize = 16 * 1024 * 1024;
 const ENTRY_OVERHEAD: usize = 256;
 
 /// One session's conversation up to a sequence.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Conversation {
     /// Names this conversation to the agent, which may hold its stable
     /// part (`TranscriptBasis`); a new one is built under a new id.
@@ -240,18 +240,17 @@ mod tests {
         async fn read(&self, kept: &Conversations, floor: Floor) -> Vec<TranscriptItem> {
             let fresh = rebuild(&self.store, &Conversations::default(), "s", floor, None)
                 .await
-                .expect("fresh")
-                .items;
+                .expect("fresh");
             let through_kept = rebuild(&self.store, kept, "s", floor, None)
                 .await
-                .expect("kept")
-                .items;
+                .expect("kept");
             assert_eq!(
-                serde_json::to_value(&through_kept).expect("json"),
-                serde_json::to_value(&fresh).expect("json"),
+                serde_json::to_value(&through_kept.items).expect("json"),
+                serde_json::to_value(&fresh.items).expect("json"),
                 "at {floor:?}"
             );
-            through_kept
+            assert_eq!(through_kept.promoted, fresh.promoted, "at {floor:?}");
+            through_kept.items
         }
     }
 
@@ -355,6 +354,66 @@ mod tests {
             .iter()
             .any(|item| matches!(item, TranscriptItem::User { text } if text == "one")));
         assert!(kept.bytes() > 0, "the conversation is kept");
+    }
+
+    /// The callables a conversation expanded are counted as its calls are
+    /// read, kept with it, and the same whether the turn goes on from the
+    /// kept conversation or reads the whole log.
+    #[tokio::test]
+    async fn reading_or_calling_a_tool_promotes_it_once() {
+        let log = Log::new().await;
+        let kept = Conversations::default();
+        let used = |n: usize, name: &str, input: Value| {
+            (
+                Actor::Agent,
+                json!({"sessionUpdate": "tool_call", "toolCallId": format!("c{n}"),
+                       "title": name, "rawInput": input}),
+            )
+        };
+        let promoted = |floor| {
+            let (log, kept) = (&log, &kept);
+            async move {
+                log.read(kept, at(floor)).await;
+                rebuild(&log.store, kept, "s", at(floor), None)
+                    .await
+                    .expect("read")
+                    .promoted
+            }
+        };
+        // Before the first user message: not sent, so not promoted.
+        log.append(vec![used(0, "call", json!({"tool": "early"}))], None)
+            .await;
+        log.append(vec![words("hi")], None).await;
+        log.append(
+            vec![
+                used(1, "read", json!({"address": "~/tools/search"})),
+                used(2, "call", json!({"tool": "web_fetch", "input": {}})),
+            ],
+            None,
+        )
+        .await;
+        let floor = log.append(vec![words("more")], None).await;
+        assert_eq!(promoted(floor).await, vec!["web_fetch", "search"]);
+        log.append(
+            vec![
+                used(3, "call", json!({"tool": "search"})),
+                used(4, "read", json!({"address": "~/tools/"})),
+                used(5, "read", json!({"address": "~/memory/x"})),
+            ],
+            None,
+        )
+        .await;
+        let floor = log.append(vec![words("again")], None).await;
+        assert_eq!(promoted(floor).await, vec!["search", "web_fetch"]);
+        let many = (0..40)
+            .map(|n| used(10 + n, "call", json!({"tool": format!("t{n}")})))
+            .collect();
+        log.append(many, None).await;
+        let floor = log.append(vec![words("last")], None).await;
+        let names = promoted(floor).await;
+        assert_eq!(names.len(), crate::builtin::transcript::MAX_PROMOTED);
+        assert_eq!(names[0], "t39");
+        assert!(!names.iter().any(|name| name == "early"));
     }
 
     #[tokio::test]

@@ -16,8 +16,7 @@ use agentos_adapters::builtin::provider::{
 };
 use agentos_adapters::RpcError;
 use agentos_protocol::agent_ext::{
-    self, ContextParams, HeldTranscript, ProviderKey, ProviderRef, TranscriptItem, TurnContext,
-    VerbParams,
+    self, ContextParams, HeldTranscript, ProviderKey, ProviderRef, TurnContext, VerbParams,
 };
 use agentos_protocol::host::Actor;
 use agentos_protocol::seed::vocab::AuthMode;
@@ -233,6 +232,7 @@ impl Host {
             tools: Vec::new(),
             max_tokens: TITLE_TOKENS,
             cache_key: None,
+            rendered: Default::default(),
         };
         let mut text = String::new();
         let mut sink = |event: StreamEvent| {
@@ -408,7 +408,7 @@ impl Host {
             Some((oldest, metadata)) => (Some(oldest), metadata),
             None => (None, None),
         };
-        let transcript = transcript::rebuild_at(
+        let mut transcript = transcript::rebuild_at(
             &self.store,
             &self.conversations,
             turn.session_id,
@@ -427,7 +427,7 @@ impl Host {
             None,
             &delegated,
         );
-        let promoted = promoted(&transcript.items);
+        let promoted = std::mem::take(&mut transcript.promoted);
         let tools = self
             .verbs
             .provider_tools(&scope, &promoted)
@@ -654,9 +654,6 @@ impl Host {
     }
 }
 
-/// Promoted callables a turn considers, at most (each costs a lookup).
-const MAX_PROMOTED: usize = 32;
-
 /// The signed account of an event's actor, if a signed account sent it.
 fn signed_sender(actor: Actor) -> Option<String> {
     match actor {
@@ -695,34 +692,6 @@ fn scope_of(
     VerbScope::new(resolved, session_id, actor)
         .for_run(run_id, tool_call_id)
         .restricted(tools.as_deref())
-}
-
-/// The callables this thread has expanded: every tool the agent read as
-/// `~/tools/<name>` or named in `call`, the most recent first, at most
-/// [`MAX_PROMOTED`]. The verb layer intersects them with the grants.
-pub fn promoted(items: &[TranscriptItem]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for item in items {
-        let TranscriptItem::ToolCall { name, input, .. } = item else {
-            continue;
-        };
-        let touched = match name.as_str() {
-            "read" => input["address"]
-                .as_str()
-                .and_then(|a| a.strip_prefix("~/tools/"))
-                .filter(|rest| !rest.is_empty()),
-            "call" => input["tool"].as_str(),
-            _ => None,
-        };
-        if let Some(tool) = touched {
-            let tool = tool.trim_end_matches('/');
-            names.retain(|n| n != tool);
-            names.push(tool.to_owned());
-        }
-    }
-    names.reverse();
-    names.truncate(MAX_PROMOTED);
-    names
 }
 
 fn encode<T: serde::Serialize>(value: Result<T, RpcError>) -> Result<Value, RpcError> {
@@ -769,7 +738,6 @@ impl AgentHost for Host {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn config(provider_type: &str, base_url: Option<&str>) -> ModelProviderConfig {
         ModelProviderConfig {
@@ -813,29 +781,5 @@ mod tests {
             pinned.resolve(&config("ollama", None)).unwrap(),
             (OLLAMA_DEFAULT.to_owned(), false)
         );
-    }
-
-    #[test]
-    fn reading_or_calling_a_tool_promotes_it_once() {
-        let call = |name: &str, input: Value| TranscriptItem::ToolCall {
-            id: "c".into(),
-            name: name.into(),
-            input,
-            signature: None,
-        };
-        let items = vec![
-            call("read", json!({"address": "~/tools/search"})),
-            call("call", json!({"tool": "web_fetch", "input": {}})),
-            call("call", json!({"tool": "search"})),
-            call("read", json!({"address": "~/tools/"})),
-            call("read", json!({"address": "~/memory/x"})),
-        ];
-        assert_eq!(promoted(&items), vec!["search", "web_fetch"]);
-        let many: Vec<TranscriptItem> = (0..40)
-            .map(|n| call("call", json!({"tool": format!("t{n}")})))
-            .collect();
-        let names = promoted(&many);
-        assert_eq!(names.len(), MAX_PROMOTED);
-        assert_eq!(names[0], "t39");
     }
 }

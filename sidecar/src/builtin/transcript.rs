@@ -79,7 +79,7 @@ pub async fn rebuild_at(
         floor.attempt_from = Some(before.map_or(at, |last| at.max(last.saturating_add(1))));
     }
     let Some(oldest) = oldest else {
-        return Ok(Transcript::whole(Vec::new()));
+        return Ok(Transcript::whole(Builder::default()));
     };
     let reusable = kept.take(session_id).filter(|conversation| {
         conversation.oldest == oldest && floor.at.is_none_or(|at| conversation.through < at)
@@ -94,14 +94,14 @@ pub async fn rebuild_at(
             if conversation.bytes.saturating_add(bytes) > TRANSCRIPT_BYTES {
                 // The window moves from here on: nothing is kept.
                 let events = read_window(store, session_id).await?.0;
-                return Ok(Transcript::whole(items(&events, floor)));
+                return Ok(Transcript::whole(built(&events, floor)));
             }
             (conversation, events)
         }
         None => {
             let (events, whole) = read_window(store, session_id).await?;
             if !whole {
-                return Ok(Transcript::whole(items(&events, floor)));
+                return Ok(Transcript::whole(built(&events, floor)));
             }
             (Conversation::new(oldest), events)
         }
@@ -113,10 +113,17 @@ pub async fn rebuild_at(
     for event in &events[..split] {
         conversation.absorb(event);
     }
-    let mut builder = conversation.builder.clone();
+    let stable = conversation.stable();
+    let keep = held
+        .filter(|held| held.id == conversation.id && held.items <= stable)
+        .map_or(0, |held| held.items);
+    // The turn's conversation goes on from the kept one without copying
+    // the part the agent holds, which no later event changes.
+    let mut builder = conversation.builder.fork(keep as usize);
     for event in &events[split..] {
         builder.absorb(event, floor);
     }
+    let promoted = builder.promoted();
     let items = builder.finish();
     // Who sent the words at the floor, when this read reached them.
     let floor_actor = floor.at.and_then(|at| {
@@ -125,10 +132,6 @@ pub async fn rebuild_at(
             .find(|event| event.sequence == at)
             .map(|event| event.actor.clone())
     });
-    let stable = conversation.stable();
-    let keep = held
-        .filter(|held| held.id == conversation.id && held.items <= stable)
-        .map_or(0, |held| held.items);
     let basis = TranscriptBasis {
         id: conversation.id.clone(),
         keep,
@@ -139,11 +142,12 @@ pub async fn rebuild_at(
         items,
         basis: Some(basis),
         floor_actor,
+        promoted,
     })
 }
 
-/// A turn's whole conversation, and how it stands to the part the agent
-/// holds (none when the conversation is not kept).
+/// A turn's conversation as the agent is sent it: the items after those it
+/// keeps (`basis.keep`; all of them when the conversation is not kept).
 #[derive(Debug)]
 pub struct Transcript {
     pub items: Vec<TranscriptItem>,
@@ -151,23 +155,24 @@ pub struct Transcript {
     /// The actor of the event at the floor, when it was among the events
     /// read (otherwise the caller reads it, if it needs it).
     pub floor_actor: Option<Actor>,
+    /// The callables the whole conversation has expanded, the most recent
+    /// first (see [`Builder::promoted`]).
+    pub promoted: Vec<String>,
 }
 
 impl Transcript {
-    fn whole(items: Vec<TranscriptItem>) -> Transcript {
+    fn whole(builder: Builder) -> Transcript {
         Transcript {
-            items,
+            promoted: builder.promoted(),
+            items: builder.finish(),
             basis: None,
             floor_actor: None,
         }
     }
 
-    /// What the agent is sent: the items after those it keeps.
+    /// What the agent is sent, and how it stands to what it holds.
     pub fn for_agent(self) -> (Vec<TranscriptItem>, Option<TranscriptBasis>) {
-        let mut items = self.items;
-        let keep = self.basis.as_ref().map_or(0, |basis| basis.keep as usize);
-        items.drain(..keep.min(items.len()));
-        (items, self.basis)
+        (self.items, self.basis)
     }
 }
 
@@ -276,16 +281,34 @@ pub struct Floor {
 
 /// The conversation the events hold (ascending by sequence).
 pub fn items(events: &[StoredEvent], floor: Floor) -> Vec<TranscriptItem> {
+    built(events, floor).finish()
+}
+
+fn built(events: &[StoredEvent], floor: Floor) -> Builder {
     let mut builder = Builder::default();
     for event in events {
         builder.absorb(event, floor);
     }
-    builder.finish()
+    builder
 }
 
-#[derive(Clone, Default)]
+/// Callables a turn considers promoted, at most (each costs a lookup).
+pub const MAX_PROMOTED: usize = 32;
+
+/// A conversation being read from the log. Items are only ever appended,
+/// or the last one extended, so a builder may go on from another's state
+/// with the leading items left behind (`fork`): `base` counts them, and
+/// every index it keeps counts from the conversation's start.
+#[derive(Default)]
 pub(super) struct Builder {
     items: Vec<TranscriptItem>,
+    /// Items before `items[0]`, left with the builder this was forked from.
+    base: usize,
+    /// The first user message's index: what `finish` returns starts there.
+    first_user: Option<usize>,
+    /// Callables expanded from the first user message on, the most recent
+    /// last, each once, at most [`MAX_PROMOTED`].
+    promoted: Vec<String>,
     /// Agent calls without a result yet: (id, name).
     open: Vec<(String, String)>,
     /// User verbs without a result yet: (id, verb, input).
@@ -340,7 +363,7 @@ impl Builder {
                     let continues = matches!(
                         (&self.last_signed, &sender),
                         (Some((at, by)), Some(account))
-                            if by == account && *at + 1 == self.items.len()
+                            if by == account && *at + 1 == self.len()
                     );
                     let text = match &sender {
                         Some(account) if !continues => {
@@ -350,7 +373,7 @@ impl Builder {
                         _ => text,
                     };
                     self.user(text);
-                    self.last_signed = sender.map(|account| (self.items.len() - 1, account));
+                    self.last_signed = sender.map(|account| (self.len() - 1, account));
                 }
             }
             "agent_message_chunk" => {
@@ -396,10 +419,74 @@ impl Builder {
         }
     }
 
+    /// Items of the conversation so far, those left behind included.
+    fn len(&self) -> usize {
+        self.base + self.items.len()
+    }
+
+    fn push(&mut self, item: TranscriptItem) {
+        if self.first_user.is_none() && matches!(item, TranscriptItem::User { .. }) {
+            self.first_user = Some(self.len());
+        }
+        self.items.push(item);
+    }
+
+    /// A builder that goes on from this one's state holding only what
+    /// follows the first `keep` items of what `finish` returns, which no
+    /// later event changes (`keep` is at most `stable()`). It copies the
+    /// items after them and the few calls and actions still open, not the
+    /// conversation.
+    pub(super) fn fork(&self, keep: usize) -> Builder {
+        let from = match self.first_user {
+            Some(first) => (first + keep)
+                .min(self.len().saturating_sub(1))
+                .max(self.base),
+            None => self.base,
+        };
+        Builder {
+            items: self.items[from - self.base..].to_vec(),
+            base: from,
+            first_user: self.first_user,
+            promoted: self.promoted.clone(),
+            open: self.open.clone(),
+            user_actions: self.user_actions.clone(),
+            deferred: self.deferred.clone(),
+            last_signed: self.last_signed.clone(),
+            extra: self.extra,
+        }
+    }
+
+    /// The callables this conversation has expanded: every tool the agent
+    /// read as `~/tools/<name>` or named in `call`, the most recent first,
+    /// at most [`MAX_PROMOTED`]. The verb layer intersects them with the
+    /// grants.
+    pub(super) fn promoted(&self) -> Vec<String> {
+        self.promoted.iter().rev().cloned().collect()
+    }
+
+    fn touch(&mut self, name: &str, input: &Value) {
+        let touched = match name {
+            "read" => input["address"]
+                .as_str()
+                .and_then(|a| a.strip_prefix("~/tools/"))
+                .filter(|rest| !rest.is_empty()),
+            "call" => input["tool"].as_str(),
+            _ => None,
+        };
+        if let Some(tool) = touched {
+            let tool = tool.trim_end_matches('/');
+            self.promoted.retain(|n| n != tool);
+            if self.promoted.len() == MAX_PROMOTED {
+                self.promoted.remove(0);
+            }
+            self.promoted.push(tool.to_owned());
+        }
+    }
+
     /// Answers every open call before anything but a call or a result.
     fn close_open(&mut self) {
         for (id, name) in std::mem::take(&mut self.open) {
-            self.items.push(TranscriptItem::ToolResult {
+            self.push(TranscriptItem::ToolResult {
                 id,
                 name,
                 output: INTERRUPTED.into(),
@@ -411,28 +498,32 @@ impl Builder {
 
     fn flush_deferred(&mut self) {
         for text in std::mem::take(&mut self.deferred) {
-            self.items.push(TranscriptItem::User { text });
+            self.push(TranscriptItem::User { text });
         }
     }
 
     fn user(&mut self, text: String) {
         self.close_open();
-        self.items.push(TranscriptItem::User { text });
+        self.push(TranscriptItem::User { text });
     }
 
     fn assistant(&mut self, text: &str) {
         self.close_open();
         match self.items.last_mut() {
             Some(TranscriptItem::Assistant { text: last }) => last.push_str(text),
-            _ => self.items.push(TranscriptItem::Assistant {
+            _ => self.push(TranscriptItem::Assistant {
                 text: text.to_owned(),
             }),
         }
     }
 
     fn call(&mut self, id: String, name: String, input: Value, signature: Option<String>) {
+        // What comes before the first user message is not sent.
+        if self.first_user.is_some() {
+            self.touch(&name, &input);
+        }
         self.open.push((id.clone(), name.clone()));
-        self.items.push(TranscriptItem::ToolCall {
+        self.push(TranscriptItem::ToolCall {
             id,
             name,
             input,
@@ -445,7 +536,7 @@ impl Builder {
             return;
         };
         let (id, name) = self.open.remove(at);
-        self.items.push(TranscriptItem::ToolResult {
+        self.push(TranscriptItem::ToolResult {
             id,
             name,
             output: cut_with_notice(&output, MODEL_RESULT_BYTES),
@@ -480,21 +571,20 @@ impl Builder {
     /// change: all from the first user message on but the last (which more
     /// text may extend).
     pub(super) fn stable(&self) -> usize {
-        self.items
-            .iter()
-            .position(|item| matches!(item, TranscriptItem::User { .. }))
-            .map_or(0, |first| (self.items.len() - 1).saturating_sub(first))
+        self.first_user
+            .map_or(0, |first| (self.len() - 1).saturating_sub(first))
     }
 
+    /// The conversation from its first user message on (a window cut
+    /// mid-conversation starts there), less the items a fork left behind.
     pub(super) fn finish(mut self) -> Vec<TranscriptItem> {
         self.close_open();
-        // A window cut mid-conversation starts at its first user message.
-        let start = self
-            .items
-            .iter()
-            .position(|item| matches!(item, TranscriptItem::User { .. }))
-            .unwrap_or(self.items.len());
-        self.items.split_off(start)
+        let start = self.first_user.unwrap_or(self.len()).max(self.base) - self.base;
+        if start == 0 {
+            self.items
+        } else {
+            self.items.split_off(start)
+        }
     }
 }
 

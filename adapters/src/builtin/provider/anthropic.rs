@@ -456,6 +456,7 @@ mod tests {
             tools: vec![],
             max_tokens: 10,
             cache_key: None,
+            rendered: Default::default(),
         };
         let body = request_body(&request);
         assert!(body.get("system").is_none());

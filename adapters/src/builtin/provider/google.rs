@@ -588,6 +588,7 @@ mod tests {
             tools: vec![],
             max_tokens: 10,
             cache_key: None,
+            rendered: Default::default(),
         };
         let body = request_body(&request);
         let signature_of = |content: usize, part: usize| {

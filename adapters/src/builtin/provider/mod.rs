@@ -18,6 +18,7 @@ use std::time::Duration;
 
 pub use agentos_protocol::agent_ext::ImagePart;
 
+pub use openai::Rendered;
 use transport::Transport;
 
 /// The API family a provider speaks, read from the Seed provider record's
@@ -44,6 +45,15 @@ impl ProviderKind {
             "openai-codex" => ProviderKind::OpenAiCodex,
             _ => ProviderKind::OpenAiCompatible,
         }
+    }
+
+    /// Whether the family writes each message of a conversation as a value
+    /// of its own, so that the leading ones may be written once
+    /// ([`Rendered`]): chat completions do; Anthropic and Google fold a
+    /// run of messages into one turn, and Codex a message into several
+    /// items, so they write the whole conversation at each call.
+    pub fn writes_messages_alone(&self) -> bool {
+        matches!(self, ProviderKind::OpenAi | ProviderKind::OpenAiCompatible)
     }
 
     /// The public API's address, for records that name none. A compatible
@@ -132,7 +142,7 @@ pub enum Message {
 }
 
 /// One model call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct ModelRequest {
     pub model: String,
     pub system: String,
@@ -142,6 +152,10 @@ pub struct ModelRequest {
     /// What the provider may key its prompt cache on (the session): sent
     /// where the API takes one.
     pub cache_key: Option<String>,
+    /// The chat completions form of the leading messages, written once
+    /// and resent as written (see [`Rendered`]); the other families write
+    /// every message at each call.
+    pub rendered: Rendered,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -579,6 +593,7 @@ pub(super) fn image_conversation(model: &str) -> ModelRequest {
         tools: vec![],
         max_tokens: 10,
         cache_key: None,
+        rendered: Default::default(),
     }
 }
 
@@ -745,6 +760,7 @@ mod tests {
             tools: Vec::new(),
             max_tokens: 1,
             cache_key: None,
+            rendered: Default::default(),
         };
         let mut sink = |_e: StreamEvent| {};
         assert_send(&provider.stream(&endpoint, &request, &mut sink));

@@ -9,6 +9,7 @@ use agentos_protocol::agent_ext::ImagePart;
 use reqwest::header::HeaderMap;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::transport::{secret_header, EventStream, Transport};
@@ -116,6 +117,7 @@ impl Serialize for Tools<'_> {
 
 /// The conversation as chat messages. Chat completions take images only in
 /// user messages: those a run of tool results showed follow it in one.
+/// A message the request holds already written (`Rendered`) is copied in.
 struct Messages<'a>(&'a ModelRequest);
 
 impl Serialize for Messages<'_> {
@@ -128,40 +130,103 @@ impl Serialize for Messages<'_> {
                 content: &request.system,
             })?;
         }
+        let written = request.rendered.0.as_slice();
         let mut shown: Vec<&ImagePart> = Vec::new();
-        for message in &request.messages {
+        for (at, message) in request.messages.iter().enumerate() {
             if !matches!(message, Message::ToolResult { .. }) && !shown.is_empty() {
                 seq.serialize_element(&Shown(&std::mem::take(&mut shown)))?;
             }
-            match message {
-                Message::User { text } => seq.serialize_element(&Plain {
-                    role: "user",
-                    content: text,
-                })?,
-                Message::Assistant {
-                    text, tool_calls, ..
-                } => seq.serialize_element(&Assistant { text, tool_calls })?,
-                Message::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                    images,
-                    ..
-                } => {
-                    shown.extend(images);
-                    seq.serialize_element(&ToolMessage {
-                        call_id,
-                        content,
-                        is_error: *is_error,
-                        with_images: !images.is_empty(),
-                    })?;
-                }
+            match written.get(at) {
+                Some(value) => seq.serialize_element(value)?,
+                None => seq.serialize_element(&Element(message))?,
+            }
+            if let Message::ToolResult { images, .. } = message {
+                shown.extend(images);
             }
         }
         if !shown.is_empty() {
             seq.serialize_element(&Shown(&shown))?;
         }
         seq.end()
+    }
+}
+
+/// The leading messages of a conversation in chat completions' form, one
+/// JSON value each, written once and copied into every request that
+/// resends them: a session's turns resend its whole conversation, which
+/// would otherwise be escaped and written again at every model call.
+///
+/// It holds the form of `messages[..len]` of the request it goes with; the
+/// builtin agent extends it only over messages no later turn changes (the
+/// held part of the conversation), and never over one that shows images,
+/// whose text depends on them while the turn may drop them.
+#[derive(Clone, Default)]
+pub struct Rendered(Vec<Box<RawValue>>);
+
+impl Rendered {
+    /// Writes the messages after those already written, up to the end of
+    /// `messages` or the first that shows images.
+    pub fn extend(&mut self, messages: &[Message]) {
+        for message in messages.iter().skip(self.0.len()) {
+            if matches!(message, Message::ToolResult { images, .. } if !images.is_empty()) {
+                return;
+            }
+            match serde_json::value::to_raw_value(&Element(message)) {
+                Ok(value) => self.0.push(value),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// How many leading messages are written.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Forgets the written form of messages from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.0.truncate(len);
+    }
+}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rendered({} messages)", self.0.len())
+    }
+}
+
+/// One message as its chat completions value.
+struct Element<'a>(&'a Message);
+
+impl Serialize for Element<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Message::User { text } => Plain {
+                role: "user",
+                content: text,
+            }
+            .serialize(serializer),
+            Message::Assistant {
+                text, tool_calls, ..
+            } => Assistant { text, tool_calls }.serialize(serializer),
+            Message::ToolResult {
+                call_id,
+                content,
+                is_error,
+                images,
+                ..
+            } => ToolMessage {
+                call_id,
+                content,
+                is_error: *is_error,
+                with_images: !images.is_empty(),
+            }
+            .serialize(serializer),
+        }
     }
 }
 
@@ -649,6 +714,34 @@ mod tests {
         (Ok(None), seen)
     }
 
+    /// Messages written once are copied into the body as they would have
+    /// been written, byte for byte; the writing stops at one that shows
+    /// images, whose text depends on them.
+    #[test]
+    fn written_messages_make_the_body_they_would_have_made() {
+        let mut request = crate::builtin::provider::image_conversation("gpt-4o");
+        request.system = "be \"brief\"\n".into();
+        request.messages.insert(
+            0,
+            Message::Assistant {
+                text: "quote \" and \\ and \u{1} and é".into(),
+                tool_calls: Vec::new(),
+                signature: None,
+            },
+        );
+        let text = |request: &ModelRequest| {
+            serde_json::to_string(&body(ProviderKind::OpenAi, request)).expect("body")
+        };
+        let plain = text(&request);
+        request.rendered.extend(&request.messages);
+        // The first three messages; the fourth shows an image.
+        assert_eq!(request.rendered.len(), 3);
+        assert_eq!(text(&request), plain);
+        // A request with more messages than were written.
+        request.rendered.truncate(1);
+        assert_eq!(text(&request), plain);
+    }
+
     #[test]
     fn body_carries_system_tools_and_history() {
         let request = ModelRequest {
@@ -681,6 +774,7 @@ mod tests {
             }],
             max_tokens: 100,
             cache_key: None,
+            rendered: Default::default(),
         };
         let body = request_body(ProviderKind::OpenAi, &request);
         assert_eq!(
