@@ -215,17 +215,9 @@ async fn steps(
         };
         request.messages.push(Message::User { text });
     }
-    // Every tool call id this conversation already holds.
-    let mut used_ids: std::collections::HashSet<String> = request
-        .messages
-        .iter()
-        .flat_map(|m| match m {
-            Message::Assistant { tool_calls, .. } => {
-                tool_calls.iter().map(|c| c.id.clone()).collect::<Vec<_>>()
-            }
-            _ => Vec::new(),
-        })
-        .collect();
+    // Every tool call id this conversation already holds, read once the
+    // model first calls a tool.
+    let mut used_ids: Option<std::collections::HashSet<String>> = None;
     let mut usage = Usage {
         input_tokens: 0,
         output_tokens: 0,
@@ -284,12 +276,15 @@ async fn steps(
             closing["update"]["_meta"] = json!({"agentos": {agent_ext::MESSAGE_META: meta}});
             agent.peer.notify(methods::SESSION_UPDATE, closing).await;
         }
-        for call in &mut step.calls {
-            if !usable_id(&call.id) || !used_ids.insert(call.id.clone()) {
-                // A provider may repeat ids across calls (`call_0` every
-                // time) or send none; the log needs each one unique.
-                call.id = format!("call_{}", uuid::Uuid::new_v4().simple());
-                used_ids.insert(call.id.clone());
+        if !step.calls.is_empty() {
+            let used_ids = used_ids.get_or_insert_with(|| call_ids(&request.messages));
+            for call in &mut step.calls {
+                if !usable_id(&call.id) || !used_ids.insert(call.id.clone()) {
+                    // A provider may repeat ids across calls (`call_0` every
+                    // time) or send none; the log needs each one unique.
+                    call.id = format!("call_{}", uuid::Uuid::new_v4().simple());
+                    used_ids.insert(call.id.clone());
+                }
             }
         }
         usage.input_tokens = usage.input_tokens.saturating_add(step.usage.input_tokens);
@@ -355,6 +350,18 @@ async fn steps(
             "outputTokens": usage.output_tokens,
         }}},
     }))
+}
+
+/// The ids of the tool calls a conversation holds.
+fn call_ids(messages: &[Message]) -> std::collections::HashSet<String> {
+    messages
+        .iter()
+        .flat_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.as_slice(),
+            _ => &[],
+        })
+        .map(|call| call.id.clone())
+        .collect()
 }
 
 /// Images a turn's requests carry at most, in base64 bytes: every model
