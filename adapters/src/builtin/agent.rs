@@ -133,17 +133,24 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
 }
 
 fn memchr(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|b| *b == b'\n')
+    memchr::memchr(b'\n', buf)
 }
 
 impl Agent {
-    async fn dispatch(self: &Arc<Self>, message: Value) {
-        let method = message.get("method").and_then(Value::as_str);
-        let id = message.get("id").cloned();
-        match (method, id) {
-            (None, Some(_)) => self.peer.resolve(&message),
+    /// Serves one message; its parts are moved out of it, not copied.
+    async fn dispatch(self: &Arc<Self>, mut message: Value) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let id = message.get_mut("id").map(Value::take);
+        match (method.as_deref(), id) {
+            (None, Some(id)) => self.peer.resolve(&id, message),
             (Some(method), Some(id)) => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                let params = message
+                    .get_mut("params")
+                    .map(Value::take)
+                    .unwrap_or(Value::Null);
                 self.request(method.to_owned(), id, params).await;
             }
             (Some(methods::SESSION_CANCEL), None) => {

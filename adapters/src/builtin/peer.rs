@@ -179,17 +179,20 @@ impl Peer {
     }
 
     /// Hands an answer from the client to the request waiting for it.
-    pub fn resolve(&self, message: &Value) {
-        let Some(id) = message.get("id").and_then(Value::as_u64) else {
+    pub fn resolve(&self, id: &Value, mut message: Value) {
+        let Some(id) = id.as_u64() else {
             return;
         };
         let Some(reply) = lock(&self.pending).waiting.remove(&id) else {
             return;
         };
-        let result = match message.get("error") {
+        let result = match message.get_mut("error").map(Value::take) {
             Some(error) => Err(serde_json::from_value::<RpcError>(error.clone())
                 .unwrap_or_else(|_| RpcError::internal(error.to_string()))),
-            None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+            None => Ok(message
+                .get_mut("result")
+                .map(Value::take)
+                .unwrap_or(Value::Null)),
         };
         let _ = reply.send(result);
     }

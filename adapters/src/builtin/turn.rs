@@ -91,7 +91,7 @@ pub(super) async fn run(
         held,
     };
     let mut conversation = None;
-    let source = match agent
+    let mut source = match agent
         .peer
         .request(agent_ext::methods::CONTEXT, json!(params))
         .await
@@ -133,15 +133,15 @@ pub(super) async fn run(
         // It knows the method: the sidecar, which could not give one.
         Err(e) => return Err(client_failed(agent, session, Client::Sidecar, e).await),
     };
-    let (system, tools, mut conversation, max_tokens) = match (&source, conversation) {
+    let (system, tools, mut conversation, max_tokens) = match (&mut source, conversation) {
         (Source::Sidecar(ctx), Some(conversation)) => (
-            ctx.system_prompt.clone(),
-            ctx.tools
-                .iter()
+            std::mem::take(&mut ctx.system_prompt),
+            std::mem::take(&mut ctx.tools)
+                .into_iter()
                 .map(|t| ToolSpec {
-                    name: t.name.clone(),
-                    description: t.description.clone(),
-                    parameters: t.parameters.clone(),
+                    name: t.name,
+                    description: t.description,
+                    parameters: t.parameters,
                 })
                 .collect::<Vec<_>>(),
             conversation,

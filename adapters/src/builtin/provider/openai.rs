@@ -100,18 +100,32 @@ impl Serialize for StreamOptions {
 
 struct Tools<'a>(&'a [super::ToolSpec]);
 
+/// Each tool as a function, written from the spec (its schema is not
+/// copied into a new JSON tree at every call).
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|tool| {
-            json!({
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                },
-            })
-        }))
+        serializer.collect_seq(self.0.iter().map(Function))
+    }
+}
+
+struct Function<'a>(&'a super::ToolSpec);
+
+impl Serialize for Function<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Spec<'a>(&'a super::ToolSpec);
+        impl Serialize for Spec<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(3))?;
+                map.serialize_entry("description", &self.0.description)?;
+                map.serialize_entry("name", &self.0.name)?;
+                map.serialize_entry("parameters", &self.0.parameters)?;
+                map.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("function", &Spec(self.0))?;
+        map.serialize_entry("type", "function")?;
+        map.end()
     }
 }
 
@@ -269,13 +283,28 @@ struct Calls<'a>(&'a [ToolCall]);
 
 impl Serialize for Calls<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|call| {
-            json!({
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": arguments_text(&call.arguments)},
-            })
-        }))
+        serializer.collect_seq(self.0.iter().map(Call))
+    }
+}
+
+struct Call<'a>(&'a ToolCall);
+
+impl Serialize for Call<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Named<'a>(&'a ToolCall);
+        impl Serialize for Named<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("arguments", &arguments_text(&self.0.arguments))?;
+                map.serialize_entry("name", &self.0.name)?;
+                map.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("function", &Named(self.0))?;
+        map.serialize_entry("id", &self.0.id)?;
+        map.serialize_entry("type", "function")?;
+        map.end()
     }
 }
 
