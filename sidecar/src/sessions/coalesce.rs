@@ -55,15 +55,47 @@ impl ChunkBuffer {
     /// Adds a chunk, merging it into the last one when they differ only in
     /// their text.
     pub fn push(&mut self, update: Value) {
-        // Not `pointer`, which copies the path to unescape it, per delta.
-        self.bytes += update
-            .get("content")
-            .and_then(|content| content.get("text"))
-            .and_then(Value::as_str)
-            .map_or(0, str::len);
-        if !merge_into(self.items.last_mut(), &update) {
+        if !self.merge(&update) {
             self.items.push(update);
         }
+    }
+
+    /// [`push`](Self::push) from a borrowed chunk: it is copied only when
+    /// it does not merge, so the caller may hand the chunk on after.
+    pub fn push_ref(&mut self, update: &Value) {
+        if !self.merge(update) {
+            self.items.push(update.clone());
+        }
+    }
+
+    /// Adds an `agent_message_chunk` of `content` as [`push_ref`] does,
+    /// without making the chunk unless it does not merge.
+    pub fn push_message_content(&mut self, content: &Value) {
+        let merged = match (self.items.last_mut(), content.as_object()) {
+            (Some(Value::Object(last)), Some(next)) => {
+                last.len() == 2
+                    && last.get("sessionUpdate").and_then(Value::as_str)
+                        == Some("agent_message_chunk")
+                    && match last.get_mut("content") {
+                        Some(Value::Object(prev)) => append_text(prev, next),
+                        _ => false,
+                    }
+            }
+            _ => false,
+        };
+        if merged {
+            self.bytes += text_of(content).map_or(0, str::len);
+        } else {
+            self.push(
+                serde_json::json!({"sessionUpdate": "agent_message_chunk", "content": content}),
+            );
+        }
+    }
+
+    /// Merges `update` into the last chunk if it can, counting its text.
+    fn merge(&mut self, update: &Value) -> bool {
+        self.bytes += update.get("content").and_then(text_of).map_or(0, str::len);
+        merge_into(self.items.last_mut(), update)
     }
 
     /// Empties the buffer, returning its chunks merged for storage.
@@ -79,10 +111,21 @@ impl ChunkBuffer {
     }
 }
 
+/// A content block's text, if it has one (not `pointer`, which copies the
+/// path to unescape it, per delta).
+fn text_of(content: &Value) -> Option<&str> {
+    content.get("text").and_then(Value::as_str)
+}
+
+/// Whether a content block is a text block.
+fn is_text(content: &Map<String, Value>) -> bool {
+    content.get("type").and_then(Value::as_str) == Some("text")
+        && content.get("text").is_some_and(Value::is_string)
+}
+
 fn text_content(update: &Map<String, Value>) -> Option<&Map<String, Value>> {
     let content = update.get("content")?.as_object()?;
-    (content.get("type")?.as_str()? == "text" && content.get("text")?.is_string())
-        .then_some(content)
+    is_text(content).then_some(content)
 }
 
 /// Whether `a` and `b` hold the same entries, `skip` aside. Compares in
@@ -95,24 +138,35 @@ fn same_except(a: &Map<String, Value>, b: &Map<String, Value>, skip: &[&str]) ->
             .all(|(k, v)| b.get(k) == Some(v))
 }
 
-/// Whether two chunks are text chunks that differ in nothing but
-/// `content.text`. Compares in place: nothing is cloned, so a merge costs
-/// the same however long the buffered text has grown.
-fn differ_only_in_text(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
-    match (text_content(a), text_content(b)) {
-        (Some(ca), Some(cb)) => same_except(a, b, &["content"]) && same_except(ca, cb, &["text"]),
-        _ => false,
+/// Appends `next`'s text to `prev` when both are text blocks that differ
+/// in nothing but their text; `false` (nothing changed) otherwise.
+/// Compares in place: nothing is cloned, so a merge costs the same however
+/// long the buffered text has grown.
+fn append_text(prev: &mut Map<String, Value>, next: &Map<String, Value>) -> bool {
+    if !(is_text(prev) && is_text(next) && same_except(prev, next, &["text"])) {
+        return false;
     }
+    if let (Some(Value::String(text)), Some(addition)) = (
+        prev.get_mut("text"),
+        next.get("text").and_then(Value::as_str),
+    ) {
+        text.push_str(addition);
+    }
+    true
 }
 
 /// Whether `next` closes `prev`'s message: a text chunk of it with no text
 /// and a `_meta` of its own.
 fn closes(prev: &Map<String, Value>, next: &Map<String, Value>) -> bool {
-    let (Some(cp), Some(cn)) = (text_content(prev), text_content(next)) else {
+    let Some(cn) =
+        text_content(next).filter(|cn| cn.get("text").and_then(Value::as_str) == Some(""))
+    else {
         return false;
     };
-    cn.get("text").and_then(Value::as_str) == Some("")
-        && next.get("_meta").is_some_and(Value::is_object)
+    let Some(cp) = text_content(prev) else {
+        return false;
+    };
+    next.get("_meta").is_some_and(Value::is_object)
         && same_except(prev, next, &["content", "_meta"])
         && same_except(cp, cn, &["text"])
 }
@@ -130,18 +184,13 @@ fn merge_into(prev: Option<&mut Value>, next: &Value) -> bool {
         }
         return true;
     }
-    if !differ_only_in_text(prev, next) {
+    if !same_except(prev, next, &["content"]) {
         return false;
     }
-    let addition = next
-        .get("content")
-        .and_then(|c| c.get("text"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if let Some(Value::String(text)) = prev.get_mut("content").and_then(|c| c.get_mut("text")) {
-        text.push_str(addition);
+    match (prev.get_mut("content"), next.get("content")) {
+        (Some(Value::Object(cp)), Some(Value::Object(cn))) => append_text(cp, cn),
+        _ => false,
     }
-    true
 }
 
 /// Merges adjacent text chunks that differ in nothing but `content.text`.
@@ -217,6 +266,38 @@ mod tests {
             coalesce(vec![chunk("a"), other.clone()]),
             vec![chunk("a"), other]
         );
+    }
+
+    /// Merging from a borrowed chunk, or from a message's content alone,
+    /// makes what pushing the whole chunk makes.
+    #[test]
+    fn a_borrowed_chunk_or_content_merges_as_a_pushed_chunk_does() {
+        let mut with_meta = chunk("b");
+        with_meta["_meta"] = json!({"x": 1});
+        let image = json!({"sessionUpdate":"agent_message_chunk","messageId":"m","content":{"type":"image","data":"AA==","mimeType":"image/png"}});
+        let chunks = vec![
+            chunk("a"),
+            chunk("b"),
+            with_meta,
+            chunk("c"),
+            image,
+            chunk("d"),
+        ];
+        let mut by_ref = ChunkBuffer::default();
+        for item in &chunks {
+            by_ref.push_ref(item);
+        }
+        let mut contents = ChunkBuffer::default();
+        let mut whole = ChunkBuffer::default();
+        for item in &chunks {
+            contents.push_message_content(&item["content"]);
+            whole.push(json!({"sessionUpdate": "agent_message_chunk", "content": item["content"]}));
+        }
+        assert_eq!((contents.bytes(), by_ref.bytes()), (5, 5));
+        assert_eq!(by_ref.take(), coalesce(chunks));
+        let merged = contents.take();
+        assert_eq!(merged, whole.take());
+        assert_eq!(merged.len(), 3, "{merged:?}");
     }
 
     #[test]

@@ -207,16 +207,16 @@ impl Route {
     /// Publishes a live update, in order with the durable events before it:
     /// at once when everything handed off is finished (copied only when
     /// anyone listens), else behind it.
-    pub(super) fn publish_live(&mut self, update: &Value) {
+    pub(super) fn publish_live(&mut self, update: Value) {
         let after = self.counters.latest_sequence;
         if self.pipeline.finished() {
             self.shared
                 .hub
-                .publish_ephemeral_with(&self.session_id, after, || update.clone());
+                .publish_ephemeral_with(&self.session_id, after, || update);
         } else {
             let _ = self
                 .pipeline
-                .hand(&self.committer, Work::Ephemeral(after, update.clone()));
+                .hand(&self.committer, Work::Ephemeral(after, update));
         }
     }
 

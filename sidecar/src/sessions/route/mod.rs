@@ -455,9 +455,7 @@ impl Route {
     async fn idle_event(&mut self, event: AdapterEvent) -> Result<(), SessionError> {
         match event {
             AdapterEvent::SessionUpdate(update) => match self.classify(update) {
-                Some(Incoming::Chunk(update) | Incoming::Live(update)) => {
-                    self.publish_live(&update)
-                }
+                Some(Incoming::Chunk(update) | Incoming::Live(update)) => self.publish_live(update),
                 Some(Incoming::Durable(payload_json) | Incoming::Failure(payload_json)) => {
                     let event = NewEvent::raw_update(Actor::Agent, payload_json);
                     self.commit(vec![event], vec![]).await?;

@@ -357,11 +357,11 @@ impl Route {
                                 .get("content")
                                 .filter(|c| c.get("text").and_then(Value::as_str) != Some(""))
                             {
-                                turn.message.push(json!({"sessionUpdate": "agent_message_chunk", "content": content}));
+                                turn.message.push_message_content(content);
                             }
                         }
-                        self.publish_live(&update);
-                        turn.buffer.push(update);
+                        turn.buffer.push_ref(&update);
+                        self.publish_live(update);
                         let limit = self.shared.limits.max_completed_message_bytes;
                         let used = turn.buffer.bytes() as u64;
                         if used > limit {
@@ -376,7 +376,7 @@ impl Route {
                         self.shared
                             .warn_session(&self.session_id, MESSAGE_SETTING, used, limit);
                     } else if let Incoming::Live(update) = incoming {
-                        self.publish_live(&update);
+                        self.publish_live(update);
                     } else if let Incoming::Durable(payload_json)
                     | Incoming::Failure(payload_json) = incoming
                     {
