@@ -63,6 +63,7 @@ fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ModelRequest {
         tools,
         max_tokens: 256,
         cache_key: None,
+        rendered: Default::default(),
     }
 }
 
@@ -677,6 +678,59 @@ async fn a_compatible_server_without_key_gets_no_auth_and_max_tokens() {
     assert_eq!(sent.header("authorization"), None);
     assert_eq!(sent.body["max_tokens"], 256);
     assert!(sent.body.get("max_completion_tokens").is_none());
+}
+
+/// Messages a request carries already written (the builtin agent's held
+/// conversation) reach the server as the same body as messages written at
+/// the call, and a family that writes whole turns ignores them.
+#[tokio::test]
+async fn written_messages_reach_the_server_as_written_ones_do() {
+    let conversation = vec![
+        Message::User {
+            text: "Read \"my\" notes\n".into(),
+        },
+        Message::Assistant {
+            text: "Looking é→ü".into(),
+            tool_calls: vec![ToolCall {
+                id: "call_a".into(),
+                name: "read".into(),
+                arguments: json!({"address": "/notes/today.md"}),
+                signature: None,
+            }],
+            signature: None,
+        },
+        Message::ToolResult {
+            call_id: "call_a".into(),
+            name: "read".into(),
+            content: "milk\teggs".into(),
+            is_error: false,
+            images: Vec::new(),
+        },
+        Message::Assistant {
+            text: "You need milk.".into(),
+            tool_calls: Vec::new(),
+            signature: None,
+        },
+        Message::User {
+            text: "And?".into(),
+        },
+    ];
+    for flavor in [Flavor::OpenAi, Flavor::Anthropic, Flavor::Google] {
+        let server = ScriptedProvider::start(flavor).await;
+        let provider = provider();
+        let endpoint = endpoint(&server);
+        let plain = request(conversation.clone(), tools());
+        let mut written = request(conversation.clone(), tools());
+        written.rendered.extend(&conversation[..4]);
+        for request in [&plain, &written] {
+            server.push(Reply::Text(vec!["ok".into()]));
+            let (result, _) = run(&provider, &endpoint, request).await;
+            assert_eq!(result, Ok(StopKind::EndTurn), "{flavor:?}");
+        }
+        let sent = server.requests();
+        assert_eq!(sent.len(), 2, "{flavor:?}");
+        assert_eq!(sent[0].body, sent[1].body, "{flavor:?}");
+    }
 }
 
 #[tokio::test]
