@@ -71,10 +71,13 @@ pub struct HeldTranscript {
 }
 
 /// How a turn's transcript stands to the one the agent holds. The whole
-/// conversation is the first `keep` items the agent holds under `id` (none
-/// when `keep` is 0, whatever it holds), then the turn's `transcript`; its
+/// conversation is the `keep` items the agent holds under `id` (none when
+/// `keep` is 0, whatever it holds), then the turn's `transcript`; its
 /// leading `stable` items read the same at every later turn, so the agent
-/// may hold them under `id` and say so at its next turn.
+/// may hold them under `id` and say so at its next turn. `keep` is 0 or
+/// all of what the agent said it holds (`HeldTranscript::items`): the
+/// builtin agent holds them folded into provider messages, which it cannot
+/// cut back to fewer items, and fails a turn that keeps any other number.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptBasis {

@@ -1,20 +1,23 @@
 //! What the builtin agent keeps of a session's conversation between turns
-//! when its client is the sidecar, so that a turn's cost does not grow with
-//! what the session said before.
+//! when its client is the sidecar, so that a turn does not convert, copy
+//! or (for chat completions) write again what the session said before.
+//! The request still carries the whole conversation to the provider.
 //!
 //! The sidecar's context says which leading transcript items read the same
 //! at every later turn (`TranscriptBasis::stable`). The agent keeps them as
 //! the provider messages they make (`Held`), under the conversation's id;
 //! the next context then sends only the items after them
 //! (`TranscriptBasis::keep`), and the turn folds those onto the held
-//! messages rather than converting the whole conversation again. The held
-//! messages but the last, which a later item may still extend, are also
-//! kept in chat completions' written form (`Rendered`), so a model call
-//! copies them instead of writing them again.
+//! messages rather than converting the whole conversation again. Once a
+//! model call goes to a chat completions endpoint, the held messages but
+//! the last, which a later item may still extend, are also kept in its
+//! written form (`Rendered`), so later calls copy them instead of writing
+//! them again; the other families write every message at each call.
 //!
 //! The turn's own messages (the prompt, the answers, the tool results) go
-//! after the held ones in the same list; when the turn ends, whatever its
-//! outcome, the list is cut back to the held part for the next turn.
+//! after the held ones in the same list; when the turn returns, whatever
+//! its outcome, the list is cut back to the held part for the next turn (a
+//! turn that panics loses it, and the next one is sent everything).
 
 use agentos_protocol::agent_ext::{TranscriptBasis, TranscriptItem};
 
@@ -62,7 +65,7 @@ struct Hold {
 impl Turn {
     /// The conversation of a turn whose client sent `items` on `basis`:
     /// the items it says this agent keeps of `held`, then those. Fails
-    /// when it keeps items this agent does not hold.
+    /// when it keeps anything but none or all of what this agent holds.
     pub(super) fn of(
         held: Option<Held>,
         items: Vec<TranscriptItem>,
@@ -84,11 +87,14 @@ impl Turn {
             Some(held) if held.id == basis.id && held.items == keep => {
                 (held.messages, held.rendered)
             }
-            _ => {
+            held => {
+                let holds = held
+                    .filter(|held| held.id == basis.id)
+                    .map_or(0, |held| held.items);
                 return Err(format!(
-                    "the client's transcript follows {keep} items of {:?}, which this agent does not hold",
+                    "the client's transcript follows {keep} items of {:?}, and this agent holds {holds} of it",
                     basis.id
-                ))
+                ));
             }
         };
         // The items that stay for later turns, then this turn's own.

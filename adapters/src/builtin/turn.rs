@@ -177,12 +177,22 @@ pub(super) async fn run(
         messages, rendered, ..
     } = request;
     // A plain client's conversation goes on from a turn that ended well;
-    // the held part of the sidecar's is kept whatever the outcome.
-    if let Some(state) = lock(&agent.sessions).get_mut(session) {
-        match source {
-            Source::Local if outcome.is_ok() => state.local_transcript = messages,
-            Source::Local => {}
-            Source::Sidecar(_) => state.held = conversation.held(messages, rendered),
+    // the held part of the sidecar's is kept whatever the outcome. What is
+    // let go is dropped outside the sessions' lock.
+    match source {
+        Source::Local if outcome.is_ok() => {
+            let replaced = lock(&agent.sessions)
+                .get_mut(session)
+                .map(|state| std::mem::replace(&mut state.local_transcript, messages));
+            drop(replaced);
+        }
+        Source::Local => {}
+        Source::Sidecar(_) => {
+            let held = conversation.held(messages, rendered);
+            // What it held was taken out when the turn began.
+            if let Some(state) = lock(&agent.sessions).get_mut(session) {
+                state.held = held;
+            }
         }
     }
     outcome

@@ -59,9 +59,10 @@ pub async fn rebuild(
     rebuild_at(store, kept, session_id, floor, held, oldest).await
 }
 
-/// The session's conversation for a turn at `floor`, given its oldest
-/// retained event as the caller read it (`None`: there is no such
-/// session). What was kept from the session's last turn
+/// The session's conversation for a turn at `floor`, as the agent is sent
+/// it (after the items `held` says it keeps, when they still stand), given
+/// its oldest retained event as the caller read it (`None`: there is no
+/// such session). What was kept from the session's last turn
 /// (`Conversations`) is reused when it still holds (nothing pruned since,
 /// its last event unchanged, nothing absorbed from the floor on), and only
 /// the events logged since are read; otherwise the newest events within
@@ -479,6 +480,8 @@ impl Builder {
             if self.promoted.len() == MAX_PROMOTED {
                 self.promoted.remove(0);
             }
+            // Held beside the call's input: counted as held, like it.
+            self.extra += tool.len();
             self.promoted.push(tool.to_owned());
         }
     }

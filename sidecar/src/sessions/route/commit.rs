@@ -205,8 +205,8 @@ impl Route {
     }
 
     /// Publishes a live update, in order with the durable events before it:
-    /// at once when everything handed off is finished (copied only when
-    /// anyone listens), else behind it.
+    /// at once when everything handed off is finished (handed to the
+    /// listeners, if any), else behind it.
     pub(super) fn publish_live(&mut self, update: Value) {
         let after = self.counters.latest_sequence;
         if self.pipeline.finished() {
