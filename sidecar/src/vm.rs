@@ -220,14 +220,16 @@ fn builtin_services(
         titles.spawn(turns.runs().subscribe());
     }
     // In-process agents share one provider client (its pools and TLS
-    // roots built once); an agent process builds its own.
+    // roots built once) and one budget for what they hold between turns;
+    // an agent process has its own.
     let in_process = if config.builtin.agent_process {
         None
     } else {
-        Some(
-            agentos_adapters::builtin::provider::Provider::new(Default::default())
+        Some(crate::sessions::InProcess {
+            provider: agentos_adapters::builtin::provider::Provider::new(Default::default())
                 .map_err(|e| VmError::Builtin(e.message))?,
-        )
+            options: Default::default(),
+        })
     };
     match crate::builtin::agent_spec() {
         Ok(spec) => {

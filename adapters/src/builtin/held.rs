@@ -18,10 +18,26 @@
 //! after the held ones in the same list; when the turn returns, whatever
 //! its outcome, the list is cut back to the held part for the next turn (a
 //! turn that panics loses it, and the next one is sent everything).
+//!
+//! What is held is counted (the messages' text and inputs, and their
+//! written form) against a budget the agents of a process share
+//! ([`HELD_BYTES`]); a conversation that does not fit is not held, and its
+//! next turn is sent the whole of it.
 
+use std::sync::Arc;
+
+use agentos_base::budget::{ByteBudget, Held as Share};
 use agentos_protocol::agent_ext::{TranscriptBasis, TranscriptItem};
+use serde_json::Value;
 
 use super::provider::{Message, Rendered, ToolCall};
+
+/// Bytes the conversations held by the builtin agents sharing one
+/// `AgentOptions` (every in-process agent of a sidecar) take together, at
+/// most: about twice what the sidecar keeps of its sessions'
+/// conversations, since a chat completions conversation is held both as
+/// messages and as written.
+pub const HELD_BYTES: usize = 64 * 1024 * 1024;
 
 /// One session's conversation as the agent holds it between turns.
 pub(super) struct Held {
@@ -33,6 +49,10 @@ pub(super) struct Held {
     /// The written form of `messages[..rendered.len()]`, never of the
     /// last message.
     rendered: Rendered,
+    /// About what `messages` take (see [`item_bytes`]).
+    bytes: usize,
+    /// Their share of the budget, with the written form's.
+    _share: Share,
 }
 
 impl Held {
@@ -56,6 +76,8 @@ pub(super) struct Turn {
 struct Hold {
     id: String,
     items: usize,
+    /// About what the held items' messages take.
+    bytes: usize,
     /// Messages the held items make, and the last of them as they made it
     /// (the turn's own items may have extended it since).
     len: usize,
@@ -82,10 +104,10 @@ impl Turn {
             });
         };
         let keep = basis.keep as usize;
-        let (mut messages, mut rendered) = match held {
-            _ if keep == 0 => (Vec::new(), Rendered::default()),
+        let (mut messages, mut rendered, bytes) = match held {
+            _ if keep == 0 => (Vec::new(), Rendered::default(), 0),
             Some(held) if held.id == basis.id && held.items == keep => {
-                (held.messages, held.rendered)
+                (held.messages, held.rendered, held.bytes)
             }
             held => {
                 let holds = held
@@ -100,13 +122,21 @@ impl Turn {
         // The items that stay for later turns, then this turn's own.
         let stable = (basis.stable as usize).clamp(keep, keep + items.len());
         let mut items = items.into_iter();
-        fold(&mut messages, items.by_ref().take(stable - keep));
+        let mut bytes = bytes;
+        fold(
+            &mut messages,
+            items
+                .by_ref()
+                .take(stable - keep)
+                .inspect(|item| bytes += item_bytes(item)),
+        );
         let len = messages.len();
         let settled = len.saturating_sub(1);
         rendered.truncate(settled);
         let hold = Hold {
             id: basis.id.clone(),
             items: stable,
+            bytes,
             len,
             last: messages.last().cloned(),
         };
@@ -130,20 +160,66 @@ impl Turn {
     }
 
     /// What to hold for the next turn, from the conversation as the turn
-    /// left it: cut back to the held items' messages.
-    pub(super) fn held(self, mut messages: Vec<Message>, mut rendered: Rendered) -> Option<Held> {
+    /// left it: cut back to the held items' messages, if they fit in
+    /// `budget`.
+    pub(super) fn held(
+        self,
+        mut messages: Vec<Message>,
+        mut rendered: Rendered,
+        budget: &Arc<ByteBudget>,
+    ) -> Option<Held> {
         let hold = self.hold?;
+        rendered.truncate(hold.len.saturating_sub(1));
+        let bytes = hold.bytes.saturating_add(rendered.bytes());
+        // More than the whole budget is never held.
+        let share = budget
+            .try_take(bytes)
+            .filter(|share| share.bytes() == bytes)?;
         messages.truncate(hold.len);
         if let (Some(slot), Some(last)) = (messages.last_mut(), hold.last) {
             *slot = last;
         }
-        rendered.truncate(hold.len.saturating_sub(1));
         Some(Held {
             id: hold.id,
             items: hold.items,
             messages,
             rendered,
+            bytes: hold.bytes,
+            _share: share,
         })
+    }
+}
+
+/// About what an item takes once folded into a message: its text, its
+/// ids and names, its input as a parsed value, and a slot for it.
+fn item_bytes(item: &TranscriptItem) -> usize {
+    const SLOT: usize = 64;
+    SLOT + match item {
+        TranscriptItem::User { text } | TranscriptItem::Assistant { text } => text.len(),
+        TranscriptItem::ToolCall {
+            id,
+            name,
+            input,
+            signature,
+        } => id.len() + name.len() + value_bytes(input) + signature.as_ref().map_or(0, String::len),
+        TranscriptItem::ToolResult {
+            id, name, output, ..
+        } => id.len() + name.len() + output.len(),
+    }
+}
+
+/// About what a parsed JSON value holds in memory: each node's slot, each
+/// string's bytes, each object member's key and entry.
+fn value_bytes(value: &Value) -> usize {
+    const NODE: usize = std::mem::size_of::<Value>();
+    NODE + match value {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(value_bytes).sum(),
+        Value::Object(members) => members
+            .iter()
+            .map(|(key, value)| key.len() + 2 * NODE + value_bytes(value))
+            .sum(),
+        _ => 0,
     }
 }
 
@@ -218,6 +294,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::builtin::provider::Rendered;
 
     fn user(text: &str) -> TranscriptItem {
         TranscriptItem::User { text: text.into() }
@@ -309,7 +386,7 @@ mod tests {
             messages.push(Message::User {
                 text: "the prompt".into(),
             });
-            held = conversation.held(messages, rendered);
+            held = conversation.held(messages, rendered, &ByteBudget::new(HELD_BYTES));
             kept = stable;
             log.extend([said(" more"), call("c"), result("c"), user("next")]);
         }
@@ -323,7 +400,8 @@ mod tests {
     fn a_client_that_keeps_what_is_not_held_is_refused() {
         let items = vec![user("one"), said("first")];
         let turn = Turn::of(None, items.clone(), Some(&basis(0, 1))).expect("fresh");
-        let held = turn.held(whole(&items), Rendered::default());
+        let budget = ByteBudget::new(HELD_BYTES);
+        let held = turn.held(whole(&items), Rendered::default(), &budget);
         let mut other = basis(2, 2);
         other.id = "another".into();
         assert!(Turn::of(held, Vec::new(), Some(&other)).is_err());
@@ -331,6 +409,33 @@ mod tests {
         // Without a basis the conversation is the items sent, not held.
         let turn = Turn::of(None, items.clone(), None).expect("whole");
         assert_eq!(turn.messages, whole(&items));
-        assert!(turn.held(whole(&items), Rendered::default()).is_none());
+        assert!(turn
+            .held(whole(&items), Rendered::default(), &budget)
+            .is_none());
+    }
+
+    /// What is held is counted against the budget the agents share, and
+    /// given back when it is let go; what does not fit is not held.
+    #[test]
+    fn a_conversation_past_the_budget_is_not_held() {
+        let items = vec![user(&"words ".repeat(100)), said("first"), user("again")];
+        let hold = |budget: &Arc<ByteBudget>| {
+            let turn = Turn::of(None, items.clone(), Some(&basis(0, 2))).expect("fresh");
+            let mut rendered = Rendered::default();
+            rendered.extend(&whole(&items)[..turn.settled]);
+            turn.held(whole(&items), rendered, budget)
+        };
+        let budget = ByteBudget::new(HELD_BYTES);
+        let held = hold(&budget).expect("it fits");
+        let used = budget.used();
+        // The two items' text and slots, and the first one written.
+        assert!(used > 600 + 5 + 600, "{used}");
+        let other = hold(&budget).expect("so does another");
+        assert_eq!(budget.used(), 2 * used);
+        drop((held, other));
+        assert_eq!(budget.used(), 0);
+        let small = ByteBudget::new(used - 1);
+        assert!(hold(&small).is_none());
+        assert_eq!(small.used(), 0);
     }
 }

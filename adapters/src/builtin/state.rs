@@ -5,11 +5,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agentos_base::budget::ByteBudget;
 
 use tokio::sync::watch;
 
-use super::held::Held;
+use super::held::{Held, HELD_BYTES};
 use super::local::LocalConfig;
 use super::peer::Peer;
 use super::provider::{Message, Provider, ProviderOptions};
@@ -25,6 +27,11 @@ pub struct AgentOptions {
     /// Model calls in one turn, at most; then the turn ends with
     /// `max_turn_requests`.
     pub max_steps: u32,
+    /// What the conversations every agent sharing these options holds
+    /// between turns take together, at most (`held.rs`); each new
+    /// `AgentOptions` has a budget of its own, so agents in one process
+    /// share one by sharing their options.
+    pub held: Arc<ByteBudget>,
 }
 
 impl Default for AgentOptions {
@@ -33,6 +40,7 @@ impl Default for AgentOptions {
             local: None,
             provider: ProviderOptions::default(),
             max_steps: 32,
+            held: ByteBudget::new(HELD_BYTES),
         }
     }
 }

@@ -188,7 +188,7 @@ pub(super) async fn run(
         }
         Source::Local => {}
         Source::Sidecar(_) => {
-            let held = conversation.held(messages, rendered);
+            let held = conversation.held(messages, rendered, &agent.options.held);
             // What it held was taken out when the turn began.
             if let Some(state) = lock(&agent.sessions).get_mut(session) {
                 state.held = held;

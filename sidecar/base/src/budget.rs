@@ -50,6 +50,15 @@ impl Drop for Held {
     }
 }
 
+impl std::fmt::Debug for ByteBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteBudget")
+            .field("max", &self.max)
+            .field("used", &self.used())
+            .finish()
+    }
+}
+
 impl ByteBudget {
     pub fn new(max: usize) -> Arc<ByteBudget> {
         Arc::new(ByteBudget {

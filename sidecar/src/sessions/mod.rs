@@ -37,6 +37,7 @@ pub use counters::{MemoryCounters, MemorySnapshot};
 pub use error::SessionError;
 pub use hub::{Batch, FrameCache, Hub, Item, Sink, SinkRefusal, Tap};
 pub use notice::{KeepAwake, Notice};
+pub use shared::InProcess;
 pub use store::{HistoryPage, Reconciliation, SessionRow, SessionStore};
 pub use turns::{RunTurn, StartRun, TurnProgress};
 pub use types::{
@@ -127,7 +128,7 @@ impl Sessions {
         spec: AgentSpec,
         host: Arc<dyn AgentHost>,
         idle: std::time::Duration,
-        in_process: Option<agentos_adapters::builtin::provider::Provider>,
+        in_process: Option<InProcess>,
     ) -> bool {
         self.shared
             .builtin

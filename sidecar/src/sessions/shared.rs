@@ -30,9 +30,17 @@ pub(crate) struct BuiltinAgent {
     /// agent process (`builtin.idleAgentMs`).
     pub idle: std::time::Duration,
     /// Set when the agent runs as a task of this process, not as `spec`'s
-    /// process (`builtin.agentProcess` off): the provider client those
-    /// agents share.
-    pub in_process: Option<agentos_adapters::builtin::provider::Provider>,
+    /// process (`builtin.agentProcess` off).
+    pub in_process: Option<InProcess>,
+}
+
+/// What the builtin agents running as tasks of this process share: one
+/// provider client (its pools and TLS roots built once) and one set of
+/// options, whose budget bounds what they hold between turns together.
+#[derive(Clone)]
+pub struct InProcess {
+    pub provider: agentos_adapters::builtin::provider::Provider,
+    pub options: agentos_adapters::builtin::agent::AgentOptions,
 }
 
 /// State shared by the service and its route tasks.

@@ -175,7 +175,7 @@ impl Serialize for Messages<'_> {
 /// held part of the conversation), and never over one that shows images,
 /// whose text depends on them while the turn may drop them.
 #[derive(Clone, Default)]
-pub struct Rendered(Vec<Box<RawValue>>);
+pub struct Rendered(Vec<Box<RawValue>>, usize);
 
 impl Rendered {
     /// Writes the messages after those already written, up to the end of
@@ -186,7 +186,10 @@ impl Rendered {
                 return;
             }
             match serde_json::value::to_raw_value(&Element(message)) {
-                Ok(value) => self.0.push(value),
+                Ok(value) => {
+                    self.1 += value.get().len();
+                    self.0.push(value);
+                }
                 Err(_) => return,
             }
         }
@@ -201,8 +204,16 @@ impl Rendered {
         self.0.is_empty()
     }
 
+    /// Bytes of the written form.
+    pub fn bytes(&self) -> usize {
+        self.1
+    }
+
     /// Forgets the written form of messages from `len` on.
     pub fn truncate(&mut self, len: usize) {
+        for value in self.0.iter().skip(len) {
+            self.1 -= value.get().len();
+        }
         self.0.truncate(len);
     }
 }

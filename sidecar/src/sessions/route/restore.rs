@@ -68,7 +68,7 @@ enum Start {
     Child(agentos_adapters::AdapterCommand),
     /// The builtin agent as a task of this process, calling providers
     /// through the client all of them share.
-    InProcess(agentos_adapters::builtin::provider::Provider),
+    InProcess(crate::sessions::InProcess),
 }
 
 impl Route {
@@ -89,7 +89,7 @@ impl Route {
             None => return Err(SessionError::AgentNotFound(row.agent.clone())),
         };
         let start = match in_process {
-            Some(provider) => Start::InProcess(provider),
+            Some(agent) => Start::InProcess(agent),
             None => {
                 let mut env: BTreeMap<String, String> = spec.env.clone();
                 env.extend(row.env.clone());
@@ -121,13 +121,13 @@ impl Route {
             Start::Child(command) => AdapterConnection::spawn(&command, options)
                 .await
                 .map_err(|e| adapter_error(&e))?,
-            Start::InProcess(provider) => AdapterConnection::in_process(
+            Start::InProcess(agent) => AdapterConnection::in_process(
                 |input, output| {
                     agentos_adapters::builtin::agent::serve_with(
                         input,
                         output,
-                        Default::default(),
-                        provider,
+                        agent.options,
+                        agent.provider,
                     )
                 },
                 IN_PROCESS_PIPE_BYTES,
