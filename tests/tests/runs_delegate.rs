@@ -314,6 +314,13 @@ async fn a_waiting_script_is_answered_once_by_its_signal_and_canceling_covers_th
         .expect("id")
         .to_owned();
     until_status(&w, &root, "waiting").await;
+    // The parent parks as soon as its child is queued; the child is live
+    // (claimed, then running its script) until its own wait, and a live
+    // run ends canceled only once whoever works it stops. Cancel while the
+    // child waits, as this tree is meant to.
+    let tree = runs_of(&w, json!({"rootRunId": root})).await;
+    let child = tree[1]["id"].as_str().expect("child").to_owned();
+    until_status(&w, &child, "waiting").await;
     let canceled = w.act(json!({"_": "CancelRun", "runId": root})).await;
     ok(&canceled);
     assert_eq!(json_of(&canceled.body)["canceled"], true);
