@@ -264,6 +264,23 @@ pub const MAX_IMAGE_BYTES: u64 = 4_500_000;
 /// or embedded in a registry adapter's prompt).
 pub const MAX_TEXT_ATTACHMENT_BYTES: u64 = 256 * 1024;
 
+/// About what a parsed JSON value holds in memory: each node's slot, each
+/// string's bytes, each object member's key and map entry. The sidecar and
+/// the builtin agent count a call's input with it in what they hold of a
+/// conversation.
+pub fn value_bytes(value: &Value) -> usize {
+    const NODE: usize = std::mem::size_of::<Value>();
+    NODE + match value {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(value_bytes).sum(),
+        Value::Object(members) => members
+            .iter()
+            .map(|(key, value)| key.len() + 2 * NODE + value_bytes(value))
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// `text` cut to at most `max` bytes on a UTF-8 boundary, with a notice
 /// saying how much was left out.
 pub fn cut_with_notice(text: &str, max: usize) -> String {

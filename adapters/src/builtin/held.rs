@@ -27,8 +27,7 @@
 use std::sync::Arc;
 
 use agentos_base::budget::{ByteBudget, Held as Share};
-use agentos_protocol::agent_ext::{TranscriptBasis, TranscriptItem};
-use serde_json::Value;
+use agentos_protocol::agent_ext::{value_bytes, TranscriptBasis, TranscriptItem};
 
 use super::provider::{Message, Rendered, ToolCall};
 
@@ -205,21 +204,6 @@ fn item_bytes(item: &TranscriptItem) -> usize {
         TranscriptItem::ToolResult {
             id, name, output, ..
         } => id.len() + name.len() + output.len(),
-    }
-}
-
-/// About what a parsed JSON value holds in memory: each node's slot, each
-/// string's bytes, each object member's key and entry.
-fn value_bytes(value: &Value) -> usize {
-    const NODE: usize = std::mem::size_of::<Value>();
-    NODE + match value {
-        Value::String(text) => text.len(),
-        Value::Array(items) => items.iter().map(value_bytes).sum(),
-        Value::Object(members) => members
-            .iter()
-            .map(|(key, value)| key.len() + 2 * NODE + value_bytes(value))
-            .sum(),
-        _ => 0,
     }
 }
 

@@ -26,8 +26,8 @@
 //! providers refuse a conversation that does not start with the user.
 
 use agentos_protocol::agent_ext::{
-    block_text, cut_with_notice, output_text, sender_prefixed, HeldTranscript, TranscriptBasis,
-    TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES, SIGNATURE_META,
+    block_text, cut_with_notice, output_text, sender_prefixed, value_bytes, HeldTranscript,
+    TranscriptBasis, TranscriptItem, ERROR_UPDATE, MODEL_RESULT_BYTES, SIGNATURE_META,
 };
 use agentos_protocol::host::{Actor, EventKind, StoredEvent};
 use serde_json::Value;
@@ -588,21 +588,6 @@ impl Builder {
         } else {
             self.items.split_off(start)
         }
-    }
-}
-
-/// About what a parsed JSON value holds in memory: each node's slot, each
-/// string's bytes, each object member's key and map entry.
-fn value_bytes(value: &Value) -> usize {
-    const NODE: usize = std::mem::size_of::<Value>();
-    NODE + match value {
-        Value::String(text) => text.len(),
-        Value::Array(items) => items.iter().map(value_bytes).sum(),
-        Value::Object(members) => members
-            .iter()
-            .map(|(key, value)| key.len() + 2 * NODE + value_bytes(value))
-            .sum(),
-        _ => 0,
     }
 }
 
