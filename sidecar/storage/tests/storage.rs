@@ -306,13 +306,9 @@ async fn shipped_ladders_migrate_on_both_backends() {
 /// prompts, the index by state being gone (core migration 14).
 #[tokio::test]
 async fn accepted_prompts_are_found_through_the_active_prompt_index() {
-    let dir = tempfile::tempdir().expect("dir");
-    let db = agentos_storage::sqlite_file::SqliteFileDatabase::open(
-        &dir.path().join("plan.sqlite"),
-        &Default::default(),
-    )
-    .expect("open");
-    agentos_schema::migrate_all(&db).await.expect("migrate_all");
+    let test = agentos_storage::testing::sqlite_file().await;
+    let db = test.db.as_ref();
+    agentos_schema::migrate_all(db).await.expect("migrate_all");
     let plan = db
         .query(
             "EXPLAIN QUERY PLAN SELECT session_id FROM agentos_core_prompts \
